@@ -1,0 +1,58 @@
+"""Errors that lamina shows to people.
+
+Every error says what went wrong, where, and what to do about it. The CLI prints
+``LaminaError`` messages without a traceback; anything else is a bug in lamina.
+"""
+
+from __future__ import annotations
+
+
+class LaminaError(Exception):
+    """Base class of every error lamina raises on purpose."""
+
+
+class ConfigError(LaminaError):
+    """The configuration (pyproject.toml, lamina.toml, LAMINA_* variables) is invalid."""
+
+
+class PluginError(LaminaError):
+    """A plugin failed to load, validate or register."""
+
+
+class UnsupportedOpError(LaminaError):
+    """The program uses ops that no registered decomposition handles."""
+
+    def __init__(self, ops: list[tuple[str, str]]):
+        self.ops = ops
+        lines = [f"{len(ops)} unsupported op(s) in the program:"]
+        for op, where in ops:
+            lines.append(f"  {op}  at {where}" if where else f"  {op}")
+        lines.append(
+            "Add a decomposition for each op with a plugin that implements "
+            "lamina_register_ops (see docs/plugins.md), or keep it out of the program."
+        )
+        super().__init__("\n".join(lines))
+
+
+class VerificationError(LaminaError):
+    """An IR failed its verifier: a plugin or pass produced inconsistent IR."""
+
+
+class InputMismatchError(LaminaError):
+    """A compiled function was called with inputs it was not compiled for."""
+
+
+class ScheduleError(LaminaError):
+    """No schedule could be applied to a loop kernel, or a pinned one does not apply."""
+
+
+class CompileError(LaminaError):
+    """The device compiler (NVRTC) rejected a kernel."""
+
+
+class DeviceError(LaminaError):
+    """The requested device is not available."""
+
+
+class SimulationError(LaminaError):
+    """The Kernel IR simulator found a fault (out-of-bounds access, race, unwritten read)."""

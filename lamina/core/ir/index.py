@@ -1,0 +1,251 @@
+"""Integer index expressions: simplification and affine analysis.
+
+Index expressions are ordinary expressions (``lamina.core.ir.expr``) of integer type.
+They are kept in a canonical affine form: a sum of ``coefficient * atom`` plus a
+constant, where an atom is a variable or a ``//`` / ``%`` that could not be removed.
+``simplify`` uses the ranges of loop variables (0 <= v < extent) to drop divisions
+and remainders that cannot matter, so that views of views print as people expect:
+``(i * 16 + j) // 16`` becomes ``i`` when ``j < 16``.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from lamina.core.ir import dtypes
+from lamina.core.ir.expr import Const, Expr, Op, Var, const, op
+
+Ranges = Mapping[str, int]
+"""Extents of variables: ``{"i": 16}`` means 0 <= i < 16."""
+
+_NO_RANGES: dict[str, int] = {}
+
+
+class Affine:
+    """``sum(coef * atom) + constant``, with atoms in order of first appearance."""
+
+    __slots__ = ("terms", "constant")
+
+    def __init__(self, terms: dict[Expr, int] | None = None, constant: int = 0):
+        self.terms = {a: c for a, c in (terms or {}).items() if c != 0}
+        self.constant = constant
+
+    def plus(self, other: "Affine", sign: int = 1) -> "Affine":
+        terms = dict(self.terms)
+        for atom, coef in other.terms.items():
+            terms[atom] = terms.get(atom, 0) + sign * coef
+        return _recombine_divisions(Affine(terms, self.constant + sign * other.constant))
+
+    def scaled(self, k: int) -> "Affine":
+        return Affine({a: c * k for a, c in self.terms.items()}, self.constant * k)
+
+    def is_constant(self) -> bool:
+        return not self.terms
+
+    def to_expr(self) -> Expr:
+        result: Expr | None = None
+        for atom, coef in self.terms.items():
+            term = atom if abs(coef) == 1 else Op("mul", (atom, const(abs(coef))), dtypes.index)
+            if result is None:
+                result = term if coef > 0 else Op("neg", (term,), dtypes.index)
+            else:
+                result = Op("add" if coef > 0 else "sub", (result, term), dtypes.index)
+        if result is None:
+            return const(self.constant)
+        if self.constant:
+            name = "add" if self.constant > 0 else "sub"
+            result = Op(name, (result, const(abs(self.constant))), dtypes.index)
+        return result
+
+
+def _recombine_divisions(a: Affine) -> Affine:
+    """``(x // d) * d * c + (x % d) * c`` is ``x * c``: views of views fold back to plain coordinates."""
+    for atom, coef in list(a.terms.items()):
+        if not (isinstance(atom, Op) and atom.op == "mod" and isinstance(atom.args[1], Const)):
+            continue
+        x, d = atom.args[0], int(atom.args[1].value)
+        quotient = Op("floordiv", (x, atom.args[1]), dtypes.index)
+        if a.terms.get(quotient) == coef * d and atom in a.terms:
+            terms = {t: c for t, c in a.terms.items() if t not in (atom, quotient)}
+            return _recombine_divisions(Affine(terms, a.constant).plus(affine(x).scaled(coef)))
+    return a
+
+
+def _is_int(e: Expr) -> bool:
+    return not e.dtype.is_float and e.dtype != dtypes.bool_
+
+
+def affine(expr: Expr, ranges: Ranges = _NO_RANGES) -> Affine:
+    """The canonical affine form of an integer expression."""
+    if isinstance(expr, Const):
+        return Affine(constant=int(expr.value))
+    if isinstance(expr, Op) and _is_int(expr):
+        name, args = expr.op, expr.args
+        if name in ("add", "sub"):
+            return affine(args[0], ranges).plus(affine(args[1], ranges), 1 if name == "add" else -1)
+        if name == "neg":
+            return affine(args[0], ranges).scaled(-1)
+        if name == "mul":
+            a, b = affine(args[0], ranges), affine(args[1], ranges)
+            if b.is_constant():
+                return a.scaled(b.constant)
+            if a.is_constant():
+                return b.scaled(a.constant)
+            return Affine({Op("mul", (a.to_expr(), b.to_expr()), dtypes.index): 1})
+        if name in ("floordiv", "mod"):
+            divisor = affine(args[1], ranges)
+            if divisor.is_constant() and divisor.constant > 0:
+                return _divide(name, affine(args[0], ranges), divisor.constant, ranges)
+            return Affine({Op(name, (affine(args[0], ranges).to_expr(), divisor.to_expr()), dtypes.index): 1})
+        if name in ("max", "min"):
+            a, b = affine(args[0], ranges), affine(args[1], ranges)
+            if a.is_constant() and b.is_constant():
+                pick = max if name == "max" else min
+                return Affine(constant=pick(a.constant, b.constant))
+            return Affine({Op(name, (a.to_expr(), b.to_expr()), dtypes.index): 1})
+    return Affine({expr: 1})
+
+
+def _divide(name: str, a: Affine, d: int, ranges: Ranges) -> Affine:
+    if d == 1:
+        return a if name == "floordiv" else Affine()
+    carried = a.constant // d
+    if carried and a.terms:
+        reduced = _divide(name, Affine(a.terms, a.constant - carried * d), d, ranges)
+        return reduced.plus(Affine(constant=carried)) if name == "floordiv" else reduced
+    whole = Affine({t: c for t, c in a.terms.items() if c % d == 0})
+    rest = Affine({t: c for t, c in a.terms.items() if c % d != 0}, a.constant)
+    lo, hi = bounds(rest, ranges)
+    split = _split_by_divisor(rest, d, ranges)
+    if split is not None:
+        atom, c, remainder = split
+        q = d // c
+        if name == "floordiv":
+            quotient = Affine({t: k // d for t, k in whole.terms.items()})
+            return quotient.plus(_divide("floordiv", Affine({atom: 1}), q, ranges))
+        return _divide("mod", Affine({atom: 1}), q, ranges).scaled(c).plus(remainder)
+    if name == "floordiv":
+        quotient = Affine({t: c // d for t, c in whole.terms.items()})
+        if lo is not None and hi is not None and lo // d == hi // d:
+            return quotient.plus(Affine(constant=lo // d))
+        if rest.is_constant():
+            return quotient.plus(Affine(constant=rest.constant // d))
+        inner = _nested_floordiv(rest, d)
+        return quotient.plus(Affine({inner: 1}))
+    if lo is not None and hi is not None and lo // d == hi // d:
+        return rest.plus(Affine(constant=-(lo // d) * d))
+    if rest.is_constant():
+        return Affine(constant=rest.constant % d)
+    return Affine({Op("mod", (rest.to_expr(), const(d)), dtypes.index): 1})
+
+
+def _split_by_divisor(a: Affine, d: int, ranges: Ranges):
+    """Find ``c * atom + remainder`` with ``c`` dividing ``d`` and 0 <= remainder < c.
+
+    Then ``a // d == atom // (d / c)`` and ``a % d == c * (atom % (d / c)) + remainder``.
+    """
+    for atom, c in a.terms.items():
+        if c <= 1 or d % c:
+            continue
+        remainder = Affine({t: k for t, k in a.terms.items() if t != atom}, a.constant)
+        lo, hi = bounds(remainder, ranges)
+        if lo is not None and lo >= 0 and hi < c:
+            return atom, c, remainder
+    return None
+
+
+def _nested_floordiv(rest: Affine, d: int) -> Expr:
+    """``(x // a) // d`` is ``x // (a * d)``."""
+    if len(rest.terms) == 1 and rest.constant == 0:
+        (atom, coef), = rest.terms.items()
+        if coef == 1 and isinstance(atom, Op) and atom.op == "floordiv" and isinstance(atom.args[1], Const):
+            return Op("floordiv", (atom.args[0], const(int(atom.args[1].value) * d)), dtypes.index)
+    return Op("floordiv", (rest.to_expr(), const(d)), dtypes.index)
+
+
+def atom_bounds(atom: Expr, ranges: Ranges) -> tuple[int | None, int | None]:
+    """Inclusive bounds of an atom, or None where unknown."""
+    if isinstance(atom, Var):
+        extent = ranges.get(atom.name)
+        return (0, extent - 1) if extent is not None else (None, None)
+    if isinstance(atom, Op) and atom.op in ("floordiv", "mod") and isinstance(atom.args[1], Const):
+        d = int(atom.args[1].value)
+        lo, hi = bounds(affine(atom.args[0], ranges), ranges)
+        if atom.op == "mod":
+            if lo is not None and lo >= 0:
+                return 0, d - 1 if hi is None else min(d - 1, hi)
+            return None, None
+        return (None if lo is None else lo // d, None if hi is None else hi // d)
+    return None, None
+
+
+def bounds(a: Affine, ranges: Ranges = _NO_RANGES) -> tuple[int | None, int | None]:
+    """Inclusive lower and upper bound of an affine form, or None where unknown."""
+    lo = hi = a.constant
+    for atom, coef in a.terms.items():
+        alo, ahi = atom_bounds(atom, ranges)
+        if alo is None or ahi is None:
+            return None, None
+        lo += coef * (alo if coef > 0 else ahi)
+        hi += coef * (ahi if coef > 0 else alo)
+    return lo, hi
+
+
+def simplify(expr: Expr, ranges: Ranges = _NO_RANGES) -> Expr:
+    """Canonical, simplified form of an integer expression; other expressions are returned as they are."""
+    if not _is_int(expr):
+        return expr
+    return affine(expr, ranges).to_expr()
+
+
+def coefficient(expr: Expr, var: str) -> int | None:
+    """How much ``expr`` grows when ``var`` grows by one, if that is a constant.
+
+    None when ``var`` occurs inside a division, a remainder or a product of variables.
+    """
+    form = affine(expr)
+    total = 0
+    for atom, coef in form.terms.items():
+        if isinstance(atom, Var):
+            if atom.name == var:
+                total += coef
+        elif var in {e.name for e in _vars(atom)}:
+            return None
+    return total
+
+
+def _vars(e: Expr):
+    if isinstance(e, Var):
+        yield e
+    for c in e.children():
+        yield from _vars(c)
+
+
+def linearize(index: tuple[Expr, ...], shape: tuple[int, ...]) -> Expr:
+    """The row-major element offset of ``index`` in a contiguous tensor of ``shape``."""
+    offset: Expr = const(0)
+    stride = 1
+    terms = []
+    for idx, size in zip(reversed(index), reversed(shape)):
+        terms.append(op("mul", idx, stride) if stride != 1 else idx)
+        stride *= size
+    for t in reversed(terms):
+        offset = op("add", offset, t)
+    return simplify(offset)
+
+
+def delinearize(offset: Expr, shape: tuple[int, ...], ranges: Ranges = _NO_RANGES) -> tuple[Expr, ...]:
+    """The row-major coordinates of element ``offset`` of a contiguous tensor of ``shape``."""
+    coords = []
+    stride = 1
+    strides = []
+    for size in reversed(shape):
+        strides.append(stride)
+        stride *= size
+    strides.reverse()
+    for size, st in zip(shape, strides):
+        coord = op("floordiv", offset, st) if st != 1 else offset
+        if size != stride:
+            coord = op("mod", coord, size)
+        coords.append(simplify(coord, ranges))
+    return tuple(coords)

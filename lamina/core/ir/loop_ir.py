@@ -1,0 +1,270 @@
+"""Loop IR: kernels as loop nests over named buffers.
+
+A kernel is a nest of ``Loop`` statements (``parallel`` loops over output axes,
+``reduce`` loops that feed accumulators, ``serial`` loops for everything else)
+whose leaves declare accumulators (``Init``), combine into them (``Accumulate``) and
+write buffers (``Store``). Expressions read buffers with ``Load``; an accumulator is
+read as a ``Var`` of its name. Fusion rewrites these kernels so that intermediate
+tensors never reach memory.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import attrs
+
+from lamina.core.errors import VerificationError
+from lamina.core.ir import expr as ex, index
+from lamina.core.ir.dtypes import DType
+from lamina.core.ir.expr import Expr
+from lamina.core.ir.torch_ir import TensorType
+
+LOOP_KINDS = ("parallel", "reduce", "serial")
+ACCUMULATE_OPS = ("sum", "max", "min", "prod")
+
+
+@attrs.frozen
+class Buffer:
+    name: str
+    type: TensorType
+
+
+@attrs.frozen(eq=True)
+class Load(Expr):
+    """``buffer[index]``, one element of a buffer."""
+
+    buffer: str
+    index: tuple[Expr, ...] = attrs.field(converter=tuple)
+    dtype: DType
+
+    def children(self):
+        return self.index
+
+    def rebuild(self, children):
+        return attrs.evolve(self, index=tuple(children))
+
+
+@attrs.frozen
+class Loop:
+    var: str
+    extent: int
+    kind: str
+    body: tuple["Stmt", ...] = attrs.field(converter=tuple)
+
+
+@attrs.frozen
+class Init:
+    """Declare accumulator ``acc`` and set it to ``value``."""
+
+    acc: str
+    value: Expr
+
+
+@attrs.frozen
+class Accumulate:
+    """``acc = op(acc, value)``."""
+
+    acc: str
+    op: str
+    value: Expr
+
+
+@attrs.frozen
+class Store:
+    buffer: str
+    index: tuple[Expr, ...] = attrs.field(converter=tuple)
+    value: Expr
+
+
+Stmt = Loop | Init | Accumulate | Store
+
+
+@attrs.frozen
+class Kernel:
+    name: str
+    inputs: tuple[Buffer, ...] = attrs.field(converter=tuple)
+    outputs: tuple[Buffer, ...] = attrs.field(converter=tuple)
+    body: tuple[Stmt, ...] = attrs.field(converter=tuple)
+
+    def buffer(self, name: str) -> Buffer:
+        for b in self.inputs + self.outputs:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+
+@attrs.frozen
+class Program:
+    """Kernels in launch order. ``inputs``/``outputs`` name the program's tensors;
+    ``temporaries`` are buffers written by one kernel and read by a later one."""
+
+    inputs: tuple[Buffer, ...] = attrs.field(converter=tuple)
+    outputs: tuple[Buffer, ...] = attrs.field(converter=tuple)
+    temporaries: tuple[Buffer, ...] = attrs.field(converter=tuple)
+    kernels: tuple[Kernel, ...] = attrs.field(converter=tuple)
+
+
+# --- traversal ---------------------------------------------------------------
+
+def statements(body: tuple[Stmt, ...]) -> Iterator[Stmt]:
+    """Every statement of ``body``, loops before their contents."""
+    for s in body:
+        yield s
+        if isinstance(s, Loop):
+            yield from statements(s.body)
+
+
+def expressions(s: Stmt) -> tuple[Expr, ...]:
+    """The expressions a statement holds directly (not those of nested loops)."""
+    if isinstance(s, (Init, Accumulate)):
+        return (s.value,)
+    if isinstance(s, Store):
+        return s.index + (s.value,)
+    return ()
+
+
+def map_expressions(body: tuple[Stmt, ...], fn) -> tuple[Stmt, ...]:
+    """Rebuild ``body`` with ``fn`` applied to every expression."""
+    out = []
+    for s in body:
+        if isinstance(s, Loop):
+            out.append(attrs.evolve(s, body=map_expressions(s.body, fn)))
+        elif isinstance(s, (Init, Accumulate)):
+            out.append(attrs.evolve(s, value=fn(s.value)))
+        else:
+            out.append(attrs.evolve(s, index=tuple(fn(e) for e in s.index), value=fn(s.value)))
+    return tuple(out)
+
+
+def loads(body: tuple[Stmt, ...]) -> Iterator[Load]:
+    for s in statements(body):
+        for e in expressions(s):
+            for node in ex.walk(e):
+                if isinstance(node, Load):
+                    yield node
+
+
+# --- printing ----------------------------------------------------------------
+
+def _leaf(e: Expr):
+    if isinstance(e, Load):
+        return f"{e.buffer}[{', '.join(format_index(i) for i in e.index)}]"
+    return None
+
+
+def format_index(e: Expr) -> str:
+    return ex.format_expr(e, _leaf)
+
+
+def format_value(e: Expr) -> str:
+    return ex.format_expr(e, _leaf)
+
+
+def format_body(body: tuple[Stmt, ...], indent: str) -> list[str]:
+    lines = []
+    for s in body:
+        if isinstance(s, Loop):
+            lines.append(f"{indent}for {s.var} in {s.kind}({s.extent}):")
+            lines += format_body(s.body, indent + "  ")
+        elif isinstance(s, Init):
+            lines.append(f"{indent}{s.acc}: {s.value.dtype} = {format_value(s.value)}")
+        elif isinstance(s, Accumulate):
+            value = format_value(s.value)
+            if s.op == "sum":
+                lines.append(f"{indent}{s.acc} += {value}")
+            elif s.op == "prod":
+                lines.append(f"{indent}{s.acc} *= {value}")
+            else:
+                lines.append(f"{indent}{s.acc} = {s.op}({s.acc}, {value})")
+        else:
+            idx = ", ".join(format_index(i) for i in s.index)
+            lines.append(f"{indent}{s.buffer}[{idx}] = {format_value(s.value)}")
+    return lines
+
+
+def format_kernel(kernel: Kernel, indent: str = "") -> str:
+    ins = ", ".join(f"{b.name}: {b.type}" for b in kernel.inputs)
+    outs = ", ".join(f"{b.name}: {b.type}" for b in kernel.outputs)
+    lines = [f"{indent}kernel {kernel.name}({ins}) -> ({outs}):"]
+    lines += format_body(kernel.body, indent + "  ")
+    return "\n".join(lines)
+
+
+def format_program(program: Program) -> str:
+    ins = ", ".join(f"{b.name}: {b.type}" for b in program.inputs)
+    outs = ", ".join(f"{b.name}: {b.type}" for b in program.outputs)
+    lines = [f"loop_program({ins}) -> ({outs}):"]
+    for t in program.temporaries:
+        lines.append(f"  buffer {t.name}: {t.type}")
+    for k in program.kernels:
+        lines.append(format_kernel(k, "  "))
+    return "\n".join(lines)
+
+
+# --- verification ------------------------------------------------------------
+
+def verify_kernel(kernel: Kernel) -> None:
+    problems: list[str] = []
+    buffers = {b.name: b for b in kernel.inputs + kernel.outputs}
+    outputs = {b.name for b in kernel.outputs}
+    written: set[str] = set()
+
+    def check_expr(e: Expr, ranges: dict[str, int], accs: dict[str, DType]):
+        for node in ex.walk(e):
+            if isinstance(node, Load):
+                _check_access(node.buffer, node.index, ranges, buffers, problems, "reads")
+            elif isinstance(node, ex.Var) and node.name not in ranges and node.name not in accs:
+                problems.append(f"{node.name} is used outside the loop or before the accumulator that defines it")
+
+    def visit(body, ranges, accs):
+        for s in body:
+            if isinstance(s, Loop):
+                if s.kind not in LOOP_KINDS:
+                    problems.append(f"loop {s.var} has unknown kind {s.kind}")
+                if s.var in ranges:
+                    problems.append(f"loop variable {s.var} is bound twice")
+                visit(s.body, {**ranges, s.var: s.extent}, dict(accs))
+            elif isinstance(s, Init):
+                check_expr(s.value, ranges, accs)
+                accs[s.acc] = s.value.dtype
+            elif isinstance(s, Accumulate):
+                if s.acc not in accs:
+                    problems.append(f"accumulator {s.acc} is used before its Init")
+                if s.op not in ACCUMULATE_OPS:
+                    problems.append(f"unknown accumulation {s.op}")
+                check_expr(s.value, ranges, accs)
+            else:
+                if s.buffer not in outputs:
+                    problems.append(f"store to {s.buffer}, which is not an output of the kernel")
+                _check_access(s.buffer, s.index, ranges, buffers, problems, "writes")
+                check_expr(s.value, ranges, accs)
+                for e in s.index:
+                    check_expr(e, ranges, accs)
+                written.add(s.buffer)
+
+    visit(kernel.body, {}, {})
+    for b in kernel.outputs:
+        if b.name not in written:
+            problems.append(f"output {b.name} is never written")
+    if problems:
+        raise VerificationError(f"Loop IR kernel {kernel.name} is inconsistent:\n  " + "\n  ".join(problems))
+
+
+def _check_access(name, idx, ranges, buffers, problems, verb):
+    if name not in buffers:
+        problems.append(f"{verb} {name}, which is not a parameter of the kernel")
+        return
+    shape = buffers[name].type.shape
+    if len(idx) != len(shape):
+        problems.append(f"{verb} {name} with {len(idx)} coordinates; it has rank {len(shape)}")
+        return
+    for axis, (e, size) in enumerate(zip(idx, shape)):
+        lo, hi = index.bounds(index.affine(e, ranges), ranges)
+        if lo is not None and (lo < 0 or hi >= size):
+            problems.append(f"{verb} {name} at coordinate {axis} = {format_index(e)} in [{lo}, {hi}], outside [0, {size - 1}]")
+
+
+def verify_program(program: Program) -> None:
+    for k in program.kernels:
+        verify_kernel(k)

@@ -1,0 +1,243 @@
+"""Tensor IR: every op as one of three primitives.
+
+- ``Elementwise``: a scalar function (an expression over ``Arg`` leaves) applied to
+  inputs of the output's exact shape. Broadcasting happens before, in an IndexMap.
+  With no inputs it is a filled tensor (``zeros``, ``full``).
+- ``Reduction``: combine along axes with ``sum``, ``max``, ``min`` or ``prod``.
+- ``IndexMap``: each output coordinate ``(d0, d1, ...)`` reads the input at an integer
+  expression of those coordinates: broadcast, transpose, permute, view, slice.
+
+Nothing below this level knows about ATen.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from lamina.core.errors import VerificationError
+from lamina.core.ir import dtypes, expr as ex, index
+from lamina.core.ir.dtypes import DType
+from lamina.core.ir.expr import Expr
+from lamina.core.ir.torch_ir import SourceLocation, TensorType
+
+
+@attrs.frozen(eq=True)
+class Arg(Expr):
+    """The ``position``-th input of an Elementwise function."""
+
+    position: int
+    dtype: DType
+
+
+REDUCTIONS = ("sum", "max", "min", "prod")
+
+
+def reduction_identity(op: str, dtype: DType) -> float | int | bool:
+    """The value a reduction starts from: combining it with x gives x."""
+    if op == "sum":
+        return 0.0 if dtype.is_float else 0
+    if op == "prod":
+        return 1.0 if dtype.is_float else 1
+    if op == "max":
+        return -math.inf if dtype.is_float else -(2**63)
+    if op == "min":
+        return math.inf if dtype.is_float else 2**63 - 1
+    raise ValueError(f"unknown reduction {op!r}; known: {', '.join(REDUCTIONS)}")
+
+
+def output_vars(rank: int) -> tuple[ex.Var, ...]:
+    """The coordinate variables of an IndexMap's output: d0, d1, ..."""
+    return tuple(ex.Var(f"d{i}") for i in range(rank))
+
+
+@attrs.frozen
+class Value:
+    """A named tensor: a program input or the result of an op."""
+
+    name: str
+    type: TensorType
+    kind: str = "user"  # user | parameter | buffer | constant | intermediate
+
+
+@attrs.frozen
+class Elementwise:
+    name: str
+    inputs: tuple[str, ...] = attrs.field(converter=tuple)
+    fn: Expr
+    type: TensorType
+    source: SourceLocation | None = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen
+class Reduction:
+    name: str
+    input: str
+    axes: tuple[int, ...] = attrs.field(converter=tuple)
+    op: str
+    keepdim: bool
+    type: TensorType
+    source: SourceLocation | None = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen
+class IndexMap:
+    name: str
+    input: str
+    index: tuple[Expr, ...] = attrs.field(converter=tuple)
+    type: TensorType
+    source: SourceLocation | None = attrs.field(default=None, eq=False)
+
+
+TensorOp = Elementwise | Reduction | IndexMap
+
+
+def op_inputs(o: TensorOp) -> tuple[str, ...]:
+    return o.inputs if isinstance(o, Elementwise) else (o.input,)
+
+
+@attrs.frozen
+class Program:
+    inputs: tuple[Value, ...] = attrs.field(converter=tuple)
+    ops: tuple[TensorOp, ...] = attrs.field(converter=tuple)
+    outputs: tuple[str, ...] = attrs.field(converter=tuple)
+
+    def types(self) -> dict[str, TensorType]:
+        found = {v.name: v.type for v in self.inputs}
+        found.update({o.name: o.type for o in self.ops})
+        return found
+
+
+# --- printing ----------------------------------------------------------------
+
+def _elementwise_text(o: Elementwise) -> str:
+    names = o.inputs
+
+    def leaf(e):
+        if isinstance(e, Arg):
+            return names[e.position]
+        return None
+
+    return ex.format_expr(o.fn, leaf)
+
+
+def format_op(o: TensorOp) -> str:
+    head = f"{o.name}: {o.type} = "
+    if isinstance(o, Elementwise):
+        return head + f"elementwise {_elementwise_text(o)}"
+    if isinstance(o, Reduction):
+        axes = ", ".join(map(str, o.axes))
+        keep = ", keepdim" if o.keepdim else ""
+        return head + f"reduce {o.op}({o.input}, axes=[{axes}]{keep})"
+    coords = ", ".join(v.name for v in output_vars(len(o.type.shape)))
+    idx = ", ".join(str(e) for e in o.index)
+    return head + f"index_map ({coords}) -> {o.input}[{idx}]"
+
+
+def format_program(program: Program) -> str:
+    params = ", ".join(f"{v.name}: {v.type}" for v in program.inputs)
+    lines = [f"tensor_program({params}):"]
+    lines += [f"    {format_op(o)}" for o in program.ops]
+    lines.append(f"    return ({', '.join(program.outputs)},)")
+    return "\n".join(lines)
+
+
+# --- verification ------------------------------------------------------------
+
+def verify_program(program: Program) -> None:
+    """Check names, shapes, dtypes and, where they are static, index bounds."""
+    types = {v.name: v.type for v in program.inputs}
+    problems: list[str] = []
+    for o in program.ops:
+        where = f"{o.name}" + (f" (from {o.source})" if o.source else "")
+        for name in op_inputs(o):
+            if name not in types:
+                problems.append(f"{where}: input {name} is not defined before use")
+        if any(n not in types for n in op_inputs(o)):
+            types[o.name] = o.type
+            continue
+        if isinstance(o, Elementwise):
+            problems += [f"{where}: {p}" for p in _check_elementwise(o, types)]
+        elif isinstance(o, Reduction):
+            problems += [f"{where}: {p}" for p in _check_reduction(o, types[o.input])]
+        else:
+            problems += [f"{where}: {p}" for p in _check_index_map(o, types[o.input])]
+        if o.name in types:
+            problems.append(f"{where}: the name is defined twice")
+        types[o.name] = o.type
+    for out in program.outputs:
+        if out not in types:
+            problems.append(f"output {out} is not defined")
+    if problems:
+        raise VerificationError("Tensor IR is inconsistent:\n  " + "\n  ".join(problems))
+
+
+def _check_elementwise(o: Elementwise, types) -> list[str]:
+    problems = []
+    for name in o.inputs:
+        if types[name].shape != o.type.shape:
+            problems.append(
+                f"input {name} has shape {types[name].shape}, the output {o.type.shape}; "
+                "broadcast it with an IndexMap first"
+            )
+    for node in ex.walk(o.fn):
+        if isinstance(node, Arg):
+            if node.position >= len(o.inputs):
+                problems.append(f"the function reads argument {node.position} of {len(o.inputs)}")
+            elif node.dtype != types[o.inputs[node.position]].dtype:
+                problems.append(f"argument {node.position} is typed {node.dtype}, its input is {types[o.inputs[node.position]].dtype}")
+        elif isinstance(node, ex.Var):
+            problems.append(f"the function uses a variable {node.name}; Elementwise functions see only their arguments")
+        elif isinstance(node, ex.Op) and node.op not in ex.OPS:
+            problems.append(f"unknown scalar op {node.op}")
+    if o.fn.dtype != o.type.dtype:
+        problems.append(f"the function computes {o.fn.dtype}, the output is declared {o.type.dtype}")
+    return problems
+
+
+def _check_reduction(o: Reduction, inp: TensorType) -> list[str]:
+    rank = len(inp.shape)
+    if o.op not in REDUCTIONS:
+        return [f"unknown reduction {o.op}"]
+    if any(a < 0 or a >= rank for a in o.axes) or len(set(o.axes)) != len(o.axes):
+        return [f"axes {o.axes} are not distinct axes of a rank-{rank} input"]
+    expected = tuple(
+        (1 if o.keepdim else None) if d in o.axes else s for d, s in enumerate(inp.shape)
+    )
+    expected = tuple(s for s in expected if s is not None)
+    if expected != o.type.shape:
+        return [f"reducing {inp.shape} over {o.axes} gives {expected}, not {o.type.shape}"]
+    return []
+
+
+def _check_index_map(o: IndexMap, inp: TensorType) -> list[str]:
+    problems = []
+    if len(o.index) != len(inp.shape):
+        return [f"the index has {len(o.index)} coordinates, the input has rank {len(inp.shape)}"]
+    if o.type.dtype != inp.dtype:
+        problems.append(f"an IndexMap does not change dtype ({inp.dtype} -> {o.type.dtype})")
+    ranges = {f"d{i}": s for i, s in enumerate(o.type.shape)}
+    allowed = set(ranges)
+    for axis, (e, size) in enumerate(zip(o.index, inp.shape)):
+        stray = ex.free_vars(e) - allowed
+        if stray:
+            problems.append(f"coordinate {axis} uses unknown variables {sorted(stray)}")
+            continue
+        if 0 in o.type.shape:
+            continue
+        lo, hi = index.bounds(index.affine(e, ranges), ranges)
+        if lo is not None and (lo < 0 or hi >= size):
+            problems.append(f"coordinate {axis} = {e} ranges over [{lo}, {hi}], outside [0, {size - 1}]")
+    return problems
+
+
+def num_elements(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)
+
+
+__all__ = [
+    "Arg", "Value", "Elementwise", "Reduction", "IndexMap", "TensorOp", "Program",
+    "REDUCTIONS", "reduction_identity", "output_vars", "op_inputs", "format_op",
+    "format_program", "verify_program", "num_elements", "dtypes",
+]

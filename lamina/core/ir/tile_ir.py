@@ -1,0 +1,180 @@
+"""Tile IR: a schedule applied to one Loop IR kernel, every decision spelled out.
+
+It says which loops bind to blocks and threads and how many iterations each thread
+owns (its register tile), how reduction loops are split and combined, which operands
+are staged in shared memory (tile shape, layout, padding against bank conflicts,
+number of buffers, copy mechanism) and how wide memory accesses are. It is still
+written without CUDA syntax: the schedule's lowering turns it into Kernel IR.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from lamina.core.errors import VerificationError
+from lamina.core.ir import loop_ir
+from lamina.core.ir.dtypes import DType
+
+BLOCK_DIMS = ("x", "y", "z")
+REDUCTION_STRATEGIES = ("serial", "warp_shuffle", "block_tree", "split_k")
+COPY_KINDS = ("load_store", "cp.async")
+
+
+@attrs.frozen
+class AxisBinding:
+    """Parallel loops ``vars`` (flattened row-major when several) split over the grid.
+
+    One block covers ``threads * per_thread`` iterations, ``per_thread`` of them in each
+    thread's registers (``contiguous``: a thread's iterations are adjacent; otherwise
+    they are ``threads`` apart).
+    """
+
+    vars: tuple[str, ...] = attrs.field(converter=tuple)
+    extent: int
+    block_dim: str
+    threads: int
+    per_thread: int = 1
+    thread_dim: str = "x"
+    contiguous: bool = True
+
+    @property
+    def block_tile(self) -> int:
+        return self.threads * self.per_thread
+
+    @property
+    def blocks(self) -> int:
+        return math.ceil(self.extent / self.block_tile)
+
+
+@attrs.frozen
+class ReductionPlan:
+    """How the reduction loops ``vars`` run: serially in steps of ``step`` (a k-tile),
+    or split across lanes, warps or blocks."""
+
+    vars: tuple[str, ...] = attrs.field(converter=tuple)
+    extent: int
+    strategy: str = "serial"
+    step: int = 1
+    splits: int = 1
+
+
+@attrs.frozen
+class SharedStage:
+    """Stage tiles of ``buffer`` (read as ``buffer[index]`` in the loop kernel) in shared memory.
+
+    ``dims`` names the loop variable along each tile dimension, outermost first;
+    ``tile`` is the logical tile shape and ``padding`` the elements added to each row
+    of the innermost dimension against bank conflicts.
+    """
+
+    buffer: str
+    index: str
+    dims: tuple[str, ...] = attrs.field(converter=tuple)
+    tile: tuple[int, ...] = attrs.field(converter=tuple)
+    dtype: DType
+    padding: int = 0
+    buffers: int = 1
+    copy: str = "load_store"
+    copy_bytes: int = 4
+
+    @property
+    def padded_shape(self) -> tuple[int, ...]:
+        return (self.buffers,) + self.tile[:-1] + (self.tile[-1] + self.padding,)
+
+    @property
+    def bytes(self) -> int:
+        return math.prod(self.padded_shape) * self.dtype.itemsize
+
+
+@attrs.frozen
+class TileKernel:
+    kernel: loop_ir.Kernel
+    schedule: str
+    grid: tuple[AxisBinding, ...] = attrs.field(converter=tuple)
+    reduction: ReductionPlan | None = None
+    stages: tuple[SharedStage, ...] = attrs.field(converter=tuple, default=())
+    vector_width: int = 1
+    knobs: tuple[tuple[str, object], ...] = attrs.field(converter=tuple, default=())
+
+    @property
+    def threads_per_block(self) -> int:
+        return math.prod(b.threads for b in self.grid) * (
+            self.reduction.splits if self.reduction and self.reduction.strategy in ("warp_shuffle", "block_tree") else 1
+        )
+
+    @property
+    def shared_bytes(self) -> int:
+        return sum(s.bytes for s in self.stages)
+
+    def grid_shape(self) -> dict[str, int]:
+        shape = {d: 1 for d in BLOCK_DIMS}
+        for b in self.grid:
+            shape[b.block_dim] *= b.blocks
+        if self.reduction and self.reduction.strategy == "split_k":
+            shape["z"] *= self.reduction.splits
+        return shape
+
+
+def format_tile_kernel(tk: TileKernel) -> str:
+    k = tk.kernel
+    lines = [f"tile {k.name}  schedule={tk.schedule}"]
+    grid = tk.grid_shape()
+    lines.append(
+        f"  grid ({grid['x']}, {grid['y']}, {grid['z']}) blocks of {tk.threads_per_block} threads"
+        + (f", {tk.shared_bytes} B shared" if tk.stages else "")
+    )
+    for b in tk.grid:
+        names = " * ".join(b.vars)
+        owner = "contiguous" if b.contiguous else f"strided by {b.threads}"
+        lines.append(
+            f"  parallel {names} ({b.extent}): block.{b.block_dim} tile {b.block_tile}"
+            f" = thread.{b.thread_dim} {b.threads} x {b.per_thread} per thread ({owner})"
+        )
+    if tk.reduction:
+        r = tk.reduction
+        text = f"  reduce {' * '.join(r.vars)} ({r.extent}): {r.strategy}"
+        if r.step > 1:
+            text += f", step {r.step}"
+        if r.splits > 1:
+            text += f", {r.splits} splits"
+        lines.append(text)
+    for s in tk.stages:
+        dims = "][".join(f"{d} {n}" for d, n in zip(s.dims, s.tile))
+        pad = f" + pad {s.padding}" if s.padding else ", no pad"
+        lines.append(
+            f"  shared {s.index} as {s.dtype}[{dims}{pad}], {s.buffers} buffer{'s' if s.buffers > 1 else ''},"
+            f" copy {s.copy} {s.copy_bytes} B"
+        )
+    if tk.vector_width > 1:
+        lines.append(f"  vector width {tk.vector_width}")
+    for key, value in tk.knobs:
+        lines.append(f"  {key} = {value}")
+    return "\n".join(lines)
+
+
+def verify_tile_kernel(tk: TileKernel, max_threads: int = 1024, max_shared_bytes: int = 48 * 1024) -> None:
+    problems = []
+    loops = {s.var: s for s in loop_ir.statements(tk.kernel.body) if isinstance(s, loop_ir.Loop)}
+    for b in tk.grid:
+        for v in b.vars:
+            if v not in loops or loops[v].kind != "parallel":
+                problems.append(f"grid binding names {v}, which is not a parallel loop of the kernel")
+        if b.block_dim not in BLOCK_DIMS or b.thread_dim not in BLOCK_DIMS:
+            problems.append(f"binding of {b.vars} uses an unknown dimension")
+    if tk.reduction:
+        if tk.reduction.strategy not in REDUCTION_STRATEGIES:
+            problems.append(f"unknown reduction strategy {tk.reduction.strategy}")
+        for v in tk.reduction.vars:
+            if v not in loops or loops[v].kind != "reduce":
+                problems.append(f"reduction plan names {v}, which is not a reduce loop of the kernel")
+    for s in tk.stages:
+        if s.copy not in COPY_KINDS:
+            problems.append(f"shared stage of {s.buffer} uses unknown copy {s.copy}")
+    if tk.threads_per_block > max_threads:
+        problems.append(f"{tk.threads_per_block} threads per block exceed the limit of {max_threads}")
+    if tk.shared_bytes > max_shared_bytes:
+        problems.append(f"{tk.shared_bytes} B of shared memory exceed the limit of {max_shared_bytes} B")
+    if problems:
+        raise VerificationError(f"Tile IR of {tk.kernel.name} is inconsistent:\n  " + "\n  ".join(problems))
