@@ -1,0 +1,156 @@
+"""Configuration: ``[tool.lamina]`` in pyproject.toml or a lamina.toml, then ``LAMINA_*`` variables.
+
+The nearest lamina.toml or pyproject.toml with a ``[tool.lamina]`` table, searching
+from the working directory upwards, gives the file settings; environment variables
+override them. Unknown keys are an error, so that a typo never silently does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+import attrs
+
+from lamina.core.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+
+def _default_cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "lamina")
+
+
+@attrs.frozen
+class Config:
+    #: Plugins to load (entry-point names); None loads every installed plugin.
+    plugins: tuple[str, ...] | None = None
+    #: Plugins never to load, built-in ones included (``lamina.builtin.schedules.contraction``).
+    disable: tuple[str, ...] = ()
+    #: A plugin that fails to load is an error instead of a warning.
+    strict_plugins: bool = False
+    #: Target name (``sm_90``); None: the visible GPU's architecture, else sm_90.
+    target: str | None = None
+    #: Backend name; None: ``cuda`` for CUDA tensors, ``reference`` for CPU tensors.
+    backend: str | None = None
+    #: Schedule to use wherever it applies, by name; None lets the selection policy choose.
+    schedule: str | None = None
+    #: Name of the selection policy.
+    selection: str = "cost_model"
+    #: Decisions pinned for schedules (``block_k = 32``): every schedule sees them.
+    knobs: Mapping[str, Any] = attrs.field(factory=dict, converter=dict)
+    #: Composite ATen ops kept whole by the frontend (None: the frontend's default).
+    keep: tuple[str, ...] | None = None
+    #: Where compiled kernels are cached.
+    cache_dir: str = attrs.field(factory=_default_cache_dir)
+    #: The file the settings came from, if any.
+    source: str | None = None
+
+
+_LIST_KEYS = {"plugins", "disable", "keep"}
+_BOOL_KEYS = {"strict_plugins"}
+_STR_KEYS = {"target", "backend", "schedule", "selection", "cache_dir"}
+_ENV = {
+    "LAMINA_PLUGINS": "plugins",
+    "LAMINA_DISABLE_PLUGINS": "disable",
+    "LAMINA_STRICT_PLUGINS": "strict_plugins",
+    "LAMINA_TARGET": "target",
+    "LAMINA_BACKEND": "backend",
+    "LAMINA_SCHEDULE": "schedule",
+    "LAMINA_SELECTION": "selection",
+    "LAMINA_KEEP": "keep",
+    "LAMINA_CACHE_DIR": "cache_dir",
+}
+_KNOB_PREFIX = "LAMINA_KNOB_"
+
+
+def find_config_file(start: Path | None = None) -> tuple[Path, Mapping[str, Any]] | None:
+    """The nearest lamina.toml, or pyproject.toml with a [tool.lamina] table, and its settings."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        own = folder / "lamina.toml"
+        if own.is_file():
+            return own, _read(own)
+        project = folder / "pyproject.toml"
+        if project.is_file():
+            table = _read(project).get("tool", {}).get("lamina")
+            if table is not None:
+                return project, table
+    return None
+
+
+def _read(path: Path) -> Mapping[str, Any]:
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path} is not valid TOML: {e}") from None
+
+
+def _from_mapping(values: Mapping[str, Any], where: str) -> dict[str, Any]:
+    settings: dict[str, Any] = {}
+    known = _LIST_KEYS | _BOOL_KEYS | _STR_KEYS | {"knobs"}
+    for key, value in values.items():
+        key = key.replace("-", "_")
+        if key not in known:
+            raise ConfigError(f"{where}: unknown setting {key!r}; lamina knows {', '.join(sorted(known))}")
+        if key in _LIST_KEYS:
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{where}: {key} must be a list of strings")
+            value = tuple(value)
+        elif key in _BOOL_KEYS and not isinstance(value, bool):
+            raise ConfigError(f"{where}: {key} must be true or false")
+        elif key in _STR_KEYS and not isinstance(value, str):
+            raise ConfigError(f"{where}: {key} must be a string")
+        elif key == "knobs" and not isinstance(value, dict):
+            raise ConfigError(f"{where}: knobs must be a table of name = value")
+        settings[key] = value
+    return settings
+
+
+def _parse_env_value(key: str, raw: str) -> Any:
+    if key in _LIST_KEYS:
+        return tuple(v.strip() for v in raw.split(",") if v.strip())
+    if key in _BOOL_KEYS:
+        if raw.lower() in ("1", "true", "yes", "on"):
+            return True
+        if raw.lower() in ("0", "false", "no", "off", ""):
+            return False
+        raise ConfigError(f"{key.upper()}: expected 1 or 0, got {raw!r}")
+    return raw
+
+
+def _parse_knob(raw: str) -> Any:
+    for convert in (int, float):
+        try:
+            return convert(raw)
+        except ValueError:
+            pass
+    return raw
+
+
+def load_config(start: Path | None = None, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
+    """Defaults, then the config file, then the environment, then ``overrides``."""
+    environ = os.environ if environ is None else environ
+    settings: dict[str, Any] = {}
+    found = find_config_file(start)
+    if found:
+        path, table = found
+        settings.update(_from_mapping(table, str(path)))
+        settings["source"] = str(path)
+    for var, key in _ENV.items():
+        if var in environ:
+            settings[key] = _parse_env_value(key, environ[var])
+    knobs = dict(settings.get("knobs", {}))
+    for var, raw in environ.items():
+        if var.startswith(_KNOB_PREFIX):
+            knobs[var[len(_KNOB_PREFIX):].lower()] = _parse_knob(raw)
+    settings["knobs"] = knobs
+    settings.update({k: v for k, v in overrides.items() if v is not None})
+    return Config(**settings)
