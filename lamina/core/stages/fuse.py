@@ -1,0 +1,52 @@
+"""Loop IR fusion: apply the registered fusion rules until none changes the program.
+
+Rules run in the order given (highest priority first); after any change the driver
+starts again from the first rule, so that a rule of higher priority always sees the
+program before one of lower priority does. Each change is verified, so that a rule
+producing inconsistent Loop IR is named at once rather than surfacing later as a
+wrong kernel.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Sequence
+
+from lamina.core.errors import LaminaError, VerificationError
+from lamina.core.ir import loop_ir
+from lamina.core.providers import FusionRule
+
+
+def fuse(program: loop_ir.Program, rules: Sequence[FusionRule]) -> loop_ir.Program:
+    """``program`` with ``rules`` applied, in order and repeatedly, until none applies."""
+    limit = 8 * (len(program.kernels) + len(program.temporaries) + 1) * max(len(rules), 1)
+    changes: Counter[str] = Counter()
+    while True:
+        for rule in rules:
+            result = rule.apply(program)
+            if result is None or result == program:
+                continue
+            _check(rule, result)
+            program = result
+            changes[rule.name] += 1
+            break
+        else:
+            return program
+        if sum(changes.values()) > limit:
+            name, count = changes.most_common(1)[0]
+            raise LaminaError(
+                f"fusion did not settle: rule {name!r} changed the program {count} times "
+                f"(of {limit} changes allowed for {len(program.kernels)} kernels). A fusion rule must "
+                "make the program smaller or leave it alone; disable the plugin that registers it, or fix the rule."
+            )
+
+
+def _check(rule: FusionRule, result: object) -> None:
+    if not isinstance(result, loop_ir.Program):
+        raise LaminaError(
+            f"fusion rule {rule.name!r} returned {type(result).__name__}, not a loop_ir.Program or None; fix the rule"
+        )
+    try:
+        loop_ir.verify_program(result)
+    except VerificationError as error:
+        raise VerificationError(f"after fusion rule {rule.name!r}: {error}") from error

@@ -1,0 +1,7 @@
+"""The built-in Loop IR fusion rules."""
+
+from lamina.plugins.fusion.fuse_epilogue_into_reduction import FuseEpilogueIntoReduction
+from lamina.plugins.fusion.inline_pointwise_producers import InlinePointwiseProducers
+from lamina.plugins.fusion.remove_dead_buffers import RemoveDeadBuffers
+
+__all__ = ["InlinePointwiseProducers", "FuseEpilogueIntoReduction", "RemoveDeadBuffers"]

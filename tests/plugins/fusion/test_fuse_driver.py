@@ -1,0 +1,95 @@
+import attrs
+import pytest
+
+from lamina.core.errors import LaminaError, VerificationError
+from lamina.core.ir import loop_ir
+from lamina.core.stages.fuse import fuse
+from lamina.core.stages.lower_to_loops import lower_to_loops
+from lamina.plugins.fusion import FuseEpilogueIntoReduction, InlinePointwiseProducers, RemoveDeadBuffers
+from tests.core.stages import tensor_programs as tp
+
+
+class Recorder:
+    """Records the order in which the driver calls rules, and changes nothing."""
+
+    def __init__(self, name, calls):
+        self.name, self.priority, self.calls = name, 0, calls
+
+    def apply(self, program):
+        self.calls.append(self.name)
+        return None
+
+
+class Renamer:
+    """Changes the program every time: a rule that never settles."""
+
+    name, priority = "renamer", 0
+
+    def apply(self, program):
+        kernel = program.kernels[0]
+        return attrs.evolve(program, kernels=(attrs.evolve(kernel, name=kernel.name + "x"),) + program.kernels[1:])
+
+
+class Breaker:
+    """Drops every kernel's inputs: its result does not verify."""
+
+    name, priority = "breaker", 0
+
+    def apply(self, program):
+        return attrs.evolve(program, kernels=tuple(attrs.evolve(k, inputs=()) for k in program.kernels))
+
+
+class Wrong:
+    name, priority = "wrong", 0
+
+    def apply(self, program):
+        return "not a program"
+
+
+def test_no_rules_leave_the_program_as_it_is():
+    program = lower_to_loops(tp.running_example())
+    assert fuse(program, []) is program
+
+
+def test_rules_run_in_the_given_order_until_none_applies():
+    calls = []
+    fuse(lower_to_loops(tp.mean()), [Recorder("first", calls), Recorder("second", calls)])
+    assert calls == ["first", "second"]
+
+
+def test_a_change_restarts_from_the_first_rule():
+    calls = []
+    rules = [Recorder("first", calls), InlinePointwiseProducers(), Recorder("third", calls)]
+    rules[1].apply = _recording(rules[1].apply, calls, "inline")
+    fuse(lower_to_loops(tp.running_example()), rules)
+    assert calls == ["first", "inline", "first", "inline", "third"]
+
+
+def _recording(apply, calls, name):
+    def wrapped(program):
+        calls.append(name)
+        return apply(program)
+
+    return wrapped
+
+
+def test_a_rule_that_never_settles_is_named():
+    with pytest.raises(LaminaError, match="rule 'renamer' changed the program"):
+        fuse(lower_to_loops(tp.mean()), [Renamer()])
+
+
+def test_a_rule_that_breaks_the_program_is_named():
+    with pytest.raises(VerificationError, match="after fusion rule 'breaker'"):
+        fuse(lower_to_loops(tp.mean()), [Breaker()])
+
+
+def test_a_rule_that_returns_something_else_is_named():
+    with pytest.raises(LaminaError, match="fusion rule 'wrong' returned str"):
+        fuse(lower_to_loops(tp.mean()), [Wrong()])
+
+
+def test_epilogue_fusion_before_inlining_still_reaches_one_kernel():
+    rules = [FuseEpilogueIntoReduction(), InlinePointwiseProducers(), RemoveDeadBuffers()]
+    program = fuse(lower_to_loops(tp.running_example()), rules)
+    assert len(program.kernels) == 1
+    assert loop_ir.format_kernel(program.kernels[0]).splitlines()[-1].strip() == "relu[i0, i1] = max(acc0, 0.0)"
