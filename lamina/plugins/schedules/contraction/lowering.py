@@ -1,0 +1,295 @@
+"""The contraction schedule's Tile IR written as Kernel IR.
+
+Per block: each thread clears its register tile of accumulators; the k-tiles of every
+staged operand are copied into shared memory (zero-filled outside the tensors), the
+next one in flight while the threads combine the current one; then each thread
+writes its register tile through the kernel's epilogue, guarded at the ragged edges.
+"""
+
+from __future__ import annotations
+
+import math
+
+from lamina.core.errors import ScheduleError
+from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
+from lamina.core.ir.expr import Expr
+from lamina.core.target import Target
+from lamina.plugins.schedules import loop_to_kernel
+from lamina.plugins.schedules.contraction import copy_layout
+from lamina.plugins.schedules.contraction.recognise import Contraction, analyse
+from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME, THREADS_X, THREADS_Y, copy_order
+
+THREADS = THREADS_X * THREADS_Y
+
+
+def _and(parts: list[Expr | None]) -> Expr | None:
+    """The conjunction of the guards that are not None (None: no guard at all)."""
+    result = None
+    for p in parts:
+        if p is not None:
+            result = p if result is None else ex.op("and", result, p)
+    return result
+
+
+def _lt(a: Expr, bound: int, ranges: index.Ranges) -> Expr | None:
+    """The guard ``a < bound``, or None where the variables' ranges already keep it true."""
+    _, highest = index.bounds(index.affine(a, ranges), ranges)
+    return None if highest is not None and highest < bound else ex.op("lt", a, bound)
+
+
+class _Names:
+    """Kernel IR names that differ from the kernel's buffers and Loop IR variables."""
+
+    def __init__(self, taken: set[str]):
+        self.taken = set(taken)
+
+    def fresh(self, base: str) -> str:
+        name, n = base, 0
+        while name in self.taken:
+            n += 1
+            name = f"{base}_{n}"
+        self.taken.add(name)
+        return name
+
+
+class _Writer:
+    def __init__(self, tile: tile_ir.TileKernel, c: Contraction):
+        self.tile, self.c, self.kernel = tile, c, c.kernel
+        bindings = {b.block_dim: b for b in tile.grid}
+        self.cols, self.rows = bindings["x"], bindings["y"]
+        self.block_k = tile.reduction.step
+        self.k_tiles = math.ceil(c.reduce_extent / self.block_k)
+        loop_vars = {s.var for s in loop_ir.statements(self.kernel.body) if isinstance(s, loop_ir.Loop)}
+        names = _Names({b.name for b in self.kernel.inputs + self.kernel.outputs} | loop_vars | {c.acc})
+        self.tid, self.row, self.col, self.batch = (ex.Var(names.fresh(n)) for n in ("tid", "row", "col", "batch"))
+        self.kt, self.kk, self.round = (ex.Var(names.fresh(n)) for n in ("kt", "kk", "round"))
+        self.acc = names.fresh("acc")
+        self.tiles = {s.index: names.fresh(f"{s.buffer}_tile") for s in tile.stages}
+        self.regs = {s.index: names.fresh(f"{s.buffer}_reg") for s in tile.stages}
+        self.invariants = {load: names.fresh(f"{load.buffer}_value") for load in c.invariant_loads()}
+        self.ranges = {self.tid.name: THREADS, self.kt.name: self.k_tiles, self.kk.name: self.block_k}
+        self.batch_env = self._batch_coordinates()
+
+    # --- coordinates ---------------------------------------------------------
+
+    def _batch_coordinates(self) -> dict[str, Expr]:
+        """The batch variables of the block, from its flattened index ``batch`` (blockIdx.z)."""
+        if not self.c.batch:
+            return {}
+        extents = tuple(self.c.extents[v] for v in self.c.batch)
+        coords = index.delinearize(self.batch, extents, {self.batch.name: math.prod(extents)})
+        return dict(zip(self.c.batch, coords))
+
+    def _thread_env(self, a: int, b: int) -> dict[str, Expr]:
+        return {**self.batch_env, self.c.m: self.row + a, self.c.n: self.col + b}
+
+    def _output_guard(self, a: int, b: int) -> Expr | None:
+        parts = []
+        for binding, coord in ((self.rows, self.row + a), (self.cols, self.col + b)):
+            if binding.extent % binding.block_tile:
+                parts.append(_lt(coord, binding.extent, self.ranges))
+        return _and(parts)
+
+    def _k_guard(self, k: Expr, ranges: index.Ranges) -> Expr | None:
+        return _lt(k, self.c.reduce_extent, ranges) if self.c.reduce_extent % self.block_k else None
+
+    # --- copies into shared memory ------------------------------------------
+
+    def _copy_stage(self, stage: tile_ir.SharedStage, kt: Expr, slot: Expr) -> list[kernel_ir.Stmt]:
+        """Every thread copies elements ``tid + round * threads`` of the stage's k-tile ``kt``."""
+        operand = self.c.operand(stage.index)
+        count = math.prod(stage.tile)
+        rounds = math.ceil(count / THREADS)
+        e = self.tid + self.round * THREADS if rounds > 1 else self.tid
+        ranges = {**self.ranges, self.round.name: rounds}
+        layout = copy_layout.coordinates(copy_order(self.c, stage), stage.tile, e)
+        coords = tuple(index.simplify(x, ranges) for x in layout)
+        k = kt * self.block_k + coords[0]
+        env = {**self.batch_env, self.c.reduce_var: k}
+        guards = [self._k_guard(k, ranges)]
+        if len(coords) == 2:
+            binding = self.rows if operand.side == "m" else self.cols
+            position = kernel_ir.block_idx(binding.block_dim) * binding.block_tile + coords[1]
+            env[stage.dims[1]] = position
+            if binding.extent % binding.block_tile:
+                guards.append(_lt(position, binding.extent, ranges))
+        source = loop_to_kernel.translate_expr(operand.load, self.kernel, env)
+        copy = self._copy_element(stage, (slot, *coords), source, _and(guards))
+        if count % THREADS:
+            copy = [kernel_ir.If(ex.op("lt", e, count), copy)]
+        if rounds > 1:
+            copy = [kernel_ir.For(self.round.name, ex.const(0), ex.const(rounds), 1, copy, unroll=True)]
+        return copy
+
+    def _copy_element(self, stage, dst_index, source: kernel_ir.Load, predicate) -> list[kernel_ir.Stmt]:
+        name = self.tiles[stage.index]
+        if stage.copy == "cp.async":
+            return [kernel_ir.CpAsync(name, dst_index, source.array, source.index, stage.copy_bytes, predicate)]
+        store = kernel_ir.Store(name, dst_index, source)
+        if predicate is None:
+            return [store]
+        zero = kernel_ir.Store(name, dst_index, ex.cast(ex.const(0), stage.dtype))
+        return [kernel_ir.If(predicate, (store,), (zero,))]
+
+    def _issue(self, kt: Expr, slot: Expr) -> list[kernel_ir.Stmt]:
+        out = [s for stage in self.tile.stages for s in self._copy_stage(stage, kt, slot)]
+        if self._asynchronous:
+            out.append(kernel_ir.CpAsyncCommit())
+        return out
+
+    def _wait(self, pending: int) -> list[kernel_ir.Stmt]:
+        return [kernel_ir.CpAsyncWait(pending)] if self._asynchronous else []
+
+    @property
+    def _asynchronous(self) -> bool:
+        return any(s.copy == "cp.async" for s in self.tile.stages)
+
+    @property
+    def _buffers(self) -> int:
+        return self.tile.stages[0].buffers
+
+    # --- arithmetic ------------------------------------------------------------
+
+    def _placeholders(self) -> Expr:
+        """The accumulated value with every staged or hoisted load replaced by its register."""
+        staged = {self.c.operand(s.index).load: self.regs[s.index] for s in self.tile.stages}
+        registers = {**staged, **self.invariants}
+
+        def replace(node: Expr) -> Expr | None:
+            if isinstance(node, loop_ir.Load) and node in registers:
+                return ex.Var(registers[node], node.dtype)
+            return None
+
+        return ex.transform(self.c.value, replace)
+
+    def _fill_registers(self, slot: Expr) -> list[kernel_ir.Stmt]:
+        out = []
+        for stage in self.tile.stages:
+            side = self.c.operand(stage.index).side
+            tile, reg = self.tiles[stage.index], self.regs[stage.index]
+            if side == "k":
+                out.append(kernel_ir.Store(reg, (ex.const(0),), kernel_ir.Load(tile, (slot, self.kk), stage.dtype)))
+                continue
+            binding = self.rows if side == "m" else self.cols
+            first = kernel_ir.thread_idx(binding.thread_dim) * binding.per_thread
+            for i in range(binding.per_thread):
+                value = kernel_ir.Load(tile, (slot, self.kk, first + i), stage.dtype)
+                out.append(kernel_ir.Store(reg, (ex.const(i),), value))
+        return out
+
+    def _register_env(self, a: int, b: int) -> dict[str, Expr]:
+        env = {}
+        for stage in self.tile.stages:
+            side = self.c.operand(stage.index).side
+            position = {"m": a, "n": b, "k": 0}[side]
+            env[self.regs[stage.index]] = kernel_ir.Load(self.regs[stage.index], (ex.const(position),), stage.dtype)
+        for load, name in self.invariants.items():
+            env[name] = kernel_ir.Load(name, (ex.const(a), ex.const(b)), load.dtype)
+        return env
+
+    def _acc(self, a: int, b: int) -> kernel_ir.Load:
+        return kernel_ir.Load(self.acc, (ex.const(a), ex.const(b)), self.c.acc_dtype)
+
+    def _compute(self, slot: Expr) -> kernel_ir.For:
+        value = self._placeholders()
+        k = self.kt * self.block_k + self.kk
+        body = self._fill_registers(slot)
+        for a, b in self._register_tile():
+            env = {**self._thread_env(a, b), **self._register_env(a, b), self.c.reduce_var: k}
+            term = loop_to_kernel.translate_expr(value, self.kernel, env)
+            total = loop_to_kernel.combine("sum", self._acc(a, b), term)
+            body.append(kernel_ir.Store(self.acc, (ex.const(a), ex.const(b)), total))
+        guard = self._k_guard(k, self.ranges)
+        if guard is not None:
+            body = [kernel_ir.If(guard, body)]
+        return kernel_ir.For(self.kk.name, ex.const(0), ex.const(self.block_k), 1, body, unroll=True)
+
+    def _register_tile(self):
+        return [(a, b) for a in range(self.rows.per_thread) for b in range(self.cols.per_thread)]
+
+    # --- the kernel --------------------------------------------------------------
+
+    def _prologue(self) -> list[kernel_ir.Stmt]:
+        tx, ty = kernel_ir.thread_idx("x"), kernel_ir.thread_idx("y")
+        out: list[kernel_ir.Stmt] = [
+            kernel_ir.Declare(self.tid.name, self.tid.dtype, ty * THREADS_X + tx),
+            kernel_ir.Declare(
+                self.row.name, self.row.dtype, kernel_ir.block_idx("y") * self.rows.block_tile + ty * self.rows.per_thread
+            ),
+            kernel_ir.Declare(
+                self.col.name, self.col.dtype, kernel_ir.block_idx("x") * self.cols.block_tile + tx * self.cols.per_thread
+            ),
+        ]
+        if self.c.batch:
+            out.append(kernel_ir.Declare(self.batch.name, self.batch.dtype, kernel_ir.block_idx("z")))
+        init = ex.cast(self.c.init, self.c.acc_dtype)
+        out += [kernel_ir.Store(self.acc, (ex.const(a), ex.const(b)), init) for a, b in self._register_tile()]
+        for load, name in self.invariants.items():
+            for a, b in self._register_tile():
+                read = loop_to_kernel.translate_expr(load, self.kernel, self._thread_env(a, b))
+                store = kernel_ir.Store(name, (ex.const(a), ex.const(b)), read)
+                guard = self._output_guard(a, b)
+                if guard is None:
+                    out.append(store)
+                else:
+                    zero = kernel_ir.Store(name, (ex.const(a), ex.const(b)), ex.cast(ex.const(0), load.dtype))
+                    out.append(kernel_ir.If(guard, (store,), (zero,)))
+        return out
+
+    def _main_loop(self) -> list[kernel_ir.Stmt]:
+        kt = self.kt
+        if self._buffers == 1:
+            zero = ex.const(0)
+            body = self._issue(kt, zero) + self._wait(0) + [kernel_ir.Barrier(), self._compute(zero), kernel_ir.Barrier()]
+            return [kernel_ir.For(kt.name, ex.const(0), ex.const(self.k_tiles), 1, body)]
+        ahead = kernel_ir.If(
+            ex.op("lt", kt + 1, self.k_tiles),
+            self._issue(kt + 1, (kt + 1) % 2) + self._wait(1),
+            self._wait(0),
+        )
+        body = [ahead, kernel_ir.Barrier(), self._compute(kt % 2), kernel_ir.Barrier()]
+        return self._issue(ex.const(0), ex.const(0)) + [
+            kernel_ir.For(kt.name, ex.const(0), ex.const(self.k_tiles), 1, body)
+        ]
+
+    def _epilogue(self) -> list[kernel_ir.Stmt]:
+        out: list[kernel_ir.Stmt] = []
+        for a, b in self._register_tile():
+            env = {**self._thread_env(a, b), self.c.acc: self._acc(a, b)}
+            out += loop_to_kernel.translate_body(self.c.epilogue, self.kernel, env, guard=self._output_guard(a, b))
+        return out
+
+    def _arrays(self) -> list[kernel_ir.Array]:
+        arrays = [
+            kernel_ir.Array(self.tiles[s.index], s.dtype, s.padded_shape, "shared") for s in self.tile.stages
+        ]
+        arrays.append(kernel_ir.Array(self.acc, self.c.acc_dtype, (self.rows.per_thread, self.cols.per_thread), "register"))
+        for stage in self.tile.stages:
+            side = self.c.operand(stage.index).side
+            length = {"m": self.rows.per_thread, "n": self.cols.per_thread, "k": 1}[side]
+            arrays.append(kernel_ir.Array(self.regs[stage.index], stage.dtype, (length,), "register"))
+        for load, name in self.invariants.items():
+            arrays.append(
+                kernel_ir.Array(name, load.dtype, (self.rows.per_thread, self.cols.per_thread), "register")
+            )
+        return arrays
+
+    def kernel_ir(self) -> kernel_ir.Kernel:
+        shape = self.tile.grid_shape()
+        return kernel_ir.Kernel(
+            name=self.kernel.name,
+            params=loop_to_kernel.params(self.kernel),
+            arrays=self._arrays(),
+            body=self._prologue() + self._main_loop() + self._epilogue(),
+            launch=kernel_ir.Launch((shape["x"], shape["y"], shape["z"]), (THREADS_X, THREADS_Y, 1)),
+        )
+
+
+def lower_contraction(tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Kernel:
+    if tile.schedule != SCHEDULE_NAME:
+        raise ScheduleError(
+            f"the contraction schedule cannot lower kernel {tile.kernel.name}: it was scheduled by {tile.schedule!r}"
+        )
+    kernel = _Writer(tile, analyse(tile.kernel)).kernel_ir()
+    kernel_ir.verify_kernel(kernel, target.max_threads_per_block, target.max_shared_bytes_optin)
+    return kernel

@@ -1,0 +1,36 @@
+"""Registers the contraction schedule: tiled, shared-memory staged, double-buffered matmuls."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from lamina.core.hookspecs import hookimpl
+from lamina.core.ir import kernel_ir, loop_ir, tile_ir
+from lamina.core.target import Target
+from lamina.plugins.schedules.contraction.lowering import lower_contraction
+from lamina.plugins.schedules.contraction.recognise import NotAContraction, analyse
+from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME, grid_fits, schedule_contraction
+
+
+class ContractionSchedule:
+    """Matmul-shaped kernels (batched, transposed, broadcast, with prologue and epilogue)."""
+
+    name = SCHEDULE_NAME
+    priority = 10
+
+    def applies(self, kernel: loop_ir.Kernel, target: Target) -> bool:
+        try:
+            return grid_fits(analyse(kernel))
+        except NotAContraction:
+            return False
+
+    def schedule(self, kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:
+        return schedule_contraction(kernel, target, knobs)
+
+    def lower(self, tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Kernel:
+        return lower_contraction(tile, target)
+
+
+@hookimpl
+def lamina_register_schedules(register):
+    register(ContractionSchedule())

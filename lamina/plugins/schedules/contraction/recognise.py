@@ -1,0 +1,168 @@
+"""Recognising a contraction (a matmul, batched or with a fused prologue and epilogue) in Loop IR.
+
+A contraction is a perfect nest of parallel loops around one sum over a reduction
+variable ``r``, followed by stores of the sum. Every load that moves with ``r`` is an
+operand tile: it moves with the output rows (M side) or the output columns (N side),
+never both, which is what lets a block stage one strip of each operand in shared
+memory and combine every row of the one with every column of the other.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from lamina.core.errors import ScheduleError
+from lamina.core.ir import dtypes, expr as ex, index, loop_ir
+from lamina.core.ir.dtypes import DType
+from lamina.core.ir.expr import Expr
+from lamina.plugins.schedules.loop_to_kernel import split_parallel_nest
+
+
+class NotAContraction(ScheduleError):
+    """The kernel does not have the shape of a contraction; the message says why."""
+
+
+@attrs.frozen
+class Operand:
+    """A load that moves with the reduction variable, and the side of the output it follows.
+
+    ``side`` is ``m`` (it moves with the output rows), ``n`` (with the columns) or ``k``
+    (with the reduction variable alone, like the bias of a prologue ``x + bias``).
+    """
+
+    load: loop_ir.Load
+    side: str
+
+    @property
+    def text(self) -> str:
+        return loop_ir.format_value(self.load)
+
+
+@attrs.frozen
+class Contraction:
+    """The parts of a contraction kernel: output rows ``m``, columns ``n`` (contiguous in the
+    output), block-uniform ``batch`` variables, the sum and the stores that follow it."""
+
+    kernel: loop_ir.Kernel
+    extents: dict[str, int]
+    m: str
+    n: str
+    batch: tuple[str, ...] = attrs.field(converter=tuple)
+    reduce_var: str
+    acc: str
+    acc_dtype: DType
+    init: Expr
+    value: Expr
+    epilogue: tuple[loop_ir.Store, ...] = attrs.field(converter=tuple)
+    operands: tuple[Operand, ...] = attrs.field(converter=tuple)
+
+    @property
+    def reduce_extent(self) -> int:
+        return self.extents[self.reduce_var]
+
+    def operand(self, text: str) -> Operand:
+        for o in self.operands:
+            if o.text == text:
+                return o
+        raise KeyError(text)
+
+    def invariant_loads(self) -> tuple[loop_ir.Load, ...]:
+        """Loads of the accumulated value that do not move with the reduction variable."""
+        return tuple(load for load in outer_loads(self.value) if self.reduce_var not in _index_vars(load))
+
+
+def outer_loads(expr: Expr) -> list[loop_ir.Load]:
+    """The distinct loads of ``expr`` that are not inside the index of another load, in order."""
+    found: list[loop_ir.Load] = []
+    if isinstance(expr, loop_ir.Load):
+        return [expr]
+    for child in expr.children():
+        found += [load for load in outer_loads(child) if load not in found]
+    return found
+
+
+def _index_vars(load: loop_ir.Load) -> set[str]:
+    return set().union(*(ex.free_vars(i) for i in load.index)) if load.index else set()
+
+
+def _reads_buffers(load: loop_ir.Load) -> bool:
+    return any(isinstance(n, loop_ir.Load) for i in load.index for n in ex.walk(i))
+
+
+def _is_sum_identity(value: Expr) -> bool:
+    return isinstance(value, ex.Const) and value.dtype != dtypes.bool_ and value.value == 0
+
+
+def analyse(kernel: loop_ir.Kernel) -> Contraction:
+    """The contraction in ``kernel``, or ``NotAContraction`` saying which part does not fit."""
+    where = f"loop kernel {kernel.name}"
+    loops, inner = split_parallel_nest(kernel.body)
+    if len(loops) < 2:
+        raise NotAContraction(f"{where} has {len(loops)} parallel loop(s) around its body; a contraction needs two or more")
+    if len(inner) < 3:
+        raise NotAContraction(f"{where}: the innermost parallel loop must hold an Init, one reduce loop and the stores")
+    init, reduce_loop, *stores = inner
+    if not isinstance(init, loop_ir.Init) or not _is_sum_identity(init.value):
+        raise NotAContraction(f"{where}: the body must start by setting an accumulator to 0")
+    if not (isinstance(reduce_loop, loop_ir.Loop) and reduce_loop.kind == "reduce" and len(reduce_loop.body) == 1):
+        raise NotAContraction(f"{where}: after the Init there must be one reduce loop holding one Accumulate")
+    accumulate = reduce_loop.body[0]
+    if not (isinstance(accumulate, loop_ir.Accumulate) and accumulate.acc == init.acc and accumulate.op == "sum"):
+        raise NotAContraction(f"{where}: the reduce loop must sum into the accumulator {init.acc}")
+    if not all(isinstance(s, loop_ir.Store) for s in stores):
+        raise NotAContraction(f"{where}: only stores may follow the reduce loop")
+
+    r = reduce_loop.var
+    extents = {loop.var: loop.extent for loop in loops} | {r: reduce_loop.extent}
+    parallel = [loop.var for loop in loops]
+    moving = [load for load in outer_loads(accumulate.value) if r in _index_vars(load)]
+    for load in moving:
+        if _reads_buffers(load):
+            raise NotAContraction(f"{where}: {loop_ir.format_value(load)} reads another buffer in its index (a gather)")
+
+    n = _column_var(kernel, stores[0], parallel, where)
+    if not any(n in _index_vars(load) for load in moving):
+        raise NotAContraction(f"{where}: no operand moves with {n}, the contiguous axis of {stores[0].buffer}")
+    with_n = set().union(*(_index_vars(load) for load in moving if n in _index_vars(load)))
+    rows = [v for v in parallel if v != n and v not in with_n and any(v in _index_vars(load) for load in moving)]
+    if not rows:
+        raise NotAContraction(
+            f"{where}: no operand moves with an output row variable without also moving with the column variable {n}"
+        )
+    m = min(rows, key=lambda v: _store_stride(stores[0], kernel, v))
+    batch = tuple(v for v in parallel if v not in (m, n))
+
+    operands = []
+    for load in moving:
+        used = _index_vars(load)
+        operands.append(Operand(load, "m" if m in used else "n" if n in used else "k"))
+    return Contraction(
+        kernel=kernel,
+        extents=extents,
+        m=m,
+        n=n,
+        batch=batch,
+        reduce_var=r,
+        acc=init.acc,
+        acc_dtype=init.value.dtype,
+        init=init.value,
+        value=accumulate.value,
+        epilogue=tuple(stores),
+        operands=tuple(operands),
+    )
+
+
+def _store_stride(store: loop_ir.Store, kernel: loop_ir.Kernel, var: str) -> float:
+    """How far apart in the output two neighbouring values of ``var`` are written (inf if unknown)."""
+    offset = index.linearize(store.index, kernel.buffer(store.buffer).type.shape)
+    step = index.coefficient(offset, var)
+    return abs(step) if step else float("inf")
+
+
+def _column_var(kernel: loop_ir.Kernel, store: loop_ir.Store, parallel: list[str], where: str) -> str:
+    """The parallel variable along which the output is contiguous."""
+    strides = {v: _store_stride(store, kernel, v) for v in parallel}
+    best = min(parallel, key=lambda v: strides[v])
+    if strides[best] == float("inf"):
+        raise NotAContraction(f"{where}: the store to {store.buffer} does not move with any parallel variable")
+    return best

@@ -1,0 +1,82 @@
+"""The generic schedule's Tile IR as Kernel IR.
+
+Each thread computes one point of the flattened parallel loops::
+
+    var linear = blockIdx.x * T + threadIdx.x
+    if linear < total:              (left out when the blocks cover exactly total points)
+      var i0 = linear // n1         (the point's coordinates, row-major)
+      var i1 = linear % n1
+      ... the loop kernel's body, reductions as serial loops ...
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from lamina.core.errors import ScheduleError
+from lamina.core.ir import dtypes, expr as ex, index, kernel_ir, loop_ir, tile_ir
+from lamina.core.ir.expr import Expr
+from lamina.plugins.schedules import loop_to_kernel
+
+
+def lower(tile: tile_ir.TileKernel) -> kernel_ir.Kernel:
+    kernel = tile.kernel
+    loops, inner = loop_to_kernel.split_parallel_nest(kernel.body)
+    (binding,) = tile.grid
+    if binding.vars != tuple(loop.var for loop in loops) or binding.per_thread != 1:
+        raise ScheduleError(
+            f"kernel {kernel.name}: the generic lowering expects one thread per point of the parallel loops "
+            f"{[loop.var for loop in loops]}, but the tile binds {list(binding.vars)} with "
+            f"{binding.per_thread} per thread; schedule it with the generic schedule"
+        )
+    threads, total = binding.threads, binding.extent
+    taken = _names_in(kernel)
+    linear = ex.Var(_fresh("linear", taken))
+
+    body: list[kernel_ir.Stmt] = []
+    env: dict[str, Expr] = {}
+    extents = tuple(loop.extent for loop in loops)
+    coordinates = index.delinearize(linear, extents, {linear.name: max(total, 1)})
+    for loop, coordinate in zip(loops, coordinates):
+        if isinstance(coordinate, (ex.Var, ex.Const)):
+            env[loop.var] = coordinate
+        else:
+            body.append(kernel_ir.Declare(loop.var, dtypes.index, coordinate))
+            env[loop.var] = ex.Var(loop.var)
+    body += loop_to_kernel.translate_body(inner, kernel, env)
+
+    blocks = max(1, math.ceil(total / threads))
+    start = index.simplify(kernel_ir.block_idx("x") * threads + kernel_ir.thread_idx("x"))
+    statements: list[kernel_ir.Stmt] = [kernel_ir.Declare(linear.name, linear.dtype, start)]
+    if blocks * threads != total:
+        statements.append(kernel_ir.If(ex.op("lt", linear, total), tuple(body)))
+    else:
+        statements += body
+    return kernel_ir.Kernel(
+        name=kernel.name,
+        params=loop_to_kernel.params(kernel),
+        arrays=(),
+        body=tuple(statements),
+        launch=kernel_ir.Launch((blocks, 1, 1), (threads, 1, 1)),
+    )
+
+
+def _names_in(kernel: loop_ir.Kernel) -> set[str]:
+    names = {b.name for b in kernel.inputs + kernel.outputs}
+    for s in loop_ir.statements(kernel.body):
+        if isinstance(s, loop_ir.Loop):
+            names.add(s.var)
+        elif isinstance(s, (loop_ir.Init, loop_ir.Accumulate)):
+            names.add(s.acc)
+    return names
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    name = base
+    for k in itertools.count(1):
+        if name not in taken:
+            break
+        name = f"{base}{k}"
+    taken.add(name)
+    return name

@@ -1,0 +1,68 @@
+"""How the generic schedule spreads a loop kernel over the GPU: one thread per output point.
+
+All parallel loops are flattened into one axis bound to ``blockIdx.x`` x
+``threadIdx.x``; whatever lies inside them (reductions included) runs serially in
+its thread. That is correct for every loop kernel, which is what a fallback must be.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from lamina.core.errors import ScheduleError
+from lamina.core.ir import loop_ir, tile_ir
+from lamina.core.target import Target
+from lamina.plugins.schedules.loop_to_kernel import split_parallel_nest
+
+SMALL_BLOCK = 128
+LARGE_BLOCK = 256
+
+
+def choose_threads(total: int, target: Target, knobs: Mapping[str, Any]) -> int:
+    """Threads per block: the pinned ``threads`` knob, else as many as keep every SM busy.
+
+    Small kernels get fewer threads (a whole number of warps) so that no block is
+    mostly idle; large ones get 256 once there are enough points for two waves of
+    such blocks.
+    """
+    pinned = knobs.get("threads")
+    if pinned is not None:
+        warp = target.warp_size
+        if isinstance(pinned, bool) or not isinstance(pinned, int) or pinned <= 0 or pinned % warp or pinned > target.max_threads_per_block:
+            raise ScheduleError(
+                f"the knob threads = {pinned!r} is not usable by the generic schedule: it must be a multiple "
+                f"of {warp} between {warp} and {target.max_threads_per_block}"
+            )
+        return pinned
+    if total <= SMALL_BLOCK:
+        return max(target.warp_size, math.ceil(total / target.warp_size) * target.warp_size)
+    if total >= 2 * LARGE_BLOCK * target.sm_count:
+        return LARGE_BLOCK
+    return SMALL_BLOCK
+
+
+def reduce_loops(body: tuple[loop_ir.Stmt, ...]) -> tuple[loop_ir.Loop, ...]:
+    return tuple(s for s in loop_ir.statements(body) if isinstance(s, loop_ir.Loop) and s.kind == "reduce")
+
+
+def tile(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any], schedule: str) -> tile_ir.TileKernel:
+    """The generic Tile IR of ``kernel``."""
+    loops, inner = split_parallel_nest(kernel.body)
+    total = math.prod(loop.extent for loop in loops)
+    threads = choose_threads(total, target, knobs)
+    binding = tile_ir.AxisBinding(
+        vars=tuple(loop.var for loop in loops), extent=total, block_dim="x", threads=threads, per_thread=1
+    )
+    reductions = reduce_loops(inner)
+    plan = None
+    if reductions:
+        plan = tile_ir.ReductionPlan(
+            vars=tuple(loop.var for loop in reductions),
+            extent=math.prod(loop.extent for loop in reductions),
+            strategy="serial",
+        )
+    pinned = (("threads", threads),) if "threads" in knobs else ()
+    result = tile_ir.TileKernel(kernel=kernel, schedule=schedule, grid=(binding,), reduction=plan, knobs=pinned)
+    tile_ir.verify_tile_kernel(result, target.max_threads_per_block, target.max_shared_bytes_optin)
+    return result
