@@ -1,0 +1,1 @@
+"""Backends: CUDA on the GPU, and the CPU reference (interpreter and simulator)."""

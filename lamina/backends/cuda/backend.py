@@ -1,0 +1,77 @@
+"""The ``cuda`` backend: Kernel IR printed as CUDA C++, compiled by NVRTC, launched through the driver."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lamina.backends.cuda.codegen import emit_cuda, kernel_symbol
+from lamina.backends.cuda.driver import LaunchableKernel, device_arch
+from lamina.backends.cuda.nvrtc import CompiledKernel, compile_kernel, nvrtc_version
+from lamina.backends.program_runner import ProgramRunner
+from lamina.core.errors import LaminaError
+from lamina.core.ir import kernel_ir
+from lamina.core.target import Target
+
+
+class CudaBackend:
+    """Runs compiled programs on the GPU that PyTorch uses.
+
+    ``cache_dir`` is where cubins are kept (by default ``$LAMINA_CACHE_DIR`` or the
+    user's cache directory); ``options`` are extra NVRTC options for every kernel.
+    """
+
+    name = "cuda"
+
+    def __init__(self, cache_dir: Path | str | None = None, options: tuple[str, ...] = ()):
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.options = tuple(options)
+
+    def available(self) -> str | None:
+        if not torch.cuda.is_available():
+            return "no CUDA GPU is visible to PyTorch"
+        try:
+            import cuda.bindings.driver  # noqa: F401
+        except ImportError:
+            return "cuda-python is not installed (pip install cuda-python)"
+        try:
+            nvrtc_version()
+        except LaminaError as error:
+            return str(error)
+        return None
+
+    def emit(self, program: kernel_ir.Program, target: Target | None = None) -> dict[str, str]:
+        return {kernel.name: emit_cuda(kernel) for kernel in program.kernels}
+
+    def arch(self, target: Target | None) -> str:
+        """The visible GPU's architecture, else the target's: a cubin must match the GPU it runs on."""
+        if torch.cuda.is_available():
+            return device_arch()
+        if target is None:
+            raise LaminaError("the CUDA backend needs a target or a visible GPU to choose an architecture")
+        return target.arch
+
+    def compile(self, program: kernel_ir.Program, arch: str) -> dict[str, CompiledKernel]:
+        """Every kernel of ``program`` compiled for ``arch`` (through the cubin cache); needs no GPU."""
+        return {
+            kernel.name: compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), arch, self.options, self.cache_dir)
+            for kernel in program.kernels
+        }
+
+    def load(self, compilation: Any, target: Target | None = None) -> ProgramRunner:
+        program: kernel_ir.Program = compilation.kernels
+        names = [k.name for k in program.kernels]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise LaminaError(f"the Kernel IR program has several kernels named {', '.join(repeated)}; kernel names must be unique")
+        compiled = self.compile(program, self.arch(target if target is not None else compilation.target))
+        kernels = {k.name: LaunchableKernel(k, compiled[k.name]) for k in program.kernels}
+        for kernel in kernels.values():
+            kernel.prepare()
+
+        def launch(kernel: kernel_ir.Kernel, buffers: dict[str, torch.Tensor]) -> None:
+            kernels[kernel.name](buffers)
+
+        return ProgramRunner(compilation.loop, program, launch=launch, device=torch.device("cuda"))

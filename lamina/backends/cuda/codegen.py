@@ -1,0 +1,272 @@
+"""Kernel IR -> CUDA C++ source that a person can read.
+
+One ``extern "C" __global__`` function per kernel, named as the Kernel IR names it.
+Index arithmetic is printed as ``int`` when every buffer and array of the kernel has
+fewer than 2^31 elements (the common case, and the fast one), else as ``long long``.
+Shared arrays are static ``__shared__`` arrays up to the 48 KiB that every launch may
+use; past that they are carved out of dynamic shared memory, and the launch asks for
+it (``launch_shared_bytes``). Headers are included only when a kernel needs them, so
+that float32 and integer kernels compile with NVRTC alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+from lamina.backends.cuda.expressions import INT_LIMIT, ExpressionPrinter
+from lamina.backends.cuda.names import c_name
+from lamina.core.errors import VerificationError
+from lamina.core.ir import dtypes, expr as ex, kernel_ir as kir
+
+STATIC_SHARED_LIMIT = 48 * 1024
+"""Shared memory a kernel may declare statically, and use without opting in."""
+
+SHARED_ALIGNMENT = 16
+_MAX_SHARED_BYTES = 256 * 1024
+
+_HEADERS = {dtypes.float16: "cuda_fp16.h", dtypes.bfloat16: "cuda_bf16.h"}
+
+_NON_FINITE_DEFINES = """\
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#ifndef NAN
+#define NAN __int_as_float(0x7fffffff)
+#endif"""
+
+_CP_ASYNC_HELPER = """\
+__device__ __forceinline__ void lamina_cp_async_{bytes}(void* dst, const void* src, bool in_bounds) {{
+  const unsigned dst_shared = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.{cache}.shared.global [%0], [%1], {bytes}, %2;\\n" :: "r"(dst_shared), "l"(src), "r"(in_bounds ? {bytes} : 0) : "memory");
+}}"""
+
+
+def emit_cuda(kernel: kir.Kernel) -> str:
+    """The CUDA C++ source of ``kernel``."""
+    return _KernelPrinter(kernel).source()
+
+
+def kernel_symbol(kernel: kir.Kernel) -> str:
+    """The name of the kernel's ``__global__`` function in the source and the cubin."""
+    return c_name(kernel.name, kernel.name)
+
+
+def uses_dynamic_shared(kernel: kir.Kernel) -> bool:
+    return kernel.shared_bytes > STATIC_SHARED_LIMIT
+
+
+def shared_layout(kernel: kir.Kernel) -> list[tuple[kir.Array, int]]:
+    """Each shared array with its byte offset in dynamic shared memory, each 16-byte aligned."""
+    layout, offset = [], 0
+    for array in kernel.arrays:
+        if array.space == "shared":
+            layout.append((array, offset))
+            offset += -(-array.bytes // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
+    return layout
+
+
+def launch_shared_bytes(kernel: kir.Kernel) -> int:
+    """The dynamic shared memory a launch of ``kernel`` must ask for."""
+    if not uses_dynamic_shared(kernel):
+        return kernel.launch.dynamic_shared_bytes
+    layout = shared_layout(kernel)
+    array, offset = layout[-1]
+    return max(kernel.launch.dynamic_shared_bytes, offset + array.bytes)
+
+
+def index_type(kernel: kir.Kernel) -> str:
+    """``int`` when all index arithmetic of the kernel fits in 32 bits, else ``long long``."""
+    sizes = [p.numel for p in kernel.params] + [math.prod(a.shape) for a in kernel.arrays]
+    sizes.append(math.prod(kernel.launch.grid) * math.prod(kernel.launch.block))
+    for s in kir.statements(kernel.body):
+        for e in kir.expressions(s):
+            sizes += [abs(int(n.value)) for n in ex.walk(e)
+                      if isinstance(n, ex.Const) and not n.dtype.is_float and n.dtype != dtypes.bool_]
+    return "int" if max(sizes) < INT_LIMIT else "long long"
+
+
+def _data_variables(kernel: kir.Kernel) -> set[str]:
+    """Variables whose values come from memory: an int64 one holds data, not an index."""
+    values: dict[str, list[ex.Expr]] = {}
+    for s in kir.statements(kernel.body):
+        if isinstance(s, kir.Declare) and s.init is not None:
+            values.setdefault(s.var, []).append(s.init)
+        elif isinstance(s, kir.Assign):
+            values.setdefault(s.var, []).append(s.value)
+    data: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for var, exprs in values.items():
+            if var not in data and any(_reads_data(e, data) for e in exprs):
+                data.add(var)
+                changed = True
+    return data
+
+
+def _reads_data(e: ex.Expr, data: set[str]) -> bool:
+    return any(isinstance(n, kir.Load) or (isinstance(n, ex.Var) and n.name in data) for n in ex.walk(e))
+
+
+def _used_dtypes(kernel: kir.Kernel) -> set[dtypes.DType]:
+    found = {p.dtype for p in kernel.params} | {a.dtype for a in kernel.arrays}
+    for s in kir.statements(kernel.body):
+        if isinstance(s, kir.Declare):
+            found.add(s.dtype)
+        for e in kir.expressions(s):
+            found |= {n.dtype for n in ex.walk(e)}
+    return found
+
+
+class _KernelPrinter:
+    def __init__(self, kernel: kir.Kernel):
+        kir.verify_kernel(kernel, max_shared_bytes=_MAX_SHARED_BYTES)
+        self.kernel = kernel
+        self.index_type = index_type(kernel)
+        self.symbol = kernel_symbol(kernel)
+        self.name = functools.lru_cache(maxsize=None)(lambda n: c_name(n, kernel.name))
+        self.var_dtypes, var_types = self._variables()
+        array_dtypes = {a.name: a.dtype for a in kernel.params + kernel.arrays}
+        self.expr = ExpressionPrinter(kernel.name, self.index_type, self.name, var_types, array_dtypes)
+        self.var_types = var_types
+        self.cp_async_sizes: set[int] = set()
+
+    def _variables(self) -> tuple[dict[str, dtypes.DType], dict[str, str]]:
+        data = _data_variables(self.kernel)
+        var_dtypes: dict[str, dtypes.DType] = {}
+        var_types: dict[str, str] = {}
+        for s in kir.statements(self.kernel.body):
+            if isinstance(s, kir.For):
+                var_dtypes[s.var], var_types[s.var] = dtypes.index, self.index_type
+            elif isinstance(s, kir.Declare):
+                var_dtypes[s.var] = s.dtype
+                is_index = s.dtype == dtypes.index and s.var not in data
+                var_types[s.var] = self.index_type if is_index else s.dtype.c_type
+        return var_dtypes, var_types
+
+    # --- the file ---------------------------------------------------------------
+
+    def source(self) -> str:
+        body = self._arrays("  ") + self._body(self.kernel.body, "  ")
+        sections = [self._banner()]
+        headers = [f"#include <{_HEADERS[d]}>" for d in (dtypes.float16, dtypes.bfloat16) if d in _used_dtypes(self.kernel)]
+        if headers:
+            sections.append("\n".join(headers))
+        if self.expr.non_finite_used:
+            sections.append(_NON_FINITE_DEFINES)
+        for size in sorted(self.cp_async_sizes):
+            sections.append(_CP_ASYNC_HELPER.format(bytes=size, cache="cg" if size == 16 else "ca"))
+        sections.append("\n".join([self._signature() + " {", *body, "}"]))
+        return "\n\n".join(sections) + "\n"
+
+    def _banner(self) -> str:
+        launch = self.kernel.launch
+        text = f"// kernel {self.kernel.name}: grid {tuple(launch.grid)}, block {tuple(launch.block)}"
+        dynamic = launch_shared_bytes(self.kernel)
+        return text + (f", dynamic shared memory {dynamic} B" if dynamic else "")
+
+    def _signature(self) -> str:
+        params = []
+        for p in self.kernel.params:
+            const = "" if p.writable else "const "
+            params.append(f"{const}{p.dtype.c_type}* __restrict__ {self.name(p.name)}")
+        threads = self.kernel.launch.threads_per_block
+        return f'extern "C" __global__ void __launch_bounds__({threads}) {self.symbol}({", ".join(params)})'
+
+    def _arrays(self, indent: str) -> list[str]:
+        lines = []
+        if uses_dynamic_shared(self.kernel):
+            lines.append(f"{indent}extern __shared__ __align__({SHARED_ALIGNMENT}) unsigned char lamina_smem[];")
+            for array, offset in shared_layout(self.kernel):
+                t, name = array.dtype.c_type, self.name(array.name)
+                if len(array.shape) == 1:
+                    lines.append(f"{indent}{t}* {name} = reinterpret_cast<{t}*>(lamina_smem + {offset});")
+                else:
+                    rest = "".join(f"[{n}]" for n in array.shape[1:])
+                    lines.append(f"{indent}{t} (*{name}){rest} = reinterpret_cast<{t} (*){rest}>(lamina_smem + {offset});")
+        else:
+            for array in self.kernel.arrays:
+                if array.space == "shared":
+                    lines.append(f"{indent}__shared__ {self._array_declarator(array)};")
+        for array in self.kernel.arrays:
+            if array.space == "register":
+                lines.append(f"{indent}{self._array_declarator(array)};")
+        return lines
+
+    def _array_declarator(self, array: kir.Array) -> str:
+        return f"{array.dtype.c_type} {self.name(array.name)}{''.join(f'[{n}]' for n in array.shape)}"
+
+    # --- statements ---------------------------------------------------------------
+
+    def _body(self, body, indent: str) -> list[str]:
+        lines: list[str] = []
+        for s in body:
+            lines += self._statement(s, indent)
+        return lines
+
+    def _statement(self, s, indent: str) -> list[str]:
+        e = self.expr
+        if isinstance(s, kir.Declare):
+            init = f" = {e.converted(s.init, s.dtype)}" if s.init is not None else ""
+            return [f"{indent}{self.var_types[s.var]} {self.name(s.var)}{init};"]
+        if isinstance(s, kir.Assign):
+            return [f"{indent}{self.name(s.var)} = {e.converted(s.value, self.var_dtypes[s.var])};"]
+        if isinstance(s, kir.Store):
+            dtype = self.kernel.array(s.array).dtype
+            return [f"{indent}{self._element(s.array, s.index)} = {e.converted(s.value, dtype)};"]
+        if isinstance(s, kir.For):
+            return self._for(s, indent)
+        if isinstance(s, kir.If):
+            return self._if(s, indent, indent)
+        if isinstance(s, kir.Barrier):
+            return [f"{indent}__syncthreads();"]
+        if isinstance(s, kir.CpAsync):
+            return self._cp_async(s, indent)
+        if isinstance(s, kir.CpAsyncCommit):
+            return [f'{indent}asm volatile("cp.async.commit_group;\\n" ::: "memory");']
+        if isinstance(s, kir.CpAsyncWait):
+            return [f'{indent}asm volatile("cp.async.wait_group {int(s.pending)};\\n" ::: "memory");']
+        if isinstance(s, kir.Comment):
+            return [f"{indent}// {line}".rstrip() for line in s.text.splitlines() or [""]]
+        raise VerificationError(f"Kernel IR kernel {self.kernel.name} holds a statement the CUDA printer does not know: {s!r}")
+
+    def _element(self, array: str, index) -> str:
+        return self.name(array) + "".join(f"[{self.expr.text(i)}]" for i in index)
+
+    def _for(self, s: kir.For, indent: str) -> list[str]:
+        if s.step == 0:
+            raise VerificationError(f"Kernel IR kernel {self.kernel.name} has a loop over {s.var} with step 0")
+        var = self.name(s.var)
+        compare = "<" if s.step > 0 else ">"
+        if s.step == 1:
+            advance = f"++{var}"
+        else:
+            advance = f"{var} {'+' if s.step > 0 else '-'}= {abs(s.step)}"
+        header = (f"{indent}for ({self.index_type} {var} = {self.expr.text(s.start)}; "
+                  f"{var} {compare} {self.expr.text(s.stop)}; {advance}) {{")
+        lines = [f"{indent}#pragma unroll"] if s.unroll else []
+        return lines + [header, *self._body(s.body, indent + "  "), f"{indent}}}"]
+
+    def _if(self, s: kir.If, indent: str, lead: str) -> list[str]:
+        lines = [f"{lead}if ({self.expr.text(s.cond)}) {{", *self._body(s.then, indent + "  ")]
+        if len(s.orelse) == 1 and isinstance(s.orelse[0], kir.If):
+            nested = self._if(s.orelse[0], indent, f"{indent}}} else ")
+            return lines + nested
+        if s.orelse:
+            lines += [f"{indent}}} else {{", *self._body(s.orelse, indent + "  ")]
+        return lines + [f"{indent}}}"]
+
+    def _cp_async(self, s: kir.CpAsync, indent: str) -> list[str]:
+        self.cp_async_sizes.add(s.bytes)
+        dst = "&" + self._element(s.dst, s.dst_index)
+        src = "&" + self._element(s.src, s.src_index)
+        helper = f"lamina_cp_async_{s.bytes}"
+        if s.predicate is None:
+            return [f"{indent}{helper}({dst}, {src}, true);"]
+        return [
+            f"{indent}{{",
+            f"{indent}  const bool lamina_in_bounds = {self.expr.text(s.predicate)};",
+            f"{indent}  {helper}({dst}, lamina_in_bounds ? {src} : {self.name(s.src)}, lamina_in_bounds);",
+            f"{indent}}}",
+        ]

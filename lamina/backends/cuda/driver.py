@@ -1,0 +1,184 @@
+"""Loading cubins and launching kernels through the CUDA driver API.
+
+Kernels run in PyTorch's primary context of the current device, on PyTorch's
+current stream, with tensors' device pointers as arguments: they order with
+PyTorch's own work, and CUDA-graph capture records them like any other kernel.
+A launch neither synchronises nor allocates device memory; modules are loaded
+before the first launch (``LaunchableKernel.prepare``), never while a graph is
+being captured on that device.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import threading
+from typing import Mapping
+
+import torch
+
+from lamina.backends.cuda.codegen import kernel_symbol, launch_shared_bytes
+from lamina.backends.cuda.nvrtc import CompiledKernel
+from lamina.backends.program_runner import torch_dtype
+from lamina.core.errors import DeviceError, LaminaError
+from lamina.core.ir import kernel_ir as kir
+
+_POINTER_SIZE = ctypes.sizeof(ctypes.c_void_p)
+_lock = threading.Lock()
+_contexts: dict[int, object] = {}
+_modules: dict[tuple[bytes, int], object] = {}
+
+
+def _driver():
+    try:
+        from cuda.bindings import driver
+    except ImportError as error:
+        raise LaminaError("lamina's CUDA backend needs cuda-python: pip install cuda-python") from error
+    return driver
+
+
+def check(result, call: str, kernel: str | None = None) -> None:
+    """Raise a LaminaError naming the driver call (and kernel) unless ``result`` is success."""
+    driver = _driver()
+    if result == driver.CUresult.CUDA_SUCCESS:
+        return
+    described, text = driver.cuGetErrorString(result)
+    reason = text.decode() if described == driver.CUresult.CUDA_SUCCESS and text else "unknown error"
+    where = f" for kernel {kernel}" if kernel else ""
+    raise LaminaError(f"the CUDA driver call {call} failed{where}: {result.name} ({reason})")
+
+
+def device_arch(device: torch.device | int | None = None) -> str:
+    """The architecture NVRTC compiles for on ``device`` (the current one by default): ``sm_90``."""
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}"
+
+
+def current_device() -> int:
+    if not torch.cuda.is_available():
+        raise DeviceError("lamina's CUDA backend needs a CUDA GPU, and PyTorch sees none")
+    return torch.cuda.current_device()
+
+
+def make_context_current(device: int) -> None:
+    """Make PyTorch's primary context of ``device`` current on this thread."""
+    driver = _driver()
+    context = _contexts.get(device)
+    if context is None:
+        with _lock:
+            context = _contexts.get(device)
+            if context is None:
+                torch.cuda.init()
+                (result,) = driver.cuInit(0)
+                check(result, "cuInit")
+                result, handle = driver.cuDeviceGet(device)
+                check(result, "cuDeviceGet")
+                result, context = driver.cuDevicePrimaryCtxRetain(handle)
+                check(result, "cuDevicePrimaryCtxRetain")
+                _contexts[device] = context
+    (result,) = driver.cuCtxSetCurrent(context)
+    check(result, "cuCtxSetCurrent")
+
+
+def _module(cubin: bytes, digest: bytes, device: int, kernel: str):
+    """The cubin loaded on ``device``; each cubin is loaded once per device and process."""
+    key = (digest, device)
+    module = _modules.get(key)
+    if module is None:
+        with _lock:
+            module = _modules.get(key)
+            if module is None:
+                result, module = _driver().cuModuleLoadData(cubin)
+                check(result, "cuModuleLoadData", kernel)
+                _modules[key] = module
+    return module
+
+
+class LaunchableKernel:
+    """A compiled Kernel IR kernel that launches on PyTorch's current device and stream."""
+
+    def __init__(self, kernel: kir.Kernel, compiled: CompiledKernel):
+        self.kernel = kernel
+        self.compiled = compiled
+        self.name = kernel.name
+        self.symbol = kernel_symbol(kernel)
+        self.grid = tuple(int(n) for n in kernel.launch.grid)
+        self.block = tuple(int(n) for n in kernel.launch.block)
+        self.dynamic_shared_bytes = launch_shared_bytes(kernel)
+        self._nothing_to_do = 0 in self.grid
+        self.params = kernel.params
+        self._digest = hashlib.sha256(compiled.cubin).digest()
+        self._torch_dtypes = [torch_dtype(p.dtype) for p in kernel.params]
+        self._functions: dict[int, object] = {}
+        driver = _driver()
+        self._launch = driver.cuLaunchKernel
+        self._success = driver.CUresult.CUDA_SUCCESS
+        self._invalid_context = driver.CUresult.CUDA_ERROR_INVALID_CONTEXT
+
+    def prepare(self, device: int | None = None):
+        """Load the kernel on ``device`` (the current one by default) so that launches only launch."""
+        device = current_device() if device is None else device
+        function = self._functions.get(device)
+        if function is not None:
+            return function
+        driver = _driver()
+        with torch.cuda.device(device):
+            make_context_current(device)
+            module = _module(self.compiled.cubin, self._digest, device, self.name)
+            result, function = driver.cuModuleGetFunction(module, self.symbol.encode())
+            check(result, "cuModuleGetFunction", self.name)
+            if self.dynamic_shared_bytes:
+                (result,) = driver.cuFuncSetAttribute(
+                    function, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    self.dynamic_shared_bytes)
+                check(result, f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={self.dynamic_shared_bytes})", self.name)
+        self._functions[device] = function
+        return function
+
+    def __call__(self, buffers: Mapping[str, torch.Tensor]) -> None:
+        """Launch with ``buffers[param.name]`` as each parameter: flat contiguous tensors on the current device."""
+        if self._nothing_to_do:
+            return
+        device = torch.cuda.current_device()
+        function = self._functions.get(device)
+        if function is None:
+            function = self.prepare(device)
+        pointers = self._pointers(buffers, device)
+        count = len(pointers)
+        values = (ctypes.c_void_p * count)(*pointers)
+        base = ctypes.addressof(values)
+        arguments = (ctypes.c_void_p * count)(*range(base, base + count * _POINTER_SIZE, _POINTER_SIZE))
+        stream = torch.cuda.current_stream(device).cuda_stream
+        launch = (function, *self.grid, *self.block, self.dynamic_shared_bytes, stream,
+                  ctypes.addressof(arguments) if count else None, 0)
+        (result,) = self._launch(*launch)
+        if result == self._invalid_context:
+            make_context_current(device)
+            (result,) = self._launch(*launch)
+        if result != self._success:
+            check(result, "cuLaunchKernel", self.name)
+
+    def _pointers(self, buffers: Mapping[str, torch.Tensor], device: int) -> list[int]:
+        pointers = []
+        for param, dtype in zip(self.params, self._torch_dtypes):
+            tensor = buffers.get(param.name)
+            if (tensor is None or tensor.dtype is not dtype or tensor.get_device() != device
+                    or tensor.numel() < param.numel or not tensor.is_contiguous()):
+                raise self._rejection(param, tensor, device)
+            pointers.append(tensor.data_ptr())
+        return pointers
+
+    def _rejection(self, param: kir.Param, tensor: torch.Tensor | None, device: int) -> LaminaError:
+        if tensor is None:
+            return LaminaError(f"kernel {self.name} was launched without a tensor for its parameter {param.name}")
+        if tensor.device != torch.device("cuda", device):
+            return LaminaError(
+                f"kernel {self.name} runs on cuda:{device}, the current device, but its parameter {param.name} "
+                f"is on {tensor.device}; move the tensor, or make its device current with torch.cuda.device"
+            )
+        if tensor.dtype != torch_dtype(param.dtype):
+            return LaminaError(f"kernel {self.name} takes {param.name} as {param.dtype.name}, but got a {tensor.dtype} tensor")
+        return LaminaError(
+            f"kernel {self.name} reads {param.numel} contiguous elements of {param.name}, "
+            f"but got a tensor of shape {tuple(tensor.shape)} (contiguous: {tensor.is_contiguous()})"
+        )

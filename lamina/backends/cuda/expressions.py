@@ -1,0 +1,240 @@
+"""Kernel IR expressions as CUDA C++ expressions.
+
+The printer knows the C type of every subexpression, because C++ overloads on it:
+integer ``max(int, long long)`` is ambiguous, ``__half + float`` too, and ``int / int``
+truncates where the IR means a float division. Operands are converted explicitly
+wherever C++'s implicit conversions would do something else than the IR says, and
+nowhere else, so that the text stays readable. Parentheses follow C++ precedence.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Mapping
+
+from lamina.core.errors import VerificationError
+from lamina.core.ir import dtypes, expr as ex
+from lamina.core.ir.dtypes import DType
+from lamina.core.ir.expr import OPS, Const, Expr, Op, Var
+from lamina.core.ir.kernel_ir import Load, Special
+
+PRIMARY, UNARY, MUL, ADD, RELATION, EQUALITY, AND, OR = 100, 90, 80, 70, 60, 55, 40, 35
+
+_INFIX = {
+    "add": ("+", ADD), "sub": ("-", ADD), "mul": ("*", MUL), "div": ("/", MUL),
+    "floordiv": ("/", MUL), "mod": ("%", MUL),
+    "lt": ("<", RELATION), "le": ("<=", RELATION), "gt": (">", RELATION), "ge": (">=", RELATION),
+    "eq": ("==", EQUALITY), "ne": ("!=", EQUALITY), "and": ("&&", AND), "or": ("||", OR),
+}
+_FLOAT_FUNCTIONS = {
+    "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "tanh": "tanh", "sin": "sin",
+    "cos": "cos", "erf": "erf", "abs": "fabs", "max": "fmax", "min": "fmin", "pow": "pow",
+}
+
+HALF_TYPES = (dtypes.float16, dtypes.bfloat16)
+INT_LIMIT = 2**31
+
+Printed = tuple[str, int]
+
+
+def c_type(dtype: DType) -> str:
+    return dtype.c_type
+
+
+def is_integer(dtype: DType) -> bool:
+    return not dtype.is_float
+
+
+class ExpressionPrinter:
+    """Prints the expressions of one kernel.
+
+    ``names`` maps Kernel IR names to C++ identifiers; ``var_types`` and
+    ``array_types`` give the C type of every variable and array element;
+    ``index_type`` is what index arithmetic (``threadIdx.x``) is computed in.
+    """
+
+    def __init__(self, kernel_name: str, index_type: str, names: Callable[[str], str],
+                 var_types: Mapping[str, str], array_types: Mapping[str, DType]):
+        self.kernel_name = kernel_name
+        self.index_type = index_type
+        self.names = names
+        self.var_types = var_types
+        self.array_types = array_types
+        self.non_finite_used = False
+
+    # --- public ---------------------------------------------------------------
+
+    def text(self, e: Expr) -> str:
+        return self._print(e)[0]
+
+    def converted(self, e: Expr, dtype: DType) -> str:
+        """``e`` as a value of ``dtype``, for an assignment or a store."""
+        return self._convert(e, dtype)[0]
+
+    def c_type_of(self, e: Expr) -> str:
+        """The C++ type of ``e`` as printed."""
+        if isinstance(e, Const):
+            if e.dtype.is_float or e.dtype == dtypes.bool_:
+                return c_type(e.dtype)
+            return "int" if -INT_LIMIT <= int(e.value) < INT_LIMIT else "long long"
+        if isinstance(e, Var):
+            return self.var_types.get(e.name, self.index_type if e.dtype == dtypes.index else c_type(e.dtype))
+        if isinstance(e, Special):
+            return self.index_type
+        if isinstance(e, Load):
+            return c_type(self.array_types[e.array])
+        if isinstance(e, Op):
+            kind = OPS[e.op].kind
+            if kind in ("compare", "logic"):
+                return "bool"
+            if kind == "cast" or e.dtype.is_float:
+                return c_type(e.dtype)
+            operands = e.args[1:] if e.op == "where" else e.args
+            return "long long" if any(self.c_type_of(a) == "long long" for a in operands) else "int"
+        raise VerificationError(f"Kernel IR kernel {self.kernel_name} holds an expression the CUDA printer does not know: {e!r}")
+
+    # --- printing ---------------------------------------------------------------
+
+    def _wrap(self, printed: Printed, min_prec: int) -> str:
+        text, prec = printed
+        return f"({text})" if prec < min_prec else text
+
+    def _operand(self, e: Expr, dtype: DType, min_prec: int) -> str:
+        return self._wrap(self._convert(e, dtype), min_prec)
+
+    def _print(self, e: Expr) -> Printed:
+        if isinstance(e, Const):
+            return self._const(e)
+        if isinstance(e, Var):
+            return self.names(e.name), PRIMARY
+        if isinstance(e, Special):
+            return f"({self.index_type}){e.kind}.{e.axis}", UNARY
+        if isinstance(e, Load):
+            index = "".join(f"[{self.text(i)}]" for i in e.index)
+            return f"{self.names(e.array)}{index}", PRIMARY
+        if isinstance(e, Op):
+            return self._op(e)
+        raise VerificationError(f"Kernel IR kernel {self.kernel_name} holds an expression the CUDA printer does not know: {e!r}")
+
+    def _const(self, c: Const) -> Printed:
+        v, dtype = c.value, c.dtype
+        if dtype == dtypes.bool_:
+            return ("true" if v else "false"), PRIMARY
+        if not dtype.is_float:
+            text = str(int(v))
+            return text, (UNARY if int(v) < 0 else PRIMARY)
+        value = float(v)
+        if math.isfinite(value):
+            text = repr(value) + ("" if dtype == dtypes.float64 else "f")
+            printed = (text, UNARY if text.startswith("-") else PRIMARY)
+        else:
+            self.non_finite_used = True
+            text = "NAN" if math.isnan(value) else ("INFINITY" if value > 0 else "-INFINITY")
+            printed = (text, UNARY if text.startswith("-") else PRIMARY)
+            if dtype != dtypes.float32:
+                printed = (f"static_cast<{c_type(dtype)}>({text})", PRIMARY)
+        if dtype in HALF_TYPES:
+            return f"static_cast<{c_type(dtype)}>({printed[0]})", PRIMARY
+        return printed
+
+    def _convert(self, e: Expr, dtype: DType) -> Printed:
+        """``e`` converted to ``dtype`` where C++ would not convert it the IR's way by itself."""
+        source = e.dtype
+        if source == dtype or (is_integer(source) and is_integer(dtype)):
+            return self._print(e)
+        return self._cast(e, dtype)
+
+    def _cast(self, e: Expr, dtype: DType) -> Printed:
+        source = e.dtype
+        target = c_type(dtype)
+        if self.c_type_of(e) == target:
+            return self._print(e)
+        if isinstance(e, Const) and (dtype.is_float or math.isfinite(float(e.value))):
+            if target == "long long":
+                value = int(e.value)
+                return f"{value}LL", PRIMARY if value >= 0 else UNARY
+            return self._const(ex.cast(e, dtype))
+        inner = self.text(e)
+        through_float = (source in HALF_TYPES or dtype in HALF_TYPES) and dtypes.float32 not in (source, dtype)
+        if through_float:
+            inner = f"static_cast<float>({inner})"
+        return f"static_cast<{target}>({inner})", PRIMARY
+
+    def _infix(self, name: str, a: str, b: str, prec: int) -> Printed:
+        return f"{a} {_INFIX[name][0]} {b}", prec
+
+    def _op(self, e: Op) -> Printed:
+        name, args, dtype = e.op, e.args, e.dtype
+        if name in ("floordiv", "mod"):
+            prec = MUL
+            return self._infix(name, self._wrap(self._print(args[0]), prec), self._wrap(self._print(args[1]), prec + 1), prec)
+        if name in ("add", "sub", "mul", "div"):
+            prec = _INFIX[name][1]
+            return self._infix(name, self._operand(args[0], dtype, prec), self._operand(args[1], dtype, prec + 1), prec)
+        if name in ("lt", "le", "gt", "ge", "eq", "ne"):
+            # Comparisons never chain unparenthesised: ``(a < b) == p``.
+            common = dtypes.promote(args[0].dtype, args[1].dtype)
+            operands = (self._operand(a, common, RELATION + 1) for a in args)
+            return self._infix(name, *operands, _INFIX[name][1])
+        if name in ("and", "or"):
+            # ``a && b || c`` is correct C++, but people (and compilers' warnings) want the parentheses.
+            operands = (self._wrap(self._print(a), AND + 1) for a in args)
+            return self._infix(name, *operands, _INFIX[name][1])
+        if name == "not":
+            return "!" + self._wrap(self._print(args[0]), UNARY), UNARY
+        if name == "neg":
+            return _negate(self._operand(args[0], dtype, UNARY)), UNARY
+        if name == "where":
+            cond = self._wrap(self._print(args[0]), OR)
+            a, b = (self._operand(x, dtype, OR) for x in args[1:])
+            return f"({cond} ? {a} : {b})", PRIMARY
+        if name == "cast":
+            return self._cast(args[0], dtype)
+        return self._function(e)
+
+    def _function(self, e: Op) -> Printed:
+        name, args, dtype = e.op, e.args, e.dtype
+        if is_integer(dtype):
+            return self._integer_function(e)
+        compute = dtypes.float32 if dtype in HALF_TYPES else dtype
+        suffix = "f" if compute == dtypes.float32 else ""
+        one = "1.0" + suffix
+        if name == "sigmoid":
+            x = self._operand(args[0], compute, UNARY)
+            printed = (f"{one} / ({one} + exp{suffix}({_negate(x)}))", MUL)
+        elif name == "reciprocal":
+            printed = (f"{one} / {self._operand(args[0], compute, MUL + 1)}", MUL)
+        else:
+            operands = ", ".join(self._operand(a, compute, 0) for a in args)
+            printed = (f"{_FLOAT_FUNCTIONS[name]}{suffix}({operands})", PRIMARY)
+        if compute != dtype:
+            return f"static_cast<{c_type(dtype)}>({printed[0]})", PRIMARY
+        return printed
+
+    def _integer_function(self, e: Op) -> Printed:
+        name, args, dtype = e.op, e.args, e.dtype
+        if name in ("max", "min"):
+            common = "long long" if any(self.c_type_of(a) == "long long" for a in args) else "int"
+            operands = ", ".join(self._integer_operand(a, common) for a in args)
+            return f"{name}({operands})", PRIMARY
+        if name == "abs":
+            return f"abs({self.text(args[0])})", PRIMARY
+        if name == "pow":
+            operands = ", ".join(f"static_cast<double>({self.text(a)})" for a in args)
+            return f"static_cast<{c_type(dtype)}>(pow({operands}))", PRIMARY
+        raise VerificationError(
+            f"Kernel IR kernel {self.kernel_name} applies {name} to {dtype.name} values; "
+            "the CUDA backend computes it on floating-point values only"
+        )
+
+    def _integer_operand(self, e: Expr, common: str) -> str:
+        if self.c_type_of(e) == common:
+            return self.text(e)
+        if isinstance(e, Const):
+            return f"{int(e.value)}LL" if common == "long long" else str(int(e.value))
+        return f"static_cast<{common}>({self.text(e)})"
+
+
+def _negate(text: str) -> str:
+    """``-x``, parenthesising an operand that starts with a minus (``--`` is a decrement)."""
+    return f"-({text})" if text.startswith("-") else f"-{text}"
