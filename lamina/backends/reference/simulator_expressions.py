@@ -1,0 +1,144 @@
+"""Kernel IR expressions turned into Python closures that evaluate them for every thread at once.
+
+A closure takes the mask of running threads and returns a tensor: 0-d when the value is
+the same for every thread, else one element per thread of the grid. Loads happen only
+for running threads; the operands of ``where``, ``and`` and ``or`` that load are
+evaluated only where C would evaluate them (the ternary and ``&&``/``||`` short-circuit).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Callable, Mapping
+
+import torch
+
+from lamina.backends.reference.scalar_ops import apply_op, as_tensor
+from lamina.backends.reference.simulator_grid import Mask, ThreadGrid
+from lamina.core.errors import SimulationError, VerificationError
+from lamina.core.ir import dtypes, expr as ex, kernel_ir
+from lamina.core.ir.dtypes import DType
+
+Evaluator = Callable[[Mask], torch.Tensor]
+
+
+class ExpressionCompiler:
+    def __init__(self, kernel: str, grid: ThreadGrid, env: dict[str, torch.Tensor], memories: Mapping,
+                 sites: itertools.count):
+        self.kernel = kernel
+        self.grid = grid
+        self.env = env
+        self.memories = memories
+        self.sites = sites
+
+    def compile(self, e: ex.Expr, scope: Mapping[str, DType]) -> Evaluator:
+        if isinstance(e, ex.Const):
+            value = as_tensor(e.value, e.dtype)
+            return lambda mask: value
+        if isinstance(e, ex.Var):
+            return self._var(e, scope)
+        if isinstance(e, kernel_ir.Special):
+            return self._special(e)
+        if isinstance(e, kernel_ir.Load):
+            return self._load(e, scope)
+        if isinstance(e, ex.Op):
+            return self._op(e, scope)
+        raise VerificationError(f"kernel {self.kernel}: the simulator cannot evaluate {e!r}; "
+                                f"Kernel IR expressions are constants, variables, specials, loads and ops")
+
+    def _var(self, e: ex.Var, scope) -> Evaluator:
+        if e.name not in scope:
+            raise VerificationError(f"kernel {self.kernel}: variable {e.name} is used before it is declared")
+        env, name = self.env, e.name
+        return lambda mask: env[name]
+
+    def _special(self, e: kernel_ir.Special) -> Evaluator:
+        if e.kind not in kernel_ir.SPECIALS or e.axis not in ("x", "y", "z"):
+            raise VerificationError(f"kernel {self.kernel}: unknown special {e.kind}.{e.axis}")
+        value = self.grid.special(e.kind, e.axis)
+        return lambda mask: value
+
+    def _load(self, e: kernel_ir.Load, scope) -> Evaluator:
+        memory = self.memory(e.array, len(e.index), "load from")
+        indices = [self.compile(i, scope) for i in e.index]
+        site = next(self.sites)
+        return lambda mask: memory.read([f(mask) for f in indices], mask, site)
+
+    def memory(self, name: str, rank: int, verb: str):
+        """The array ``name``, checked to take ``rank`` indices."""
+        memory = self.memories.get(name)
+        if memory is None:
+            raise VerificationError(f"kernel {self.kernel}: {verb} unknown array {name}")
+        expected = len(memory.shape)
+        if rank != expected:
+            raise VerificationError(
+                f"kernel {self.kernel}: {verb} {name} with {rank} indices; it has rank {expected}")
+        return memory
+
+    def _op(self, e: ex.Op, scope) -> Evaluator:
+        name, dtype = e.op, e.dtype
+        args = [self.compile(a, scope) for a in e.args]
+        if name == "where" and (_loads(e.args[1]) or _loads(e.args[2])):
+            return _lazy_where(args, dtype)
+        if name in ("and", "or") and _loads(e.args[1]):
+            return _short_circuit(name, args)
+        if name in ("floordiv", "mod") and not dtype.is_float and not isinstance(e.args[1], ex.Const):
+            return self._integer_division(e, args)
+        if len(args) == 1:
+            (a,) = args
+            return lambda mask: apply_op(name, [a(mask)], dtype)
+        if len(args) == 2:
+            a, b = args
+            return lambda mask: apply_op(name, [a(mask), b(mask)], dtype)
+        return lambda mask: apply_op(name, [f(mask) for f in args], dtype)
+
+    def _integer_division(self, e: ex.Op, args: list[Evaluator]) -> Evaluator:
+        """C leaves integer division by zero undefined; idle threads may hold zeros, so only
+        running threads that divide by zero are an error."""
+        name, dtype = e.op, e.dtype
+        a, b = args
+        text = kernel_ir.format_expr(e)
+
+        def run(mask: Mask) -> torch.Tensor:
+            divisor = b(mask)
+            zero = divisor == 0
+            if bool(zero.any()):
+                hit = zero & mask.active if zero.dim() else mask.active
+                if bool(hit.any()):
+                    thread = int(torch.argmax(hit.to(torch.uint8)))
+                    raise SimulationError(f"kernel {self.kernel}: integer division by zero in {text} "
+                                          f"by {self.grid.describe_thread(thread)}")
+                divisor = torch.where(zero, torch.ones((), dtype=divisor.dtype), divisor)
+            return apply_op(name, [a(mask), divisor], dtype)
+
+        return run
+
+
+def _lazy_where(args: list[Evaluator], dtype: DType) -> Evaluator:
+    cond, if_true, if_false = args
+
+    def run(mask: Mask) -> torch.Tensor:
+        c = as_tensor(cond(mask), dtypes.bool_)
+        if c.dim() == 0:
+            return as_tensor(if_true(mask) if bool(c) else if_false(mask), dtype)
+        return apply_op("where", [c, if_true(mask.narrow(c)), if_false(mask.narrow(~c))], dtype)
+
+    return run
+
+
+def _short_circuit(name: str, args: list[Evaluator]) -> Evaluator:
+    lhs, rhs = args
+    decides = name == "or"
+
+    def run(mask: Mask) -> torch.Tensor:
+        left = as_tensor(lhs(mask), dtypes.bool_)
+        if left.dim() == 0:
+            return left if bool(left) == decides else as_tensor(rhs(mask), dtypes.bool_)
+        right = as_tensor(rhs(mask.narrow(left != decides)), dtypes.bool_)
+        return apply_op(name, [left, right], dtypes.bool_)
+
+    return run
+
+
+def _loads(e: ex.Expr) -> bool:
+    return any(isinstance(node, kernel_ir.Load) for node in ex.walk(e))
