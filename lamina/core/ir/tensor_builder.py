@@ -19,6 +19,8 @@ import math
 import re
 from typing import Iterable, Iterator, Sequence
 
+import attrs
+
 from lamina.core.errors import LaminaError
 from lamina.core.ir import dtypes, expr as ex, index as ix, tensor_ir
 from lamina.core.ir.dtypes import DType
@@ -39,7 +41,6 @@ _C_KEYWORDS = frozenset(
     "sizeof static static_assert static_cast struct switch template this thread_local throw true "
     "try typedef typeid typename union unsigned using virtual void volatile wchar_t while".split()
 )
-_HALF = (dtypes.float16, dtypes.bfloat16)
 _MATH = frozenset(name for name, info in ex.OPS.items() if info.kind == "math")
 _LOGIC = frozenset(name for name, info in ex.OPS.items() if info.kind == "logic")
 _OPERAND_ROLES = {1: ("arg",), 2: ("lhs", "rhs"), 3: ("cond", "lhs", "rhs")}
@@ -53,10 +54,16 @@ def _category(dtype: DType) -> int:
     return 2 if dtype.is_float else (0 if dtype == dtypes.bool_ else 1)
 
 
-def _scalar_dtype(value: Scalar) -> DType:
+def number_dtype(value: Scalar) -> DType:
+    """The dtype PyTorch gives a Python number: bool, int64 or float32."""
     if isinstance(value, bool):
         return dtypes.bool_
     return dtypes.int64 if isinstance(value, int) else dtypes.float32
+
+
+def compute_dtype(dtype: DType) -> DType:
+    """The type arithmetic on ``dtype`` runs in: half precision computes in float32, as PyTorch does."""
+    return dtypes.float32 if dtype in (dtypes.float16, dtypes.bfloat16) else dtype
 
 
 def _promote_all(found: Iterable[DType]) -> DType | None:
@@ -93,6 +100,13 @@ def _coordinates(index: Sequence[Expr | int], shape: tuple[int, ...]) -> tuple[E
     fixed = {name: ex.const(0) for name, s in ranges.items() if s == 1}
     return tuple(ix.simplify(ex.substitute(ex.const(e) if isinstance(e, int) else e, fixed), ranges)
                  for e in index)
+
+
+def _batch_index(shape: tuple[int, ...], batch: tuple[int, ...]) -> tuple[Expr, ...]:
+    """How an operand's batch axes read the broadcast batch coordinates (0 where it has size 1)."""
+    d = tensor_ir.output_vars(len(batch))
+    lead = len(batch) - len(shape)
+    return tuple(ex.const(0) if size == 1 else d[lead + k] for k, size in enumerate(shape))
 
 
 def _view_groups(src: tuple[int, ...], dst: tuple[int, ...]) -> list[tuple[list[int], list[int]]]:
@@ -222,12 +236,9 @@ class TensorBuilder:
         for k in range(position, len(self.ops)):
             o = self.ops[k]
             if isinstance(o, Elementwise):
-                o = Elementwise(swap(o.name), tuple(map(swap, o.inputs)), o.fn, o.type, o.source)
-            elif isinstance(o, Reduction):
-                o = Reduction(swap(o.name), swap(o.input), o.axes, o.op, o.keepdim, o.type, o.source)
+                self.ops[k] = attrs.evolve(o, name=swap(o.name), inputs=tuple(map(swap, o.inputs)))
             else:
-                o = IndexMap(swap(o.name), swap(o.input), o.index, o.type, o.source)
-            self.ops[k] = o
+                self.ops[k] = attrs.evolve(o, name=swap(o.name), input=swap(o.input))
         self._types[new] = self._types.pop(old)
         self._position[new] = self._position.pop(old)
         self._used.add(new)
@@ -426,7 +437,7 @@ class TensorBuilder:
         """PyTorch's type promotion: tensors of rank > 0 lead, then 0-d tensors, then Python numbers."""
         ranked = [self.dtype(o) for o in operands if isinstance(o, str) and self.shape(o)]
         zero_d = [self.dtype(o) for o in operands if isinstance(o, str) and not self.shape(o)]
-        numbers = [_scalar_dtype(o) for o in operands if not isinstance(o, str)]
+        numbers = [number_dtype(o) for o in operands if not isinstance(o, str)]
         found = _combine(_promote_all(ranked), _combine(_promote_all(zero_d), _promote_all(numbers)))
         if found is None:
             raise self.fail("an operation needs at least one operand")
@@ -496,8 +507,7 @@ class TensorBuilder:
 
     def _accumulate(self, name: str, op: str, dims, keepdim: bool, dtype: DType | None) -> str:
         target = dtype or (self.dtype(name) if self.dtype(name).is_float else dtypes.int64)
-        acc = dtypes.float32 if target in _HALF else target
-        total = self.reduce(self.cast(name, acc, role="acc"), op, dims, keepdim)
+        total = self.reduce(self.cast(name, compute_dtype(target), role="acc"), op, dims, keepdim)
         return self.cast(total, target)
 
     def sum(self, name: str, dims: int | Sequence[int] | None = None, keepdim: bool = False,
@@ -522,8 +532,7 @@ class TensorBuilder:
             raise self.fail(f"mean needs a floating-point tensor, {name} is {target.name}; cast it first")
         shape = self.shape(name)
         count = math.prod(shape[a] for a in self._axes(name, dims))
-        acc = dtypes.float32 if target in _HALF else target
-        total = self.sum(name, dims, keepdim, dtype=acc)
+        total = self.sum(name, dims, keepdim, dtype=compute_dtype(target))
         return self.cast(self.binary("div", total, float(count), role="mean"), target)
 
     # --- contraction -------------------------------------------------------------------
@@ -546,20 +555,15 @@ class TensorBuilder:
         product = batch + m + (k,) + n
         d = tensor_ir.output_vars(len(product))
         k_axis = len(batch) + len(m)
-        lhs_index = self._batch_index(sa[:-2], batch) + tuple(d[len(batch):k_axis + 1])
-        rhs_index = self._batch_index(sb[:-2], batch) + tuple(d[k_axis:])
+        lhs_index = _batch_index(sa[:-2], batch) + tuple(d[len(batch):k_axis + 1])
+        rhs_index = _batch_index(sb[:-2], batch) + tuple(d[k_axis:])
         lhs = self.index_map(a, lhs_index, product, role="lhs")
         rhs = self.index_map(b, rhs_index, product, role="rhs")
         result = self.result_type(a, b)
-        acc = dtypes.float32 if result in _HALF else result
+        acc = compute_dtype(result)
         fn = ex.op("mul", ex.cast(Arg(0, self.dtype(a)), acc), ex.cast(Arg(1, self.dtype(b)), acc))
         total = self.reduction(self.elementwise(fn, [lhs, rhs], role="mul"), [k_axis], "sum", role="sum")
         return self.cast(total, result)
-
-    def _batch_index(self, shape: tuple[int, ...], batch: tuple[int, ...]) -> tuple[Expr, ...]:
-        d = tensor_ir.output_vars(len(batch))
-        lead = len(batch) - len(shape)
-        return tuple(ex.const(0) if size == 1 else d[lead + k] for k, size in enumerate(shape))
 
     # --- the program -----------------------------------------------------------------------
 

@@ -1,0 +1,7 @@
+"""The reference backend: CPU execution through the Tensor IR interpreter and the Kernel IR simulator."""
+
+from lamina.backends.reference.backend import ReferenceBackend
+from lamina.backends.reference.simulator import simulate
+from lamina.backends.reference.simulator_report import SimulationReport
+
+__all__ = ["ReferenceBackend", "SimulationReport", "simulate"]

@@ -1,0 +1,71 @@
+"""Torch IR -> Tensor IR: every node rewritten by the decomposition registered for its op.
+
+Before anything is built, every node whose op has no decomposition is collected, so
+that one error lists them all, each with the user's source line. A decomposition
+that crashes is reported as a bug of that decomposition, with the node and the line
+it came from; one that returns a value of the wrong shape or dtype is caught here,
+before any later stage can be misled by it.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from lamina.core.errors import LaminaError, UnsupportedOpError
+from lamina.core.ir import tensor_ir, torch_ir
+from lamina.core.ir.tensor_builder import TensorBuilder
+from lamina.core.providers import Decomposition
+
+
+def unsupported_ops(graph: torch_ir.Graph, ops: Mapping[str, Decomposition]) -> list[tuple[str, str]]:
+    """``(op, source line)`` of every node that no decomposition handles, each once, in graph order."""
+    found: list[tuple[str, str]] = []
+    for node in graph.nodes:
+        entry = (node.target, str(node.source) if node.source else "")
+        if node.target not in ops and entry not in found:
+            found.append(entry)
+    return found
+
+
+def decompose(graph: torch_ir.Graph, ops: Mapping[str, Decomposition]) -> tensor_ir.Program:
+    """Rewrite ``graph`` with the decompositions ``ops`` (ATen op name -> decomposition)."""
+    missing = unsupported_ops(graph, ops)
+    if missing:
+        raise UnsupportedOpError(missing)
+    builder = TensorBuilder(graph.inputs, reserved=[node.name for node in graph.nodes])
+    for node in graph.nodes:
+        with builder.at(node):
+            result = _run(ops[node.target], builder, node)
+            builder.bind(node, result)
+            _check_type(builder, node)
+    outputs = [builder.value(torch_ir.Ref(name)) for name in graph.outputs]
+    return builder.program(outputs)
+
+
+def _where(node: torch_ir.Node) -> str:
+    return f"node {node.name}" + (f" at {node.source}" if node.source else "")
+
+
+def _run(decomposition: Decomposition, builder: TensorBuilder, node: torch_ir.Node):
+    try:
+        return decomposition(builder, node)
+    except LaminaError:
+        raise
+    except Exception as error:
+        raise LaminaError(
+            f"the decomposition of {node.target} failed on {_where(node)}: {type(error).__name__}: {error}\n"
+            f"This is a bug in the plugin that registered {node.target}; "
+            "disable that plugin or keep the op out of the program."
+        ) from error
+
+
+def _check_type(builder: TensorBuilder, node: torch_ir.Node) -> None:
+    results = builder.results(node.name)
+    if node.type is None or len(results) != 1:
+        return
+    built = builder.type(results[0])
+    if built != node.type:
+        raise LaminaError(
+            f"the decomposition of {node.target} on {_where(node)} produced {built}, "
+            f"but PyTorch computes {node.type}; this is a bug in the plugin that registered {node.target}"
+        )

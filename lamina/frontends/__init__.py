@@ -1,0 +1,1 @@
+"""Frontends: capture a program written in another framework as Torch IR."""

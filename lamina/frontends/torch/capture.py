@@ -1,0 +1,308 @@
+"""Capture a PyTorch program as Torch IR with ``torch.export``.
+
+The program (an ``nn.Module`` or a plain function) is exported for the shapes and
+dtypes of the example inputs, lowered to core ATen, and written as a
+``torch_ir.Graph``: one node per op, with its shape, dtype and the user's source line.
+Module state (parameters, buffers, tensor constants) becomes graph inputs, passed at
+run time rather than folded into the program, so that updating a weight needs no
+recompilation. Export runs once per set of input shapes and dtypes; callers cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import types
+import warnings
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import attrs
+import torch
+from torch.export.graph_signature import InputKind, OutputKind
+
+from lamina.core.errors import LaminaError
+from lamina.core.ir import dtypes, torch_ir
+from lamina.frontends.torch.source import source_location
+
+DEFAULT_KEEP: tuple[str, ...] = (
+    "aten.linear.default",
+    "aten.silu.default",
+    "aten.softmax.int",
+    "aten.log_softmax.int",
+)
+"""Composite ops kept whole instead of lowered to core ATen.
+
+Each has a built-in decomposition that does better whole: ``linear`` folds its
+weight's transpose into the matmul's operand read instead of a separate permute and
+``addmm``; ``silu`` is one Elementwise rather than two; softmax keeps its numerically
+stable max-subtracted form. Keep only ops that a registered plugin decomposes: any
+other comes back from the decomposition stage as an unsupported op.
+"""
+
+_ALLOCATION_KWARGS = frozenset({"device", "layout", "pin_memory", "memory_format"})
+"""Where and how PyTorch would allocate a result: lamina decides that itself."""
+
+_INPUT_KINDS = {
+    InputKind.PARAMETER: "parameter",
+    InputKind.BUFFER: "buffer",
+    InputKind.CONSTANT_TENSOR: "constant",
+}
+
+
+@attrs.frozen(eq=False)
+class Captured:
+    """A captured program: its graph, and how to gather the graph's inputs at each call.
+
+    ``user_input_positions[i]`` is the position of the example input that feeds graph
+    input ``i``, or None for module state, which ``constants`` holds by input name.
+    """
+
+    graph: torch_ir.Graph
+    user_input_positions: tuple[int | None, ...] = attrs.field(converter=tuple)
+    constants: Mapping[str, torch.Tensor]
+
+
+class _FunctionModule(torch.nn.Module):
+    """A plain function as a module, so that export can trace it; its parameters keep their names."""
+
+    def __init__(self, fn: Callable):
+        super().__init__()
+        self.forward = _named_forward(fn)
+
+
+def _named_forward(fn: Callable) -> Callable:
+    """``fn`` itself under the name ``forward``.
+
+    The stack traces that export records keep only frames of functions named
+    ``forward``; renaming the user's function (or method, or ``__call__``) keeps its
+    lines in them.
+    """
+    target = fn
+    if not isinstance(fn, (types.FunctionType, types.MethodType)):
+        target = getattr(fn, "__call__", fn)
+    if isinstance(target, types.MethodType) and isinstance(target.__func__, types.FunctionType):
+        return types.MethodType(_renamed(target.__func__), target.__self__)
+    if isinstance(target, types.FunctionType):
+        return _renamed(target)
+
+    def forward(*args):
+        return fn(*args)
+
+    with contextlib.suppress(TypeError, ValueError):
+        forward.__signature__ = inspect.signature(fn)
+    return forward
+
+
+def _renamed(fn: types.FunctionType) -> types.FunctionType:
+    renamed = types.FunctionType(fn.__code__.replace(co_name="forward"), fn.__globals__, "forward",
+                                 fn.__defaults__, fn.__closure__)
+    renamed.__kwdefaults__ = fn.__kwdefaults__
+    return renamed
+
+
+def capture(program: Callable | torch.nn.Module, example_inputs: Sequence[Any],
+            keep: Sequence[str] = DEFAULT_KEEP) -> Captured:
+    """Export ``program`` for ``example_inputs`` and write it as Torch IR, keeping the ops in ``keep`` whole."""
+    example_inputs = tuple(example_inputs)
+    for position, value in enumerate(example_inputs):
+        if not isinstance(value, (torch.Tensor, bool, int, float)):
+            raise LaminaError(
+                f"example input {position} is a {type(value).__name__}; lamina programs take tensors "
+                "and Python numbers as arguments"
+            )
+    module = program if isinstance(program, torch.nn.Module) else _FunctionModule(program)
+    table = _decomposition_table(keep)
+    exported = _export(module, example_inputs)
+    try:
+        with _quiet():
+            exported = exported.run_decompositions(table)
+    except Exception as error:
+        raise LaminaError(f"lowering the exported program to core ATen failed: {_reason(error)}") from error
+    return _build(exported)
+
+
+_NOISY_LOGGERS = ("torch._subclasses.fake_tensor", "torch.export", "torch._dynamo")
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence what PyTorch logs about a failed trace (lamina reports it) and its
+    deprecation notices about its own internals, which users cannot act on."""
+    loggers = [logging.getLogger(name) for name in _NOISY_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def _decomposition_table(keep: Sequence[str]):
+    table = torch.export.default_decompositions()
+    by_name = {str(op): op for op in table.keys()}
+    for name in keep:
+        if name in by_name:
+            table.pop(by_name[name])
+        elif not _is_aten_op(name):
+            raise LaminaError(
+                f"the keep-list names {name!r}, which is not an ATen op; "
+                "write ops as Torch IR prints them, like 'aten.linear.default'"
+            )
+    return table
+
+
+def _is_aten_op(name: str) -> bool:
+    namespace, _, rest = name.partition(".")
+    packet, _, overload = rest.partition(".")
+    try:
+        getattr(getattr(getattr(torch.ops, namespace), packet), overload)
+    except (AttributeError, RuntimeError):
+        return False
+    return bool(overload)
+
+
+def _export(module: torch.nn.Module, example_inputs: tuple):
+    try:
+        with _quiet():
+            return torch.export.export(module, example_inputs)
+    except Exception as error:
+        raise LaminaError(
+            f"torch.export could not capture the program: {_reason(error)}\n"
+            "lamina compiles what torch.export can trace: tensor code without data-dependent "
+            "Python control flow. Run the program eagerly with the same inputs to check it."
+        ) from error
+
+
+def _reason(error: Exception) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    return f"{type(error).__name__}: {text[:300]}"
+
+
+def _build(exported) -> Captured:
+    signature = exported.graph_signature
+    specs = {spec.arg.name: spec for spec in signature.input_specs}
+    inputs, positions, constants = [], [], {}
+    nodes, defined = [], set()
+    user_position = 0
+    for fx_node in exported.graph.nodes:
+        if fx_node.op == "placeholder":
+            spec = specs[fx_node.name]
+            if spec.kind == InputKind.USER_INPUT:
+                user_position += 1
+                if not isinstance(fx_node.meta.get("val"), torch.Tensor):
+                    continue  # a Python number: export specialised the graph to its value
+                kind, position = "user", user_position - 1
+            elif spec.kind in _INPUT_KINDS:
+                kind, position = _INPUT_KINDS[spec.kind], None
+                constants[fx_node.name] = _state(exported, spec.target)
+            else:
+                raise LaminaError(f"the program takes a {spec.kind.name.lower()} input ({fx_node.name}), "
+                                  "which lamina does not support")
+            inputs.append(torch_ir.Input(fx_node.name, _tensor_type(fx_node), kind))
+            positions.append(position)
+            defined.add(fx_node.name)
+        elif fx_node.op == "call_function":
+            nodes.append(_node(fx_node))
+            defined.add(fx_node.name)
+        elif fx_node.op == "output":
+            outputs = _outputs(fx_node, signature, defined)
+        else:
+            raise LaminaError(f"the exported program has a {fx_node.op} node ({fx_node.name}): "
+                              "control flow and submodule calls are not supported")
+    graph = torch_ir.Graph(inputs, nodes, outputs)
+    torch_ir.verify_graph(graph)
+    return Captured(graph, positions, constants)
+
+
+def _state(exported, target: str) -> torch.Tensor:
+    if target in exported.state_dict:
+        return exported.state_dict[target]
+    return exported.constants[target]
+
+
+def _outputs(fx_node, signature, defined: set[str]) -> list[str]:
+    outputs = []
+    for value, spec in zip(fx_node.args[0], signature.output_specs):
+        if spec.kind != OutputKind.USER_OUTPUT:
+            raise LaminaError(
+                f"the program updates {spec.target or 'an input'} in place ({spec.kind.name.lower()}); "
+                "lamina compiles pure functions: return the new value instead"
+            )
+        if not isinstance(value, torch.fx.Node) or value.name not in defined:
+            raise LaminaError(f"the program returns {value!r}; lamina programs return tensors")
+        outputs.append(value.name)
+    return outputs
+
+
+def _where(fx_node) -> str:
+    source = source_location(fx_node.meta.get("stack_trace"))
+    return f"{fx_node.name}" + (f" at {source}" if source else "")
+
+
+def _dtype(dtype: torch.dtype, fx_node) -> dtypes.DType:
+    name = str(dtype).removeprefix("torch.")
+    if name not in dtypes.BY_NAME:
+        known = ", ".join(dtypes.BY_NAME)
+        raise LaminaError(f"{_where(fx_node)} uses dtype {name}; lamina supports {known}")
+    return dtypes.BY_NAME[name]
+
+
+def _tensor_type(fx_node) -> torch_ir.TensorType | None:
+    value = fx_node.meta.get("val")
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            if isinstance(item, torch.Tensor):
+                _static_shape(item, fx_node)
+        return None
+    if not isinstance(value, torch.Tensor):
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            raise LaminaError(f"{_where(fx_node)} computes a size from tensor data ({value}); "
+                              "lamina compiles programs whose shapes are known when they are captured")
+        return None
+    return torch_ir.TensorType(_static_shape(value, fx_node), _dtype(value.dtype, fx_node))
+
+
+def _static_shape(value: torch.Tensor, fx_node) -> tuple[int, ...]:
+    shape = tuple(value.shape)
+    if not all(isinstance(size, int) for size in shape):
+        raise LaminaError(
+            f"{_where(fx_node)} produces a tensor of symbolic shape {list(shape)}: its size depends on "
+            "tensor data or on dynamic dimensions. lamina compiles programs whose shapes are known when "
+            "they are captured"
+        )
+    return shape
+
+
+def _node(fx_node) -> torch_ir.Node:
+    target = fx_node.target
+    name = str(target) if isinstance(target, torch._ops.OpOverload) else getattr(target, "__name__", str(target))
+    args = tuple(_argument(a, fx_node) for a in fx_node.args)
+    kwargs = tuple((k, _argument(v, fx_node)) for k, v in fx_node.kwargs.items() if k not in _ALLOCATION_KWARGS)
+    return torch_ir.Node(
+        name=fx_node.name,
+        target=name,
+        args=args,
+        kwargs=kwargs,
+        type=_tensor_type(fx_node),
+        source=source_location(fx_node.meta.get("stack_trace")),
+    )
+
+
+def _argument(value: Any, fx_node) -> Any:
+    if isinstance(value, torch.fx.Node):
+        return torch_ir.Ref(value.name)
+    if isinstance(value, (list, tuple)):
+        return tuple(_argument(v, fx_node) for v in value)
+    if isinstance(value, torch.dtype):
+        return _dtype(value, fx_node)
+    if isinstance(value, (torch.device, torch.layout, torch.memory_format)):
+        return str(value).removeprefix("torch.")
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise LaminaError(f"{_where(fx_node)} has an argument lamina cannot represent: {value!r}")

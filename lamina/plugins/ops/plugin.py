@@ -1,0 +1,22 @@
+"""Registers the built-in decompositions, through the same hook as any third-party plugin."""
+
+from __future__ import annotations
+
+from lamina.core.hookspecs import hookimpl
+from lamina.plugins.ops import activations, elementwise, matmul, reductions, structural, views
+
+DECOMPOSITIONS = {
+    **elementwise.DECOMPOSITIONS,
+    **activations.DECOMPOSITIONS,
+    **matmul.DECOMPOSITIONS,
+    **views.DECOMPOSITIONS,
+    **reductions.DECOMPOSITIONS,
+    **structural.DECOMPOSITIONS,
+}
+"""Every built-in decomposition, by the ATen op name that Torch IR prints."""
+
+
+@hookimpl
+def lamina_register_ops(register):
+    for op, decomposition in DECOMPOSITIONS.items():
+        register(op, decomposition)

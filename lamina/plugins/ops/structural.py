@@ -1,0 +1,59 @@
+"""Ops that compute nothing new: copies, aliases, casts, fills, checks, and picking one result of several.
+
+lamina's values are immutable, so a copy or an alias is the value itself.
+"""
+
+from __future__ import annotations
+
+from lamina.core.ir import dtypes
+from lamina.core.ir.tensor_builder import TensorBuilder, number_dtype
+from lamina.core.ir.torch_ir import Node
+from lamina.plugins.ops.arguments import argument, tensor
+
+
+def decompose_identity(b: TensorBuilder, node: Node) -> str:
+    return tensor(b, node)
+
+
+def decompose_check(b: TensorBuilder, node: Node) -> tuple[str, ...]:
+    """A metadata assertion: export already checked it, and it has no result."""
+    return ()
+
+
+def decompose_to_copy(b: TensorBuilder, node: Node) -> str:
+    """``Tensor.to``: a cast when a dtype is given; device and layout are lamina's business."""
+    dtype = node.kwarg("dtype")
+    x = tensor(b, node)
+    return b.cast(x, dtype) if dtype is not None else x
+
+
+def decompose_full(b: TensorBuilder, node: Node) -> str:
+    value = argument(node, 1, "fill_value")
+    return b.full(value, argument(node, 0, "size"), node.kwarg("dtype") or number_dtype(value))
+
+
+def decompose_full_like(b: TensorBuilder, node: Node) -> str:
+    x = tensor(b, node)
+    return b.full(argument(node, 1, "fill_value"), b.shape(x), node.kwarg("dtype") or b.dtype(x))
+
+
+def decompose_scalar_tensor(b: TensorBuilder, node: Node) -> str:
+    return b.full(argument(node, 0, "s"), (), node.kwarg("dtype") or dtypes.float32)
+
+
+def decompose_getitem(b: TensorBuilder, node: Node) -> str:
+    """One result of an op with several (``var_mean``, ``aminmax``)."""
+    return b.results(node.args[0])[node.args[1]]
+
+
+DECOMPOSITIONS = {
+    "aten.clone.default": decompose_identity,
+    "aten.alias.default": decompose_identity,
+    "aten.detach.default": decompose_identity,
+    "aten._assert_tensor_metadata.default": decompose_check,
+    "aten._to_copy.default": decompose_to_copy,
+    "aten.full.default": decompose_full,
+    "aten.full_like.default": decompose_full_like,
+    "aten.scalar_tensor.default": decompose_scalar_tensor,
+    "getitem": decompose_getitem,
+}
