@@ -1,0 +1,130 @@
+"""Runs the stages in order and keeps every level for inspection.
+
+Torch IR -> (decompositions) Tensor IR -> (lowering, fusion rules) Loop IR ->
+(schedules) Tile IR -> (schedule lowering, kernel passes) Kernel IR -> (backend) source.
+Each level is verified as it is produced and shown to the observers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from lamina.core.config import Config
+from lamina.core.errors import ConfigError, LaminaError, ScheduleError
+from lamina.core.ir import kernel_ir, loop_ir, tensor_ir, tile_ir, torch_ir
+from lamina.core.plugins import PluginManager
+from lamina.core.stages.decompose import decompose
+from lamina.core.stages.fuse import fuse
+from lamina.core.stages.lower_to_loops import lower_to_loops
+from lamina.core.target import Target
+
+LEVELS = ("torch", "tensor", "loop", "tile", "kernel", "cuda")
+
+
+@attrs.define
+class Compilation:
+    """Every level of one compiled program."""
+
+    target: Target
+    graph: torch_ir.Graph
+    tensor: tensor_ir.Program | None = None
+    loop: loop_ir.Program | None = None
+    tiles: tuple[tile_ir.TileKernel, ...] = ()
+    kernels: kernel_ir.Program | None = None
+    sources: dict[str, str] = attrs.field(factory=dict)
+
+    def ir(self, level: str) -> str:
+        """The printed form of ``level`` (one of ``LEVELS``)."""
+        if level == "torch":
+            return torch_ir.format_graph(self.graph)
+        if level == "tensor":
+            return tensor_ir.format_program(self.tensor)
+        if level == "loop":
+            return loop_ir.format_program(self.loop)
+        if level == "tile":
+            return "\n\n".join(tile_ir.format_tile_kernel(t) for t in self.tiles)
+        if level == "kernel":
+            return kernel_ir.format_program(self.kernels)
+        if level == "cuda":
+            return "\n".join(self.sources[k.name] for k in self.kernels.kernels)
+        raise LaminaError(f"unknown IR level {level!r}; choose one of {', '.join(LEVELS)}")
+
+
+class Pipeline:
+    def __init__(self, config: Config, plugins: PluginManager):
+        self.config = config
+        self.plugins = plugins
+        self.registry = plugins.registry
+
+    def target(self, arch: str | None = None) -> Target:
+        """The configured target, else the one for ``arch``, else sm_90."""
+        name = self.config.target or arch or "sm_90"
+        entry = self.registry.get("target", name)
+        if entry is None:
+            known = ", ".join(self.registry.names("target")) or "none"
+            raise ConfigError(f"unknown target {name!r}; registered targets: {known}")
+        return entry.provider
+
+    def compile(self, graph: torch_ir.Graph, target: Target) -> Compilation:
+        c = Compilation(target=target, graph=graph)
+        torch_ir.verify_graph(graph)
+        self._observe("torch", graph, c)
+
+        ops = {name: self.registry.get("op", name).provider for name in self.registry.names("op")}
+        c.tensor = decompose(graph, ops)
+        tensor_ir.verify_program(c.tensor)
+        self._observe("tensor", c.tensor, c)
+
+        rules = [e.provider for e in self.registry.ranked("fusion_rule")]
+        c.loop = fuse(lower_to_loops(c.tensor), rules)
+        loop_ir.verify_program(c.loop)
+        self._observe("loop", c.loop, c)
+
+        chosen = [self.choose_schedule(k, target) for k in c.loop.kernels]
+        c.tiles = tuple(s.schedule(k, target, self.config.knobs) for s, k in zip(chosen, c.loop.kernels))
+        for t in c.tiles:
+            tile_ir.verify_tile_kernel(t, target.max_threads_per_block, target.max_shared_bytes_optin)
+        self._observe("tile", c.tiles, c)
+
+        passes = [e.provider for e in self.registry.ranked("kernel_pass")]
+        kernels = []
+        for schedule, tile in zip(chosen, c.tiles):
+            kernel = schedule.lower(tile, target)
+            for kernel_pass in passes:
+                kernel = kernel_pass.apply(kernel, target)
+            kernel_ir.verify_kernel(kernel, target.max_threads_per_block, target.max_shared_bytes_optin)
+            kernels.append(kernel)
+        c.kernels = kernel_ir.Program(kernels)
+        self._observe("kernel", c.kernels, c)
+
+        cuda = self.registry.get("backend", "cuda")
+        if cuda is not None:
+            c.sources = dict(cuda.provider.emit(c.kernels, target) or {})
+            self._observe("cuda", c.sources, c)
+        return c
+
+    def choose_schedule(self, kernel: loop_ir.Kernel, target: Target) -> Any:
+        ranked = [e.provider for e in self.registry.ranked("schedule")]
+        if self.config.schedule is not None:
+            pinned = self.registry.get("schedule", self.config.schedule)
+            if pinned is None:
+                known = ", ".join(self.registry.names("schedule"))
+                raise ConfigError(f"the configured schedule {self.config.schedule!r} is not registered; known: {known}")
+            if pinned.provider.applies(kernel, target):
+                return pinned.provider
+        candidates = [s for s in ranked if s.applies(kernel, target)]
+        if not candidates:
+            raise ScheduleError(
+                f"no schedule applies to loop kernel {kernel.name}:\n{loop_ir.format_kernel(kernel, '  ')}\n"
+                "Register a schedule that handles it (see docs/plugins.md)."
+            )
+        policy = self.registry.get("selection_policy", self.config.selection)
+        if policy is None:
+            known = ", ".join(self.registry.names("selection_policy"))
+            raise ConfigError(f"unknown selection policy {self.config.selection!r}; known: {known}")
+        return policy.provider.choose(kernel, candidates, target)
+
+    def _observe(self, level: str, ir: Any, compilation: Compilation) -> None:
+        self.plugins.observe(level, ir, compilation)

@@ -1,0 +1,61 @@
+"""Whole programs through all six levels, run on the Kernel IR simulator, against PyTorch."""
+
+import pytest
+import torch
+
+import lamina
+from lamina.backends.cuda.nvrtc import compile_kernel
+from lamina.bench.measure import float64_reference, relative_error
+
+from tests.end_to_end.programs import CASES
+
+SCHEDULES = [None, "generic"]
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=["default", "generic"])
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_program_matches_pytorch_on_the_simulator(case, schedule):
+    inputs = case.inputs()
+    compiled = lamina.compile(case.fn, inputs, schedule=schedule)
+    out = compiled(*inputs)
+    assert relative_error(out, float64_reference(case.fn, inputs)) < 1e-5
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_every_emitted_kernel_compiles_for_sm_90_without_spills(case):
+    compiled = lamina.compile(case.fn, case.inputs())
+    for kernel in compiled.compilation.kernels.kernels:
+        result = compile_kernel(compiled.compilation.sources[kernel.name], kernel.name, "sm_90")
+        assert result.registers > 0
+        assert (result.spill_stores, result.spill_loads) == (0, 0), kernel.name
+
+
+def test_running_example_is_one_kernel_on_the_contraction_schedule():
+    case = CASES[0]
+    compiled = lamina.compile(case.fn, case.inputs())
+    assert compiled.kernel_count == 1
+    assert compiled.compilation.loop.temporaries == ()
+    assert [t.schedule for t in compiled.compilation.tiles] == ["contraction"]
+
+
+def test_wrong_shape_is_a_clear_error():
+    case = CASES[0]
+    compiled = lamina.compile(case.fn, case.inputs())
+    x, bias, w = case.inputs()
+    with pytest.raises(lamina.LaminaError, match=r"input 0 is float32\[17, 64\] on cpu, but the function was compiled for float32\[16, 64\]"):
+        compiled(torch.randn(17, 64), bias, w)
+
+
+def test_wrong_dtype_is_a_clear_error():
+    case = CASES[0]
+    compiled = lamina.compile(case.fn, case.inputs())
+    x, bias, w = case.inputs()
+    with pytest.raises(lamina.LaminaError, match=r"input 2 is float64\[64, 16\]"):
+        compiled(x, bias, w.double())
+
+
+def test_wrong_number_of_inputs_is_a_clear_error():
+    case = CASES[0]
+    compiled = lamina.compile(case.fn, case.inputs())
+    with pytest.raises(lamina.LaminaError, match="compiled for 3 inputs and was called with 2"):
+        compiled(*case.inputs()[:2])
