@@ -1,0 +1,1 @@
+"""Measuring compiled programs the way PERFORMANCE.md prescribes."""

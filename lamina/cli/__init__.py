@@ -1,0 +1,5 @@
+"""The ``lamina`` command."""
+
+from lamina.cli.main import main
+
+__all__ = ["main"]

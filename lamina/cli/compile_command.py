@@ -1,0 +1,20 @@
+"""``lamina compile``: print one level of a compiled program, or all six."""
+
+from __future__ import annotations
+
+import lamina
+from lamina.cli.program_spec import program_spec
+from lamina.core.pipeline import LEVELS
+
+
+def compile_command(args) -> int:
+    spec = program_spec(args.code, args.input)
+    compiled = lamina.compile(spec.function(), spec.example_inputs(), schedule=args.schedule, target=args.target)
+    if args.ir != "all":
+        print(compiled.ir(args.ir))
+        return 0
+    for level in LEVELS:
+        print(f"=== {level} ===")
+        print(compiled.ir(level))
+        print()
+    return 0

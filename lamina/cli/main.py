@@ -1,0 +1,76 @@
+"""``lamina``: compile, run and inspect programs; list plugins.
+
+Errors that lamina raises on purpose are printed as one message without a
+traceback, and the command exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from lamina.core.errors import LaminaError
+from lamina.core.pipeline import LEVELS
+from lamina.cli.program_spec import INPUT_HELP, RUNNING_EXAMPLE
+
+
+def _add_program_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-c", "--code", metavar="EXPR",
+        help=f"a PyTorch expression of the inputs, e.g. \"{RUNNING_EXAMPLE}\"; "
+             "without it the built-in example runs (that expression with x=16,64 bias=64 w=64,16)",
+    )
+    parser.add_argument("--input", action="append", metavar="NAME=SHAPE[:DTYPE]", help=INPUT_HELP)
+    parser.add_argument("--schedule", help="use this schedule wherever it applies (e.g. generic, contraction)")
+    parser.add_argument("--target", help="compile for this target (default: the visible GPU, else sm_90)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lamina", description="A pluggable ML compiler from PyTorch to CUDA.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    compile_parser = commands.add_parser(
+        "compile", help="compile a program and print its IR",
+        description="Compile a PyTorch expression (or the built-in example) and print one IR level or all six.",
+        epilog=f"example: lamina compile -c \"{RUNNING_EXAMPLE}\" --input x=16,64 --input bias=64 --input w=64,16 --ir tile",
+    )
+    _add_program_arguments(compile_parser)
+    compile_parser.add_argument("--ir", choices=LEVELS + ("all",), default="all", help="the level to print (default: all)")
+
+    run_parser = commands.add_parser(
+        "run", help="compile, run and compare with PyTorch",
+        description="Compile a program, run it on random inputs (on the GPU if one is visible, else on the "
+                    "Kernel IR simulator) and compare the result with PyTorch in float64.",
+    )
+    _add_program_arguments(run_parser)
+    run_parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                            help="cuda: the GPU; cpu: the Kernel IR simulator; auto (default): the GPU if visible")
+    run_parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+
+    plugins_parser = commands.add_parser("plugins", help="list plugins and what they registered")
+    plugins_parser.add_argument("--json", action="store_true", help="print JSON for machines")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        if args.command == "compile":
+            from lamina.cli.compile_command import compile_command
+            return compile_command(args)
+        if args.command == "run":
+            from lamina.cli.run_command import run_command
+            return run_command(args)
+        from lamina.cli.plugins_command import plugins_command
+        return plugins_command(args)
+    except LaminaError as e:
+        print(f"lamina: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""The lamina command, as a user runs it."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from lamina.cli.main import main
+
+EXAMPLE = ["-c", "torch.relu(torch.matmul(x + bias, w))", "--input", "x=16,64", "--input", "bias=64", "--input", "w=64,16"]
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_compile_without_arguments_prints_all_six_levels(capsys):
+    code, out, err = run(capsys, "compile")
+    assert code == 0, err
+    for level in ("torch", "tensor", "loop", "tile", "kernel", "cuda"):
+        assert f"=== {level} ===" in out
+    assert "__global__" in out
+
+
+def test_compile_expression_prints_the_tile_level(capsys):
+    code, out, err = run(capsys, "compile", *EXAMPLE, "--ir", "tile")
+    assert code == 0, err
+    assert "schedule=contraction" in out
+    assert "cp.async" in out
+
+
+def test_run_on_the_simulator_compares_with_pytorch(capsys):
+    code, out, err = run(capsys, "run", "--device", "cpu")
+    assert code == 0, err
+    assert "1 kernel(s)" in out
+    assert "(ok, tolerance" in out
+
+
+def test_device_cuda_without_a_gpu_is_a_clear_error(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    code, out, err = run(capsys, "run", "--device", "cuda")
+    assert code == 2
+    assert "no CUDA GPU is visible" in err
+    assert "Traceback" not in err
+
+
+def test_unsupported_ops_are_listed_with_the_expression_line(capsys):
+    code, out, err = run(capsys, "compile", "-c", "torch.cumsum(x, 0) + torch.sort(x, 0).values", "--input", "x=8,3")
+    assert code == 2
+    assert "2 unsupported op(s)" in err
+    assert "aten.cumsum.default" in err and "aten.sort.default" in err
+    assert "<lamina -c>" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["compile", "-c", "x +", "--input", "x=3"], "is not a Python expression"),
+    (["compile", "-c", "x + y", "--input", "x=3"], "name 'y' is not defined"),
+    (["compile", "-c", "x * 2"], "needs the shape of each input"),
+    (["compile", "-c", "x * 2", "--input", "x=3,a"], "comma-separated integers"),
+    (["compile", "-c", "x * 2", "--input", "x=3:float8"], "unknown dtype 'float8'"),
+    (["compile", "--schedule", "nonexistent"], "schedule 'nonexistent' is not registered"),
+])
+def test_bad_input_is_one_clear_message(capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_plugins_json_lists_the_builtins(capsys):
+    code, out, err = run(capsys, "plugins", "--json")
+    assert code == 0
+    plugins = {p["name"]: p for p in json.loads(out)}
+    assert plugins["lamina.builtin.schedules.contraction"]["registered"] == [["schedule", "contraction"]]
+    assert all(p["status"] == "loaded" for p in plugins.values())
+
+
+def test_the_module_runs_as_a_command():
+    result = subprocess.run([sys.executable, "-m", "lamina", "compile", "--ir", "loop"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "kernel relu" in result.stdout
