@@ -57,15 +57,17 @@ def parse_input(text: str) -> InputSpec:
 class ProgramSpec:
     expression: str
     inputs: tuple[InputSpec, ...]
+    #: The file name that Torch IR and error messages give for the expression's line.
+    origin: str = "<lamina -c>"
 
     def function(self):
         """A Python function of the inputs that evaluates the expression.
 
-        Its source is registered with linecache under ``<lamina -c>``, so that Torch IR
-        and error messages can point at it.
+        Its source is registered with linecache under ``origin``, so that Torch IR and
+        error messages can point at it.
         """
         params = ", ".join(i.name for i in self.inputs)
-        filename = "<lamina -c>"
+        filename = self.origin
         source = f"def program({params}):\n    return {self.expression}\n"
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         try:
@@ -88,7 +90,7 @@ def program_spec(code: str | None, inputs: list[str] | None) -> ProgramSpec:
     if code is None:
         if inputs:
             raise LaminaError("--input needs -c EXPR; without -c lamina uses its built-in example")
-        return ProgramSpec(RUNNING_EXAMPLE, tuple(parse_input(t) for t in RUNNING_EXAMPLE_INPUTS))
+        return ProgramSpec(RUNNING_EXAMPLE, tuple(parse_input(t) for t in RUNNING_EXAMPLE_INPUTS), "<lamina example>")
     if not inputs:
         raise LaminaError("-c EXPR needs the shape of each input: add --input NAME=SHAPE for every name it uses")
     specs = tuple(parse_input(t) for t in inputs)
