@@ -10,6 +10,9 @@ from lamina.core.config import load_config
 from lamina.core.plugins import get_plugin_manager
 
 
+_PLURAL = {"fusion_rule": "fusion rules", "kernel_pass": "kernel passes", "selection_policy": "selection policies"}
+
+
 def plugins_command(args) -> int:
     config = load_config()
     manager = get_plugin_manager(config)
@@ -28,5 +31,5 @@ def plugins_command(args) -> int:
         for kind, name in p.registered:
             by_kind.setdefault(kind, []).append(name)
         for kind, names in by_kind.items():
-            print(f"  {kind}s: {', '.join(names)}")
+            print(f"  {_PLURAL.get(kind, kind + 's')}: {', '.join(names)}")
     return 0

@@ -1,5 +1,7 @@
 """Whole programs through all six levels, run on the Kernel IR simulator, against PyTorch."""
 
+import copy
+
 import pytest
 import torch
 
@@ -59,3 +61,17 @@ def test_wrong_number_of_inputs_is_a_clear_error():
     compiled = lamina.compile(case.fn, case.inputs())
     with pytest.raises(lamina.LaminaError, match="compiled for 3 inputs and was called with 2"):
         compiled(*case.inputs()[:2])
+
+
+def test_module_parameters_are_inputs_of_the_compiled_program():
+    model = torch.nn.Sequential(torch.nn.Linear(24, 13), torch.nn.ReLU(), torch.nn.Linear(13, 5))
+    x = torch.randn(7, 24)
+    compiled = lamina.compile(model, (x,))
+    kinds = [i.kind for i in compiled.compilation.graph.inputs]
+    assert kinds.count("parameter") == 4
+    with torch.no_grad():
+        reference = copy.deepcopy(model).double()(x.double())
+        assert relative_error(compiled(x), reference) < 1e-5
+        model[0].weight.mul_(2.0)
+        reference = copy.deepcopy(model).double()(x.double())
+        assert relative_error(compiled(x), reference) < 1e-5
