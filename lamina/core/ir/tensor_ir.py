@@ -5,7 +5,12 @@
   With no inputs it is a filled tensor (``zeros``, ``full``).
 - ``Reduction``: combine along axes with ``sum``, ``max``, ``min`` or ``prod``.
 - ``IndexMap``: each output coordinate ``(d0, d1, ...)`` reads the input at an integer
-  expression of those coordinates: broadcast, transpose, permute, view, slice.
+  expression of those coordinates: broadcast, transpose, permute, view, slice. The
+  expression may read integers from further tensors (``Gathered``): an embedding
+  lookup reads row ``ids[d0, d1]``.
+
+An Elementwise function may also use its output coordinates (``Coord``), which is
+what ``arange``, triangular masks and ``cat`` (a ``where`` on a coordinate) need.
 
 Nothing below this level knows about ATen.
 """
@@ -29,6 +34,29 @@ class Arg(Expr):
 
     position: int
     dtype: DType
+
+
+@attrs.frozen(eq=True)
+class Coord(Expr):
+    """The output coordinate along ``axis`` of the Elementwise op that holds it."""
+
+    axis: int
+    dtype: DType = dtypes.index
+
+
+@attrs.frozen(eq=True)
+class Gathered(Expr):
+    """``IndexMap.gathers[position]`` read at ``index``: an index that comes from a tensor."""
+
+    position: int
+    index: tuple[Expr, ...] = attrs.field(converter=tuple)
+    dtype: DType = dtypes.index
+
+    def children(self):
+        return self.index
+
+    def rebuild(self, children):
+        return attrs.evolve(self, index=tuple(children))
 
 
 REDUCTIONS = ("sum", "max", "min", "prod")
@@ -88,13 +116,19 @@ class IndexMap:
     index: tuple[Expr, ...] = attrs.field(converter=tuple)
     type: TensorType
     source: SourceLocation | None = attrs.field(default=None, eq=False)
+    #: Integer tensors that ``Gathered`` leaves of ``index`` read.
+    gathers: tuple[str, ...] = attrs.field(converter=tuple, default=())
 
 
 TensorOp = Elementwise | Reduction | IndexMap
 
 
 def op_inputs(o: TensorOp) -> tuple[str, ...]:
-    return o.inputs if isinstance(o, Elementwise) else (o.input,)
+    if isinstance(o, Elementwise):
+        return o.inputs
+    if isinstance(o, IndexMap):
+        return (o.input,) + o.gathers
+    return (o.input,)
 
 
 @attrs.frozen
@@ -117,6 +151,8 @@ def _elementwise_text(o: Elementwise) -> str:
     def leaf(e):
         if isinstance(e, Arg):
             return names[e.position]
+        if isinstance(e, Coord):
+            return f"d{e.axis}"
         return None
 
     return ex.format_expr(o.fn, leaf)
@@ -131,7 +167,13 @@ def format_op(o: TensorOp) -> str:
         keep = ", keepdim" if o.keepdim else ""
         return head + f"reduce {o.op}({o.input}, axes=[{axes}]{keep})"
     coords = ", ".join(v.name for v in output_vars(len(o.type.shape)))
-    idx = ", ".join(str(e) for e in o.index)
+
+    def leaf(e):
+        if isinstance(e, Gathered):
+            return f"{o.gathers[e.position]}[{', '.join(ex.format_expr(i, leaf) for i in e.index)}]"
+        return None
+
+    idx = ", ".join(ex.format_expr(e, leaf) for e in o.index)
     return head + f"index_map ({coords}) -> {o.input}[{idx}]"
 
 
@@ -187,6 +229,8 @@ def _check_elementwise(o: Elementwise, types) -> list[str]:
                 problems.append(f"the function reads argument {node.position} of {len(o.inputs)}")
             elif node.dtype != types[o.inputs[node.position]].dtype:
                 problems.append(f"argument {node.position} is typed {node.dtype}, its input is {types[o.inputs[node.position]].dtype}")
+        elif isinstance(node, Coord) and not 0 <= node.axis < len(o.type.shape):
+            problems.append(f"the function reads coordinate {node.axis} of a rank-{len(o.type.shape)} output")
         elif isinstance(node, ex.Var):
             problems.append(f"the function uses a variable {node.name}; Elementwise functions see only their arguments")
         elif isinstance(node, ex.Op) and node.op not in ex.OPS:
@@ -219,6 +263,10 @@ def _check_index_map(o: IndexMap, inp: TensorType) -> list[str]:
         problems.append(f"an IndexMap does not change dtype ({inp.dtype} -> {o.type.dtype})")
     ranges = {f"d{i}": s for i, s in enumerate(o.type.shape)}
     allowed = set(ranges)
+    for e in o.index:
+        for node in ex.walk(e):
+            if isinstance(node, Gathered) and not 0 <= node.position < len(o.gathers):
+                problems.append(f"the index reads gathered tensor {node.position} of {len(o.gathers)}")
     for axis, (e, size) in enumerate(zip(o.index, inp.shape)):
         stray = ex.free_vars(e) - allowed
         if stray:
@@ -237,7 +285,7 @@ def num_elements(shape: tuple[int, ...]) -> int:
 
 
 __all__ = [
-    "Arg", "Value", "Elementwise", "Reduction", "IndexMap", "TensorOp", "Program",
+    "Arg", "Coord", "Gathered", "Value", "Elementwise", "Reduction", "IndexMap", "TensorOp", "Program",
     "REDUCTIONS", "reduction_identity", "output_vars", "op_inputs", "format_op",
     "format_program", "verify_program", "num_elements", "dtypes",
 ]
