@@ -11,9 +11,17 @@ from lamina.backends.cuda.codegen import emit_cuda, kernel_symbol
 from lamina.backends.cuda.driver import LaunchableKernel, device_arch
 from lamina.backends.cuda.nvrtc import CompiledKernel, compile_kernel, nvrtc_version
 from lamina.backends.program_runner import ProgramRunner
-from lamina.core.errors import LaminaError
+from lamina.core.errors import CompileError, LaminaError
 from lamina.core.ir import kernel_ir
 from lamina.core.target import Target
+
+
+def anonymous_kernel(kernel: kernel_ir.Kernel) -> kernel_ir.Kernel:
+    """``kernel`` with positional names for itself and its arrays, so that structurally equal
+    kernels print as the same source. Launches pass parameters by position."""
+    mapping = {p.name: f"p{i}" for i, p in enumerate(kernel.params)}
+    mapping.update({a.name: f"{a.space[0]}{i}" for i, a in enumerate(kernel.arrays)})
+    return kernel_ir.rename_arrays(kernel, mapping, name="lamina_kernel")
 
 
 class CudaBackend:
@@ -54,11 +62,24 @@ class CudaBackend:
         return target.arch
 
     def compile(self, program: kernel_ir.Program, arch: str) -> dict[str, CompiledKernel]:
-        """Every kernel of ``program`` compiled for ``arch`` (through the cubin cache); needs no GPU."""
-        return {
-            kernel.name: compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), arch, self.options, self.cache_dir)
-            for kernel in program.kernels
-        }
+        """Every kernel of ``program`` compiled for ``arch`` (through the cubin cache); needs no GPU.
+
+        Kernels that differ only in the names of their arrays (the same layer of a
+        model, repeated) are compiled once: each is compiled under positional names.
+        """
+        by_source: dict[str, CompiledKernel] = {}
+        compiled = {}
+        for kernel in program.kernels:
+            anonymous = anonymous_kernel(kernel)
+            source = emit_cuda(anonymous)
+            if source not in by_source:
+                try:
+                    by_source[source] = compile_kernel(source, kernel_symbol(anonymous), arch, self.options, self.cache_dir)
+                except CompileError:
+                    compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), arch, self.options, self.cache_dir)
+                    raise
+            compiled[kernel.name] = by_source[source]
+        return compiled
 
     def load(self, compilation: Any, target: Target | None = None) -> ProgramRunner:
         program: kernel_ir.Program = compilation.kernels

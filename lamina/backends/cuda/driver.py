@@ -17,7 +17,7 @@ from typing import Mapping
 
 import torch
 
-from lamina.backends.cuda.codegen import kernel_symbol, launch_shared_bytes
+from lamina.backends.cuda.codegen import launch_shared_bytes
 from lamina.backends.cuda.nvrtc import CompiledKernel
 from lamina.backends.program_runner import torch_dtype
 from lamina.core.errors import DeviceError, LaminaError
@@ -101,7 +101,7 @@ class LaunchableKernel:
         self.kernel = kernel
         self.compiled = compiled
         self.name = kernel.name
-        self.symbol = kernel_symbol(kernel)
+        self.symbol = compiled.name
         self.grid = tuple(int(n) for n in kernel.launch.grid)
         self.block = tuple(int(n) for n in kernel.launch.block)
         self.dynamic_shared_bytes = launch_shared_bytes(kernel)

@@ -94,13 +94,13 @@ class Expr:
         return format_expr(self)
 
 
-@attrs.frozen(eq=True)
+@attrs.frozen(eq=True, cache_hash=True)
 class Const(Expr):
     value: int | float | bool
     dtype: DType = attrs.field(default=dtypes.index)
 
 
-@attrs.frozen(eq=True)
+@attrs.frozen(eq=True, cache_hash=True)
 class Var(Expr):
     """A named scalar: a loop variable, an accumulator, a local."""
 
@@ -108,7 +108,7 @@ class Var(Expr):
     dtype: DType = attrs.field(default=dtypes.index)
 
 
-@attrs.frozen(eq=True)
+@attrs.frozen(eq=True, cache_hash=True)
 class Op(Expr):
     op: str
     args: tuple[Expr, ...]

@@ -10,6 +10,7 @@ and remainders that cannot matter, so that views of views print as people expect
 
 from __future__ import annotations
 
+import functools
 from typing import Mapping
 
 from lamina.core.ir import dtypes
@@ -195,7 +196,13 @@ def simplify(expr: Expr, ranges: Ranges = _NO_RANGES) -> Expr:
     """Canonical, simplified form of an integer expression; other expressions are returned as they are."""
     if not _is_int(expr):
         return expr
-    return affine(expr, ranges).to_expr()
+    return _simplify(expr, tuple(sorted(ranges.items())))
+
+
+@functools.lru_cache(maxsize=65536)
+def _simplify(expr: Expr, ranges: tuple[tuple[str, int], ...]) -> Expr:
+    """Schedules simplify the same index expressions many times over; they are immutable."""
+    return affine(expr, dict(ranges)).to_expr()
 
 
 def coefficient(expr: Expr, var: str) -> int | None:

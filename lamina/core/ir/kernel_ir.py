@@ -232,6 +232,44 @@ def expressions(s: Stmt) -> tuple[Expr, ...]:
     return ()
 
 
+def rename_arrays(kernel: Kernel, mapping: dict[str, str], name: str | None = None) -> Kernel:
+    """The same kernel with arrays (parameters, shared and register arrays) renamed by
+    ``mapping``, and the kernel itself renamed to ``name`` if given."""
+
+    def rename_expr(e: Expr) -> Expr:
+        return ex.transform(e, lambda n: attrs.evolve(n, array=mapping[n.array]) if isinstance(n, Load) and n.array in mapping else None)
+
+    def rename_body(body):
+        out = []
+        for s in body:
+            if isinstance(s, For):
+                s = attrs.evolve(s, start=rename_expr(s.start), stop=rename_expr(s.stop), body=rename_body(s.body))
+            elif isinstance(s, If):
+                s = attrs.evolve(s, cond=rename_expr(s.cond), then=rename_body(s.then), orelse=rename_body(s.orelse))
+            elif isinstance(s, Declare) and s.init is not None:
+                s = attrs.evolve(s, init=rename_expr(s.init))
+            elif isinstance(s, Assign):
+                s = attrs.evolve(s, value=rename_expr(s.value))
+            elif isinstance(s, Store):
+                s = attrs.evolve(s, array=mapping.get(s.array, s.array), index=tuple(map(rename_expr, s.index)), value=rename_expr(s.value))
+            elif isinstance(s, CpAsync):
+                s = attrs.evolve(
+                    s, dst=mapping.get(s.dst, s.dst), src=mapping.get(s.src, s.src),
+                    dst_index=tuple(map(rename_expr, s.dst_index)), src_index=tuple(map(rename_expr, s.src_index)),
+                    predicate=None if s.predicate is None else rename_expr(s.predicate),
+                )
+            out.append(s)
+        return tuple(out)
+
+    return attrs.evolve(
+        kernel,
+        name=kernel.name if name is None else name,
+        params=tuple(attrs.evolve(p, name=mapping.get(p.name, p.name)) for p in kernel.params),
+        arrays=tuple(attrs.evolve(a, name=mapping.get(a.name, a.name)) for a in kernel.arrays),
+        body=rename_body(kernel.body),
+    )
+
+
 # --- printing ----------------------------------------------------------------
 
 def _leaf(e: Expr):

@@ -12,6 +12,8 @@ The order with the fewest bank conflicts for the padded layout is chosen by coun
 
 from __future__ import annotations
 
+import functools
+
 import math
 
 import attrs
@@ -70,6 +72,7 @@ def _can_interleave(tile: tuple[int, ...]) -> bool:
     return outer < WARP and WARP % outer == 0 and inner % WARP == 0
 
 
+@functools.cache
 def choose_copy_order(tile: tuple[int, ...], padding: int, itemsize: int, contiguous: int | None) -> CopyOrder:
     """The order for a tile whose dimension ``contiguous`` is contiguous in global memory (None: neither)."""
     if len(tile) == 1 or contiguous != 0:

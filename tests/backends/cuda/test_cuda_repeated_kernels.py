@@ -1,0 +1,36 @@
+"""Kernels that differ only in names, like the layers of a model, compile once."""
+
+import attrs
+import pytest
+import torch
+
+import lamina
+from lamina.backends.cuda.backend import CudaBackend
+from lamina.core.errors import CompileError
+from lamina.core.ir import expr as ex, kernel_ir
+
+
+def two_layers(x, w1, y, w2):
+    return torch.relu(x @ w1), torch.relu(y @ w2)
+
+
+def test_structurally_equal_kernels_share_one_cubin(tmp_path):
+    inputs = tuple(torch.randn(32, 32) for _ in range(4))
+    program = lamina.compile(two_layers, inputs).compilation.kernels
+    assert len(program.kernels) == 2 and program.kernels[0].name != program.kernels[1].name
+    compiled = CudaBackend(cache_dir=tmp_path).compile(program, "sm_90")
+    first, second = (compiled[k.name] for k in program.kernels)
+    assert first is second
+    assert first.spill_stores == 0 and first.registers > 0
+
+
+def test_a_compile_error_names_the_real_kernel(tmp_path):
+    inputs = tuple(torch.randn(8, 8) for _ in range(4))
+    program = lamina.compile(two_layers, inputs).compilation.kernels
+    kernel = program.kernels[0]
+    output = kernel.params[-1]
+    float_remainder = ex.Op("mod", (ex.const(1.5), ex.const(2.5)), output.dtype)
+    broken = attrs.evolve(kernel, body=kernel.body + (kernel_ir.Store(output.name, (ex.const(0),), float_remainder),))
+    with pytest.raises(CompileError, match=f"kernel {kernel.name}") as error:
+        CudaBackend(cache_dir=tmp_path).compile(kernel_ir.Program([broken]), "sm_90")
+    assert f"{output.name}[0] = 1.5f % 2.5f" in str(error.value)
