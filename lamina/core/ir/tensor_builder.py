@@ -25,10 +25,11 @@ from lamina.core.errors import LaminaError
 from lamina.core.ir import dtypes, expr as ex, index as ix, tensor_ir
 from lamina.core.ir.dtypes import DType
 from lamina.core.ir.expr import Expr
-from lamina.core.ir.tensor_ir import Arg, Elementwise, IndexMap, Reduction, TensorOp
+from lamina.core.ir.tensor_ir import Arg, Coord, Elementwise, Gathered, IndexMap, Reduction, TensorOp
 from lamina.core.ir.torch_ir import Input, Node, Ref, SourceLocation, TensorType
+from lamina.core.ir.shapes import broadcast_shape, view_groups
+from lamina.core.ir.type_promotion import Scalar, compute_dtype, number_dtype, result_type
 
-Scalar = int | float | bool
 Operand = str | Scalar
 """A tensor (the name of a Tensor IR value) or a Python number."""
 
@@ -50,56 +51,26 @@ def _ref_name(arg: Ref | str) -> str:
     return arg.name if isinstance(arg, Ref) else arg
 
 
-def _category(dtype: DType) -> int:
-    return 2 if dtype.is_float else (0 if dtype == dtypes.bool_ else 1)
-
-
-def number_dtype(value: Scalar) -> DType:
-    """The dtype PyTorch gives a Python number: bool, int64 or float32."""
-    if isinstance(value, bool):
-        return dtypes.bool_
-    return dtypes.int64 if isinstance(value, int) else dtypes.float32
-
-
-def compute_dtype(dtype: DType) -> DType:
-    """The type arithmetic on ``dtype`` runs in: half precision computes in float32, as PyTorch does."""
-    return dtypes.float32 if dtype in (dtypes.float16, dtypes.bfloat16) else dtype
-
-
-def _promote_all(found: Iterable[DType]) -> DType | None:
-    result = None
-    for d in found:
-        result = d if result is None else dtypes.promote(result, d)
-    return result
-
-
-def _combine(higher: DType | None, lower: DType | None) -> DType | None:
-    """PyTorch's rule: a lower tier of operands raises the type only to a higher category."""
-    if higher is None:
-        return lower
-    if lower is None or _category(lower) <= _category(higher):
-        return higher
-    return dtypes.promote(higher, lower)
-
-
-def broadcast_shape(*shapes: Sequence[int]) -> tuple[int, ...] | None:
-    """The shape that NumPy's rules broadcast ``shapes`` to, or None when they do not broadcast."""
-    rank = max((len(s) for s in shapes), default=0)
-    result = []
-    for axis in range(rank):
-        sizes = {s[axis - rank + len(s)] for s in shapes if axis - rank + len(s) >= 0} - {1}
-        if len(sizes) > 1:
-            return None
-        result.append(sizes.pop() if sizes else 1)
-    return tuple(result)
-
-
 def _coordinates(index: Sequence[Expr | int], shape: tuple[int, ...]) -> tuple[Expr, ...]:
     """Index expressions simplified over the output's extents; an axis of size 1 reads as 0."""
     ranges = {v.name: s for v, s in zip(tensor_ir.output_vars(len(shape)), shape)}
     fixed = {name: ex.const(0) for name, s in ranges.items() if s == 1}
-    return tuple(ix.simplify(ex.substitute(ex.const(e) if isinstance(e, int) else e, fixed), ranges)
-                 for e in index)
+
+    def simplify_gathered(e: Expr) -> Expr | None:
+        if isinstance(e, Gathered):
+            return attrs.evolve(e, index=tuple(ix.simplify(i, ranges) for i in e.index))
+        return None
+
+    return tuple(
+        ix.simplify(ex.transform(ex.substitute(ex.const(e) if isinstance(e, int) else e, fixed), simplify_gathered),
+                    ranges)
+        for e in index
+    )
+
+
+def _shift_gathered(e: Expr, by: int) -> Expr:
+    """``e`` with every ``Gathered`` position moved up by ``by``."""
+    return ex.transform(e, lambda n: attrs.evolve(n, position=n.position + by) if isinstance(n, Gathered) else None)
 
 
 def _batch_index(shape: tuple[int, ...], batch: tuple[int, ...]) -> tuple[Expr, ...]:
@@ -107,29 +78,6 @@ def _batch_index(shape: tuple[int, ...], batch: tuple[int, ...]) -> tuple[Expr, 
     d = tensor_ir.output_vars(len(batch))
     lead = len(batch) - len(shape)
     return tuple(ex.const(0) if size == 1 else d[lead + k] for k, size in enumerate(shape))
-
-
-def _view_groups(src: tuple[int, ...], dst: tuple[int, ...]) -> list[tuple[list[int], list[int]]]:
-    """Runs of consecutive axes of ``src`` and ``dst`` with equal element counts, in order."""
-    if 0 in src or 0 in dst:
-        return [(list(range(len(src))), list(range(len(dst))))]
-    groups = []
-    i = j = 0
-    while i < len(src) or j < len(dst):
-        taken_src, taken_dst, count_src, count_dst = [], [], 1, 1
-        while i < len(src) or j < len(dst):
-            if taken_src and taken_dst and count_src == count_dst:
-                break
-            if j >= len(dst) or (i < len(src) and count_src <= count_dst):
-                taken_src.append(i)
-                count_src *= src[i]
-                i += 1
-            else:
-                taken_dst.append(j)
-                count_dst *= dst[j]
-                j += 1
-        groups.append((taken_src, taken_dst))
-    return groups
 
 
 class TensorBuilder:
@@ -237,6 +185,8 @@ class TensorBuilder:
             o = self.ops[k]
             if isinstance(o, Elementwise):
                 self.ops[k] = attrs.evolve(o, name=swap(o.name), inputs=tuple(map(swap, o.inputs)))
+            elif isinstance(o, IndexMap):
+                self.ops[k] = attrs.evolve(o, name=swap(o.name), input=swap(o.input), gathers=tuple(map(swap, o.gathers)))
             else:
                 self.ops[k] = attrs.evolve(o, name=swap(o.name), input=swap(o.input))
         self._types[new] = self._types.pop(old)
@@ -289,22 +239,28 @@ class TensorBuilder:
         return self._append(Reduction(self._name(role or op), input, axes, op, keepdim, out, self.source))
 
     def index_map(self, input: str, index: Sequence[Expr | int], shape: Sequence[int],
-                  *, role: str = "map") -> str:
+                  *, gathers: Sequence[str] = (), role: str = "map") -> str:
         """Read ``input`` at ``index``, expressions of the output coordinates ``tensor_ir.output_vars``.
 
-        An IndexMap of an IndexMap reads the first one's input directly: views of views
-        (a transpose then a broadcast) become one op, and the inner one is dropped if
+        ``Gathered(k, ...)`` leaves of ``index`` read integers from ``gathers[k]``. An
+        IndexMap of an IndexMap reads the first one's input directly: views of views (a
+        transpose then a broadcast) become one op, and the inner one is dropped if
         nothing else reads it.
         """
         shape = tuple(shape)
+        gathers = tuple(gathers)
+        for name in gathers:
+            if self.dtype(name).is_float or self.dtype(name) == dtypes.bool_:
+                raise self.fail(f"{name} is {self.dtype(name).name}; indices must be integers")
         index = _coordinates(index, shape)
         producer = self.ops[self._position[input]] if input in self._position else None
         if isinstance(producer, IndexMap):
             inner = {v.name: e for v, e in zip(tensor_ir.output_vars(len(index)), index)}
-            index = _coordinates([ex.substitute(e, inner) for e in producer.index], shape)
-            input = producer.input
+            index = _coordinates([ex.substitute(_shift_gathered(e, len(gathers)), inner) for e in producer.index],
+                                 shape)
+            input, gathers = producer.input, gathers + producer.gathers
         out = TensorType(shape, self.dtype(input))
-        return self._append(IndexMap(self._name(role), input, index, out, self.source))
+        return self._append(IndexMap(self._name(role), input, index, out, self.source, gathers))
 
     # --- views -------------------------------------------------------------------
 
@@ -371,7 +327,7 @@ class TensorBuilder:
         d = tensor_ir.output_vars(len(shape))
         ranges = {v.name: s for v, s in zip(d, shape)}
         index: list[Expr] = [ex.const(0)] * len(src)
-        for src_axes, dst_axes in _view_groups(src, tuple(shape)):
+        for src_axes, dst_axes in view_groups(src, tuple(shape)):
             offset = ix.linearize(tuple(d[k] for k in dst_axes), tuple(shape[k] for k in dst_axes))
             coords = ix.delinearize(offset, tuple(src[k] for k in src_axes), ranges)
             for axis, coord in zip(src_axes, coords):
@@ -437,8 +393,7 @@ class TensorBuilder:
         """PyTorch's type promotion: tensors of rank > 0 lead, then 0-d tensors, then Python numbers."""
         ranked = [self.dtype(o) for o in operands if isinstance(o, str) and self.shape(o)]
         zero_d = [self.dtype(o) for o in operands if isinstance(o, str) and not self.shape(o)]
-        numbers = [number_dtype(o) for o in operands if not isinstance(o, str)]
-        found = _combine(_promote_all(ranked), _combine(_promote_all(zero_d), _promote_all(numbers)))
+        found = result_type(ranked, zero_d, [o for o in operands if not isinstance(o, str)])
         if found is None:
             raise self.fail("an operation needs at least one operand")
         return found
@@ -485,6 +440,62 @@ class TensorBuilder:
 
     def where(self, cond: Operand, a: Operand, b: Operand, *, role: str | None = None) -> str:
         return self.apply("where", cond, a, b, role=role)
+
+    # --- functions of coordinates -------------------------------------------------------
+
+    def arange(self, start: Scalar, step: Scalar, size: int, dtype: DType, *, role: str = "arange") -> str:
+        """``start + k * step`` for k in [0, size): an Elementwise of its output coordinate."""
+        k = Coord(0)
+        if dtype.is_float:
+            value = ex.op("add", ex.op("mul", ex.cast(k, compute_dtype(dtype)), float(step)), float(start))
+        else:
+            value = k * int(step) + int(start)
+        return self.elementwise(ex.cast(value, dtype), [], (size,), role=role)
+
+    def concat(self, names: Sequence[str], dim: int) -> str:
+        """``torch.cat``: each part read where it lands (an IndexMap), then picked by the coordinate along ``dim``."""
+        names = [n for n in names if self.shape(n) != (0,)] or list(names[:1])
+        first = self.shape(names[0])
+        dim = self.axis(dim, len(first))
+        for n in names:
+            shape = self.shape(n)
+            if len(shape) != len(first) or any(a != b for k, (a, b) in enumerate(zip(shape, first)) if k != dim):
+                raise self.fail(f"cannot concatenate {names[0]} {list(first)} and {n} {list(shape)} along axis {dim}")
+        dtype = self.result_type(*names)
+        names = [n for n in names if self.shape(n)[dim] > 0] or names[:1]
+        if len(names) == 1:
+            return self.cast(names[0], dtype)
+        total = sum(self.shape(n)[dim] for n in names)
+        out = first[:dim] + (total,) + first[dim + 1:]
+        d = tensor_ir.output_vars(len(out))
+        parts, ends, offset = [], [], 0
+        for n in names:
+            size = self.shape(n)[dim]
+            index = list(d)
+            index[dim] = (d[dim] + (-offset) % size) % size
+            parts.append(self.index_map(n, index, out, role="part"))
+            offset += size
+            ends.append(offset)
+        fn = ex.cast(Arg(len(parts) - 1, self.dtype(parts[-1])), dtype)
+        for k in range(len(parts) - 2, -1, -1):
+            fn = ex.op("where", ex.op("lt", Coord(dim), ends[k]), ex.cast(Arg(k, self.dtype(parts[k])), dtype), fn)
+        return self.elementwise(fn, parts, role="cat")
+
+    def cumsum(self, name: str, dim: int, dtype: DType | None = None) -> str:
+        """``torch.cumsum``: a sum over a triangular mask of coordinates; integers and bools add up as int64."""
+        target = dtype or (self.dtype(name) if self.dtype(name).is_float else dtypes.int64)
+        shape = self.shape(name)
+        if not shape:
+            return self.cast(name, target)
+        dim = self.axis(dim, len(shape))
+        pairs_shape = shape[:dim + 1] + (shape[dim],) + shape[dim + 1:]
+        d = tensor_ir.output_vars(len(pairs_shape))
+        pairs = self.index_map(name, [*d[:dim], d[dim + 1], *d[dim + 2:]], pairs_shape, role="pairs")
+        acc = compute_dtype(target)
+        earlier = ex.op("le", Coord(dim + 1), Coord(dim))
+        fn = ex.op("where", earlier, ex.cast(Arg(0, self.dtype(pairs)), acc), ex.cast(ex.const(0), acc))
+        total = self.reduction(self.elementwise(fn, [pairs], role="masked"), [dim + 1], "sum")
+        return self.cast(total, target)
 
     # --- reductions ------------------------------------------------------------------
 
@@ -578,3 +589,6 @@ class TensorBuilder:
         program = tensor_ir.Program(self.inputs, reversed(kept), outputs)
         tensor_ir.verify_program(program)
         return program
+
+
+__all__ = ["TensorBuilder", "Operand", "Scalar", "broadcast_shape", "compute_dtype", "number_dtype"]

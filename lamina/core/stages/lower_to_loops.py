@@ -104,6 +104,8 @@ def _lower_elementwise(o: tensor_ir.Elementwise, types, taken: set[str]) -> loop
         if isinstance(e, tensor_ir.Arg):
             source = o.inputs[e.position]
             return loop_ir.Load(source, idx, types[source].dtype)
+        if isinstance(e, tensor_ir.Coord):
+            return idx[e.axis]
         return None
 
     value = ex.transform(o.fn, read)
@@ -116,7 +118,14 @@ def _lower_index_map(o: tensor_ir.IndexMap, types, taken: set[str]) -> loop_ir.K
     loop_vars = _series("i", len(shape), taken)
     ranges = dict(zip(loop_vars, shape))
     rename = {d.name: ex.Var(v) for d, v in zip(tensor_ir.output_vars(len(shape)), loop_vars)}
-    source_index = tuple(index.simplify(ex.substitute(e, rename), ranges) for e in o.index)
+
+    def gather(e: Expr) -> Expr | None:
+        if isinstance(e, tensor_ir.Gathered):
+            source = o.gathers[e.position]
+            return ex.cast(loop_ir.Load(source, e.index, types[source].dtype), dtypes.index)
+        return None
+
+    source_index = tuple(index.simplify(ex.transform(ex.substitute(e, rename), gather), ranges) for e in o.index)
     value = loop_ir.Load(o.input, source_index, types[o.input].dtype)
     store = loop_ir.Store(o.name, tuple(ex.Var(v) for v in loop_vars), value)
     return _kernel(o.name, types, loop_ir.Buffer(o.name, o.type), _parallel_nest(loop_vars, shape, (store,)))

@@ -3,9 +3,27 @@
 The program (an ``nn.Module`` or a plain function) is exported for the shapes and
 dtypes of the example inputs, lowered to core ATen, and written as a
 ``torch_ir.Graph``: one node per op, with its shape, dtype and the user's source line.
-Module state (parameters, buffers, tensor constants) becomes graph inputs, passed at
-run time rather than folded into the program, so that updating a weight needs no
-recompilation. Export runs once per set of input shapes and dtypes; callers cache.
+Module state (parameters and persistent buffers) becomes graph inputs, passed at run
+time rather than folded into the program, so that updating a weight needs no
+recompilation. What depends only on shapes and constants (a causal mask, RoPE's
+cosines and sines) is folded: computed once here, it enters the graph as an input
+of kind ``constant`` (see ``folding``). Export runs once per set of input shapes and
+dtypes; callers cache.
+
+``DEFAULT_KEEP`` holds these composites whole through the lowering to core ATen,
+because lamina decomposes each better than ATen's default does:
+
+- ``linear``: its weight's transpose folds into the matmul's operand read, instead
+  of a separate permute and ``addmm``;
+- ``silu``: one Elementwise rather than two;
+- ``softmax`` / ``log_softmax``: the numerically stable, max-subtracted form;
+- ``scaled_dot_product_attention``: grouped key/value heads read by index (never
+  repeated in memory), the causal mask from coordinates, scores and softmax in
+  float32 (ATen's default turns it into bmm, ``_softmax`` and a materialised mask);
+- ``rms_norm``: one mean of squares in float32, which the fusion rules make one kernel.
+
+That covers what Llama and Qwen2 models export (their RMSNorm is written out as
+pow, mean, rsqrt and mul, which decompose as they come).
 """
 
 from __future__ import annotations
@@ -23,6 +41,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from lamina.core.errors import LaminaError
 from lamina.core.ir import dtypes, torch_ir
+from lamina.frontends.torch.folding import Folding, fold_constants
 from lamina.frontends.torch.source import source_location
 
 DEFAULT_KEEP: tuple[str, ...] = (
@@ -30,14 +49,13 @@ DEFAULT_KEEP: tuple[str, ...] = (
     "aten.silu.default",
     "aten.softmax.int",
     "aten.log_softmax.int",
+    "aten.scaled_dot_product_attention.default",
+    "aten.rms_norm.default",
 )
-"""Composite ops kept whole instead of lowered to core ATen.
+"""Composite ops kept whole instead of lowered to core ATen (why each: see the module docstring).
 
-Each has a built-in decomposition that does better whole: ``linear`` folds its
-weight's transpose into the matmul's operand read instead of a separate permute and
-``addmm``; ``silu`` is one Elementwise rather than two; softmax keeps its numerically
-stable max-subtracted form. Keep only ops that a registered plugin decomposes: any
-other comes back from the decomposition stage as an unsupported op.
+Keep only ops that a registered plugin decomposes: any other comes back from the
+decomposition stage as an unsupported op.
 """
 
 _ALLOCATION_KWARGS = frozenset({"device", "layout", "pin_memory", "memory_format"})
@@ -102,8 +120,12 @@ def _renamed(fn: types.FunctionType) -> types.FunctionType:
 
 
 def capture(program: Callable | torch.nn.Module, example_inputs: Sequence[Any],
-            keep: Sequence[str] = DEFAULT_KEEP) -> Captured:
-    """Export ``program`` for ``example_inputs`` and write it as Torch IR, keeping the ops in ``keep`` whole."""
+            keep: Sequence[str] = DEFAULT_KEEP, fold: bool = True) -> Captured:
+    """Export ``program`` for ``example_inputs`` and write it as Torch IR, keeping the ops in ``keep`` whole.
+
+    With ``fold``, what depends only on shapes and constants is computed here and
+    enters the graph as ``constant`` inputs.
+    """
     example_inputs = tuple(example_inputs)
     for position, value in enumerate(example_inputs):
         if not isinstance(value, (torch.Tensor, bool, int, float)):
@@ -119,7 +141,7 @@ def capture(program: Callable | torch.nn.Module, example_inputs: Sequence[Any],
             exported = exported.run_decompositions(table)
     except Exception as error:
         raise LaminaError(f"lowering the exported program to core ATen failed: {_reason(error)}") from error
-    return _build(exported)
+    return _build(exported, fold_constants(exported) if fold else Folding({}, frozenset()))
 
 
 _NOISY_LOGGERS = ("torch._subclasses.fake_tensor", "torch.export", "torch._dynamo")
@@ -184,14 +206,21 @@ def _reason(error: Exception) -> str:
     return f"{type(error).__name__}: {text[:300]}"
 
 
-def _build(exported) -> Captured:
+def _build(exported, folding: Folding) -> Captured:
     signature = exported.graph_signature
     specs = {spec.arg.name: spec for spec in signature.input_specs}
     inputs, positions, constants = [], [], {}
     nodes, defined = [], set()
     user_position = 0
     for fx_node in exported.graph.nodes:
-        if fx_node.op == "placeholder":
+        if fx_node.name in folding.dropped:
+            continue
+        if fx_node.name in folding.inputs:
+            inputs.append(torch_ir.Input(fx_node.name, _tensor_type(fx_node), "constant"))
+            positions.append(None)
+            constants[fx_node.name] = folding.inputs[fx_node.name]
+            defined.add(fx_node.name)
+        elif fx_node.op == "placeholder":
             spec = specs[fx_node.name]
             if spec.kind == InputKind.USER_INPUT:
                 user_position += 1
@@ -208,10 +237,11 @@ def _build(exported) -> Captured:
             positions.append(position)
             defined.add(fx_node.name)
         elif fx_node.op == "call_function":
-            nodes.append(_node(fx_node))
+            nodes.append(_node(fx_node, folding.aliases))
             defined.add(fx_node.name)
         elif fx_node.op == "output":
-            outputs = _outputs(fx_node, signature, defined)
+            returned = _outputs(fx_node, signature, defined | set(folding.aliases))
+            outputs = [folding.aliases.get(name, name) for name in returned]
         else:
             raise LaminaError(f"the exported program has a {fx_node.op} node ({fx_node.name}): "
                               "control flow and submodule calls are not supported")
@@ -279,11 +309,15 @@ def _static_shape(value: torch.Tensor, fx_node) -> tuple[int, ...]:
     return shape
 
 
-def _node(fx_node) -> torch_ir.Node:
+_NO_ALIASES: Mapping[str, str] = types.MappingProxyType({})
+
+
+def _node(fx_node, aliases: Mapping[str, str] = _NO_ALIASES) -> torch_ir.Node:
     target = fx_node.target
     name = str(target) if isinstance(target, torch._ops.OpOverload) else getattr(target, "__name__", str(target))
-    args = tuple(_argument(a, fx_node) for a in fx_node.args)
-    kwargs = tuple((k, _argument(v, fx_node)) for k, v in fx_node.kwargs.items() if k not in _ALLOCATION_KWARGS)
+    args = tuple(_argument(a, fx_node, aliases) for a in fx_node.args)
+    kwargs = tuple((k, _argument(v, fx_node, aliases)) for k, v in fx_node.kwargs.items()
+                   if k not in _ALLOCATION_KWARGS)
     return torch_ir.Node(
         name=fx_node.name,
         target=name,
@@ -294,11 +328,11 @@ def _node(fx_node) -> torch_ir.Node:
     )
 
 
-def _argument(value: Any, fx_node) -> Any:
+def _argument(value: Any, fx_node, aliases: Mapping[str, str] = _NO_ALIASES) -> Any:
     if isinstance(value, torch.fx.Node):
-        return torch_ir.Ref(value.name)
+        return torch_ir.Ref(aliases.get(value.name, value.name))
     if isinstance(value, (list, tuple)):
-        return tuple(_argument(v, fx_node) for v in value)
+        return tuple(_argument(v, fx_node, aliases) for v in value)
     if isinstance(value, torch.dtype):
         return _dtype(value, fx_node)
     if isinstance(value, (torch.device, torch.layout, torch.memory_format)):

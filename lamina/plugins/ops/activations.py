@@ -40,7 +40,7 @@ def decompose_gelu(b: TensorBuilder, node: Node) -> str:
     return _pointwise(b, tensor(b, node), formula)
 
 
-def _softmax(b: TensorBuilder, x: str, dim: int, dtype: dtypes.DType | None, log: bool) -> str:
+def stable_softmax(b: TensorBuilder, x: str, dim: int, dtype: dtypes.DType | None, log: bool) -> str:
     """``exp(x - max) / sum(exp(x - max))`` along ``dim``, or its logarithm, as ``dtype``."""
     out = dtype or b.dtype(x)
     x = b.cast(x, compute_dtype(out), role="acc")
@@ -56,11 +56,11 @@ def _softmax(b: TensorBuilder, x: str, dim: int, dtype: dtypes.DType | None, log
 
 def decompose_softmax(b: TensorBuilder, node: Node) -> str:
     """``softmax.int(self, dim, dtype=None)``."""
-    return _softmax(b, tensor(b, node), argument(node, 1, "dim"), argument(node, 2, "dtype"), log=False)
+    return stable_softmax(b, tensor(b, node), argument(node, 1, "dim"), argument(node, 2, "dtype"), log=False)
 
 
 def decompose_log_softmax(b: TensorBuilder, node: Node) -> str:
-    return _softmax(b, tensor(b, node), argument(node, 1, "dim"), argument(node, 2, "dtype"), log=True)
+    return stable_softmax(b, tensor(b, node), argument(node, 1, "dim"), argument(node, 2, "dtype"), log=True)
 
 
 def _float_result(node: Node) -> dtypes.DType | None:
@@ -69,11 +69,11 @@ def _float_result(node: Node) -> dtypes.DType | None:
 
 
 def decompose_aten_softmax(b: TensorBuilder, node: Node) -> str:
-    return _softmax(b, tensor(b, node), argument(node, 1, "dim"), _float_result(node), log=False)
+    return stable_softmax(b, tensor(b, node), argument(node, 1, "dim"), _float_result(node), log=False)
 
 
 def decompose_aten_log_softmax(b: TensorBuilder, node: Node) -> str:
-    return _softmax(b, tensor(b, node), argument(node, 1, "dim"), _float_result(node), log=True)
+    return stable_softmax(b, tensor(b, node), argument(node, 1, "dim"), _float_result(node), log=True)
 
 
 DECOMPOSITIONS = {

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from lamina.core.hookspecs import hookimpl
-from lamina.plugins.ops import activations, elementwise, matmul, reductions, structural, views
+from lamina.plugins.ops import (
+    activations, attention, concat, elementwise, gather, iota, masks, matmul, norms, reductions, structural, views,
+)
 
 DECOMPOSITIONS = {
     **elementwise.DECOMPOSITIONS,
@@ -12,6 +14,12 @@ DECOMPOSITIONS = {
     **views.DECOMPOSITIONS,
     **reductions.DECOMPOSITIONS,
     **structural.DECOMPOSITIONS,
+    **gather.DECOMPOSITIONS,
+    **concat.DECOMPOSITIONS,
+    **iota.DECOMPOSITIONS,
+    **masks.DECOMPOSITIONS,
+    **attention.DECOMPOSITIONS,
+    **norms.DECOMPOSITIONS,
 }
 """Every built-in decomposition, by the ATen op name that Torch IR prints."""
 

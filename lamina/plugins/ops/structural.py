@@ -41,6 +41,19 @@ def decompose_scalar_tensor(b: TensorBuilder, node: Node) -> str:
     return b.full(argument(node, 0, "s"), (), node.kwarg("dtype") or dtypes.float32)
 
 
+def _fill(value):
+    """``zeros``, ``ones``, ``new_*`` and their ``*_like`` forms: the shape and dtype PyTorch computes, filled."""
+
+    def decompose(b: TensorBuilder, node: Node) -> str:
+        return b.full(value, node.type.shape, node.type.dtype)
+
+    return decompose
+
+
+def decompose_new_full(b: TensorBuilder, node: Node) -> str:
+    return b.full(argument(node, 2, "fill_value"), node.type.shape, node.type.dtype)
+
+
 def decompose_getitem(b: TensorBuilder, node: Node) -> str:
     """One result of an op with several (``var_mean``, ``aminmax``)."""
     return b.results(node.args[0])[node.args[1]]
@@ -55,5 +68,12 @@ DECOMPOSITIONS = {
     "aten.full.default": decompose_full,
     "aten.full_like.default": decompose_full_like,
     "aten.scalar_tensor.default": decompose_scalar_tensor,
+    "aten.zeros.default": _fill(0),
+    "aten.ones.default": _fill(1),
+    "aten.zeros_like.default": _fill(0),
+    "aten.ones_like.default": _fill(1),
+    "aten.new_zeros.default": _fill(0),
+    "aten.new_ones.default": _fill(1),
+    "aten.new_full.default": decompose_new_full,
     "getitem": decompose_getitem,
 }

@@ -112,3 +112,46 @@ def test_a_matmul_written_as_primitives_matches_torch():
     (mm,) = interpret(p, {"a": a, "b": b})
     expected = a @ b
     assert float((mm - expected).abs().max() / expected.abs().max()) < 1e-5
+
+
+def test_coordinates_of_an_elementwise_output_are_its_grid():
+    fn = ex.op("where", ex.op("le", T.Coord(1), T.Coord(0)), T.Arg(0, f32), ex.op("mul", ex.cast(T.Coord(1), f32), 0.5))
+    p = program({"x": t(6, 9)}, [T.Elementwise("lower", ["x"], fn, t(6, 9))], ["lower"])
+    x = torch.randn(6, 9)
+    (lower,) = interpret(p, {"x": x})
+    rows, cols = torch.meshgrid(torch.arange(6), torch.arange(9), indexing="ij")
+    assert torch.equal(lower, torch.where(cols <= rows, x, cols.float() * 0.5))
+
+
+def test_a_coordinate_alone_fills_an_arange():
+    p = program({}, [T.Elementwise("positions", [], T.Coord(0) * 3 + 2, t(11, dtype=i64))], ["positions"])
+    (positions,) = interpret(p, {})
+    assert torch.equal(positions, torch.arange(2, 35, 3))
+
+
+def test_gathered_indices_read_rows_of_a_table():
+    d = T.output_vars(3)
+    lookup = T.IndexMap("rows", "table", [T.Gathered(0, d[:2]), d[2]], t(4, 7, 19), gathers=["ids"])
+    p = program({"table": t(37, 19), "ids": t(4, 7, dtype=i64)}, [lookup], ["rows"])
+    table, ids = torch.randn(37, 19), torch.randint(0, 37, (4, 7))
+    (rows,) = interpret(p, {"table": table, "ids": ids})
+    assert torch.equal(rows, table[ids])
+
+
+def test_gathered_indices_of_a_narrow_type_read_at_any_index_expression():
+    d = T.output_vars(2)
+    found = T.Gathered(0, (ex.const(0), d[1] // 2))
+    index = [d[0], ex.op("where", ex.op("lt", found, 0), found + 5, found)]
+    pick = T.IndexMap("picked", "x", index, t(3, 8), gathers=["ids"])
+    p = program({"x": t(3, 5), "ids": t(1, 4, dtype=dtypes.int32)}, [pick], ["picked"])
+    x, ids = torch.randn(3, 5), torch.randint(-5, 5, (1, 4), dtype=torch.int32)
+    (picked,) = interpret(p, {"x": x, "ids": ids})
+    assert torch.equal(picked, x[:, ids[0].long().repeat_interleave(2)])
+
+
+def test_a_gathered_index_outside_the_input_is_an_error():
+    d = T.output_vars(1)
+    lookup = T.IndexMap("rows", "table", [T.Gathered(0, d[:1])], t(3), gathers=["ids"])
+    p = program({"table": t(4), "ids": t(3, dtype=i64)}, [lookup], ["rows"])
+    with pytest.raises(LaminaError, match="rows reads table at coordinate 0"):
+        interpret(p, {"table": torch.randn(4), "ids": torch.tensor([0, 4, 1])})

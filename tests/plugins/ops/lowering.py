@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
+import attrs
 import torch
 
 from lamina.backends.reference.interpreter import interpret
@@ -11,6 +12,16 @@ from lamina.core.ir import tensor_ir
 from lamina.core.stages.decompose import decompose
 from lamina.frontends.torch import DEFAULT_KEEP, Captured, capture
 from lamina.plugins.ops.plugin import DECOMPOSITIONS
+
+
+@attrs.frozen
+class Case:
+    """A program of tensors to capture once and check against eager PyTorch on fresh inputs."""
+
+    id: str
+    program: Callable
+    inputs: Callable[[], tuple]
+    keep: tuple[str, ...] = DEFAULT_KEEP
 
 
 def lower(program, inputs: Sequence[torch.Tensor], keep: Sequence[str] = DEFAULT_KEEP) -> tuple[Captured, tensor_ir.Program]:

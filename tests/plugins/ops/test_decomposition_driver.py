@@ -52,8 +52,8 @@ def test_linear_reads_its_weight_transposed_without_a_separate_op():
 
 
 def uses_unsupported_ops(x):
-    running = torch.cumsum(x, 0)
-    across = torch.cumsum(x, 1)
+    running = torch.cumprod(x, 0)
+    across = torch.cumprod(x, 1)
     return running + across + torch.sort(x).values
 
 
@@ -62,13 +62,13 @@ def test_every_unsupported_op_is_listed_at_once_with_its_line():
         lower(uses_unsupported_ops, (torch.randn(3, 4),))
     first = uses_unsupported_ops.__code__.co_firstlineno
     assert [(op, where.split("  ")[0].rsplit(":", 1)[1]) for op, where in raised.value.ops] == [
-        ("aten.cumsum.default", str(first + 1)),
-        ("aten.cumsum.default", str(first + 2)),
+        ("aten.cumprod.default", str(first + 1)),
+        ("aten.cumprod.default", str(first + 2)),
         ("aten.sort.default", str(first + 3)),
     ]
     message = str(raised.value)
     assert "3 unsupported op(s)" in message
-    assert "running = torch.cumsum(x, 0)" in message and "across = torch.cumsum(x, 1)" in message
+    assert "running = torch.cumprod(x, 0)" in message and "across = torch.cumprod(x, 1)" in message
     assert "lamina_register_ops" in message
 
 

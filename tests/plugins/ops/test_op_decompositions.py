@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import functools
-from typing import Callable
 
-import attrs
 import pluggy
 import pytest
 import torch
 import torch.nn.functional as F
 
 from lamina.core import hookspecs
-from lamina.frontends.torch import DEFAULT_KEEP
 from lamina.plugins.ops import plugin
 from lamina.plugins.ops.plugin import DECOMPOSITIONS
-from tests.plugins.ops.lowering import assert_matches, flatten, lower, run
+from tests.plugins.ops.lowering import Case, assert_matches, flatten, lower, run
+from tests.plugins.ops.model_op_cases import MODEL_OP_CASES
 
 aten = torch.ops.aten
 
@@ -30,14 +28,6 @@ def positive(*shape):
 
 def integers(*shape, dtype=torch.int32):
     return torch.randint(-5, 6, shape, dtype=dtype)
-
-
-@attrs.frozen
-class Case:
-    id: str
-    program: Callable
-    inputs: Callable[[], tuple]
-    keep: tuple[str, ...] = DEFAULT_KEEP
 
 
 KEEP_COMPOSITES = ("aten.t.default", "aten.transpose.int", "aten.squeeze.dim", "aten.squeeze.default",
@@ -114,6 +104,7 @@ CASES = [
          lambda: (randn(5, 6, 7), torch.rand(5, 6, 7) * 0.2 + 0.9, integers(5, 6), randn(33, 40, dtype=torch.float16))),
     Case("layer-kept-whole", Layer(), lambda: (randn(3, 5, 65), randn(6, 33, dtype=torch.float16))),
     Case("layer-in-core-aten", Layer(), lambda: (randn(17, 65), randn(6, 33, dtype=torch.float16)), keep=()),
+    *MODEL_OP_CASES,
 ]
 
 

@@ -145,3 +145,47 @@ def test_ops_that_no_output_needs_are_dropped():
     kept = b.unary("exp", "x")
     b.unary("log", "x")
     assert [op.name for op in b.program([kept]).ops] == [kept]
+
+
+def test_a_view_of_a_gather_is_one_index_map_that_keeps_the_gathered_tensor():
+    b = TensorBuilder([Input("table", TensorType((37, 8), f32)), Input("ids", TensorType((3, 5), dtypes.int64)),
+                       Input("more", TensorType((2,), dtypes.int32))])
+    d = tensor_ir.output_vars(3)
+    rows = b.index_map("table", [tensor_ir.Gathered(0, d[:2]), d[2]], (3, 5, 8), gathers=["ids"])
+    picked = b.index_map(rows, [d[0], tensor_ir.Gathered(0, (d[1],)), d[2]], (3, 2, 8), gathers=["more"])
+    flipped = b.transpose(picked, 0, 2)
+    assert printed(b, flipped) == "index_map (d0, d1, d2) -> table[ids[d2, more[d1]], d0]"
+    program = b.program([flipped])
+    (op,) = program.ops
+    assert op.gathers == ("more", "ids")
+    table, ids, more = torch.randn(37, 8), torch.randint(0, 37, (3, 5)), torch.randint(0, 5, (2,), dtype=torch.int32)
+    (out,) = interpret(program, {"table": table, "ids": ids, "more": more})
+    assert torch.equal(out, table[ids[:, more.long()]].transpose(0, 2))
+
+
+def test_gathered_indices_must_be_integers():
+    b = builder((4, 3), (2,))
+    with pytest.raises(LaminaError, match="indices must be integers"):
+        b.index_map("x", [tensor_ir.Gathered(0, tensor_ir.output_vars(1)), 0], (2,), gathers=["y"])
+
+
+def test_concat_reads_each_part_where_it_lands_and_picks_by_coordinate():
+    b = builder((2, 3), (2, 4))
+    cat = b.concat(["x", "y"], 1)
+    assert printed(b, cat) == "elementwise where(d1 < 3, part, part_1)"
+    assert printed(b, "part") == "index_map (d0, d1) -> x[d0, d1 % 3]"
+    assert printed(b, "part_1") == "index_map (d0, d1) -> y[d0, (d1 + 1) % 4]"
+    x, y = torch.randn(2, 3), torch.randn(2, 4)
+    (out,) = interpret(b.program([cat]), {"x": x, "y": y})
+    assert torch.equal(out, torch.cat([x, y], 1))
+
+
+def test_arange_and_cumsum_are_functions_of_coordinates():
+    b = builder((4, 6))
+    positions = b.arange(2, 3, 6, dtypes.int64)
+    running = b.cumsum("x", 1)
+    assert printed(b, positions) == "elementwise d0 * 3 + 2"
+    x = torch.randn(4, 6)
+    got_positions, got_running = interpret(b.program([positions, running]), {"x": x})
+    assert torch.equal(got_positions, torch.arange(2, 20, 3))
+    assert torch.allclose(got_running, x.cumsum(1), atol=1e-6)

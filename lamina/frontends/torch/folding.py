@@ -1,0 +1,103 @@
+"""Constant folding: what a program computes from constants alone is computed once, at capture.
+
+A value is constant when it depends only on shapes, Python numbers, lifted tensor
+constants and non-persistent buffers (such as RoPE's inverse frequencies, which
+models derive from their configuration and register with ``persistent=False``).
+Parameters and persistent buffers are the model's state, which a user may update
+without recompiling: they are never folded. Nondeterministic ops (random numbers)
+are never folded either.
+
+Where a constant value meets the rest of the program it becomes a graph input of
+kind ``constant``, evaluated here with PyTorch; every constant op before it leaves
+the graph, so no kernel ever computes it. The exception is an op with no tensor
+inputs at all (``arange``, ``full``) that feeds the program directly: it stays an
+op, because a kernel that reads it computes it for free from its coordinates.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import attrs
+import torch
+from torch.export.graph_signature import InputKind
+
+
+@attrs.frozen
+class Folding:
+    """Which nodes of an exported graph are folded, and the constant inputs they leave behind.
+
+    ``inputs`` maps the name of each node whose value becomes a ``constant`` graph input
+    to that value; ``dropped`` names every other folded node, which leaves the graph.
+    ``aliases`` maps a folded node whose value equals an earlier input's (each layer's
+    own view of the same rotary table) to that input, which it is read as.
+    """
+
+    inputs: Mapping[str, torch.Tensor]
+    dropped: frozenset[str]
+    aliases: Mapping[str, str] = attrs.field(factory=dict)
+
+
+def _constant_placeholders(exported) -> dict[str, torch.Tensor]:
+    found = {}
+    for spec in exported.graph_signature.input_specs:
+        if spec.kind == InputKind.CONSTANT_TENSOR:
+            found[spec.arg.name] = exported.constants[spec.target]
+        elif spec.kind == InputKind.BUFFER and not spec.persistent:
+            found[spec.arg.name] = exported.constants.get(spec.target, exported.state_dict.get(spec.target))
+    return {name: value for name, value in found.items() if isinstance(value, torch.Tensor)}
+
+
+def _tensor_inputs(fx_node) -> list:
+    found = []
+    torch.fx.node.map_arg((fx_node.args, fx_node.kwargs), found.append)
+    return found
+
+
+def _may_fold(fx_node) -> bool:
+    target = fx_node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    if torch.Tag.nondeterministic_seeded in target.tags:
+        return False
+    value = fx_node.meta.get("val")
+    return value is None or isinstance(value, torch.Tensor)
+
+
+def _evaluate(fx_node, values: dict[str, Any]) -> Any:
+    args, kwargs = torch.fx.node.map_arg((fx_node.args, fx_node.kwargs), lambda n: values[n.name])
+    with torch.no_grad():
+        return fx_node.target(*args, **kwargs)
+
+
+def fold_constants(exported) -> Folding:
+    """Evaluate the constant part of ``exported``'s graph."""
+    values: dict[str, Any] = dict(_constant_placeholders(exported))
+    for fx_node in exported.graph.nodes:
+        if fx_node.op != "call_function" or not _may_fold(fx_node):
+            continue
+        if all(n.name in values for n in _tensor_inputs(fx_node)):
+            try:
+                values[fx_node.name] = _evaluate(fx_node, values)
+            except Exception:
+                continue
+    inputs, dropped, aliases = {}, set(), {}
+    for fx_node in exported.graph.nodes:
+        if fx_node.name not in values:
+            continue
+        read_outside = any(user.name not in values for user in fx_node.users)
+        if not read_outside:
+            dropped.add(fx_node.name)
+        elif fx_node.op == "placeholder" or _tensor_inputs(fx_node):
+            value = values[fx_node.name].detach()
+            same = next((name for name, v in inputs.items() if _identical(v, value)), None)
+            if same is None:
+                inputs[fx_node.name] = value
+            else:
+                aliases[fx_node.name] = same
+                dropped.add(fx_node.name)
+    return Folding(inputs, frozenset(dropped), aliases)
+
+
+def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.device == b.device and bool(torch.equal(a, b))
