@@ -1,6 +1,8 @@
 """Runs a compiled program's kernels in order over buffers held as flat tensors.
 
-Both backends share it: they differ only in how one kernel is launched.
+Both backends share it: they differ only in how one kernel is launched. Outputs are
+allocated separately, since they are handed to the caller; temporaries are views into
+one arena per call, laid out by the program's memory plan.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from typing import Callable
 
 import torch
 
+from lamina.backends.memory_plan import MemoryPlan, plan_memory
 from lamina.core.ir import kernel_ir, loop_ir
 
 Launch = Callable[[kernel_ir.Kernel, dict[str, torch.Tensor]], None]
@@ -28,6 +31,7 @@ class ProgramRunner:
         self.kernels = kernels
         self.launch = launch
         self.device = device
+        self.memory_plan: MemoryPlan = plan_memory(loop, kernels)
 
     def _empty(self, buffer: loop_ir.Buffer) -> torch.Tensor:
         return torch.empty(math.prod(buffer.type.shape), dtype=torch_dtype(buffer.type.dtype), device=self.device)
@@ -36,9 +40,12 @@ class ProgramRunner:
         buffers: dict[str, torch.Tensor] = {}
         for spec, tensor in zip(self.loop.inputs, inputs):
             buffers[spec.name] = tensor.contiguous().reshape(-1)
-        for spec in self.loop.outputs + self.loop.temporaries:
+        for spec in self.loop.outputs:
             if spec.name not in buffers:
                 buffers[spec.name] = self._empty(spec)
+        arena = torch.empty(self.memory_plan.arena_bytes, dtype=torch.uint8, device=self.device)
+        for name, view in self.memory_plan.views(arena).items():
+            buffers.setdefault(name, view)
         for kernel in self.kernels.kernels:
             self.launch(kernel, {p.name: buffers[p.name] for p in kernel.params})
         return [buffers[b.name].reshape(b.type.shape) for b in self.loop.outputs]

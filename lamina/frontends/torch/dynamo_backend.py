@@ -1,0 +1,172 @@
+"""``torch.compile(model, backend="lamina")``: lamina as a TorchDynamo backend.
+
+Dynamo hands over an FX graph of torch-level ops; AOTAutograd lowers it to core ATen
+(keeping lamina's keep-list whole) and passes the forward graph here (and the backward
+graph, when gradients are needed), where it becomes Torch IR and goes through lamina's
+pipeline. Parameters and buffers arrive as arguments, so they are never copied into the
+program. ``options`` are lamina settings (``schedule``, ``backend``, ``keep``, ...) plus
+``fallback``: with ``"error"`` (the default) an op that no plugin decomposes is an error
+listing every such op; with ``"eager"`` the graph is split into the parts lamina
+supports, which it compiles, and the rest, which runs in PyTorch, and a warning names
+the ops that ran there.
+
+Like ``lamina.compile``, a compiled graph is specialised to concrete shapes: when Dynamo
+marks a dimension dynamic, each new size compiles once more, on its first call.
+"""
+
+from __future__ import annotations
+
+import operator
+import warnings
+from typing import Any, Sequence
+
+import torch
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from lamina.api import Compiler, Specialization, signature
+from lamina.core.errors import ConfigError, InputMismatchError
+from lamina.frontends.torch.fx_graph import Argument, Computed, FxProgram, fx_to_torch_ir
+
+FALLBACKS = (None, "error", "eager")
+
+
+def lamina_backend(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                   options: dict[str, Any] | None = None, mode: str | None = None):
+    """The entry point that ``torch.compile`` finds under the name ``lamina``; ``mode`` is ignored."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    settings = dict(options or {})
+    fallback = settings.pop("fallback", None)
+    if fallback not in FALLBACKS:
+        raise ConfigError(f"unknown fallback {fallback!r}; use 'eager' to run unsupported ops in PyTorch, "
+                          "or leave it out to make them an error")
+    compiler = Compiler(**settings)
+
+    def compile_graph(aten_graph: torch.fx.GraphModule, inputs: Sequence[Any]):
+        if fallback == "eager":
+            return make_boxed_func(_with_eager_fallback(aten_graph, inputs, compiler))
+        return make_boxed_func(GraphRunner(compiler, aten_graph, inputs))
+
+    return aot_autograd(fw_compiler=compile_graph, decompositions=decompositions(compiler.keep))(
+        graph_module, example_inputs)
+
+
+def decompositions(keep: Sequence[str]) -> dict:
+    """PyTorch's core ATen decompositions, less the composite ops that lamina keeps whole."""
+    from torch._decomp import core_aten_decompositions
+
+    table = dict(core_aten_decompositions())
+    kept = set(keep)
+    return {op: fn for op, fn in table.items() if str(op) not in kept}
+
+
+class GraphRunner:
+    """An ATen FX graph compiled by lamina, once per signature of its arguments."""
+
+    def __init__(self, compiler: Compiler, graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any]):
+        self.compiler = compiler
+        self.graph_module = graph_module
+        self._specializations: dict[tuple, tuple[FxProgram, Specialization | None]] = {}
+        if _is_static(graph_module):
+            self._specializations[signature(example_inputs)] = self._compile(graph_module, example_inputs)
+
+    def _compile(self, graph_module: torch.fx.GraphModule, inputs: Sequence[Any]):
+        program = fx_to_torch_ir(graph_module)
+        if not program.captured.graph.outputs:
+            return program, None
+        return program, self.compiler.compile_captured(program.captured, list(inputs))
+
+    def _specialization(self, args: Sequence[Any]):
+        key = signature(args)
+        if key not in self._specializations:
+            from torch.fx.experimental.proxy_tensor import make_fx
+
+            concrete = make_fx(self.graph_module, tracing_mode="fake")(*args)
+            self._specializations[key] = self._compile(concrete, args)
+        return self._specializations[key]
+
+    def __call__(self, *args: Any) -> tuple:
+        program, compiled = self._specialization(args)
+        computed = compiled(tuple(args), _device(args)) if compiled is not None else []
+        outputs = []
+        for source in program.outputs:
+            if isinstance(source, Computed):
+                outputs.append(computed[source.index])
+            elif isinstance(source, Argument):
+                outputs.append(args[source.position])
+            else:
+                outputs.append(source.value)
+        return tuple(outputs)
+
+
+def _is_static(graph_module: torch.fx.GraphModule) -> bool:
+    for node in graph_module.graph.nodes:
+        value = node.meta.get("val")
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return False
+        if isinstance(value, torch.Tensor) and not all(isinstance(size, int) for size in value.shape):
+            return False
+    return True
+
+
+def _device(args: Sequence[Any]) -> torch.device:
+    devices = {a.device for a in args if isinstance(a, torch.Tensor)}
+    if len(devices) > 1:
+        raise InputMismatchError(f"inputs are on several devices ({', '.join(map(str, devices))}); put them on one")
+    return devices.pop() if devices else torch.device("cpu")
+
+
+def _op_name(node: torch.fx.Node) -> str:
+    target = node.target
+    return str(target) if isinstance(target, torch._ops.OpOverload) else getattr(target, "__name__", str(target))
+
+
+class LaminaSupport(OperatorSupportBase):
+    """An op is supported when a registered plugin decomposes it; ``getitem`` when what it reads is."""
+
+    def __init__(self, compiler: Compiler):
+        self.ops = set(compiler.plugins.registry.names("op"))
+
+    def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
+        if node.op != "call_function":
+            return False
+        if node.target is operator.getitem:
+            return isinstance(node.args[0], torch.fx.Node) and self.is_node_supported(submodules, node.args[0])
+        return _op_name(node) in self.ops
+
+
+class _CompiledPart(torch.nn.Module):
+    """A partition that lamina compiled, standing where the partitioner put its submodule."""
+
+    def __init__(self, runner: GraphRunner):
+        super().__init__()
+        self.runner = runner
+
+    def forward(self, *args: Any):
+        outputs = self.runner(*args)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+
+def _with_eager_fallback(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], compiler: Compiler):
+    support = LaminaSupport(compiler)
+    eager = sorted({_op_name(n) for n in graph_module.graph.nodes
+                    if n.op == "call_function" and n.target is not operator.getitem
+                    and not support.is_node_supported({}, n)})
+    if not eager:
+        return GraphRunner(compiler, graph_module, example_inputs)
+    partitioner = CapabilityBasedPartitioner(graph_module, support, allows_single_node_partition=True)
+    split = partitioner.partition_and_fuse()
+    for node in split.graph.nodes:
+        if node.op != "call_module":
+            continue
+        part = split.get_submodule(node.target)
+        values = [arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg for arg in node.args]
+        for placeholder, value in zip((n for n in part.graph.nodes if n.op == "placeholder"), values):
+            placeholder.meta.setdefault("val", value)
+        setattr(split, node.target, _CompiledPart(GraphRunner(compiler, part, values)))
+    split.recompile()
+    warnings.warn(f"lamina ran these ops in PyTorch, not lamina: {', '.join(eager)}", stacklevel=2)
+    return split
+

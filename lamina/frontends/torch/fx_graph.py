@@ -1,0 +1,85 @@
+"""Torch IR from an ATen-level FX graph, as ``torch.compile`` hands it to a backend.
+
+Every placeholder is an argument of the call (AOTAutograd lifts parameters and buffers
+to arguments), so the graph has no module state of its own. Outputs that the program
+does not compute (an input returned as it is, a None) are passed through at call time
+rather than compiled: ``outputs`` says where each output of the graph comes from.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import torch
+
+from lamina.core.errors import LaminaError
+from lamina.core.ir import torch_ir
+from lamina.frontends.torch.capture import Captured, _node, _tensor_type
+
+
+@attrs.frozen
+class Computed:
+    """Output ``index`` of the compiled program."""
+
+    index: int
+
+
+@attrs.frozen
+class Argument:
+    """The call's argument at ``position``, returned as it is."""
+
+    position: int
+
+
+@attrs.frozen
+class Constant:
+    value: Any
+
+
+Source = Computed | Argument | Constant
+
+
+@attrs.frozen(eq=False)
+class FxProgram:
+    captured: Captured
+    outputs: tuple[Source, ...] = attrs.field(converter=tuple)
+
+
+def fx_to_torch_ir(graph_module: torch.fx.GraphModule) -> FxProgram:
+    """``graph_module`` (core ATen ops, shapes in each node's ``meta['val']``) as Torch IR."""
+    inputs, positions, nodes = [], [], []
+    placeholders: dict[str, int] = {}
+    computed: list[str] = []
+    sources: list[Source] = []
+    for fx_node in graph_module.graph.nodes:
+        if fx_node.op == "placeholder":
+            placeholders[fx_node.name] = len(placeholders)
+            if isinstance(fx_node.meta.get("val"), torch.Tensor):
+                inputs.append(torch_ir.Input(fx_node.name, _tensor_type(fx_node), "user"))
+                positions.append(placeholders[fx_node.name])
+        elif fx_node.op == "call_function":
+            nodes.append(_node(fx_node))
+        elif fx_node.op == "output":
+            for value in _flat_outputs(fx_node.args[0]):
+                sources.append(_source(value, placeholders, computed))
+        else:
+            raise LaminaError(f"the graph has a {fx_node.op} node ({fx_node.name}): "
+                              "control flow and submodule calls are not supported")
+    graph = torch_ir.Graph(inputs, nodes, computed)
+    torch_ir.verify_graph(graph)
+    return FxProgram(Captured(graph, positions, {}), sources)
+
+
+def _flat_outputs(value: Any) -> tuple:
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
+def _source(value: Any, placeholders: dict[str, int], computed: list[str]) -> Source:
+    if not isinstance(value, torch.fx.Node):
+        return Constant(value)
+    if value.name in placeholders:
+        return Argument(placeholders[value.name])
+    if value.name not in computed:
+        computed.append(value.name)
+    return Computed(computed.index(value.name))

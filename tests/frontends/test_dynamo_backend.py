@@ -1,0 +1,140 @@
+"""``torch.compile(..., backend="lamina")``: whole graphs, new shapes, unsupported ops, the entry point."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import tomllib
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+import torch
+
+from lamina.bench.measure import float64_reference, relative_error
+from lamina.core.errors import ConfigError, UnsupportedOpError
+from lamina.frontends.torch.dynamo_backend import decompositions, lamina_backend
+
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+
+
+def installed() -> bool:
+    return "lamina" in entry_points(group="torch_dynamo_backends").names
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def backend():
+    """The backend by name once lamina is installed, else the function the name resolves to."""
+    return "lamina" if installed() else lamina_backend
+
+
+def raised_by_lamina(error: Exception) -> Exception:
+    """The error lamina raised: Dynamo reports a backend's error wrapped in its own."""
+    return getattr(error, "inner_exception", error)
+
+
+def running_example(x, bias, w):
+    return torch.relu(torch.matmul(x + bias, w))
+
+
+def mlp() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.SiLU(), torch.nn.Linear(40, 7)).eval()
+
+
+def test_the_entry_point_names_the_backend():
+    declared = tomllib.loads(PYPROJECT.read_text())["project"]["entry-points"]["torch_dynamo_backends"]
+    module, _, attribute = declared["lamina"].partition(":")
+    assert getattr(importlib.import_module(module), attribute) is lamina_backend
+
+
+@pytest.mark.skipif(not installed(), reason="lamina is not installed, so its entry points are not visible")
+def test_torch_finds_the_installed_backend_by_name():
+    from torch._dynamo.backends.registry import lookup_backend
+
+    assert "lamina" in torch._dynamo.list_backends(exclude_tags=())
+    assert lookup_backend("lamina") is lamina_backend
+
+
+def test_running_example_matches_eager(backend):
+    inputs = (torch.randn(16, 64), torch.randn(64), torch.randn(64, 16))
+    out = torch.compile(running_example, backend=backend)(*inputs)
+    assert relative_error(out, float64_reference(running_example, inputs)) < 1e-5
+
+
+def test_an_mlp_matches_eager_and_reads_its_current_weights(backend):
+    model = mlp()
+    x = torch.randn(13, 24)
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        assert relative_error(compiled(x), copy.deepcopy(model).double()(x.double())) < 1e-5
+        model[2].weight.mul_(-1.5)
+        assert relative_error(compiled(x), copy.deepcopy(model).double()(x.double())) < 1e-5
+
+
+def test_new_shapes_compile_again_and_match(backend):
+    model = mlp()
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        for rows in (13, 17, 5, 13):
+            x = torch.randn(rows, 24)
+            assert relative_error(compiled(x), copy.deepcopy(model).double()(x.double())) < 1e-5
+
+
+def sort_and_topk(x, w):
+    y = torch.relu(x @ w)
+    return torch.sort(y, dim=-1).values * 2.0 + torch.topk(y, 3, dim=-1).values.sum(dim=-1, keepdim=True)
+
+
+def test_unsupported_ops_are_one_error_that_lists_them_all(backend):
+    x, w = torch.randn(11, 24), torch.randn(24, 9)
+    with pytest.raises(Exception) as caught:
+        torch.compile(sort_and_topk, backend=backend)(x, w)
+    error = raised_by_lamina(caught.value)
+    assert isinstance(error, UnsupportedOpError)
+    assert {op for op, _ in error.ops} == {"aten.sort.default", "aten.topk.default"}
+    assert "aten.sort.default  at " in str(caught.value)
+
+
+def test_eager_fallback_runs_unsupported_ops_in_pytorch_and_names_them(backend):
+    x, w = torch.randn(11, 24), torch.randn(24, 9)
+    compiled = torch.compile(sort_and_topk, backend=backend, options={"fallback": "eager"})
+    with pytest.warns(UserWarning, match=r"ran these ops in PyTorch, not lamina: aten.sort.default, aten.topk.default$"):
+        out = compiled(x, w)
+    assert relative_error(out, float64_reference(sort_and_topk, (x, w))) < 1e-5
+
+
+def test_lamina_settings_pass_through_options(backend):
+    inputs = (torch.randn(9, 20), torch.randn(20), torch.randn(20, 6))
+    out = torch.compile(running_example, backend=backend, options={"schedule": "generic"})(*inputs)
+    assert relative_error(out, float64_reference(running_example, inputs)) < 1e-5
+
+
+def test_an_unknown_fallback_is_a_clear_error(backend):
+    with pytest.raises(Exception) as caught:
+        torch.compile(running_example, backend=backend, options={"fallback": "cpu"})(
+            torch.randn(3, 4), torch.randn(4), torch.randn(4, 2))
+    error = raised_by_lamina(caught.value)
+    assert isinstance(error, ConfigError) and "unknown fallback 'cpu'" in str(error)
+
+
+def test_kept_ops_stay_whole_and_the_rest_decompose():
+    table = {str(op) for op in decompositions(("aten.linear.default", "aten.silu.default"))}
+    assert "aten.linear.default" not in table and "aten.silu.default" not in table
+    assert "aten.addcmul.default" in table
+
+
+def test_gradients_flow_through_the_compiled_backward(backend):
+    model = mlp().double()
+    x = torch.randn(13, 24, dtype=torch.float64)
+    reference = copy.deepcopy(model)
+    torch.compile(model, backend=backend)(x).square().sum().backward()
+    reference(x).square().sum().backward()
+    for ours, theirs in zip(model.parameters(), reference.parameters()):
+        assert relative_error(ours.grad, theirs.grad) < 1e-10
