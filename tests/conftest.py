@@ -3,6 +3,8 @@
 import pytest
 import torch
 
+pytest_plugins = ["lamina.testing.conformance"]
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped where PyTorch sees none")
