@@ -191,7 +191,17 @@ def verify_program(program: Program) -> None:
     """Check names, shapes, dtypes and, where they are static, index bounds."""
     types = {v.name: v.type for v in program.inputs}
     problems: list[str] = []
+    foreign: set[str] = set()
     for o in program.ops:
+        if not isinstance(o, (Elementwise, Reduction, IndexMap)):
+            name = getattr(o, "name", repr(o))
+            problems.append(f"{name}: a {type(o).__name__} is not a Tensor IR primitive; "
+                            "write the op with Elementwise, Reduction and IndexMap")
+            foreign.add(name)
+            continue
+        if foreign.intersection(op_inputs(o)):
+            foreign.add(o.name)
+            continue
         where = f"{o.name}" + (f" (from {o.source})" if o.source else "")
         for name in op_inputs(o):
             if name not in types:
@@ -209,7 +219,7 @@ def verify_program(program: Program) -> None:
             problems.append(f"{where}: the name is defined twice")
         types[o.name] = o.type
     for out in program.outputs:
-        if out not in types:
+        if out not in types and out not in foreign:
             problems.append(f"output {out} is not defined")
     if problems:
         raise VerificationError("Tensor IR is inconsistent:\n  " + "\n  ".join(problems))
