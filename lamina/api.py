@@ -21,11 +21,15 @@ from lamina.frontends.torch.capture import DEFAULT_KEEP, Captured, capture
 
 
 class Compiler:
-    """Compiles programs under one configuration (and its loaded plugins)."""
+    """Compiles programs under one configuration and its loaded plugins.
 
-    def __init__(self, config: Config | None = None, **overrides: Any):
+    ``plugins`` is a ready plugin manager to use instead of the one the configuration
+    loads (a plugin author's test registers a plugin in one by hand).
+    """
+
+    def __init__(self, config: Config | None = None, plugins: PluginManager | None = None, **overrides: Any):
         self.config = config if config is not None else load_config(**overrides)
-        self._plugins: PluginManager | None = None
+        self._plugins = plugins
 
     @property
     def plugins(self) -> PluginManager:

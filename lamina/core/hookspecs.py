@@ -30,8 +30,8 @@ def lamina_register_ops(register):
     Elementwise / Reduction / IndexMap ops through ``builder``
     (``lamina.core.ir.tensor_builder.TensorBuilder``) and returns the name of the value
     holding the node's result. When several plugins register the same op, the highest
-    priority wins, then the plugin name; the config may name one. Any plugin may
-    implement it. Returns nothing.
+    priority wins, then the plugin whose name sorts first. Any plugin may implement it.
+    Returns nothing.
     """
 
 

@@ -100,7 +100,7 @@ def _check(suite, schedule: str, program: str, target: str, check: str) -> None:
         pytest.skip(f"schedule {schedule} applies to no kernel of program {program}")
     where = f"schedule {schedule} on program {program}"
     if check in FAULTS:
-        found = [f"kernel {k.name}: {message}" for k in run.kernels for message in getattr(run.reports[k.name], check)]
+        found = [message for k in run.kernels for message in getattr(run.reports[k.name], check)]
         if found:
             raise AssertionError(f"{where}: the simulator found {check.replace('_', ' ')}:\n  " + "\n  ".join(found))
     elif check == "numerics":
