@@ -54,6 +54,35 @@ def pointwise(kernel: loop_ir.Kernel) -> Pointwise | None:
     return Pointwise(loops, store)
 
 
+def single_store(kernel: loop_ir.Kernel) -> loop_ir.Store | None:
+    """The kernel's one store when it writes every element of its one output once,
+    one element per point of its parallel loops (size-1 axes may be stored at 0)."""
+    loops, body = parallel_nest(kernel)
+    stores = [s for s in loop_ir.statements(kernel.body) if isinstance(s, loop_ir.Store)]
+    if len(kernel.outputs) != 1 or len(stores) != 1 or stores[0] not in body:
+        return None
+    store = stores[0]
+    extents = {loop.var: loop.extent for loop in loops}
+    shape = kernel.outputs[0].type.shape
+    used = []
+    for coordinate, size in zip(store.index, shape):
+        if isinstance(coordinate, ex.Var) and extents.get(coordinate.name) == size:
+            used.append(coordinate.name)
+        elif not (isinstance(coordinate, ex.Const) and coordinate.value == 0 and size == 1):
+            return None
+    return store if sorted(used) == sorted(extents) and len(set(used)) == len(used) else None
+
+
+def bound_names(body: tuple[loop_ir.Stmt, ...]) -> set[str]:
+    names = set()
+    for s in loop_ir.statements(body):
+        if isinstance(s, loop_ir.Loop):
+            names.add(s.var)
+        elif isinstance(s, (loop_ir.Init, loop_ir.Accumulate)):
+            names.add(s.acc)
+    return names
+
+
 def buffers(program: loop_ir.Program) -> dict[str, loop_ir.Buffer]:
     found = {b.name: b for b in program.inputs + program.temporaries + program.outputs}
     for k in program.kernels:
@@ -118,3 +147,97 @@ def copies_fit(host: loop_ir.Kernel, buffer: str, value: Expr, extra: int = 0) -
     in it is replaced by a copy of ``value`` (and ``extra`` nodes are added)."""
     uses = sum(1 for load in loop_ir.loads(host.body) if load.buffer == buffer)
     return nodes(host) + extra + uses * sum(1 for _ in ex.walk(value)) <= MAX_EXPRESSION_NODES
+
+
+def gathers(value: Expr) -> bool:
+    """Whether ``value`` reads a buffer at an index that itself reads a buffer."""
+    return any(
+        isinstance(node, loop_ir.Load) and any(isinstance(n, loop_ir.Load) for i in node.index for n in ex.walk(i))
+        for node in ex.walk(value)
+    )
+
+
+def shared_in_reduction(kernel: loop_ir.Kernel, buffer: str) -> bool:
+    """Whether a reduce loop of ``kernel`` reads ``buffer`` at an index that misses one of
+    the kernel's parallel variables: each element then serves several points, as a
+    matmul's operand does."""
+    loops, _ = parallel_nest(kernel)
+    parallel = {loop.var for loop in loops}
+    for s in loop_ir.statements(kernel.body):
+        if isinstance(s, loop_ir.Loop) and s.kind == "reduce":
+            for load in loop_ir.loads(s.body):
+                used = set().union(*(ex.free_vars(i) for i in load.index)) if load.index else set()
+                if load.buffer == buffer and not parallel <= used:
+                    return True
+    return False
+
+
+def inline_producer(consumer: loop_ir.Kernel, producer: Pointwise) -> loop_ir.Kernel:
+    """``consumer`` with every load of the producer's buffer replaced by the producer's value there."""
+    buffer = producer.store.buffer
+    value = producer.store.value
+
+    def replace(node: Expr) -> Expr | None:
+        if isinstance(node, loop_ir.Load) and node.buffer == buffer:
+            at = dict(zip(producer.vars, node.index))
+            return ex.cast(ex.substitute(value, at), node.dtype)
+        return None
+
+    def rewrite(e: Expr, ranges: Ranges) -> Expr:
+        return simplify_indices(ex.transform(e, replace), ranges)
+
+    return attrs.evolve(consumer, body=map_with_ranges(consumer.body, rewrite))
+
+
+def renamed(body: tuple[loop_ir.Stmt, ...], names: dict[str, str]) -> tuple[loop_ir.Stmt, ...]:
+    """``body`` with loop variables and accumulators renamed by ``names`` (old -> new, all at once)."""
+
+    def rename(node: Expr) -> Expr | None:
+        if isinstance(node, ex.Var) and node.name in names:
+            return attrs.evolve(node, name=names[node.name])
+        return None
+
+    out = []
+    for s in body:
+        if isinstance(s, loop_ir.Loop):
+            out.append(attrs.evolve(s, var=names.get(s.var, s.var), body=renamed(s.body, names)))
+        else:
+            (s,) = loop_ir.map_expressions((s,), lambda e: ex.transform(e, rename))
+            if isinstance(s, (loop_ir.Init, loop_ir.Accumulate)):
+                s = attrs.evolve(s, acc=names.get(s.acc, s.acc))
+            out.append(s)
+    return tuple(out)
+
+
+def fresh_names(names: set[str], taken: set[str]) -> dict[str, str]:
+    """A new name for each of ``names`` that clashes with ``taken``; the others keep theirs."""
+    used = set(taken) | set(names)
+    found = {}
+    for name in sorted(names & set(taken)):
+        k = 1
+        while f"{name}_{k}" in used:
+            k += 1
+        found[name] = f"{name}_{k}"
+        used.add(found[name])
+    return found
+
+
+def renumbered(kernel: loop_ir.Kernel) -> loop_ir.Kernel:
+    """The kernel with its accumulators named ``acc0, acc1, ...`` and its reduce loops
+    ``r0, r1, ...`` in the order they appear, so that fused kernels print like lowered ones."""
+    accs, reduce_vars = [], []
+    for s in loop_ir.statements(kernel.body):
+        if isinstance(s, loop_ir.Init) and s.acc not in accs:
+            accs.append(s.acc)
+        elif isinstance(s, loop_ir.Loop) and s.kind == "reduce" and s.var not in reduce_vars:
+            reduce_vars.append(s.var)
+    kept = bound_names(kernel.body) - set(accs) - set(reduce_vars)
+    kept |= {b.name for b in kernel.inputs + kernel.outputs}
+    names: dict[str, str] = {}
+    following = {"acc": 0, "r": 0}
+    for old, prefix in [(a, "acc") for a in accs] + [(r, "r") for r in reduce_vars]:
+        while f"{prefix}{following[prefix]}" in kept:
+            following[prefix] += 1
+        names[old] = f"{prefix}{following[prefix]}"
+        following[prefix] += 1
+    return attrs.evolve(kernel, body=renamed(kernel.body, names))

@@ -34,7 +34,7 @@ class FuseEpilogueIntoReduction:
         position = 0
         while position < len(kernels):
             reduction = kernels[position]
-            store = None if analysis.pointwise(reduction) else _single_store(reduction)
+            store = None if analysis.pointwise(reduction) else analysis.single_store(reduction)
             buffer = store.buffer if store else None
             consumers = [] if buffer is None or buffer in outputs else [
                 later for later in range(position + 1, len(kernels)) if buffer in reads[later]
@@ -44,7 +44,7 @@ class FuseEpilogueIntoReduction:
             at = _visiting_index(epilogue, known[buffer]) if epilogue else None
             if (
                 at is None
-                or _bound_names(analysis.parallel_nest(reduction)[1]) & set(epilogue.vars)
+                or analysis.bound_names(analysis.parallel_nest(reduction)[1]) & set(epilogue.vars)
                 or not analysis.copies_fit(kernels[later], buffer, store.value, extra=analysis.nodes(reduction))
             ):
                 position += 1
@@ -57,25 +57,6 @@ class FuseEpilogueIntoReduction:
         if not fused:
             return None
         return analysis.without_buffers(attrs.evolve(program, kernels=tuple(kernels)), fused)
-
-
-def _single_store(kernel: loop_ir.Kernel) -> loop_ir.Store | None:
-    """The kernel's one store when it writes every element of its one output once,
-    one element per point of its parallel loops (size-1 axes may be stored at 0)."""
-    loops, body = analysis.parallel_nest(kernel)
-    stores = [s for s in loop_ir.statements(kernel.body) if isinstance(s, loop_ir.Store)]
-    if len(kernel.outputs) != 1 or len(stores) != 1 or stores[0] not in body:
-        return None
-    store = stores[0]
-    extents = {loop.var: loop.extent for loop in loops}
-    shape = kernel.outputs[0].type.shape
-    used = []
-    for coordinate, size in zip(store.index, shape):
-        if isinstance(coordinate, ex.Var) and extents.get(coordinate.name) == size:
-            used.append(coordinate.name)
-        elif not (isinstance(coordinate, ex.Const) and coordinate.value == 0 and size == 1):
-            return None
-    return store if sorted(used) == sorted(extents) and len(set(used)) == len(used) else None
 
 
 def _visiting_index(epilogue: analysis.Pointwise, buffer: loop_ir.Buffer) -> tuple[Expr, ...] | None:
@@ -99,16 +80,6 @@ def _visiting_index(epilogue: analysis.Pointwise, buffer: loop_ir.Buffer) -> tup
     shape_of_epilogue = tuple(extents.values())
     offset = ex.op("sub", index.linearize(at, shape), index.linearize(own, shape_of_epilogue))
     return at if index.simplify(offset, extents) == ex.const(0) else None
-
-
-def _bound_names(body: tuple[loop_ir.Stmt, ...]) -> set[str]:
-    names = set()
-    for s in loop_ir.statements(body):
-        if isinstance(s, loop_ir.Loop):
-            names.add(s.var)
-        elif isinstance(s, (loop_ir.Init, loop_ir.Accumulate)):
-            names.add(s.acc)
-    return names
 
 
 def _fuse(

@@ -6,15 +6,17 @@ point, and the producer and its buffer disappear. This is what removes broadcast
 views and chains of elementwise ops from memory. A producer whose buffer is a program
 output stays, and so does anything containing a reduction, which would otherwise be
 recomputed for every use. A producer that would make a consumer too large (see
-``analysis.MAX_EXPRESSION_NODES``) stays too.
+``analysis.MAX_EXPRESSION_NODES``) stays too, and so does a gather (an embedding
+lookup) read by several kernels or as a matmul's operand: the lookup is written once
+rather than copied into each reader, where it would cost a dependent load and make the
+operand one that a matmul cannot stage tile by tile.
 """
 
 from __future__ import annotations
 
 import attrs
 
-from lamina.core.ir import expr as ex, loop_ir
-from lamina.core.ir.expr import Expr
+from lamina.core.ir import loop_ir
 from lamina.plugins.fusion import analysis
 
 
@@ -35,13 +37,13 @@ class InlinePointwiseProducers:
             consumers = [] if buffer is None or buffer in outputs else [
                 later for later in range(position + 1, len(kernels)) if buffer in reads[later]
             ]
-            if not consumers or not all(
+            if not consumers or _keeps_lookup(producer, [kernels[later] for later in consumers]) or not all(
                 analysis.copies_fit(kernels[later], buffer, producer.store.value) for later in consumers
             ):
                 position += 1
                 continue
             for later in consumers:
-                kernels[later] = analysis.with_exact_inputs(_inline(kernels[later], producer), known)
+                kernels[later] = analysis.with_exact_inputs(analysis.inline_producer(kernels[later], producer), known)
                 reads[later] = set(analysis.loaded_buffers(kernels[later]))
             del kernels[position], reads[position]
             inlined.add(buffer)
@@ -50,18 +52,7 @@ class InlinePointwiseProducers:
         return analysis.without_buffers(attrs.evolve(program, kernels=tuple(kernels)), inlined)
 
 
-def _inline(consumer: loop_ir.Kernel, producer: analysis.Pointwise) -> loop_ir.Kernel:
-    """``consumer`` with every load of the producer's buffer replaced by the producer's value there."""
-    buffer = producer.store.buffer
-    value = producer.store.value
-
-    def replace(node: Expr) -> Expr | None:
-        if isinstance(node, loop_ir.Load) and node.buffer == buffer:
-            at = dict(zip(producer.vars, node.index))
-            return ex.cast(ex.substitute(value, at), node.dtype)
-        return None
-
-    def rewrite(e: Expr, ranges: analysis.Ranges) -> Expr:
-        return analysis.simplify_indices(ex.transform(e, replace), ranges)
-
-    return attrs.evolve(consumer, body=analysis.map_with_ranges(consumer.body, rewrite))
+def _keeps_lookup(producer: analysis.Pointwise, consumers: list[loop_ir.Kernel]) -> bool:
+    if not analysis.gathers(producer.store.value):
+        return False
+    return len(consumers) > 1 or any(analysis.shared_in_reduction(k, producer.store.buffer) for k in consumers)

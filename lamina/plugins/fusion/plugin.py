@@ -1,17 +1,24 @@
 """Registers the built-in fusion rules.
 
 Inlining runs first so that an epilogue is a single pointwise kernel by the time it
-meets its reduction; dead buffers are cleared last.
+meets its reduction. A reduction then takes in a pointwise epilogue that reads it at
+every point (it stays a matmul-shaped kernel), before one that reads it through a
+broadcast runs inside its consumer. A program output that a later kernel reads is
+stored by that kernel once the reductions have settled; dead buffers are cleared last.
 """
 
 from lamina.core.hookspecs import hookimpl
 from lamina.plugins.fusion.fuse_epilogue_into_reduction import FuseEpilogueIntoReduction
+from lamina.plugins.fusion.fuse_reduction_into_consumer import FuseReductionIntoConsumer
 from lamina.plugins.fusion.inline_pointwise_producers import InlinePointwiseProducers
 from lamina.plugins.fusion.remove_dead_buffers import RemoveDeadBuffers
+from lamina.plugins.fusion.store_output_in_consumer import StoreOutputInConsumer
 
 
 @hookimpl
 def lamina_register_fusion_rules(register):
     register(InlinePointwiseProducers())
     register(FuseEpilogueIntoReduction())
+    register(FuseReductionIntoConsumer())
+    register(StoreOutputInConsumer())
     register(RemoveDeadBuffers())

@@ -37,7 +37,11 @@ def reduce_loops(program):
 
 def test_plugin_registers_inlining_before_epilogue_fusion_before_cleanup():
     assert [r.name for r in builtin_rules()] == [
-        "inline_pointwise_producers", "fuse_epilogue_into_reduction", "remove_dead_buffers",
+        "inline_pointwise_producers",
+        "fuse_epilogue_into_reduction",
+        "fuse_reduction_into_consumer",
+        "store_output_in_consumer",
+        "remove_dead_buffers",
     ]
 
 
@@ -70,26 +74,40 @@ def test_a_reduction_used_twice_is_computed_once():
     doubled = b.elementwise("double", lambda a: tp.mul(a, 2.0), total)
     shifted = b.elementwise("shift", lambda a: tp.add(a, 1.0), total)
     program = fused(b.program(doubled, shifted))
-    assert [k.name for k in program.kernels] == ["sum", "double", "shift"]
+    assert [k.name for k in program.kernels] == ["double", "shift"]
+    assert [[b.name for b in k.outputs] for k in program.kernels] == [["sum", "double"], ["shift"]]
     assert [b.name for b in program.temporaries] == ["sum"]
+    assert [b.name for b in program.kernels[1].inputs] == ["sum"]
     assert len(reduce_loops(program)) == 1
 
 
-def test_a_reduction_read_through_a_broadcast_is_not_inlined():
+def test_a_reduction_read_through_a_broadcast_runs_once_per_row_inside_its_reader():
     program = fused(tp.sum_keepdim_minus_input())
-    assert [k.name for k in program.kernels] == ["sum", "sub"]
-    assert loop_ir.format_kernel(program.kernels[1]).splitlines()[-1].strip() == "sub[i0, i1] = sum[i0, 0] - x[i0, i1]"
-    assert len(reduce_loops(program)) == 1
+    assert loop_ir.format_program(program) == (
+        "loop_program(x: f32[6, 37]) -> (sub: f32[6, 37]):\n"
+        "  kernel sub(x: f32[6, 37]) -> (sub: f32[6, 37]):\n"
+        "    for i0 in parallel(6):\n"
+        "      acc0: f32 = 0.0\n"
+        "      for r0 in reduce(37):\n"
+        "        acc0 += x[i0, r0]\n"
+        "      for i1 in serial(37):\n"
+        "        sub[i0, i1] = acc0 - x[i0, i1]"
+    )
 
 
-def test_a_program_output_is_never_inlined_or_removed():
+def test_a_program_output_is_never_removed_and_its_reader_stores_it():
     b = tp.TensorProgramBuilder()
     x = b.input("x", 5)
     doubled = b.elementwise("double", lambda a: tp.mul(a, 2.0), x)
     shifted = b.elementwise("shift", lambda a: tp.add(a, 1.0), doubled)
     program = fused(b.program(doubled, shifted))
-    assert [k.name for k in program.kernels] == ["double", "shift"]
     assert [o.name for o in program.outputs] == ["double", "shift"]
+    assert loop_ir.format_program(program).splitlines()[1:] == [
+        "  kernel shift(x: f32[5]) -> (double: f32[5], shift: f32[5]):",
+        "    for i0 in parallel(5):",
+        "      double[i0] = x[i0] * 2.0",
+        "      shift[i0] = x[i0] * 2.0 + 1.0",
+    ]
 
 
 def test_an_output_that_nothing_reads_stays():
@@ -119,12 +137,13 @@ def test_keepdim_epilogue_fuses_and_stores_at_zero():
     assert loop_ir.format_kernel(program.kernels[0]).splitlines()[-1].strip() == "mean[i0, i1, 0] = acc0 * 0.125"
 
 
-def test_epilogue_with_other_inputs_takes_the_epilogue_place():
+def test_epilogue_with_other_inputs_takes_the_epilogue_place_and_the_other_reduction():
     program = fused(tp.two_reductions_one_epilogue())
-    assert [k.name for k in program.kernels] == ["max", "add"]
-    add = program.kernels[1]
-    assert [b.name for b in add.inputs] == ["x", "max"]
-    assert loop_ir.format_kernel(add).splitlines()[-1].strip() == "add[i0] = acc0 + max[i0]"
+    assert [k.name for k in program.kernels] == ["add"]
+    (add,) = program.kernels
+    assert [b.name for b in add.inputs] == ["y", "x"]
+    assert [s.acc for s in loop_ir.statements(add.body) if isinstance(s, loop_ir.Init)] == ["acc0", "acc1"]
+    assert loop_ir.format_kernel(add).splitlines()[-1].strip() == "add[i0] = acc1 + acc0"
 
 
 def test_epilogue_reading_the_reduction_elsewhere_than_its_point_is_not_fused():
@@ -166,13 +185,21 @@ def test_an_epilogue_reading_transposed_fuses():
     )
 
 
-def test_an_epilogue_reading_an_element_twice_is_not_fused():
+def test_an_epilogue_reading_an_element_twice_reduces_once_and_repeats_serially():
     b = tp.TensorProgramBuilder()
     x = b.input("x", 4, 6)
     total = b.reduce(x, (1,), "sum")
     twice = b.index_map(total, (2, 4), lambda d: (d[1],), base="repeat")
     program = fused(b.program(b.elementwise("double", lambda a: tp.mul(a, 2.0), twice)))
-    assert [k.name for k in program.kernels] == ["sum", "double"]
+    assert loop_ir.format_program(program).splitlines()[1:] == [
+        "  kernel double(x: f32[4, 6]) -> (double: f32[2, 4]):",
+        "    for i1 in parallel(4):",
+        "      acc0: f32 = 0.0",
+        "      for r0 in reduce(6):",
+        "        acc0 += x[i1, r0]",
+        "      for i0 in serial(2):",
+        "        double[i0, i1] = acc0 * 2.0",
+    ]
 
 
 def test_chained_epilogues_all_fuse():

@@ -115,6 +115,13 @@ def analyse(kernel: loop_ir.Kernel) -> Contraction:
     r = reduce_loop.var
     extents = {loop.var: loop.extent for loop in loops} | {r: reduce_loop.extent}
     parallel = [loop.var for loop in loops]
+    for store in stores:
+        foreign = set().union(*(ex.free_vars(e) for e in loop_ir.expressions(store))) - set(parallel) - {init.acc}
+        if foreign:
+            raise NotAContraction(
+                f"{where}: the store to {store.buffer} reads {', '.join(sorted(foreign))}, "
+                "which the contraction does not compute"
+            )
     moving = [load for load in outer_loads(accumulate.value) if r in _index_vars(load)]
     for load in moving:
         if _reads_buffers(load):

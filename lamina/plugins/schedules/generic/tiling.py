@@ -46,6 +46,20 @@ def reduce_loops(body: tuple[loop_ir.Stmt, ...]) -> tuple[loop_ir.Loop, ...]:
     return tuple(s for s in loop_ir.statements(body) if isinstance(s, loop_ir.Loop) and s.kind == "reduce")
 
 
+def reduce_iterations(body: tuple[loop_ir.Stmt, ...]) -> int:
+    """How many reduce-loop iterations one thread runs: nested loops multiply, loops one
+    after the other (softmax's max and sum) add up."""
+    total = 0
+    for s in body:
+        if isinstance(s, loop_ir.Loop):
+            inner = reduce_iterations(s.body)
+            if s.kind == "reduce":
+                total += s.extent * max(inner, 1)
+            else:
+                total += s.extent * inner
+    return total
+
+
 def tile(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any], schedule: str) -> tile_ir.TileKernel:
     """The generic Tile IR of ``kernel``."""
     loops, inner = split_parallel_nest(kernel.body)
@@ -59,7 +73,7 @@ def tile(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any], sched
     if reductions:
         plan = tile_ir.ReductionPlan(
             vars=tuple(loop.var for loop in reductions),
-            extent=math.prod(loop.extent for loop in reductions),
+            extent=reduce_iterations(inner),
             strategy="serial",
         )
     pinned = (("threads", threads),) if "threads" in knobs else ()
