@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from typing import Callable
 
 import attrs
@@ -241,3 +243,27 @@ def renumbered(kernel: loop_ir.Kernel) -> loop_ir.Kernel:
         names[old] = f"{prefix}{following[prefix]}"
         following[prefix] += 1
     return attrs.evolve(kernel, body=renamed(kernel.body, names))
+
+
+def worth_storing(producer: Pointwise, reader_count: int, temporaries: dict[str, loop_ir.Buffer]) -> bool:
+    """Whether a pointwise value read by several kernels should be written once rather
+    than recomputed in each reader: when it combines two or more temporaries of its own
+    size.
+
+    Recomputing such a value keeps every one of them alive until its last reader, and
+    redoes its arithmetic there: the residual stream of a transformer, ``h = x + attn``,
+    read by a norm and by the next residual add, would otherwise pull every earlier
+    layer's outputs along to the end of the model. Views, values made from inputs and
+    constants, and values that combine one tensor with row statistics (a softmax's
+    ``exp(x - max)``) stay cheap to recompute.
+    """
+    if reader_count < 2:
+        return False
+    size = math.prod(producer_shape(producer))
+    read = {load.buffer for load in loop_ir.loads((producer.store,))}
+    full_size = [name for name in read if name in temporaries and math.prod(temporaries[name].type.shape) >= size]
+    return len(full_size) > 1
+
+
+def producer_shape(producer: Pointwise) -> tuple[int, ...]:
+    return tuple(loop.extent for loop in producer.loops)

@@ -5,7 +5,9 @@ cheap to recompute: every load of its buffer becomes its stored value at the loa
 point, and the producer and its buffer disappear. This is what removes broadcasts,
 views and chains of elementwise ops from memory. A producer whose buffer is a program
 output stays, and so does anything containing a reduction, which would otherwise be
-recomputed for every use. A producer that would make a consumer too large (see
+recomputed for every use, and so does a value that several kernels read and that
+combines several temporaries (``analysis.worth_storing``): it is written once. A
+producer that would make a consumer too large (see
 ``analysis.MAX_EXPRESSION_NODES``) stays too, and so does a gather (an embedding
 lookup) read by several kernels or as a matmul's operand: the lookup is written once
 rather than copied into each reader, where it would cost a dependent load and make the
@@ -26,6 +28,7 @@ class InlinePointwiseProducers:
 
     def apply(self, program: loop_ir.Program) -> loop_ir.Program | None:
         outputs = {b.name for b in program.outputs}
+        temporaries = {b.name: b for b in program.temporaries}
         known = analysis.buffers(program)
         kernels = list(program.kernels)
         reads = [set(analysis.loaded_buffers(k)) for k in kernels]
@@ -37,7 +40,9 @@ class InlinePointwiseProducers:
             consumers = [] if buffer is None or buffer in outputs else [
                 later for later in range(position + 1, len(kernels)) if buffer in reads[later]
             ]
-            if not consumers or _keeps_lookup(producer, [kernels[later] for later in consumers]) or not all(
+            if not consumers or _keeps_lookup(producer, [kernels[later] for later in consumers]) or analysis.worth_storing(
+                producer, len(consumers), temporaries
+            ) or not all(
                 analysis.copies_fit(kernels[later], buffer, producer.store.value) for later in consumers
             ):
                 position += 1

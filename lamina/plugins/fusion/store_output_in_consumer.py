@@ -1,4 +1,7 @@
-"""Let the first reader of a pointwise program output compute and store it too.
+"""Let the first reader of a pointwise value that must be stored compute and store it too.
+
+That is a program output, or a value several kernels read that is worth storing once
+(``analysis.worth_storing``).
 
 ``h = x + attn; out = rmsnorm(h)`` with ``h`` returned (the residual stream, read again
 later): ``h`` cannot be inlined away, but the norm can recompute ``x + attn`` wherever
@@ -25,17 +28,20 @@ class StoreOutputInConsumer:
 
     def apply(self, program: loop_ir.Program) -> loop_ir.Program | None:
         outputs = {b.name for b in program.outputs}
+        temporaries = {b.name: b for b in program.temporaries}
         known = analysis.buffers(program)
         kernels = list(program.kernels)
         for position, kernel in enumerate(kernels):
             producer = analysis.pointwise(kernel)
-            if producer is None or producer.store.buffer not in outputs:
+            if producer is None:
                 continue
             buffer = producer.store.buffer
             readers = [
                 later for later in range(position + 1, len(kernels)) if buffer in analysis.loaded_buffers(kernels[later])
             ]
             if not readers:
+                continue
+            if buffer not in outputs and not analysis.worth_storing(producer, len(readers), temporaries):
                 continue
             consumer = kernels[readers[0]]
             if not analysis.copies_fit(consumer, buffer, producer.store.value, extra=analysis.nodes(kernel)):
