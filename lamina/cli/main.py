@@ -12,6 +12,7 @@ import sys
 from lamina.core.errors import LaminaError
 from lamina.core.pipeline import LEVELS
 from lamina.cli.program_spec import INPUT_HELP, RUNNING_EXAMPLE
+from lamina.models.configs import MODELS
 
 
 def _add_program_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,6 +24,16 @@ def _add_program_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", action="append", metavar="NAME=SHAPE[:DTYPE]", help=INPUT_HELP)
     parser.add_argument("--schedule", help="use this schedule wherever it applies (e.g. generic, contraction)")
     parser.add_argument("--target", help="compile for this target (default: the visible GPU, else sm_90)")
+
+
+def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    models = parser.add_argument_group(
+        "whole models", "run a transformer that lamina ships a configuration for, with random weights "
+                        "(needs pip install \"lamina[models]\")")
+    models.add_argument("--model", choices=sorted(MODELS), help="the model to build instead of -c EXPR")
+    models.add_argument("--seq", type=int, help="tokens in the input (default: 128)")
+    models.add_argument("--layers", type=int, metavar="N", help="keep the first N decoder layers (default: all)")
+    models.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="the weights' dtype (default: float32)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,10 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_program_arguments(run_parser)
     run_parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                             help="cuda: the GPU; cpu: the Kernel IR simulator; auto (default): the GPU if visible")
-    run_parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    run_parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (and weights)")
+    _add_model_arguments(run_parser)
 
     plugins_parser = commands.add_parser("plugins", help="list plugins and what they registered")
     plugins_parser.add_argument("--json", action="store_true", help="print JSON for machines")
+    plugins_parser.add_argument("--stages", action="store_true",
+                                help="only which provider each stage will use under the current config")
     return parser
 
 
@@ -62,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "compile":
             from lamina.cli.compile_command import compile_command
             return compile_command(args)
+        if args.command == "run" and args.model is not None:
+            from lamina.cli.run_model import run_model_command
+            return run_model_command(args)
         if args.command == "run":
             from lamina.cli.run_command import run_command
             return run_command(args)

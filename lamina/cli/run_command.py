@@ -12,7 +12,7 @@ from lamina.core.errors import DeviceError, LaminaError
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12, torch.bfloat16: 1e-2, torch.float16: 1e-2}
 
 
-def _device(choice: str) -> str:
+def choose_device(choice: str) -> str:
     if choice == "cuda" and not torch.cuda.is_available():
         raise DeviceError("--device cuda was asked for, but no CUDA GPU is visible to PyTorch; use --device cpu to run on the simulator")
     if choice == "auto":
@@ -21,7 +21,10 @@ def _device(choice: str) -> str:
 
 
 def run_command(args) -> int:
-    device = _device(args.device)
+    stray = [f"--{name}" for name in ("seq", "layers", "dtype") if getattr(args, name) is not None]
+    if stray:
+        raise LaminaError(f"{', '.join(stray)} can only be used with --model")
+    device = choose_device(args.device)
     spec = program_spec(args.code, args.input)
     fn = spec.function()
     inputs = spec.example_inputs(seed=args.seed, device=device)

@@ -1,0 +1,136 @@
+"""``lamina run --model``: a shipped transformer with random weights, compiled, run and checked.
+
+Prints the kernel count (in all and per decoder layer), the compile time, the peak
+memory of the forward pass, the error of the logits against eager PyTorch and, on a
+GPU, the forward time against eager PyTorch and torch.compile.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+
+import lamina
+from lamina.bench.measure import relative_error, time_cuda_graph
+from lamina.cli.run_command import choose_device
+from lamina.core.errors import LaminaError
+from lamina.models import build_model, model_config, random_input_ids
+from lamina.models.configs import ModelConfig
+from lamina.models.layer_counts import cuda_kernels_per_call, layer_counts
+from lamina.models.measure import peak_memory, reference_logits
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DEFAULT_SEQ = 128
+TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 2e-2}
+
+SIMULATOR_FLOPS_PER_SECOND = 2e7
+"""What the Kernel IR simulator sustains on a model's matmuls, measured on one CPU core."""
+SIMULATOR_WARN_FLOPS = 3e8
+SIMULATOR_REFUSE_FLOPS = 2e10
+
+TIMING_REPLAYS = 100
+
+
+def _duration(seconds: float) -> str:
+    if seconds > 5400:
+        return f"{seconds / 3600:.1f} hours"
+    return f"{seconds / 60:.0f} minutes" if seconds > 120 else f"{seconds:.0f} seconds"
+
+
+def _check_size(config: ModelConfig, seq: int, layers: int) -> None:
+    """The simulator executes every thread of every kernel on the CPU: full-size models are out of reach."""
+    flops = config.forward_flops(seq, layers)
+    what = (f"{config.name} with {layers} layer(s) at {seq} tokens is {flops:.1e} FLOPs per forward pass, "
+            f"about {_duration(flops / SIMULATOR_FLOPS_PER_SECOND)} on the Kernel IR simulator")
+    if flops > SIMULATOR_REFUSE_FLOPS:
+        raise LaminaError(
+            f"{what}; lamina simulates at most {SIMULATOR_REFUSE_FLOPS:.0e} FLOPs per pass. Pass --layers 1 and a "
+            f"small --seq (such as --seq 8) to simulate a slice of {config.name}, or run on a GPU"
+        )
+    if flops > SIMULATOR_WARN_FLOPS:
+        print(f"lamina: warning: {what}", file=sys.stderr)
+
+
+def _layers(config: ModelConfig, requested: int | None) -> int:
+    if requested is None:
+        return config.num_hidden_layers
+    if not 1 <= requested <= config.num_hidden_layers:
+        raise LaminaError(f"--layers {requested}: {config.name} has 1 to {config.num_hidden_layers} decoder layers")
+    return requested
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def run_model_command(args) -> int:
+    if args.code is not None or args.input:
+        raise LaminaError("--model runs a shipped model: leave out -c and --input")
+    device = choose_device(args.device)
+    config = model_config(args.model)
+    layers = _layers(config, args.layers)
+    dtype_name = args.dtype or "float32"
+    dtype = DTYPES[dtype_name]
+    seq = DEFAULT_SEQ if args.seq is None else args.seq
+    ids = random_input_ids(config, seq, device=device, seed=args.seed)
+    if device == "cpu":
+        _check_size(config, seq, layers)
+    model = build_model(config, num_layers=layers, dtype=dtype, device=device, seed=args.seed)
+    print(f"model     {config.describe()}")
+    print(f"          {layers} of {config.num_hidden_layers} layers, random weights (seed {args.seed}), "
+          f"{dtype_name}, input ids (1, {seq})")
+
+    compiler = lamina.Compiler(schedule=args.schedule, target=args.target)
+    compiled = compiler.compile(model, (ids,))
+    counts = layer_counts(lambda m: compiler.compile(m, (ids,)).kernel_count, model, total=compiled.kernel_count)
+    print(f"compiled  in {compiled.compile_seconds:.2f} s for {compiled.compilation.target.name}")
+    print(f"kernels   {counts.describe()}")
+
+    if device == "cuda":
+        print(f"ran on    {torch.cuda.get_device_name()}")
+        loading = time.perf_counter()
+        compiled(ids)
+        torch.cuda.synchronize()
+        print(f"loaded    and first run in {time.perf_counter() - loading:.2f} s (NVRTC, or lamina's cubin cache)")
+        out, memory = peak_memory(compiled, ids)
+        _, eager = peak_memory(model, ids)
+        print(f"memory    peak {_gib(memory.peak)} during lamina's forward pass ({_gib(memory.above_before)} above "
+              f"the {_gib(memory.before)} of weights and inputs); eager PyTorch: {_gib(eager.peak)} "
+              f"({_gib(eager.above_before)} above)")
+    else:
+        print("ran on    the Kernel IR simulator (CPU)")
+        out = compiled(ids)
+        print("memory    not measured on the CPU (the simulator's buffers say nothing of a GPU's)")
+
+    reference, wider = reference_logits(model, ids, dtype)
+    reference_name = f"eager PyTorch in {str(wider).removeprefix('torch.')}"
+    error = relative_error(out, reference)
+    tolerance = TOLERANCE[dtype]
+    verdict = "ok" if error <= tolerance else "MISMATCH"
+    print(f"error     {error:.2e} relative to {reference_name} ({verdict}, tolerance {tolerance:.0e})")
+    if dtype != torch.float32:
+        with torch.no_grad():
+            eager_error = relative_error(model(ids), reference)
+        print(f"          eager PyTorch in {dtype_name}: {eager_error:.2e} relative to the same reference")
+    if device == "cuda":
+        _print_gpu_comparison(model, compiled, ids)
+    if verdict != "ok":
+        raise LaminaError(f"the logits differ from {reference_name}'s by {error:.2e} (tolerance {tolerance:.0e})")
+    return 0
+
+
+def _print_gpu_comparison(model, compiled, ids: torch.Tensor) -> None:
+    compiled_torch = torch.compile(model, dynamic=False)
+    contenders = {"lamina": compiled, "eager": model, "torch.compile": compiled_torch}
+    times = {name: time_cuda_graph(fn, (ids,), replays=TIMING_REPLAYS, warmup=5) for name, fn in contenders.items()}
+    print(f"time      forward pass, CUDA-graph replay, median of {TIMING_REPLAYS}")
+    for name, us in times.items():
+        ratio = "" if name == "lamina" else f"   ({us / times['lamina']:.2f}x lamina's time)"
+        print(f"  {name:14s} {us / 1000:9.3f} ms{ratio}")
+    eager = layer_counts(lambda m: cuda_kernels_per_call(m, (ids,)), model)
+    inductor = layer_counts(lambda m: cuda_kernels_per_call(torch.compile(m, dynamic=False), (ids,)), model,
+                            total=cuda_kernels_per_call(compiled_torch, (ids,)))
+    print(f"kernels   eager PyTorch: {eager.describe()}")
+    print(f"          torch.compile: {inductor.describe()}")
