@@ -15,6 +15,7 @@ from lamina.core.errors import LaminaError
 from lamina.core.ir import dtypes, expr as ex, index, loop_ir, tensor_ir
 from lamina.core.ir.expr import Expr
 from lamina.core.ir.torch_ir import TensorType
+from lamina.core.ir.names import fresh_name
 
 
 def lower_to_loops(program: tensor_ir.Program) -> loop_ir.Program:
@@ -30,7 +31,7 @@ def lower_to_loops(program: tensor_ir.Program) -> loop_ir.Program:
         if name not in types:
             raise LaminaError(f"Tensor IR output {name} is not an input or an op of the program; fix the program's outputs")
         if name in input_names or any(b.name == name for b in outputs):
-            copy = _fresh(f"{name}_copy", taken)
+            copy = fresh_name(f"{name}_copy", taken)
             kernels.append(_copy_kernel(name, copy, types[name], taken))
             types[copy] = types[name]
             name = copy
@@ -51,16 +52,6 @@ def _series(prefix: str, count: int, taken: set[str]) -> tuple[str, ...]:
         if f"{prefix}{k}" not in taken:
             found.append(f"{prefix}{k}")
     return tuple(found)
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    name = base
-    for k in itertools.count(2):
-        if name not in taken:
-            break
-        name = f"{base}{k}"
-    taken.add(name)
-    return name
 
 
 def kernel_name(buffer: str) -> str:

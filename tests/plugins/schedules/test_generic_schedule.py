@@ -108,8 +108,8 @@ def test_the_index_variable_avoids_buffer_names():
     x = b.input("linear", 40)
     (kernel,) = fused_kernels(b.program(b.elementwise("double", lambda a: tp.mul(a, 2.0), x)))
     lines = kernel_ir.format_kernel(generic(kernel)[1]).splitlines()
-    assert lines[3] == "  var linear1: i64 = blockIdx.x * 64 + threadIdx.x"
-    assert lines[-1] == "    double[linear1] = linear[linear1] * 2.0"
+    assert lines[3] == "  var linear2: i64 = blockIdx.x * 64 + threadIdx.x"
+    assert lines[-1] == "    double[linear2] = linear[linear2] * 2.0"
 
 
 @pytest.mark.parametrize(

@@ -11,12 +11,12 @@ Each thread computes one point of the flattened parallel loops::
 
 from __future__ import annotations
 
-import itertools
 import math
 
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import dtypes, expr as ex, index, kernel_ir, loop_ir, tile_ir
 from lamina.core.ir.expr import Expr
+from lamina.core.ir.names import fresh_name
 from lamina.plugins.schedules import loop_to_kernel
 
 
@@ -32,7 +32,7 @@ def lower(tile: tile_ir.TileKernel) -> kernel_ir.Kernel:
         )
     threads, total = binding.threads, binding.extent
     taken = _names_in(kernel)
-    linear = ex.Var(_fresh("linear", taken))
+    linear = ex.Var(fresh_name("linear", taken))
 
     body: list[kernel_ir.Stmt] = []
     env: dict[str, Expr] = {}
@@ -72,11 +72,3 @@ def _names_in(kernel: loop_ir.Kernel) -> set[str]:
     return names
 
 
-def _fresh(base: str, taken: set[str]) -> str:
-    name = base
-    for k in itertools.count(1):
-        if name not in taken:
-            break
-        name = f"{base}{k}"
-    taken.add(name)
-    return name
