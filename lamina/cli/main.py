@@ -63,7 +63,29 @@ def build_parser() -> argparse.ArgumentParser:
     plugins_parser.add_argument("--json", action="store_true", help="print JSON for machines")
     plugins_parser.add_argument("--stages", action="store_true",
                                 help="only which provider each stage will use under the current config")
+    _add_bench_parser(commands)
     return parser
+
+
+def _add_bench_parser(commands) -> None:
+    bench = commands.add_parser(
+        "bench", help="benchmark lamina against eager PyTorch and torch.compile",
+        description="Run the benchmark suite (the kernels of TinyLlama-1.1B and Qwen2.5-7B, and the running "
+                    "example) on the GPU: each case checked against PyTorch in a wider dtype, then timed by "
+                    "CUDA-graph replay against eager PyTorch and torch.compile.",
+        epilog="example: lamina bench --filter 'qwen.*.s2048.fp32' --plot speedups.png",
+    )
+    bench.add_argument("--filter", action="append", metavar="PATTERN",
+                       help="only cases whose name contains PATTERN, or matches it as a glob (*, ?); repeatable")
+    bench.add_argument("--dtype", choices=("float32", "bfloat16"), help="only cases of this dtype")
+    bench.add_argument("--suite-file", metavar="FILE.toml",
+                       help="add cases from a TOML file: one [[case]] table each, with name, expression (as for "
+                            "lamina run -c), inputs = [\"x=2048,4096:float32\", ...] and optionally flops")
+    bench.add_argument("--list", action="store_true", help="print the selected cases and exit (needs no GPU)")
+    bench.add_argument("--replays", type=int, default=200, metavar="N", help="CUDA-graph replays per figure (default: 200)")
+    bench.add_argument("--out", metavar="PATH",
+                       help="the JSON record (default: benchmarks/results/<date>_<gpu>_bench.json)")
+    bench.add_argument("--plot", metavar="PATH", help="also draw the speedups as a PNG (needs lamina[plot])")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             from lamina.cli.run_command import run_command
             return run_command(args)
+        if args.command == "bench":
+            from lamina.cli.bench_command import bench_command
+            return bench_command(args)
         from lamina.cli.plugins_command import plugins_command
         return plugins_command(args)
     except LaminaError as e:

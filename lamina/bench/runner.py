@@ -1,0 +1,147 @@
+"""Running the suite: each case checked for correctness, then lamina, eager PyTorch and
+torch.compile timed side by side in this one process (PERFORMANCE.md's method).
+
+The timing function is a parameter, so that everything but the clock can be exercised
+without a GPU: ``timer(contender, figure, fn, inputs, calls)`` returns microseconds per
+call of a function ``fn(*inputs)`` that makes ``calls`` calls of the contender.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable, Protocol
+
+import attrs
+import torch
+
+import lamina
+from lamina.bench.measure import relative_error, time_cuda_graph
+from lamina.bench.suite import L2_BYTES, Case
+from lamina.core.errors import LaminaError
+
+CONTENDERS = ("lamina", "eager", "torch.compile")
+TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 1e-2}
+#: The wider dtype each dtype's result is checked against.
+REFERENCE_DTYPE = {torch.float32: torch.float64, torch.bfloat16: torch.float32}
+MAX_COLD_SETS = 256
+"""Graphs of more calls than this take long to capture; cases this small get no cold figure."""
+
+
+class Timer(Protocol):
+    def __call__(self, contender: str, figure: str, fn: Callable, inputs: tuple, calls: int) -> float: ...
+
+
+def cuda_graph_timer(replays: int) -> Timer:
+    """Median CUDA-graph replay time per call, after warm-up."""
+    def timer(contender: str, figure: str, fn: Callable, inputs: tuple, calls: int) -> float:
+        return time_cuda_graph(fn, inputs, replays=replays) / calls
+    return timer
+
+
+@attrs.frozen
+class CaseResult:
+    case: Case
+    status: str
+    """ok, mismatch (lamina's result is wrong: not timed) or failed (lamina could not compile or run it)."""
+    message: str = ""
+    error: float | None = None
+    tolerance: float | None = None
+    #: Microseconds per call, warm L2.
+    times: dict[str, float] = attrs.field(factory=dict)
+    #: Microseconds per call, rotating among ``cold_sets`` input sets (memory-bound cases).
+    cold_times: dict[str, float] = attrs.field(factory=dict)
+    cold_sets: int = 0
+    #: Wall time from the call to the compiler to the end of the first call (what a user waits for).
+    compile_seconds: dict[str, float] = attrs.field(factory=dict)
+
+    def speedup(self, contender: str, figure: str = "hot") -> float | None:
+        """How many times faster lamina is than ``contender``."""
+        times = self.times if figure == "hot" else self.cold_times
+        if "lamina" not in times or contender not in times:
+            return None
+        return times[contender] / times["lamina"]
+
+
+def cold_set_count(case: Case, l2_bytes: int = L2_BYTES) -> int:
+    """Input sets to rotate among so that the data touched between two uses of a set exceeds L2; 0 if too many."""
+    sets = max(2, math.ceil(2 * l2_bytes / case.bytes_moved))
+    return sets if sets <= MAX_COLD_SETS else 0
+
+
+def _random_inputs(case: Case, device: str, seed: int) -> tuple[torch.Tensor, ...]:
+    return case.program().example_inputs(seed=seed, device=device)
+
+
+def _rotating(fn: Callable, sets: list[tuple[torch.Tensor, ...]]) -> Callable:
+    def rotate():
+        for inputs in sets:
+            fn(*inputs)
+    return rotate
+
+
+def _synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def run_case(case: Case, *, device: str, timer: Timer, torch_compile: Callable = torch.compile,
+             seed: int = 0, l2_bytes: int = L2_BYTES) -> CaseResult:
+    fn = case.program().function()
+    inputs = _random_inputs(case, device, seed)
+    start = time.perf_counter()
+    try:
+        compiled = lamina.compile(fn, inputs)
+        out = compiled(*inputs)
+        _synchronize(device)
+    except LaminaError as e:
+        return CaseResult(case, "failed", message=str(e).splitlines()[0])
+    except Exception as e:  # a bug in lamina on one case must not lose the rest of the run
+        return CaseResult(case, "failed", message=f"{type(e).__name__}: {e}".splitlines()[0])
+    compile_seconds = {"lamina": time.perf_counter() - start}
+    wider = REFERENCE_DTYPE.get(case.dtype, torch.float64)
+    with torch.no_grad():
+        reference = fn(*(t.to(wider) if t.is_floating_point() else t for t in inputs))
+    error = relative_error(out, reference)
+    tolerance = TOLERANCE.get(case.dtype, 1e-4)
+    if not error <= tolerance:
+        return CaseResult(case, "mismatch", message=f"relative error {error:.2e} over {tolerance:.0e}",
+                          error=error, tolerance=tolerance, compile_seconds=compile_seconds)
+
+    inductor = torch_compile(fn, dynamic=False)
+    start = time.perf_counter()
+    with torch.no_grad():
+        inductor(*inputs)
+    _synchronize(device)
+    compile_seconds["torch.compile"] = time.perf_counter() - start
+    contenders = {"lamina": compiled, "eager": fn, "torch.compile": inductor}
+    times = {name: timer(name, "hot", f, inputs, 1) for name, f in contenders.items()}
+
+    cold_times, sets = {}, cold_set_count(case, l2_bytes) if case.memory_bound else 0
+    if sets:
+        rotation = [inputs] + [_random_inputs(case, device, seed + k) for k in range(1, sets)]
+        cold_times = {name: timer(name, "cold", _rotating(f, rotation), (), sets) for name, f in contenders.items()}
+    return CaseResult(case, "ok", error=error, tolerance=tolerance, times=times, cold_times=cold_times,
+                      cold_sets=sets, compile_seconds=compile_seconds)
+
+
+def run_suite(cases: list[Case], *, device: str, timer: Timer, torch_compile: Callable = torch.compile,
+              progress: Callable[[int, int, str], None] = lambda index, total, name: None,
+              l2_bytes: int = L2_BYTES) -> list[CaseResult]:
+    results = []
+    for index, case in enumerate(cases):
+        progress(index, len(cases), case.name)
+        results.append(run_case(case, device=device, timer=timer, torch_compile=torch_compile,
+                                l2_bytes=l2_bytes))
+    progress(len(cases), len(cases), "")
+    return results
+
+
+def geomean_speedups(results: list[CaseResult], figure: str = "hot") -> dict[str, float]:
+    """Geometric mean over the timed cases of lamina's speedup against each other contender."""
+    found = {}
+    for contender in CONTENDERS[1:]:
+        ratios = [r for r in (result.speedup(contender, figure) for result in results) if r is not None]
+        if ratios:
+            found[contender] = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    return found

@@ -1,0 +1,105 @@
+"""``lamina bench``: the suite of lamina vs eager PyTorch vs torch.compile, by PERFORMANCE.md's method.
+
+``--list`` works anywhere; running cases needs a CUDA GPU (times are CUDA-graph replays).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import sys
+from pathlib import Path
+from typing import IO, Callable
+
+import torch
+
+from lamina.bench.report import ProgressLine, default_output, format_table, json_document, reproducing_command
+from lamina.bench.runner import Timer, cuda_graph_timer, run_suite
+from lamina.bench.suite import DTYPES, SHORT, Case, builtin_suite, check_unique, load_suite_file
+from lamina.core.errors import DeviceError, LaminaError
+
+DEFAULT_REPLAYS = 200
+
+
+def matches(name: str, pattern: str) -> bool:
+    """A glob (with * ? or [) matches the whole name; any other pattern is a substring."""
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatchcase(name, pattern)
+    return pattern in name
+
+
+def select_cases(args) -> list[Case]:
+    cases = builtin_suite()
+    if args.suite_file:
+        cases += load_suite_file(Path(args.suite_file))
+    check_unique(cases)
+    if args.dtype:
+        cases = [c for c in cases if c.dtype == DTYPES[args.dtype]]
+    if args.filter:
+        cases = [c for c in cases if any(matches(c.name, p) for p in args.filter)]
+    if not cases:
+        raise LaminaError("no bench case matches --filter/--dtype; lamina bench --list shows the cases")
+    return cases
+
+
+def format_listing(cases: list[Case]) -> str:
+    width = max(len(c.name) for c in cases)
+    lines = [f"{'case'.ljust(width)}  dtype  {'MB moved':>10}  {'MFLOP':>12}  bound   expression"]
+    for c in cases:
+        bound = "memory" if c.memory_bound else "compute"
+        lines.append(f"{c.name.ljust(width)}  {SHORT.get(c.dtype, str(c.dtype)):5}  {c.bytes_moved / 1e6:10.3f}  "
+                     f"{c.flops / 1e6:12.3f}  {bound:7} {c.expression}")
+    lines.append(f"{len(cases)} case(s)")
+    return "\n".join(lines)
+
+
+def command_words(args) -> list[str]:
+    """The options of this run, in a canonical order, for the JSON record."""
+    words = [w for pattern in args.filter or () for w in ("--filter", pattern)]
+    for option, value in (("--dtype", args.dtype), ("--suite-file", args.suite_file), ("--out", args.out),
+                          ("--plot", args.plot)):
+        if value is not None:
+            words += [option, str(value)]
+    if args.replays != DEFAULT_REPLAYS:
+        words += ["--replays", str(args.replays)]
+    return words
+
+
+def bench_command(args) -> int:
+    cases = select_cases(args)
+    if args.list:
+        print(format_listing(cases))
+        return 0
+    if args.replays < 1:
+        raise LaminaError(f"--replays {args.replays}: give at least 1 (PERFORMANCE.md's method uses 100 or more)")
+    if args.plot:
+        from lamina.bench.plot import require_matplotlib
+        require_matplotlib()
+    if not torch.cuda.is_available():
+        raise DeviceError("lamina bench times kernels with CUDA graphs and needs a CUDA GPU, but PyTorch sees none; "
+                          "lamina bench --list shows the cases, and lamina run --device cpu checks one program "
+                          "on the simulator")
+    return execute(args, cases, device="cuda", device_name=torch.cuda.get_device_name(),
+                   timer=cuda_graph_timer(args.replays))
+
+
+def execute(args, cases: list[Case], *, device: str, device_name: str, timer: Timer,
+            torch_compile: Callable = torch.compile, stdout: IO[str] = sys.stdout,
+            stderr: IO[str] = sys.stderr) -> int:
+    """Run ``cases``, print the table, write the JSON record (and the plot)."""
+    stdout.write(f"lamina bench: {len(cases)} case(s) on {device_name}: lamina vs eager vs torch.compile, "
+                 f"CUDA-graph replay, median of {args.replays}\n")
+    results = run_suite(cases, device=device, timer=timer, torch_compile=torch_compile,
+                        progress=ProgressLine(stderr))
+    stdout.write(format_table(results) + "\n")
+    out = Path(args.out) if args.out else default_output(device_name)
+    document = json_document(results, command=reproducing_command(command_words(args)), device=device_name,
+                             replays=args.replays)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(document, indent=2) + "\n")
+    stdout.write(f"wrote {out}\n")
+    if args.plot:
+        from lamina.bench.plot import plot_speedups
+        plot_speedups(results, Path(args.plot))
+        stdout.write(f"plotted {args.plot}\n")
+    return 0

@@ -1,0 +1,94 @@
+import math
+
+import pytest
+import torch
+
+from lamina.bench import runner
+from lamina.bench.runner import CaseResult, cold_set_count, geomean_speedups, run_case, run_suite
+from lamina.bench.suite import L2_BYTES, make_case
+from lamina.cli.program_spec import parse_input
+from lamina.core.errors import UnsupportedOpError
+
+from tests.bench.fakes import COLD_US, HOT_US, FakeTimer, no_torch_compile, tiny_cases
+
+
+def test_cases_are_checked_then_timed_on_the_simulator():
+    timer = FakeTimer()
+    progress = []
+    results = run_suite(tiny_cases(), device="cpu", timer=timer, torch_compile=no_torch_compile,
+                        progress=lambda i, n, name: progress.append((i, n, name)), l2_bytes=2000)
+    assert [r.status for r in results] == ["ok", "ok"]
+    assert progress == [(0, 2, "tiny.rmsnorm"), (1, 2, "tiny.linear_qkv"), (2, 2, "")]
+    for r in results:
+        assert 0 < r.error < 1e-5 and r.tolerance == 1e-4
+        assert r.times == HOT_US
+        assert r.compile_seconds["lamina"] > 0 and "torch.compile" in r.compile_seconds
+        assert r.speedup("eager") == 4.0 and r.speedup("torch.compile") == 2.0
+    rmsnorm, linear = results
+    assert rmsnorm.case.memory_bound and rmsnorm.cold_sets == 4 and rmsnorm.cold_times == COLD_US
+    assert ("lamina", "cold", 4) in timer.calls
+    assert linear.case.memory_bound and linear.cold_sets == 2  # 2 x 2112 bytes exceed twice the 2000-byte "L2"
+
+
+def test_compute_bound_cases_get_no_cold_figure():
+    case = make_case("tiny.dense", "x * 2.0", (parse_input("x=3,5"),), flops=10**6)
+    timer = FakeTimer()
+    result = run_case(case, device="cpu", timer=timer, torch_compile=no_torch_compile, l2_bytes=100)
+    assert not case.memory_bound and result.cold_times == {} and result.cold_sets == 0
+    assert [figure for _, figure, _ in timer.calls] == ["hot"] * 3
+
+
+def test_cold_sets_exceed_l2():
+    big = make_case("big", "x + 1", (parse_input("x=1024,1024"),))  # 8 MiB
+    assert cold_set_count(big) * big.bytes_moved >= 2 * L2_BYTES
+    huge = make_case("huge", "x + 1", (parse_input("x=8192,8192"),))
+    assert cold_set_count(huge) == 2
+    assert cold_set_count(make_case("small", "x + 1", (parse_input("x=4"),))) == 0
+
+
+def test_bfloat16_case_is_checked_against_float32():
+    case = make_case("tiny.silu_mul.bf16", "F.silu(gate) * up",
+                     (parse_input("gate=5,33:bfloat16"), parse_input("up=5,33:bfloat16")), 5 * 5 * 33)
+    result = run_case(case, device="cpu", timer=FakeTimer(), torch_compile=no_torch_compile)
+    assert result.status == "ok" and result.tolerance == 1e-2 and 0 < result.error < 1e-2
+
+
+def test_a_wrong_result_is_not_timed(monkeypatch):
+    real = runner.lamina.compile
+
+    def off_by_a_bit(fn, inputs):
+        compiled = real(fn, inputs)
+
+        class Wrong:
+            def __call__(self, *args):
+                return compiled(*args) * 1.01
+        return Wrong()
+
+    monkeypatch.setattr(runner.lamina, "compile", off_by_a_bit)
+    timer = FakeTimer()
+    result = run_case(tiny_cases()[0], device="cpu", timer=timer, torch_compile=no_torch_compile)
+    assert result.status == "mismatch" and "over 1e-04" in result.message and result.error == pytest.approx(0.01, rel=1e-3)
+    assert timer.calls == [] and result.speedup("eager") is None
+
+
+def test_a_case_lamina_cannot_compile_is_reported_and_the_run_goes_on(monkeypatch):
+    def refuse(fn, inputs):
+        raise UnsupportedOpError([("aten.fancy", "here")])
+
+    monkeypatch.setattr(runner.lamina, "compile", refuse)
+    result = run_case(tiny_cases()[0], device="cpu", timer=FakeTimer(), torch_compile=no_torch_compile)
+    assert result.status == "failed" and result.message == "1 unsupported op(s) in the program:"
+
+
+def _result(name, eager, compiled, lamina=1.0):
+    case = make_case(name, "x + 1", (parse_input("x=4"),))
+    return CaseResult(case, "ok", times={"lamina": lamina, "eager": eager, "torch.compile": compiled})
+
+
+def test_geomean_speedup_per_contender():
+    results = [_result("a", 2.0, 0.5), _result("b", 8.0, 2.0), CaseResult(tiny_cases()[0], "failed", "no")]
+    means = geomean_speedups(results)
+    assert means["eager"] == pytest.approx(4.0)
+    assert means["torch.compile"] == pytest.approx(1.0)
+    assert geomean_speedups(results, "cold") == {}
+    assert math.isclose(geomean_speedups([_result("c", 3.0, 3.0, lamina=2.0)])["eager"], 1.5)
