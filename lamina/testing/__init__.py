@@ -10,7 +10,7 @@ Subclass the suite for your kind of plugin, set ``plugin``, and run
 """
 
 from lamina.testing.capabilities import Capabilities
-from lamina.testing.cases import Case, OpCases, T, cases_for, register_cases
+from lamina.testing.cases import Case, OpCases, T, cases_for, register_cases, unary_cases
 from lamina.testing.check import Check, check_id
 from lamina.testing.backend_suite import BackendPluginSuite
 from lamina.testing.fusion_suite import FusionRulePluginSuite
@@ -20,5 +20,5 @@ from lamina.testing.suite import PluginSuite
 
 __all__ = [
     "BackendPluginSuite", "Capabilities", "Case", "Check", "FusionRulePluginSuite", "OpCases", "OpPluginSuite",
-    "PluginSuite", "SchedulePluginSuite", "T", "cases_for", "check_id", "register_cases",
+    "PluginSuite", "SchedulePluginSuite", "T", "cases_for", "check_id", "register_cases", "unary_cases",
 ]

@@ -12,20 +12,10 @@ import torch
 
 from lamina.testing.capabilities import FLOAT_DTYPES
 from lamina.testing.cases.database import aten_op, register_cases
-from lamina.testing.cases.samples import Case, T
+from lamina.testing.cases.samples import Case, T, unary_cases
 
 INTEGERS = ("i32", "i64")
 NUMBERS = FLOAT_DTYPES + INTEGERS
-
-
-def unary_cases(values: str = "any") -> list[Case]:
-    return [
-        Case("ragged", (T((17, 33), values=values),), compiled=True),
-        Case("size_one", (T((1, 5, 1), values=values),)),
-        Case("scalar", (T((), values=values),)),
-        Case("transposed", (T((9, 12), "transposed", values),)),
-        Case("sliced", (T((4, 7), "sliced", values),)),
-    ]
 
 
 def binary_cases(rhs: str = "any", number=3, tensors: bool = True, lhs: str = "any", numbers: bool = False) -> list[Case]:

@@ -81,3 +81,16 @@ class Case:
 
     def tensors(self) -> list[T]:
         return [a for a in list(self.args) + list(self.kwargs.values()) if isinstance(a, T)]
+
+
+def unary_cases(values: str = "any") -> list[Case]:
+    """The standard samples of an elementwise op of one tensor: a ragged shape (also run
+    through the whole compiler), size-1 axes, a 0-d tensor, a transposed and a sliced view.
+    ``values`` restricts the inputs to an op's domain (``positive``, ``unit`` ...)."""
+    return [
+        Case("ragged", (T((17, 33), values=values),), compiled=True),
+        Case("size_one", (T((1, 5, 1), values=values),)),
+        Case("scalar", (T((), values=values),)),
+        Case("transposed", (T((9, 12), "transposed", values),)),
+        Case("sliced", (T((4, 7), "sliced", values),)),
+    ]

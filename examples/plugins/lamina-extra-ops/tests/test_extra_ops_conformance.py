@@ -1,20 +1,10 @@
 """lamina's conformance kit on this plugin: every op, every sample, every float dtype."""
 
-from lamina.testing import Case, OpCases, OpPluginSuite, T
+from lamina.testing import Case, OpCases, OpPluginSuite, T, unary_cases
 
 import lamina_extra_ops.plugin
 
 FLOATS = ("f32", "f16", "bf16", "f64")
-
-
-def unary(values: str = "any") -> list[Case]:
-    return [
-        Case("ragged", (T((17, 33), values=values),), compiled=True),
-        Case("size_one", (T((1, 5, 1), values=values),)),
-        Case("scalar", (T((), values=values),)),
-        Case("transposed", (T((9, 12), "transposed", values),)),
-        Case("sliced", (T((4, 7), "sliced", values),)),
-    ]
 
 
 class TestExtraOps(OpPluginSuite):
@@ -26,11 +16,11 @@ class TestExtraOps(OpPluginSuite):
             Case("zero_d_operand", (T((6, 7)), T(()))),
             Case("transposed", (T((9, 12), "transposed"), T((9, 12), "sliced"))),
         ], dtypes=FLOATS),
-        "aten.log1p.default": OpCases("aten.log1p.default", unary("unit") + [Case("positive", (T((40,), values="positive"),))],
+        "aten.log1p.default": OpCases("aten.log1p.default", unary_cases("unit") + [Case("positive", (T((40,), values="positive"),))],
                                       dtypes=FLOATS),
-        "aten.softplus.default": OpCases("aten.softplus.default", unary() + [
+        "aten.softplus.default": OpCases("aten.softplus.default", unary_cases() + [
             Case("beta_threshold", (T((17, 33)), 2.0, 1.5), compiled=True),
         ], dtypes=FLOATS),
-        "aten.mish.default": OpCases("aten.mish.default", unary(), dtypes=FLOATS),
-        "aten.hardswish.default": OpCases("aten.hardswish.default", unary(), dtypes=FLOATS),
+        "aten.mish.default": OpCases("aten.mish.default", unary_cases(), dtypes=FLOATS),
+        "aten.hardswish.default": OpCases("aten.hardswish.default", unary_cases(), dtypes=FLOATS),
     }
