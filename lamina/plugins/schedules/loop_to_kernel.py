@@ -30,6 +30,9 @@ API:
   ``mul``, ``max`` or ``min``, and ``Store`` writes the row-major element of its
   output parameter, inside ``If(guard)`` when a guard is given.
 - ``combine(op, acc, value) -> Expr``: what one ``Accumulate`` computes.
+- ``bind_point(loops, linear, total) -> (declarations, env)``: the loop variables of
+  a flattened parallel nest at point ``linear`` (row-major), with the declarations of
+  those that are not plain expressions of ``linear``.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import math
 from typing import Callable, Mapping
 
 from lamina.core.errors import ScheduleError
-from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir
+from lamina.core.ir import dtypes, expr as ex, index, kernel_ir, loop_ir
 from lamina.core.ir.expr import Expr
 
 LoadFn = Callable[[loop_ir.Load, tuple[Expr, ...]], Expr]
@@ -141,3 +144,19 @@ def _translate(body, kernel, env, load, guard) -> list[kernel_ir.Stmt]:
             store = kernel_ir.Store(s.buffer, (index.linearize(idx, shape),), translate_expr(s.value, kernel, env, load))
             out.append(kernel_ir.If(guard, (store,)) if guard is not None else store)
     return out
+
+
+def bind_point(
+    loops: tuple[loop_ir.Loop, ...], linear: ex.Var, total: int
+) -> tuple[list[kernel_ir.Stmt], dict[str, Expr]]:
+    """The coordinates of point ``linear`` of a parallel nest of ``total`` points."""
+    declarations: list[kernel_ir.Stmt] = []
+    env: dict[str, Expr] = {}
+    extents = tuple(loop.extent for loop in loops)
+    for loop, coordinate in zip(loops, index.delinearize(linear, extents, {linear.name: max(total, 1)})):
+        if isinstance(coordinate, (ex.Var, ex.Const)):
+            env[loop.var] = coordinate
+        else:
+            declarations.append(kernel_ir.Declare(loop.var, dtypes.index, coordinate))
+            env[loop.var] = ex.Var(loop.var)
+    return declarations, env

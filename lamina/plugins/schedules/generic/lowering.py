@@ -14,8 +14,7 @@ from __future__ import annotations
 import math
 
 from lamina.core.errors import ScheduleError
-from lamina.core.ir import dtypes, expr as ex, index, kernel_ir, loop_ir, tile_ir
-from lamina.core.ir.expr import Expr
+from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
 from lamina.core.ir.names import fresh_name
 from lamina.plugins.schedules import loop_to_kernel
 
@@ -34,16 +33,7 @@ def lower(tile: tile_ir.TileKernel) -> kernel_ir.Kernel:
     taken = _names_in(kernel)
     linear = ex.Var(fresh_name("linear", taken))
 
-    body: list[kernel_ir.Stmt] = []
-    env: dict[str, Expr] = {}
-    extents = tuple(loop.extent for loop in loops)
-    coordinates = index.delinearize(linear, extents, {linear.name: max(total, 1)})
-    for loop, coordinate in zip(loops, coordinates):
-        if isinstance(coordinate, (ex.Var, ex.Const)):
-            env[loop.var] = coordinate
-        else:
-            body.append(kernel_ir.Declare(loop.var, dtypes.index, coordinate))
-            env[loop.var] = ex.Var(loop.var)
+    body, env = loop_to_kernel.bind_point(loops, linear, total)
     body += loop_to_kernel.translate_body(inner, kernel, env)
 
     blocks = max(1, math.ceil(total / threads))

@@ -13,12 +13,11 @@ the points ``b * T * E + e * T + t`` for ``e`` in ``0..E``::
 
 from __future__ import annotations
 
-import itertools
 import math
 
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import dtypes, expr as ex, index, kernel_ir, tile_ir
-from lamina.core.ir.expr import Expr
+from lamina.core.ir.names import fresh_name
 from lamina.plugins.schedules import loop_to_kernel
 
 
@@ -33,18 +32,10 @@ def lower(tile: tile_ir.TileKernel) -> kernel_ir.Kernel:
             + (" contiguously" if binding.contiguous else "")
         )
     taken = {b.name for b in kernel.inputs + kernel.outputs} | {loop.var for loop in loops}
-    base, step, linear = (ex.Var(_fresh(name, taken)) for name in ("base", "e", "linear"))
+    base, step, linear = (ex.Var(fresh_name(name, taken)) for name in ("base", "e", "linear"))
     threads, total, block_tile = binding.threads, binding.extent, binding.block_tile
 
-    body: list[kernel_ir.Stmt] = []
-    env: dict[str, Expr] = {}
-    extents = tuple(loop.extent for loop in loops)
-    for loop, coordinate in zip(loops, index.delinearize(linear, extents, {linear.name: max(total, 1)})):
-        if isinstance(coordinate, (ex.Var, ex.Const)):
-            env[loop.var] = coordinate
-        else:
-            body.append(kernel_ir.Declare(loop.var, dtypes.index, coordinate))
-            env[loop.var] = ex.Var(loop.var)
+    body, env = loop_to_kernel.bind_point(loops, linear, total)
     body += loop_to_kernel.translate_body(inner, kernel, env)
 
     blocks = max(1, math.ceil(total / block_tile))
@@ -64,11 +55,3 @@ def lower(tile: tile_ir.TileKernel) -> kernel_ir.Kernel:
         ),
         launch=kernel_ir.Launch((blocks, 1, 1), (threads, 1, 1)),
     )
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    for name in itertools.chain([base], (f"{base}{k}" for k in itertools.count(1))):
-        if name not in taken:
-            taken.add(name)
-            return name
-    raise AssertionError("unreachable")
