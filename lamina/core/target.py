@@ -16,3 +16,9 @@ class Target:
     registers_per_thread: int = 255
     warp_size: int = 32
     shared_banks: int = 32
+    memory_bytes_per_us: float = 4.27e6
+    """DRAM bandwidth, bytes read plus written per microsecond (a device-to-device copy's)."""
+    fp32_flops_per_us: float = 51e6
+    """fp32 multiply-add throughput on the CUDA cores, as cuBLAS SGEMM reaches it (FLOP per microsecond)."""
+    launch_us: float = 2.0
+    """What one kernel costs beyond its work (launch and ramp-up), in microseconds."""
