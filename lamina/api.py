@@ -154,7 +154,7 @@ class CompiledFunction:
 
     @property
     def memory_plan(self) -> MemoryPlan:
-        """Where the temporaries of the example inputs' specialisation live in its arena."""
+        """When each buffer of the example inputs' specialisation is allocated and released."""
         return self._first.memory_plan
 
     @property

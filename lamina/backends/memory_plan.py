@@ -1,11 +1,12 @@
-"""Where each temporary buffer of a compiled program lives in one per-call arena.
+"""When each buffer a compiled program writes exists: from its first kernel to its last.
 
-A temporary is live from the first kernel that touches it to the last one that does.
-Kernels run one after another (on the CPU, or in order on one CUDA stream), so two
-temporaries whose live ranges do not overlap may share bytes. Placement is greedy by
-size: the largest temporary first, each at the lowest 256-byte aligned offset that no
-already placed, simultaneously live temporary occupies. The plan is computed once per
-compiled program; each call allocates the arena once and views its slices.
+Kernels run one after another (on the CPU, or in order on one CUDA stream). A buffer
+the program writes, temporary or output, is allocated just before the first kernel
+that touches it; a temporary is released right after the last one. PyTorch's caching
+allocator then hands the released bytes to the next allocation, as it does between
+the ops of an eager forward pass, so the peak follows the live set: a model's logits
+are not allocated while its layers still hold their activations, and the attention
+scores of one layer are gone before the next layer needs memory.
 """
 
 from __future__ import annotations
@@ -13,103 +14,96 @@ from __future__ import annotations
 import math
 
 import attrs
-import torch
 
 from lamina.core.ir import kernel_ir, loop_ir
 
-ALIGNMENT = 256
-"""Byte alignment of every buffer in the arena: what CUDA's allocator guarantees, and
-enough for any vectorised access a kernel makes."""
-
 
 @attrs.frozen
-class Placement:
-    """Temporary ``buffer`` at ``offset`` bytes into the arena, live in kernels ``first`` through ``last``."""
+class Lifetime:
+    """``buffer`` exists from before kernel ``first`` through kernel ``last``; outputs live on after the call."""
 
     buffer: loop_ir.Buffer
-    offset: int
-    nbytes: int
     first: int
     last: int
+    output: bool = False
 
     @property
-    def end(self) -> int:
-        return self.offset + _aligned(self.nbytes)
+    def nbytes(self) -> int:
+        return math.prod(self.buffer.type.shape) * self.buffer.type.dtype.itemsize
 
-    def overlaps_in_time(self, other: "Placement") -> bool:
-        return self.first <= other.last and other.first <= self.last
+    def live_at(self, position: int) -> bool:
+        return self.first <= position and (self.output or position <= self.last)
 
 
 @attrs.frozen
 class MemoryPlan:
-    """The arena of one compiled program: its size and where each temporary sits in it."""
+    """The lifetimes of every buffer a program writes, in launch order."""
 
-    placements: tuple[Placement, ...] = attrs.field(converter=tuple)
-    arena_bytes: int
+    lifetimes: tuple[Lifetime, ...] = attrs.field(converter=tuple)
+    kernel_count: int
 
     @property
-    def temporary_bytes(self) -> int:
-        """What the temporaries would take as separate allocations (each rounded to the alignment)."""
-        return sum(_aligned(p.nbytes) for p in self.placements)
+    def total_bytes(self) -> int:
+        """What the buffers would take if every one lived for the whole call."""
+        return sum(t.nbytes for t in self.lifetimes)
 
-    def placement(self, name: str) -> Placement:
-        for p in self.placements:
-            if p.buffer.name == name:
-                return p
+    @property
+    def peak_bytes(self) -> int:
+        """The most bytes live at once, during any kernel."""
+        return max((self.live_bytes(k) for k in range(self.kernel_count)), default=0)
+
+    def live_bytes(self, position: int) -> int:
+        return sum(t.nbytes for t in self.lifetimes if t.live_at(position))
+
+    def lifetime(self, name: str) -> Lifetime:
+        for t in self.lifetimes:
+            if t.buffer.name == name:
+                return t
         raise KeyError(name)
 
-    def views(self, arena: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Every temporary as a flat tensor of its dtype over its bytes of ``arena`` (uint8)."""
-        views = {}
-        for p in self.placements:
-            dtype = getattr(torch, p.buffer.type.dtype.name)
-            views[p.buffer.name] = arena[p.offset:p.offset + p.nbytes].view(dtype)
-        return views
+    def allocated_before(self, position: int) -> tuple[loop_ir.Buffer, ...]:
+        return tuple(t.buffer for t in self.lifetimes if t.first == position)
+
+    def released_after(self, position: int) -> tuple[str, ...]:
+        return tuple(t.buffer.name for t in self.lifetimes if not t.output and t.last == position)
 
     def __str__(self) -> str:
-        lines = [f"memory plan: {len(self.placements)} temporaries in an arena of {_size(self.arena_bytes)} "
-                 f"(separately {_size(self.temporary_bytes)})"]
-        for p in sorted(self.placements, key=lambda p: (p.offset, p.first)):
-            lines.append(f"  {p.buffer.name}: {p.buffer.type}  bytes [{p.offset}, {p.offset + p.nbytes})  "
-                         f"kernels {p.first}..{p.last}")
+        temporaries = sum(1 for t in self.lifetimes if not t.output)
+        lines = [f"memory plan: {temporaries} temporaries and {len(self.lifetimes) - temporaries} outputs, "
+                 f"at most {_size(self.peak_bytes)} live at once (all at once {_size(self.total_bytes)})"]
+        for t in self.lifetimes:
+            until = "returned" if t.output else f"released after kernel {t.last}"
+            lines.append(f"  {t.buffer.name}: {t.buffer.type}  {_size(t.nbytes)}  from kernel {t.first}, {until}")
         return "\n".join(lines)
 
 
 def plan_memory(loop: loop_ir.Program, kernels: kernel_ir.Program) -> MemoryPlan:
-    """Place the temporaries of ``loop`` by their live ranges over the launch order of ``kernels``."""
-    named = {b.name for b in loop.inputs + loop.outputs}
-    temporaries = [b for b in loop.temporaries if b.name not in named]
-    uses: dict[str, list[int]] = {b.name: [] for b in temporaries}
+    """The lifetimes of ``loop``'s temporaries and outputs over the launch order of ``kernels``.
+
+    A buffer no kernel touches (an output that is also an input, or a dead temporary) is
+    not planned: the runner hands inputs through and never needs the dead ones.
+    """
+    inputs = {b.name for b in loop.inputs}
+    outputs = {b.name for b in loop.outputs}
+    uses: dict[str, list[int]] = {}
     for position, kernel in enumerate(kernels.kernels):
         for param in kernel.params:
-            if param.name in uses:
-                uses[param.name].append(position)
-    placed: list[Placement] = []
-    order = sorted(temporaries, key=lambda b: (-_nbytes(b), b.name))
-    for buffer in order:
-        touched = uses[buffer.name] or [0]
-        candidate = Placement(buffer, 0, _nbytes(buffer), min(touched), max(touched))
-        placed.append(attrs.evolve(candidate, offset=_lowest_free_offset(candidate, placed)))
-    arena = max((p.end for p in placed), default=0)
-    return MemoryPlan(sorted(placed, key=lambda p: (p.first, p.buffer.name)), arena)
+            uses.setdefault(param.name, []).append(position)
+    lifetimes = []
+    for buffer in _unique(loop.temporaries + loop.outputs):
+        if buffer.name in inputs or buffer.name not in uses:
+            continue
+        touched = uses[buffer.name]
+        lifetimes.append(Lifetime(buffer, min(touched), max(touched), output=buffer.name in outputs))
+    lifetimes.sort(key=lambda t: (t.first, t.buffer.name))
+    return MemoryPlan(lifetimes, len(kernels.kernels))
 
 
-def _lowest_free_offset(candidate: Placement, placed: list[Placement]) -> int:
-    size = _aligned(candidate.nbytes)
-    offset = 0
-    for other in sorted((p for p in placed if p.overlaps_in_time(candidate)), key=lambda p: p.offset):
-        if offset + size <= other.offset:
-            break
-        offset = max(offset, other.end)
-    return offset
-
-
-def _nbytes(buffer: loop_ir.Buffer) -> int:
-    return math.prod(buffer.type.shape) * buffer.type.dtype.itemsize
-
-
-def _aligned(nbytes: int) -> int:
-    return max(ALIGNMENT, -(-nbytes // ALIGNMENT) * ALIGNMENT)
+def _unique(buffers: tuple[loop_ir.Buffer, ...]) -> list[loop_ir.Buffer]:
+    seen: dict[str, loop_ir.Buffer] = {}
+    for b in buffers:
+        seen.setdefault(b.name, b)
+    return list(seen.values())
 
 
 def _size(nbytes: int) -> str:

@@ -1,8 +1,9 @@
 """Runs a compiled program's kernels in order over buffers held as flat tensors.
 
-Both backends share it: they differ only in how one kernel is launched. Outputs are
-allocated separately, since they are handed to the caller; temporaries are views into
-one arena per call, laid out by the program's memory plan.
+Both backends share it: they differ only in how one kernel is launched. Each buffer the
+program writes is allocated right before its first kernel and, unless it is an output,
+dropped right after its last (the program's memory plan), so that the device allocator
+reuses its bytes the way it does for eager PyTorch.
 """
 
 from __future__ import annotations
@@ -40,12 +41,11 @@ class ProgramRunner:
         buffers: dict[str, torch.Tensor] = {}
         for spec, tensor in zip(self.loop.inputs, inputs):
             buffers[spec.name] = tensor.contiguous().reshape(-1)
-        for spec in self.loop.outputs:
-            if spec.name not in buffers:
+        plan = self.memory_plan
+        for position, kernel in enumerate(self.kernels.kernels):
+            for spec in plan.allocated_before(position):
                 buffers[spec.name] = self._empty(spec)
-        arena = torch.empty(self.memory_plan.arena_bytes, dtype=torch.uint8, device=self.device)
-        for name, view in self.memory_plan.views(arena).items():
-            buffers.setdefault(name, view)
-        for kernel in self.kernels.kernels:
             self.launch(kernel, {p.name: buffers[p.name] for p in kernel.params})
+            for name in plan.released_after(position):
+                del buffers[name]
         return [buffers[b.name].reshape(b.type.shape) for b in self.loop.outputs]

@@ -1,13 +1,11 @@
-"""Temporaries share one arena by liveness, and sharing never corrupts a result."""
-
-import itertools
+"""Buffers live from their first kernel to their last, and the runner follows the plan."""
 
 import attrs
 import pytest
 import torch
 
 import lamina
-from lamina.backends.memory_plan import ALIGNMENT, MemoryPlan, plan_memory
+from lamina.backends.memory_plan import MemoryPlan, plan_memory
 from lamina.bench.measure import float64_reference, relative_error
 
 
@@ -37,22 +35,21 @@ def long_lived_inputs():
             torch.randn(36, 36), torch.randn(36, 5))
 
 
-def check_no_live_overlap(plan: MemoryPlan) -> None:
-    for p in plan.placements:
-        assert p.offset % ALIGNMENT == 0
-        assert p.offset + p.nbytes <= plan.arena_bytes
-    for p, q in itertools.combinations(plan.placements, 2):
-        if p.overlaps_in_time(q):
-            assert p.offset + p.nbytes <= q.offset or q.offset + q.nbytes <= p.offset, (str(p), str(q))
+def check_lifetimes_cover_every_use(compiled) -> None:
+    plan = compiled.memory_plan
+    kernels = compiled.compilation.kernels.kernels
+    for t in plan.lifetimes:
+        touched = [k for k, kernel in enumerate(kernels) if any(p.name == t.buffer.name for p in kernel.params)]
+        assert (t.first, t.last) == (min(touched), max(touched)), str(t)
 
 
-def test_a_chain_reuses_bytes_and_stays_correct():
+def test_a_chain_keeps_few_buffers_live_and_stays_correct():
     inputs = chain_inputs()
     compiled = lamina.compile(chain, inputs)
     plan = compiled.memory_plan
-    assert len(plan.placements) >= 3
-    assert plan.arena_bytes < plan.temporary_bytes
-    check_no_live_overlap(plan)
+    assert len(plan.lifetimes) >= 4
+    assert plan.peak_bytes < plan.total_bytes
+    check_lifetimes_cover_every_use(compiled)
     assert relative_error(compiled(*inputs), float64_reference(chain, inputs)) < 1e-5
 
 
@@ -60,21 +57,23 @@ def test_a_long_lived_temporary_survives_the_reuse_around_it():
     inputs = long_lived_inputs()
     compiled = lamina.compile(long_lived, inputs)
     plan = compiled.memory_plan
-    assert plan.arena_bytes < plan.temporary_bytes
-    check_no_live_overlap(plan)
-    assert any(p.last - p.first >= 3 for p in plan.placements)
+    assert plan.peak_bytes < plan.total_bytes
+    check_lifetimes_cover_every_use(compiled)
+    assert any(t.last - t.first >= 3 for t in plan.lifetimes)
     assert relative_error(compiled(*inputs), float64_reference(long_lived, inputs)) < 1e-5
 
 
-def test_a_plan_that_shares_live_bytes_corrupts_the_result():
-    """The correctness checks above can fail: put every temporary at offset 0 and the result breaks."""
+def test_a_plan_that_releases_a_buffer_too_early_is_caught():
+    """The runner follows the plan: release the long-lived temporary after its first kernel and the call fails."""
     inputs = long_lived_inputs()
     compiled = lamina.compile(long_lived, inputs)
     runner = compiled.runner(torch.device("cpu"))
     good = runner.memory_plan
-    widest = max(p.nbytes for p in good.placements)
-    runner.memory_plan = MemoryPlan([attrs.evolve(p, offset=0) for p in good.placements], widest)
-    assert relative_error(compiled(*inputs), float64_reference(long_lived, inputs)) > 1e-3
+    longest = max((t for t in good.lifetimes if not t.output), key=lambda t: t.last - t.first)
+    early = attrs.evolve(longest, last=longest.first)
+    runner.memory_plan = MemoryPlan([early if t is longest else t for t in good.lifetimes], good.kernel_count)
+    with pytest.raises(KeyError, match=longest.buffer.name):
+        compiled(*inputs)
 
 
 def test_each_specialisation_has_its_own_plan():
@@ -83,27 +82,26 @@ def test_each_specialisation_has_its_own_plan():
     taller = (torch.randn(45, 24),) + inputs[1:]
     assert relative_error(compiled(*taller), float64_reference(chain, taller)) < 1e-5
     small, large = (s.memory_plan for s in compiled.specializations.values())
-    assert large.arena_bytes > small.arena_bytes
-    check_no_live_overlap(large)
+    assert large.peak_bytes > small.peak_bytes
 
 
-def test_a_program_without_temporaries_has_an_empty_arena():
+def test_a_program_without_temporaries_plans_only_its_output():
     x, w = torch.randn(9, 12), torch.randn(12, 5)
     compiled = lamina.compile(lambda x, w: torch.relu(x @ w), (x, w))
-    assert compiled.memory_plan.placements == ()
-    assert compiled.memory_plan.arena_bytes == 0
+    assert [t.output for t in compiled.memory_plan.lifetimes] == [True]
+    assert compiled.memory_plan.peak_bytes == 9 * 5 * 4
     assert relative_error(compiled(x, w), torch.relu(x.double() @ w.double())) < 1e-5
 
 
-def test_the_plan_prints_each_temporary_with_its_bytes_and_kernels():
+def test_the_plan_prints_each_buffer_with_its_bytes_and_kernels():
     inputs = chain_inputs()
     compiled = lamina.compile(chain, inputs)
     plan = plan_memory(compiled.compilation.loop, compiled.compilation.kernels)
-    text = str(plan)
-    lines = text.splitlines()
-    assert lines[0].startswith(f"memory plan: {len(plan.placements)} temporaries in an arena of ")
-    for p in plan.placements:
-        assert f"  {p.buffer.name}: {p.buffer.type}  bytes [{p.offset}, {p.offset + p.nbytes})  kernels {p.first}..{p.last}" in lines
+    lines = str(plan).splitlines()
+    assert lines[0].startswith("memory plan: ") and " live at once " in lines[0]
+    for t in plan.lifetimes:
+        assert any(line.startswith(f"  {t.buffer.name}: {t.buffer.type}  ") and f"from kernel {t.first}" in line
+                   for line in lines)
 
 
 @pytest.mark.gpu

@@ -1,4 +1,4 @@
-"""The arena layout itself, on hand-written programs: reuse by liveness, alignment, the printed plan."""
+"""Lifetimes on hand-written programs: first and last kernel, outputs kept, the peak, the printed plan."""
 
 from lamina.backends.memory_plan import plan_memory
 from lamina.core.ir import dtypes, kernel_ir, loop_ir
@@ -9,50 +9,57 @@ def buffer(name, shape, dtype=dtypes.float32):
     return loop_ir.Buffer(name, TensorType(shape, dtype))
 
 
-def program(temporaries, uses):
+def program(temporaries, uses, outputs=(("out", (4,)),)):
     """``uses[i]`` names the buffers that kernel ``i`` touches; only the plan's inputs are real."""
     kernels = [
         kernel_ir.Kernel(f"k{i}", [kernel_ir.Param(name, dtypes.float32, 1) for name in names], [], [],
                          kernel_ir.Launch((1, 1, 1), (32, 1, 1)))
         for i, names in enumerate(uses)
     ]
-    loop = loop_ir.Program([buffer("x", (4,))], [buffer("out", (4,))], temporaries, [])
+    loop = loop_ir.Program([buffer("x", (4,))], [buffer(n, s) for n, s in outputs], temporaries, [])
     return loop, kernel_ir.Program(kernels)
 
 
-def test_a_dead_temporary_gives_its_bytes_to_a_later_one():
+def test_a_temporary_lives_from_its_first_kernel_to_its_last():
     temporaries = [buffer("a", (256,)), buffer("b", (256,)), buffer("c", (256,))]
     plan = plan_memory(*program(temporaries, [["x", "a"], ["a", "b"], ["b", "c"], ["c", "out"]]))
-    assert plan.placement("a").offset == plan.placement("c").offset
-    assert plan.placement("b").offset != plan.placement("a").offset
-    assert (plan.arena_bytes, plan.temporary_bytes) == (2048, 3072)
+    assert [(t.buffer.name, t.first, t.last) for t in plan.lifetimes] == [
+        ("a", 0, 1), ("b", 1, 2), ("c", 2, 3), ("out", 3, 3)]
+    assert [b.name for b in plan.allocated_before(1)] == ["b"]
+    assert plan.released_after(1) == ("a",)
+    assert plan.peak_bytes == 2 * 1024
+    assert plan.total_bytes == 3 * 1024 + 16
 
 
-def test_a_smaller_temporary_of_another_dtype_fits_in_a_freed_block():
-    temporaries = [buffer("wide", (512,)), buffer("mid", (300,)), buffer("small", (100,), dtypes.float16)]
-    plan = plan_memory(*program(temporaries, [["wide"], ["wide", "mid"], ["mid", "small"], ["small"]]))
-    assert plan.placement("small").offset == plan.placement("wide").offset
-    assert plan.arena_bytes == 2048 + 1280
+def test_an_output_is_allocated_late_and_never_released():
+    temporaries = [buffer("big", (1000,))]
+    plan = plan_memory(*program(temporaries, [["x", "big"], ["big"], ["big", "logits"]],
+                                outputs=(("logits", (500,)),)))
+    logits = plan.lifetime("logits")
+    assert (logits.first, logits.output) == (2, True)
+    assert all("logits" not in plan.released_after(k) for k in range(3))
+    assert plan.live_bytes(0) == 4000 and plan.live_bytes(2) == 6000
 
 
-def test_every_offset_is_aligned_even_after_odd_sizes():
-    temporaries = [buffer(f"t{i}", (i * 7 + 3,), dtypes.bfloat16) for i in range(6)]
-    plan = plan_memory(*program(temporaries, [[f"t{i}" for i in range(6)]]))
-    assert all(p.offset % 256 == 0 for p in plan.placements)
-    assert plan.arena_bytes == plan.temporary_bytes == 6 * 256
+def test_a_buffer_of_another_dtype_counts_its_own_bytes():
+    temporaries = [buffer("wide", (512,)), buffer("half", (100,), dtypes.float16)]
+    plan = plan_memory(*program(temporaries, [["wide"], ["wide", "half"], ["half", "out"]]))
+    assert plan.lifetime("half").nbytes == 200
+    assert plan.peak_bytes == 2048 + 200
 
 
-def test_inputs_and_outputs_are_not_in_the_arena():
-    plan = plan_memory(*program([], [["x", "out"]]))
-    assert plan.placements == () and plan.arena_bytes == 0
+def test_inputs_and_untouched_buffers_are_not_planned():
+    plan = plan_memory(*program([buffer("dead", (8,))], [["x", "out"]]))
+    assert [t.buffer.name for t in plan.lifetimes] == ["out"]
 
 
 def test_the_plan_prints_as_golden_text():
     temporaries = [buffer("a", (256,)), buffer("b", (64, 2)), buffer("c", (256,), dtypes.float16)]
-    plan = plan_memory(*program(temporaries, [["a"], ["a", "b"], ["b", "c"], ["c"]]))
+    plan = plan_memory(*program(temporaries, [["a"], ["a", "b"], ["b", "c"], ["c", "out"]]))
     assert str(plan) == (
-        "memory plan: 3 temporaries in an arena of 1.5 KiB (separately 2.0 KiB)\n"
-        "  a: f32[256]  bytes [0, 1024)  kernels 0..1\n"
-        "  c: f16[256]  bytes [0, 512)  kernels 2..3\n"
-        "  b: f32[64, 2]  bytes [1024, 1536)  kernels 1..2"
+        "memory plan: 3 temporaries and 1 outputs, at most 1.5 KiB live at once (all at once 2.0 KiB)\n"
+        "  a: f32[256]  1.0 KiB  from kernel 0, released after kernel 1\n"
+        "  b: f32[64, 2]  512 B  from kernel 1, released after kernel 2\n"
+        "  c: f16[256]  512 B  from kernel 2, released after kernel 3\n"
+        "  out: f32[4]  16 B  from kernel 3, returned"
     )
