@@ -4,7 +4,8 @@ Inlining runs first so that an epilogue is a single pointwise kernel by the time
 meets its reduction. A reduction then takes in a pointwise epilogue that reads it at
 every point (it stays a matmul-shaped kernel), before one that reads it through a
 broadcast runs inside its consumer. A program output that a later kernel reads is
-stored by that kernel once the reductions have settled; dead buffers are cleared last.
+stored by that kernel once the reductions have settled; a temporary that every reader
+casts to a narrower dtype is then stored in that dtype; dead buffers are cleared last.
 """
 
 from lamina.core.hookspecs import hookimpl
@@ -12,6 +13,7 @@ from lamina.plugins.fusion.fuse_epilogue_into_reduction import FuseEpilogueIntoR
 from lamina.plugins.fusion.fuse_reduction_into_consumer import FuseReductionIntoConsumer
 from lamina.plugins.fusion.inline_pointwise_producers import InlinePointwiseProducers
 from lamina.plugins.fusion.remove_dead_buffers import RemoveDeadBuffers
+from lamina.plugins.fusion.store_narrowed_temporaries import StoreNarrowedTemporaries
 from lamina.plugins.fusion.store_output_in_consumer import StoreOutputInConsumer
 
 
@@ -21,4 +23,5 @@ def lamina_register_fusion_rules(register):
     register(FuseEpilogueIntoReduction())
     register(FuseReductionIntoConsumer())
     register(StoreOutputInConsumer())
+    register(StoreNarrowedTemporaries())
     register(RemoveDeadBuffers())

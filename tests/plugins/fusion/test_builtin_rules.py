@@ -41,6 +41,7 @@ def test_plugin_registers_inlining_before_epilogue_fusion_before_cleanup():
         "fuse_epilogue_into_reduction",
         "fuse_reduction_into_consumer",
         "store_output_in_consumer",
+        "store_narrowed_temporaries",
         "remove_dead_buffers",
     ]
 

@@ -1,0 +1,96 @@
+"""Store a temporary in the narrower dtype that every reader casts it to.
+
+A bfloat16 matmul accumulates in float32; when each reader of its result starts by
+casting it to bfloat16, writing the float32 accumulator wastes half the bytes written,
+read and held. Casting before the store gives every reader exactly the value it
+computed before (the cast of the same number), in fewer bytes. Program outputs keep the
+dtype the program promised.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from lamina.core.ir import expr as ex, loop_ir
+from lamina.core.ir.dtypes import DType
+
+
+class StoreNarrowedTemporaries:
+    name = "store_narrowed_temporaries"
+    priority = 10
+
+    def apply(self, program: loop_ir.Program) -> loop_ir.Program | None:
+        for buffer in program.temporaries:
+            narrow = _common_narrowing_cast(program, buffer)
+            if narrow is not None:
+                return _narrow(program, buffer, narrow)
+        return None
+
+
+def _casts_of(kernel: loop_ir.Kernel, name: str) -> tuple[set[DType], bool]:
+    """The dtypes that loads of ``name`` are cast to in ``kernel``, and whether any load is used uncast."""
+    targets: set[DType] = set()
+    bare = False
+    for s in loop_ir.statements(kernel.body):
+        for e in loop_ir.expressions(s):
+            cast_loads = set()
+            for node in ex.walk(e):
+                if isinstance(node, ex.Op) and node.op == "cast":
+                    (arg,) = node.args
+                    if isinstance(arg, loop_ir.Load) and arg.buffer == name:
+                        targets.add(node.dtype)
+                        cast_loads.add(id(arg))
+            for node in ex.walk(e):
+                if isinstance(node, loop_ir.Load) and node.buffer == name and id(node) not in cast_loads:
+                    bare = True
+    return targets, bare
+
+
+def _common_narrowing_cast(program: loop_ir.Program, buffer: loop_ir.Buffer) -> DType | None:
+    targets: set[DType] = set()
+    for kernel in program.kernels:
+        if any(b.name == buffer.name for b in kernel.inputs):
+            found, bare = _casts_of(kernel, buffer.name)
+            if bare:
+                return None
+            targets |= found
+    if len(targets) != 1:
+        return None
+    (narrow,) = targets
+    return narrow if narrow.itemsize < buffer.type.dtype.itemsize else None
+
+
+def _narrow(program: loop_ir.Program, buffer: loop_ir.Buffer, dtype: DType) -> loop_ir.Program:
+    name = buffer.name
+    narrowed = attrs.evolve(buffer, type=attrs.evolve(buffer.type, dtype=dtype))
+
+    def rewrite_expr(e: ex.Expr) -> ex.Expr:
+        def uncast(node):
+            if isinstance(node, ex.Op) and node.op == "cast" and isinstance(node.args[0], loop_ir.Load) \
+                    and node.args[0].buffer == name:
+                return attrs.evolve(node.args[0], dtype=dtype)
+            return None
+        return ex.transform(e, uncast)
+
+    def rewrite_body(body):
+        out = []
+        for s in body:
+            if isinstance(s, loop_ir.Loop):
+                s = attrs.evolve(s, body=rewrite_body(s.body))
+            elif isinstance(s, loop_ir.Store) and s.buffer == name:
+                s = attrs.evolve(s, index=tuple(map(rewrite_expr, s.index)), value=ex.cast(rewrite_expr(s.value), dtype))
+            elif isinstance(s, loop_ir.Store):
+                s = attrs.evolve(s, index=tuple(map(rewrite_expr, s.index)), value=rewrite_expr(s.value))
+            elif isinstance(s, (loop_ir.Init, loop_ir.Accumulate)):
+                s = attrs.evolve(s, value=rewrite_expr(s.value))
+            out.append(s)
+        return tuple(out)
+
+    def swap(buffers):
+        return tuple(narrowed if b.name == name else b for b in buffers)
+
+    kernels = tuple(
+        attrs.evolve(k, inputs=swap(k.inputs), outputs=swap(k.outputs), body=rewrite_body(k.body))
+        for k in program.kernels
+    )
+    return attrs.evolve(program, temporaries=swap(program.temporaries), kernels=kernels)
