@@ -67,14 +67,15 @@ def test_results_are_written_whole_and_rewritten(bench, tmp_path):
 def test_summary_of_a_measured_and_a_failed_case(bench):
     case = {
         "model": "tinyllama", "layers": 22, "dtype": "float32", "seq": 128,
-        "correctness": {"relative_error": 3e-7, "ok": True},
+        "correctness": {"relative_error": 3e-7, "eager_relative_error": 2e-7, "relative_error_against_eager": 1e-7,
+                        "ok": True},
         "kernels": {"lamina": {"total": 300, "per_layer": 13.0}},
         "compile": {"cold": {"total_s": 40.0}, "warm": {"total_s": 20.0}},
         "memory": {"ratio_above_before": 1.1},
         "forward_us": {"lamina": 2000.0, "eager": 1500.0, "torch.compile": {"error": "RuntimeError: capture"}},
     }
     line = bench.summary(case)
-    assert "error 3.00e-07 (ok)" in line and "kernels 300 (13/layer)" in line
+    assert "error 3.00e-07 (eager's 2.00e-07; against eager 1.00e-07; ok)" in line and "kernels 300 (13/layer)" in line
     assert "lamina 2.000 ms" in line and "torch.compile RuntimeError: capture" in line
     failed = {"model": "qwen2.5-7b", "layers": 2, "dtype": "bfloat16", "seq": 512, "failure": "LaminaError: x"}
     assert bench.summary(failed) == "qwen2.5-7b L=2 bfloat16 S=512: FAILED LaminaError: x"
