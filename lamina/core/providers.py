@@ -37,6 +37,14 @@ class FusionRule(Protocol):
 
 @runtime_checkable
 class Schedule(Protocol):
+    """How a family of loop kernels runs on the GPU.
+
+    A schedule may also offer ``estimate_cost(kernel, target) -> float``: the time in
+    microseconds it expects ``kernel`` to take with the knob settings it would choose,
+    computed without running anything. The ``cost_model`` selection policy takes the
+    cheapest estimate; schedules without one rank after those with one, by priority.
+    """
+
     name: str
     priority: int
 
