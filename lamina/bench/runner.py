@@ -127,12 +127,15 @@ def run_case(case: Case, *, device: str, timer: Timer, torch_compile: Callable =
 
 def run_suite(cases: list[Case], *, device: str, timer: Timer, torch_compile: Callable = torch.compile,
               progress: Callable[[int, int, str], None] = lambda index, total, name: None,
+              measured: Callable[[list[CaseResult]], None] = lambda results: None,
               l2_bytes: int = L2_BYTES) -> list[CaseResult]:
+    """Run ``cases`` in order; ``measured`` sees the results so far after each case."""
     results = []
     for index, case in enumerate(cases):
         progress(index, len(cases), case.name)
         results.append(run_case(case, device=device, timer=timer, torch_compile=torch_compile,
                                 l2_bytes=l2_bytes))
+        measured(results)
     progress(len(cases), len(cases), "")
     return results
 

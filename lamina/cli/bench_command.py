@@ -86,17 +86,22 @@ def bench_command(args) -> int:
 def execute(args, cases: list[Case], *, device: str, device_name: str, timer: Timer,
             torch_compile: Callable = torch.compile, stdout: IO[str] = sys.stdout,
             stderr: IO[str] = sys.stderr) -> int:
-    """Run ``cases``, print the table, write the JSON record (and the plot)."""
+    """Run ``cases``, print the table, write the JSON record (and the plot).
+
+    The record is rewritten after every case, so that a run cut short keeps what it measured."""
     stdout.write(f"lamina bench: {len(cases)} case(s) on {device_name}: lamina vs eager vs torch.compile, "
                  f"CUDA-graph replay, median of {args.replays}\n")
-    results = run_suite(cases, device=device, timer=timer, torch_compile=torch_compile,
-                        progress=ProgressLine(stderr))
-    stdout.write(format_table(results) + "\n")
     out = Path(args.out) if args.out else default_output(device_name)
-    document = json_document(results, command=reproducing_command(command_words(args)), device=device_name,
-                             replays=args.replays)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(document, indent=2) + "\n")
+
+    def record(results) -> None:
+        document = json_document(results, command=reproducing_command(command_words(args)), device=device_name,
+                                 replays=args.replays)
+        out.write_text(json.dumps(document, indent=2) + "\n")
+
+    results = run_suite(cases, device=device, timer=timer, torch_compile=torch_compile,
+                        progress=ProgressLine(stderr), measured=record)
+    stdout.write(format_table(results) + "\n")
     stdout.write(f"wrote {out}\n")
     if args.plot:
         from lamina.bench.plot import plot_speedups

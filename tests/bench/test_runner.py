@@ -30,6 +30,13 @@ def test_cases_are_checked_then_timed_on_the_simulator():
     assert linear.case.memory_bound and linear.cold_sets == 2  # 2 x 2112 bytes exceed twice the 2000-byte "L2"
 
 
+def test_each_result_is_handed_on_as_soon_as_it_is_measured():
+    seen = []
+    run_suite(tiny_cases(), device="cpu", timer=FakeTimer(), torch_compile=no_torch_compile,
+              measured=lambda results: seen.append([r.case.name for r in results]))
+    assert seen == [["tiny.rmsnorm"], ["tiny.rmsnorm", "tiny.linear_qkv"]]
+
+
 def test_compute_bound_cases_get_no_cold_figure():
     case = make_case("tiny.dense", "x * 2.0", (parse_input("x=3,5"),), flops=10**6)
     timer = FakeTimer()
