@@ -20,11 +20,13 @@ class StoreNarrowedTemporaries:
     priority = 10
 
     def apply(self, program: loop_ir.Program) -> loop_ir.Program | None:
+        """Narrow every temporary that qualifies, in one pass: a model has one per layer."""
+        result = program
         for buffer in program.temporaries:
-            narrow = _common_narrowing_cast(program, buffer)
+            narrow = _common_narrowing_cast(result, buffer)
             if narrow is not None:
-                return _narrow(program, buffer, narrow)
-        return None
+                result = _narrow(result, buffer, narrow)
+        return None if result is program else result
 
 
 def _casts_of(kernel: loop_ir.Kernel, name: str) -> tuple[set[DType], bool]:
