@@ -23,6 +23,15 @@ def torch_dtype(dtype) -> torch.dtype:
     return getattr(torch, dtype.name)
 
 
+INPUT_ALIGNMENT = 16
+"""Bytes every buffer's first element is aligned to: kernels read it with vector accesses this wide."""
+
+
+def aligned(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``, or a copy of it where it is a view that starts off the alignment."""
+    return tensor if tensor.data_ptr() % INPUT_ALIGNMENT == 0 else tensor.clone()
+
+
 class ProgramRunner:
     """Calls ``launch(kernel, buffers)`` for each kernel; ``buffers`` maps every
     parameter name of the kernel to a flat contiguous tensor on ``device``."""
@@ -40,7 +49,7 @@ class ProgramRunner:
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         buffers: dict[str, torch.Tensor] = {}
         for spec, tensor in zip(self.loop.inputs, inputs):
-            buffers[spec.name] = tensor.contiguous().reshape(-1)
+            buffers[spec.name] = aligned(tensor.contiguous().reshape(-1))
         plan = self.memory_plan
         for position, kernel in enumerate(self.kernels.kernels):
             for spec in plan.allocated_before(position):

@@ -16,6 +16,7 @@ import math
 
 from lamina.backends.cuda.expressions import INT_LIMIT, ExpressionPrinter
 from lamina.backends.cuda.names import c_name
+from lamina.backends.cuda.vector_access import register_alignments, vector_copy
 from lamina.core.errors import VerificationError
 from lamina.core.ir import dtypes, expr as ex, kernel_ir as kir
 
@@ -64,6 +65,14 @@ def shared_layout(kernel: kir.Kernel) -> list[tuple[kir.Array, int]]:
             layout.append((array, offset))
             offset += -(-array.bytes // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
     return layout
+
+
+def wide_copy_destinations(kernel: kir.Kernel) -> set[str]:
+    """Shared arrays that ``cp.async`` fills more than one element at a time: they must start 16-byte aligned."""
+    return {
+        s.dst for s in kir.statements(kernel.body)
+        if isinstance(s, kir.CpAsync) and s.bytes > kernel.array(s.dst).dtype.itemsize
+    }
 
 
 def launch_shared_bytes(kernel: kir.Kernel) -> int:
@@ -186,12 +195,16 @@ class _KernelPrinter:
                     rest = "".join(f"[{n}]" for n in array.shape[1:])
                     lines.append(f"{indent}{t} (*{name}){rest} = reinterpret_cast<{t} (*){rest}>(lamina_smem + {offset});")
         else:
+            wide = wide_copy_destinations(self.kernel)
             for array in self.kernel.arrays:
                 if array.space == "shared":
-                    lines.append(f"{indent}__shared__ {self._array_declarator(array)};")
+                    align = f"__align__({SHARED_ALIGNMENT}) " if array.name in wide else ""
+                    lines.append(f"{indent}__shared__ {align}{self._array_declarator(array)};")
+        alignments = register_alignments(self.kernel)
         for array in self.kernel.arrays:
             if array.space == "register":
-                lines.append(f"{indent}{self._array_declarator(array)};")
+                align = f"__align__({alignments[array.name]}) " if array.name in alignments else ""
+                lines.append(f"{indent}{align}{self._array_declarator(array)};")
         return lines
 
     def _array_declarator(self, array: kir.Array) -> str:
@@ -227,6 +240,9 @@ class _KernelPrinter:
             return [f'{indent}asm volatile("cp.async.commit_group;\\n" ::: "memory");']
         if isinstance(s, kir.CpAsyncWait):
             return [f'{indent}asm volatile("cp.async.wait_group {int(s.pending)};\\n" ::: "memory");']
+        if isinstance(s, (kir.VectorLoad, kir.VectorStore)):
+            copy = vector_copy(self.kernel, s, self._element(s.dst, s.dst_index), self._element(s.src, s.src_index))
+            return [f"{indent}{copy}"]
         if isinstance(s, kir.Comment):
             return [f"{indent}// {line}".rstrip() for line in s.text.splitlines() or [""]]
         raise VerificationError(f"Kernel IR kernel {self.kernel.name} holds a statement the CUDA printer does not know: {s!r}")

@@ -16,7 +16,7 @@ from lamina.core.errors import VerificationError
 from lamina.core.ir import dtypes, expr as ex
 from lamina.core.ir.dtypes import DType
 from lamina.core.ir.expr import OPS, Const, Expr, Op, Var
-from lamina.core.ir.kernel_ir import Load, Special
+from lamina.core.ir.kernel_ir import Load, ShuffleXor, Special
 
 PRIMARY, UNARY, MUL, ADD, RELATION, EQUALITY, AND, OR = 100, 90, 80, 70, 60, 55, 40, 35
 
@@ -83,6 +83,8 @@ class ExpressionPrinter:
             return self.index_type
         if isinstance(e, Load):
             return c_type(self.array_types[e.array])
+        if isinstance(e, ShuffleXor):
+            return c_type(e.dtype)
         if isinstance(e, Op):
             kind = OPS[e.op].kind
             if kind in ("compare", "logic"):
@@ -114,7 +116,18 @@ class ExpressionPrinter:
             return f"{self.names(e.array)}{index}", PRIMARY
         if isinstance(e, Op):
             return self._op(e)
+        if isinstance(e, ShuffleXor):
+            return self._shuffle_xor(e)
         raise VerificationError(f"Kernel IR kernel {self.kernel_name} holds an expression the CUDA printer does not know: {e!r}")
+
+    def _shuffle_xor(self, e: ShuffleXor) -> Printed:
+        """Half-precision values travel as float: the accumulators that schedules shuffle are
+        float anyway, and the float overload is the one every architecture has."""
+        value = self.text(e.value)
+        if e.dtype in HALF_TYPES:
+            shuffled = f"__shfl_xor_sync(0xffffffffu, static_cast<float>({value}), {e.lane_mask})"
+            return f"static_cast<{c_type(e.dtype)}>({shuffled})", PRIMARY
+        return f"__shfl_xor_sync(0xffffffffu, {value}, {e.lane_mask})", PRIMARY
 
     def _const(self, c: Const) -> Printed:
         v, dtype = c.value, c.dtype
@@ -204,6 +217,10 @@ class ExpressionPrinter:
             printed = (f"{one} / ({one} + exp{suffix}({_negate(x)}))", MUL)
         elif name == "reciprocal":
             printed = (f"{one} / {self._operand(args[0], compute, MUL + 1)}", MUL)
+        elif name == "pow" and isinstance(args[1], Const) and float(args[1].value) == 2.0:
+            # A square, as norms write it: powf's general path is slow and takes a stack frame.
+            x = self._operand(args[0], compute, MUL + 1)
+            printed = (f"{x} * {x}", MUL)
         else:
             operands = ", ".join(self._operand(a, compute, 0) for a in args)
             printed = (f"{_FLOAT_FUNCTIONS[name]}{suffix}({operands})", PRIMARY)

@@ -6,9 +6,10 @@ uniform, since Kernel IR loop bounds are the same for every running thread. ``If
 narrows the mask of running threads instead of branching. The kernel is first turned
 into closures (one per statement and expression), so that loops cost no re-analysis.
 
-It reports, as faults: accesses out of bounds, misaligned wide ``cp.async`` copies, reads
-of shared memory that no thread wrote, races on shared memory between two barriers, reads
-of ``cp.async`` data before its wait, and barriers that only part of a block reaches.
+It reports, as faults: accesses out of bounds, misaligned wide ``cp.async`` copies and
+vector accesses (see ``simulator_vectors``), reads of shared memory that no thread wrote,
+races on shared memory between two barriers, reads of ``cp.async`` data before its wait,
+and barriers that only part of a block reaches.
 Shared-memory bank conflicts are counted per array (see ``simulator_banks``).
 """
 
@@ -27,6 +28,7 @@ from lamina.backends.reference.simulator_grid import Mask, ThreadGrid
 from lamina.backends.reference.simulator_memory import GlobalArray, RegisterArray, as_index, per_thread
 from lamina.backends.reference.simulator_report import MISALIGNED, RACES, FaultLog, SimulationReport
 from lamina.backends.reference.simulator_shared import Lanes, SharedArray
+from lamina.backends.reference.simulator_vectors import VectorAccesses
 from lamina.core.errors import SimulationError, VerificationError
 from lamina.core.ir import dtypes, kernel_ir
 from lamina.core.ir.dtypes import DType
@@ -96,6 +98,7 @@ class KernelSimulation:
         self.groups = CpAsyncGroups(self.grid)
         self.sites = itertools.count()
         self.exprs = ExpressionCompiler(kernel.name, self.grid, self.env, self.memories, self.sites)
+        self.vectors = VectorAccesses(kernel.name, self.grid, self.faults, self.exprs, self.sites)
         self.body = self._body(kernel.body, {}, set())
 
     def run(self) -> SimulationReport:
@@ -167,6 +170,10 @@ class KernelSimulation:
         if isinstance(s, kernel_ir.CpAsyncWait):
             pending, groups = s.pending, self.groups
             return lambda mask: groups.wait(pending, mask)
+        if isinstance(s, kernel_ir.VectorLoad):
+            return self.vectors.load(s, scope)
+        if isinstance(s, kernel_ir.VectorStore):
+            return self.vectors.store(s, scope)
         if isinstance(s, kernel_ir.Comment):
             return None
         raise self._fail(f"the simulator does not know the statement {s!r}")

@@ -43,8 +43,10 @@ class ExpressionCompiler:
             return self._load(e, scope)
         if isinstance(e, ex.Op):
             return self._op(e, scope)
+        if isinstance(e, kernel_ir.ShuffleXor):
+            return self._shuffle_xor(e, scope)
         raise VerificationError(f"kernel {self.kernel}: the simulator cannot evaluate {e!r}; "
-                                f"Kernel IR expressions are constants, variables, specials, loads and ops")
+                                f"Kernel IR expressions are constants, variables, specials, loads, ops and shuffles")
 
     def _var(self, e: ex.Var, scope) -> Evaluator:
         if e.name not in scope:
@@ -63,6 +65,30 @@ class ExpressionCompiler:
         indices = [self.compile(i, scope) for i in e.index]
         site = next(self.sites)
         return lambda mask: memory.read([f(mask) for f in indices], mask, site)
+
+    def _shuffle_xor(self, e: kernel_ir.ShuffleXor, scope) -> Evaluator:
+        """Every lane evaluates the value in lockstep, then reads that of lane ``lane ^ mask``."""
+        value_of = self.compile(e.value, scope)
+        grid, kernel, text = self.grid, self.kernel, kernel_ir.format_expr(e)
+        partner_local = grid.local_id ^ e.lane_mask
+        if bool((partner_local >= grid.threads_per_block).any()):
+            raise SimulationError(f"kernel {kernel}: {text} reads a lane past the end of the block; "
+                                  f"shuffle within whole warps")
+        partner = grid.block_id * grid.threads_per_block + partner_local
+
+        def run(mask: Mask) -> torch.Tensor:
+            value = value_of(mask)
+            if value.dim() == 0:
+                return value
+            if not mask.full:
+                idle = mask.active & ~mask.active.index_select(0, partner)
+                if bool(idle.any()):
+                    thread = int(torch.argmax(idle.to(torch.uint8)))
+                    raise SimulationError(f"kernel {kernel}: {text} by {grid.describe_thread(thread)} reads a "
+                                          f"lane that does not run it; every lane of a warp must shuffle together")
+            return value.index_select(0, partner)
+
+        return run
 
     def memory(self, name: str, rank: int, verb: str):
         """The array ``name``, checked to take ``rank`` indices."""

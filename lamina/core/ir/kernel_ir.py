@@ -2,8 +2,8 @@
 
 A ``Kernel`` has pointer parameters (one per buffer, flat, row-major), shared arrays
 with their padded shapes, a body of statements, and its launch configuration. Its
-expressions are those of ``lamina.core.ir.expr`` plus ``Load`` from an array and the
-thread and block indices. Arrays live in one of three spaces: ``global`` (the
+expressions are those of ``lamina.core.ir.expr`` plus ``Load`` from an array, the
+thread and block indices, and warp shuffles. Arrays live in one of three spaces: ``global`` (the
 parameters), ``shared`` and ``register`` (per-thread arrays, indexed only by
 constants after unrolling).
 
@@ -48,6 +48,31 @@ class Load(Expr):
 
     def rebuild(self, children):
         return attrs.evolve(self, index=tuple(children))
+
+
+WARP_SIZE = 32
+
+
+@attrs.frozen(eq=True)
+class ShuffleXor(Expr):
+    """``value`` as computed by lane ``lane ^ lane_mask`` of the same warp.
+
+    Every lane of the warp must evaluate it together (never under a branch that only
+    part of the warp takes): it is how partial results of a warp are combined.
+    """
+
+    value: Expr
+    lane_mask: int
+
+    @property
+    def dtype(self) -> DType:
+        return self.value.dtype
+
+    def children(self):
+        return (self.value,)
+
+    def rebuild(self, children):
+        return attrs.evolve(self, value=children[0])
 
 
 def thread_idx(axis: str = "x") -> Special:
@@ -159,12 +184,45 @@ class CpAsyncWait:
     pending: int = 0
 
 
+VECTOR_BYTES = (2, 4, 8, 16)
+"""The sizes of one vector access: what a single load or store instruction moves."""
+
+
+@attrs.frozen
+class VectorLoad:
+    """Copy ``width`` adjacent elements of global parameter ``src``, from element
+    ``src_index``, into register array ``dst`` from ``dst_index`` on, in one access.
+
+    Both sides must be aligned to the access's size (``width`` elements): the GPU
+    faults on a misaligned vector access.
+    """
+
+    dst: str
+    dst_index: tuple[Expr, ...] = attrs.field(converter=tuple)
+    src: str
+    src_index: tuple[Expr, ...] = attrs.field(converter=tuple)
+    width: int
+
+
+@attrs.frozen
+class VectorStore:
+    """Copy ``width`` adjacent elements of register array ``src`` into global parameter
+    ``dst`` from element ``dst_index`` on, in one access aligned like a ``VectorLoad``."""
+
+    dst: str
+    dst_index: tuple[Expr, ...] = attrs.field(converter=tuple)
+    src: str
+    src_index: tuple[Expr, ...] = attrs.field(converter=tuple)
+    width: int
+
+
 @attrs.frozen
 class Comment:
     text: str
 
 
-Stmt = Declare | Assign | Store | For | If | Barrier | CpAsync | CpAsyncCommit | CpAsyncWait | Comment
+Stmt = (Declare | Assign | Store | For | If | Barrier | CpAsync | CpAsyncCommit | CpAsyncWait
+        | VectorLoad | VectorStore | Comment)
 
 
 @attrs.frozen
@@ -229,6 +287,8 @@ def expressions(s: Stmt) -> tuple[Expr, ...]:
         return (s.cond,)
     if isinstance(s, CpAsync):
         return s.dst_index + s.src_index + ((s.predicate,) if s.predicate is not None else ())
+    if isinstance(s, (VectorLoad, VectorStore)):
+        return s.dst_index + s.src_index
     return ()
 
 
@@ -258,6 +318,11 @@ def rename_arrays(kernel: Kernel, mapping: dict[str, str], name: str | None = No
                     dst_index=tuple(map(rename_expr, s.dst_index)), src_index=tuple(map(rename_expr, s.src_index)),
                     predicate=None if s.predicate is None else rename_expr(s.predicate),
                 )
+            elif isinstance(s, (VectorLoad, VectorStore)):
+                s = attrs.evolve(
+                    s, dst=mapping.get(s.dst, s.dst), src=mapping.get(s.src, s.src),
+                    dst_index=tuple(map(rename_expr, s.dst_index)), src_index=tuple(map(rename_expr, s.src_index)),
+                )
             out.append(s)
         return tuple(out)
 
@@ -277,6 +342,8 @@ def _leaf(e: Expr):
         return f"{e.kind}.{e.axis}"
     if isinstance(e, Load):
         return e.array + "".join(f"[{format_expr(i)}]" for i in e.index)
+    if isinstance(e, ShuffleXor):
+        return f"shuffle_xor({format_expr(e.value)}, {e.lane_mask})"
     return None
 
 
@@ -318,6 +385,10 @@ def format_body(body, indent: str) -> list[str]:
             lines.append(f"{indent}cp.async commit")
         elif isinstance(s, CpAsyncWait):
             lines.append(f"{indent}cp.async wait (at most {s.pending} pending)")
+        elif isinstance(s, VectorLoad):
+            lines.append(f"{indent}vector load x{s.width} {s.dst}{_index(s.dst_index)} <- {s.src}{_index(s.src_index)}")
+        elif isinstance(s, VectorStore):
+            lines.append(f"{indent}vector store x{s.width} {s.dst}{_index(s.dst_index)} <- {s.src}{_index(s.src_index)}")
         elif isinstance(s, Comment):
             lines.append(f"{indent}# {s.text}")
     return lines
@@ -364,6 +435,11 @@ def verify_kernel(k: Kernel, max_threads: int = 1024, max_shared_bytes: int = 48
                 problems.append(f"variable {node.name} is used before it is declared")
             elif isinstance(node, Special) and (node.kind not in SPECIALS or node.axis not in ("x", "y", "z")):
                 problems.append(f"unknown special {node.kind}.{node.axis}")
+            elif isinstance(node, ShuffleXor):
+                if not 0 < node.lane_mask < WARP_SIZE:
+                    problems.append(f"shuffle lane mask {node.lane_mask} is outside 1..{WARP_SIZE - 1}")
+                if node.dtype == dtypes.bool_:
+                    problems.append("shuffle of a bool value; shuffle an integer or floating-point value")
 
     def visit(body, scope):
         scope = set(scope)
@@ -394,6 +470,8 @@ def verify_kernel(k: Kernel, max_threads: int = 1024, max_shared_bytes: int = 48
                     problems.append(f"cp.async source {s.src} is not a global parameter")
                 if s.bytes not in (4, 8, 16):
                     problems.append(f"cp.async copies 4, 8 or 16 bytes, not {s.bytes}")
+            elif isinstance(s, (VectorLoad, VectorStore)):
+                problems.extend(_vector_access_problems(s, arrays))
 
     visit(k.body, set())
     if k.launch.threads_per_block > max_threads:
@@ -402,6 +480,47 @@ def verify_kernel(k: Kernel, max_threads: int = 1024, max_shared_bytes: int = 48
         problems.append(f"{k.shared_bytes} B of shared memory exceed the limit")
     if problems:
         raise VerificationError(f"Kernel IR {k.name} is inconsistent:\n  " + "\n  ".join(problems))
+
+
+def _vector_access_problems(s: VectorLoad | VectorStore, arrays: dict) -> list[str]:
+    """What is wrong with a vector access, as far as it can be seen without running it:
+    misalignment shows here only where an index is a constant."""
+    kind = "vector load" if isinstance(s, VectorLoad) else "vector store"
+    if isinstance(s, VectorLoad):
+        (memory, memory_index), (register, register_index) = (s.src, s.src_index), (s.dst, s.dst_index)
+    else:
+        (memory, memory_index), (register, register_index) = (s.dst, s.dst_index), (s.src, s.src_index)
+    param, array = arrays.get(memory), arrays.get(register)
+    problems = []
+    if not isinstance(param, Param):
+        problems.append(f"{kind} of {memory}: it is not a global parameter")
+    elif isinstance(s, VectorStore) and not param.writable:
+        problems.append(f"{kind} to input parameter {memory}")
+    elif len(memory_index) != 1:
+        problems.append(f"{kind} of {memory} with {len(memory_index)} indices; it has rank 1")
+    if not isinstance(array, Array) or array.space != "register":
+        problems.append(f"{kind} of {memory} through {register}: it is not a register array")
+    elif len(register_index) != len(array.shape):
+        problems.append(f"{kind} through {register} with {len(register_index)} indices; it has rank {len(array.shape)}")
+    if problems:
+        return problems
+    if param.dtype != array.dtype:
+        problems.append(f"{kind} between {param.dtype} {memory} and {array.dtype} {register}: the types must match")
+    if s.width < 2 or s.width * param.dtype.itemsize not in VECTOR_BYTES:
+        sizes = ", ".join(map(str, VECTOR_BYTES))
+        problems.append(f"{kind} of {s.width} {param.dtype} elements of {memory}: it moves {sizes} bytes, "
+                        f"at least 2 elements")
+    if array.shape[-1] % s.width:
+        problems.append(f"{kind} through {register}: its rows of {array.shape[-1]} elements are not a whole "
+                        f"number of {s.width}-element vectors, so not every vector is aligned")
+    for name, idx in ((memory, memory_index[-1]), (register, register_index[-1])):
+        if isinstance(idx, ex.Const) and int(idx.value) % s.width:
+            problems.append(f"{kind} at element {int(idx.value)} of {name} is not aligned to {s.width} elements")
+    last = register_index[-1]
+    if isinstance(last, ex.Const) and int(last.value) + s.width > array.shape[-1]:
+        problems.append(f"{kind} through {register} at {int(last.value)}..{int(last.value) + s.width - 1} "
+                        f"runs past its {array.shape[-1]} elements")
+    return problems
 
 
 def verify_program(p: Program) -> None:
