@@ -164,7 +164,7 @@ def test_linear_with_bias_and_residual_is_one_contraction():
 def test_causal_scores_are_a_matmul_then_one_softmax_kernel():
     program = compiled("causal_scores")
     scores, probabilities = program.compilation.loop.kernels
-    assert schedules(program) == ["contraction", "generic"]
+    assert schedules(program) == ["contraction", "row_reduction"]
     assert len(reduce_loops(scores)) == 1 and len(reduce_loops(probabilities)) == 2
     assert scores.outputs[0].name in {b.name for b in probabilities.inputs}
 
@@ -174,7 +174,7 @@ def test_causal_attention_is_two_matmuls_around_the_softmax_statistics():
     reads the row max and sum that one kernel computed; no reduction runs twice."""
     program = compiled("causal_attention")
     scores, statistics, output = program.compilation.loop.kernels
-    assert schedules(program) == ["contraction", "generic", "contraction"]
+    assert schedules(program) == ["contraction", "row_reduction", "contraction"]
     assert [s.op for s in loop_ir.statements(statistics.body) if isinstance(s, loop_ir.Accumulate)] == ["max", "sum"]
     assert len(statistics.outputs) == 2
     assert {b.name for b in statistics.outputs} <= {b.name for b in output.inputs}
@@ -192,7 +192,7 @@ def test_a_reduction_read_by_two_kernels_is_computed_once():
 def test_a_norm_read_by_a_matmul_prologue_leaves_the_matmul_a_contraction():
     program = compiled("norm_then_projection")
     norm, projection = program.compilation.loop.kernels
-    assert schedules(program) == ["generic", "contraction"]
+    assert schedules(program) == ["row_reduction", "contraction"]
     assert [len(reduce_loops(k)) for k in (norm, projection)] == [1, 1]
 
 

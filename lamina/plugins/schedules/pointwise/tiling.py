@@ -1,0 +1,208 @@
+"""The pointwise schedule's decisions, written as Tile IR.
+
+The flattened output is cut into vectors of ``vector_width`` adjacent elements along
+the innermost loop. Block ``b`` owns a contiguous run of ``threads * vectors_per_thread
+* steps`` vectors; in each of its ``steps`` a thread handles ``vectors_per_thread`` of
+them, ``threads`` apart, so that neighbouring threads touch neighbouring vectors (one
+coalesced access per warp) and each thread has several independent loads in flight.
+The grid never exceeds what the SMs hold at once: larger tensors take more steps, not
+more waves of blocks.
+
+Knobs the user may pin: ``vector_width`` (a power of two dividing the innermost
+extent), ``vectors_per_thread`` (1 to 8) and ``threads`` (a multiple of the warp, at
+most 512). Every pinned combination must leave the thread's vectors in registers.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import attrs
+
+from lamina.core.errors import ScheduleError
+from lamina.core.ir import loop_ir, tile_ir
+from lamina.core.target import Target
+from lamina.plugins.schedules.pointwise.analysis import (
+    VECTOR_BYTES,
+    AccessPlan,
+    PointwiseNest,
+    contiguous_itemsizes,
+    plan_accesses,
+    pointwise_nest,
+)
+
+MAX_VECTOR_WIDTH = 16
+MAX_VECTORS_PER_THREAD = 8
+MAX_THREADS = 512
+"""With 1024 threads a block leaves ptxas 32 to 64 registers a thread, and it spills
+even modest kernels; a pointwise kernel gains nothing from blocks that large."""
+RESIDENT_THREADS_PER_SM = 2048
+"""Threads one SM holds at once (sm_80, sm_90)."""
+REGISTERS_PER_BLOCK = 64 * 1024
+REGISTERS_BESIDES_VECTORS = 32
+"""What a thread needs for addresses, coordinates and arithmetic, on top of its vectors
+(RoPE's rotated loads take the most of the kernels measured)."""
+SMALL_BLOCK = 128
+LARGE_BLOCK = 256
+
+
+@attrs.frozen
+class Decisions:
+    vector_width: int
+    vectors_per_thread: int
+    threads: int
+    steps: int
+    blocks: int
+
+    @property
+    def vectors_per_block(self) -> int:
+        return self.threads * self.vectors_per_thread * self.steps
+
+
+def nest_of(kernel: loop_ir.Kernel) -> PointwiseNest:
+    nest = pointwise_nest(kernel)
+    if nest is None:
+        raise ScheduleError(
+            f"kernel {kernel.name} is not pointwise (parallel loops around stores only), so the pointwise "
+            "schedule cannot run it; leave the schedule unpinned or pin one that applies, such as generic"
+        )
+    return nest
+
+
+def tile(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any], schedule: str) -> tile_ir.TileKernel:
+    nest = nest_of(kernel)
+    plan = plan_accesses(kernel, nest, choose_width(kernel, nest, target, knobs))
+    total = math.prod(loop.extent for loop in nest.loops)
+    d = choose_grid(kernel, plan, total // plan.width, target, knobs)
+    binding = tile_ir.AxisBinding(
+        vars=tuple(loop.var for loop in nest.loops),
+        extent=total,
+        block_dim="x",
+        threads=d.threads,
+        per_thread=d.vector_width * d.vectors_per_thread * d.steps,
+        contiguous=d.vectors_per_thread * d.steps == 1,
+    )
+    decided = (("vectors_per_thread", d.vectors_per_thread), ("steps", d.steps)) + describe_accesses(plan)
+    result = tile_ir.TileKernel(kernel=kernel, schedule=schedule, grid=(binding,), vector_width=d.vector_width,
+                                knobs=decided)
+    tile_ir.verify_tile_kernel(result, target.max_threads_per_block, target.max_shared_bytes_optin)
+    return result
+
+
+def decisions(tile: tile_ir.TileKernel) -> Decisions:
+    """The decisions a pointwise Tile IR spells out."""
+    (binding,) = tile.grid
+    knobs = dict(tile.knobs)
+    blocks = max(1, binding.blocks)
+    return Decisions(tile.vector_width, knobs["vectors_per_thread"], binding.threads, knobs["steps"], blocks)
+
+
+def describe_accesses(plan: AccessPlan) -> tuple[tuple[str, str], ...]:
+    groups = (("vector_loads", plan.vector_loads), ("scalar_loads", plan.scalar_loads),
+              ("vector_stores", plan.vector_stores), ("scalar_stores", plan.scalar_stores))
+    return tuple((name, ", ".join(_access_text(a) for a in accesses)) for name, accesses in groups if accesses)
+
+
+def _access_text(access: loop_ir.Load | loop_ir.Store) -> str:
+    return f"{access.buffer}[{', '.join(loop_ir.format_index(i) for i in access.index)}]"
+
+
+def _pinned(knobs: Mapping[str, Any], name: str, kernel: str, usable, requirement: str) -> int | None:
+    value = knobs.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not usable(value):
+        raise ScheduleError(f"kernel {kernel}, pointwise schedule: the knob {name} = {value!r} is not usable: "
+                            f"it must be {requirement}")
+    return value
+
+
+def pinned_threads(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> int | None:
+    warp, limit = target.warp_size, min(MAX_THREADS, target.max_threads_per_block)
+    return _pinned(knobs, "threads", kernel.name, lambda t: 0 < t <= limit and t % warp == 0,
+                   f"a multiple of {warp} from {warp} to {limit} for this schedule")
+
+
+def choose_width(kernel: loop_ir.Kernel, nest: PointwiseNest, target: Target, knobs: Mapping[str, Any]) -> int:
+    """The pinned ``vector_width``, else 16 bytes of the widest contiguous output (of the
+    widest contiguous input where no output is contiguous), halved until it divides the
+    innermost extent, makes some access a vector and fits in registers."""
+    extent = nest.inner_extent
+    pinned = _pinned(knobs, "vector_width", kernel.name, lambda w: 0 < w <= MAX_VECTOR_WIDTH and w & (w - 1) == 0,
+                     f"a power of two from 1 to {MAX_VECTOR_WIDTH}")
+    if pinned is not None:
+        if extent % pinned:
+            raise ScheduleError(
+                f"kernel {kernel.name}, pointwise schedule: the knob vector_width = {pinned} does not divide the "
+                f"innermost extent {extent}, so some vectors would run past a row; pin a power of two that "
+                f"divides {extent}, or leave vector_width unpinned"
+            )
+        return pinned
+    stores, reads = contiguous_itemsizes(kernel, nest)
+    sizes = stores or reads
+    if not sizes:
+        return 1
+    width = VECTOR_BYTES // max(sizes)
+    threads = pinned_threads(kernel, target, knobs) or LARGE_BLOCK
+    while width > 1:
+        plan = plan_accesses(kernel, nest, width)
+        if extent % width == 0 and plan.has_vectors and registers_fit(kernel, plan, 1, threads, target):
+            break
+        width //= 2
+    return width
+
+
+def choose_grid(kernel: loop_ir.Kernel, plan: AccessPlan, vectors: int, target: Target,
+                knobs: Mapping[str, Any]) -> Decisions:
+    """Threads and vectors per thread (pinned, else by the number of vectors), then as
+    many blocks as the SMs hold, and as many steps as that takes."""
+    threads = pinned_threads(kernel, target, knobs)
+    per_thread = _pinned(knobs, "vectors_per_thread", kernel.name,
+                         lambda p: 0 < p <= MAX_VECTORS_PER_THREAD, f"from 1 to {MAX_VECTORS_PER_THREAD}")
+    resident = target.sm_count * RESIDENT_THREADS_PER_SM
+    if per_thread is None:
+        per_thread = 4 if vectors >= 4 * resident else 2 if vectors >= 2 * resident else 1
+        while per_thread > 1 and not registers_fit(kernel, plan, per_thread, threads or LARGE_BLOCK, target):
+            per_thread //= 2
+    if threads is None:
+        threads = _threads_for(math.ceil(vectors / per_thread), target)
+    if not registers_fit(kernel, plan, per_thread, threads, target):
+        available = register_budget(threads, target)
+        raise ScheduleError(
+            f"kernel {kernel.name}, pointwise schedule: {per_thread} vector(s) of {plan.width} elements per thread "
+            f"take {vector_registers(kernel, plan, per_thread)} registers, and with the {REGISTERS_BESIDES_VECTORS} "
+            f"the rest of the kernel needs that is more than the {available} a thread of a {threads}-thread block "
+            "has; pin fewer vectors_per_thread, a narrower vector_width or fewer threads"
+        )
+    max_blocks = target.sm_count * max(1, RESIDENT_THREADS_PER_SM // threads)
+    steps = max(1, math.ceil(vectors / (max_blocks * threads * per_thread)))
+    blocks = max(1, math.ceil(vectors / (steps * threads * per_thread)))
+    return Decisions(plan.width, per_thread, threads, steps, blocks)
+
+
+def _threads_for(items: int, target: Target) -> int:
+    """Small kernels get a whole number of warps so that no block is mostly idle; large
+    ones 256 threads once there are two waves of such blocks."""
+    if items <= SMALL_BLOCK:
+        return max(target.warp_size, math.ceil(items / target.warp_size) * target.warp_size)
+    if items >= 2 * LARGE_BLOCK * target.sm_count:
+        return LARGE_BLOCK
+    return SMALL_BLOCK
+
+
+def vector_registers(kernel: loop_ir.Kernel, plan: AccessPlan, per_thread: int) -> int:
+    """The 32-bit registers a thread's vectors hold at the peak: every vector it loaded,
+    and the results of one of them."""
+    loaded = sum(kernel.buffer(load.buffer).type.dtype.itemsize for load in plan.vector_loads)
+    stored = sum(kernel.buffer(store.buffer).type.dtype.itemsize for store in plan.vector_stores)
+    return math.ceil((per_thread * plan.width * loaded + plan.width * stored) / 4)
+
+
+def register_budget(threads: int, target: Target) -> int:
+    return min(target.registers_per_thread, REGISTERS_PER_BLOCK // threads)
+
+
+def registers_fit(kernel: loop_ir.Kernel, plan: AccessPlan, per_thread: int, threads: int, target: Target) -> bool:
+    needed = vector_registers(kernel, plan, per_thread) + REGISTERS_BESIDES_VECTORS
+    return needed <= register_budget(threads, target)

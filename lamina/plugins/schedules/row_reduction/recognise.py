@@ -1,0 +1,183 @@
+"""Recognising row reductions: kernels that reduce each row of a tensor, then use the result.
+
+The fusion rules write norms, softmax, sums and means as one nest of parallel loops
+(one iteration per row) around a sequence of phases over the same row::
+
+    for i0 in parallel(rows):
+      acc0 = -inf                     Init: the identity of its reduction
+      for r0 in reduce(n):            a reduction: Accumulates only
+        acc0 = max(acc0, x[i0, r0])
+      acc1 = 0.0
+      for r1 in reduce(n):            another, reading the first one's result
+        acc1 += exp(x[i0, r1] - acc0)
+      for i1 in serial(n):            the epilogue: Stores only
+        out[i0, i1] = exp(x[i0, i1] - acc0) / acc1
+      total[i0] = acc1                a Store per row
+
+Every loop over the row has the same extent and reads the row contiguously (the column
+variable has stride 1 in every access that uses it), so that threads striding over the
+row read adjacent elements. Some reduction must read a row of its own for each row of
+the nest: matmuls (where rows share operands) are the contraction schedule's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from lamina.core.ir import dtypes, expr as ex, index, loop_ir
+from lamina.core.ir.names import fresh_name
+from lamina.plugins.schedules.loop_to_kernel import split_parallel_nest
+
+COLUMN = "column"
+"""The name a row access's column variable takes in its ``key``."""
+
+
+class NotARowReduction(Exception):
+    """The kernel is not shaped like a row reduction; the message says why."""
+
+
+@attrs.frozen
+class Phase:
+    """One loop over the row (``reduce``: Accumulates; otherwise Stores), or one
+    row-level statement (``loop`` is None)."""
+
+    statement: loop_ir.Stmt
+
+    @property
+    def loop(self) -> loop_ir.Loop | None:
+        return self.statement if isinstance(self.statement, loop_ir.Loop) else None
+
+    @property
+    def reduces(self) -> bool:
+        return self.loop is not None and self.loop.kind == "reduce"
+
+
+@attrs.frozen
+class RowReduction:
+    """What the schedule needs to know about a row-reduction kernel."""
+
+    kernel: loop_ir.Kernel
+    rows: tuple[loop_ir.Loop, ...] = attrs.field(converter=tuple)
+    length: int
+    phases: tuple[Phase, ...] = attrs.field(converter=tuple)
+    accumulators: dict[str, tuple[str, dtypes.DType]]
+    """Reduced accumulator -> (its accumulation, its type)."""
+    readers: dict[tuple, int]
+    """Each row access (see ``key``) -> how many loops over the row read it."""
+    column_name: str
+
+    @property
+    def row_count(self) -> int:
+        return math.prod(loop.extent for loop in self.rows)
+
+    @property
+    def reduce_vars(self) -> tuple[str, ...]:
+        return tuple(p.loop.var for p in self.phases if p.reduces)
+
+    @property
+    def shared_reads(self) -> tuple[tuple, ...]:
+        """Row accesses read by more than one loop over the row: those worth keeping in registers."""
+        return tuple(key for key, count in self.readers.items() if count > 1)
+
+    def key(self, load: loop_ir.Load, var: str) -> tuple:
+        """``load`` in the loop over ``var``, with that variable renamed: the same element of
+        the row read by two loops has one key."""
+        column = ex.Var(self.column_name)
+        return (load.buffer, tuple(ex.substitute(i, {var: column}) for i in load.index), load.dtype)
+
+
+def analyse(kernel: loop_ir.Kernel) -> RowReduction:
+    """The row-reduction structure of ``kernel``, or ``NotARowReduction`` saying what does not fit."""
+    rows, inner = split_parallel_nest(kernel.body)
+    row_vars = {loop.var for loop in rows}
+    phases, accumulators, lengths = [], {}, set()
+    initial: dict[str, loop_ir.Init] = {}
+    for s in inner:
+        if isinstance(s, loop_ir.Init):
+            initial[s.acc] = s
+        elif isinstance(s, loop_ir.Accumulate):
+            raise NotARowReduction(f"accumulation into {s.acc} outside a loop over the row")
+        elif isinstance(s, loop_ir.Loop):
+            lengths.add(s.extent)
+            if s.kind == "reduce":
+                for a in s.body:
+                    if not isinstance(a, loop_ir.Accumulate):
+                        raise NotARowReduction(f"reduce loop {s.var} holds a {type(a).__name__}, not only Accumulates")
+                    _check_identity(a, initial.get(a.acc))
+                    if a.acc in accumulators:
+                        raise NotARowReduction(f"accumulator {a.acc} is reduced by two loops")
+                    accumulators[a.acc] = (a.op, initial[a.acc].value.dtype)
+            elif not all(isinstance(b, loop_ir.Store) for b in s.body):
+                raise NotARowReduction(f"loop {s.var} over the row holds more than Stores")
+        phases.append(Phase(s))
+    if not accumulators:
+        raise NotARowReduction("no reduce loop inside the parallel loops")
+    unreduced = sorted(set(initial) - set(accumulators))
+    if unreduced:
+        raise NotARowReduction(f"accumulators {', '.join(unreduced)} are declared but never reduced")
+    if len(lengths) != 1:
+        raise NotARowReduction(f"the loops over the row have different extents {sorted(lengths)}")
+    (length,) = lengths
+    taken = {b.name for b in kernel.inputs + kernel.outputs} | row_vars
+    taken |= {s.var for s in loop_ir.statements(kernel.body) if isinstance(s, loop_ir.Loop)}
+    result = RowReduction(kernel, rows, length, phases, accumulators, {}, fresh_name(COLUMN, taken))
+    return attrs.evolve(result, readers=_row_accesses(result))
+
+
+def _check_identity(a: loop_ir.Accumulate, init: loop_ir.Init | None) -> None:
+    """Threads start from the Init value and combine their partial results: it must be the
+    identity of the accumulation, or it would count once per thread."""
+    if init is None:
+        raise NotARowReduction(f"accumulator {a.acc} has no Init before its reduce loop")
+    value = init.value
+    if not isinstance(value, ex.Const) or value.dtype == dtypes.bool_:
+        raise NotARowReduction(f"accumulator {a.acc} starts from {loop_ir.format_value(value)}, not a constant identity")
+    identity = {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf}.get(a.op)
+    if identity is None or value.value != identity:
+        raise NotARowReduction(f"accumulator {a.acc} starts from {value.value}, not the identity of {a.op}")
+
+
+def _row_accesses(row: RowReduction) -> dict[tuple, int]:
+    """Count the loops reading each row access, checking that rows are read contiguously and
+    that some reduction reads a row of its own for each row of the nest."""
+    readers: dict[tuple, int] = {}
+    distinct_rows = {loop.var for loop in row.rows if loop.extent > 1}
+    owns_a_row = False
+    for phase in row.phases:
+        loop = phase.loop
+        if loop is None:
+            continue
+        seen = set()
+        for s in loop.body:
+            if isinstance(s, loop_ir.Store):
+                _check_contiguous(row.kernel, s.buffer, s.index, loop.var, "writes")
+            for e in loop_ir.expressions(s):
+                for node in ex.walk(e):
+                    if not isinstance(node, loop_ir.Load) or not _uses(node.index, loop.var):
+                        continue
+                    _check_contiguous(row.kernel, node.buffer, node.index, loop.var, "reads")
+                    if loop.kind == "reduce" and distinct_rows <= set().union(*map(ex.free_vars, node.index)):
+                        owns_a_row = True
+                    seen.add(row.key(node, loop.var))
+        for key in seen:
+            readers[key] = readers.get(key, 0) + 1
+    if not owns_a_row:
+        raise NotARowReduction("no reduction reads a row of its own for each row: rows share their operands, "
+                               "as in a matmul")
+    return readers
+
+
+def _uses(idx: tuple, var: str) -> bool:
+    return any(var in ex.free_vars(i) for i in idx)
+
+
+def _check_contiguous(kernel: loop_ir.Kernel, buffer: str, idx: tuple, var: str, verb: str) -> None:
+    if not _uses(idx, var):
+        if verb == "writes":
+            raise NotARowReduction(f"loop {var} writes the same element of {buffer} at every step")
+        return
+    offset = index.linearize(idx, kernel.buffer(buffer).type.shape)
+    if index.coefficient(offset, var) != 1:
+        raise NotARowReduction(f"loop {var} {verb} {buffer} with a stride other than 1 along the row")

@@ -1,0 +1,236 @@
+"""The pointwise schedule's decisions: which kernels it takes, what its Tile IR and Kernel IR
+say, the knobs a user may pin, and what it expects a kernel to cost."""
+
+import pytest
+import torch
+
+import lamina
+from lamina.core.errors import ScheduleError
+from lamina.core.ir import expr as ex, kernel_ir, loop_ir, tile_ir
+from lamina.core.ir.torch_ir import TensorType
+from lamina.core.target import Target
+from lamina.plugins.schedules.pointwise import PointwiseSchedule
+from lamina.plugins.schedules.pointwise.cost import SCALAR_EFFICIENCY, VECTOR_EFFICIENCY
+
+from .kernels import (
+    BF16,
+    F32,
+    broadcast_column,
+    broadcast_row,
+    cast,
+    rope,
+    run_on_simulator,
+    silu_up,
+    transpose,
+    transposed_store,
+)
+
+SCHEDULE = PointwiseSchedule()
+SM_90 = Target("sm_90", "sm_90")
+ONE_SM = Target("sm_90", "sm_90", sm_count=1)
+
+
+@pytest.fixture(scope="module")
+def silu_up_program():
+    """``silu(a) * b`` on 4 x 100 float32, through the whole pipeline."""
+    return lamina.compile(lambda a, b: torch.nn.functional.silu(a) * b, (torch.randn(4, 100), torch.randn(4, 100)))
+
+
+SILU_UP_TILE = """\
+tile mul  schedule=pointwise
+  grid (1, 1, 1) blocks of 128 threads
+  parallel i0 * i1 (400): block.x tile 512 = thread.x 128 x 4 per thread (contiguous)
+  vector width 4
+  vectors_per_thread = 1
+  steps = 1
+  vector_loads = a[i0, i1], b[i0, i1]
+  vector_stores = mul[i0, i1]"""
+
+SILU_UP_KERNEL = """\
+kernel mul  grid (1, 1, 1)  block (128, 1, 1)
+  param in a: f32[400]
+  param in b: f32[400]
+  param out mul: f32[400]
+  register a_vector: f32[1][4]
+  register b_vector: f32[1][4]
+  register mul_vector: f32[1][4]
+  var vector: i64 = blockIdx.x * 128 + threadIdx.x
+  if vector < 100:
+    vector load x4 a_vector[0][0] <- a[vector * 4]
+    vector load x4 b_vector[0][0] <- b[vector * 4]
+    mul_vector[0][0] = a_vector[0][0] * sigmoid(a_vector[0][0]) * b_vector[0][0]
+    mul_vector[0][1] = a_vector[0][1] * sigmoid(a_vector[0][1]) * b_vector[0][1]
+    mul_vector[0][2] = a_vector[0][2] * sigmoid(a_vector[0][2]) * b_vector[0][2]
+    mul_vector[0][3] = a_vector[0][3] * sigmoid(a_vector[0][3]) * b_vector[0][3]
+    vector store x4 mul[vector * 4] <- mul_vector[0][0]"""
+
+
+def test_silu_up_tile_ir(silu_up_program):
+    assert silu_up_program.compilation.ir("tile") == SILU_UP_TILE
+
+
+def test_silu_up_kernel_ir(silu_up_program):
+    assert silu_up_program.compilation.ir("kernel") == SILU_UP_KERNEL
+
+
+QWEN_SILU_UP_BF16_TILE = """\
+tile silu_up  schedule=pointwise
+  grid (948, 1, 1) blocks of 256 threads
+  parallel i0 * i1 (38797312): block.x tile 40960 = thread.x 256 x 160 per thread (strided by 256)
+  vector width 8
+  vectors_per_thread = 4
+  steps = 5
+  vector_loads = gate[i0, i1], up[i0, i1]
+  vector_stores = out[i0, i1]"""
+
+
+def test_a_large_tensor_gets_16_byte_vectors_several_per_thread_on_a_grid_the_sms_hold():
+    """Qwen2.5-7B's silu(gate) * up at 2048 tokens: 8 bfloat16 per vector, four in flight per
+    thread, 948 blocks of 256 (at most 8 per SM of the 132) taking 5 steps each."""
+    tile = SCHEDULE.schedule(silu_up((2048, 18944), BF16).kernel, SM_90, {})
+    assert tile_ir.format_tile_kernel(tile) == QWEN_SILU_UP_BF16_TILE
+    assert tile.grid_shape()["x"] <= SM_90.sm_count * 2048 // 256
+
+
+SEVERAL_STEPS_KERNEL = """\
+kernel silu_up  grid (36, 1, 1)  block (32, 1, 1)
+  param in gate: f32[18000]
+  param in up: f32[18000]
+  param out out: f32[18000]
+  register gate_vector: f32[2][4]
+  register up_vector: f32[2][4]
+  register out_vector: f32[2][4]
+  var first_vector: i64 = blockIdx.x * 128 + threadIdx.x
+  for step in 0..2:
+    unrolled for slot in 0..2:
+      var vector: i64 = first_vector + step * 64 + slot * 32
+      if vector < 4500:
+        vector load x4 gate_vector[slot][0] <- gate[vector * 4]
+        vector load x4 up_vector[slot][0] <- up[vector * 4]
+    unrolled for slot in 0..2:
+      var vector: i64 = first_vector + step * 64 + slot * 32
+      if vector < 4500:
+        out_vector[slot][0] = gate_vector[slot][0] * sigmoid(gate_vector[slot][0]) * up_vector[slot][0]
+        out_vector[slot][1] = gate_vector[slot][1] * sigmoid(gate_vector[slot][1]) * up_vector[slot][1]
+        out_vector[slot][2] = gate_vector[slot][2] * sigmoid(gate_vector[slot][2]) * up_vector[slot][2]
+        out_vector[slot][3] = gate_vector[slot][3] * sigmoid(gate_vector[slot][3]) * up_vector[slot][3]
+        vector store x4 out[vector * 4] <- out_vector[slot][0]"""
+
+
+def test_a_thread_loads_all_its_vectors_before_it_computes_on_any():
+    tile = SCHEDULE.schedule(silu_up((9, 2000)).kernel, ONE_SM, {"threads": 32, "vectors_per_thread": 2})
+    assert kernel_ir.format_kernel(SCHEDULE.lower(tile, ONE_SM)) == SEVERAL_STEPS_KERNEL
+
+
+def described(case, knobs=None):
+    return dict(SCHEDULE.schedule(case.kernel, SM_90, knobs or {}).knobs)
+
+
+def test_rope_reads_x_cos_and_sin_as_vectors_and_the_rotated_half_element_by_element():
+    knobs = described(rope(2, 3, 128, F32))
+    assert knobs["vector_loads"] == "x[i0, i1, i2, i3], cos[i2, i3], sin[i2, i3]"
+    assert knobs["scalar_loads"] == "x[0, i1, i2, i3 % 64 + 64], x[0, i1, i2, i3 % 64]"
+    assert knobs["vector_stores"] == "out[i0, i1, i2, i3]"
+
+
+def test_an_operand_broadcast_along_rows_is_a_vector_and_one_along_columns_a_scalar():
+    assert described(broadcast_row((7, 100)))["vector_loads"] == "x[i0, i1], w[i1]"
+    column = described(broadcast_column((7, 100)))
+    assert (column["vector_loads"], column["scalar_loads"]) == ("x[i0, i1]", "w[i0]")
+
+
+def test_a_transposed_store_is_written_element_by_element():
+    knobs = described(transposed_store((7, 100)))
+    assert (knobs["vector_loads"], knobs["scalar_stores"]) == ("x[i0, i1]", "out[i1, i0]")
+    assert "vector_stores" not in knobs
+
+
+@pytest.mark.parametrize("shape,dtype,width", [
+    ((7, 100), F32, 4), ((7, 100), BF16, 4), ((5, 48), BF16, 8), ((2, 130), F32, 2), ((3, 5), F32, 1),
+])
+def test_the_vector_is_16_bytes_of_output_or_what_divides_the_row(shape, dtype, width):
+    assert SCHEDULE.schedule(silu_up(shape, dtype).kernel, SM_90, {}).vector_width == width
+
+
+def test_a_cast_to_bfloat16_stores_16_bytes_and_loads_its_float32_input_in_two_accesses():
+    kernel = SCHEDULE.lower(SCHEDULE.schedule(cast((5, 48), F32).kernel, SM_90, {}), SM_90)
+    accesses = [s for s in kernel_ir.statements(kernel.body) if isinstance(s, (kernel_ir.VectorLoad, kernel_ir.VectorStore))]
+    assert [(type(s).__name__, s.width) for s in accesses] == [("VectorLoad", 4), ("VectorLoad", 4), ("VectorStore", 8)]
+
+
+def test_a_transpose_has_no_vector_access():
+    tile = SCHEDULE.schedule(transpose((7, 100)).kernel, SM_90, {})
+    assert tile.vector_width == 1
+    kernel = SCHEDULE.lower(tile, SM_90)
+    assert kernel.arrays == ()
+
+
+def reduction_kernel() -> loop_ir.Kernel:
+    i, k = ex.Var("i0"), ex.Var("r0")
+    body = [loop_ir.Loop("i0", 4, "parallel", [
+        loop_ir.Init("acc", ex.Const(0.0, F32)),
+        loop_ir.Loop("r0", 8, "reduce", [loop_ir.Accumulate("acc", "sum", loop_ir.Load("x", (i, k), F32))]),
+        loop_ir.Store("out", (i,), ex.Var("acc", F32)),
+    ])]
+    return loop_ir.Kernel("row_sum", [loop_ir.Buffer("x", TensorType((4, 8), F32))],
+                          [loop_ir.Buffer("out", TensorType((4,), F32))], body)
+
+
+def test_applies_to_parallel_loops_around_stores_only():
+    assert SCHEDULE.applies(silu_up((3, 5)).kernel, SM_90)
+    assert SCHEDULE.applies(rope(1, 3, 10).kernel, SM_90)
+    assert not SCHEDULE.applies(reduction_kernel(), SM_90)
+    with pytest.raises(ScheduleError, match="not pointwise"):
+        SCHEDULE.schedule(reduction_kernel(), SM_90, {})
+
+
+def test_elementwise_programs_get_the_pointwise_schedule_and_matmuls_keep_theirs(silu_up_program):
+    assert [t.schedule for t in silu_up_program.compilation.tiles] == ["pointwise"]
+    matmul = lamina.compile(lambda a, b: a @ b, (torch.randn(8, 16), torch.randn(16, 8)))
+    assert [t.schedule for t in matmul.compilation.tiles] == ["contraction"]
+
+
+@pytest.mark.parametrize("knobs,message", [
+    ({"vector_width": 3}, "vector_width = 3 is not usable: it must be a power of two from 1 to 16"),
+    ({"vector_width": 32}, "vector_width = 32 is not usable"),
+    ({"vector_width": 8}, "vector_width = 8 does not divide the innermost extent 100"),
+    ({"vectors_per_thread": 0}, "vectors_per_thread = 0 is not usable: it must be from 1 to 8"),
+    ({"vectors_per_thread": 9}, "vectors_per_thread = 9 is not usable"),
+    ({"vectors_per_thread": "4"}, "vectors_per_thread = '4' is not usable"),
+    ({"threads": True}, "threads = True is not usable"),
+    ({"threads": 48}, "threads = 48 is not usable: it must be a multiple of 32 from 32 to 512"),
+    ({"threads": 1024}, "threads = 1024 is not usable"),
+])
+def test_unusable_pinned_knobs_are_schedule_errors(knobs, message):
+    with pytest.raises(ScheduleError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        SCHEDULE.schedule(silu_up((7, 100)).kernel, SM_90, knobs)
+
+
+def test_pinned_knobs_whose_vectors_overflow_the_registers_are_schedule_errors():
+    with pytest.raises(ScheduleError, match="take 272 registers, and with the 32 the rest of the kernel needs that is "
+                                            "more than the 128 a thread of a 512-thread block has"):
+        SCHEDULE.schedule(silu_up((5, 48)).kernel, SM_90, {"vector_width": 16, "vectors_per_thread": 8, "threads": 512})
+
+
+def test_pinned_knobs_are_what_the_tile_says():
+    tile = SCHEDULE.schedule(silu_up((7, 100)).kernel, SM_90, {"vector_width": 2, "vectors_per_thread": 4, "threads": 64})
+    (binding,) = tile.grid
+    assert (tile.vector_width, dict(tile.knobs)["vectors_per_thread"], binding.threads) == (2, 4, 64)
+
+
+def test_estimate_is_the_bytes_moved_over_the_bandwidth_plus_a_launch():
+    kernel = silu_up((2048, 18944), BF16).kernel
+    moved = 3 * 2048 * 18944 * 2
+    expected = moved / (SM_90.memory_bytes_per_us * VECTOR_EFFICIENCY) + SM_90.launch_us
+    assert SCHEDULE.estimate_cost(kernel, SM_90) == pytest.approx(expected)
+    transposed = transpose((7, 100)).kernel
+    assert SCHEDULE.estimate_cost(transposed, SM_90) == pytest.approx(
+        2 * 700 * 4 / (SM_90.memory_bytes_per_us * SCALAR_EFFICIENCY) + SM_90.launch_us)
+
+
+def test_a_kernel_with_no_elements_launches_one_idle_block():
+    case = silu_up((0, 8))
+    lowered = SCHEDULE.lower(SCHEDULE.schedule(case.kernel, SM_90, {}), SM_90)
+    assert lowered.launch.grid == (1, 1, 1)
+    out, report = run_on_simulator(case, lowered, case.inputs())
+    assert out.shape == (0, 8) and report.faults == []
