@@ -3,7 +3,7 @@
 import pytest
 
 from lamina.core.errors import LaminaError
-from lamina.core.ir import kernel_ir, tile_ir
+from lamina.core.ir import expr as ex, kernel_ir, tile_ir
 from lamina.plugins.schedules.contraction import ContractionSchedule
 from lamina.plugins.schedules.contraction.copy_layout import CopyOrder, bank_conflicts, choose_copy_order
 
@@ -13,17 +13,21 @@ SCHEDULE = ContractionSchedule()
 
 RUNNING_EXAMPLE_TILE_IR = """\
 tile relu  schedule=contraction
-  grid (1, 1, 1) blocks of 256 threads, 8576 B shared
-  parallel i1 (16): block.x tile 32 = thread.x 16 x 2 per thread (contiguous)
-  parallel i0 (16): block.y tile 32 = thread.y 16 x 2 per thread (contiguous)
-  reduce r0 (64): serial, step 16
-  shared x[i0, r0] as f32[r0 16][i0 32 + pad 1], 2 buffers, copy cp.async 4 B
-  shared bias[r0] as f32[r0 16, no pad], 2 buffers, copy cp.async 4 B
-  shared w[r0, i1] as f32[r0 16][i1 32 + pad 1], 2 buffers, copy cp.async 4 B
+  grid (1, 1, 1) blocks of 128 threads, 4480 B shared
+  parallel i1 (16): block.x tile 16 = thread.x 8 x 2 per thread (strided by 8)
+  parallel i0 (16): block.y tile 16 = thread.y 8 x 2 per thread (strided by 8)
+  reduce r0 (64): block_tree, step 16, 2 splits
+  shared x[i0, r0] as f32[r0 16][i0 16 + pad 2], 2 buffers, copy cp.async 4 B
+  shared bias[r0] as f32[r0 16, no pad], 2 buffers, copy cp.async 16 B
+  shared w[r0, i1] as f32[r0 16][i1 16, no pad], 2 buffers, copy cp.async 16 B
   register_tile = 2x2
-  copy x[i0, r0] = r0 fastest across threads, a warp's i0 16 apart
-  copy bias[r0] = r0 fastest across threads
-  copy w[r0, i1] = i1 fastest across threads"""
+  warp_tile = 4x8 threads
+  combine = 2 k-splits add up in a tree through shared f32[4][128]
+  chosen = block 16x16x16, thread 2x2, splits 2, buffers 2; cheapest of 2 settings, pinned: none
+  estimate = 3.3 us from launch 2.0, compute 0.7 and memory 1.2, overlapped; 1 blocks, 10 per SM at once
+  copy x[i0, r0] = r0 fastest across threads
+  copy bias[r0] = r0 fastest across threads, 4 elements per copy
+  copy w[r0, i1] = i1 fastest across threads, 4 elements per copy"""
 
 
 def test_running_example_tile_ir():
@@ -33,10 +37,13 @@ def test_running_example_tile_ir():
 def test_batched_grid_and_pinned_blocks():
     tile = SCHEDULE.schedule(batched(6, 70, 24, 100).kernel, SM_90, {"block_m": 64, "block_n": 16, "block_k": 8})
     assert tile.grid_shape() == {"x": 7, "y": 2, "z": 6}
-    assert [(b.vars, b.per_thread) for b in tile.grid] == [(("i2",), 1), (("i1",), 4), (("i0",), 1)]
+    assert [(b.vars, b.threads, b.per_thread) for b in tile.grid] == [(("i2",), 8, 2), (("i1",), 32, 2), (("i0",), 1, 1)]
     assert tile.reduction.step == 8
-    assert [(s.tile, s.padded_shape) for s in tile.stages] == [((8, 64), (2, 8, 65)), ((8, 16), (2, 8, 17))]
-    assert ("register_tile", "4x1") in tile.knobs
+    assert [(s.tile, s.padded_shape, s.copy_bytes) for s in tile.stages] == [
+        ((8, 64), (2, 8, 65), 4),
+        ((8, 16), (2, 8, 16), 16),
+    ]
+    assert ("register_tile", "2x2") in tile.knobs
 
 
 def test_one_k_tile_needs_no_second_buffer_unless_pinned():
@@ -51,17 +58,24 @@ def test_knobs_of_other_schedules_are_ignored():
 
 
 BAD_KNOBS = {
-    "block_m_not_a_multiple_of_threads": ({"block_m": 24}, r"block_m = 24 must be a positive multiple of the 16 threads"),
-    "block_n_zero": ({"block_n": 0}, r"block_n = 0 must be a positive multiple"),
+    "block_m_not_a_multiple_of_thread_m": (
+        {"block_m": 24, "thread_m": 5},
+        r"no setting with block_m = 24, thread_m = 5 can run: no block tile is a whole number of register tiles",
+    ),
+    "block_n_zero": ({"block_n": 0}, r"block_n = 0 must be positive"),
     "block_k_negative": ({"block_k": -4}, r"block_k = -4 must be positive"),
     "padding_negative": ({"padding": -1}, r"padding = -1 must be 0 or more"),
-    "three_buffers": ({"buffers": 3}, r"buffers = 3 must be 1 .* or 2"),
+    "four_buffers": ({"buffers": 4}, r"buffers = 4 must be 1 .*, 2 .* or 3"),
+    "too_many_registers": (
+        {"block_m": 128, "block_n": 128, "thread_m": 16, "thread_n": 16},
+        r"about 321 registers per thread exceed 255",
+    ),
     "not_an_integer": ({"block_k": "16"}, r"block_k must be an integer, not '16'"),
     "boolean": ({"padding": True}, r"padding must be an integer"),
     "too_much_shared_memory": (
-        {"block_m": 256, "block_n": 256, "block_k": 64, "buffers": 2},
-        r"with 2 buffer\(s\) need 263680 B of shared memory; sm_90 allows 232448 B per block. "
-        r"Pin smaller blocks or buffers = 1",
+        {"block_m": 256, "block_n": 256, "block_k": 64, "buffers": 2, "thread_m": 8, "thread_n": 8, "splits": 1},
+        r"can run: 263168 B of shared memory exceed the 232448 B sm_90 allows per block. "
+        r"Pin other values, or unpin some of these knobs",
     ),
 }
 
@@ -80,12 +94,13 @@ def statements(kernel):
 
 def test_kernel_ir_of_the_running_example():
     kernel = SCHEDULE.lower(SCHEDULE.schedule(running_example().kernel, SM_90, {}), SM_90)
-    assert (kernel.launch.grid, kernel.launch.block) == ((1, 1, 1), (16, 16, 1))
+    assert (kernel.launch.grid, kernel.launch.block) == ((1, 1, 1), (8, 8, 2))
     arrays = {a.name: (a.space, a.shape) for a in kernel.arrays}
     assert arrays == {
-        "x_tile": ("shared", (2, 16, 33)),
+        "x_tile": ("shared", (2, 16, 18)),
         "bias_tile": ("shared", (2, 16)),
-        "w_tile": ("shared", (2, 16, 33)),
+        "w_tile": ("shared", (2, 16, 16)),
+        "partial": ("shared", (4, 128)),
         "acc": ("register", (2, 2)),
         "x_reg": ("register", (2,)),
         "bias_reg": ("register", (1,)),
@@ -93,23 +108,30 @@ def test_kernel_ir_of_the_running_example():
     }
     body = statements(kernel)
     assert sorted(s.pending for s in body if isinstance(s, kernel_ir.CpAsyncWait)) == [0, 1]
-    assert sum(isinstance(s, kernel_ir.Barrier) for s in body) == 2
+    assert sum(isinstance(s, kernel_ir.Barrier) for s in body) == 2 + 1
     copies = [s for s in body if isinstance(s, kernel_ir.CpAsync)]
-    assert len(copies) == 6 and all(c.predicate is not None for c in copies if c.dst != "bias_tile")
+    assert sorted((c.dst, c.bytes) for c in copies) == sorted(2 * [("x_tile", 4), ("bias_tile", 16), ("w_tile", 16)])
     (compute,) = [s for s in body if isinstance(s, kernel_ir.For) and s.unroll and s.var == "kk"]
+    assert (compute.start, compute.stop) == (ex.const(0), ex.const(8))
     updates = [s for s in compute.body if isinstance(s, kernel_ir.Store) and s.array == "acc"]
     assert [kernel_ir.format_expr(u.value) for u in updates[:1]] == ["acc[0][0] + (x_reg[0] + bias_reg[0]) * w_reg[0]"]
     assert len(updates) == 4
 
 
+def test_three_buffers_keep_two_k_tiles_in_flight():
+    kernel = SCHEDULE.lower(SCHEDULE.schedule(matmul(17, 65, 19).kernel, SM_90, {"buffers": 3}), SM_90)
+    assert sorted(s.pending for s in statements(kernel) if isinstance(s, kernel_ir.CpAsyncWait)) == [0, 1, 2]
+    assert {a.shape[0] for a in kernel.arrays if a.name.endswith("_tile")} == {3}
+
+
 def test_one_buffer_waits_for_every_copy():
     kernel = SCHEDULE.lower(SCHEDULE.schedule(running_example().kernel, SM_90, {"buffers": 1}), SM_90)
     assert [s.pending for s in statements(kernel) if isinstance(s, kernel_ir.CpAsyncWait)] == [0]
-    assert {a.shape[0] for a in kernel.arrays if a.space == "shared"} == {1}
+    assert {a.shape[0] for a in kernel.arrays if a.name.endswith("_tile")} == {1}
 
 
 def test_ragged_reduction_guards_the_last_k_tile():
-    kernel = SCHEDULE.lower(SCHEDULE.schedule(matmul(17, 65, 19).kernel, SM_90, {}), SM_90)
+    kernel = SCHEDULE.lower(SCHEDULE.schedule(matmul(17, 65, 19).kernel, SM_90, {"splits": 1}), SM_90)
     (compute,) = [s for s in statements(kernel) if isinstance(s, kernel_ir.For) and s.var == "kk"]
     assert [kernel_ir.format_expr(s.cond) for s in compute.body] == ["kt * 16 + kk < 65"]
 

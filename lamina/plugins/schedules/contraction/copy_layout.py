@@ -1,19 +1,21 @@
-"""Which element of a staged tile each thread copies.
+"""Which elements of a staged tile each thread copies, how many at once, and the row padding.
 
 Tile elements are numbered so that thread ``tid`` copies elements ``tid``,
 ``tid + threads``, ... . The numbering makes the tile dimension that is contiguous
-in global memory vary fastest, so that a warp reads whole runs of memory. When that
-dimension is the outer one of the shared tile (a row-major ``x[m, k]`` staged k-major),
-a warp writes down columns of the tile, and only the row padding keeps those writes
-in distinct banks; where a warp spans several columns it can also take them far apart
-("interleaved") so that, with one element of padding, their banks do not overlap.
-The order with the fewest bank conflicts for the padded layout is chosen by counting them.
+in global memory vary fastest, so that a warp reads whole runs of memory. Where that
+dimension is the inner one of the shared tile (``w[k, n]`` staged k-major), one copy
+moves ``width`` neighbouring elements, up to 16 bytes, as far as the global layout and
+the padded rows keep both addresses aligned. Where it is the outer one (a row-major
+``x[m, k]`` staged k-major), a warp writes down columns of the tile one element at a
+time, and only the row padding keeps those writes in distinct banks; where a warp spans
+several columns it can also take them far apart ("interleaved") so that, with one
+element of padding, their banks do not overlap. The padding and order with the fewest
+bank conflicts are chosen by counting them.
 """
 
 from __future__ import annotations
 
 import functools
-
 import math
 
 import attrs
@@ -21,24 +23,35 @@ import attrs
 WARP = 32
 BANKS = 32
 BANK_BYTES = 4
+PHASE_BYTES = 128
+COPY_BYTES = (4, 8, 16)
+PADDINGS = (0, 1, 2, 4)
 
 
 @attrs.frozen
 class CopyOrder:
     """``fastest``: the tile dimension that varies fastest from one thread to the next.
-    ``interleaved``: the columns that one warp writes are spread across the tile."""
+    ``interleaved``: the columns that one warp writes are spread across the tile.
+    ``width``: neighbouring elements of the inner dimension moved by one copy."""
 
     fastest: int
     interleaved: bool = False
+    width: int = 1
+
+
+def copies(order: CopyOrder, tile: tuple[int, ...]) -> int:
+    """How many copies move the whole tile."""
+    return math.prod(tile) // order.width
 
 
 def coordinates(order: CopyOrder, tile: tuple[int, ...], e):
-    """Tile coordinates of element number ``e`` (an int, or an index expression)."""
+    """Tile coordinates of the first element of copy number ``e`` (an int, or an index expression)."""
     if len(tile) == 1:
-        return (e,)
+        return (e * order.width,) if order.width > 1 else (e,)
     outer, inner = tile
     if order.fastest == 1:
-        return (e // inner, e % inner)
+        groups = inner // order.width
+        return (e // groups, (e % groups) * order.width if order.width > 1 else e % groups)
     column = e // outer
     if order.interleaved:
         group = WARP // outer
@@ -49,12 +62,13 @@ def coordinates(order: CopyOrder, tile: tuple[int, ...], e):
 def bank_conflicts(order: CopyOrder, tile: tuple[int, ...], padding: int, itemsize: int) -> int:
     """Extra shared-memory wavefronts that the warps' copy writes into one tile cost.
 
-    Lanes wider than a bank are served in phases of 128 bytes, each counted on its own.
+    Copies wider than a bank are served in phases of 128 bytes, each counted on its own.
     """
     row = tile[-1] + padding
-    lanes = WARP if itemsize <= BANK_BYTES else max(1, WARP * BANK_BYTES // itemsize)
-    words_per_lane = max(1, itemsize // BANK_BYTES)
-    count = math.prod(tile)
+    size = itemsize * order.width
+    lanes = WARP if size <= BANK_BYTES else max(1, PHASE_BYTES // size)
+    words_per_lane = max(1, size // BANK_BYTES)
+    count = copies(order, tile)
     total = 0
     for first in range(0, count, lanes):
         words_per_bank: dict[int, set[int]] = {}
@@ -72,19 +86,50 @@ def _can_interleave(tile: tuple[int, ...]) -> bool:
     return outer < WARP and WARP % outer == 0 and inner % WARP == 0
 
 
+def copy_width(tile: tuple[int, ...], padding: int, itemsize: int, widest: int) -> int:
+    """The most elements (at most ``widest``) that one copy into the inner dimension can move:
+    4, 8 or 16 bytes, starting at an aligned element of every padded row."""
+    row = tile[-1] + padding
+    for width in (16 // itemsize, 8 // itemsize, 4 // itemsize):
+        if 1 < width <= widest and tile[-1] % width == 0 and row % width == 0 and width * itemsize in COPY_BYTES:
+            return width
+    return 1
+
+
 @functools.cache
-def choose_copy_order(tile: tuple[int, ...], padding: int, itemsize: int, contiguous: int | None) -> CopyOrder:
-    """The order for a tile whose dimension ``contiguous`` is contiguous in global memory (None: neither)."""
+def choose_copy_order(
+    tile: tuple[int, ...], padding: int, itemsize: int, contiguous: int | None, widest: int = 1
+) -> CopyOrder:
+    """The order for a tile whose dimension ``contiguous`` is contiguous in global memory (None: neither),
+    where the global layout allows copies of up to ``widest`` elements along it."""
+    last = len(tile) - 1
+    if contiguous == last:
+        return CopyOrder(last, width=copy_width(tile, padding, itemsize, widest))
     if len(tile) == 1 or contiguous != 0:
-        return CopyOrder(len(tile) - 1)
+        return CopyOrder(last)
     candidates = [CopyOrder(0)]
     if _can_interleave(tile):
         candidates.append(CopyOrder(0, interleaved=True))
     return min(candidates, key=lambda order: bank_conflicts(order, tile, padding, itemsize))
 
 
+@functools.cache
+def choose_padding(tile: tuple[int, ...], itemsize: int, contiguous: int | None, widest: int = 1) -> int:
+    """The row padding whose copy has the fewest bank conflicts, then the widest copies, then the least padding."""
+    if len(tile) == 1:
+        return 0
+
+    def score(padding: int):
+        order = choose_copy_order(tile, padding, itemsize, contiguous, widest)
+        return bank_conflicts(order, tile, padding, itemsize), -order.width, padding
+
+    return min(PADDINGS, key=score)
+
+
 def describe(order: CopyOrder, dims: tuple[str, ...], tile: tuple[int, ...]) -> str:
     text = f"{dims[order.fastest]} fastest across threads"
+    if order.width > 1:
+        text += f", {order.width} elements per copy"
     if order.interleaved:
         text += f", a warp's {dims[1]} {tile[0]} apart"
     return text

@@ -2,8 +2,9 @@
 
 Per block: each thread clears its register tile of accumulators; the k-tiles of every
 staged operand are copied into shared memory (zero-filled outside the tensors), the
-next one in flight while the threads combine the current one; then each thread
-writes its register tile through the kernel's epilogue, guarded at the ragged edges.
+next ones in flight while the threads combine the current one; k-split thread groups
+add up their register tiles through shared memory; then each thread (of the first
+group) writes its register tile through the kernel's epilogue, guarded at the ragged edges.
 """
 
 from __future__ import annotations
@@ -17,9 +18,7 @@ from lamina.core.target import Target
 from lamina.plugins.schedules import loop_to_kernel
 from lamina.plugins.schedules.contraction import copy_layout
 from lamina.plugins.schedules.contraction.recognise import Contraction, analyse
-from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME, THREADS_X, THREADS_Y, copy_order
-
-THREADS = THREADS_X * THREADS_Y
+from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME, copy_order, partial_sums_shape
 
 
 def _and(parts: list[Expr | None]) -> Expr | None:
@@ -35,6 +34,10 @@ def _lt(a: Expr, bound: int, ranges: index.Ranges) -> Expr | None:
     """The guard ``a < bound``, or None where the variables' ranges already keep it true."""
     _, highest = index.bounds(index.affine(a, ranges), ranges)
     return None if highest is not None and highest < bound else ex.op("lt", a, bound)
+
+
+SHARED_ALIGNMENT = 16
+"""Each shared array starts on a 16-byte boundary, as 16-byte copies into it need."""
 
 
 class _Names:
@@ -58,16 +61,25 @@ class _Writer:
         bindings = {b.block_dim: b for b in tile.grid}
         self.cols, self.rows = bindings["x"], bindings["y"]
         self.block_k = tile.reduction.step
+        self.splits = tile.reduction.splits if tile.reduction.strategy == "block_tree" else 1
+        self.k_slice = self.block_k // self.splits
+        self.threads = self.cols.threads * self.rows.threads * self.splits
         self.k_tiles = math.ceil(c.reduce_extent / self.block_k)
         loop_vars = {s.var for s in loop_ir.statements(self.kernel.body) if isinstance(s, loop_ir.Loop)}
         names = _Names({b.name for b in self.kernel.inputs + self.kernel.outputs} | loop_vars | {c.acc})
-        self.tid, self.row, self.col, self.batch = (ex.Var(names.fresh(n)) for n in ("tid", "row", "col", "batch"))
+        self.tid, self.row, self.col, self.batch, self.split = (
+            ex.Var(names.fresh(n)) for n in ("tid", "row", "col", "batch", "split")
+        )
         self.kt, self.kk, self.round = (ex.Var(names.fresh(n)) for n in ("kt", "kk", "round"))
         self.acc = names.fresh("acc")
+        self.partial = names.fresh("partial")
         self.tiles = {s.index: names.fresh(f"{s.buffer}_tile") for s in tile.stages}
         self.regs = {s.index: names.fresh(f"{s.buffer}_reg") for s in tile.stages}
         self.invariants = {load: names.fresh(f"{load.buffer}_value") for load in c.invariant_loads()}
-        self.ranges = {self.tid.name: THREADS, self.kt.name: self.k_tiles, self.kk.name: self.block_k}
+        self.ranges = {
+            self.tid.name: self.threads, self.kt.name: self.k_tiles, self.kk.name: self.k_slice,
+            self.split.name: self.splits,
+        }
         self.batch_env = self._batch_coordinates()
 
     # --- coordinates ---------------------------------------------------------
@@ -80,12 +92,18 @@ class _Writer:
         coords = index.delinearize(self.batch, extents, {self.batch.name: math.prod(extents)})
         return dict(zip(self.c.batch, coords))
 
+    def _row(self, a: int) -> Expr:
+        return self.row + a * self.rows.threads if a else self.row
+
+    def _col(self, b: int) -> Expr:
+        return self.col + b * self.cols.threads if b else self.col
+
     def _thread_env(self, a: int, b: int) -> dict[str, Expr]:
-        return {**self.batch_env, self.c.m: self.row + a, self.c.n: self.col + b}
+        return {**self.batch_env, self.c.m: self._row(a), self.c.n: self._col(b)}
 
     def _output_guard(self, a: int, b: int) -> Expr | None:
         parts = []
-        for binding, coord in ((self.rows, self.row + a), (self.cols, self.col + b)):
+        for binding, coord in ((self.rows, self._row(a)), (self.cols, self._col(b))):
             if binding.extent % binding.block_tile:
                 parts.append(_lt(coord, binding.extent, self.ranges))
         return _and(parts)
@@ -98,11 +116,12 @@ class _Writer:
     def _copy_stage(self, stage: tile_ir.SharedStage, kt: Expr, slot: Expr) -> list[kernel_ir.Stmt]:
         """Every thread copies elements ``tid + round * threads`` of the stage's k-tile ``kt``."""
         operand = self.c.operand(stage.index)
-        count = math.prod(stage.tile)
-        rounds = math.ceil(count / THREADS)
-        e = self.tid + self.round * THREADS if rounds > 1 else self.tid
+        order = copy_order(self.c, stage)
+        count = copy_layout.copies(order, stage.tile)
+        rounds = math.ceil(count / self.threads)
+        e = self.tid + self.round * self.threads if rounds > 1 else self.tid
         ranges = {**self.ranges, self.round.name: rounds}
-        layout = copy_layout.coordinates(copy_order(self.c, stage), stage.tile, e)
+        layout = copy_layout.coordinates(order, stage.tile, e)
         coords = tuple(index.simplify(x, ranges) for x in layout)
         k = kt * self.block_k + coords[0]
         env = {**self.batch_env, self.c.reduce_var: k}
@@ -115,7 +134,7 @@ class _Writer:
                 guards.append(_lt(position, binding.extent, ranges))
         source = loop_to_kernel.translate_expr(operand.load, self.kernel, env)
         copy = self._copy_element(stage, (slot, *coords), source, _and(guards))
-        if count % THREADS:
+        if count % self.threads:
             copy = [kernel_ir.If(ex.op("lt", e, count), copy)]
         if rounds > 1:
             copy = [kernel_ir.For(self.round.name, ex.const(0), ex.const(rounds), 1, copy, unroll=True)]
@@ -168,12 +187,14 @@ class _Writer:
             side = self.c.operand(stage.index).side
             tile, reg = self.tiles[stage.index], self.regs[stage.index]
             if side == "k":
-                out.append(kernel_ir.Store(reg, (ex.const(0),), kernel_ir.Load(tile, (slot, self.kk), stage.dtype)))
+                value = kernel_ir.Load(tile, (slot, self._k_in_tile()), stage.dtype)
+                out.append(kernel_ir.Store(reg, (ex.const(0),), value))
                 continue
             binding = self.rows if side == "m" else self.cols
-            first = kernel_ir.thread_idx(binding.thread_dim) * binding.per_thread
+            first = kernel_ir.thread_idx(binding.thread_dim)
             for i in range(binding.per_thread):
-                value = kernel_ir.Load(tile, (slot, self.kk, first + i), stage.dtype)
+                position = first + i * binding.threads if i else first
+                value = kernel_ir.Load(tile, (slot, self._k_in_tile(), position), stage.dtype)
                 out.append(kernel_ir.Store(reg, (ex.const(i),), value))
         return out
 
@@ -190,9 +211,13 @@ class _Writer:
     def _acc(self, a: int, b: int) -> kernel_ir.Load:
         return kernel_ir.Load(self.acc, (ex.const(a), ex.const(b)), self.c.acc_dtype)
 
+    def _k_in_tile(self) -> Expr:
+        """The row of the k-tile that this thread's split reads in step ``kk``."""
+        return self.split * self.k_slice + self.kk if self.splits > 1 else self.kk
+
     def _compute(self, slot: Expr) -> kernel_ir.For:
         value = self._placeholders()
-        k = self.kt * self.block_k + self.kk
+        k = self.kt * self.block_k + self._k_in_tile()
         body = self._fill_registers(slot)
         for a, b in self._register_tile():
             env = {**self._thread_env(a, b), **self._register_env(a, b), self.c.reduce_var: k}
@@ -202,7 +227,7 @@ class _Writer:
         guard = self._k_guard(k, self.ranges)
         if guard is not None:
             body = [kernel_ir.If(guard, body)]
-        return kernel_ir.For(self.kk.name, ex.const(0), ex.const(self.block_k), 1, body, unroll=True)
+        return kernel_ir.For(self.kk.name, ex.const(0), ex.const(self.k_slice), 1, body, unroll=True)
 
     def _register_tile(self):
         return [(a, b) for a in range(self.rows.per_thread) for b in range(self.cols.per_thread)]
@@ -211,14 +236,15 @@ class _Writer:
 
     def _prologue(self) -> list[kernel_ir.Stmt]:
         tx, ty = kernel_ir.thread_idx("x"), kernel_ir.thread_idx("y")
-        out: list[kernel_ir.Stmt] = [
-            kernel_ir.Declare(self.tid.name, self.tid.dtype, ty * THREADS_X + tx),
-            kernel_ir.Declare(
-                self.row.name, self.row.dtype, kernel_ir.block_idx("y") * self.rows.block_tile + ty * self.rows.per_thread
-            ),
-            kernel_ir.Declare(
-                self.col.name, self.col.dtype, kernel_ir.block_idx("x") * self.cols.block_tile + tx * self.cols.per_thread
-            ),
+        out: list[kernel_ir.Stmt] = []
+        thread_row = ty
+        if self.splits > 1:
+            out.append(kernel_ir.Declare(self.split.name, self.split.dtype, kernel_ir.thread_idx("z")))
+            thread_row = self.split * self.rows.threads + ty
+        out += [
+            kernel_ir.Declare(self.tid.name, self.tid.dtype, thread_row * self.cols.threads + tx),
+            kernel_ir.Declare(self.row.name, self.row.dtype, kernel_ir.block_idx("y") * self.rows.block_tile + ty),
+            kernel_ir.Declare(self.col.name, self.col.dtype, kernel_ir.block_idx("x") * self.cols.block_tile + tx),
         ]
         if self.c.batch:
             out.append(kernel_ir.Declare(self.batch.name, self.batch.dtype, kernel_ir.block_idx("z")))
@@ -242,27 +268,56 @@ class _Writer:
             zero = ex.const(0)
             body = self._issue(kt, zero) + self._wait(0) + [kernel_ir.Barrier(), self._compute(zero), kernel_ir.Barrier()]
             return [kernel_ir.For(kt.name, ex.const(0), ex.const(self.k_tiles), 1, body)]
-        ahead = kernel_ir.If(
-            ex.op("lt", kt + 1, self.k_tiles),
-            self._issue(kt + 1, (kt + 1) % 2) + self._wait(1),
-            self._wait(0),
-        )
-        body = [ahead, kernel_ir.Barrier(), self._compute(kt % 2), kernel_ir.Barrier()]
-        return self._issue(ex.const(0), ex.const(0)) + [
-            kernel_ir.For(kt.name, ex.const(0), ex.const(self.k_tiles), 1, body)
-        ]
+        ahead = self._wait(0)
+        for j in range(1, self._buffers):
+            issue = self._issue(kt + j, (kt + j) % self._buffers) if j == self._buffers - 1 else []
+            ahead = [kernel_ir.If(ex.op("lt", kt + j, self.k_tiles), issue + self._wait(j), ahead)]
+        body = [*ahead, kernel_ir.Barrier(), self._compute(kt % self._buffers), kernel_ir.Barrier()]
+        first = [s for j in range(min(self._buffers - 1, self.k_tiles)) for s in self._issue(ex.const(j), ex.const(j))]
+        return first + [kernel_ir.For(kt.name, ex.const(0), ex.const(self.k_tiles), 1, body)]
+
+    def _combine_splits(self) -> list[kernel_ir.Stmt]:
+        """Halve the k-splits until one holds the sum: the upper half hands its register tiles
+        to the lower half through shared memory."""
+        out: list[kernel_ir.Stmt] = []
+        half = self.splits // 2
+        while half:
+            giving = ex.op("and", ex.op("ge", self.split, half), ex.op("lt", self.split, 2 * half))
+            partner = self.tid + half * self.threads // self.splits
+            hand = [kernel_ir.Store(self.partial, self._partial_index(self.tid, a, b), self._acc(a, b))
+                    for a, b in self._register_tile()]
+            take = [
+                kernel_ir.Store(self.acc, (ex.const(a), ex.const(b)), loop_to_kernel.combine(
+                    "sum", self._acc(a, b),
+                    kernel_ir.Load(self.partial, self._partial_index(partner, a, b), self.c.acc_dtype)))
+                for a, b in self._register_tile()
+            ]
+            out += [kernel_ir.If(giving, hand), kernel_ir.Barrier(), kernel_ir.If(ex.op("lt", self.split, half), take)]
+            half //= 2
+            if half:
+                out.append(kernel_ir.Barrier())
+        return out
+
+    def _partial_index(self, thread: Expr, a: int, b: int) -> tuple[Expr, ...]:
+        return (ex.const(a * self.cols.per_thread + b), thread)
 
     def _epilogue(self) -> list[kernel_ir.Stmt]:
         out: list[kernel_ir.Stmt] = []
         for a, b in self._register_tile():
             env = {**self._thread_env(a, b), self.c.acc: self._acc(a, b)}
-            out += loop_to_kernel.translate_body(self.c.epilogue, self.kernel, env, guard=self._output_guard(a, b))
+            guard = self._output_guard(a, b)
+            if self.splits > 1:
+                guard = _and([ex.op("eq", self.split, 0), guard])
+            out += loop_to_kernel.translate_body(self.c.epilogue, self.kernel, env, guard=guard)
         return out
 
     def _arrays(self) -> list[kernel_ir.Array]:
         arrays = [
             kernel_ir.Array(self.tiles[s.index], s.dtype, s.padded_shape, "shared") for s in self.tile.stages
         ]
+        if self.splits > 1:
+            shape = partial_sums_shape(self.rows.per_thread, self.cols.per_thread, self.threads)
+            arrays.append(kernel_ir.Array(self.partial, self.c.acc_dtype, shape, "shared"))
         arrays.append(kernel_ir.Array(self.acc, self.c.acc_dtype, (self.rows.per_thread, self.cols.per_thread), "register"))
         for stage in self.tile.stages:
             side = self.c.operand(stage.index).side
@@ -274,14 +329,21 @@ class _Writer:
             )
         return arrays
 
-    def kernel_ir(self) -> kernel_ir.Kernel:
+    def kernel_ir(self, static_shared_bytes: int) -> kernel_ir.Kernel:
+        """The kernel; past ``static_shared_bytes`` its shared arrays come from dynamic shared memory."""
         shape = self.tile.grid_shape()
+        arrays = self._arrays()
+        shared = sum(-(-a.bytes // SHARED_ALIGNMENT) * SHARED_ALIGNMENT for a in arrays if a.space == "shared")
         return kernel_ir.Kernel(
             name=self.kernel.name,
             params=loop_to_kernel.params(self.kernel),
-            arrays=self._arrays(),
-            body=self._prologue() + self._main_loop() + self._epilogue(),
-            launch=kernel_ir.Launch((shape["x"], shape["y"], shape["z"]), (THREADS_X, THREADS_Y, 1)),
+            arrays=arrays,
+            body=self._prologue() + self._main_loop() + self._combine_splits() + self._epilogue(),
+            launch=kernel_ir.Launch(
+                (shape["x"], shape["y"], shape["z"]),
+                (self.cols.threads, self.rows.threads, self.splits),
+                shared if shared > static_shared_bytes else 0,
+            ),
         )
 
 
@@ -290,6 +352,6 @@ def lower_contraction(tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Ker
         raise ScheduleError(
             f"the contraction schedule cannot lower kernel {tile.kernel.name}: it was scheduled by {tile.schedule!r}"
         )
-    kernel = _Writer(tile, analyse(tile.kernel)).kernel_ir()
+    kernel = _Writer(tile, analyse(tile.kernel)).kernel_ir(target.max_shared_bytes_per_block)
     kernel_ir.verify_kernel(kernel, target.max_threads_per_block, target.max_shared_bytes_optin)
     return kernel

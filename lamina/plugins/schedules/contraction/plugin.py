@@ -1,4 +1,4 @@
-"""Registers the contraction schedule: tiled, shared-memory staged, double-buffered matmuls."""
+"""Registers the contraction schedule: tiled, shared-memory staged, multi-buffered matmuls."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from lamina.core.ir import kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction.lowering import lower_contraction
 from lamina.plugins.schedules.contraction.recognise import NotAContraction, analyse
-from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME, grid_fits, schedule_contraction
+from lamina.plugins.schedules.contraction.schedule import estimate_contraction, schedule_contraction
+from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME, grid_fits
 
 
 class ContractionSchedule:
@@ -20,12 +21,15 @@ class ContractionSchedule:
 
     def applies(self, kernel: loop_ir.Kernel, target: Target) -> bool:
         try:
-            return grid_fits(analyse(kernel))
+            return grid_fits(analyse(kernel), 128)
         except NotAContraction:
             return False
 
     def schedule(self, kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:
         return schedule_contraction(kernel, target, knobs)
+
+    def estimate_cost(self, kernel: loop_ir.Kernel, target: Target) -> float:
+        return estimate_contraction(kernel, target)
 
     def lower(self, tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Kernel:
         return lower_contraction(tile, target)

@@ -1,84 +1,85 @@
-"""The contraction schedule's decisions, written as Tile IR.
+"""The contraction schedule's decisions for one knob setting, written as Tile IR.
 
-A block of 16 x 16 threads computes a BM x BN tile of the output, each thread a
-contiguous (BM / 16) x (BN / 16) tile of it in registers. The reduction runs in
-k-tiles of BK: each operand's BK-deep strip is copied into shared memory, stored
-k-major so that the inner loop reads a row of it, padded against bank conflicts and
-double-buffered so that the copy of the next k-tile overlaps the arithmetic on this one.
+A block of ``threads_n`` x ``threads_m`` (x ``splits``) threads computes a BM x BN tile of
+the output. Each thread holds a ``thread_m`` x ``thread_n`` register tile whose rows are
+``threads_m`` apart and whose columns are ``threads_n`` apart (strided), so that the
+threads of a warp, which cover a compact patch of consecutive rows and columns, read
+consecutive shared-memory words or the same word: no bank conflicts, and coalesced
+stores. The reduction runs in k-tiles of BK: each operand's BK-deep strip is copied into
+shared memory, stored k-major so that the inner loop reads a row of it, padded against
+bank conflicts and multi-buffered so that copies of later k-tiles overlap the arithmetic
+on this one. With ``splits`` > 1 the thread groups take equal slices of each k-tile and
+add up their register tiles through shared memory, a tree, before one epilogue.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Any, Mapping
 
-import attrs
-
-from lamina.core.errors import ScheduleError
-from lamina.core.ir import index, tile_ir
+from lamina.core.ir import expr as ex, index, loop_ir, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import copy_layout
-from lamina.plugins.schedules.contraction.recognise import Contraction, Operand, analyse
+from lamina.plugins.schedules.contraction.knobs import Choices
+from lamina.plugins.schedules.contraction.recognise import Contraction, Operand
 
 SCHEDULE_NAME = "contraction"
-THREADS_X = 16  # along N, the output's contiguous axis
-THREADS_Y = 16  # along M
 MAX_GRID_YZ = 65535
-KNOB_DEFAULTS = {"block_m": 32, "block_n": 32, "block_k": 16, "padding": 1, "buffers": 2}
+MAX_THREADS_Z = 64
 CP_ASYNC_BYTES = (4, 8, 16)
+ADDRESS_REGISTERS = 32
+"""Registers a thread needs besides its tiles: indices, pointers, loop counters."""
 
 
-@attrs.frozen
-class Choices:
-    block_m: int
-    block_n: int
-    block_k: int
-    padding: int
-    buffers: int
-
-
-def read_knobs(knobs: Mapping[str, Any], kernel_name: str, reduce_extent: int) -> Choices:
-    """The block sizes, padding and buffer count: the pinned ones checked, the rest defaulted.
-
-    Double buffering is the default only where there is a next k-tile to overlap.
-    """
-    where = f"kernel {kernel_name}, contraction schedule"
-    values = {}
-    for key, default in KNOB_DEFAULTS.items():
-        value = knobs.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ScheduleError(f"{where}: knob {key} must be an integer, not {value!r}")
-        values[key] = value
-    for key, threads in (("block_m", THREADS_Y), ("block_n", THREADS_X)):
-        if values[key] <= 0 or values[key] % threads:
-            raise ScheduleError(
-                f"{where}: knob {key} = {values[key]} must be a positive multiple of the {threads} threads "
-                f"along that axis (16, 32, 48, 64 ...)"
-            )
-    if values["block_k"] <= 0:
-        raise ScheduleError(f"{where}: knob block_k = {values['block_k']} must be positive")
-    if values["padding"] < 0:
-        raise ScheduleError(f"{where}: knob padding = {values['padding']} must be 0 or more elements")
-    if values["buffers"] not in (1, 2):
-        raise ScheduleError(f"{where}: knob buffers = {values['buffers']} must be 1 (no overlap) or 2 (double buffering)")
-    if "buffers" not in knobs and reduce_extent <= values["block_k"]:
-        values["buffers"] = 1
-    return Choices(**values)
-
-
-def grid_fits(c: Contraction, block_m: int = KNOB_DEFAULTS["block_m"]) -> bool:
+def grid_fits(c: Contraction, block_m: int = 1) -> bool:
     """Whether the blocks along M and the batch fit the grid's y and z limits."""
     batch = math.prod(c.extents[v] for v in c.batch)
     return batch <= MAX_GRID_YZ and math.ceil(c.extents[c.m] / block_m) <= MAX_GRID_YZ
 
 
 def _contiguous_dim(c: Contraction, operand: Operand, dims: tuple[str, ...]) -> int | None:
-    shape = c.kernel.buffer(operand.load.buffer).type.shape
-    offset = index.linearize(operand.load.index, shape)
+    return _contiguous_position(operand.load, c.kernel.buffer(operand.load.buffer).type.shape, dims)
+
+
+@functools.lru_cache(maxsize=4096)
+def _linear_offset(load: loop_ir.Load, shape: tuple[int, ...]) -> ex.Expr:
+    """The load's flat offset; the cost model asks for it once per candidate setting."""
+    return index.linearize(load.index, shape)
+
+
+@functools.lru_cache(maxsize=4096)
+def _contiguous_position(load: loop_ir.Load, shape: tuple[int, ...], dims: tuple[str, ...]) -> int | None:
+    offset = _linear_offset(load, shape)
     for position, var in enumerate(dims):
         if index.coefficient(offset, var) == 1:
             return position
     return None
+
+
+def _widest_copy(c: Contraction, operand: Operand, dims: tuple[str, ...], contiguous: int | None) -> int:
+    """The most elements along the tile's inner dimension that one aligned copy may move.
+
+    Every run of that many elements must start at an aligned address and lie wholly inside
+    or wholly outside the tensor: the axis's extent, every other stride and the constant
+    offset are multiples of it.
+    """
+    if contiguous != len(dims) - 1:
+        return 1
+    shape = c.kernel.buffer(operand.load.buffer).type.shape
+    form = index.affine(_linear_offset(operand.load, shape))
+    inner = dims[-1]
+    steps = []
+    for atom, coef in form.terms.items():
+        if not isinstance(atom, ex.Var):
+            return 1
+        if atom.name != inner:
+            steps.append(coef)
+    widest = 16 // operand.load.dtype.itemsize
+    while widest > 1:
+        if all(s % widest == 0 for s in (*steps, form.constant, c.extents[inner])):
+            return widest
+        widest //= 2
+    return 1
 
 
 def _copy_kind(target: Target, itemsize: int) -> str:
@@ -95,16 +96,24 @@ def stage_for(c: Contraction, operand: Operand, choices: Choices, target: Target
     else:
         dims, tile = (r,), (choices.block_k,)
     dtype = operand.load.dtype
+    copy = _copy_kind(target, dtype.itemsize)
+    contiguous = _contiguous_dim(c, operand, dims)
+    widest = _widest_copy(c, operand, dims, contiguous) if copy == "cp.async" else 1
+    padding = choices.padding if choices.padding is not None else copy_layout.choose_padding(
+        tile, dtype.itemsize, contiguous, widest
+    )
+    padding = padding if len(tile) == 2 else 0
+    order = copy_layout.choose_copy_order(tile, padding, dtype.itemsize, contiguous, widest)
     return tile_ir.SharedStage(
         buffer=operand.load.buffer,
         index=operand.text,
         dims=dims,
         tile=tile,
         dtype=dtype,
-        padding=choices.padding if len(tile) == 2 else 0,
+        padding=padding,
         buffers=choices.buffers,
-        copy=_copy_kind(target, dtype.itemsize),
-        copy_bytes=dtype.itemsize,
+        copy=copy,
+        copy_bytes=dtype.itemsize * order.width,
     )
 
 
@@ -112,48 +121,82 @@ def copy_order(c: Contraction, stage: tile_ir.SharedStage) -> copy_layout.CopyOr
     """How the threads share out the copy of ``stage`` (the same answer for scheduling and lowering)."""
     operand = c.operand(stage.index)
     contiguous = _contiguous_dim(c, operand, stage.dims)
-    return copy_layout.choose_copy_order(stage.tile, stage.padding, stage.dtype.itemsize, contiguous)
+    widest = stage.copy_bytes // stage.dtype.itemsize
+    return copy_layout.choose_copy_order(stage.tile, stage.padding, stage.dtype.itemsize, contiguous, widest)
 
 
-def schedule_contraction(kernel, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:
-    c = analyse(kernel)
-    choices = read_knobs(knobs, kernel.name, c.reduce_extent)
-    per_m, per_n = choices.block_m // THREADS_Y, choices.block_n // THREADS_X
+def partial_sums_shape(thread_m: int, thread_n: int, threads: int) -> tuple[int, int]:
+    """The shared array through which the k-splits add up their register tiles: one column per
+    thread, so that the threads of a warp touch consecutive words."""
+    return (thread_m * thread_n, threads)
+
+
+def shared_bytes(c: Contraction, choices: Choices, target: Target) -> int:
+    staged = sum(stage_for(c, o, choices, target).bytes for o in c.operands)
+    if choices.splits == 1:
+        return staged
+    return staged + math.prod(partial_sums_shape(choices.thread_m, choices.thread_n, choices.threads)) * c.acc_dtype.itemsize
+
+
+def registers(c: Contraction, choices: Choices) -> int:
+    """An estimate of the registers per thread: accumulators, hoisted loads, operand fragments, addresses."""
+    tile = choices.thread_m * choices.thread_n
+    fragments = sum({"m": choices.thread_m, "n": choices.thread_n, "k": 1}[o.side] for o in c.operands)
+    return tile * (1 + len(c.invariant_loads())) + fragments + ADDRESS_REGISTERS
+
+
+def illegal(c: Contraction, choices: Choices, target: Target) -> str | None:
+    """Why the setting cannot run on ``target``, or None when it can."""
+    if choices.block_m % choices.thread_m or choices.block_n % choices.thread_n:
+        return "each block tile must be a whole number of register tiles"
+    if choices.block_k % choices.splits:
+        return f"block_k = {choices.block_k} must be a multiple of splits = {choices.splits}"
+    if choices.splits > MAX_THREADS_Z:
+        return f"splits = {choices.splits} exceeds the {MAX_THREADS_Z} threads a block may have along z"
+    if choices.threads > target.max_threads_per_block:
+        return f"{choices.threads} threads per block exceed {target.name}'s {target.max_threads_per_block}"
+    if not grid_fits(c, choices.block_m):
+        return f"more than {MAX_GRID_YZ} blocks along y or z"
+    if registers(c, choices) > target.registers_per_thread:
+        return f"about {registers(c, choices)} registers per thread exceed {target.registers_per_thread}"
+    shared = shared_bytes(c, choices, target)
+    if shared > target.max_shared_bytes_optin:
+        return f"{shared} B of shared memory exceed the {target.max_shared_bytes_optin} B {target.name} allows per block"
+    return None
+
+
+def warp_tile(choices: Choices) -> str:
+    """The patch of threads (rows x columns of the block's thread grid) that one warp covers."""
+    columns = min(choices.threads_n, 32)
+    rows = min(choices.threads_m, max(1, 32 // columns))
+    splits = min(choices.splits, max(1, 32 // (columns * rows)))
+    return f"{rows}x{columns} threads" + (f" of {splits} k-splits" if splits > 1 else "")
+
+
+def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tuple[str, object]]) -> tile_ir.TileKernel:
+    """The Tile IR of ``choices``, with ``notes`` (how they were chosen) among its knobs."""
     grid = [
-        tile_ir.AxisBinding((c.n,), c.extents[c.n], "x", THREADS_X, per_n, "x"),
-        tile_ir.AxisBinding((c.m,), c.extents[c.m], "y", THREADS_Y, per_m, "y"),
+        tile_ir.AxisBinding((c.n,), c.extents[c.n], "x", choices.threads_n, choices.thread_n, "x", contiguous=False),
+        tile_ir.AxisBinding((c.m,), c.extents[c.m], "y", choices.threads_m, choices.thread_m, "y", contiguous=False),
     ]
     if c.batch:
         batch = math.prod(c.extents[v] for v in c.batch)
         grid.append(tile_ir.AxisBinding(c.batch, batch, "z", 1, 1, "z"))
+    strategy = "block_tree" if choices.splits > 1 else "serial"
+    reduction = tile_ir.ReductionPlan((c.reduce_var,), c.reduce_extent, strategy, choices.block_k, choices.splits)
     stages = tuple(stage_for(c, o, choices, target) for o in c.operands)
-    recorded = [("register_tile", f"{per_m}x{per_n}")]
+    recorded: list[tuple[str, object]] = [
+        ("register_tile", f"{choices.thread_m}x{choices.thread_n}"),
+        ("warp_tile", warp_tile(choices)),
+    ]
+    if choices.splits > 1:
+        shape = partial_sums_shape(choices.thread_m, choices.thread_n, choices.threads)
+        array = f"{c.acc_dtype}[{']['.join(map(str, shape))}]"
+        recorded.append(("combine", f"{choices.splits} k-splits add up in a tree through shared {array}"))
+    recorded += notes
     recorded += [(f"copy {s.index}", copy_layout.describe(copy_order(c, s), s.dims, s.tile)) for s in stages]
     tile = tile_ir.TileKernel(
-        kernel=kernel,
-        schedule=SCHEDULE_NAME,
-        grid=grid,
-        reduction=tile_ir.ReductionPlan((c.reduce_var,), c.reduce_extent, "serial", step=choices.block_k),
-        stages=stages,
-        knobs=recorded,
+        kernel=c.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction, stages=stages, knobs=recorded
     )
-    _check_limits(tile, c, target, choices)
     tile_ir.verify_tile_kernel(tile, target.max_threads_per_block, target.max_shared_bytes_optin)
     return tile
-
-
-def _check_limits(tile: tile_ir.TileKernel, c: Contraction, target: Target, choices: Choices) -> None:
-    where = f"kernel {tile.kernel.name}, contraction schedule"
-    if tile.shared_bytes > target.max_shared_bytes_optin:
-        remedy = "smaller blocks" + (" or buffers = 1" if choices.buffers > 1 else "")
-        raise ScheduleError(
-            f"{where}: block_m={choices.block_m}, block_n={choices.block_n}, block_k={choices.block_k} with "
-            f"{choices.buffers} buffer(s) need {tile.shared_bytes} B of shared memory; {target.name} allows "
-            f"{target.max_shared_bytes_optin} B per block. Pin {remedy}."
-        )
-    if not grid_fits(c, choices.block_m):
-        shape = tile.grid_shape()
-        raise ScheduleError(
-            f"{where}: the grid ({shape['x']}, {shape['y']}, {shape['z']}) has more than {MAX_GRID_YZ} blocks "
-            "along y or z; pin a larger block_m, or let the generic schedule run this kernel"
-        )

@@ -1,0 +1,227 @@
+"""The cost model that picks the contraction schedule's knobs without running anything.
+
+``candidates`` lists the settings worth considering for a kernel's shape: block tiles of
+16 to 128 along each output axis (powers of two, smaller only for an axis shorter than
+16, as in decoding where M = 1), register tiles of 2 to 8 per thread along each axis (1
+only in blocks with such a short axis; square otherwise), 32 to 256 threads in whole warps,
+and, where a block's threads would be one or two warps, enough k-splits inside the block
+(each whole warps) to bring it to 128 threads. ``block_k``, ``buffers`` and the
+padding follow from those by rule, and any knob may be pinned instead.
+
+``estimate`` is a roofline with a tail:
+
+* blocks run ``ceil(blocks / sm_count)`` deep on the busiest SM (the tail effect of the
+  last, partial wave), each SM at ``fp32_flops_per_us / sm_count`` scaled by an efficiency
+  that grows with the register tile, because a bigger tile needs fewer shared-memory reads
+  per multiply-add: 2x2 reaches ~25 % of SGEMM, 4x4 ~60 %, 8x8 ~85 % (``EFFICIENCY``);
+* global bytes: every block reads its operands' k-tiles, so an operand is read again for
+  every block along the other output axis (the block tile's reuse), at
+  ``memory_bytes_per_us``;
+* both need enough warps on a busy SM to hide latency: fewer than 8 resident warps starve
+  the FMA pipes and fewer than 16 the memory system, in proportion; an SM without a block
+  adds nothing to the bandwidth;
+* the estimate is ``launch_us + max(compute, memory) + OVERLAP_LOSS * min(compute, memory)``:
+  copies and arithmetic overlap, but not perfectly.
+Residency per SM follows Hopper's limits: 2048 threads, 64 Ki registers, 228 KiB of
+shared memory, 32 blocks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import attrs
+
+from lamina.core.errors import ScheduleError
+from lamina.core.target import Target
+from lamina.plugins.schedules.contraction import tiling
+from lamina.plugins.schedules.contraction.knobs import Choices
+from lamina.plugins.schedules.contraction.recognise import Contraction
+
+BLOCK_TILES = (1, 2, 4, 8, 16, 32, 64, 128)
+THREAD_TILES = (1, 2, 4, 8)
+SPLITS = (1, 2, 4, 8)
+FULL_BLOCK = 16
+"""Axes at least this long get block tiles of at least this size and register tiles of at least 2."""
+MIN_THREADS, MAX_THREADS = 32, 256
+SPLIT_BELOW_THREADS = 64
+"""k-splits are considered only for blocks with at most this many threads without them ..."""
+SPLIT_THREADS = 128
+"""... and as many as bring the block to this many threads."""
+EFFICIENCY = {1: 0.10, 2: 0.18, 4: 0.25, 8: 0.42, 16: 0.60, 32: 0.75, 64: 0.85}
+"""Fraction of SGEMM throughput, by the number of outputs in a thread's register tile."""
+THREADS_PER_SM = 2048
+REGISTERS_PER_SM = 65536
+SHARED_BYTES_PER_SM = 228 * 1024
+BLOCKS_PER_SM = 32
+WARPS_TO_FEED_FMA = 8
+WARPS_TO_FEED_MEMORY = 16
+OVERLAP_LOSS = 0.25
+"""Copies and arithmetic overlap imperfectly: this much of the shorter one adds to the longer."""
+DEEP_BLOCK = 128 * 64
+"""Block tiles this large keep few blocks per SM: three buffers keep two k-tiles in flight."""
+
+
+@attrs.frozen
+class Estimate:
+    total_us: float
+    compute_us: float
+    memory_us: float
+    launch_us: float
+    blocks: int
+    resident: int
+
+    def text(self) -> str:
+        return (
+            f"{self.total_us:.1f} us from launch {self.launch_us:.1f}, compute {self.compute_us:.1f} and memory "
+            f"{self.memory_us:.1f}, overlapped; {self.blocks} blocks, {self.resident} per SM at once"
+        )
+
+
+def register_tile_efficiency(outputs: int) -> float:
+    """``EFFICIENCY`` of the largest listed register tile no bigger than ``outputs``."""
+    return EFFICIENCY[max(n for n in EFFICIENCY if n <= outputs)]
+
+
+def _pow2_ceil(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def _block_tiles(extent: int, relaxed: bool) -> list[int]:
+    high = min(BLOCK_TILES[-1], _pow2_ceil(extent))
+    low = 1 if relaxed else min(FULL_BLOCK, high)
+    return [b for b in BLOCK_TILES if low <= b <= high]
+
+
+def _thread_tiles(block: int, other_block: int, relaxed: bool) -> list[int]:
+    smallest = 1 if relaxed or min(block, other_block) < FULL_BLOCK else 2
+    return [t for t in THREAD_TILES if smallest <= t <= block and block % t == 0]
+
+
+def default_block_k(c: Contraction, splits: int) -> int:
+    """16 deep, 32 where split eight ways (four rows a split), but no deeper than the reduction needs."""
+    return min(max(16, 4 * splits), max(8, splits, _pow2_ceil(c.reduce_extent)))
+
+
+def default_buffers(c: Contraction, block_m: int, block_n: int, block_k: int) -> int:
+    """One k-tile needs one buffer; large block tiles three, others two."""
+    k_tiles = math.ceil(c.reduce_extent / block_k)
+    if k_tiles == 1:
+        return 1
+    return 3 if k_tiles >= 3 and block_m * block_n >= DEEP_BLOCK else 2
+
+
+def _splits(threads: int, relaxed: bool) -> list[int]:
+    """No split, or as many k-splits as bring a small block to 128 threads (at most 8).
+
+    Each split is whole warps, so that a warp's shared-memory reads stay on one row of a tile.
+    """
+    if relaxed:
+        return list(SPLITS)
+    if threads > SPLIT_BELOW_THREADS or threads % 32:
+        return [1]
+    return sorted({1, min(SPLITS[-1], max(1, SPLIT_THREADS // threads))})
+
+
+def _settings(c: Contraction, pinned: dict[str, int], relaxed: bool):
+    def values(key, default):
+        return [pinned[key]] if key in pinned else default
+
+    for block_m in values("block_m", _block_tiles(c.extents[c.m], relaxed)):
+        for block_n in values("block_n", _block_tiles(c.extents[c.n], relaxed)):
+            for thread_m, thread_n in itertools.product(
+                values("thread_m", _thread_tiles(block_m, block_n, relaxed)),
+                values("thread_n", _thread_tiles(block_n, block_m, relaxed)),
+            ):
+                if block_m % thread_m or block_n % thread_n:
+                    continue
+                if not relaxed and min(thread_m, thread_n) > 1 and thread_m != thread_n:
+                    continue
+                base = (block_m // thread_m) * (block_n // thread_n)
+                for splits in values("splits", _splits(base, relaxed)):
+                    threads = base * splits
+                    if not relaxed and (threads % 32 or not MIN_THREADS <= threads <= MAX_THREADS):
+                        continue
+                    block_k = pinned.get("block_k", default_block_k(c, splits))
+                    buffers = pinned.get("buffers", default_buffers(c, block_m, block_n, block_k))
+                    yield Choices(block_m, block_n, block_k, thread_m, thread_n, splits, buffers, pinned.get("padding"))
+
+
+def _fitted(c: Contraction, choices: Choices, pinned: dict[str, int], target: Target) -> Choices | None:
+    """``choices``, with fewer buffers than the rule asks where shared memory is short, if legal."""
+    counts = [choices.buffers] if "buffers" in pinned else range(choices.buffers, 0, -1)
+    for buffers in counts:
+        fitted = attrs.evolve(choices, buffers=buffers)
+        if tiling.illegal(c, fitted, target) is None:
+            return fitted
+    return None
+
+
+def candidates(c: Contraction, target: Target, pinned: dict[str, int] | None = None) -> list[Choices]:
+    """Every legal setting the cost model chooses among, in a fixed order.
+
+    Pinned knobs keep their values; where they leave no setting in the usual ranges, the
+    ranges widen to every legal setting.
+    """
+    pinned = pinned or {}
+    for relaxed in (False, True):
+        found = []
+        for choices in _settings(c, pinned, relaxed):
+            fitted = _fitted(c, choices, pinned, target)
+            if fitted is not None and fitted not in found:
+                found.append(fitted)
+        if found or not pinned:
+            return found
+    return []
+
+
+def estimate(c: Contraction, choices: Choices, target: Target) -> Estimate:
+    batch = math.prod(c.extents[v] for v in c.batch)
+    m_blocks = math.ceil(c.extents[c.m] / choices.block_m)
+    n_blocks = math.ceil(c.extents[c.n] / choices.block_n)
+    blocks = m_blocks * n_blocks * batch
+    warps = math.ceil(choices.threads / 32)
+    registers = math.ceil(tiling.registers(c, choices) / 8) * 8
+    shared = tiling.shared_bytes(c, choices, target)
+    resident = max(1, min(
+        BLOCKS_PER_SM,
+        THREADS_PER_SM // choices.threads,
+        REGISTERS_PER_SM // (registers * choices.threads),
+        SHARED_BYTES_PER_SM // shared if shared else BLOCKS_PER_SM,
+    ))
+    deepest = math.ceil(blocks / target.sm_count)
+    busy_sms = min(blocks, target.sm_count)
+    active_warps = min(deepest, resident) * warps
+    k_tiles = math.ceil(c.reduce_extent / choices.block_k)
+
+    block_flops = 2 * choices.block_m * choices.block_n * k_tiles * choices.block_k
+    efficiency = register_tile_efficiency(choices.thread_m * choices.thread_n) * min(1.0, active_warps / WARPS_TO_FEED_FMA)
+    sm_flops_per_us = target.fp32_flops_per_us / target.sm_count
+    compute_us = deepest * block_flops / (sm_flops_per_us * efficiency)
+
+    read = sum(math.prod(tiling.stage_for(c, o, choices, target).tile) * o.load.dtype.itemsize for o in c.operands)
+    written = sum(math.prod(c.kernel.buffer(s.buffer).type.shape) * c.kernel.buffer(s.buffer).type.dtype.itemsize
+                  for s in c.epilogue)
+    moved = blocks * k_tiles * read + written
+    bandwidth = target.memory_bytes_per_us * busy_sms / target.sm_count
+    memory_us = moved / (bandwidth * min(1.0, active_warps / WARPS_TO_FEED_MEMORY))
+    total = target.launch_us + max(compute_us, memory_us) + OVERLAP_LOSS * min(compute_us, memory_us)
+    return Estimate(total, compute_us, memory_us, target.launch_us, blocks, resident)
+
+
+def choose(c: Contraction, target: Target, pinned: dict[str, int], where: str) -> tuple[Choices, Estimate, int]:
+    """The cheapest setting, its estimate, and how many settings there were to choose from."""
+    settings = candidates(c, target, pinned)
+    if not settings:
+        raise ScheduleError(_nothing_legal(c, target, pinned, where))
+    estimates = [estimate(c, s, target) for s in settings]
+    best = min(range(len(settings)), key=lambda i: (estimates[i].total_us, i))
+    return settings[best], estimates[best], len(settings)
+
+
+def _nothing_legal(c: Contraction, target: Target, pinned: dict[str, int], where: str) -> str:
+    pins = ", ".join(f"{k} = {v}" for k, v in pinned.items())
+    reasons = sorted({tiling.illegal(c, s, target) or "" for s in _settings(c, pinned, relaxed=True)} - {""})
+    why = "; ".join(reasons) if reasons else "no block tile is a whole number of register tiles"
+    return f"{where}: no setting with {pins} can run: {why}. Pin other values, or unpin some of these knobs."

@@ -1,0 +1,73 @@
+"""The knobs of the contraction schedule, and the checks on the values a user pins."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import attrs
+
+from lamina.core.errors import ScheduleError
+
+KNOB_NAMES = ("block_m", "block_n", "block_k", "thread_m", "thread_n", "splits", "buffers", "padding")
+MAX_BUFFERS = 3
+
+
+@attrs.frozen
+class Choices:
+    """One setting of the knobs.
+
+    A block computes a ``block_m`` x ``block_n`` output tile with ``block_m / thread_m`` x
+    ``block_n / thread_n`` threads, each holding a ``thread_m`` x ``thread_n`` register tile;
+    ``splits`` groups of such threads share each ``block_k``-deep k-tile and add up their
+    partial sums at the end. ``buffers`` k-tiles are in shared memory at once; ``padding``
+    (None: chosen per operand) pads the rows of the staged tiles.
+    """
+
+    block_m: int
+    block_n: int
+    block_k: int
+    thread_m: int
+    thread_n: int
+    splits: int = 1
+    buffers: int = 2
+    padding: int | None = None
+
+    @property
+    def threads_m(self) -> int:
+        return self.block_m // self.thread_m
+
+    @property
+    def threads_n(self) -> int:
+        return self.block_n // self.thread_n
+
+    @property
+    def threads(self) -> int:
+        return self.threads_m * self.threads_n * self.splits
+
+    def summary(self) -> str:
+        text = (
+            f"block {self.block_m}x{self.block_n}x{self.block_k}, thread {self.thread_m}x{self.thread_n}, "
+            f"splits {self.splits}, buffers {self.buffers}"
+        )
+        return text + (f", padding {self.padding}" if self.padding is not None else "")
+
+
+def read_pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
+    """The knobs of this schedule that ``knobs`` pins, checked one by one."""
+    pinned = {}
+    for key in KNOB_NAMES:
+        if key not in knobs:
+            continue
+        value = knobs[key]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ScheduleError(f"{where}: knob {key} must be an integer, not {value!r}")
+        if key == "padding" and value < 0:
+            raise ScheduleError(f"{where}: knob padding = {value} must be 0 or more elements")
+        if key == "buffers" and not 1 <= value <= MAX_BUFFERS:
+            raise ScheduleError(
+                f"{where}: knob buffers = {value} must be 1 (no overlap), 2 (double buffering) or 3 (two k-tiles in flight)"
+            )
+        if key not in ("padding", "buffers") and value <= 0:
+            raise ScheduleError(f"{where}: knob {key} = {value} must be positive")
+        pinned[key] = value
+    return pinned
