@@ -26,6 +26,10 @@ TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 1e-2}
 REFERENCE_DTYPE = {torch.float32: torch.float64, torch.bfloat16: torch.float32}
 MAX_COLD_SETS = 256
 """Graphs of more calls than this take long to capture; cases this small get no cold figure."""
+SHORT_CALL_US = 50.0
+"""A call this short is mostly the graph's own launch when timed alone ..."""
+CALLS_PER_SHORT_GRAPH = 20
+"""... so such cases are timed again with this many back-to-back calls in one graph, per call."""
 
 
 class Timer(Protocol):
@@ -49,6 +53,8 @@ class CaseResult:
     tolerance: float | None = None
     #: Microseconds per call, warm L2.
     times: dict[str, float] = attrs.field(factory=dict)
+    #: Back-to-back calls in each timed graph (more than one for short calls).
+    hot_calls: int = 1
     #: Microseconds per call, rotating among ``cold_sets`` input sets (memory-bound cases).
     cold_times: dict[str, float] = attrs.field(factory=dict)
     cold_sets: int = 0
@@ -71,6 +77,13 @@ def cold_set_count(case: Case, l2_bytes: int = L2_BYTES) -> int:
 
 def _random_inputs(case: Case, device: str, seed: int) -> tuple[torch.Tensor, ...]:
     return case.program().example_inputs(seed=seed, device=device)
+
+
+def _repeated(fn: Callable, calls: int) -> Callable:
+    def repeat(*inputs):
+        for _ in range(calls):
+            fn(*inputs)
+    return repeat
 
 
 def _rotating(fn: Callable, sets: list[tuple[torch.Tensor, ...]]) -> Callable:
@@ -116,13 +129,18 @@ def run_case(case: Case, *, device: str, timer: Timer, torch_compile: Callable =
     compile_seconds["torch.compile"] = time.perf_counter() - start
     contenders = {"lamina": compiled, "eager": fn, "torch.compile": inductor}
     times = {name: timer(name, "hot", f, inputs, 1) for name, f in contenders.items()}
+    hot_calls = 1
+    if min(times.values()) < SHORT_CALL_US:
+        hot_calls = CALLS_PER_SHORT_GRAPH
+        times = {name: timer(name, "hot", _repeated(f, hot_calls), inputs, hot_calls)
+                 for name, f in contenders.items()}
 
     cold_times, sets = {}, cold_set_count(case, l2_bytes) if case.memory_bound else 0
     if sets:
         rotation = [inputs] + [_random_inputs(case, device, seed + k) for k in range(1, sets)]
         cold_times = {name: timer(name, "cold", _rotating(f, rotation), (), sets) for name, f in contenders.items()}
-    return CaseResult(case, "ok", error=error, tolerance=tolerance, times=times, cold_times=cold_times,
-                      cold_sets=sets, compile_seconds=compile_seconds)
+    return CaseResult(case, "ok", error=error, tolerance=tolerance, times=times, hot_calls=hot_calls,
+                      cold_times=cold_times, cold_sets=sets, compile_seconds=compile_seconds)
 
 
 def run_suite(cases: list[Case], *, device: str, timer: Timer, torch_compile: Callable = torch.compile,

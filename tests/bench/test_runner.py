@@ -21,7 +21,7 @@ def test_cases_are_checked_then_timed_on_the_simulator():
     assert progress == [(0, 2, "tiny.rmsnorm"), (1, 2, "tiny.linear_qkv"), (2, 2, "")]
     for r in results:
         assert 0 < r.error < 1e-5 and r.tolerance == 1e-4
-        assert r.times == HOT_US
+        assert r.times == HOT_US and r.hot_calls == runner.CALLS_PER_SHORT_GRAPH
         assert r.compile_seconds["lamina"] > 0 and "torch.compile" in r.compile_seconds
         assert r.speedup("eager") == 4.0 and r.speedup("torch.compile") == 2.0
     rmsnorm, linear = results
@@ -37,12 +37,23 @@ def test_each_result_is_handed_on_as_soon_as_it_is_measured():
     assert seen == [["tiny.rmsnorm"], ["tiny.rmsnorm", "tiny.linear_qkv"]]
 
 
+def test_long_calls_are_timed_one_per_graph():
+    class SlowTimer(FakeTimer):
+        def __call__(self, contender, figure, fn, inputs, calls):
+            return 100 * super().__call__(contender, figure, fn, inputs, calls)
+
+    case = make_case("tiny.dense", "x * 2.0", (parse_input("x=3,5"),), flops=10**6)
+    timer = SlowTimer()
+    result = run_case(case, device="cpu", timer=timer, torch_compile=no_torch_compile, l2_bytes=100)
+    assert result.hot_calls == 1 and [calls for _, _, calls in timer.calls] == [1, 1, 1]
+
+
 def test_compute_bound_cases_get_no_cold_figure():
     case = make_case("tiny.dense", "x * 2.0", (parse_input("x=3,5"),), flops=10**6)
     timer = FakeTimer()
     result = run_case(case, device="cpu", timer=timer, torch_compile=no_torch_compile, l2_bytes=100)
     assert not case.memory_bound and result.cold_times == {} and result.cold_sets == 0
-    assert [figure for _, figure, _ in timer.calls] == ["hot"] * 3
+    assert [(figure, calls) for _, figure, calls in timer.calls] == [("hot", 1)] * 3 + [("hot", 20)] * 3
 
 
 def test_cold_sets_exceed_l2():
