@@ -39,7 +39,7 @@ def test_the_plugin_is_installed_with_a_low_priority():
 
 def test_it_is_never_chosen_unless_configured():
     x, y = torch.randn(37, 29), torch.randn(29)
-    assert schedules(lamina.compile(pointwise, (x, y))) == ["generic"]
+    assert "strided" not in schedules(lamina.compile(pointwise, (x, y)))
 
 
 def test_the_config_file_names_it(tmp_path):
