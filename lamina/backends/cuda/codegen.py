@@ -68,11 +68,14 @@ def shared_layout(kernel: kir.Kernel) -> list[tuple[kir.Array, int]]:
 
 
 def wide_copy_destinations(kernel: kir.Kernel) -> set[str]:
-    """Shared arrays that ``cp.async`` fills more than one element at a time: they must start 16-byte aligned."""
-    return {
+    """Shared arrays that ``cp.async`` fills, or a vector load reads, more than one element at a
+    time: they must start 16-byte aligned."""
+    filled = {
         s.dst for s in kir.statements(kernel.body)
         if isinstance(s, kir.CpAsync) and s.bytes > kernel.array(s.dst).dtype.itemsize
     }
+    read = {s.src for s in kir.statements(kernel.body) if isinstance(s, kir.VectorLoad)}
+    return filled | {name for name in read if isinstance(kernel.array(name), kir.Array)}
 
 
 def launch_shared_bytes(kernel: kir.Kernel) -> int:

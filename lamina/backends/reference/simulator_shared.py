@@ -20,7 +20,7 @@ from lamina.backends.reference.scalar_ops import as_tensor, torch_dtype
 from lamina.backends.reference.simulator_banks import count_conflicts, lanes_per_phase
 from lamina.backends.reference.simulator_grid import WARP_SIZE, Mask, ThreadGrid
 from lamina.backends.reference.simulator_memory import format_index, linear_index, out_of_bounds, per_thread
-from lamina.backends.reference.simulator_report import OUT_OF_BOUNDS, RACES, UNWRITTEN_READS, FaultLog
+from lamina.backends.reference.simulator_report import MISALIGNED, OUT_OF_BOUNDS, RACES, UNWRITTEN_READS, FaultLog
 from lamina.core.ir import kernel_ir
 
 _NO_THREAD_LOW = 1 << 62
@@ -84,6 +84,32 @@ class SharedArray:
         out = torch.zeros(self.grid.total, dtype=values.dtype)
         return out.index_copy_(0, lanes.threads, values)
 
+    def read_vector(self, indices: list[torch.Tensor], mask: Mask, site: int, width: int) -> tuple[torch.Tensor, Mask]:
+        """``width`` consecutive elements from each running thread's ``indices`` ([threads, width]),
+        read in one access, and the threads that made it: a thread whose access is out of bounds
+        or not aligned to its size (the array starts 16-byte aligned) is reported and reads zeros."""
+        total = self.grid.total
+        values = torch.zeros((total, width), dtype=self.data.dtype)
+        loaded = torch.zeros(total, dtype=torch.bool)
+        lanes = self.lanes(indices, mask, site, "vector load from", width)
+        if lanes is None:
+            return values, Mask(loaded)
+        size = width * self.itemsize
+        misaligned = lanes.flat % width != 0
+        if self.faults.add(MISALIGNED, (site, "shared"), misaligned, lambda i: (
+                f"vector load of {size} B from {self._element(lanes, i)} at byte {int(lanes.flat[i]) * self.itemsize} "
+                f"of the array is not {size}-byte aligned, by {self._thread(lanes, i)}")):
+            lanes = _keep(lanes, ~misaligned)
+            if lanes.threads.numel() == 0:
+                return values, Mask(loaded)
+        self._count_banks(lanes, size, site)
+        wide = _widen(lanes, width)
+        self._check_read(wide, site)
+        read = self.data.index_select(0, wide.elements).view(-1, width)
+        if lanes.every:
+            return read, mask
+        return values.index_copy_(0, lanes.threads, read), Mask(loaded.index_fill_(0, lanes.threads, True))
+
     def write(self, indices: list[torch.Tensor], value: torch.Tensor, mask: Mask, site: int) -> None:
         lanes = self.lanes(indices, mask, site, "store to")
         if lanes is None:
@@ -102,14 +128,7 @@ class SharedArray:
         width = values.shape[1]
         self._count_banks(lanes, width * self.itemsize, site)
         if width > 1:
-            steps = torch.arange(width)
-            lanes = Lanes(
-                threads=_repeat(lanes.threads, width),
-                local=_repeat(lanes.local, width),
-                flat=(lanes.flat.unsqueeze(1) + steps).reshape(-1),
-                elements=(lanes.elements.unsqueeze(1) + steps).reshape(-1),
-                every=False,
-            )
+            lanes = _widen(lanes, width)
         self._check_write(lanes, site, "written by cp.async")
         self.data.index_copy_(0, lanes.elements, values.reshape(-1))
         self.written.index_fill_(0, lanes.elements, True)
@@ -291,4 +310,27 @@ def _log2(n: int) -> int:
 
 def _repeat(values: torch.Tensor, times: int) -> torch.Tensor:
     return values.unsqueeze(1).expand(-1, times).reshape(-1)
+
+
+def _widen(lanes: Lanes, width: int) -> Lanes:
+    """One lane per element of each lane's ``width`` consecutive elements."""
+    steps = torch.arange(width)
+    return Lanes(
+        threads=_repeat(lanes.threads, width),
+        local=_repeat(lanes.local, width),
+        flat=(lanes.flat.unsqueeze(1) + steps).reshape(-1),
+        elements=(lanes.elements.unsqueeze(1) + steps).reshape(-1),
+        every=False,
+    )
+
+
+def _keep(lanes: Lanes, keep: torch.Tensor) -> Lanes:
+    which = keep.nonzero().squeeze(1)
+    return Lanes(
+        threads=lanes.threads.index_select(0, which),
+        local=lanes.local.index_select(0, which),
+        flat=lanes.flat.index_select(0, which),
+        elements=lanes.elements.index_select(0, which),
+        every=False,
+    )
 

@@ -1,10 +1,11 @@
 """Vector loads and stores in the Kernel IR simulator.
 
-A vector access copies ``width`` adjacent elements between a global parameter and a
-register array, element by element, after checking what the GPU would fault on: the
-whole vector within bounds, and both its global offset and its place in the register
-array aligned to ``width`` elements (its size in bytes). A running thread whose access
-is out of bounds or misaligned is reported and makes no access.
+A vector access copies ``width`` adjacent elements between a global parameter (or, for
+a load, a shared array) and a register array, element by element, after checking what
+the GPU would fault on: the whole vector within bounds, and both its offset in memory
+and its place in the register array aligned to ``width`` elements (its size in bytes).
+A running thread whose access is out of bounds or misaligned is reported and makes no
+access. A shared load counts its bank conflicts as one wide access (``SharedArray.read_vector``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from lamina.backends.reference.simulator_memory import (
     per_thread,
 )
 from lamina.backends.reference.simulator_report import MISALIGNED, OUT_OF_BOUNDS, FaultLog
+from lamina.backends.reference.simulator_shared import SharedArray
 from lamina.core.errors import VerificationError
 from lamina.core.ir import kernel_ir
 from lamina.core.ir.dtypes import DType
@@ -42,6 +44,8 @@ class VectorAccesses:
         self.sites = sites
 
     def load(self, s: kernel_ir.VectorLoad, scope: dict[str, DType]) -> Runner:
+        if isinstance(self.exprs.memory(s.src, len(s.src_index), "vector load"), SharedArray):
+            return self._shared_load(s, scope)
         memory, register, offset_of, register_of = self._operands(s, s.src, s.src_index, s.dst, s.dst_index, scope)
         width, site = s.width, next(self.sites)
 
@@ -53,6 +57,23 @@ class VectorAccesses:
             values = memory.read([offset], valid, site, width)
             for lane in range(width):
                 register.write(_lane(place, lane), values[:, lane], valid, site)
+
+        return run
+
+    def _shared_load(self, s: kernel_ir.VectorLoad, scope: dict[str, DType]) -> Runner:
+        memory, register, indices_of, register_of = self._operands(s, s.src, s.src_index, s.dst, s.dst_index, scope)
+        width, site = s.width, next(self.sites)
+
+        def run(mask: Mask) -> None:
+            place = [f(mask) for f in register_of]
+            mask = self._register_aligned(s, register, place, mask, site)
+            if not mask.any():
+                return
+            values, loaded = memory.read_vector([f(mask) for f in indices_of], mask, site, width)
+            if not loaded.any():
+                return
+            for lane in range(width):
+                register.write(_lane(place, lane), values[:, lane], loaded, site)
 
         return run
 
@@ -78,8 +99,10 @@ class VectorAccesses:
         kind = _kind(s)
         memory = self.exprs.memory(memory_name, len(memory_index), kind)
         register = self.exprs.memory(register_name, len(register_index), kind)
-        if not isinstance(memory, GlobalArray):
-            raise VerificationError(f"kernel {self.kernel}: {kind} of {memory_name}, which is not a global parameter")
+        shared = isinstance(s, kernel_ir.VectorLoad) and isinstance(memory, SharedArray)
+        if not isinstance(memory, GlobalArray) and not shared:
+            raise VerificationError(f"kernel {self.kernel}: {kind} of {memory_name}, which is not a global parameter"
+                                    + (" or a shared array" if isinstance(s, kernel_ir.VectorLoad) else ""))
         if not isinstance(register, RegisterArray):
             raise VerificationError(f"kernel {self.kernel}: {kind} through {register_name}, "
                                     "which is not a register array")
@@ -89,9 +112,9 @@ class VectorAccesses:
         if s.width < 2 or s.width * memory.dtype.itemsize not in kernel_ir.VECTOR_BYTES:
             raise VerificationError(f"kernel {self.kernel}: {kind} of {s.width} {memory.dtype} elements; a vector "
                                     f"access moves {', '.join(map(str, kernel_ir.VECTOR_BYTES))} bytes")
-        (offset_of,) = [self.exprs.compile(i, scope) for i in memory_index]
+        memory_of = [self.exprs.compile(i, scope) for i in memory_index]
         register_of = [self.exprs.compile(i, scope) for i in register_index]
-        return memory, register, offset_of, register_of
+        return memory, register, memory_of if shared else memory_of[0], register_of
 
     def _checked(self, s, memory: GlobalArray, offset: torch.Tensor, register: RegisterArray,
                  place: list[torch.Tensor], mask: Mask, site: int) -> Mask:
@@ -109,7 +132,13 @@ class VectorAccesses:
                 f"{kind} of {nbytes} B of {memory.name} at byte {int(offset[t]) * memory.dtype.itemsize} "
                 f"is not {nbytes}-byte aligned, by {grid.describe_thread(t)}")):
             mask = Mask(mask.active & ~misaligned)
-        flat = per_thread(linear_index(place, register.shape), total)
+        return self._register_aligned(s, register, place, mask, site)
+
+    def _register_aligned(self, s, register: RegisterArray, place: list[torch.Tensor], mask: Mask, site) -> Mask:
+        """The running threads whose place in the register array is aligned; the others are reported."""
+        kind, width, grid = _kind(s), s.width, self.grid
+        nbytes = width * register.dtype.itemsize
+        flat = per_thread(linear_index(place, register.shape), grid.total)
         misaligned = (flat % width != 0) & mask.active
         if self.faults.add(MISALIGNED, (site, "register"), misaligned, lambda t: (
                 f"{kind} of {nbytes} B through register array {register.name} at element {int(flat[t])} "

@@ -190,11 +190,12 @@ VECTOR_BYTES = (2, 4, 8, 16)
 
 @attrs.frozen
 class VectorLoad:
-    """Copy ``width`` adjacent elements of global parameter ``src``, from element
-    ``src_index``, into register array ``dst`` from ``dst_index`` on, in one access.
+    """Copy ``width`` adjacent elements of global parameter or shared array ``src``, from
+    element ``src_index``, into register array ``dst`` from ``dst_index`` on, in one access.
 
     Both sides must be aligned to the access's size (``width`` elements): the GPU
-    faults on a misaligned vector access.
+    faults on a misaligned vector access. A shared array starts aligned to 16 bytes, so
+    a vector read of it is aligned where its offset in the array is.
     """
 
     dst: str
@@ -492,12 +493,15 @@ def _vector_access_problems(s: VectorLoad | VectorStore, arrays: dict) -> list[s
         (memory, memory_index), (register, register_index) = (s.dst, s.dst_index), (s.src, s.src_index)
     param, array = arrays.get(memory), arrays.get(register)
     problems = []
-    if not isinstance(param, Param):
-        problems.append(f"{kind} of {memory}: it is not a global parameter")
+    shared = isinstance(s, VectorLoad) and isinstance(param, Array) and param.space == "shared"
+    rank = len(param.shape) if shared else 1
+    if not isinstance(param, Param) and not shared:
+        where = "a global parameter or a shared array" if isinstance(s, VectorLoad) else "a global parameter"
+        problems.append(f"{kind} of {memory}: it is not {where}")
     elif isinstance(s, VectorStore) and not param.writable:
         problems.append(f"{kind} to input parameter {memory}")
-    elif len(memory_index) != 1:
-        problems.append(f"{kind} of {memory} with {len(memory_index)} indices; it has rank 1")
+    elif len(memory_index) != rank:
+        problems.append(f"{kind} of {memory} with {len(memory_index)} indices; it has rank {rank}")
     if not isinstance(array, Array) or array.space != "register":
         problems.append(f"{kind} of {memory} through {register}: it is not a register array")
     elif len(register_index) != len(array.shape):
@@ -510,9 +514,10 @@ def _vector_access_problems(s: VectorLoad | VectorStore, arrays: dict) -> list[s
         sizes = ", ".join(map(str, VECTOR_BYTES))
         problems.append(f"{kind} of {s.width} {param.dtype} elements of {memory}: it moves {sizes} bytes, "
                         f"at least 2 elements")
-    if array.shape[-1] % s.width:
-        problems.append(f"{kind} through {register}: its rows of {array.shape[-1]} elements are not a whole "
-                        f"number of {s.width}-element vectors, so not every vector is aligned")
+    for name, rows in ((register, array), (memory, param if shared else None)):
+        if rows is not None and rows.shape[-1] % s.width:
+            problems.append(f"{kind} through {name}: its rows of {rows.shape[-1]} elements are not a whole "
+                            f"number of {s.width}-element vectors, so not every vector is aligned")
     for name, idx in ((memory, memory_index[-1]), (register, register_index[-1])):
         if isinstance(idx, ex.Const) and int(idx.value) % s.width:
             problems.append(f"{kind} at element {int(idx.value)} of {name} is not aligned to {s.width} elements")

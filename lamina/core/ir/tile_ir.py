@@ -28,7 +28,8 @@ class AxisBinding:
 
     One block covers ``threads * per_thread`` iterations, ``per_thread`` of them in each
     thread's registers (``contiguous``: a thread's iterations are adjacent; otherwise
-    they are ``threads`` apart).
+    they come in runs of ``group`` adjacent ones, ``threads * group`` apart, so that one
+    wide access can read a run).
     """
 
     vars: tuple[str, ...] = attrs.field(converter=tuple)
@@ -38,6 +39,7 @@ class AxisBinding:
     per_thread: int = 1
     thread_dim: str = "x"
     contiguous: bool = True
+    group: int = 1
 
     @property
     def block_tile(self) -> int:
@@ -127,7 +129,12 @@ def format_tile_kernel(tk: TileKernel) -> str:
     )
     for b in tk.grid:
         names = " * ".join(b.vars)
-        owner = "contiguous" if b.contiguous else f"strided by {b.threads}"
+        if b.contiguous:
+            owner = "contiguous"
+        elif b.group > 1:
+            owner = f"grouped by {b.group}, groups {b.threads * b.group} apart"
+        else:
+            owner = f"strided by {b.threads}"
         lines.append(
             f"  parallel {names} ({b.extent}): block.{b.block_dim} tile {b.block_tile}"
             f" = thread.{b.thread_dim} {b.threads} x {b.per_thread} per thread ({owner})"

@@ -4,10 +4,11 @@ import pytest
 
 from lamina.core.errors import LaminaError
 from lamina.core.ir import expr as ex, kernel_ir, tile_ir
-from lamina.plugins.schedules.contraction import ContractionSchedule
+from lamina.plugins.schedules.contraction import ContractionSchedule, analyse
 from lamina.plugins.schedules.contraction.copy_layout import CopyOrder, bank_conflicts, choose_copy_order
+from lamina.plugins.schedules.contraction.tiling import store_width
 
-from .contraction_kernels import SM_90, batched, matmul, running_example
+from .contraction_kernels import SM_90, batched, linear, matmul, running_example
 
 SCHEDULE = ContractionSchedule()
 
@@ -21,9 +22,11 @@ tile relu  schedule=contraction
   shared bias[r0] as f32[r0 16, no pad], 2 buffers, copy cp.async 16 B
   shared w[r0, i1] as f32[r0 16][i1 16, no pad], 2 buffers, copy cp.async 16 B
   register_tile = 2x2
+  fragment_width = 1 (4-byte shared-memory reads)
+  epilogue_stores = one output per store (4 B)
   warp_tile = 4x8 threads
   combine = 2 k-splits add up in a tree through shared f32[4][128]
-  chosen = block 16x16x16, thread 2x2, splits 2, buffers 2; cheapest of 2 settings, pinned: none
+  chosen = block 16x16x16, thread 2x2, splits 2, buffers 2, fragment width 1; cheapest of 2 settings, pinned: none
   estimate = 3.3 us from launch 2.0, compute 0.7 and memory 1.2, overlapped; 1 blocks, 10 per SM at once
   copy x[i0, r0] = r0 fastest across threads
   copy bias[r0] = r0 fastest across threads, 4 elements per copy
@@ -66,6 +69,11 @@ BAD_KNOBS = {
     "block_k_negative": ({"block_k": -4}, r"block_k = -4 must be positive"),
     "padding_negative": ({"padding": -1}, r"padding = -1 must be 0 or more"),
     "four_buffers": ({"buffers": 4}, r"buffers = 4 must be 1 .*, 2 .* or 3"),
+    "fragment_width_two": ({"fragment_width": 2}, r"fragment_width = 2 must be 1 .* or 4 .*16 bytes at a time"),
+    "fragment_width_four_of_a_2x2_tile": (
+        {"fragment_width": 4, "thread_m": 2, "thread_n": 2},
+        r"fragment_width = 4 needs register tiles whose sides are multiples of 4",
+    ),
     "too_many_registers": (
         {"block_m": 128, "block_n": 128, "thread_m": 16, "thread_n": 16},
         r"about 321 registers per thread exceed 255",
@@ -150,3 +158,11 @@ def test_k_major_copy_of_a_row_major_operand_interleaves_a_warps_rows():
     assert choose_copy_order((16, 32), 1, 4, contiguous=0) == interleaved
     assert choose_copy_order((16, 32), 1, 4, contiguous=1) == CopyOrder(1)
     assert choose_copy_order((32, 32), 1, 4, contiguous=0) == plain
+
+
+def test_runs_of_four_columns_are_stored_at_once_only_where_every_run_is_aligned():
+    assert store_width(analyse(linear(9, 33, 20, bias_relu=True).kernel), 4) == 4
+    assert store_width(analyse(linear(9, 33, 20).kernel), 1) == 1
+    assert store_width(analyse(matmul(17, 65, 19).kernel), 4) == 1
+    assert store_width(analyse(batched(3, 9, 24, 20).kernel), 4) == 4
+    assert store_width(analyse(batched(3, 9, 24, 18).kernel), 4) == 1

@@ -9,8 +9,11 @@ the padded rows keep both addresses aligned. Where it is the outer one (a row-ma
 ``x[m, k]`` staged k-major), a warp writes down columns of the tile one element at a
 time, and only the row padding keeps those writes in distinct banks; where a warp spans
 several columns it can also take them far apart ("interleaved") so that, with one
-element of padding, their banks do not overlap. The padding and order with the fewest
-bank conflicts are chosen by counting them.
+element of padding, their banks do not overlap. Where the rows must stay 16-byte aligned
+(the inner loop reads them four elements at a time) the padding is a multiple of four
+elements, and a warp instead writes a few adjacent columns a few rows deep, so that the
+padding shifts each row onto banks the rows above did not use. The padding and order with
+the fewest bank conflicts are chosen by counting them.
 """
 
 from __future__ import annotations
@@ -25,18 +28,22 @@ BANKS = 32
 BANK_BYTES = 4
 PHASE_BYTES = 128
 COPY_BYTES = (4, 8, 16)
-PADDINGS = (0, 1, 2, 4)
+WARP_COLUMNS = (2, 4, 8)
+PADDINGS = (0, 1, 2, 4, 8)
 
 
 @attrs.frozen
 class CopyOrder:
     """``fastest``: the tile dimension that varies fastest from one thread to the next.
     ``interleaved``: the columns that one warp writes are spread across the tile.
-    ``width``: neighbouring elements of the inner dimension moved by one copy."""
+    ``width``: neighbouring elements of the inner dimension moved by one copy.
+    ``warp_columns``: where above 1, a warp writes that many adjacent columns, ``WARP //
+    warp_columns`` elements down each, instead of whole columns."""
 
     fastest: int
     interleaved: bool = False
     width: int = 1
+    warp_columns: int = 1
 
 
 def copies(order: CopyOrder, tile: tuple[int, ...]) -> int:
@@ -52,6 +59,11 @@ def coordinates(order: CopyOrder, tile: tuple[int, ...], e):
     if order.fastest == 1:
         groups = inner // order.width
         return (e // groups, (e % groups) * order.width if order.width > 1 else e % groups)
+    if order.warp_columns > 1:
+        depth = WARP // order.warp_columns
+        bands = outer // depth
+        lane, rest = e % WARP, e // WARP
+        return (lane % depth + depth * (rest % bands), lane // depth + order.warp_columns * (rest // bands))
     column = e // outer
     if order.interleaved:
         group = WARP // outer
@@ -79,6 +91,12 @@ def bank_conflicts(order: CopyOrder, tile: tuple[int, ...], padding: int, itemsi
                 words_per_bank.setdefault(word % BANKS, set()).add(word)
         total += max(len(words) for words in words_per_bank.values()) - 1
     return total
+
+
+def _can_split_columns(tile: tuple[int, ...], columns: int) -> bool:
+    outer, inner = tile
+    depth = WARP // columns
+    return depth < outer and outer % depth == 0 and inner % columns == 0
 
 
 def _can_interleave(tile: tuple[int, ...]) -> bool:
@@ -110,12 +128,16 @@ def choose_copy_order(
     candidates = [CopyOrder(0)]
     if _can_interleave(tile):
         candidates.append(CopyOrder(0, interleaved=True))
+    candidates += [CopyOrder(0, warp_columns=c) for c in WARP_COLUMNS if _can_split_columns(tile, c)]
     return min(candidates, key=lambda order: bank_conflicts(order, tile, padding, itemsize))
 
 
 @functools.cache
-def choose_padding(tile: tuple[int, ...], itemsize: int, contiguous: int | None, widest: int = 1) -> int:
-    """The row padding whose copy has the fewest bank conflicts, then the widest copies, then the least padding."""
+def choose_padding(
+    tile: tuple[int, ...], itemsize: int, contiguous: int | None, widest: int = 1, alignment: int = 1
+) -> int:
+    """The row padding, a multiple of ``alignment`` elements, whose copy has the fewest bank
+    conflicts, then the widest copies, then the least padding."""
     if len(tile) == 1:
         return 0
 
@@ -123,7 +145,7 @@ def choose_padding(tile: tuple[int, ...], itemsize: int, contiguous: int | None,
         order = choose_copy_order(tile, padding, itemsize, contiguous, widest)
         return bank_conflicts(order, tile, padding, itemsize), -order.width, padding
 
-    return min(PADDINGS, key=score)
+    return min((p for p in PADDINGS if p % alignment == 0), key=score)
 
 
 def describe(order: CopyOrder, dims: tuple[str, ...], tile: tuple[int, ...]) -> str:
@@ -132,4 +154,6 @@ def describe(order: CopyOrder, dims: tuple[str, ...], tile: tuple[int, ...]) -> 
         text += f", {order.width} elements per copy"
     if order.interleaved:
         text += f", a warp's {dims[1]} {tile[0]} apart"
+    if order.warp_columns > 1:
+        text += f", a warp's {WARP // order.warp_columns} {dims[0]} by {order.warp_columns} {dims[1]}"
     return text

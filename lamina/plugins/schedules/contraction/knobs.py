@@ -8,8 +8,12 @@ import attrs
 
 from lamina.core.errors import ScheduleError
 
-KNOB_NAMES = ("block_m", "block_n", "block_k", "thread_m", "thread_n", "splits", "buffers", "padding")
+KNOB_NAMES = (
+    "block_m", "block_n", "block_k", "thread_m", "thread_n", "splits", "buffers", "padding", "fragment_width"
+)
 MAX_BUFFERS = 3
+FRAGMENT_WIDTHS = (4, 1)
+"""The widths a thread's register-tile rows and columns may be grouped by, the preferred first."""
 
 
 @attrs.frozen
@@ -20,7 +24,9 @@ class Choices:
     ``block_n / thread_n`` threads, each holding a ``thread_m`` x ``thread_n`` register tile;
     ``splits`` groups of such threads share each ``block_k``-deep k-tile and add up their
     partial sums at the end. ``buffers`` k-tiles are in shared memory at once; ``padding``
-    (None: chosen per operand) pads the rows of the staged tiles.
+    (None: chosen per operand) pads the rows of the staged tiles. A thread owns its rows and
+    columns in runs of ``fragment_width`` adjacent ones, each read from shared memory in one
+    access (1: single rows and columns, ``threads_m`` and ``threads_n`` apart).
     """
 
     block_m: int
@@ -31,6 +37,7 @@ class Choices:
     splits: int = 1
     buffers: int = 2
     padding: int | None = None
+    fragment_width: int = 1
 
     @property
     def threads_m(self) -> int:
@@ -47,7 +54,7 @@ class Choices:
     def summary(self) -> str:
         text = (
             f"block {self.block_m}x{self.block_n}x{self.block_k}, thread {self.thread_m}x{self.thread_n}, "
-            f"splits {self.splits}, buffers {self.buffers}"
+            f"splits {self.splits}, buffers {self.buffers}, fragment width {self.fragment_width}"
         )
         return text + (f", padding {self.padding}" if self.padding is not None else "")
 
@@ -66,6 +73,11 @@ def read_pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
         if key == "buffers" and not 1 <= value <= MAX_BUFFERS:
             raise ScheduleError(
                 f"{where}: knob buffers = {value} must be 1 (no overlap), 2 (double buffering) or 3 (two k-tiles in flight)"
+            )
+        if key == "fragment_width" and value not in FRAGMENT_WIDTHS:
+            raise ScheduleError(
+                f"{where}: knob fragment_width = {value} must be 1 (rows and columns one by one) or 4 "
+                "(in runs of four, read 16 bytes at a time)"
             )
         if key not in ("padding", "buffers") and value <= 0:
             raise ScheduleError(f"{where}: knob {key} = {value} must be positive")

@@ -2,9 +2,11 @@
 
 Per block: each thread clears its register tile of accumulators; the k-tiles of every
 staged operand are copied into shared memory (zero-filled outside the tensors), the
-next ones in flight while the threads combine the current one; k-split thread groups
+next ones in flight while the threads combine the current one, reading each run of
+register-tile rows or columns that the Tile IR groups with one vector load; k-split thread groups
 add up their register tiles through shared memory; then each thread (of the first
-group) writes its register tile through the kernel's epilogue, guarded at the ragged edges.
+group) writes its register tile through the kernel's epilogue, guarded at the ragged edges,
+a run of adjacent outputs in one store where the output's layout allows.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from lamina.core.target import Target
 from lamina.plugins.schedules import loop_to_kernel
 from lamina.plugins.schedules.contraction import copy_layout
 from lamina.plugins.schedules.contraction.recognise import Contraction, analyse
-from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME, copy_order, partial_sums_shape
+from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME, copy_order, partial_sums_shape, store_width
 
 
 def _and(parts: list[Expr | None]) -> Expr | None:
@@ -34,6 +36,19 @@ def _lt(a: Expr, bound: int, ranges: index.Ranges) -> Expr | None:
     """The guard ``a < bound``, or None where the variables' ranges already keep it true."""
     _, highest = index.bounds(index.affine(a, ranges), ranges)
     return None if highest is not None and highest < bound else ex.op("lt", a, bound)
+
+
+def _first(thread: Expr, binding: tile_ir.AxisBinding) -> Expr:
+    """The first row or column of the block tile that ``thread`` owns along ``binding``."""
+    return thread * binding.group if binding.group > 1 else thread
+
+
+def _owned(first: Expr, binding: tile_ir.AxisBinding, i: int) -> Expr:
+    """Where the ``i``-th row or column that a thread owns along ``binding`` lies, from its first
+    one: runs of ``group`` adjacent ones, ``threads * group`` apart."""
+    run, step = divmod(i, binding.group)
+    offset = run * binding.threads * binding.group + step
+    return first + offset if offset else first
 
 
 SHARED_ALIGNMENT = 16
@@ -76,6 +91,8 @@ class _Writer:
         self.tiles = {s.index: names.fresh(f"{s.buffer}_tile") for s in tile.stages}
         self.regs = {s.index: names.fresh(f"{s.buffer}_reg") for s in tile.stages}
         self.invariants = {load: names.fresh(f"{load.buffer}_value") for load in c.invariant_loads()}
+        self.store_width = store_width(c, self.cols.group)
+        self.outputs = [names.fresh(f"{s.buffer}_out") for s in c.epilogue] if self.store_width > 1 else []
         self.ranges = {
             self.tid.name: self.threads, self.kt.name: self.k_tiles, self.kk.name: self.k_slice,
             self.split.name: self.splits,
@@ -93,10 +110,10 @@ class _Writer:
         return dict(zip(self.c.batch, coords))
 
     def _row(self, a: int) -> Expr:
-        return self.row + a * self.rows.threads if a else self.row
+        return _owned(self.row, self.rows, a)
 
     def _col(self, b: int) -> Expr:
-        return self.col + b * self.cols.threads if b else self.col
+        return _owned(self.col, self.cols, b)
 
     def _thread_env(self, a: int, b: int) -> dict[str, Expr]:
         return {**self.batch_env, self.c.m: self._row(a), self.c.n: self._col(b)}
@@ -191,11 +208,13 @@ class _Writer:
                 out.append(kernel_ir.Store(reg, (ex.const(0),), value))
                 continue
             binding = self.rows if side == "m" else self.cols
-            first = kernel_ir.thread_idx(binding.thread_dim)
-            for i in range(binding.per_thread):
-                position = first + i * binding.threads if i else first
-                value = kernel_ir.Load(tile, (slot, self._k_in_tile(), position), stage.dtype)
-                out.append(kernel_ir.Store(reg, (ex.const(i),), value))
+            first = _first(kernel_ir.thread_idx(binding.thread_dim), binding)
+            for i in range(0, binding.per_thread, binding.group):
+                at = (slot, self._k_in_tile(), _owned(first, binding, i))
+                if binding.group > 1:
+                    out.append(kernel_ir.VectorLoad(reg, (ex.const(i),), tile, at, binding.group))
+                else:
+                    out.append(kernel_ir.Store(reg, (ex.const(i),), kernel_ir.Load(tile, at, stage.dtype)))
         return out
 
     def _register_env(self, a: int, b: int) -> dict[str, Expr]:
@@ -241,10 +260,11 @@ class _Writer:
         if self.splits > 1:
             out.append(kernel_ir.Declare(self.split.name, self.split.dtype, kernel_ir.thread_idx("z")))
             thread_row = self.split * self.rows.threads + ty
+        first_row, first_col = _first(ty, self.rows), _first(tx, self.cols)
         out += [
             kernel_ir.Declare(self.tid.name, self.tid.dtype, thread_row * self.cols.threads + tx),
-            kernel_ir.Declare(self.row.name, self.row.dtype, kernel_ir.block_idx("y") * self.rows.block_tile + ty),
-            kernel_ir.Declare(self.col.name, self.col.dtype, kernel_ir.block_idx("x") * self.cols.block_tile + tx),
+            kernel_ir.Declare(self.row.name, self.row.dtype, kernel_ir.block_idx("y") * self.rows.block_tile + first_row),
+            kernel_ir.Declare(self.col.name, self.col.dtype, kernel_ir.block_idx("x") * self.cols.block_tile + first_col),
         ]
         if self.c.batch:
             out.append(kernel_ir.Declare(self.batch.name, self.batch.dtype, kernel_ir.block_idx("z")))
@@ -303,13 +323,32 @@ class _Writer:
 
     def _epilogue(self) -> list[kernel_ir.Stmt]:
         out: list[kernel_ir.Stmt] = []
-        for a, b in self._register_tile():
-            env = {**self._thread_env(a, b), self.c.acc: self._acc(a, b)}
-            guard = self._output_guard(a, b)
-            if self.splits > 1:
-                guard = _and([ex.op("eq", self.split, 0), guard])
-            out += loop_to_kernel.translate_body(self.c.epilogue, self.kernel, env, guard=guard)
+        for a in range(self.rows.per_thread):
+            for b in range(0, self.cols.per_thread, self.store_width):
+                guard = self._output_guard(a, b)
+                if self.splits > 1:
+                    guard = _and([ex.op("eq", self.split, 0), guard])
+                if self.store_width > 1:
+                    out += self._vector_stores(a, b, guard)
+                    continue
+                env = {**self._thread_env(a, b), self.c.acc: self._acc(a, b)}
+                out += loop_to_kernel.translate_body(self.c.epilogue, self.kernel, env, guard=guard)
         return out
+
+    def _vector_stores(self, a: int, b: int, guard: Expr | None) -> list[kernel_ir.Stmt]:
+        """Each epilogue store of outputs ``(a, b)`` to ``(a, b + store_width - 1)``: the values
+        computed into registers, then written in one access."""
+        body: list[kernel_ir.Stmt] = []
+        for store, register in zip(self.c.epilogue, self.outputs):
+            for j in range(self.store_width):
+                env = {**self._thread_env(a, b + j), self.c.acc: self._acc(a, b + j)}
+                body.append(kernel_ir.Store(register, (ex.const(j),),
+                                            loop_to_kernel.translate_expr(store.value, self.kernel, env)))
+            env = self._thread_env(a, b)
+            coords = tuple(loop_to_kernel.translate_expr(i, self.kernel, env) for i in store.index)
+            offset = index.linearize(coords, self.kernel.buffer(store.buffer).type.shape)
+            body.append(kernel_ir.VectorStore(store.buffer, (offset,), register, (ex.const(0),), self.store_width))
+        return [kernel_ir.If(guard, body)] if guard is not None else body
 
     def _arrays(self) -> list[kernel_ir.Array]:
         arrays = [
@@ -327,6 +366,9 @@ class _Writer:
             arrays.append(
                 kernel_ir.Array(name, load.dtype, (self.rows.per_thread, self.cols.per_thread), "register")
             )
+        for store, name in zip(self.c.epilogue, self.outputs):
+            dtype = self.kernel.buffer(store.buffer).type.dtype
+            arrays.append(kernel_ir.Array(name, dtype, (self.store_width,), "register"))
         return arrays
 
     def kernel_ir(self, static_shared_bytes: int) -> kernel_ir.Kernel:

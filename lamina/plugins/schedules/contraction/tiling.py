@@ -1,11 +1,13 @@
 """The contraction schedule's decisions for one knob setting, written as Tile IR.
 
 A block of ``threads_n`` x ``threads_m`` (x ``splits``) threads computes a BM x BN tile of
-the output. Each thread holds a ``thread_m`` x ``thread_n`` register tile whose rows are
-``threads_m`` apart and whose columns are ``threads_n`` apart (strided), so that the
-threads of a warp, which cover a compact patch of consecutive rows and columns, read
-consecutive shared-memory words or the same word: no bank conflicts, and coalesced
-stores. The reduction runs in k-tiles of BK: each operand's BK-deep strip is copied into
+the output. Each thread holds a ``thread_m`` x ``thread_n`` register tile whose rows and
+columns come in runs of ``fragment_width`` adjacent ones, the runs ``threads *
+fragment_width`` apart (with a width of 1, single rows ``threads_m`` apart and columns
+``threads_n`` apart), so that the threads of a warp, which cover a compact patch of
+consecutive runs, read consecutive shared-memory words or the same word: no bank
+conflicts. A run of four is one 16-byte read, a quarter of the load instructions that
+single elements take, which is what limits the inner loop. The reduction runs in k-tiles of BK: each operand's BK-deep strip is copied into
 shared memory, stored k-major so that the inner loop reads a row of it, padded against
 bank conflicts and multi-buffered so that copies of later k-tiles overlap the arithmetic
 on this one. With ``splits`` > 1 the thread groups take equal slices of each k-tile and
@@ -17,7 +19,7 @@ from __future__ import annotations
 import functools
 import math
 
-from lamina.core.ir import expr as ex, index, loop_ir, tile_ir
+from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import copy_layout
 from lamina.plugins.schedules.contraction.knobs import Choices
@@ -99,8 +101,9 @@ def stage_for(c: Contraction, operand: Operand, choices: Choices, target: Target
     copy = _copy_kind(target, dtype.itemsize)
     contiguous = _contiguous_dim(c, operand, dims)
     widest = _widest_copy(c, operand, dims, contiguous) if copy == "cp.async" else 1
+    alignment = choices.fragment_width if operand.side in ("m", "n") else 1
     padding = choices.padding if choices.padding is not None else copy_layout.choose_padding(
-        tile, dtype.itemsize, contiguous, widest
+        tile, dtype.itemsize, contiguous, widest, alignment
     )
     padding = padding if len(tile) == 2 else 0
     order = copy_layout.choose_copy_order(tile, padding, dtype.itemsize, contiguous, widest)
@@ -145,10 +148,29 @@ def registers(c: Contraction, choices: Choices) -> int:
     return tile * (1 + len(c.invariant_loads())) + fragments + ADDRESS_REGISTERS
 
 
+def _fragment_problem(c: Contraction, choices: Choices) -> str | None:
+    width = choices.fragment_width
+    if width == 1:
+        return None
+    if choices.thread_m % width or choices.thread_n % width:
+        return f"fragment_width = {width} needs register tiles whose sides are multiples of {width}"
+    if choices.padding is not None and choices.padding % width:
+        return (f"padding = {choices.padding} would misalign the rows that fragment_width = {width} reads "
+                f"{width} at a time: pin 0 or a multiple of {width}")
+    for operand in c.operands:
+        if operand.side != "k" and width * operand.load.dtype.itemsize not in kernel_ir.VECTOR_BYTES:
+            return (f"fragment_width = {width} reads {width * operand.load.dtype.itemsize} B of {operand.text} "
+                    f"at once; one access moves {', '.join(map(str, kernel_ir.VECTOR_BYTES))} bytes")
+    return None
+
+
 def illegal(c: Contraction, choices: Choices, target: Target) -> str | None:
     """Why the setting cannot run on ``target``, or None when it can."""
     if choices.block_m % choices.thread_m or choices.block_n % choices.thread_n:
         return "each block tile must be a whole number of register tiles"
+    fragments = _fragment_problem(c, choices)
+    if fragments is not None:
+        return fragments
     if choices.block_k % choices.splits:
         return f"block_k = {choices.block_k} must be a multiple of splits = {choices.splits}"
     if choices.splits > MAX_THREADS_Z:
@@ -173,11 +195,44 @@ def warp_tile(choices: Choices) -> str:
     return f"{rows}x{columns} threads" + (f" of {splits} k-splits" if splits > 1 else "")
 
 
+def store_width(c: Contraction, fragment_width: int) -> int:
+    """How many adjacent outputs one epilogue store writes: a thread's run of ``fragment_width``
+    columns where every store's columns are contiguous and each run starts aligned and lies
+    wholly inside or outside the output, else 1."""
+    if fragment_width == 1 or c.extents[c.n] % fragment_width:
+        return 1
+    for store in c.epilogue:
+        buffer = c.kernel.buffer(store.buffer).type
+        if fragment_width * buffer.dtype.itemsize not in kernel_ir.VECTOR_BYTES:
+            return 1
+        form = index.affine(index.linearize(store.index, buffer.shape))
+        if not all(isinstance(atom, ex.Var) for atom in form.terms):
+            return 1
+        steps = {atom.name: coef for atom, coef in form.terms.items()}
+        if steps.pop(c.n, None) != 1 or any(step % fragment_width for step in (*steps.values(), form.constant)):
+            return 1
+    return fragment_width
+
+
+def _fragment_text(c: Contraction, choices: Choices) -> str:
+    size = choices.fragment_width * max(o.load.dtype.itemsize for o in c.operands if o.side != "k")
+    return f"{choices.fragment_width} ({size}-byte shared-memory reads)"
+
+
+def _store_text(c: Contraction, choices: Choices) -> str:
+    width = store_width(c, choices.fragment_width)
+    sizes = sorted({width * c.kernel.buffer(s.buffer).type.dtype.itemsize for s in c.epilogue})
+    count = f"{width} adjacent outputs" if width > 1 else "one output"
+    return f"{count} per store ({' and '.join(map(str, sizes))} B)"
+
+
 def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tuple[str, object]]) -> tile_ir.TileKernel:
     """The Tile IR of ``choices``, with ``notes`` (how they were chosen) among its knobs."""
     grid = [
-        tile_ir.AxisBinding((c.n,), c.extents[c.n], "x", choices.threads_n, choices.thread_n, "x", contiguous=False),
-        tile_ir.AxisBinding((c.m,), c.extents[c.m], "y", choices.threads_m, choices.thread_m, "y", contiguous=False),
+        tile_ir.AxisBinding((c.n,), c.extents[c.n], "x", choices.threads_n, choices.thread_n, "x", contiguous=False,
+                            group=choices.fragment_width),
+        tile_ir.AxisBinding((c.m,), c.extents[c.m], "y", choices.threads_m, choices.thread_m, "y", contiguous=False,
+                            group=choices.fragment_width),
     ]
     if c.batch:
         batch = math.prod(c.extents[v] for v in c.batch)
@@ -187,6 +242,8 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
     stages = tuple(stage_for(c, o, choices, target) for o in c.operands)
     recorded: list[tuple[str, object]] = [
         ("register_tile", f"{choices.thread_m}x{choices.thread_n}"),
+        ("fragment_width", _fragment_text(c, choices)),
+        ("epilogue_stores", _store_text(c, choices)),
         ("warp_tile", warp_tile(choices)),
     ]
     if choices.splits > 1:

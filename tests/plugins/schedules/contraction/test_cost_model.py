@@ -6,7 +6,7 @@ from lamina.backends.cuda.codegen import emit_cuda, kernel_symbol
 from lamina.backends.cuda.nvrtc import compile_kernel
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.errors import ScheduleError
-from lamina.core.ir import tile_ir
+from lamina.core.ir import kernel_ir, tile_ir
 from lamina.plugins.schedules.contraction import ContractionSchedule, analyse, candidates, estimate
 from lamina.plugins.schedules.contraction.cost import choose
 from lamina.plugins.selection.cost_model import CostModelPolicy
@@ -96,3 +96,54 @@ def test_the_choices_for_model_shapes_compile_without_spills(case):
     kernel = SCHEDULE.lower(SCHEDULE.schedule(case.kernel, SM_90, {}), SM_90)
     compiled = compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), "sm_90")
     assert (compiled.spill_stores, compiled.spill_loads) == (0, 0)
+
+
+QWEN_QKV_TILE_IR = """\
+tile linear  schedule=contraction
+  grid (36, 32, 1) blocks of 128 threads, 38400 B shared
+  parallel i1 (4608): block.x tile 128 = thread.x 16 x 8 per thread (grouped by 4, groups 64 apart)
+  parallel i0 (2048): block.y tile 64 = thread.y 8 x 8 per thread (grouped by 4, groups 32 apart)
+  reduce r0 (3584): serial, step 16
+  shared x[i0, r0] as f32[r0 16][i0 64 + pad 4], 3 buffers, copy cp.async 4 B
+  shared w[i1, r0] as f32[r0 16][i1 128 + pad 4], 3 buffers, copy cp.async 4 B
+  register_tile = 8x8
+  fragment_width = 4 (16-byte shared-memory reads)
+  epilogue_stores = 4 adjacent outputs per store (16 B)
+  warp_tile = 2x16 threads
+  chosen = block 64x128x16, thread 8x8, splits 1, buffers 3, fragment width 4; cheapest of 41 settings, pinned: none
+  estimate = 1629.7 us from launch 2.0, compute 1439.8 and memory 751.4, overlapped; 1152 blocks, 4 per SM at once
+  copy x[i0, r0] = r0 fastest across threads, a warp's 8 r0 by 4 i0
+  copy w[i1, r0] = r0 fastest across threads, a warp's 8 r0 by 4 i1"""
+
+
+def test_tile_ir_of_the_qwen_qkv_projection():
+    assert tile_ir.format_tile_kernel(SCHEDULE.schedule(QWEN_QKV.kernel, SM_90, {})) == QWEN_QKV_TILE_IR
+
+
+def test_register_tiles_in_fours_are_read_16_bytes_at_a_time_and_estimated_faster():
+    c = analyse(QWEN_QKV.kernel)
+    wide = chosen(QWEN_QKV)
+    narrow = chosen(QWEN_QKV, {"fragment_width": 1, "block_m": wide.block_m, "block_n": wide.block_n})
+    assert (wide.fragment_width, narrow.fragment_width) == (4, 1)
+    assert estimate(c, wide, SM_90).compute_us < estimate(c, narrow, SM_90).compute_us
+    kernel = SCHEDULE.lower(SCHEDULE.schedule(QWEN_QKV.kernel, SM_90, {}), SM_90)
+    (compute,) = [s for s in kernel_ir.statements(kernel.body) if isinstance(s, kernel_ir.For) and s.var == "kk"]
+    reads = [s for s in compute.body if isinstance(s, kernel_ir.VectorLoad)]
+    assert [(s.src, s.width) for s in reads] == 2 * [("x_tile", 4)] + 2 * [("w_tile", 4)]
+    assert not any(isinstance(s, kernel_ir.Store) and s.array.endswith("_reg") for s in compute.body)
+    stores = [s for s in kernel_ir.statements(kernel.body) if isinstance(s, kernel_ir.VectorStore)]
+    assert len(stores) == 8 * 2 and {(s.dst, s.width) for s in stores} == {("out", 4)}
+
+
+def test_a_padding_that_breaks_the_alignment_falls_back_to_single_reads():
+    assert chosen(QWEN_QKV, {"padding": 1}).fragment_width == 1
+    assert chosen(QWEN_QKV, {"padding": 8}).fragment_width == 4
+
+
+@pytest.mark.parametrize("knobs, message", [
+    ({"fragment_width": 4, "padding": 1}, "padding = 1 would misalign the rows that fragment_width = 4 reads"),
+    ({"fragment_width": 4, "thread_m": 2, "thread_n": 2}, "needs register tiles whose sides are multiples of 4"),
+])
+def test_fragment_widths_that_cannot_run_say_why(knobs, message):
+    with pytest.raises(ScheduleError, match=message):
+        chosen(QWEN_QKV, knobs)

@@ -23,7 +23,7 @@ SETTINGS = [(case, choices) for case in CASES for choices in candidates(analyse(
 
 def _id(choices) -> str:
     c = choices
-    return f"{c.block_m}x{c.block_n}x{c.block_k}-t{c.thread_m}x{c.thread_n}-s{c.splits}-b{c.buffers}"
+    return f"{c.block_m}x{c.block_n}x{c.block_k}-t{c.thread_m}x{c.thread_n}-s{c.splits}-b{c.buffers}-f{c.fragment_width}"
 
 
 def test_the_settings_stay_few_enough_to_run_each():
@@ -47,6 +47,8 @@ PINNED = {
     "three_buffers_shallow_k": {"buffers": 3, "block_k": 8, "splits": 1},
     "four_splits_of_a_shallow_k_tile": {"block_k": 8, "splits": 4, "thread_m": 2, "thread_n": 2},
     "register_tile_8x4": {"thread_m": 8, "thread_n": 4, "block_m": 32, "block_n": 32},
+    "single_reads_of_a_4x4_tile": {"fragment_width": 1, "thread_m": 4, "thread_n": 4, "block_m": 32, "block_n": 32},
+    "reads_in_fours_with_padding_8": {"fragment_width": 4, "padding": 8, "block_m": 32, "block_n": 32},
 }
 
 
