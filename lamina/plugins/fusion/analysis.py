@@ -174,6 +174,33 @@ def shared_in_reduction(kernel: loop_ir.Kernel, buffer: str) -> bool:
     return False
 
 
+EXPENSIVE_OPS = frozenset({"exp", "log", "tanh", "sigmoid", "sin", "cos", "erf"})
+"""Scalar ops that cost tens of instructions (a division by a variable too): worth computing once."""
+RECOMPUTE_LIMIT = 256
+"""Inlined into a reader that broadcasts it, a value is recomputed for every point of the
+axes its index misses (a matmul operand: every output column); past this many, an expensive
+value is cheaper to store once and read back."""
+
+
+def expensive(value: Expr) -> bool:
+    for node in ex.walk(value):
+        if isinstance(node, ex.Op) and (node.op in EXPENSIVE_OPS or (node.op == "div" and not isinstance(node.args[1], ex.Const))):
+            return True
+    return False
+
+
+def replication(kernel: loop_ir.Kernel, buffer: str) -> int:
+    """How many points of ``kernel``'s parallel loops read each element of ``buffer``: the
+    product of the parallel extents that a load's index misses (1 when it misses none)."""
+    loops, _ = parallel_nest(kernel)
+    most = 1
+    for load in loop_ir.loads(kernel.body):
+        if load.buffer == buffer:
+            used = set().union(*(ex.free_vars(i) for i in load.index)) if load.index else set()
+            most = max(most, math.prod(loop.extent for loop in loops if loop.var not in used))
+    return most
+
+
 def inline_producer(consumer: loop_ir.Kernel, producer: Pointwise) -> loop_ir.Kernel:
     """``consumer`` with every load of the producer's buffer replaced by the producer's value there."""
     buffer = producer.store.buffer

@@ -11,7 +11,10 @@ producer that would make a consumer too large (see
 ``analysis.MAX_EXPRESSION_NODES``) stays too, and so does a gather (an embedding
 lookup) read by several kernels or as a matmul's operand: the lookup is written once
 rather than copied into each reader, where it would cost a dependent load and make the
-operand one that a matmul cannot stage tile by tile.
+operand one that a matmul cannot stage tile by tile. An expensive value (an exponential, a
+division by a variable) that a reader broadcasts over hundreds of points is stored once:
+a transformer's ``silu(gate) * up``, which its down projection would otherwise recompute
+for every output column.
 """
 
 from __future__ import annotations
@@ -40,7 +43,9 @@ class InlinePointwiseProducers:
             consumers = [] if buffer is None or buffer in outputs else [
                 later for later in range(position + 1, len(kernels)) if buffer in reads[later]
             ]
-            if not consumers or _keeps_lookup(producer, [kernels[later] for later in consumers]) or analysis.worth_storing(
+            if not consumers or _keeps_lookup(producer, [kernels[later] for later in consumers]) or _keeps_costly_operand(
+                producer, [kernels[later] for later in consumers]
+            ) or analysis.worth_storing(
                 producer, len(consumers), temporaries
             ) or not all(
                 analysis.copies_fit(kernels[later], buffer, producer.store.value) for later in consumers
@@ -61,3 +66,10 @@ def _keeps_lookup(producer: analysis.Pointwise, consumers: list[loop_ir.Kernel])
     if not analysis.gathers(producer.store.value):
         return False
     return len(consumers) > 1 or any(analysis.shared_in_reduction(k, producer.store.buffer) for k in consumers)
+
+
+def _keeps_costly_operand(producer: analysis.Pointwise, consumers: list[loop_ir.Kernel]) -> bool:
+    if not analysis.expensive(producer.store.value):
+        return False
+    buffer = producer.store.buffer
+    return any(analysis.replication(k, buffer) > analysis.RECOMPUTE_LIMIT for k in consumers)
