@@ -12,7 +12,7 @@ import attrs
 import torch
 
 from lamina.backends.reference.simulator_grid import Mask, ThreadGrid
-from lamina.backends.reference.simulator_shared import Lanes, SharedArray
+from lamina.backends.reference.simulator_shared import Lanes, SharedArray, select_lanes
 
 
 @attrs.define
@@ -57,22 +57,11 @@ class CpAsyncGroups:
                 copy.array.complete_async(copy.lanes, copy.id)
                 continue
             if bool(done.any()):
-                copy.array.complete_async(_select(copy.lanes, done), copy.id)
+                copy.array.complete_async(select_lanes(copy.lanes, done), copy.id)
                 keep = (~done).nonzero().squeeze(1)
-                copy = _Copy(copy.id, copy.array, _select(copy.lanes, ~done), copy.group.index_select(0, keep))
+                copy = _Copy(copy.id, copy.array, select_lanes(copy.lanes, ~done), copy.group.index_select(0, keep))
             still.append(copy)
         self.in_flight = still
         busy = {id(copy.array) for copy in still}
         for key, array in arrays.items():
             array.has_pending = key in busy
-
-
-def _select(lanes: Lanes, keep: torch.Tensor) -> Lanes:
-    which = keep.nonzero().squeeze(1)
-    return Lanes(
-        threads=lanes.threads.index_select(0, which),
-        local=lanes.local.index_select(0, which),
-        flat=lanes.flat.index_select(0, which),
-        elements=lanes.elements.index_select(0, which),
-        every=False,
-    )

@@ -99,7 +99,7 @@ class SharedArray:
         if self.faults.add(MISALIGNED, (site, "shared"), misaligned, lambda i: (
                 f"vector load of {size} B from {self._element(lanes, i)} at byte {int(lanes.flat[i]) * self.itemsize} "
                 f"of the array is not {size}-byte aligned, by {self._thread(lanes, i)}")):
-            lanes = _keep(lanes, ~misaligned)
+            lanes = select_lanes(lanes, ~misaligned)
             if lanes.threads.numel() == 0:
                 return values, Mask(loaded)
         self._count_banks(lanes, size, site)
@@ -324,7 +324,8 @@ def _widen(lanes: Lanes, width: int) -> Lanes:
     )
 
 
-def _keep(lanes: Lanes, keep: torch.Tensor) -> Lanes:
+def select_lanes(lanes: Lanes, keep: torch.Tensor) -> Lanes:
+    """The lanes where ``keep`` is true."""
     which = keep.nonzero().squeeze(1)
     return Lanes(
         threads=lanes.threads.index_select(0, which),

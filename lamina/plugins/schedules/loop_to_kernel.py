@@ -160,3 +160,15 @@ def bind_point(
             declarations.append(kernel_ir.Declare(loop.var, dtypes.index, coordinate))
             env[loop.var] = ex.Var(loop.var)
     return declarations, env
+
+
+def names_in(kernel: loop_ir.Kernel) -> set[str]:
+    """Every name a loop kernel uses (buffers, loop variables, accumulators): what a lowering's
+    fresh names must avoid."""
+    names = {b.name for b in kernel.inputs + kernel.outputs}
+    for s in loop_ir.statements(kernel.body):
+        if isinstance(s, loop_ir.Loop):
+            names.add(s.var)
+        elif isinstance(s, (loop_ir.Init, loop_ir.Accumulate)):
+            names.add(s.acc)
+    return names

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from lamina.core.errors import ScheduleError
-from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
+from lamina.core.ir import expr as ex, index, kernel_ir, tile_ir
 from lamina.core.ir.names import fresh_name
 from lamina.plugins.schedules import loop_to_kernel
 
@@ -30,7 +30,7 @@ def lower(tile: tile_ir.TileKernel) -> kernel_ir.Kernel:
             f"{binding.per_thread} per thread; schedule it with the generic schedule"
         )
     threads, total = binding.threads, binding.extent
-    taken = _names_in(kernel)
+    taken = loop_to_kernel.names_in(kernel)
     linear = ex.Var(fresh_name("linear", taken))
 
     body, env = loop_to_kernel.bind_point(loops, linear, total)
@@ -50,15 +50,3 @@ def lower(tile: tile_ir.TileKernel) -> kernel_ir.Kernel:
         body=tuple(statements),
         launch=kernel_ir.Launch((blocks, 1, 1), (threads, 1, 1)),
     )
-
-
-def _names_in(kernel: loop_ir.Kernel) -> set[str]:
-    names = {b.name for b in kernel.inputs + kernel.outputs}
-    for s in loop_ir.statements(kernel.body):
-        if isinstance(s, loop_ir.Loop):
-            names.add(s.var)
-        elif isinstance(s, (loop_ir.Init, loop_ir.Accumulate)):
-            names.add(s.acc)
-    return names
-
-

@@ -48,7 +48,7 @@ class _RowLowering:
         self.in_registers = decisions.row_in_registers
         self.elements = decisions.elements_per_thread(row.length)
         self.blocks = max(1, math.ceil(row.row_count / self.rows_per_block))
-        self.taken = _names_in(row.kernel) | {row.column_name}
+        self.taken = loop_to_kernel.names_in(row.kernel) | {row.column_name}
         self.arrays: list[kernel_ir.Array] = []
         self.registers: dict[tuple, str] = {}
         self.slot = ex.Var(fresh_name("j", self.taken))
@@ -178,13 +178,3 @@ class _RowLowering:
             out.append(kernel_ir.Assign(var.name, loop_to_kernel.combine(op, var, kernel_ir.ShuffleXor(var, mask))))
             mask //= 2
         return out
-
-
-def _names_in(kernel: loop_ir.Kernel) -> set[str]:
-    names = {b.name for b in kernel.inputs + kernel.outputs}
-    for s in loop_ir.statements(kernel.body):
-        if isinstance(s, loop_ir.Loop):
-            names.add(s.var)
-        elif isinstance(s, (loop_ir.Init, loop_ir.Accumulate)):
-            names.add(s.acc)
-    return names
