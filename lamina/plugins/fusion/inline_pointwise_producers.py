@@ -12,16 +12,16 @@ producer that would make a consumer too large (see
 lookup) read by several kernels or as a matmul's operand: the lookup is written once
 rather than copied into each reader, where it would cost a dependent load and make the
 operand one that a matmul cannot stage tile by tile. An expensive value (an exponential, a
-division by a variable) that a reader broadcasts over hundreds of points is stored once:
-a transformer's ``silu(gate) * up``, which its down projection would otherwise recompute
-for every output column.
+division by a variable) that a view broadcasts over hundreds of points, as a matmul's
+operand is broadcast over its output columns, is stored once: a transformer's
+``silu(gate) * up``, which its down projection would otherwise recompute for every column.
 """
 
 from __future__ import annotations
 
 import attrs
 
-from lamina.core.ir import loop_ir
+from lamina.core.ir import expr as ex, loop_ir
 from lamina.plugins.fusion import analysis
 
 
@@ -69,7 +69,22 @@ def _keeps_lookup(producer: analysis.Pointwise, consumers: list[loop_ir.Kernel])
 
 
 def _keeps_costly_operand(producer: analysis.Pointwise, consumers: list[loop_ir.Kernel]) -> bool:
+    """An expensive value that a matmul, or the view that becomes its operand, broadcasts over
+    many points; a reader that computes with it pointwise keeps it inlined."""
     if not analysis.expensive(producer.store.value):
         return False
     buffer = producer.store.buffer
-    return any(analysis.replication(k, buffer) > analysis.RECOMPUTE_LIMIT for k in consumers)
+    return any(_broadcasts(k, buffer) and analysis.replication(k, buffer) > analysis.RECOMPUTE_LIMIT for k in consumers)
+
+
+def _broadcasts(kernel: loop_ir.Kernel, buffer: str) -> bool:
+    """Whether ``kernel`` is a view of ``buffer`` or a reduction that takes it as a shared operand."""
+    if analysis.shared_in_reduction(kernel, buffer):
+        return True
+    view = analysis.pointwise(kernel)
+    if view is None:
+        return False
+    value = view.store.value
+    while isinstance(value, ex.Op) and value.op == "cast":
+        value = value.args[0]
+    return isinstance(value, loop_ir.Load) and value.buffer == buffer

@@ -53,3 +53,10 @@ def test_what_counts_as_expensive():
     assert analysis.expensive(store.value)
     cheap = lamina.compile(lambda a: a * 2.0 + a / 4.0, (x,)).compilation.loop.kernels[0]
     assert not analysis.expensive(cheap.body[0].body[0].body[0].value)
+
+
+def test_a_pointwise_reader_of_a_broadcast_keeps_it_inlined():
+    """Recomputing sigmoid(y) per row costs a memory-bound kernel nothing; storing it would cost a launch."""
+    x, y = torch.randn(2 * analysis.RECOMPUTE_LIMIT + 1, 3), torch.randn(3)
+    compiled = lamina.compile(lambda x, y: torch.relu(x + y) * 2.0 - torch.sigmoid(y), (x, y))
+    assert compiled.kernel_count == 1
