@@ -9,6 +9,8 @@ memory and combine every row of the one with every column of the other.
 
 from __future__ import annotations
 
+import functools
+
 import attrs
 
 from lamina.core.errors import ScheduleError
@@ -35,7 +37,13 @@ class Operand:
 
     @property
     def text(self) -> str:
-        return loop_ir.format_value(self.load)
+        return _formatted(self.load)
+
+
+@functools.lru_cache(maxsize=4096)
+def _formatted(load: loop_ir.Load) -> str:
+    """A load as Tile IR prints it; the cost model asks for it once per candidate setting."""
+    return loop_ir.format_value(load)
 
 
 @attrs.frozen

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Mapping
 
+from lamina.core.errors import ScheduleError
 from lamina.core.ir import loop_ir, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import cost, tiling
@@ -16,10 +18,17 @@ def _where(kernel: loop_ir.Kernel) -> str:
     return f"kernel {kernel.name}, contraction schedule"
 
 
-def schedule_contraction(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:
+@functools.lru_cache(maxsize=256)
+def _cheapest(kernel: loop_ir.Kernel, target: Target, pinned: tuple[tuple[str, int], ...]):
+    """The kernel's contraction and the cost model's choice for it: the selection policy asks
+    for the estimate and the pipeline then for the schedule, and the search runs once."""
     c = analyse(kernel)
+    return c, cost.choose(c, target, dict(pinned), _where(kernel))
+
+
+def schedule_contraction(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:
     pinned = read_pinned(knobs, _where(kernel))
-    choices, estimate, count = cost.choose(c, target, pinned, _where(kernel))
+    c, (choices, estimate, count) = _cheapest(kernel, target, tuple(pinned.items()))
     pins = ", ".join(f"{k}={v}" for k, v in pinned.items()) or "none"
     notes = [
         ("chosen", f"{choices.summary()}; cheapest of {count} settings, pinned: {pins}"),
@@ -30,6 +39,8 @@ def schedule_contraction(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[
 
 def estimate_contraction(kernel: loop_ir.Kernel, target: Target) -> float:
     """Microseconds that the cheapest setting is expected to take (infinite where none can run)."""
-    c = analyse(kernel)
-    settings = cost.candidates(c, target)
-    return min((cost.estimate(c, s, target).total_us for s in settings), default=math.inf)
+    try:
+        _, (_, estimate, _) = _cheapest(kernel, target, ())
+    except ScheduleError:
+        return math.inf
+    return estimate.total_us
