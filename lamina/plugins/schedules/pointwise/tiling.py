@@ -4,13 +4,15 @@ The flattened output is cut into vectors of ``vector_width`` adjacent elements a
 the innermost loop. Block ``b`` owns a contiguous run of ``threads * vectors_per_thread
 * steps`` vectors; in each of its ``steps`` a thread handles ``vectors_per_thread`` of
 them, ``threads`` apart, so that neighbouring threads touch neighbouring vectors (one
-coalesced access per warp) and each thread has several independent loads in flight.
-The grid never exceeds what the SMs hold at once: larger tensors take more steps, not
-more waves of blocks.
+coalesced access per warp). By default a thread handles one vector in one step and the
+grid has a block for every ``threads`` vectors: on the H200 that beat grids capped at
+what the SMs hold at once, with several vectors per thread, by 8-10% on large tensors
+(``benchmarks/results/2026-11-29_h200_memory_bound_sweep.json``).
 
 Knobs the user may pin: ``vector_width`` (a power of two dividing the innermost
-extent), ``vectors_per_thread`` (1 to 8) and ``threads`` (a multiple of the warp, at
-most 512). Every pinned combination must leave the thread's vectors in registers.
+extent), ``vectors_per_thread`` (1 to 8), ``threads`` (a multiple of the warp, at
+most 512) and ``steps`` (how many times each thread repeats its vectors, which sets
+the grid). Every pinned combination must leave the thread's vectors in registers.
 """
 
 from __future__ import annotations
@@ -37,8 +39,6 @@ MAX_VECTORS_PER_THREAD = 8
 MAX_THREADS = 512
 """With 1024 threads a block leaves ptxas 32 to 64 registers a thread, and it spills
 even modest kernels; a pointwise kernel gains nothing from blocks that large."""
-RESIDENT_THREADS_PER_SM = 2048
-"""Threads one SM holds at once (sm_80, sm_90)."""
 REGISTERS_PER_BLOCK = 64 * 1024
 REGISTERS_BESIDES_VECTORS = 32
 """What a thread needs for addresses, coordinates and arithmetic, on top of its vectors
@@ -155,16 +155,12 @@ def choose_width(kernel: loop_ir.Kernel, nest: PointwiseNest, target: Target, kn
 
 def choose_grid(kernel: loop_ir.Kernel, plan: AccessPlan, vectors: int, target: Target,
                 knobs: Mapping[str, Any]) -> Decisions:
-    """Threads and vectors per thread (pinned, else by the number of vectors), then as
-    many blocks as the SMs hold, and as many steps as that takes."""
+    """Threads (pinned, else by the number of vectors), vectors per thread and steps
+    (pinned, else one of each), and the blocks that leaves."""
     threads = pinned_threads(kernel, target, knobs)
     per_thread = _pinned(knobs, "vectors_per_thread", kernel.name,
                          lambda p: 0 < p <= MAX_VECTORS_PER_THREAD, f"from 1 to {MAX_VECTORS_PER_THREAD}")
-    resident = target.sm_count * RESIDENT_THREADS_PER_SM
-    if per_thread is None:
-        per_thread = 4 if vectors >= 4 * resident else 2 if vectors >= 2 * resident else 1
-        while per_thread > 1 and not registers_fit(kernel, plan, per_thread, threads or LARGE_BLOCK, target):
-            per_thread //= 2
+    per_thread = per_thread or 1
     if threads is None:
         threads = _threads_for(math.ceil(vectors / per_thread), target)
     if not registers_fit(kernel, plan, per_thread, threads, target):
@@ -175,8 +171,7 @@ def choose_grid(kernel: loop_ir.Kernel, plan: AccessPlan, vectors: int, target: 
             f"the rest of the kernel needs that is more than the {available} a thread of a {threads}-thread block "
             "has; pin fewer vectors_per_thread, a narrower vector_width or fewer threads"
         )
-    max_blocks = target.sm_count * max(1, RESIDENT_THREADS_PER_SM // threads)
-    steps = max(1, math.ceil(vectors / (max_blocks * threads * per_thread)))
+    steps = _pinned(knobs, "steps", kernel.name, lambda s: s > 0, "a positive number of steps") or 1
     blocks = max(1, math.ceil(vectors / (steps * threads * per_thread)))
     return Decisions(plan.width, per_thread, threads, steps, blocks)
 

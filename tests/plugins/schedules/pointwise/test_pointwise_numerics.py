@@ -24,8 +24,6 @@ from .kernels import (
 
 SCHEDULE = PointwiseSchedule()
 SM_90 = Target("sm_90", "sm_90")
-ONE_SM = Target("sm_90", "sm_90", sm_count=1)
-"""A GPU of one SM: the grid cap is reached by small tensors, so threads take several steps."""
 
 SHAPES = [(3, 5), (7, 100), (2, 130), (5, 48)]
 """Rows of 5 (no vector fits), 100 (4 but not 8), 130 (2 only) and 48 (up to 16); none a
@@ -75,16 +73,18 @@ STEP_CASES = [silu_up((9, 1000), F32), transposed_store((9, 2000), BF16), rope(8
 
 @pytest.mark.parametrize("case", STEP_CASES, ids=[c.id for c in STEP_CASES])
 def test_threads_that_take_several_steps_match_pytorch(case):
-    kernel = check(case, {"threads": 32, "vectors_per_thread": 1}, ONE_SM)
-    assert kernel.launch.grid[0] <= ONE_SM.sm_count * 2048 // 32
-    tile = SCHEDULE.schedule(case.kernel, ONE_SM, {"threads": 32, "vectors_per_thread": 1})
-    assert dict(tile.knobs)["steps"] > 1
+    knobs = {"threads": 32, "vectors_per_thread": 2, "steps": 3}
+    kernel = check(case, knobs)
+    tile = SCHEDULE.schedule(case.kernel, SM_90, knobs)
+    assert kernel.launch.grid[0] == tile.grid_shape()["x"]
+    assert dict(tile.knobs)["steps"] == 3
 
 
 def test_chosen_decisions_on_a_large_tensor_match_pytorch():
-    """Enough vectors for a one-SM GPU that the schedule itself picks four per thread and several steps."""
+    """By default a thread takes one vector in one step, and the grid covers the tensor."""
     case = silu_up((64, 520), F32)
-    tile = SCHEDULE.schedule(case.kernel, ONE_SM, {})
+    tile = SCHEDULE.schedule(case.kernel, SM_90, {})
     knobs = dict(tile.knobs)
-    assert (tile.vector_width, knobs["vectors_per_thread"], knobs["steps"]) == (4, 4, 2)
-    check(case, {}, ONE_SM)
+    assert (tile.vector_width, knobs["vectors_per_thread"], knobs["steps"]) == (4, 1, 1)
+    assert tile.grid_shape()["x"] * tile.grid[0].threads * 4 >= 64 * 520
+    check(case, {})
