@@ -6,7 +6,8 @@
 
 For every model, dtype and sequence length, in one process: the logits against eager
 PyTorch (float64 reference for float32 weights, float32 for bfloat16; bfloat16 logits
-are judged against eager's own bfloat16 logits, and both errors are recorded), kernels in all
+are judged against eager's own bfloat16 logits, and both errors are recorded, with
+torch.compile's own errors beside them for scale), kernels in all
 and per decoder layer (lamina, eager, torch.compile), lamina's compile time with an
 empty kernel cache and again with a warm one, peak GPU memory of a forward pass
 (lamina against eager), and the forward time of lamina, eager and
@@ -188,17 +189,21 @@ def run_case(model, config, layers: int, dtype: str, seq: int, args) -> dict:
         "tolerance": TOLERANCE[dtype],
         "ok": judged < TOLERANCE[dtype],
     }
-    del reference, out, eager_out
+    del out
 
     contenders = {"lamina": compiled, "eager": model}
     if not args.no_torch_compile:
         compiled_torch = torch.compile(model, dynamic=False)
         started = time.perf_counter()
         with torch.no_grad():
-            compiled_torch(ids)
+            torch_out = compiled_torch(ids)
         torch.cuda.synchronize()
         case["compile"]["torch.compile_first_call_s"] = time.perf_counter() - started
+        case["correctness"]["torch.compile_relative_error"] = relative_error(torch_out, reference)
+        case["correctness"]["torch.compile_relative_error_against_eager"] = relative_error(torch_out, eager_out)
         contenders["torch.compile"] = compiled_torch
+        del torch_out
+    del reference, eager_out
     times = {name: attempt(lambda: time_cuda_graph(fn, (ids,), replays=args.replays, warmup=5))
              for name, fn in contenders.items()}
     case["forward_us"] = times
@@ -239,6 +244,8 @@ def summary(case: dict) -> str:
                       for name, us in t.items())
     return (f"{case['model']} L={case['layers']} {case['dtype']} S={case['seq']}: error {c['relative_error']:.2e} "
             f"(eager's {c['eager_relative_error']:.2e}; against eager {c['relative_error_against_eager']:.2e}; "
+            + (f"torch.compile against eager {c['torch.compile_relative_error_against_eager']:.2e}; "
+               if "torch.compile_relative_error_against_eager" in c else "") +
             f"{'ok' if c['ok'] else 'MISMATCH'}), kernels {k['lamina']['total']} ({k['lamina']['per_layer']:g}/layer), "
             f"compile cold {case['compile']['cold']['total_s']:.1f} s warm {case['compile']['warm']['total_s']:.1f} s, "
             f"memory x{case['memory']['ratio_above_before']:.2f} eager's, {times}")

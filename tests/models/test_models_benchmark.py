@@ -77,6 +77,8 @@ def test_summary_of_a_measured_and_a_failed_case(bench):
     line = bench.summary(case)
     assert "error 3.00e-07 (eager's 2.00e-07; against eager 1.00e-07; ok)" in line and "kernels 300 (13/layer)" in line
     assert "lamina 2.000 ms" in line and "torch.compile RuntimeError: capture" in line
+    case["correctness"]["torch.compile_relative_error_against_eager"] = 4e-7
+    assert "against eager 1.00e-07; torch.compile against eager 4.00e-07; ok)" in bench.summary(case)
     failed = {"model": "qwen2.5-7b", "layers": 2, "dtype": "bfloat16", "seq": 512, "failure": "LaminaError: x"}
     assert bench.summary(failed) == "qwen2.5-7b L=2 bfloat16 S=512: FAILED LaminaError: x"
 
