@@ -40,8 +40,9 @@ def lamina_register_fusion_rules(register):
     """Register fusion rules that rewrite Loop IR programs.
 
     Called once when the plugin manager is set up. ``register(rule)`` takes an object
-    with ``name``, ``priority`` and ``apply(program) -> program | None`` (see
-    ``lamina.core.providers.FusionRule``). The pipeline applies rules, highest
+    with ``name``, ``priority`` and ``apply(program, target, knobs) -> program | None``
+    (see ``lamina.core.providers.FusionRule``): ``target`` is the device compiled for
+    and ``knobs`` the decisions the user pinned. The pipeline applies rules, highest
     priority first, until none changes the program. A rule must preserve the
     program's results and must never duplicate a reduction per use. Any plugin may
     implement it. Returns nothing.

@@ -78,7 +78,7 @@ class Pipeline:
         self._observe("tensor", c.tensor, c)
 
         rules = [e.provider for e in self.registry.ranked("fusion_rule")]
-        c.loop = fuse(lower_to_loops(c.tensor), rules)
+        c.loop = fuse(lower_to_loops(c.tensor), rules, target, self.config.knobs)
         loop_ir.verify_program(c.loop)
         self._observe("loop", c.loop, c)
 

@@ -31,8 +31,15 @@ class FusionRule(Protocol):
     name: str
     priority: int
 
-    def apply(self, program: "loop_ir.Program") -> "loop_ir.Program | None":
-        """Return a program with one or more fusions made, or None when nothing applies."""
+    def apply(
+        self, program: "loop_ir.Program", target: "Target", knobs: Mapping[str, Any]
+    ) -> "loop_ir.Program | None":
+        """Return a program with one or more fusions made, or None when nothing applies.
+
+        ``target`` is the device the program is compiled for, for rules whose answer
+        depends on it (whether splitting a reduction across blocks pays depends on the
+        number of SMs); ``knobs`` are the decisions the user pinned in the config.
+        """
 
 
 @runtime_checkable

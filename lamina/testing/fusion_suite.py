@@ -71,7 +71,7 @@ def _check(suite, rule: str, program: str, how: str) -> None:
         rules = [registry.get("fusion_rule", rule, plugin=context.name).provider]
     else:
         rules = [e.provider for e in registry.ranked("fusion_rule")]
-    fused = fuse(unfused, rules)
+    fused = fuse(unfused, rules, registry.get("target", "sm_90").provider, {})
     loop_ir.verify_program(fused)
     actual = run_loop_program(fused, registry, sample)
     assert_close(actual, sample.expected, f"program {program} fused by rule {rule} ({how.replace('_', ' ')})")

@@ -77,7 +77,9 @@ def test_plugins_json_lists_the_builtins(capsys):
     code, out, err = run(capsys, "plugins", "--json")
     assert code == 0
     plugins = {p["name"]: p for p in json.loads(out)}
-    assert plugins["lamina.builtin.schedules.contraction"]["registered"] == [["schedule", "contraction"]]
+    assert plugins["lamina.builtin.schedules.contraction"]["registered"] == [
+        ["fusion_rule", "split_contractions_across_blocks"], ["schedule", "contraction"], ["schedule", "unrolled_reduction"]
+    ]
     assert all(p["status"] == "loaded" for p in plugins.values())
 
 

@@ -17,7 +17,7 @@ OBSERVER = """
     class Rule:
         name = "{rule}"
         priority = 5
-        def apply(self, program):
+        def apply(self, program, target, knobs):
             return None
 
     @hookimpl
@@ -113,7 +113,7 @@ def test_plugin_that_fails_while_registering_leaves_nothing_behind(site):
         class Rule:
             name = "half_rule"
             priority = 0
-            def apply(self, program):
+            def apply(self, program, target, knobs):
                 return None
 
         @hookimpl

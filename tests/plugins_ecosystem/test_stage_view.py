@@ -38,7 +38,7 @@ def test_the_builtins_alone():
     assert v["ops"]["count"] == len(DECOMPOSITIONS)
     assert v["ops"]["by_plugin"] == {"lamina.builtin.ops": len(DECOMPOSITIONS)}
     assert v["ops"]["overridden"] == []
-    assert [s["name"] for s in v["schedules"]["providers"]] == ["pointwise", "row_reduction", "contraction", "generic"]
+    assert [s["name"] for s in v["schedules"]["providers"]] == ["pointwise", "row_reduction", "unrolled_reduction", "contraction", "generic"]
     assert v["schedules"]["configured"] is None
     assert v["selection_policy"] == {"name": "cost_model", "plugin": "lamina.builtin.selection", "registered": True}
     rules = [r["priority"] for r in v["fusion_rules"]]
@@ -94,7 +94,7 @@ def test_the_command_prints_the_stages_as_json(no_config, capsys):
     assert main(["plugins", "--stages", "--json"]) == 0
     v = json.loads(capsys.readouterr().out)
     assert set(v) == {"config", "ops", "fusion_rules", "schedules", "selection_policy", "kernel_passes", "backends", "target"}
-    assert [s["name"] for s in v["schedules"]["providers"]][:4] == ["pointwise", "row_reduction", "contraction", "generic"]
+    assert [s["name"] for s in v["schedules"]["providers"]][:5] == ["pointwise", "row_reduction", "unrolled_reduction", "contraction", "generic"]
 
 
 def test_the_plugin_list_stays_a_json_list(no_config, capsys):

@@ -10,20 +10,24 @@ wrong kernel.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from lamina.core.errors import LaminaError, VerificationError
 from lamina.core.ir import loop_ir
 from lamina.core.providers import FusionRule
+from lamina.core.target import Target
 
 
-def fuse(program: loop_ir.Program, rules: Sequence[FusionRule]) -> loop_ir.Program:
-    """``program`` with ``rules`` applied, in order and repeatedly, until none applies."""
+def fuse(
+    program: loop_ir.Program, rules: Sequence[FusionRule], target: Target, knobs: Mapping[str, Any]
+) -> loop_ir.Program:
+    """``program`` with ``rules`` applied, in order and repeatedly, until none applies, for
+    ``target`` and with the user's pinned ``knobs``."""
     limit = 8 * (len(program.kernels) + len(program.temporaries) + 1) * max(len(rules), 1)
     changes: Counter[str] = Counter()
     while True:
         for rule in rules:
-            result = rule.apply(program)
+            result = rule.apply(program, target, knobs)
             if result is None or result == program:
                 continue
             _check(rule, result)

@@ -13,11 +13,13 @@ are worth copying.
 from __future__ import annotations
 
 import math
+from typing import Any, Mapping
 
 import attrs
 
 from lamina.core.ir import expr as ex, index, loop_ir
 from lamina.core.ir.expr import Expr
+from lamina.core.target import Target
 from lamina.plugins.fusion import analysis
 
 
@@ -25,7 +27,7 @@ class FuseEpilogueIntoReduction:
     name = "fuse_epilogue_into_reduction"
     priority = 100
 
-    def apply(self, program: loop_ir.Program) -> loop_ir.Program | None:
+    def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
         outputs = {b.name for b in program.outputs}
         known = analysis.buffers(program)
         kernels = list(program.kernels)

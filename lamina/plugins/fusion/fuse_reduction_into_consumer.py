@@ -27,10 +27,13 @@ into a pointwise reader of its own points, so that it stays a matmul with stores
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import attrs
 
 from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.ir.expr import Expr
+from lamina.core.target import Target
 from lamina.plugins.fusion import analysis
 
 
@@ -38,7 +41,7 @@ class FuseReductionIntoConsumer:
     name = "fuse_reduction_into_consumer"
     priority = 50
 
-    def apply(self, program: loop_ir.Program) -> loop_ir.Program | None:
+    def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
         """One fusion per call, a reduction with a single reader first: taking it in whole
         leaves the reader a single store, so that it can in turn fuse into its own reader
         (softmax's sum into the normalisation, then the max into both)."""

@@ -19,9 +19,12 @@ operand is broadcast over its output columns, is stored once: a transformer's
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import attrs
 
 from lamina.core.ir import expr as ex, loop_ir
+from lamina.core.target import Target
 from lamina.plugins.fusion import analysis
 
 
@@ -29,7 +32,7 @@ class InlinePointwiseProducers:
     name = "inline_pointwise_producers"
     priority = 200
 
-    def apply(self, program: loop_ir.Program) -> loop_ir.Program | None:
+    def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
         outputs = {b.name for b in program.outputs}
         temporaries = {b.name: b for b in program.temporaries}
         known = analysis.buffers(program)

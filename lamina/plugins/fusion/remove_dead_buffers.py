@@ -7,9 +7,12 @@ actually loads. Program outputs are never removed.
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import attrs
 
 from lamina.core.ir import loop_ir
+from lamina.core.target import Target
 from lamina.plugins.fusion import analysis
 
 
@@ -17,7 +20,7 @@ class RemoveDeadBuffers:
     name = "remove_dead_buffers"
     priority = 0
 
-    def apply(self, program: loop_ir.Program) -> loop_ir.Program | None:
+    def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
         known = analysis.buffers(program)
         outputs = {b.name for b in program.outputs}
         kernels = [analysis.with_exact_inputs(k, known) for k in program.kernels]

@@ -9,17 +9,20 @@ dtype the program promised.
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import attrs
 
 from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.ir.dtypes import DType
+from lamina.core.target import Target
 
 
 class StoreNarrowedTemporaries:
     name = "store_narrowed_temporaries"
     priority = 10
 
-    def apply(self, program: loop_ir.Program) -> loop_ir.Program | None:
+    def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
         """Narrow every temporary that qualifies, in one pass: a model has one per layer."""
         result = program
         for buffer in program.temporaries:

@@ -14,11 +14,13 @@ the add's kernel is gone. Later readers of ``h`` still read the buffer, written 
 from __future__ import annotations
 
 import math
+from typing import Any, Mapping
 
 import attrs
 
 from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.ir.expr import Expr
+from lamina.core.target import Target
 from lamina.plugins.fusion import analysis
 
 
@@ -26,7 +28,7 @@ class StoreOutputInConsumer:
     name = "store_output_in_consumer"
     priority = 40
 
-    def apply(self, program: loop_ir.Program) -> loop_ir.Program | None:
+    def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
         outputs = {b.name for b in program.outputs}
         temporaries = {b.name: b for b in program.temporaries}
         known = analysis.buffers(program)

@@ -5,10 +5,13 @@ from lamina.core.ir import dtypes, expr as ex, loop_ir
 from lamina.core.ir.torch_ir import TensorType
 from lamina.core.stages.fuse import fuse
 from lamina.core.stages.lower_to_loops import lower_to_loops
+from lamina.core.target import Target
 from lamina.plugins.fusion import FuseEpilogueIntoReduction, InlinePointwiseProducers, RemoveDeadBuffers
 from lamina.plugins.fusion import plugin
 from lamina.plugins.fusion.analysis import MAX_EXPRESSION_NODES
 from tests.core.stages import tensor_programs as tp
+
+SM_90 = Target("sm_90", "sm_90")
 
 RUNNING_EXAMPLE_FUSED = """\
 loop_program(x: f32[16, 64], bias: f32[64], w: f32[64, 16]) -> (relu: f32[16, 16]):
@@ -28,7 +31,7 @@ def builtin_rules():
 
 
 def fused(program):
-    return fuse(lower_to_loops(program), builtin_rules())
+    return fuse(lower_to_loops(program), builtin_rules(), SM_90, {})
 
 
 def reduce_loops(program):
@@ -53,7 +56,7 @@ def test_running_example_becomes_one_kernel_without_temporaries():
 
 
 def test_inlining_alone_leaves_reduction_and_epilogue():
-    program = fuse(lower_to_loops(tp.running_example()), [InlinePointwiseProducers()])
+    program = fuse(lower_to_loops(tp.running_example()), [InlinePointwiseProducers()], SM_90, {})
     assert [k.name for k in program.kernels] == ["sum", "relu"]
     assert [b.name for b in program.temporaries] == ["sum"]
     assert loop_ir.format_kernel(program.kernels[0]).splitlines()[5].strip() == "acc0 += (x[i0, r0] + bias[r0]) * w[r0, i1]"
@@ -235,10 +238,10 @@ def test_dead_buffers_and_their_kernels_are_removed_in_chains():
         [_copy("a", "x", t), _copy("b", "a", t), _copy("out", "x", t)],
         [x], [out], [a, b_],
     )
-    cleaned = RemoveDeadBuffers().apply(program)
+    cleaned = RemoveDeadBuffers().apply(program, SM_90, {})
     assert [k.name for k in cleaned.kernels] == ["out"]
     assert cleaned.temporaries == ()
-    assert RemoveDeadBuffers().apply(cleaned) is None
+    assert RemoveDeadBuffers().apply(cleaned, SM_90, {}) is None
 
 
 def test_kernel_inputs_are_made_exact_in_first_load_order():
@@ -246,13 +249,13 @@ def test_kernel_inputs_are_made_exact_in_first_load_order():
     x, y, out = (loop_ir.Buffer(n, t) for n in ("x", "y", "out"))
     kernel = _copy("out", "x", t)
     program = _program([attrs.evolve(kernel, inputs=(y, x))], [x, y], [out], [])
-    cleaned = RemoveDeadBuffers().apply(program)
+    cleaned = RemoveDeadBuffers().apply(program, SM_90, {})
     assert cleaned.kernels[0].inputs == (x,)
 
 
 @pytest.mark.parametrize("rule", [InlinePointwiseProducers(), FuseEpilogueIntoReduction(), RemoveDeadBuffers()], ids=lambda r: r.name)
 def test_rules_report_no_change_on_a_fused_program(rule):
-    assert rule.apply(fused(tp.running_example())) is None
+    assert rule.apply(fused(tp.running_example()), SM_90, {}) is None
 
 
 @pytest.mark.parametrize("case", tp.CASES, ids=lambda c: c.id)

@@ -9,6 +9,7 @@ from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.stages.fuse import fuse
 from lamina.core.stages.lower_to_loops import lower_to_loops
+from lamina.core.target import Target
 from lamina.plugins.fusion import plugin
 from tests.core.stages import tensor_programs as tp
 
@@ -16,7 +17,7 @@ from tests.core.stages import tensor_programs as tp
 def fused(program):
     rules = []
     plugin.lamina_register_fusion_rules(rules.append)
-    return fuse(lower_to_loops(program), sorted(rules, key=lambda r: (-r.priority, r.name)))
+    return fuse(lower_to_loops(program), sorted(rules, key=lambda r: (-r.priority, r.name)), Target("sm_90", "sm_90"), {})
 
 
 def reduce_loops(program):

@@ -6,7 +6,10 @@ import torch.nn.functional as F
 import lamina
 from lamina.backends.reference.interpreter import interpret
 from lamina.core.ir import dtypes
+from lamina.core.target import Target
 from lamina.plugins.fusion.store_narrowed_temporaries import StoreNarrowedTemporaries
+
+SM_90 = Target("sm_90", "sm_90")
 
 
 def gated(x, w, v):
@@ -45,11 +48,11 @@ def test_a_temporary_also_read_at_full_width_keeps_its_dtype():
     x, w = torch.randn(5, 16), torch.randn(24, 16)
     rule = StoreNarrowedTemporaries()
     program = lamina.compile(both, (x, w)).compilation.loop
-    assert rule.apply(program) is None
+    assert rule.apply(program, SM_90, {}) is None
     assert all(b.type.dtype == dtypes.float32 for b in program.temporaries)
 
 
 def test_float32_programs_are_left_alone():
     x, w, v = (t.float() for t in bf16_inputs())
     program = lamina.compile(gated, (x, w, v)).compilation.loop
-    assert StoreNarrowedTemporaries().apply(program) is None
+    assert StoreNarrowedTemporaries().apply(program, SM_90, {}) is None

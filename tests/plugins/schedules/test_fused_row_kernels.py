@@ -28,7 +28,7 @@ CASES = [
 def fused(case):
     rules = []
     plugin.lamina_register_fusion_rules(rules.append)
-    return fuse(lower_to_loops(case.program), sorted(rules, key=lambda r: (-r.priority, r.name)))
+    return fuse(lower_to_loops(case.program), sorted(rules, key=lambda r: (-r.priority, r.name)), SM_90, {})
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")

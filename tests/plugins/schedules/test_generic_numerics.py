@@ -39,7 +39,7 @@ def test_generic_kernels_match_pytorch(case, fused):
     inputs = [t.float() for t in case.inputs()]
     program = lower_to_loops(case.program)
     if fused:
-        program = fuse(program, RULES)
+        program = fuse(program, RULES, TARGET, {})
     (got,) = run_generic(program, inputs)
     expected = case.reference(*(t.double() for t in inputs))
     assert got.shape == expected.shape
@@ -49,7 +49,7 @@ def test_generic_kernels_match_pytorch(case, fused):
 @pytest.mark.parametrize("threads", [32, 64, 256])
 def test_pinned_thread_counts_compute_the_same(threads):
     inputs = [torch.randn(17, 65), torch.randn(65), torch.randn(65, 19)]
-    program = fuse(lower_to_loops(tp.running_example(17, 65, 19)), RULES)
+    program = fuse(lower_to_loops(tp.running_example(17, 65, 19)), RULES, TARGET, {})
     (got,) = run_generic(program, inputs, {"threads": threads})
     assert relative_error(got, tp.running_example_reference(*(t.double() for t in inputs))) < 1e-5
 
@@ -57,7 +57,7 @@ def test_pinned_thread_counts_compute_the_same(threads):
 def test_full_reduction_runs_in_one_thread():
     b = tp.TensorProgramBuilder()
     x = b.input("x", 300)
-    program = fuse(lower_to_loops(b.program(b.reduce(x, (0,), "max"))), RULES)
+    program = fuse(lower_to_loops(b.program(b.reduce(x, (0,), "max"))), RULES, TARGET, {})
     inputs = [torch.randn(300)]
     (got,) = run_generic(program, inputs)
     assert got.item() == inputs[0].max().item()
@@ -67,7 +67,7 @@ def test_outputs_that_repeat_or_name_inputs_are_copies():
     b = tp.TensorProgramBuilder()
     x = b.input("x", 5, 3)
     doubled = b.elementwise("double", lambda a: tp.mul(a, 2.0), x)
-    program = fuse(lower_to_loops(b.program(x, doubled, doubled)), RULES)
+    program = fuse(lower_to_loops(b.program(x, doubled, doubled)), RULES, TARGET, {})
     inputs = [torch.randn(5, 3)]
     got = run_generic(program, inputs)
     torch.testing.assert_close(got, [inputs[0], inputs[0] * 2, inputs[0] * 2], rtol=0, atol=0)

@@ -51,7 +51,7 @@ kernel relu  grid (3, 1, 1)  block (128, 1, 1)
 
 
 def fused_kernels(program):
-    return fuse(lower_to_loops(program), RULES).kernels
+    return fuse(lower_to_loops(program), RULES, TARGET, {}).kernels
 
 
 def generic(kernel, knobs=None):
@@ -154,7 +154,7 @@ def all_generic_kernels():
         for fused in (False, True):
             program = lower_to_loops(case.program)
             if fused:
-                program = fuse(program, RULES)
+                program = fuse(program, RULES, TARGET, {})
             for kernel in program.kernels:
                 yield pytest.param(kernel, id=f"{case.id}-{'fused' if fused else 'unfused'}-{kernel.name}")
 

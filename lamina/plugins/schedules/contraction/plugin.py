@@ -1,4 +1,5 @@
-"""Registers the contraction schedule: tiled, shared-memory staged, multi-buffered matmuls."""
+"""Registers the contraction schedule (tiled, shared-memory staged, multi-buffered matmuls), the
+split-K fusion rule for contractions whose grid leaves SMs idle, and the schedule of its combine."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from lamina.core.target import Target
 from lamina.plugins.schedules.contraction.lowering import lower_contraction
 from lamina.plugins.schedules.contraction.recognise import NotAContraction, analyse
 from lamina.plugins.schedules.contraction.schedule import estimate_contraction, schedule_contraction
+from lamina.plugins.schedules.contraction.split_k import SplitContractionsAcrossBlocks
 from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME, grid_fits
+from lamina.plugins.schedules.contraction.unrolled_reduction import UnrolledReductionSchedule
 
 
 class ContractionSchedule:
@@ -38,3 +41,9 @@ class ContractionSchedule:
 @hookimpl
 def lamina_register_schedules(register):
     register(ContractionSchedule())
+    register(UnrolledReductionSchedule())
+
+
+@hookimpl
+def lamina_register_fusion_rules(register):
+    register(SplitContractionsAcrossBlocks())

@@ -11,6 +11,7 @@ from lamina.core.ir import loop_ir, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import cost, tiling
 from lamina.plugins.schedules.contraction.knobs import read_pinned
+from lamina.plugins.schedules.contraction.partial_sums import partial_of
 from lamina.plugins.schedules.contraction.recognise import analyse
 
 
@@ -34,7 +35,19 @@ def schedule_contraction(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[
         ("chosen", f"{choices.summary()}; cheapest of {count} settings, pinned: {pins}"),
         ("estimate", estimate.text()),
     ]
+    split = partial_of(kernel)
+    if split is not None:
+        notes.insert(0, ("split_k", f"{split.splits} (partial sums of {split.of}, added up by the kernel that reads "
+                                    f"{kernel.name})"))
     return tiling.tile_kernel(c, choices, target, notes)
+
+
+def cheapest_estimate(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> cost.Estimate:
+    """The estimate of the setting the schedule would choose with ``knobs`` pinned
+    (``ScheduleError`` where no setting can run)."""
+    pinned = read_pinned(knobs, _where(kernel))
+    _, (_, estimate, _) = _cheapest(kernel, target, tuple(pinned.items()))
+    return estimate
 
 
 def estimate_contraction(kernel: loop_ir.Kernel, target: Target) -> float:

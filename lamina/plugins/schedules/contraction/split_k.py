@@ -1,0 +1,161 @@
+"""Split a skinny contraction's reduction across blocks (split-K) when its grid leaves SMs idle.
+
+A linear with M = 128 rows has too few output tiles to give every SM of the device
+enough blocks: small tiles keep the SMs busy but are slow per multiply-add, large ones
+leave most SMs without a block. Cutting K into S slices that separate blocks sum
+(``partial_sums``) multiplies the blocks by S at the price of writing S partial sums
+and a second kernel that adds them up.
+
+The contraction cost model decides. For every S that cuts K into slices of whole
+``SLICE_MULTIPLE``s (at most ``MAX_SPLITS``), the split costs the partial kernel's
+estimate plus the combine's (its bytes over the bandwidth, plus a launch); the cheapest
+S is taken when it is more than ``MIN_GAIN`` below the unsplit kernel's estimate; a
+kernel whose grid already fills the SMs (a full wave of resident blocks) is left alone.
+A decoding GEMV (M = 1) is a row reduction, not a contraction, and never reaches this
+rule. The knob ``split_k`` pins S for every contraction (1: never split).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Mapping
+
+import attrs
+
+from lamina.core.errors import ScheduleError
+from lamina.core.ir import expr as ex, loop_ir
+from lamina.core.target import Target
+from lamina.plugins.schedules.contraction.knobs import read_pinned
+from lamina.plugins.schedules.contraction.partial_sums import partial_of, slices_fit, split
+from lamina.plugins.schedules.contraction.recognise import NotAContraction, analyse
+from lamina.plugins.schedules.contraction.schedule import cheapest_estimate
+from lamina.plugins.schedules.contraction.unrolled_reduction import MAX_UNROLLED, UnrolledReductionSchedule
+
+KNOB = "split_k"
+SLICE_MULTIPLE = 16
+"""Every slice of K is a whole number of 16-deep k-tiles, the contraction's usual step."""
+MAX_SPLITS = MAX_UNROLLED
+"""The combine reads all the partial sums of an output at once (``unrolled_reduction``)."""
+MIN_GAIN = 0.10
+"""The split must be estimated this much faster than the unsplit kernel: the estimates are rough."""
+COMBINE = UnrolledReductionSchedule()
+
+
+@attrs.frozen
+class SplitChoice:
+    """The slices chosen for one contraction, and the estimates (microseconds) that chose them."""
+
+    splits: int
+    unsplit_us: float
+    partial_us: float
+    combine_us: float
+
+    @property
+    def split_us(self) -> float:
+        return self.partial_us + self.combine_us
+
+
+def usable_splits(extent: int) -> list[int]:
+    """The slice counts from 2 to ``MAX_SPLITS`` that cut a reduction of ``extent`` evenly."""
+    return [s for s in range(2, MAX_SPLITS + 1) if extent % s == 0 and (extent // s) % SLICE_MULTIPLE == 0]
+
+
+def pinned_splits(knobs: Mapping[str, Any], where: str) -> int | None:
+    value = knobs.get(KNOB)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ScheduleError(f"{where}: knob {KNOB} = {value!r} must be a positive integer (1: never split)")
+    return value
+
+
+def choose(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> SplitChoice | None:
+    """How ``kernel`` is split, or None when it stays whole."""
+    try:
+        c = analyse(kernel)
+    except NotAContraction:
+        return None
+    where = f"kernel {kernel.name}, split-K"
+    pinned = pinned_splits(knobs, where)
+    if partial_of(kernel) is not None or pinned == 1:
+        return None
+    if pinned is not None and not slices_fit(c, pinned, SLICE_MULTIPLE):
+        choices = ", ".join(map(str, usable_splits(c.reduce_extent))) or "none"
+        raise ScheduleError(
+            f"{where}: knob {KNOB} = {pinned} does not cut the reduction of {c.reduce_extent} into equal slices "
+            f"of a multiple of {SLICE_MULTIPLE}; pin one of: {choices}, or 1 to never split"
+        )
+    return _choose(_anonymous(kernel), target, tuple(read_pinned(knobs, where).items()), pinned)
+
+
+def _anonymous(kernel: loop_ir.Kernel) -> loop_ir.Kernel:
+    """``kernel`` with its buffers named by position: the estimates do not depend on names,
+    and every layer of a model then shares one search."""
+    names = {b.name: f"buffer{i}" for i, b in enumerate(kernel.inputs + kernel.outputs)}
+
+    def rename(node: ex.Expr) -> ex.Expr | None:
+        return attrs.evolve(node, buffer=names[node.buffer]) if isinstance(node, loop_ir.Load) else None
+
+    def stores(statements: tuple[loop_ir.Stmt, ...]) -> tuple[loop_ir.Stmt, ...]:
+        return tuple(attrs.evolve(s, buffer=names[s.buffer]) if isinstance(s, loop_ir.Store)
+                     else attrs.evolve(s, body=stores(s.body)) if isinstance(s, loop_ir.Loop) else s for s in statements)
+
+    return loop_ir.Kernel(
+        "kernel",
+        tuple(attrs.evolve(b, name=names[b.name]) for b in kernel.inputs),
+        tuple(attrs.evolve(b, name=names[b.name]) for b in kernel.outputs),
+        stores(loop_ir.map_expressions(kernel.body, lambda e: ex.transform(e, rename))),
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _choose(
+    kernel: loop_ir.Kernel, target: Target, tiling: tuple[tuple[str, int], ...], pinned: int | None
+) -> SplitChoice | None:
+    """The search, once per kernel shape and pinned tiling: the fusion driver asks again
+    after every change to the program."""
+    c = analyse(kernel)
+    settings = dict(tiling)
+    try:
+        whole = cheapest_estimate(kernel, target, settings)
+    except ScheduleError:
+        return None
+    if pinned is None and whole.blocks >= target.sm_count * whole.resident:
+        return None
+    best = None
+    for splits in [pinned] if pinned is not None else usable_splits(c.reduce_extent):
+        parts = split(c, splits, set())
+        try:
+            partial_us = cheapest_estimate(parts.partial, target, settings).total_us
+        except ScheduleError:
+            continue
+        choice = SplitChoice(splits, whole.total_us, partial_us, COMBINE.estimate_cost(parts.combine, target))
+        if best is None or choice.split_us < best.split_us:
+            best = choice
+    if best is None or (pinned is None and best.split_us >= (1 - MIN_GAIN) * whole.total_us):
+        return None
+    return best
+
+
+class SplitContractionsAcrossBlocks:
+    """Rewrites each contraction that ``choose`` splits into a partial kernel and a combine."""
+
+    name = "split_contractions_across_blocks"
+    priority = 5
+
+    def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
+        taken = {b.name for b in program.inputs + program.outputs + program.temporaries}
+        taken |= {k.name for k in program.kernels} | {b.name for k in program.kernels for b in k.inputs + k.outputs}
+        kernels: list[loop_ir.Kernel] = []
+        temporaries = list(program.temporaries)
+        for kernel in program.kernels:
+            choice = choose(kernel, target, knobs)
+            if choice is None:
+                kernels.append(kernel)
+                continue
+            parts = split(analyse(kernel), choice.splits, taken)
+            kernels += [parts.partial, parts.combine]
+            temporaries.append(parts.partials)
+        if len(kernels) == len(program.kernels):
+            return None
+        return attrs.evolve(program, kernels=tuple(kernels), temporaries=tuple(temporaries))

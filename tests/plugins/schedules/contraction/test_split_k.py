@@ -1,0 +1,140 @@
+"""Split-K: which contractions the rule splits, and how the two kernels read in Loop IR and Tile IR."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lamina
+from lamina.core.errors import ScheduleError
+from lamina.core.ir import loop_ir
+from lamina.core.stages.fuse import fuse
+from lamina.core.target import Target
+from lamina.plugins.schedules.contraction.partial_sums import PartialOf, partial_of
+from lamina.plugins.schedules.contraction.split_k import SplitContractionsAcrossBlocks, choose, usable_splits
+
+from ..contraction_kernels import SM_90, linear
+
+RULE = SplitContractionsAcrossBlocks()
+FOUR_SMS = Target("four_sms", "sm_90", sm_count=4, fp32_flops_per_us=51e6 * 4 / 132, memory_bytes_per_us=4.27e6 * 4 / 132)
+"""Four SMs of an H200: small shapes leave most of it idle, as M = 128 leaves the whole H200."""
+
+
+def linear_bias(x, w, b):
+    return F.linear(x, w, b)
+
+
+def inputs(m, k, n):
+    torch.manual_seed(0)
+    return torch.randn(m, k), torch.randn(n, k), torch.randn(n)
+
+
+SPLIT_LOOP_IR = """\
+loop_program(x: f32[5, 96], w: f32[24, 96], b: f32[24]) -> (linear: f32[5, 24]):
+  buffer linear_partials: f32[3, 5, 24]
+  kernel linear_partials(x: f32[5, 96], w: f32[24, 96]) -> (linear_partials: f32[3, 5, 24]):
+    for s in parallel(3):
+      for i0 in parallel(5):
+        for i1 in parallel(24):
+          acc0: f32 = 0.0
+          for r0 in reduce(32):
+            acc0 += x[i0, s * 32 + r0] * w[i1, s * 32 + r0]
+          linear_partials[s, i0, i1] = acc0
+  kernel linear(linear_partials: f32[3, 5, 24], b: f32[24]) -> (linear: f32[5, 24]):
+    for i0 in parallel(5):
+      for i1 in parallel(24):
+        acc0: f32 = 0.0
+        for s in reduce(3):
+          acc0 += linear_partials[s, i0, i1]
+        linear[i0, i1] = acc0 + b[i1]"""
+
+
+@pytest.fixture(scope="module")
+def split_linear():
+    return lamina.compile(linear_bias, inputs(5, 96, 24), knobs={"split_k": 3}).compilation
+
+
+def test_a_pinned_split_prints_the_partial_and_the_combine_kernel(split_linear):
+    assert split_linear.ir("loop") == SPLIT_LOOP_IR
+
+
+def test_the_partial_kernels_tile_ir_says_who_adds_it_up(split_linear):
+    partial, combine = split_linear.tiles
+    assert ("split_k", "3 (partial sums of linear, added up by the kernel that reads linear_partials)") in partial.knobs
+    assert partial.schedule == "contraction" and [b.vars for b in partial.grid][-1] == ("s",)
+    combine_knobs = dict(combine.knobs)
+    assert combine.schedule == "unrolled_reduction" and combine.vector_width == 4
+    assert combine_knobs["unrolled"] == "reduce s (3) written out: 3 reads per output"
+    assert combine_knobs["vector_loads"] == (
+        "linear_partials[0, i0, i1], linear_partials[1, i0, i1], linear_partials[2, i0, i1], b[i1]"
+    )
+
+
+def unsplit_program(m, k, n):
+    return lamina.compile(linear_bias, inputs(m, k, n), knobs={"split_k": 1}).compilation.loop
+
+
+def test_how_many_slices_depends_on_the_device():
+    program = unsplit_program(32, 512, 32)
+    (kernel,) = program.kernels
+    for target, splits in ((SM_90, 32), (FOUR_SMS, 8)):
+        partial, combine = RULE.apply(program, target, {}).kernels
+        assert partial_of(partial) == PartialOf(splits, "linear") and combine.name == "linear"
+        assert choose(kernel, target, {}).splits == splits
+    assert choose(unsplit_program(64, 256, 64).kernels[0], FOUR_SMS, {}) is None
+
+
+def test_the_rule_never_splits_its_own_partial_kernel_and_the_driver_settles():
+    program = unsplit_program(32, 512, 32)
+    once = RULE.apply(program, FOUR_SMS, {})
+    assert RULE.apply(once, FOUR_SMS, {}) is None
+    assert RULE.apply(once, FOUR_SMS, {"split_k": 2}) is None
+    assert fuse(program, [RULE], FOUR_SMS, {}) == once
+
+
+def test_split_k_1_never_splits():
+    assert RULE.apply(unsplit_program(32, 512, 32), FOUR_SMS, {"split_k": 1}) is None
+
+
+@pytest.mark.parametrize("value, message", [
+    (5, r"knob split_k = 5 does not cut the reduction of 96 into equal slices of a multiple of 16; pin one of: 2, 3, 6"),
+    (0, r"knob split_k = 0 must be a positive integer \(1: never split\)"),
+    ("8", r"knob split_k = '8' must be a positive integer"),
+])
+def test_an_unusable_split_k_says_what_to_pin(value, message):
+    with pytest.raises(ScheduleError, match=message):
+        lamina.compile(linear_bias, inputs(5, 96, 24), knobs={"split_k": value}).compilation
+
+
+def test_usable_splits_cut_k_into_whole_k_tiles():
+    assert usable_splits(96) == [2, 3, 6]
+    assert usable_splits(3584) == [2, 4, 7, 8, 14, 16, 28, 32]
+
+
+# --- the cost model's decisions on the H200 -----------------------------------------------
+
+def test_tinyllama_qkv_at_128_rows_splits():
+    choice = choose(linear(128, 2048, 2560).kernel, SM_90, {})
+    assert choice.splits == 8
+    assert choice.split_us < 0.9 * choice.unsplit_us
+
+
+@pytest.mark.parametrize("m, k, n", [(2048, 2048, 2560), (2048, 3584, 4608)])
+def test_large_grids_are_not_split(m, k, n):
+    assert choose(linear(m, k, n).kernel, SM_90, {}) is None
+
+
+@pytest.mark.parametrize("k, n", [(96, 24), (2048, 2560)])
+def test_decoding_gemvs_are_row_reductions_that_the_rule_leaves_alone(k, n):
+    program = lamina.compile(linear_bias, inputs(1, k, n)).compilation
+    assert [t.schedule for t in program.tiles] == ["row_reduction"]
+    assert RULE.apply(program.loop, SM_90, {}) is None
+
+
+def test_a_pinned_split_is_taken_even_where_the_estimate_disagrees():
+    choice = choose(linear(2048, 2048, 2560).kernel, SM_90, {"split_k": 4})
+    assert choice.splits == 4 and choice.split_us > choice.unsplit_us
+
+
+def test_the_slice_is_the_partial_kernels_outermost_parallel_loop():
+    partial, _ = RULE.apply(unsplit_program(32, 512, 32), FOUR_SMS, {}).kernels
+    assert loop_ir.format_kernel(partial).splitlines()[1] == f"  for s in parallel({partial_of(partial).splits}):"
