@@ -5,12 +5,19 @@ element is computed on its own, from loads, with no reduction and no accumulator
 
 A thread owns ``width`` adjacent elements along the innermost loop ``inner``, the
 first of them at a multiple of ``width``. An access ``buffer[index]`` reads (or
-writes) those elements as one vector exactly when its row-major offset grows by one
-with ``inner``, everything else in the offset is a multiple of ``width`` (so the
-vector is aligned), and the buffer's rows hold a whole number of vectors. A broadcast
-operand such as ``w[i1]`` qualifies; a transposed or gathered one does not, and neither
-does a load that only some elements evaluate (a branch of ``where``): it stays one
-scalar load per element.
+writes) those elements as one vector exactly when its row-major offset moves by one
+from lane to lane and starts at a multiple of ``width`` in every vector (``lanes``
+proves both, through remainders that do not wrap inside a vector). A broadcast
+operand such as ``w[i1]`` qualifies, and so does RoPE's rotated half ``x[..., i3 % 64
++ 64]`` when ``width`` divides 64; a transposed or gathered one does not.
+
+A load in a branch of ``where`` is a vector too when the condition is the same for
+every lane (``i3 < 64``). It is loaded only where that branch is taken: one 16-byte
+load per vector rather than one per branch (three for a ``cat`` of three). Loading
+every branch would be as safe, since Loop IR keeps every index in bounds whether its
+branch is taken or not, but it issues more loads and holds more registers for nothing.
+Under a condition that differs between lanes, or on the right of ``and``/``or``, a
+load stays one scalar load per element.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import attrs
 from lamina.core.ir import expr as ex, index, loop_ir
 from lamina.core.ir.expr import Expr
 from lamina.plugins.schedules.loop_to_kernel import split_parallel_nest
+from lamina.plugins.schedules.pointwise.lanes import is_uniform, lane_form
 
 VECTOR_BYTES = 16
 """The widest access one instruction makes."""
@@ -49,18 +57,17 @@ def pointwise_nest(kernel: loop_ir.Kernel) -> PointwiseNest | None:
     return PointwiseNest(loops, inner)
 
 
-def loads(value: Expr, include_conditional: bool = True) -> Iterator[loop_ir.Load]:
-    """The loads of ``value``, outermost first, not those inside another load's index;
-    without ``include_conditional`` only those evaluated for every element (not in a
-    branch of ``where`` nor on the right of ``and``/``or``)."""
+def unconditional_loads(value: Expr) -> Iterator[loop_ir.Load]:
+    """The loads of ``value`` that every element makes (not in a branch of ``where`` nor
+    on the right of ``and``/``or``), outermost first, not those inside another load's index."""
     if isinstance(value, loop_ir.Load):
         yield value
         return
     children = value.children()
-    if not include_conditional and isinstance(value, ex.Op) and value.op in ("where", "and", "or"):
+    if isinstance(value, ex.Op) and value.op in ("where", "and", "or"):
         children = children[:1]
     for child in children:
-        yield from loads(child, include_conditional)
+        yield from unconditional_loads(child)
 
 
 def is_contiguous(kernel: loop_ir.Kernel, buffer: str, idx: tuple[Expr, ...], inner: str) -> bool:
@@ -76,43 +83,126 @@ def is_vector_access(kernel: loop_ir.Kernel, buffer: str, idx: tuple[Expr, ...],
     """Whether ``buffer[idx]`` of ``width`` adjacent elements from a multiple of ``width``
     along ``inner`` is one aligned vector of the buffer."""
     shape = kernel.buffer(buffer).type.shape
-    if width < 2 or not shape or shape[-1] % width or not is_contiguous(kernel, buffer, idx, inner):
+    if width < 2 or not shape or shape[-1] % width:
         return False
-    form = index.affine(index.linearize(idx, shape))
-    others = [coef for atom, coef in form.terms.items() if not (isinstance(atom, ex.Var) and atom.name == inner)]
-    return form.constant % width == 0 and all(coef % width == 0 for coef in others)
+    form = lane_form(index.linearize(idx, shape), inner, width)
+    return form is not None and form.step == 1 and form.is_aligned_to(width)
+
+
+@attrs.frozen
+class Branch:
+    """One side of a ``where`` whose condition is the same for every lane: the side
+    taken where ``condition`` holds (``taken``) or where it does not."""
+
+    condition: Expr
+    taken: bool
+
+
+Guard = tuple[Branch, ...]
+"""Branches that must all be taken for a load to be made; empty for every element."""
+
+
+def _guarded_loads(value: Expr, inner: str, width: int, guard: Guard | None = ()):
+    """Each load of ``value`` with the branches it sits under, None under one that
+    cannot be decided once per vector."""
+    if isinstance(value, loop_ir.Load):
+        yield value, guard
+        return
+    if isinstance(value, ex.Op) and value.op == "where":
+        condition, then, otherwise = value.args
+        yield from _guarded_loads(condition, inner, width, guard)
+        uniform = guard is not None and is_uniform(condition, inner, width)
+        for branch, taken in ((then, True), (otherwise, False)):
+            yield from _guarded_loads(branch, inner, width, guard + (Branch(condition, taken),) if uniform else None)
+        return
+    children = value.children()
+    if isinstance(value, ex.Op) and value.op in ("and", "or"):
+        yield from _guarded_loads(children[0], inner, width, guard)
+        yield from _guarded_loads(children[1], inner, width, None)
+        return
+    for child in children:
+        yield from _guarded_loads(child, inner, width, guard)
+
+
+def load_guards(nest: PointwiseNest, width: int) -> dict[loop_ir.Load, Guard | None]:
+    """Each distinct load with the one guard under which a vector of it can be loaded:
+    empty where some element always makes it, None where no single guard serves."""
+    found: dict[loop_ir.Load, set[Guard | None]] = {}
+    for store in nest.stores:
+        for load, guard in _guarded_loads(store.value, nest.inner, width):
+            found.setdefault(load, set()).add(guard)
+    guards: dict[loop_ir.Load, Guard | None] = {}
+    for load, options in found.items():
+        if () in options:
+            guards[load] = ()
+        elif len(options) == 1:
+            (guards[load],) = options
+        else:
+            guards[load] = None
+    return guards
+
+
+def uniform_conditions(nest: PointwiseNest, width: int) -> tuple[Expr, ...]:
+    """The conditions of ``where`` that are the same for every lane, outermost first; one
+    inside another such condition is evaluated with it and not listed."""
+    found: list[Expr] = []
+
+    def visit(value: Expr) -> None:
+        if isinstance(value, loop_ir.Load):
+            return
+        children = value.children()
+        if isinstance(value, ex.Op) and value.op == "where" and is_uniform(children[0], nest.inner, width):
+            found.append(children[0])
+            children = children[1:]
+        for child in children:
+            visit(child)
+
+    for store in nest.stores:
+        visit(store.value)
+    return tuple(dict.fromkeys(found))
 
 
 @attrs.frozen
 class AccessPlan:
     """The distinct loads and the stores of a pointwise kernel, split into vector and
-    scalar accesses for one vector width."""
+    scalar accesses for one vector width, with the branches each guarded vector load
+    is made under and the conditions evaluated once per vector."""
 
     width: int
     vector_loads: tuple[loop_ir.Load, ...] = attrs.field(converter=tuple)
     scalar_loads: tuple[loop_ir.Load, ...] = attrs.field(converter=tuple)
     vector_stores: tuple[loop_ir.Store, ...] = attrs.field(converter=tuple)
     scalar_stores: tuple[loop_ir.Store, ...] = attrs.field(converter=tuple)
+    guards: tuple[tuple[loop_ir.Load, Guard], ...] = attrs.field(converter=tuple, default=())
+    conditions: tuple[Expr, ...] = attrs.field(converter=tuple, default=())
 
     @property
     def has_vectors(self) -> bool:
         return bool(self.vector_loads or self.vector_stores)
 
+    @property
+    def scalar_accesses(self) -> int:
+        return len(self.scalar_loads) + len(self.scalar_stores)
+
+    def guard(self, load: loop_ir.Load) -> Guard:
+        return dict(self.guards).get(load, ())
+
 
 def plan_accesses(kernel: loop_ir.Kernel, nest: PointwiseNest, width: int) -> AccessPlan:
-    every = _distinct(load for s in nest.stores for load in loads(s.value))
-    unconditional = set(_distinct(load for s in nest.stores for load in loads(s.value, include_conditional=False)))
+    guards = load_guards(nest, width)
     vector_loads = tuple(
-        load for load in every
-        if load in unconditional and is_vector_access(kernel, load.buffer, load.index, nest.inner, width)
+        load for load, guard in guards.items()
+        if guard is not None and is_vector_access(kernel, load.buffer, load.index, nest.inner, width)
     )
     vector_stores = tuple(s for s in nest.stores if is_vector_access(kernel, s.buffer, s.index, nest.inner, width))
     return AccessPlan(
         width=width,
         vector_loads=vector_loads,
-        scalar_loads=tuple(load for load in every if load not in vector_loads),
+        scalar_loads=tuple(load for load in guards if load not in vector_loads),
         vector_stores=vector_stores,
         scalar_stores=tuple(s for s in nest.stores if s not in vector_stores),
+        guards=tuple((load, guards[load]) for load in vector_loads if guards[load]),
+        conditions=uniform_conditions(nest, width) if width > 1 else (),
     )
 
 
@@ -120,11 +210,8 @@ def contiguous_itemsizes(kernel: loop_ir.Kernel, nest: PointwiseNest) -> tuple[l
     """The element sizes of the contiguous stores, and of the contiguous loads every element makes."""
     stores = [kernel.buffer(s.buffer).type.dtype.itemsize for s in nest.stores
               if is_contiguous(kernel, s.buffer, s.index, nest.inner)]
-    found = [load for s in nest.stores for load in loads(s.value, include_conditional=False)]
+    found = [load for s in nest.stores for load in unconditional_loads(s.value)]
     reads = [kernel.buffer(load.buffer).type.dtype.itemsize for load in found
              if is_contiguous(kernel, load.buffer, load.index, nest.inner)]
     return stores, reads
 
-
-def _distinct(found) -> tuple[loop_ir.Load, ...]:
-    return tuple(dict.fromkeys(found))

@@ -7,12 +7,19 @@ With W elements per vector, P vectors per thread and S steps, each thread runs::
       unrolled for slot in 0..P:               (loads first: P vectors in flight at once)
         var vector = first_vector + (step * P + slot) * T
         if vector < vectors:                   (left out when the grid covers them exactly)
+          var condition = i3 < 64              (a where's condition, the same in every lane)
           vector load a_vector[slot][0] <- a[vector * W]
+          if condition:                        (a load in one branch of that where)
+            vector load b_vector[slot][0] <- b[...]
       unrolled for slot in 0..P:
         var vector = first_vector + (step * P + slot) * T
         if vector < vectors:
           var i0 = vector // (n1 / W)          (only the coordinates the arithmetic reads)
-          out_vector[slot][j] = value of element j     (j = 0 .. W - 1)
+          var condition = i3 < 64
+          if condition:                        (the where resolved on each side)
+            out_vector[slot][j] = value of element j     (j = 0 .. W - 1)
+          else:
+            out_vector[slot][j] = value of element j
           vector store out[vector * W] <- out_vector[slot][0]
 
 A vector access's offset comes straight from ``vector``: a buffer walked row-major like
@@ -20,7 +27,12 @@ the loop nest is at ``vector * W``, one broadcast along the outer loops at ``vec
 (n1 / W) * W``. A buffer with elements narrower than the vector's 16 bytes is read in
 one access, a wider one in several of 16 bytes. Scalar loads stay in the expressions,
 one per element, where only the elements that need them evaluate them. With one vector
-per thread both halves share one guard.
+per thread both halves share one guard, and each ``if`` of the loads joins the ``if``
+of the arithmetic on the same condition.
+
+A condition the same in every lane is evaluated once per vector, at its first element.
+A guarded vector load leaves its registers unset where its branch is not taken, and
+only the side of the arithmetic where it is taken reads them.
 """
 
 from __future__ import annotations
@@ -31,8 +43,22 @@ from lamina.core.ir import dtypes, expr as ex, index, kernel_ir, loop_ir, tile_i
 from lamina.core.ir.expr import Expr
 from lamina.core.ir.names import fresh_name
 from lamina.plugins.schedules import loop_to_kernel
-from lamina.plugins.schedules.pointwise.analysis import VECTOR_BYTES, AccessPlan, PointwiseNest, plan_accesses
+from lamina.plugins.schedules.pointwise.analysis import (
+    VECTOR_BYTES,
+    AccessPlan,
+    Guard,
+    PointwiseNest,
+    plan_accesses,
+)
 from lamina.plugins.schedules.pointwise.tiling import Decisions, decisions, nest_of
+
+
+MAX_ARITHMETIC_COPIES = 8
+"""The most copies of a store's arithmetic that branching on the conditions evaluated
+once per vector may make (a ``cat`` of 8 parts, or 3 independent conditions); past it
+the arithmetic selects element by element, by the conditions' names. A branch rather
+than a select keeps a bfloat16 ``?:`` between two register arrays out of the CUDA,
+where it would take their addresses and move them to the stack."""
 
 
 def lower(tile: tile_ir.TileKernel) -> kernel_ir.Kernel:
@@ -59,6 +85,7 @@ class _Lowering:
             name = fresh_name(f"{access.buffer}_vector", self.taken)
             self.registers[access] = kernel_ir.Array(name, dtype, shape, "register")
         self.coordinates = self._coordinates()
+        self.conditions = {c: ex.Var(fresh_name("condition", self.taken), dtypes.bool_) for c in self.plan.conditions}
 
     def kernel(self) -> kernel_ir.Kernel:
         d = self.d
@@ -80,7 +107,7 @@ class _Lowering:
     def _step(self) -> list[kernel_ir.Stmt]:
         """One step: the loads of every slot, then the arithmetic and stores of every slot."""
         if self.d.vectors_per_thread == 1:
-            return self._slot(self._loads() + self._compute())
+            return self._slot(_merged(self._loads() + self._compute()))
         loads = self._loads()
         halves = ([self._slot(loads)] if loads else []) + [self._slot(self._compute())]
         return [kernel_ir.For(self.slot.name, ex.const(0), ex.const(self.d.vectors_per_thread), 1, tuple(half),
@@ -113,13 +140,20 @@ class _Lowering:
         return {loop.var: c for loop, c in zip(self.nest.loops, coordinates)}
 
     def _declarations(self, work: list[kernel_ir.Stmt]) -> list[kernel_ir.Stmt]:
-        """The coordinates that ``work`` reads by name."""
+        """The coordinates and the conditions that ``work`` reads by name."""
         used = set()
         for s in kernel_ir.statements(tuple(work)):
             for e in kernel_ir.expressions(s):
                 used |= ex.free_vars(e)
-        return [kernel_ir.Declare(var, dtypes.index, value) for var, value in self.coordinates.items()
-                if var in used and not isinstance(value, (ex.Var, ex.Const))]
+        conditions = []
+        for condition, var in self.conditions.items():
+            if var.name in used:
+                value = loop_to_kernel.translate_expr(condition, self.loop_kernel, self._element_env(0))
+                conditions.append(kernel_ir.Declare(var.name, var.dtype, value))
+                used |= ex.free_vars(value)
+        coordinates = [kernel_ir.Declare(var, dtypes.index, value) for var, value in self.coordinates.items()
+                       if var in used and not isinstance(value, (ex.Var, ex.Const))]
+        return coordinates + conditions
 
     def _element_env(self, element: int) -> dict[str, Expr]:
         """Loop variables at element ``element`` of the vector, by the names of their declarations."""
@@ -134,13 +168,15 @@ class _Lowering:
 
         Where the buffer is walked like the loop nest over its innermost loops (strides
         equal to the nest's), those loops together are one run of the flat position,
-        ``vector % (run / W) * W``, rather than a sum of divisions and remainders.
+        ``vector % (run / W) * W``, rather than a sum of divisions and remainders. An
+        offset with remainders or divisions (``i3 % 64 + 64``) is written with the
+        coordinates, as the scalar loads of the same kernel would be.
         """
         offset = index.linearize(idx, self.loop_kernel.buffer(buffer).type.shape)
         form = index.affine(offset)
         loops = self.nest.loops
         if not all(isinstance(atom, ex.Var) and atom.name in self.coordinates for atom in form.terms):
-            return index.simplify(loop_to_kernel.translate_expr(offset, self.loop_kernel, self.coordinates))
+            return index.simplify(loop_to_kernel.translate_expr(offset, self.loop_kernel, self._element_env(0)))
         coefficient = {atom.name: c for atom, c in form.terms.items()}
         stride, run = 1, len(loops)
         while run > 0 and (loops[run - 1].extent == 1 or coefficient.get(loops[run - 1].var, 0) == stride):
@@ -159,29 +195,41 @@ class _Lowering:
         return self.d.vector_width // width, width
 
     def _loads(self) -> list[kernel_ir.Stmt]:
+        return self._guarded_loads([(load, self.plan.guard(load)) for load in self.plan.vector_loads])
+
+    def _guarded_loads(self, loads: list[tuple[loop_ir.Load, Guard]]) -> list[kernel_ir.Stmt]:
+        """The loads needed everywhere, then under one ``if``/``else`` per condition those
+        each of its branches needs."""
         out: list[kernel_ir.Stmt] = []
-        for load in self.plan.vector_loads:
-            offset, register = self._offset(load.buffer, load.index), self.registers[load].name
-            count, width = self._chunks(load.buffer)
-            for chunk in range(count):
-                first = chunk * width
-                out.append(kernel_ir.VectorLoad(register, (self.slot, ex.const(first)), load.buffer,
-                                                (index.simplify(offset + first),), width))
+        for load, guard in loads:
+            if not guard:
+                out += self._vector_load(load)
+        for condition in dict.fromkeys(guard[0].condition for _, guard in loads if guard):
+            sides = {taken: self._guarded_loads([(load, guard[1:]) for load, guard in loads
+                                                 if guard and guard[0].condition == condition
+                                                 and guard[0].taken == taken])
+                     for taken in (True, False)}
+            if sides[True]:
+                out.append(kernel_ir.If(self.conditions[condition], tuple(sides[True]), tuple(sides[False])))
+            else:
+                out.append(kernel_ir.If(ex.op("not", self.conditions[condition]), tuple(sides[False])))
         return out
+
+    def _vector_load(self, load: loop_ir.Load) -> list[kernel_ir.Stmt]:
+        offset, register = self._offset(load.buffer, load.index), self.registers[load].name
+        count, width = self._chunks(load.buffer)
+        return [kernel_ir.VectorLoad(register, (self.slot, ex.const(chunk * width)), load.buffer,
+                                     (index.simplify(offset + chunk * width),), width)
+                for chunk in range(count)]
 
     def _compute(self) -> list[kernel_ir.Stmt]:
         out: list[kernel_ir.Stmt] = []
         for store in self.nest.stores:
             register = self.registers.get(store)
-            for element in range(self.d.vector_width):
-                env = self._element_env(element)
-                value = loop_to_kernel.translate_expr(self._with_registers(store.value, element), self.loop_kernel, env)
-                if register is not None:
-                    out.append(kernel_ir.Store(register.name, (self.slot, ex.const(element)), value))
-                else:
-                    idx = tuple(loop_to_kernel.translate_expr(i, self.loop_kernel, env) for i in store.index)
-                    shape = self.loop_kernel.buffer(store.buffer).type.shape
-                    out.append(kernel_ir.Store(store.buffer, (index.linearize(idx, shape),), value))
+            if _copies(store.value, self.conditions) <= MAX_ARITHMETIC_COPIES:
+                out += self._decided(store, store.value)
+            else:
+                out += self._elements(store, store.value)
             if register is not None:
                 offset = self._offset(store.buffer, store.index)
                 count, width = self._chunks(store.buffer)
@@ -191,12 +239,86 @@ class _Lowering:
                                                      (self.slot, ex.const(first)), width))
         return out
 
+    def _decided(self, store: loop_ir.Store, value: Expr) -> list[kernel_ir.Stmt]:
+        """The elements of ``store``, under one ``if``/``else`` per condition evaluated once per
+        vector that ``value`` selects with, each side with that ``where`` resolved."""
+        condition = _first_condition(value, self.conditions)
+        if condition is None:
+            return self._elements(store, value)
+        sides = (self._decided(store, _resolved(value, condition, taken)) for taken in (True, False))
+        return [kernel_ir.If(self.conditions[condition], *map(tuple, sides))]
+
+    def _elements(self, store: loop_ir.Store, value: Expr) -> list[kernel_ir.Stmt]:
+        out: list[kernel_ir.Stmt] = []
+        register = self.registers.get(store)
+        for element in range(self.d.vector_width):
+            env = self._element_env(element)
+            computed = loop_to_kernel.translate_expr(self._with_registers(value, element), self.loop_kernel, env)
+            if register is not None:
+                out.append(kernel_ir.Store(register.name, (self.slot, ex.const(element)), computed))
+            else:
+                idx = tuple(loop_to_kernel.translate_expr(i, self.loop_kernel, env) for i in store.index)
+                shape = self.loop_kernel.buffer(store.buffer).type.shape
+                out.append(kernel_ir.Store(store.buffer, (index.linearize(idx, shape),), computed))
+        return out
+
     def _with_registers(self, value: Expr, element: int) -> Expr:
-        """``value`` reading element ``element`` of the registers wherever a vector load holds it."""
+        """``value`` reading element ``element`` of the registers wherever a vector load
+        holds it, and the conditions evaluated once per vector by their names."""
+        if isinstance(value, loop_ir.Load):
+            if value in self.registers:
+                return kernel_ir.Load(self.registers[value].name, (self.slot, ex.const(element)), value.dtype)
+            return value
+        if isinstance(value, ex.Op) and value.op == "where" and value.args[0] in self.conditions:
+            condition, *branches = value.args
+            return value.rebuild((self.conditions[condition], *(self._with_registers(b, element) for b in branches)))
+        children = value.children()
+        return value.rebuild(tuple(self._with_registers(c, element) for c in children)) if children else value
 
-        def replace(node: Expr) -> Expr | None:
-            if isinstance(node, loop_ir.Load) and node in self.registers:
-                return kernel_ir.Load(self.registers[node].name, (self.slot, ex.const(element)), node.dtype)
-            return None
 
-        return ex.transform(value, replace)
+def _first_condition(value: Expr, conditions: dict[Expr, ex.Var]) -> Expr | None:
+    """The first of ``conditions`` that a ``where`` of ``value`` selects with, outermost first."""
+    if isinstance(value, loop_ir.Load):
+        return None
+    if isinstance(value, ex.Op) and value.op == "where" and value.args[0] in conditions:
+        return value.args[0]
+    for child in value.children():
+        found = _first_condition(child, conditions)
+        if found is not None:
+            return found
+    return None
+
+
+def _copies(value: Expr, conditions: dict[Expr, ex.Var]) -> int:
+    """How many copies of ``value`` branching on every condition it selects with makes,
+    counted up to one past ``MAX_ARITHMETIC_COPIES``."""
+    condition = _first_condition(value, conditions)
+    if condition is None:
+        return 1
+    taken = _copies(_resolved(value, condition, True), conditions)
+    if taken > MAX_ARITHMETIC_COPIES:
+        return taken
+    return taken + _copies(_resolved(value, condition, False), conditions)
+
+
+def _resolved(value: Expr, condition: Expr, taken: bool) -> Expr:
+    """``value`` where ``condition`` is known to hold (``taken``) or not."""
+    if isinstance(value, loop_ir.Load) or not value.children():
+        return value
+    if isinstance(value, ex.Op) and value.op == "where" and value.args[0] == condition:
+        return _resolved(value.args[1] if taken else value.args[2], condition, taken)
+    return value.rebuild(tuple(_resolved(child, condition, taken) for child in value.children()))
+
+
+def _merged(statements: list[kernel_ir.Stmt]) -> list[kernel_ir.Stmt]:
+    """``statements`` with each run of ``if``s on one condition made one ``if``: a guarded
+    load and the arithmetic on it, on the same side."""
+    out: list[kernel_ir.Stmt] = []
+    for s in statements:
+        last = out[-1] if out else None
+        if isinstance(s, kernel_ir.If) and isinstance(last, kernel_ir.If) and last.cond == s.cond:
+            out[-1] = kernel_ir.If(s.cond, tuple(_merged([*last.then, *s.then])),
+                                   tuple(_merged([*last.orelse, *s.orelse])))
+        else:
+            out.append(s)
+    return out

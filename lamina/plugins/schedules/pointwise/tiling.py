@@ -28,6 +28,7 @@ from lamina.core.target import Target
 from lamina.plugins.schedules.pointwise.analysis import (
     VECTOR_BYTES,
     AccessPlan,
+    Guard,
     PointwiseNest,
     contiguous_itemsizes,
     plan_accesses,
@@ -99,13 +100,23 @@ def decisions(tile: tile_ir.TileKernel) -> Decisions:
 
 
 def describe_accesses(plan: AccessPlan) -> tuple[tuple[str, str], ...]:
+    """The accesses of each kind, a guarded vector load with the branches it is loaded
+    under, and the conditions evaluated once per vector."""
     groups = (("vector_loads", plan.vector_loads), ("scalar_loads", plan.scalar_loads),
               ("vector_stores", plan.vector_stores), ("scalar_stores", plan.scalar_stores))
-    return tuple((name, ", ".join(_access_text(a) for a in accesses)) for name, accesses in groups if accesses)
+    described = tuple((name, ", ".join(_access_text(a, plan.guard(a) if name == "vector_loads" else ())
+                                       for a in accesses))
+                      for name, accesses in groups if accesses)
+    if plan.conditions:
+        described += (("conditions_per_vector", ", ".join(loop_ir.format_value(c) for c in plan.conditions)),)
+    return described
 
 
-def _access_text(access: loop_ir.Load | loop_ir.Store) -> str:
-    return f"{access.buffer}[{', '.join(loop_ir.format_index(i) for i in access.index)}]"
+def _access_text(access: loop_ir.Load | loop_ir.Store, guard: Guard = ()) -> str:
+    text = f"{access.buffer}[{', '.join(loop_ir.format_index(i) for i in access.index)}]"
+    for branch in guard:
+        text += f" {'if' if branch.taken else 'unless'} {loop_ir.format_value(branch.condition)}"
+    return text
 
 
 def _pinned(knobs: Mapping[str, Any], name: str, kernel: str, usable, requirement: str) -> int | None:
@@ -125,9 +136,14 @@ def pinned_threads(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, A
 
 
 def choose_width(kernel: loop_ir.Kernel, nest: PointwiseNest, target: Target, knobs: Mapping[str, Any]) -> int:
-    """The pinned ``vector_width``, else 16 bytes of the widest contiguous output (of the
-    widest contiguous input where no output is contiguous), halved until it divides the
-    innermost extent, makes some access a vector and fits in registers."""
+    """The pinned ``vector_width``, else, of the widths from 16 bytes of the widest
+    contiguous output (of the widest contiguous input where no output is contiguous)
+    down, that divide the innermost extent, make some access a vector and fit in
+    registers, the one that leaves the fewest scalar accesses, the widest of those.
+
+    A narrower vector can turn more accesses into vectors (RoPE's rotated half with
+    head_dim 12 is one at 2 lanes, not at 4); a scalar access costs an instruction per
+    element, which is worth more than the wider vector."""
     extent = nest.inner_extent
     pinned = _pinned(knobs, "vector_width", kernel.name, lambda w: 0 < w <= MAX_VECTOR_WIDTH and w & (w - 1) == 0,
                      f"a power of two from 1 to {MAX_VECTOR_WIDTH}")
@@ -143,14 +159,17 @@ def choose_width(kernel: loop_ir.Kernel, nest: PointwiseNest, target: Target, kn
     sizes = stores or reads
     if not sizes:
         return 1
-    width = VECTOR_BYTES // max(sizes)
     threads = pinned_threads(kernel, target, knobs) or LARGE_BLOCK
+    usable = []
+    width = VECTOR_BYTES // max(sizes)
     while width > 1:
         plan = plan_accesses(kernel, nest, width)
         if extent % width == 0 and plan.has_vectors and registers_fit(kernel, plan, 1, threads, target):
-            break
+            usable.append(plan)
         width //= 2
-    return width
+    if not usable:
+        return 1
+    return min(usable, key=lambda plan: (plan.scalar_accesses, -plan.width)).width
 
 
 def choose_grid(kernel: loop_ir.Kernel, plan: AccessPlan, vectors: int, target: Target,

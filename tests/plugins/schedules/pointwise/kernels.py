@@ -149,6 +149,26 @@ def rope(heads: int, seq: int, dim: int, dtype=F32) -> Case:
     return Case(f"rope_{_shape_id(shape)}_{dtype}", kernel, reference)
 
 
+def cat_last(rows: int, widths: tuple[int, ...], dtype=F32) -> Case:
+    """``torch.cat(parts, -1) * 2`` as the frontend writes it: part ``k`` read at ``(i1 -
+    start_k) mod width_k`` where ``i1 < end_k``, an index in bounds in every element."""
+    names = [f"p{k}" for k in range(len(widths))]
+    starts = [sum(widths[:k]) for k in range(len(widths))]
+
+    def value(i):
+        row, column = i
+        chosen = load(names[-1], (row, (column + -starts[-1] % widths[-1]) % widths[-1]), dtype)
+        for name, start, width in reversed(list(zip(names, starts, widths))[:-1]):
+            chosen = ex.op("where", ex.op("lt", column, start + width), load(name, (row, (column + -start % width) % width), dtype), chosen)
+        return ex.op("mul", chosen, ex.Const(2.0, dtype))
+
+    shape = (rows, sum(widths))
+    kernel = pointwise_kernel("cat_last", {n: ((rows, w), dtype) for n, w in zip(names, widths)}, shape,
+                              (shape, dtype), value)
+    return Case(f"cat_last_{rows}x{'_'.join(map(str, widths))}_{dtype}", kernel,
+                lambda *parts: torch.cat(parts, -1) * 2)
+
+
 def _shape_id(shape) -> str:
     return "x".join(map(str, shape))
 

@@ -12,6 +12,7 @@ from .kernels import (
     broadcast_column,
     broadcast_row,
     cast,
+    cat_last,
     every_width,
     relative_error,
     rope,
@@ -29,10 +30,16 @@ SHAPES = [(3, 5), (7, 100), (2, 130), (5, 48)]
 """Rows of 5 (no vector fits), 100 (4 but not 8), 130 (2 only) and 48 (up to 16); none a
 multiple of the block."""
 BUILDERS = [silu_up, cast, broadcast_row, broadcast_column, transpose, transposed_store]
-ROPE_SHAPES = [(2, 3, 128), (1, 3, 10), (3, 2, 12)]
+ROPE_SHAPES = [(2, 3, 128), (1, 2, 64), (1, 3, 10), (3, 2, 12)]
+"""head_dim 128 and 64 rotate by halves every vector width divides; 12 by 6, which only
+vectors of 2 do not straddle; 10 by 5, which vectors of 2 straddle (scalar rotated loads)."""
+CAT_PARTS = [(8, 4, 12), (6, 10)]
+"""Parts that vectors of 4 fit (every part a vector, under its branches), and parts of 6
+and 10 that only vectors of 2 fit."""
 
 CASES = [build(shape, dtype) for dtype in (F32, BF16) for build in BUILDERS for shape in SHAPES]
 CASES += [rope(*shape, dtype) for dtype in (F32, BF16) for shape in ROPE_SHAPES]
+CASES += [cat_last(3, parts, dtype) for dtype in (F32, BF16) for parts in CAT_PARTS]
 
 SETTINGS = {
     "chosen": {},

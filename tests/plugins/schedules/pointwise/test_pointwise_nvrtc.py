@@ -10,7 +10,7 @@ from lamina.core.errors import ScheduleError
 from lamina.core.target import Target
 from lamina.plugins.schedules.pointwise import PointwiseSchedule
 
-from .kernels import BF16, F32, cast, rope, silu_up
+from .kernels import BF16, F32, cast, cat_last, rope, silu_up
 from .test_pointwise_numerics import CASES
 
 SCHEDULE = PointwiseSchedule()
@@ -23,7 +23,8 @@ def assert_in_registers(kernel):
         f"{kernel.name}: {compiled.registers} registers, {compiled.spill_stores} B spilled")
 
 
-CHOSEN = [c for c in CASES if c.kernel.name == "rope" or c.kernel.outputs[0].type.shape in ((7, 100), (100, 7), (5, 48), (48, 5))]
+CHOSEN = [c for c in CASES if c.kernel.name in ("rope", "cat_last")
+          or c.kernel.outputs[0].type.shape in ((7, 100), (100, 7), (5, 48), (48, 5))]
 
 
 @pytest.mark.parametrize("case", CHOSEN, ids=[c.id for c in CHOSEN])
@@ -31,7 +32,7 @@ def test_chosen_settings_compile_without_spills(case):
     assert_in_registers(SCHEDULE.lower(SCHEDULE.schedule(case.kernel, SM_90, {}), SM_90))
 
 
-HEAVIEST = [silu_up((5, 48), BF16), rope(2, 3, 128, F32), cast((5, 48), F32)]
+HEAVIEST = [silu_up((5, 48), BF16), rope(2, 3, 128, F32), rope(2, 3, 128, BF16), cast((5, 48), F32)]
 PINNED = list(itertools.product([1, 8, 16], [2, 8], [256, 512]))
 
 
@@ -53,3 +54,9 @@ def test_every_accepted_pinned_setting_compiles_without_spills(case):
         assert_in_registers(SCHEDULE.lower(tile, SM_90))
         accepted += 1
     assert accepted >= len(PINNED) // 2
+
+
+def test_a_cat_of_eight_bfloat16_parts_branches_and_keeps_its_vectors_in_registers():
+    """Eight parts, eight copies of the arithmetic, one per branch: no ``?:`` between
+    bfloat16 register arrays, which would take their addresses."""
+    assert_in_registers(SCHEDULE.lower(SCHEDULE.schedule(cat_last(2, (8,) * 8, BF16).kernel, SM_90, {}), SM_90))

@@ -18,6 +18,7 @@ from .kernels import (
     broadcast_column,
     broadcast_row,
     cast,
+    cat_last,
     rope,
     run_on_simulator,
     silu_up,
@@ -125,11 +126,148 @@ def described(case, knobs=None):
     return dict(SCHEDULE.schedule(case.kernel, SM_90, knobs or {}).knobs)
 
 
-def test_rope_reads_x_cos_and_sin_as_vectors_and_the_rotated_half_element_by_element():
-    knobs = described(rope(2, 3, 128, F32))
-    assert knobs["vector_loads"] == "x[i0, i1, i2, i3], cos[i2, i3], sin[i2, i3]"
-    assert knobs["scalar_loads"] == "x[0, i1, i2, i3 % 64 + 64], x[0, i1, i2, i3 % 64]"
-    assert knobs["vector_stores"] == "out[i0, i1, i2, i3]"
+ROPE_TILE = """\
+tile rope  schedule=pointwise
+  grid (2, 1, 1) blocks of 128 threads
+  parallel i0 * i1 * i2 * i3 (768): block.x tile 512 = thread.x 128 x 4 per thread (contiguous)
+  vector width 4
+  vectors_per_thread = 1
+  steps = 1
+  vector_loads = x[i0, i1, i2, i3], cos[i2, i3], x[0, i1, i2, i3 % 64 + 64] if i3 < 64, x[0, i1, i2, i3 % 64] unless i3 < 64, sin[i2, i3]
+  vector_stores = out[i0, i1, i2, i3]
+  conditions_per_vector = i3 < 64"""
+
+ROPE_KERNEL = """\
+kernel rope  grid (2, 1, 1)  block (128, 1, 1)
+  param in x: f32[768]
+  param in cos: f32[384]
+  param in sin: f32[384]
+  param out out: f32[768]
+  register x_vector: f32[1][4]
+  register cos_vector: f32[1][4]
+  register x_vector2: f32[1][4]
+  register x_vector3: f32[1][4]
+  register sin_vector: f32[1][4]
+  register out_vector: f32[1][4]
+  var vector: i64 = blockIdx.x * 128 + threadIdx.x
+  if vector < 192:
+    var i1: i64 = vector // 96
+    var i2: i64 = vector // 32 % 3
+    var i3: i64 = vector % 32 * 4
+    var condition: b8 = i3 < 64
+    vector load x4 x_vector[0][0] <- x[vector * 4]
+    vector load x4 cos_vector[0][0] <- cos[vector % 96 * 4]
+    vector load x4 sin_vector[0][0] <- sin[vector % 96 * 4]
+    if condition:
+      vector load x4 x_vector2[0][0] <- x[i1 * 384 + i2 * 128 + i3 % 64 + 64]
+      out_vector[0][0] = x_vector[0][0] * cos_vector[0][0] + -x_vector2[0][0] * sin_vector[0][0]
+      out_vector[0][1] = x_vector[0][1] * cos_vector[0][1] + -x_vector2[0][1] * sin_vector[0][1]
+      out_vector[0][2] = x_vector[0][2] * cos_vector[0][2] + -x_vector2[0][2] * sin_vector[0][2]
+      out_vector[0][3] = x_vector[0][3] * cos_vector[0][3] + -x_vector2[0][3] * sin_vector[0][3]
+    else:
+      vector load x4 x_vector3[0][0] <- x[i1 * 384 + i2 * 128 + i3 % 64]
+      out_vector[0][0] = x_vector[0][0] * cos_vector[0][0] + x_vector3[0][0] * sin_vector[0][0]
+      out_vector[0][1] = x_vector[0][1] * cos_vector[0][1] + x_vector3[0][1] * sin_vector[0][1]
+      out_vector[0][2] = x_vector[0][2] * cos_vector[0][2] + x_vector3[0][2] * sin_vector[0][2]
+      out_vector[0][3] = x_vector[0][3] * cos_vector[0][3] + x_vector3[0][3] * sin_vector[0][3]
+    vector store x4 out[vector * 4] <- out_vector[0][0]"""
+
+
+def test_rope_reads_its_rotated_half_as_vectors_each_only_where_its_half_of_the_row_is():
+    """The condition ``i3 < 64`` is the same in every lane of a vector of 4, so it is
+    evaluated once per vector; each half of the rotation is one 16-byte load, made only
+    by the vectors in its half of the row, and the arithmetic branches on it."""
+    tile = SCHEDULE.schedule(rope(2, 3, 128, F32).kernel, SM_90, {})
+    assert tile_ir.format_tile_kernel(tile) == ROPE_TILE
+    assert kernel_ir.format_kernel(SCHEDULE.lower(tile, SM_90)) == ROPE_KERNEL
+
+
+@pytest.mark.parametrize("dim,dtype,width", [(128, BF16, 8), (64, F32, 4), (64, BF16, 8), (12, F32, 2), (12, BF16, 2)])
+def test_rope_rotated_half_is_a_vector_wherever_the_vector_divides_the_half(dim, dtype, width):
+    """head_dim 12: a vector of 4 would straddle the half (6); one of 2 reads every operand as a vector."""
+    half = dim // 2
+    tile = SCHEDULE.schedule(rope(2, 3, dim, dtype).kernel, SM_90, {})
+    knobs = dict(tile.knobs)
+    assert tile.vector_width == width
+    assert "scalar_loads" not in knobs
+    assert f"x[0, i1, i2, i3 % {half} + {half}] if i3 < {half}, x[0, i1, i2, i3 % {half}] unless i3 < {half}" in \
+        knobs["vector_loads"]
+    assert knobs["conditions_per_vector"] == f"i3 < {half}"
+
+
+@pytest.mark.parametrize("dim,knobs", [(10, {}), (12, {"vector_width": 4}), (128, {"vector_width": 16})],
+                         ids=["half_5", "half_6_width_4", "half_64_width_16"])
+def test_a_rotation_that_wraps_inside_a_vector_stays_element_by_element(dim, knobs):
+    """head_dim 10 (half 5) with vectors of 2, or 12 (half 6) with 4: the vector at i3 = 4
+    holds both halves; its rotated elements are read one by one, each testing its own i3.
+    With a half of 64 even 16 lanes stay vectors."""
+    half = dim // 2
+    tile = SCHEDULE.schedule(rope(1, 3, dim).kernel, SM_90, knobs)
+    described = dict(tile.knobs)
+    kernel = kernel_ir.format_kernel(SCHEDULE.lower(tile, SM_90))
+    if dim == 128:
+        assert "scalar_loads" not in described and "if condition:" in kernel
+        return
+    assert described["scalar_loads"] == f"x[0, i1, i2, i3 % {half} + {half}], x[0, i1, i2, i3 % {half}]"
+    assert "conditions_per_vector" not in described and "condition" not in kernel
+    assert f"where(i3 + 1 < {half}, -x[" in kernel
+
+
+CAT_TILE_KNOBS = {
+    "vector_loads": "p0[i0, i1 % 8] if i1 < 8, p1[i0, i1 % 4] unless i1 < 8 if i1 < 12, "
+                    "p2[i0, i1 % 12] unless i1 < 8 unless i1 < 12",
+    "vector_stores": "out[i0, i1]",
+    "conditions_per_vector": "i1 < 8, i1 < 12",
+}
+
+CAT_BRANCHES = """\
+    if condition:
+      vector load x4 p0_vector[0][0] <- p0[i0 * 8 + i1 % 8]
+      out_vector[0][0] = p0_vector[0][0] * 2.0
+      out_vector[0][1] = p0_vector[0][1] * 2.0
+      out_vector[0][2] = p0_vector[0][2] * 2.0
+      out_vector[0][3] = p0_vector[0][3] * 2.0
+    else:
+      if condition2:
+        vector load x4 p1_vector[0][0] <- p1[i0 * 4 + i1 % 4]
+        out_vector[0][0] = p1_vector[0][0] * 2.0
+        out_vector[0][1] = p1_vector[0][1] * 2.0
+        out_vector[0][2] = p1_vector[0][2] * 2.0
+        out_vector[0][3] = p1_vector[0][3] * 2.0
+      else:
+        vector load x4 p2_vector[0][0] <- p2[i0 * 12 + i1 % 12]
+        out_vector[0][0] = p2_vector[0][0] * 2.0
+        out_vector[0][1] = p2_vector[0][1] * 2.0
+        out_vector[0][2] = p2_vector[0][2] * 2.0
+        out_vector[0][3] = p2_vector[0][3] * 2.0"""
+
+
+def test_each_part_of_a_cat_is_loaded_only_by_the_vectors_it_fills():
+    """Nested uniform conditions nest the guards: one load per vector, not one per part."""
+    tile = SCHEDULE.schedule(cat_last(3, (8, 4, 12)).kernel, SM_90, {})
+    knobs = dict(tile.knobs)
+    assert {name: knobs[name] for name in CAT_TILE_KNOBS} == CAT_TILE_KNOBS
+    assert "scalar_loads" not in knobs
+    assert CAT_BRANCHES in kernel_ir.format_kernel(SCHEDULE.lower(tile, SM_90))
+
+
+def test_past_eight_copies_of_the_arithmetic_it_selects_by_the_conditions_names():
+    """A cat of 9 parts would copy its arithmetic 9 times; the loads stay guarded vectors."""
+    case = cat_last(2, (4,) * 9)
+    kernel = SCHEDULE.lower(SCHEDULE.schedule(case.kernel, SM_90, {}), SM_90)
+    assert "out_vector[0][0] = where(condition, p0_vector[0][0], where(condition2, p1_vector[0][0], " in \
+        kernel_ir.format_kernel(kernel)
+    inputs = case.inputs()
+    out, report = run_on_simulator(case, kernel, inputs)
+    assert torch.equal(out, case.reference(*inputs)) and report.faults == []
+
+
+def test_a_part_of_a_cat_that_a_vector_straddles_is_read_element_by_element():
+    """With 8 lanes the vector at i1 = 8 holds p1's 4 elements and p2's first 4."""
+    knobs = dict(SCHEDULE.schedule(cat_last(3, (8, 4, 12), BF16).kernel, SM_90, {"vector_width": 8}).knobs)
+    assert knobs["vector_loads"] == "p0[i0, i1 % 8] if i1 < 8"
+    assert knobs["scalar_loads"] == "p1[i0, i1 % 4], p2[i0, i1 % 12]"
+    assert knobs["conditions_per_vector"] == "i1 < 8"
 
 
 def test_an_operand_broadcast_along_rows_is_a_vector_and_one_along_columns_a_scalar():
