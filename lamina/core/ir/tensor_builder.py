@@ -231,10 +231,18 @@ class TensorBuilder:
 
     def reduction(self, input: str, axes: Sequence[int], op: str, keepdim: bool = False,
                   *, role: str | None = None) -> str:
-        """Combine ``input`` along ``axes`` with ``op`` (sum, max, min, prod)."""
+        """Combine ``input`` along ``axes`` with ``op`` (sum, max, min, prod).
+
+        Over axes of size 1 each result is its one element: ``input`` itself, or a view
+        of it without those axes, so that no kernel loops over a single element."""
         in_type = self.type(input)
         axes = tuple(sorted({self.axis(a, len(in_type.shape)) for a in axes}))
         shape = tuple(1 if d in axes else s for d, s in enumerate(in_type.shape) if keepdim or d not in axes)
+        if op in tensor_ir.REDUCTIONS and all(in_type.shape[a] == 1 for a in axes):
+            kept = [d for d in range(len(in_type.shape)) if keepdim or d not in axes]
+            out = tensor_ir.output_vars(len(shape))
+            index = [out[kept.index(d)] if d in kept else ex.const(0) for d in range(len(in_type.shape))]
+            return self._view(input, index, shape, role or op)
         out = TensorType(shape, in_type.dtype)
         return self._append(Reduction(self._name(role or op), input, axes, op, keepdim, out, self.source))
 

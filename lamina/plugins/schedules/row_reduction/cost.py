@@ -1,9 +1,12 @@
-"""What a row-reduction kernel is expected to cost: it is bound by memory bandwidth.
+"""What a row-reduction kernel is expected to cost: its bytes, or its rows' latency.
 
 The kernel reads each input once and writes each output once; a row that does not stay
-in registers is read again by every loop over it. The time is those bytes at
-``EFFICIENCY`` of the target's bandwidth, plus the launch. The flops (a few per element)
-hide under the memory traffic and are not counted.
+in registers is read again by every loop over it. Moving those bytes takes them over
+the target's bandwidth at the efficiency its accesses reach (16-byte vectors keep the
+memory system busier than single elements). With few rows, what bounds the kernel is
+rather how long each row takes (``latency``), once per wave of blocks. The estimate is
+the larger of the two, plus the launch. The flops (a few per element) hide under the
+memory traffic and are not counted.
 """
 
 from __future__ import annotations
@@ -12,29 +15,45 @@ import math
 
 from lamina.core.ir import loop_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.row_reduction.recognise import analyse
-from lamina.plugins.schedules.row_reduction.tiling import decide
+from lamina.plugins.schedules.row_reduction import latency
+from lamina.plugins.schedules.row_reduction.recognise import RowReduction, analyse
+from lamina.plugins.schedules.row_reduction.tiling import RowDecisions, decide
 
-EFFICIENCY = 0.8
-"""Fraction of the copy bandwidth a row reduction holds: the best kernels reach about 90% for
-rows of 4k and more; shorter rows pay relatively more for the combining step between passes."""
+VECTOR_EFFICIENCY = 0.9
+"""Fraction of the copy bandwidth a row reduction with 16-byte accesses holds: the best
+kernels reach about 90% for rows of 4k and more."""
+SCALAR_EFFICIENCY = 0.8
+"""The same with one element per access: more instructions per byte."""
+RESIDENT_THREADS_PER_SM = 2048
+"""Threads one SM holds at once (sm_80, sm_90): how many blocks run in one wave."""
 
 
-def moved_bytes(kernel: loop_ir.Kernel, target: Target) -> int:
-    """Bytes read and written by the kernel the schedule makes of ``kernel`` with its default decisions."""
-    row = analyse(kernel)
-    decisions = decide(row, target, {})
+def moved_bytes(row: RowReduction, decisions: RowDecisions) -> int:
+    """Bytes read and written by the kernel the schedule makes of the row with ``decisions``."""
     rereads: dict[str, int] = {}
     if not decisions.row_in_registers:
         for (buffer, _, _), readers in row.readers.items():
             rereads[buffer] = max(rereads.get(buffer, 0), readers - 1)
     total = 0
-    for b in kernel.inputs + kernel.outputs:
+    for b in row.kernel.inputs + row.kernel.outputs:
         size = math.prod(b.type.shape) * b.type.dtype.itemsize
         total += size * (1 + rereads.get(b.name, 0))
     return total
 
 
+def latency_us(row: RowReduction, decisions: RowDecisions, target: Target) -> float:
+    """Each wave of blocks waits for its rows' critical path."""
+    block = decisions.threads * decisions.rows_per_block
+    at_once = target.sm_count * max(1, RESIDENT_THREADS_PER_SM // block)
+    waves = math.ceil(math.ceil(row.row_count / decisions.rows_per_block) / at_once)
+    elements = decisions.elements_per_thread(row.length)
+    return waves * latency.row_us(row, decisions.threads, elements, decisions.row_in_registers, target.warp_size)
+
+
 def estimate_cost(kernel: loop_ir.Kernel, target: Target) -> float:
-    """Estimated microseconds for one launch on ``target``."""
-    return moved_bytes(kernel, target) / (target.memory_bytes_per_us * EFFICIENCY) + target.launch_us
+    """Estimated microseconds for one launch on ``target``, with the schedule's default decisions."""
+    row = analyse(kernel)
+    decisions = decide(row, target, {})
+    efficiency = VECTOR_EFFICIENCY if decisions.vector_width > 1 else SCALAR_EFFICIENCY
+    bandwidth_us = moved_bytes(row, decisions) / (target.memory_bytes_per_us * efficiency)
+    return max(bandwidth_us, latency_us(row, decisions, target)) + target.launch_us

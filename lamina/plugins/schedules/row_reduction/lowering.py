@@ -15,6 +15,12 @@ Block (threads, rows_per_block): ``threadIdx.y`` picks the row of the block,
     acc0 = partial_acc0[threadIdx.y][threadIdx.x % warps]; shuffles over the warps
     ... the next reduction, then the epilogue's stores from registers
 
+With vectors of W elements, slot ``j`` is vector ``threadIdx.x + j * threads``, and
+each loop over the row runs the slot's W elements in an unrolled loop over ``e``
+(column ``vector * W + e``): the row is loaded as ``vector load xW row_x[j][0] <- x[...]``,
+a loop's other vector accesses go through a register array of W elements (a vector
+load before the elements, a vector store after them), and the rest stay scalar.
+
 Shuffles run in every lane (never under a guard), so rows past the end still take part
 in them; their loads and stores are guarded. Each reduction has its own partial-result
 array, so that one barrier per reduction is enough.
@@ -24,15 +30,21 @@ from __future__ import annotations
 
 import math
 
+import attrs
+
 from lamina.core.ir import dtypes, expr as ex, index, kernel_ir, loop_ir, tile_ir
 from lamina.core.ir.expr import Expr
 from lamina.core.ir.names import fresh_name
 from lamina.core.target import Target
 from lamina.plugins.schedules import loop_to_kernel
+from lamina.plugins.schedules.row_reduction import vectors
 from lamina.plugins.schedules.row_reduction.recognise import RowReduction, analyse
 from lamina.plugins.schedules.row_reduction.tiling import RowDecisions, knobs_of
 
 WARP = kernel_ir.WARP_SIZE
+UNROLLED_SLOTS = 8
+"""A thread's loops over a row it does not keep in registers are unrolled up to this many
+slots, so that the loads of several slots are in flight together."""
 
 
 def lower(tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Kernel:
@@ -46,12 +58,14 @@ class _RowLowering:
         self.threads = decisions.threads
         self.rows_per_block = decisions.rows_per_block
         self.in_registers = decisions.row_in_registers
-        self.elements = decisions.elements_per_thread(row.length)
+        self.width = decisions.vector_width
+        self.slots = decisions.vectors_per_thread(row.length)
         self.blocks = max(1, math.ceil(row.row_count / self.rows_per_block))
         self.taken = loop_to_kernel.names_in(row.kernel) | {row.column_name}
         self.arrays: list[kernel_ir.Array] = []
         self.registers: dict[tuple, str] = {}
         self.slot = ex.Var(fresh_name("j", self.taken))
+        self.element = ex.Var(fresh_name("e", self.taken | {self.slot.name}))
         self.lane = kernel_ir.thread_idx("x")
 
     def kernel(self) -> kernel_ir.Kernel:
@@ -77,13 +91,21 @@ class _RowLowering:
 
     # --- columns ------------------------------------------------------------------
 
-    def _column(self) -> Expr:
+    def _vector(self) -> Expr:
         return index.simplify(self.lane + self.slot * self.threads)
+
+    def _column(self) -> Expr:
+        if self.width == 1:
+            return self._vector()
+        return index.simplify(self._vector() * self.width + self.element)
+
+    def _register_index(self) -> tuple[Expr, ...]:
+        return (self.slot,) if self.width == 1 else (self.slot, self.element)
 
     def _guard(self) -> Expr | None:
         conditions = [self.row_ok] if self.row_ok is not None else []
-        if self.elements * self.threads != self.row.length:
-            conditions.append(ex.op("lt", self._column(), self.row.length))
+        if self.slots * self.threads * self.width != self.row.length:
+            conditions.append(ex.op("lt", self._vector(), self.row.length // self.width))
         if not conditions:
             return None
         return conditions[0] if len(conditions) == 1 else ex.op("and", *conditions)
@@ -92,22 +114,60 @@ class _RowLowering:
         """``statements`` for each slot of the thread, guarded by the slot being in the row."""
         guard = self._guard()
         body = tuple(statements) if guard is None else (kernel_ir.If(guard, tuple(statements)),)
-        return [kernel_ir.For(self.slot.name, ex.const(0), ex.const(self.elements), 1, body,
-                              unroll=self.in_registers)]
+        unroll = self.in_registers or self.slots <= UNROLLED_SLOTS
+        return [kernel_ir.For(self.slot.name, ex.const(0), ex.const(self.slots), 1, body, unroll=unroll)]
+
+    def _per_element(self, statements: list[kernel_ir.Stmt]) -> list[kernel_ir.Stmt]:
+        """``statements`` for each element of the slot's vector."""
+        if self.width == 1 or not statements:
+            return statements
+        return [kernel_ir.For(self.element.name, ex.const(0), ex.const(self.width), 1, tuple(statements),
+                              unroll=True)]
+
+    def _vector_offset(self, buffer: str, idx: tuple[Expr, ...], var: str) -> Expr:
+        """The flat offset in ``buffer`` of the first element of the slot's vector."""
+        offset = index.linearize(idx, self.kernel_ir.buffer(buffer).type.shape)
+        env = {**self.env, var: index.simplify(self._vector() * self.width)}
+        return index.simplify(loop_to_kernel.translate_expr(offset, self.kernel_ir, env))
+
+    def _vector_register(self, buffer: str) -> str:
+        """A register array for one vector of ``buffer``."""
+        name = fresh_name(f"{buffer}_vector", self.taken | {a.name for a in self.arrays})
+        self.arrays.append(kernel_ir.Array(name, self.kernel_ir.buffer(buffer).type.dtype, (self.width,), "register"))
+        return name
+
+    def _copies(self, kind, register: str, lead: tuple[Expr, ...], buffer: str, offset: Expr) -> list[kernel_ir.Stmt]:
+        """A vector of ``buffer`` from ``offset`` on moved to (``VectorLoad``) or from
+        (``VectorStore``) row ``lead`` of ``register``, in accesses of 16 bytes at most."""
+        count, per_access = vectors.accesses(self.width, self.kernel_ir.buffer(buffer).type.dtype.itemsize)
+        out = []
+        for k in range(count):
+            first = ex.const(k * per_access)
+            at = (index.simplify(offset + k * per_access),)
+            if kind is kernel_ir.VectorLoad:
+                out.append(kernel_ir.VectorLoad(register, lead + (first,), buffer, at, per_access))
+            else:
+                out.append(kernel_ir.VectorStore(buffer, at, register, lead + (first,), per_access))
+        return out
 
     def _load_row(self) -> list[kernel_ir.Stmt]:
         """Each row access read by several loops, loaded once into a register array."""
         column = {self.row.column_name: self._column()}
-        stores = []
+        loads = []
         for key in self.row.shared_reads:
             buffer, idx, dtype = key
-            name = fresh_name(f"row_{buffer}", self.taken)
+            name = fresh_name(f"row_{buffer}", self.taken | {a.name for a in self.arrays})
             self.registers[key] = name
-            self.arrays.append(kernel_ir.Array(name, dtype, (self.elements,), "register"))
-            node = loop_ir.Load(buffer, idx, dtype)
-            value = loop_to_kernel.translate_expr(node, self.kernel_ir, {**self.env, **column})
-            stores.append(kernel_ir.Store(name, (self.slot,), value))
-        return self._over_row(stores) if stores else []
+            shape = (self.slots,) if self.width == 1 else (self.slots, self.width)
+            self.arrays.append(kernel_ir.Array(name, dtype, shape, "register"))
+            if vectors.is_vector_access(self.kernel_ir, buffer, idx, dtype, self.row.column_name, self.width):
+                offset = self._vector_offset(buffer, idx, self.row.column_name)
+                loads += self._copies(kernel_ir.VectorLoad, name, (self.slot,), buffer, offset)
+            else:
+                node = loop_ir.Load(buffer, idx, dtype)
+                value = loop_to_kernel.translate_expr(node, self.kernel_ir, {**self.env, **column})
+                loads += self._per_element([kernel_ir.Store(name, self._register_index(), value)])
+        return self._over_row(loads) if loads else []
 
     def _from_registers(self, body: tuple[loop_ir.Stmt, ...], var: str) -> tuple[loop_ir.Stmt, ...]:
         """``body`` of the loop over ``var`` with its row accesses read from registers."""
@@ -116,7 +176,7 @@ class _RowLowering:
             if isinstance(node, loop_ir.Load):
                 name = self.registers.get(self.row.key(node, var))
                 if name is not None:
-                    return kernel_ir.Load(name, (self.slot,), node.dtype)
+                    return kernel_ir.Load(name, self._register_index(), node.dtype)
             return None
 
         return loop_ir.map_expressions(body, lambda e: ex.transform(e, replace))
@@ -130,12 +190,38 @@ class _RowLowering:
             return self._row_store(s)
         body = self._from_registers(s.body, s.var)
         env = {**self.env, s.var: self._column()}
-        statements = list(loop_to_kernel.translate_body(body, self.kernel_ir, env))
-        out = self._over_row(statements)
+        if self.width == 1:
+            out = self._over_row(list(loop_to_kernel.translate_body(body, self.kernel_ir, env)))
+        else:
+            out = self._over_row(self._vector_slot(attrs.evolve(s, body=body), env))
         if s.kind == "reduce":
             for a in s.body:
                 out += self._combine(a.acc)
         return out
+
+    def _vector_slot(self, loop: loop_ir.Loop, env: dict[str, Expr]) -> list[kernel_ir.Stmt]:
+        """One slot of a loop over the row: its vector loads, its elements, its vector stores."""
+        before: list[kernel_ir.Stmt] = []
+        after: list[kernel_ir.Stmt] = []
+        in_registers: dict[loop_ir.Load, Expr] = {}
+        for load in vectors.vector_loads(self.row, loop, self.width):
+            name = self._vector_register(load.buffer)
+            offset = self._vector_offset(load.buffer, load.index, loop.var)
+            before += self._copies(kernel_ir.VectorLoad, name, (), load.buffer, offset)
+            in_registers[load] = kernel_ir.Load(name, (self.element,), load.dtype)
+        body = loop_ir.map_expressions(loop.body, lambda e: ex.transform(e, in_registers.get))
+        vector_stores = set(vectors.vector_stores(self.row, attrs.evolve(loop, body=body), self.width))
+        elements: list[kernel_ir.Stmt] = []
+        for s in body:
+            if s in vector_stores:
+                name = self._vector_register(s.buffer)
+                value = loop_to_kernel.translate_expr(s.value, self.kernel_ir, env)
+                elements.append(kernel_ir.Store(name, (self.element,), value))
+                offset = self._vector_offset(s.buffer, s.index, loop.var)
+                after += self._copies(kernel_ir.VectorStore, name, (), s.buffer, offset)
+            else:
+                elements += loop_to_kernel.translate_body((s,), self.kernel_ir, env)
+        return before + self._per_element(elements) + after
 
     def _declare(self, s: loop_ir.Init) -> kernel_ir.Stmt:
         """An accumulator, starting from its identity (a constant: see ``recognise``)."""

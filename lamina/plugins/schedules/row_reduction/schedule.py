@@ -1,8 +1,8 @@
 """The row-reduction schedule: norms, softmax, sums and means, one warp or block per row.
 
-Threads of a row stride over it, combine their partial results with warp shuffles
-(and a small shared-memory step across the warps of a block), and keep the row in
-registers between its loops when it fits. Kernels of any other shape are left to the
+Threads of a row stride over it in 16-byte vectors where the row allows, combine their
+partial results with warp shuffles (and a small shared-memory step across the warps of a
+block), and keep the row in registers between its loops when it fits. Kernels of any other shape are left to the
 other schedules (``applies`` is False).
 """
 

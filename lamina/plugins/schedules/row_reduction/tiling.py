@@ -1,10 +1,17 @@
 """How the row-reduction schedule spreads rows over the GPU, and the Tile IR that says so.
 
-Threads of one row stride over it (thread ``t`` owns columns ``t``, ``t + threads``,
-...: a warp reads adjacent elements). Short rows get a warp each, several rows per
-block; long rows get a block each, sized so that every thread owns a handful of
-elements. A row read by more than one loop is kept in registers when it fits: one
-pass over memory instead of one per loop.
+Threads of one row stride over it in vectors of ``vector_width`` adjacent elements
+(thread ``t`` owns vectors ``t``, ``t + threads``, ...: a warp reads adjacent vectors),
+16 bytes wide where the row divides into them, else single elements. With as many rows
+as SMs or more, short rows get a warp each, several rows per block, and long rows a
+block each, sized so that every thread owns a handful of elements: bandwidth decides,
+and other rows hide each row's latency. With fewer rows nothing hides it, so a row gets
+the number of threads that makes its critical path shortest (see ``latency``), and a
+block to itself. A row read by more than one loop is kept in registers when it fits:
+one pass over memory instead of one per loop.
+
+Knobs the user may pin: ``threads`` (per row), ``rows_per_block``, ``row_in_registers``
+and ``vector_width`` (a power of two up to 16 that divides the row, 1 for single elements).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import attrs
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import loop_ir, tile_ir
 from lamina.core.target import Target
+from lamina.plugins.schedules.row_reduction import latency, vectors
 from lamina.plugins.schedules.row_reduction.recognise import RowReduction, analyse
 
 SCHEDULE_NAME = "row_reduction"
@@ -29,7 +37,10 @@ threads sharing the row holds it with fewer registers each."""
 ELEMENTS_PER_THREAD = 8
 """A block per row is sized so that each thread owns at most this many elements."""
 WARP_ROWS_PER_BLOCK = 4
-"""Rows (warps) per block for short rows: 128 threads, enough warps per SM to hide latency."""
+"""Rows (warps) per block for short rows: 128 threads, enough warps per SM to hide latency;
+fewer where that would leave SMs without a block."""
+MAX_VECTOR_WIDTH = 16
+"""The widest vector a thread owns: 16 one-byte elements in one access, 16 fp32 in four."""
 REGISTERS_PER_BLOCK = 64 * 1024
 """32-bit registers an SM gives one block at most (sm_70 and later)."""
 REGISTERS_LEFT = 32
@@ -45,18 +56,23 @@ class RowDecisions:
     """Threads per row: 32 is a warp per row (warp shuffles only), more is a block tree."""
     rows_per_block: int
     row_in_registers: bool
+    vector_width: int
+    """Adjacent elements a thread owns together and moves as one access where it can."""
 
     @property
     def strategy(self) -> str:
         return "warp_shuffle" if self.threads <= 32 else "block_tree"
 
+    def vectors_per_thread(self, length: int) -> int:
+        return max(1, math.ceil(length / (self.threads * self.vector_width)))
+
     def elements_per_thread(self, length: int) -> int:
-        return max(1, math.ceil(length / self.threads))
+        return self.vectors_per_thread(length) * self.vector_width
 
 
-def row_registers(row: RowReduction, threads: int) -> int:
+def row_registers(row: RowReduction, threads: int, width: int) -> int:
     """Registers per thread that keeping the row in registers takes."""
-    return max(1, math.ceil(row.length / threads)) * len(row.shared_reads)
+    return RowDecisions(threads, 1, True, width).elements_per_thread(row.length) * len(row.shared_reads)
 
 
 def register_budget(threads_per_block: int) -> int:
@@ -66,14 +82,18 @@ def register_budget(threads_per_block: int) -> int:
 
 def decide(row: RowReduction, target: Target, knobs: Mapping[str, Any]) -> RowDecisions:
     """The pinned knobs, and for the others what suits the row length and row count."""
+    width = _pinned_width(knobs, row)
+    if width is None:
+        width = vectors.default_width(row)
     threads = _pinned_threads(knobs, target)
     if threads is None:
-        threads = _default_threads(row, target)
+        threads = _default_threads(row, target, width)
     rows_per_block = _pinned_rows_per_block(knobs, threads, target)
     if rows_per_block is None:
-        rows_per_block = 1 if threads > 32 else min(WARP_ROWS_PER_BLOCK, _power_of_two_at_least(row.row_count))
+        rows_per_block = _default_rows_per_block(row, threads, target)
     budget = register_budget(threads * rows_per_block)
-    fits = row_registers(row, threads) <= budget
+    needed = row_registers(row, threads, width)
+    fits = needed <= budget
     pinned = knobs.get("row_in_registers")
     if pinned is None:
         in_registers = fits and bool(row.shared_reads)
@@ -82,25 +102,49 @@ def decide(row: RowReduction, target: Target, knobs: Mapping[str, Any]) -> RowDe
                             "it must be true or false")
     elif pinned and not fits:
         raise ScheduleError(
-            f"kernel {row.kernel.name}: the knob row_in_registers = true needs {row_registers(row, threads)} "
+            f"kernel {row.kernel.name}: the knob row_in_registers = true needs {needed} "
             f"registers per thread for a row of {row.length} with {threads} threads per row, more than the "
             f"{budget} a block of {threads * rows_per_block} threads leaves; pin more threads or leave it false")
     else:
         in_registers = pinned
-    return RowDecisions(threads, rows_per_block, in_registers)
+    return RowDecisions(threads, rows_per_block, in_registers, width)
 
 
-def _default_threads(row: RowReduction, target: Target) -> int:
-    """A warp for rows up to ``WARP_ROW_MAX`` whose lanes keep at most ``WARP_ROW_REGISTERS``,
-    unless there are fewer rows than SMs and each is long enough (more than 8 per lane) to keep
-    a whole block busy; else a block per row."""
-    few_rows = row.row_count < target.sm_count
+def _default_threads(row: RowReduction, target: Target, width: int) -> int:
+    """With fewer rows than SMs, the thread count whose row finishes first. Otherwise a warp
+    for rows up to ``WARP_ROW_MAX`` whose lanes keep at most ``WARP_ROW_REGISTERS``, else a
+    block per row."""
+    if row.row_count < target.sm_count:
+        return _fastest_threads(row, target, width)
     per_lane = math.ceil(row.length / target.warp_size) * max(1, len(row.shared_reads))
-    short = row.length <= WARP_ROW_MAX and per_lane <= WARP_ROW_REGISTERS
-    if short and not (few_rows and row.length > 8 * target.warp_size):
+    if row.length <= WARP_ROW_MAX and per_lane <= WARP_ROW_REGISTERS:
         return target.warp_size
     wanted = _power_of_two_at_least(math.ceil(row.length / ELEMENTS_PER_THREAD))
     return max(2 * target.warp_size, min(wanted, target.max_threads_per_block))
+
+
+def _fastest_threads(row: RowReduction, target: Target, width: int) -> int:
+    """The power of two of threads per row, from a warp to a full block, with the shortest
+    critical path for one row (the fewest threads among equals)."""
+    timed = []
+    threads = target.warp_size
+    while threads <= target.max_threads_per_block:
+        in_registers = bool(row.shared_reads) and row_registers(row, threads, width) <= register_budget(threads)
+        elements = RowDecisions(threads, 1, in_registers, width).elements_per_thread(row.length)
+        timed.append((latency.row_us(row, threads, elements, in_registers, target.warp_size), threads))
+        threads *= 2
+    return min(timed)[1]
+
+
+def _default_rows_per_block(row: RowReduction, threads: int, target: Target) -> int:
+    """One row per block of more than a warp; for a warp per row, up to ``WARP_ROWS_PER_BLOCK``
+    rows while the blocks still cover every SM."""
+    if threads > target.warp_size:
+        return 1
+    rows = WARP_ROWS_PER_BLOCK
+    while rows > 1 and math.ceil(row.row_count / rows) < target.sm_count:
+        rows //= 2
+    return rows
 
 
 def _power_of_two_at_least(n: int) -> int:
@@ -109,6 +153,22 @@ def _power_of_two_at_least(n: int) -> int:
 
 def _is_power_of_two(n: Any) -> bool:
     return isinstance(n, int) and not isinstance(n, bool) and n > 0 and n & (n - 1) == 0
+
+
+def _pinned_width(knobs: Mapping[str, Any], row: RowReduction) -> int | None:
+    pinned = knobs.get("vector_width")
+    if pinned is None:
+        return None
+    if not _is_power_of_two(pinned) or pinned > MAX_VECTOR_WIDTH:
+        raise ScheduleError(
+            f"the knob vector_width = {pinned!r} is not usable by the row_reduction schedule: it must be a power "
+            f"of two from 1 (single elements) to {MAX_VECTOR_WIDTH}")
+    if pinned > 1 and not vectors.has_vector_access(row, pinned):
+        raise ScheduleError(
+            f"kernel {row.kernel.name}: the knob vector_width = {pinned} is not usable by the row_reduction "
+            f"schedule: the row of {row.length} does not divide into {pinned}-element vectors that some access "
+            f"moves whole and aligned; pin a width that divides {row.length}, or 1")
+    return pinned
 
 
 def _pinned_threads(knobs: Mapping[str, Any], target: Target) -> int | None:
@@ -138,7 +198,7 @@ def _pinned_rows_per_block(knobs: Mapping[str, Any], threads: int, target: Targe
 def knobs_of(tile: tile_ir.TileKernel) -> RowDecisions:
     """The decisions a tile records, for its lowering."""
     values = dict(tile.knobs)
-    return RowDecisions(values["threads"], values["rows_per_block"], values["row_in_registers"])
+    return RowDecisions(values["threads"], values["rows_per_block"], values["row_in_registers"], tile.vector_width)
 
 
 def tile(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:
@@ -153,13 +213,34 @@ def tile(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> ti
         vars=row.reduce_vars, extent=row.length, strategy=decisions.strategy, splits=decisions.threads
     )
     result = tile_ir.TileKernel(
-        kernel=kernel, schedule=SCHEDULE_NAME, grid=(rows,), reduction=plan,
+        kernel=kernel, schedule=SCHEDULE_NAME, grid=(rows,), reduction=plan, vector_width=decisions.vector_width,
         knobs=(
             ("threads", decisions.threads),
             ("rows_per_block", decisions.rows_per_block),
             ("elements_per_thread", decisions.elements_per_thread(row.length)),
             ("row_in_registers", decisions.row_in_registers),
-        ),
+        ) + _describe_vectors(row, decisions.vector_width),
     )
     tile_ir.verify_tile_kernel(result, target.max_threads_per_block, target.max_shared_bytes_optin)
     return result
+
+
+def _describe_vectors(row: RowReduction, width: int) -> tuple[tuple[str, str], ...]:
+    """The row accesses that move as vectors, with the row's column variable for the loops'."""
+    loads, stores = {}, {}
+    for phase in row.phases:
+        loop = phase.loop
+        if loop is None or width == 1:
+            continue
+        for load in vectors.vector_loads(row, loop, width):
+            loads.setdefault(row.key(load, loop.var), None)
+        for store in vectors.vector_stores(row, loop, width):
+            dtype = row.kernel.buffer(store.buffer).type.dtype
+            stores.setdefault(row.key(loop_ir.Load(store.buffer, store.index, dtype), loop.var), None)
+    groups = (("vector_loads", loads), ("vector_stores", stores))
+    return tuple((name, ", ".join(_key_text(key) for key in keys)) for name, keys in groups if keys)
+
+
+def _key_text(key: tuple) -> str:
+    buffer, idx, _ = key
+    return f"{buffer}[{', '.join(loop_ir.format_index(i) for i in idx)}]"

@@ -81,8 +81,13 @@ def run(program: RowProgram, rows: int, length: int, **settings):
     return specialization.compilation, inputs, tuple(specialization(inputs, torch.device("cpu")))
 
 
+def compile_program(program: RowProgram, rows: int, length: int):
+    """The program's compilation with the default settings: every level, for inspection."""
+    inputs = program.inputs(rows, length)
+    return lamina.Compiler().compile_captured(captured(program, rows, length), inputs).compilation
+
+
 def loop_kernel(program: RowProgram, rows: int, length: int):
     """The one Loop IR kernel that fusion makes of the program."""
-    inputs = program.inputs(rows, length)
-    (kernel,) = lamina.Compiler().compile_captured(captured(program, rows, length), inputs).compilation.loop.kernels
+    (kernel,) = compile_program(program, rows, length).loop.kernels
     return kernel

@@ -6,7 +6,7 @@ from lamina.backends.cuda.codegen import emit_cuda, kernel_symbol
 from lamina.backends.cuda.nvrtc import compile_kernel
 from lamina.plugins.schedules.row_reduction import RowReductionSchedule
 
-from .programs import BY_ID, loop_kernel
+from .programs import BY_ID, compile_program, loop_kernel
 from .test_simulated import KNOBS
 from .test_tiling import SM_90
 
@@ -16,6 +16,8 @@ MODEL_ROWS = {
     "scores_128": ({}, (200, 128)),
     "tinyllama_hidden_2048": ({}, (8, 2048)),
     "qwen_hidden_3584": ({}, (8, 3584)),
+    "tinyllama_hidden_2048_many_rows": ({}, (256, 2048)),
+    "qwen_hidden_3584_many_rows": ({}, (256, 3584)),
     "vocabulary_32000": ({}, (2, 32000)),
     "qwen_vocabulary_151936": ({}, (2, 151936)),
     "long_rows_on_a_block_of_1024": ({"threads": 1024}, (2, 2048)),
@@ -56,5 +58,21 @@ def assert_no_spills(result):
 def test_a_norm_squares_by_multiplying_without_a_stack_frame():
     kernel = SCHEDULE.lower(SCHEDULE.schedule(loop_kernel(BY_ID["add_rms_norm"], 5, 100), SM_90, {}), SM_90)
     source = emit_cuda(kernel)
-    assert "powf" not in source and "(row_x[j] + row_r[j]) * (row_x[j] + row_r[j])" in source
+    assert "powf" not in source and "(row_x[j][e] + row_r[j][e]) * (row_x[j][e] + row_r[j][e])" in source
     assert compile_kernel(source, kernel_symbol(kernel), "sm_90").stack_bytes == 0
+
+
+@pytest.mark.parametrize("program_id, length", [("rms_norm", 2048), ("rms_norm_bf16", 3584), ("add_rms_norm", 3584)])
+def test_kernels_of_one_row_compile_without_spills(program_id, length):
+    compilation = compile_program(BY_ID[program_id], 1, length)
+    for tile, kernel in zip(compilation.tiles, compilation.kernels.kernels, strict=True):
+        if tile.schedule == "row_reduction":
+            assert_no_spills(compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), "sm_90"))
+
+
+@pytest.mark.parametrize("program_id", ["rms_norm", "rms_norm_bf16"])
+def test_a_norm_reads_and_writes_its_rows_16_bytes_at_a_time(program_id):
+    kernel = SCHEDULE.lower(SCHEDULE.schedule(loop_kernel(BY_ID[program_id], 256, 2048), SM_90, {}), SM_90)
+    source = emit_cuda(kernel)
+    assert source.count("reinterpret_cast<const uint4*>") == 3
+    assert_no_spills(compile_kernel(source, kernel_symbol(kernel), "sm_90"))

@@ -6,7 +6,15 @@ import torch
 
 import lamina
 from lamina.core.ir import expr as ex, loop_ir
-from lamina.plugins.schedules.row_reduction import NotARowReduction, RowReductionSchedule, analyse, estimate_cost
+from lamina.plugins.schedules.row_reduction import (
+    NotARowReduction,
+    RowReductionSchedule,
+    analyse,
+    decide,
+    estimate_cost,
+    latency,
+)
+from lamina.plugins.schedules.row_reduction.cost import SCALAR_EFFICIENCY, VECTOR_EFFICIENCY, moved_bytes
 
 from .programs import BY_ID, PROGRAMS, loop_kernel
 from .test_tiling import SM_90
@@ -60,15 +68,34 @@ def test_an_accumulator_that_does_not_start_from_the_identity_is_refused():
 def test_cost_is_the_bytes_moved_once_at_the_documented_bandwidth():
     kernel = loop_kernel(BY_ID["add_rms_norm"], 64, 3584)
     bytes_moved = 4 * (64 * 3584 * 4 + 3584)
-    expected = bytes_moved / (SM_90.memory_bytes_per_us * 0.8) + SM_90.launch_us
+    expected = bytes_moved / (SM_90.memory_bytes_per_us * VECTOR_EFFICIENCY) + SM_90.launch_us
+    assert SCHEDULE.estimate_cost(kernel, SM_90) == pytest.approx(expected)
+
+
+def test_single_elements_move_at_a_lower_efficiency():
+    kernel = loop_kernel(BY_ID["sum"], 4096, 999)
+    expected = 4 * (4096 * 999 + 4096) / (SM_90.memory_bytes_per_us * SCALAR_EFFICIENCY) + SM_90.launch_us
     assert SCHEDULE.estimate_cost(kernel, SM_90) == pytest.approx(expected)
 
 
 def test_a_row_read_again_costs_its_bytes_again():
-    kernel = loop_kernel(BY_ID["softmax"], 2, 151936)
+    row = analyse(loop_kernel(BY_ID["softmax"], 2, 151936))
+    decisions = decide(row, SM_90, {})
     once = 2 * 2 * 151936 * 4
     again = 2 * 151936 * 4 * 2
-    assert estimate_cost(kernel, SM_90) == pytest.approx((once + again) / (SM_90.memory_bytes_per_us * 0.8) + SM_90.launch_us)
+    assert not decisions.row_in_registers
+    assert moved_bytes(row, decisions) == once + again
+
+
+def test_few_long_rows_cost_their_critical_path():
+    """Two rows cannot spread over the GPU: each row's passes and steps, not the bandwidth, bound them."""
+    kernel = loop_kernel(BY_ID["softmax"], 2, 151936)
+    row = analyse(kernel)
+    decisions = decide(row, SM_90, {})
+    bandwidth = moved_bytes(row, decisions) / (SM_90.memory_bytes_per_us * VECTOR_EFFICIENCY)
+    path = latency.row_us(row, 1024, decisions.elements_per_thread(151936), False, 32)
+    assert path > bandwidth
+    assert estimate_cost(kernel, SM_90) == pytest.approx(path + SM_90.launch_us)
 
 
 @pytest.mark.parametrize("program_id", ["rms_norm", "add_rms_norm", "softmax", "mean_keepdim", "causal_softmax"])

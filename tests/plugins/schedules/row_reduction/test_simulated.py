@@ -1,18 +1,27 @@
 """Row reductions run by the Kernel IR simulator against eager PyTorch in float64.
 
-Every run raises on a race, an access out of bounds or a read of unwritten shared
-memory, so passing is also "zero faults". Row lengths are not multiples of 32 or of the
-thread count; row counts are odd and not multiples of the rows per block.
+Every run raises on a race, an access out of bounds or misaligned, or a read of
+unwritten shared memory, so passing is also "zero faults". Row lengths are not multiples
+of 32 or of the thread count, nor all of them of the vector width (33 is read element by
+element; 136 is 34 vectors of 4 fp32 and 17 of 8 bf16); row counts are odd and not
+multiples of the rows per block.
 """
 
+import attrs
 import pytest
 import torch
 
+from lamina.backends.reference.simulator import simulate
 from lamina.bench.measure import float64_reference, relative_error
+from lamina.core.ir import loop_ir
+from lamina.plugins.schedules.row_reduction import RowReductionSchedule
 
-from .programs import PROGRAMS, run
+from .programs import BY_ID, PROGRAMS, loop_kernel, run
+from .test_tiling import SM_90
 
-SHAPES = [(5, 1), (7, 33), (3, 300)]
+SCHEDULE = RowReductionSchedule()
+
+SHAPES = [(7, 33), (3, 300), (3, 136)]
 
 KNOBS = {
     "warp_per_row": ({"threads": 32, "rows_per_block": 1}, (5, 100)),
@@ -22,6 +31,9 @@ KNOBS = {
     "block_of_256_short_row": ({"threads": 256}, (3, 100)),
     "warp_rereading_the_row": ({"threads": 32, "rows_per_block": 2, "row_in_registers": False}, (5, 100)),
     "block_rereading_the_row": ({"threads": 128, "row_in_registers": False}, (3, 300)),
+    "block_of_64_single_elements": ({"threads": 64, "vector_width": 1}, (3, 300)),
+    "warp_of_pairs_two_rows": ({"threads": 32, "vector_width": 2, "rows_per_block": 2}, (5, 100)),
+    "warp_of_eights": ({"threads": 32, "vector_width": 8}, (3, 296)),
 }
 
 
@@ -29,11 +41,11 @@ def tolerance(program):
     return 1e-2 if program.dtype == torch.bfloat16 else 1e-5
 
 
-def check(program, rows, length, knobs):
-    compilation, inputs, got = run(program, rows, length, schedule="row_reduction", knobs=knobs)
+def check(program, rows, length, knobs, schedule="row_reduction"):
+    compilation, inputs, got = run(program, rows, length, schedule=schedule, knobs=knobs)
     expected = float64_reference(program.fn, inputs)
     expected = expected if isinstance(expected, tuple) else (expected,)
-    assert "row_reduction" in [t.schedule for t in compilation.tiles]
+    assert ("row_reduction" in [t.schedule for t in compilation.tiles]) == (schedule == "row_reduction")
     for out, want in zip(got, expected, strict=True):
         assert out.dtype == program.dtype
         assert relative_error(out, want) < tolerance(program)
@@ -50,3 +62,52 @@ def test_default_decisions_match_pytorch(program, shape):
 def test_pinned_decisions_match_pytorch(program, setting):
     knobs, shape = setting
     check(program, *shape, knobs=knobs)
+
+
+@pytest.mark.parametrize("program", PROGRAMS, ids=[p.id for p in PROGRAMS])
+def test_rows_of_one_element_need_no_reduction(program):
+    """A reduction over one element is that element: what is left is pointwise."""
+    check(program, 5, 1, knobs={}, schedule=None)
+
+
+def first_row_only(kernel):
+    """``kernel`` cut to its first row: a norm of one row written as one kernel."""
+    (rows,) = kernel.body
+
+    def one_row(buffer):
+        shape = buffer.type.shape
+        return attrs.evolve(buffer, type=attrs.evolve(buffer.type, shape=(1,) + shape[1:])) if len(shape) == 2 else buffer
+
+    return attrs.evolve(kernel, inputs=tuple(map(one_row, kernel.inputs)), outputs=tuple(map(one_row, kernel.outputs)),
+                        body=(attrs.evolve(rows, extent=1),))
+
+
+@pytest.mark.parametrize("program, threads, width", [(BY_ID["rms_norm"], 512, 4), (BY_ID["rms_norm_bf16"], 256, 8)],
+                         ids=["fp32", "bf16"])
+def test_a_norm_of_one_row_gets_a_block_with_a_vector_per_thread(program, threads, width):
+    kernel = first_row_only(loop_kernel(program, 2, 2048))
+    loop_ir.verify_kernel(kernel)
+    tile = SCHEDULE.schedule(kernel, SM_90, {})
+    knobs = dict(tile.knobs)
+    assert (knobs["threads"], tile.vector_width, knobs["elements_per_thread"], knobs["row_in_registers"]) == (
+        threads, width, width, True)
+    x, w = program.inputs(1, 2048)
+    out = torch.zeros(2048, dtype=program.dtype)
+    report = simulate(SCHEDULE.lower(tile, SM_90), {"x": x.flatten(), "w": w, "mul_1": out})
+    assert report.total_bank_conflicts == 0
+    assert relative_error(out.view(1, 2048), float64_reference(program.fn, (x, w))) < tolerance(program)
+
+
+BLOCK_SETTINGS = {name: setting for name, setting in KNOBS.items() if setting[0]["threads"] > 32}
+
+
+@pytest.mark.parametrize("setting", BLOCK_SETTINGS.values(), ids=list(BLOCK_SETTINGS))
+def test_combining_across_the_warps_of_a_block_has_no_bank_conflicts(setting):
+    knobs, (rows, length) = setting
+    program = BY_ID["softmax"]
+    kernel = loop_kernel(program, rows, length)
+    (x,) = program.inputs(rows, length)
+    out = torch.zeros(rows * length)
+    report = simulate(SCHEDULE.lower(SCHEDULE.schedule(kernel, SM_90, knobs), SM_90), {"x": x.flatten(), "softmax": out})
+    assert report.total_bank_conflicts == 0
+    assert relative_error(out.view(rows, length), float64_reference(program.fn, (x,))) < tolerance(program)

@@ -5,32 +5,65 @@ import pytest
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import tile_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.row_reduction import RowReductionSchedule
+from lamina.plugins.schedules.row_reduction import RowReductionSchedule, analyse, decide, latency
+from lamina.plugins.schedules.row_reduction.tiling import RowDecisions
 
-from .programs import BY_ID, loop_kernel
+from .programs import BY_ID, compile_program, loop_kernel
 
 SM_90 = Target("sm_90", "sm_90")
 SCHEDULE = RowReductionSchedule()
 
 RMS_NORM_TILE = """\
 tile mul_1  schedule=row_reduction
-  grid (13, 1, 1) blocks of 256 threads
-  parallel i0 (13): block.x tile 1 = thread.y 1 x 1 per thread (contiguous)
+  grid (2048, 1, 1) blocks of 256 threads
+  parallel i0 (2048): block.x tile 1 = thread.y 1 x 1 per thread (contiguous)
   reduce r0 (2048): block_tree, 256 splits
+  vector width 4
   threads = 256
   rows_per_block = 1
   elements_per_thread = 8
-  row_in_registers = True"""
+  row_in_registers = True
+  vector_loads = x[i0, column], w[column]
+  vector_stores = mul_1[i0, column]"""
+
+ONE_ROW_RMS_NORM_TILE = """\
+tile mul_1  schedule=row_reduction
+  grid (1, 1, 1) blocks of 512 threads
+  parallel i0 (1): block.x tile 1 = thread.y 1 x 1 per thread (contiguous)
+  reduce r0 (2048): block_tree, 512 splits
+  vector width 4
+  threads = 512
+  rows_per_block = 1
+  elements_per_thread = 4
+  row_in_registers = True
+  vector_loads = x[0, column], w[column]
+  vector_stores = mul_1[0, column]"""
 
 SOFTMAX_TILE = """\
 tile softmax  schedule=row_reduction
-  grid (15, 1, 1) blocks of 128 threads
-  parallel i0 (57): block.x tile 4 = thread.y 4 x 1 per thread (contiguous)
+  grid (250, 1, 1) blocks of 128 threads
+  parallel i0 (1000): block.x tile 4 = thread.y 4 x 1 per thread (contiguous)
   reduce r0 * r1 (100): warp_shuffle, 32 splits
+  vector width 4
   threads = 32
   rows_per_block = 4
   elements_per_thread = 4
-  row_in_registers = True"""
+  row_in_registers = True
+  vector_loads = x[i0, column]
+  vector_stores = softmax[i0, column]"""
+
+BF16_SOFTMAX_TILE = """\
+tile softmax  schedule=row_reduction
+  grid (5, 1, 1) blocks of 32 threads
+  parallel i0 (5): block.x tile 1 = thread.y 1 x 1 per thread (contiguous)
+  reduce r0 * r1 (136): warp_shuffle, 32 splits
+  vector width 8
+  threads = 32
+  rows_per_block = 1
+  elements_per_thread = 8
+  row_in_registers = True
+  vector_loads = x[i0, column]
+  vector_stores = softmax[i0, column]"""
 
 
 def tile(program_id, rows, length, knobs=None):
@@ -41,19 +74,44 @@ def decisions(t):
     return t.reduction.strategy, dict(t.knobs)
 
 
-def test_rms_norm_tile_ir_of_a_tinyllama_row():
-    assert tile_ir.format_tile_kernel(tile("rms_norm", 13, 2048)) == RMS_NORM_TILE
+def test_rms_norm_tile_ir_of_tinyllama_rows():
+    """Many rows: a block per row, each thread two vectors of four, the row kept in registers."""
+    assert tile_ir.format_tile_kernel(tile("rms_norm", 2048, 2048)) == RMS_NORM_TILE
+
+
+def test_rms_norm_tile_ir_of_one_tinyllama_row():
+    """One row: the norm is one kernel, a block as wide as makes the row's critical path
+    shortest, a vector per thread, the row kept in registers."""
+    (norm,) = compile_program(BY_ID["rms_norm"], 1, 2048).loop.kernels
+    assert tile_ir.format_tile_kernel(SCHEDULE.schedule(norm, SM_90, {})) == ONE_ROW_RMS_NORM_TILE
 
 
 def test_softmax_tile_ir_of_short_rows():
-    assert tile_ir.format_tile_kernel(tile("softmax", 57, 100)) == SOFTMAX_TILE
+    assert tile_ir.format_tile_kernel(tile("softmax", 1000, 100)) == SOFTMAX_TILE
+
+
+def test_bf16_rows_move_eight_elements_at_a_time():
+    assert tile_ir.format_tile_kernel(tile("softmax_bf16", 5, 136)) == BF16_SOFTMAX_TILE
+
+
+@pytest.mark.parametrize("program_id, length, width", [
+    ("softmax", 33, 1),
+    ("softmax", 102, 2),
+    ("softmax", 300, 4),
+    ("softmax_bf16", 300, 4),
+    ("causal_softmax", 12, 4),
+])
+def test_the_vector_width_is_16_bytes_halved_until_the_row_divides(program_id, length, width):
+    assert tile(program_id, 3, length).vector_width == width
 
 
 @pytest.mark.parametrize("rows, length, strategy, threads, elements", [
     (200, 128, "warp_shuffle", 32, 4),
     (200, 1000, "warp_shuffle", 32, 32),
-    (8, 2048, "block_tree", 256, 8),
-    (8, 3584, "block_tree", 512, 7),
+    (200, 2048, "block_tree", 256, 8),
+    (200, 3584, "block_tree", 512, 8),
+    (8, 2048, "block_tree", 512, 4),
+    (8, 3584, "block_tree", 1024, 4),
     (8, 32000, "block_tree", 1024, 32),
 ])
 def test_short_rows_get_a_warp_and_long_rows_a_block(rows, length, strategy, threads, elements):
@@ -69,7 +127,24 @@ def test_a_row_of_two_arrays_too_many_for_one_warps_registers_gets_a_block():
 
 def test_few_rows_of_moderate_length_get_a_block_each_to_fill_the_gpu():
     strategy, knobs = decisions(tile("softmax", 3, 1000))
-    assert (strategy, knobs["threads"], knobs["rows_per_block"]) == ("block_tree", 128, 1)
+    assert (strategy, knobs["threads"], knobs["rows_per_block"], knobs["elements_per_thread"]) == (
+        "block_tree", 256, 1, 4)
+
+
+def test_few_short_rows_get_a_block_each_to_spread_over_the_sms():
+    strategy, knobs = decisions(tile("softmax", 57, 100))
+    assert (strategy, knobs["threads"], knobs["rows_per_block"]) == ("warp_shuffle", 32, 1)
+
+
+def test_few_rows_take_the_thread_count_with_the_shortest_critical_path():
+    """Each thread walks fewer elements with more threads, but the combining steps grow."""
+    row = analyse(loop_kernel(BY_ID["rms_norm"], 2, 3584))
+    timed = {}
+    for threads in (32, 64, 128, 256, 512, 1024):
+        elements = RowDecisions(threads, 1, True, 4).elements_per_thread(3584)
+        timed[threads] = latency.row_us(row, threads, elements, True, 32)
+    assert min(timed, key=timed.get) == 1024 == decide(row, SM_90, {}).threads
+    assert timed[32] > 1.5 * timed[1024]
 
 
 def test_a_row_too_long_for_registers_is_read_again():
@@ -83,11 +158,19 @@ def test_a_row_read_by_one_loop_only_is_not_kept_in_registers():
 
 
 def test_pinned_knobs_are_taken_and_shown():
-    t = tile("softmax", 9, 300, {"threads": 64, "rows_per_block": 2, "row_in_registers": False})
+    t = tile("softmax", 9, 300, {"threads": 64, "rows_per_block": 2, "row_in_registers": False, "vector_width": 1})
     assert decisions(t) == ("block_tree", {"threads": 64, "rows_per_block": 2, "elements_per_thread": 5,
                                            "row_in_registers": False})
     assert t.threads_per_block == 128
     assert t.grid_shape() == {"x": 5, "y": 1, "z": 1}
+    assert t.vector_width == 1
+
+
+@pytest.mark.parametrize("width, elements", [(2, 6), (8, 8)])
+def test_a_pinned_vector_width_is_taken(width, elements):
+    """Eight fp32 elements are 32 bytes: they move in two 16-byte accesses."""
+    t = tile("softmax", 9, 296, {"threads": 64, "vector_width": width})
+    assert (t.vector_width, dict(t.knobs)["elements_per_thread"]) == (width, elements)
 
 
 @pytest.mark.parametrize("knobs, message", [
@@ -98,7 +181,10 @@ def test_pinned_knobs_are_taken_and_shown():
     ({"threads": 256, "rows_per_block": 8}, "rows_per_block = 8 .* up to 4"),
     ({"rows_per_block": 3}, "rows_per_block = 3"),
     ({"row_in_registers": "yes"}, "row_in_registers = 'yes' .* true or false"),
-    ({"threads": 32, "row_in_registers": True}, "row_in_registers = true needs 94 registers"),
+    ({"threads": 32, "row_in_registers": True}, "row_in_registers = true needs 96 registers"),
+    ({"vector_width": 3}, "vector_width = 3 .* power of two from 1"),
+    ({"vector_width": 32}, "vector_width = 32"),
+    ({"vector_width": 16}, "vector_width = 16 .* row of 3000 does not divide .* pin a width that divides 3000"),
 ])
 def test_unusable_knobs_are_schedule_errors(knobs, message):
     with pytest.raises(ScheduleError, match=message):
