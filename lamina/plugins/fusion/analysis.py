@@ -189,6 +189,16 @@ def expensive(value: Expr) -> bool:
     return False
 
 
+def reads_at_several_points(value: Expr) -> bool:
+    """Whether ``value`` loads one buffer at two different indices (RoPE's rotated half):
+    as a matmul's operand, each of those loads is a tile of its own to stage."""
+    indices: dict[str, set] = {}
+    for node in ex.walk(value):
+        if isinstance(node, loop_ir.Load):
+            indices.setdefault(node.buffer, set()).add(node.index)
+    return any(len(found) > 1 for found in indices.values())
+
+
 def replication(kernel: loop_ir.Kernel, buffer: str) -> int:
     """How many points of ``kernel``'s parallel loops read each element of ``buffer``: the
     product of the parallel extents that a load's index misses (1 when it misses none)."""

@@ -16,7 +16,8 @@ that read the accumulator instead of the buffer::
 The same holds when the consumer is itself a reduction (softmax's sum of
 ``exp(x - max)`` reading the row max), which is how softmax becomes one kernel with
 its two reductions one after the other. The reduction is never copied: the consumer
-must read it at one index that follows some of its own parallel loops, and when later
+must read it at one index that follows some of its own parallel loops (or, for a
+reduction to a single value, be small enough to run as one row), and when later
 kernels read it too (or it is a program output) the consumer also stores it, once per
 point of those loops, for them to read. A consumer that reduces takes the reduction in
 only when none of its loops would turn serial and it is not a contraction: a matmul
@@ -27,6 +28,7 @@ into a pointwise reader of its own points, so that it stays a matmul with stores
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 import attrs
@@ -35,6 +37,11 @@ from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.ir.expr import Expr
 from lamina.core.target import Target
 from lamina.plugins.fusion import analysis
+
+
+ONE_BLOCK_POINTS = 16384
+"""A reduction to a single value (the norm of a one-token row) goes into a reader of at
+most this many points, which then runs as one row: one block's worth of work."""
 
 
 class FuseReductionIntoConsumer:
@@ -95,7 +102,10 @@ def _fuse(
                 return None
             follows[stored.name] = read
     followed = [v.name for v in follows.values() if isinstance(v, ex.Var)]
-    if not followed or len(set(followed)) != len(followed):
+    if len(set(followed)) != len(followed):
+        return None
+    if not followed and (math.prod(loop.extent for loop in loops) > ONE_BLOCK_POINTS
+                         or not any(loop.extent == 1 for loop in loops)):
         return None
     outer = [loop for loop in loops if loop.var in followed or loop.extent == 1]
     rest = [loop for loop in loops if loop not in outer]
@@ -122,7 +132,8 @@ def _fuse(
             return ex.cast(value, node.dtype)
         return None
 
-    inner = loop_ir.map_expressions(body, lambda e: ex.transform(e, replace))
+    single = {loop.var: ex.const(0) for loop in outer if loop.extent == 1}
+    inner = loop_ir.map_expressions(body, lambda e: ex.substitute(ex.transform(e, replace), single))
     for loop in reversed(rest):
         inner = (loop_ir.Loop(loop.var, loop.extent, "serial", inner),)
     nest = prologue + inner

@@ -15,6 +15,8 @@ operand one that a matmul cannot stage tile by tile. An expensive value (an expo
 division by a variable) that a view broadcasts over hundreds of points, as a matmul's
 operand is broadcast over its output columns, is stored once: a transformer's
 ``silu(gate) * up``, which its down projection would otherwise recompute for every column.
+A value that reads one buffer at several points (RoPE's rotation) is stored before a
+matmul reads it, for the same reason as a lookup.
 """
 
 from __future__ import annotations
@@ -73,10 +75,16 @@ def _keeps_lookup(producer: analysis.Pointwise, consumers: list[loop_ir.Kernel])
 
 def _keeps_costly_operand(producer: analysis.Pointwise, consumers: list[loop_ir.Kernel]) -> bool:
     """An expensive value that a matmul, or the view that becomes its operand, broadcasts over
-    many points; a reader that computes with it pointwise keeps it inlined."""
+    many points; a reader that computes with it pointwise keeps it inlined. A value that
+    reads one buffer at several points is never a matmul's operand: each of its loads would
+    be staged as a tile of its own."""
+    buffer = producer.store.buffer
+    if analysis.reads_at_several_points(producer.store.value) and any(
+        _broadcasts(k, buffer) and analysis.replication(k, buffer) > 1 for k in consumers
+    ):
+        return True
     if not analysis.expensive(producer.store.value):
         return False
-    buffer = producer.store.buffer
     return any(_broadcasts(k, buffer) and analysis.replication(k, buffer) > analysis.RECOMPUTE_LIMIT for k in consumers)
 
 

@@ -17,6 +17,7 @@ from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.ir import loop_ir
 from lamina.core.stages.fuse import fuse
 from lamina.core.stages.lower_to_loops import lower_to_loops
+from lamina.core.target import Target
 from lamina.plugins.fusion import plugin
 from lamina.plugins.fusion.analysis import parallel_nest
 from tests.plugins.fusion import row_programs
@@ -65,6 +66,13 @@ def norm_then_projection(x, w, proj):
     return rms_norm(x, w) @ proj
 
 
+def rotary_scores(q, k, cos, sin):
+    def rotated(x):
+        half = x.shape[-1] // 2
+        return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
+    return rotated(q) @ rotated(k).transpose(-1, -2)
+
+
 PROGRAMS = {
     "rms_norm": (rms_norm, lambda: (torch.randn(S, H), torch.randn(H))),
     "softmax": (softmax, lambda: (torch.randn(S, H),)),
@@ -77,6 +85,9 @@ PROGRAMS = {
     "causal_attention": (causal_attention, lambda: (torch.randn(2, S, D), torch.randn(2, S, D), torch.randn(2, S, D))),
     "centred_and_scaled": (centred_and_scaled, lambda: (torch.randn(S, H),)),
     "norm_then_projection": (norm_then_projection, lambda: (torch.randn(S, H), torch.randn(H), torch.randn(H, F_))),
+    "rotary_scores": (
+        rotary_scores, lambda: (torch.randn(2, S, D), torch.randn(2, S, D), torch.randn(S, D), torch.randn(S, D)),
+    ),
 }
 
 _compiled = {}
@@ -196,7 +207,41 @@ def test_a_norm_read_by_a_matmul_prologue_leaves_the_matmul_a_contraction():
     assert [len(reduce_loops(k)) for k in (norm, projection)] == [1, 1]
 
 
+def test_the_norm_of_one_token_is_one_kernel_that_keeps_its_row_in_registers():
+    """A one-row sum reads ``[0, 0]``, following no loop of its reader: it still runs first,
+    inside the reader, and the reader's loop over the row turns serial."""
+    x, w = torch.randn(1, H), torch.randn(H)
+    program = lamina.compile(rms_norm, (x, w))
+    assert program.kernel_count == 1
+    assert schedules(program) == ["row_reduction"]
+    assert dict(program.compilation.tiles[0].knobs)["row_in_registers"] is True
+    assert relative_error(program(x, w), float64_reference(rms_norm, (x, w))) < 1e-6
+
+
+def test_a_one_row_sum_stays_apart_from_a_reader_too_large_for_one_block():
+    """Taken in, the sum makes its reader one row: fine for a token's 2000 features, one
+    block's work; for 20000 the reader keeps its parallel loop and reads the stored sum."""
+    def normalised(x):
+        return x / x.sum(-1, keepdim=True)
+
+    small = lamina.compile(normalised, (torch.randn(1, 2000),))
+    large = lamina.compile(normalised, (torch.randn(1, 20000),))
+    assert (small.kernel_count, large.kernel_count) == (1, 2)
+
+
+def test_rotated_operands_are_stored_before_the_matmul_reads_them():
+    """RoPE reads its input at two points (the rotated half): inlined into a matmul's
+    operand, each would be a tile of its own to stage, so each rotation is one kernel."""
+    program = compiled("rotary_scores")
+    rotate_q, rotate_k, scores = program.compilation.loop.kernels
+    assert schedules(program) == ["pointwise", "pointwise", "contraction"]
+    assert {rotate_q.outputs[0].name, rotate_k.outputs[0].name} == {b.name for b in scores.inputs}
+
+
 # --- golden Loop IR, from Tensor IR written by hand ----------------------------
+
+SM_90 = Target("sm_90", "sm_90")
+
 
 def builtin_rules():
     rules = []
@@ -229,10 +274,10 @@ loop_program(x: f32[13, 72]) -> (out: f32[13, 72]):
 
 
 def test_rms_norm_loop_ir_golden():
-    program = fuse(lower_to_loops(row_programs.rms_norm(S, H).program), builtin_rules())
+    program = fuse(lower_to_loops(row_programs.rms_norm(S, H).program), builtin_rules(), SM_90, {})
     assert loop_ir.format_program(program) == RMS_NORM_LOOP_IR
 
 
 def test_softmax_loop_ir_golden():
-    program = fuse(lower_to_loops(row_programs.softmax(S, H).program), builtin_rules())
+    program = fuse(lower_to_loops(row_programs.softmax(S, H).program), builtin_rules(), SM_90, {})
     assert loop_ir.format_program(program) == SOFTMAX_LOOP_IR
