@@ -10,7 +10,12 @@ from lamina.core.ir import loop_ir
 from lamina.core.stages.fuse import fuse
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction.partial_sums import PartialOf, partial_of
-from lamina.plugins.schedules.contraction.split_k import SplitContractionsAcrossBlocks, choose, usable_splits
+from lamina.plugins.schedules.contraction.split_k import (
+    MAX_PARTIAL_BYTES,
+    SplitContractionsAcrossBlocks,
+    choose,
+    usable_splits,
+)
 
 from ..contraction_kernels import SM_90, linear
 
@@ -116,6 +121,14 @@ def test_tinyllama_qkv_at_128_rows_splits():
     choice = choose(linear(128, 2048, 2560).kernel, SM_90, {})
     assert choice.splits == 8
     assert choice.split_us < 0.9 * choice.unsplit_us
+
+
+def test_the_partial_sums_stay_within_their_memory_bound():
+    """Qwen2.5-7B's down projection at 128 rows: 32 slices would be estimated fastest, but
+    their 59 MB of partial sums exceed the bound, so fewer slices are taken."""
+    choice = choose(linear(128, 18944, 3584).kernel, SM_90, {})
+    assert choice is not None and choice.splits < 32
+    assert choice.splits * 128 * 3584 * 4 <= MAX_PARTIAL_BYTES
 
 
 @pytest.mark.parametrize("m, k, n", [(2048, 2048, 2560), (2048, 3584, 4608)])
