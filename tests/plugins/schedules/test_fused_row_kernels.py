@@ -4,7 +4,6 @@ contraction schedule must refuse them."""
 
 import attrs
 import pytest
-import torch
 
 from lamina.core.ir import expr as ex, loop_ir, tile_ir
 from lamina.core.stages.fuse import fuse

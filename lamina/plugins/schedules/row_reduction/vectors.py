@@ -12,28 +12,11 @@ element: its index may be valid only where it is evaluated.
 
 from __future__ import annotations
 
-from typing import Iterator
-
 from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir
 from lamina.core.ir.dtypes import DType
 from lamina.core.ir.expr import Expr
+from lamina.plugins.schedules.pointwise.analysis import VECTOR_BYTES, unconditional_loads
 from lamina.plugins.schedules.row_reduction.recognise import RowReduction
-
-VECTOR_BYTES = 16
-"""The widest access one instruction makes."""
-
-
-def unconditional_loads(value: Expr) -> Iterator[loop_ir.Load]:
-    """The loads every evaluation of ``value`` makes, not those inside another load's index."""
-    if isinstance(value, loop_ir.Load):
-        yield value
-        return
-    children = value.children()
-    if isinstance(value, ex.Op) and value.op in ("where", "and", "or"):
-        children = children[:1]
-    for child in children:
-        yield from unconditional_loads(child)
-
 
 def accesses(width: int, itemsize: int) -> tuple[int, int]:
     """How a vector of ``width`` elements of ``itemsize`` bytes moves: (accesses, elements in each)."""
