@@ -200,6 +200,10 @@ class ExpressionPrinter:
         if name == "where":
             cond = self._wrap(self._print(args[0]), OR)
             a, b = (self._operand(x, dtype, OR) for x in args[1:])
+            if dtype in HALF_TYPES:
+                # Two lvalues of a class type make the conditional an lvalue, whose address
+                # puts register arrays on the stack; copies of them do not.
+                a, b = (f"{c_type(dtype)}({x})" for x in (a, b))
             return f"({cond} ? {a} : {b})", PRIMARY
         if name == "cast":
             return self._cast(args[0], dtype)

@@ -115,6 +115,22 @@ def test_half_precision_kernels_compile(tmp_path, dtype):
     assert compiled.registers > 0 and not compiled.spills
 
 
+@pytest.mark.skipif(include_dirs(("cuda_bf16.h",)) is None, reason="no CUDA headers for half precision")
+def test_a_half_precision_select_between_register_elements_keeps_them_off_the_stack(tmp_path):
+    """``c ? a : b`` of two bfloat16 lvalues is an lvalue whose address spills the vector
+    registers it picks from to the stack; the printer selects between copies instead."""
+    import torch
+
+    import lamina
+
+    x, y = torch.randn(4, 64).bfloat16(), torch.randn(4, 64).bfloat16()
+    program = lamina.Compiler(target="sm_90").compile(lambda x, y: torch.where(x > 0, x, y) * 2, (x, y))
+    (kernel,) = program.compilation.kernels.kernels
+    compiled = compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), cache_dir=tmp_path)
+    assert "__nv_bfloat16(x_vector[0][0])" in emit_cuda(kernel)
+    assert compiled.stack_bytes == 0 and not compiled.spills
+
+
 def test_more_than_48_kib_of_shared_memory_is_carved_from_dynamic_shared_memory(tmp_path):
     kernel = kir.Kernel(
         name="big_tiles",
