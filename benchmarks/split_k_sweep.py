@@ -1,0 +1,87 @@
+"""Time skinny fp32 linears with split-K pinned to each usable slice count, beside the rule's own choice.
+
+    python benchmarks/split_k_sweep.py --out benchmarks/results/DATE_GPU_split_k_sweep.json
+
+For each linear of the suite's models at ``--m`` rows, lamina compiles it with the knob
+``split_k`` pinned to 1 (never split) and to every slice count the rule may use, and once
+unpinned; each is timed by CUDA-graph replay (median) next to cuBLAS through eager
+PyTorch. The record shows whether the cost model's choice of slices is the fastest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import lamina
+from lamina.bench.measure import relative_error, time_cuda_graph
+from lamina.plugins.schedules.contraction.split_k import usable_splits
+
+SHAPES = {
+    "tinyllama.qkv": (2560, 2048), "tinyllama.o": (2048, 2048), "tinyllama.gate_up": (11264, 2048),
+    "tinyllama.down": (2048, 5632), "qwen.qkv": (4608, 3584), "qwen.o": (3584, 3584),
+    "qwen.gate_up": (37888, 3584), "qwen.down": (3584, 18944),
+}
+"""(N, K) of each linear."""
+
+
+def linear(x, w):
+    return F.linear(x, w)
+
+
+def chosen_splits(compiled) -> int:
+    """The slices the rule chose: the partial kernel's slice loop, or 1."""
+    for tile in compiled.compilation.tiles:
+        for name, value in tile.knobs:
+            if name == "split_k":
+                return int(str(value).split()[0])
+    return 1
+
+
+def sweep_shape(name: str, m: int, n: int, k: int, settings: list[int], replays: int) -> dict:
+    x = torch.randn(m, k, device="cuda")
+    w = torch.randn(n, k, device="cuda") / k ** 0.5
+    reference = linear(x.double(), w.double())
+    rows = []
+    for splits in [None] + [s for s in settings if s == 1 or s in usable_splits(k)]:
+        knobs = {} if splits is None else {"split_k": splits}
+        compiled = lamina.Compiler(knobs=knobs).compile(linear, (x, w))
+        rows.append({"split_k": "chosen" if splits is None else splits, "splits": chosen_splits(compiled),
+                     "measured_us": time_cuda_graph(compiled, (x, w), replays=replays),
+                     "relative_error": relative_error(compiled(x, w), reference)})
+    cublas = time_cuda_graph(linear, (x, w), replays=replays)
+    return {"case": name, "m": m, "n": n, "k": k, "cublas_us": cublas, "settings": rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--m", type=int, default=128)
+    parser.add_argument("--splits", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    parser.add_argument("--replays", type=int, default=50)
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("benchmarks/split_k_sweep.py needs a CUDA GPU", file=sys.stderr)
+        return 2
+    command = (f"python benchmarks/split_k_sweep.py --out benchmarks/results/{Path(args.out).name} --m {args.m} "
+               f"--splits {' '.join(map(str, args.splits))} --replays {args.replays}")
+    record = {"command": command, "date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
+              "cases": []}
+    for name, (n, k) in SHAPES.items():
+        case = sweep_shape(name, args.m, n, k, args.splits, args.replays)
+        record["cases"].append(case)
+        timings = "  ".join(f"{r['split_k']}({r['splits']}): {r['measured_us']:.1f}" for r in case["settings"])
+        print(f"{name} M={args.m}: cuBLAS {case['cublas_us']:.1f} us; {timings}", flush=True)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
