@@ -10,6 +10,7 @@ class Target:
     name: str
     arch: str  # what NVRTC calls it: sm_90
     sm_count: int = 132
+    max_threads_per_sm: int = 2048
     max_threads_per_block: int = 1024
     max_shared_bytes_per_block: int = 48 * 1024
     max_shared_bytes_optin: int = 227 * 1024

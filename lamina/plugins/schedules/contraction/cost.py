@@ -59,7 +59,6 @@ EFFICIENCY = {1: 0.10, 2: 0.18, 4: 0.25, 8: 0.42, 16: 0.60, 32: 0.75, 64: 0.85}
 FRAGMENT_GAIN = {1: 1.0, 4: 1.15}
 """How much faster the arithmetic runs when a thread reads its fragments this many elements at once."""
 MAX_EFFICIENCY = 0.95
-THREADS_PER_SM = 2048
 REGISTERS_PER_SM = 65536
 SHARED_BYTES_PER_SM = 228 * 1024
 BLOCKS_PER_SM = 32
@@ -197,7 +196,7 @@ def estimate(c: Contraction, choices: Choices, target: Target) -> Estimate:
     shared = tiling.shared_bytes(c, choices, target)
     resident = max(1, min(
         BLOCKS_PER_SM,
-        THREADS_PER_SM // choices.threads,
+        target.max_threads_per_sm // choices.threads,
         REGISTERS_PER_SM // (registers * choices.threads),
         SHARED_BYTES_PER_SM // shared if shared else BLOCKS_PER_SM,
     ))

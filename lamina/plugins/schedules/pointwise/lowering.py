@@ -57,8 +57,8 @@ MAX_ARITHMETIC_COPIES = 8
 """The most copies of a store's arithmetic that branching on the conditions evaluated
 once per vector may make (a ``cat`` of 8 parts, or 3 independent conditions); past it
 the arithmetic selects element by element, by the conditions' names. A branch rather
-than a select keeps a bfloat16 ``?:`` between two register arrays out of the CUDA,
-where it would take their addresses and move them to the stack."""
+than a select computes only the side each vector takes, and reads only the registers
+that side's guarded loads filled."""
 
 
 def lower(tile: tile_ir.TileKernel) -> kernel_ir.Kernel:

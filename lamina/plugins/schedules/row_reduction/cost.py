@@ -24,8 +24,6 @@ VECTOR_EFFICIENCY = 0.9
 kernels reach about 90% for rows of 4k and more."""
 SCALAR_EFFICIENCY = 0.8
 """The same with one element per access: more instructions per byte."""
-RESIDENT_THREADS_PER_SM = 2048
-"""Threads one SM holds at once (sm_80, sm_90): how many blocks run in one wave."""
 
 
 def moved_bytes(row: RowReduction, decisions: RowDecisions) -> int:
@@ -44,7 +42,7 @@ def moved_bytes(row: RowReduction, decisions: RowDecisions) -> int:
 def latency_us(row: RowReduction, decisions: RowDecisions, target: Target) -> float:
     """Each wave of blocks waits for its rows' critical path."""
     block = decisions.threads * decisions.rows_per_block
-    at_once = target.sm_count * max(1, RESIDENT_THREADS_PER_SM // block)
+    at_once = target.sm_count * max(1, target.max_threads_per_sm // block)
     waves = math.ceil(math.ceil(row.row_count / decisions.rows_per_block) / at_once)
     elements = decisions.elements_per_thread(row.length)
     return waves * latency.row_us(row, decisions.threads, elements, decisions.row_in_registers, target.warp_size)

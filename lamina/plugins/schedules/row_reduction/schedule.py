@@ -2,8 +2,8 @@
 
 Threads of a row stride over it in 16-byte vectors where the row allows, combine their
 partial results with warp shuffles (and a small shared-memory step across the warps of a
-block), and keep the row in registers between its loops when it fits. Kernels of any other shape are left to the
-other schedules (``applies`` is False).
+block), and keep the row in registers between its loops when it fits. Kernels of any
+other shape are left to the other schedules (``applies`` is False).
 """
 
 from __future__ import annotations

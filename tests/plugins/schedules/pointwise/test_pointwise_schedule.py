@@ -86,8 +86,8 @@ tile silu_up  schedule=pointwise
 
 def test_a_large_tensor_gets_a_16_byte_vector_per_thread_and_a_block_per_256_vectors():
     """Qwen2.5-7B's silu(gate) * up at 2048 tokens: 8 bfloat16 per vector, one per thread,
-    18944 blocks of 256: on the H200 this beat a grid capped at what the SMs hold, with
-    four vectors per thread and five steps, by 8-10%."""
+    18944 blocks of 256 (the default that beat a grid capped at what the SMs hold by 10%
+    on the same shape in fp32 on the H200)."""
     tile = SCHEDULE.schedule(silu_up((2048, 18944), BF16).kernel, SM_90, {})
     assert tile_ir.format_tile_kernel(tile) == QWEN_SILU_UP_BF16_TILE
 
