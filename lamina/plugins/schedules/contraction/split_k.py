@@ -40,11 +40,14 @@ MAX_SPLITS = MAX_UNROLLED
 """The combine reads all the partial sums of an output at once (``unrolled_reduction``)."""
 MIN_GAIN = 0.10
 """The split must be estimated this much faster than the unsplit kernel: the estimates are rough."""
-MAX_PARTIAL_BYTES = 16 * 1024 * 1024
+MAX_PARTIAL_BYTES = 32 * 1024 * 1024
 """The partial sums are memory the unsplit program never needs: on the H200, TinyLlama's
 gate and up projections at 128 tokens, split 8 ways each, added 46 MB to a forward pass
 whose activations above the weights peak at 17 MB in eager PyTorch. A split that needs
-more than this takes fewer slices, or none."""
+more than this takes fewer slices, or none. 32 MiB is the workspace cuBLAS is given on
+Hopper (PyTorch reserves as much for its own matrix products); at 16 MiB, Qwen2.5-7B's down
+projection at 128 tokens could take 8 slices instead of 16, measured 1.24x slower
+(``benchmarks/results/2026-11-29_h200_split_k_sweep.json``)."""
 COMBINE = UnrolledReductionSchedule()
 
 
