@@ -283,16 +283,21 @@ class _Writer:
         return out
 
     def _main_loop(self) -> list[kernel_ir.Stmt]:
+        """With several buffers, one barrier per k-tile: after it, k-tile ``kt`` has landed for
+        every thread and every thread has finished reading the slot of ``kt - 1``, so the copy
+        of k-tile ``kt + buffers - 1`` into that slot starts there, before the arithmetic."""
         kt = self.kt
         if self._buffers == 1:
             zero = ex.const(0)
             body = self._issue(kt, zero) + self._wait(0) + [kernel_ir.Barrier(), self._compute(zero), kernel_ir.Barrier()]
             return [kernel_ir.For(kt.name, ex.const(0), ex.const(self.k_tiles), 1, body)]
-        ahead = self._wait(0)
-        for j in range(1, self._buffers):
-            issue = self._issue(kt + j, (kt + j) % self._buffers) if j == self._buffers - 1 else []
-            ahead = [kernel_ir.If(ex.op("lt", kt + j, self.k_tiles), issue + self._wait(j), ahead)]
-        body = [*ahead, kernel_ir.Barrier(), self._compute(kt % self._buffers), kernel_ir.Barrier()]
+        waits = self._wait(0)
+        if self._asynchronous:
+            for j in range(1, self._buffers - 1):
+                waits = [kernel_ir.If(ex.op("lt", kt + j, self.k_tiles), self._wait(j), waits)]
+        ahead = kt + (self._buffers - 1)
+        refill = kernel_ir.If(ex.op("lt", ahead, self.k_tiles), self._issue(ahead, ahead % self._buffers))
+        body = [*waits, kernel_ir.Barrier(), refill, self._compute(kt % self._buffers)]
         first = [s for j in range(min(self._buffers - 1, self.k_tiles)) for s in self._issue(ex.const(j), ex.const(j))]
         return first + [kernel_ir.For(kt.name, ex.const(0), ex.const(self.k_tiles), 1, body)]
 
