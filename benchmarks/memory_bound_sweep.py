@@ -26,7 +26,7 @@ import torch
 
 import lamina
 from lamina.bench.measure import relative_error, time_cuda_graph
-from lamina.bench.runner import REFERENCE_DTYPE, _rotating, cold_set_count
+from lamina.bench.runner import REFERENCE_DTYPE, _rotating, cold_set_count, copy_each, same_size_pairs
 from lamina.bench.suite import builtin_suite
 from lamina.core.errors import LaminaError
 
@@ -60,14 +60,9 @@ def time_setting(case, fn, inputs, rotation, knobs: dict, replays: int) -> dict:
 
 def time_copy_of_the_same_bytes(case, sets: int, replays: int) -> dict:
     """A ``copy_`` that reads half the case's bytes and writes the other half, warm and cold."""
-    elements = case.bytes_moved // 2 // 4
-    pairs = [(torch.empty(elements, device="cuda"), torch.randn(elements, device="cuda")) for _ in range(sets)]
-
-    def copy(destination, source):
-        destination.copy_(source)
-
-    warm = time_cuda_graph(copy, pairs[0], replays=replays)
-    cold = time_cuda_graph(_rotating(copy, pairs), (), replays=replays) / len(pairs)
+    pairs = same_size_pairs(case, "cuda", sets)
+    warm = time_cuda_graph(copy_each(pairs[:1]), (), replays=replays)
+    cold = time_cuda_graph(copy_each(pairs), (), replays=replays) / len(pairs)
     return {"warm_us": warm, "cold_us": cold, "cold_fraction_of_copy": case.bytes_moved / cold / COPY_CEILING_BYTES_PER_US}
 
 

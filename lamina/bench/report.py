@@ -19,11 +19,13 @@ from lamina.core.version import __version__
 SCHEMA = "lamina-bench/1"
 COLUMNS = (("case", "<"), ("error", ">"), ("lamina us", ">"), ("eager us", ">"), ("t.compile us", ">"),
            ("vs eager", ">"), ("vs t.compile", ">"), ("GB/s", ">"), ("%copy", ">"), ("TFLOP/s", ">"),
-           ("%peak", ">"), ("cold us", ">"), ("cold %copy", ">"), ("cold vs t.compile", ">"),
+           ("%peak", ">"), ("cold us", ">"), ("cold %copy", ">"), ("same-size copy %copy", ">"),
+           ("cold vs t.compile", ">"),
            ("lamina build s", ">"), ("t.compile build s", ">"))
 LEGEND = ("t.compile: torch.compile(dynamic=False). vs X: X's time / lamina's (above 1x, lamina is faster). "
           "GB/s, TFLOP/s: lamina's, against the H200's copy ceiling and fp32/bf16 peak. "
           "cold: rotating among input sets that overflow L2 (memory-bound cases). "
+          "same-size copy: a copy_ of as many bytes, timed cold the same way (what a kernel of that size can reach). "
           f"Cases whose fastest contender takes under {SHORT_CALL_US:g} us are timed {CALLS_PER_SHORT_GRAPH} "
           "calls to a graph, per call.")
 
@@ -77,6 +79,8 @@ def _row(result: CaseResult) -> tuple[str, ...]:
             f"{rate / 1e9:.0f}", _percent(rate / COPY_BYTES_PER_SECOND),
             f"{flops / 1e12:.2f}", _percent(flops / peak),
             _us(cold_us), _percent(None if cold_rate is None else cold_rate / COPY_BYTES_PER_SECOND),
+            _percent(None if result.copy_cold_us is None else bandwidth(result, result.copy_cold_us)
+                     / COPY_BYTES_PER_SECOND),
             _ratio(result.speedup("torch.compile", "cold")),
             f"{result.compile_seconds['lamina']:.2f}", f"{result.compile_seconds['torch.compile']:.2f}")
 
@@ -154,6 +158,7 @@ def _case_record(result: CaseResult) -> dict[str, Any]:
         "relative_error": result.error, "tolerance": result.tolerance,
         "us": dict(result.times), "calls_per_graph": result.hot_calls,
         "cold_us": dict(result.cold_times), "cold_input_sets": result.cold_sets,
+        "same_size_copy_cold_us": result.copy_cold_us,
         "compile_seconds": dict(result.compile_seconds),
         "speedup": {c: result.speedup(c) for c in CONTENDERS[1:] if result.speedup(c) is not None},
         "cold_speedup": {c: result.speedup(c, "cold") for c in CONTENDERS[1:] if result.speedup(c, "cold") is not None},

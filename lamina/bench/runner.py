@@ -30,6 +30,8 @@ SHORT_CALL_US = 50.0
 """A call this short is mostly the graph's own launch when timed alone ..."""
 CALLS_PER_SHORT_GRAPH = 20
 """... so such cases are timed again with this many back-to-back calls in one graph, per call."""
+SAME_SIZE_COPY = "same-size copy"
+"""The timer's name for the copy of a memory-bound case's bytes, its cold figure's ceiling."""
 
 
 class Timer(Protocol):
@@ -58,6 +60,8 @@ class CaseResult:
     #: Microseconds per call, rotating among ``cold_sets`` input sets (memory-bound cases).
     cold_times: dict[str, float] = attrs.field(factory=dict)
     cold_sets: int = 0
+    #: Microseconds per call of ``copy_`` moving as many bytes as the case, timed like ``cold_times``.
+    copy_cold_us: float | None = None
     #: Wall time from the call to the compiler to the end of the first call (what a user waits for).
     compile_seconds: dict[str, float] = attrs.field(factory=dict)
 
@@ -91,6 +95,22 @@ def _rotating(fn: Callable, sets: list[tuple[torch.Tensor, ...]]) -> Callable:
         for inputs in sets:
             fn(*inputs)
     return rotate
+
+
+def same_size_pairs(case: Case, device: str, sets: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``sets`` pairs of float32 tensors (destination, source), each of half the bytes the case
+    moves: copying one reads and writes as much as the case does. Timed cold like the case, the
+    copy says what a kernel of this size can reach, which for tens of megabytes is well below
+    a large copy's bandwidth."""
+    elements = max(1, case.bytes_moved // 8)
+    return [(torch.empty(elements, device=device), torch.randn(elements, device=device)) for _ in range(sets)]
+
+
+def copy_each(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> Callable:
+    def copy():
+        for destination, source in pairs:
+            destination.copy_(source)
+    return copy
 
 
 def _synchronize(device: str) -> None:
@@ -135,12 +155,13 @@ def run_case(case: Case, *, device: str, timer: Timer, torch_compile: Callable =
         times = {name: timer(name, "hot", _repeated(f, hot_calls), inputs, hot_calls)
                  for name, f in contenders.items()}
 
-    cold_times, sets = {}, cold_set_count(case, l2_bytes) if case.memory_bound else 0
+    cold_times, copy_us, sets = {}, None, cold_set_count(case, l2_bytes) if case.memory_bound else 0
     if sets:
         rotation = [inputs] + [_random_inputs(case, device, seed + k) for k in range(1, sets)]
         cold_times = {name: timer(name, "cold", _rotating(f, rotation), (), sets) for name, f in contenders.items()}
+        copy_us = timer(SAME_SIZE_COPY, "cold", copy_each(same_size_pairs(case, device, sets)), (), sets)
     return CaseResult(case, "ok", error=error, tolerance=tolerance, times=times, hot_calls=hot_calls,
-                      cold_times=cold_times, cold_sets=sets, compile_seconds=compile_seconds)
+                      cold_times=cold_times, cold_sets=sets, copy_cold_us=copy_us, compile_seconds=compile_seconds)
 
 
 def run_suite(cases: list[Case], *, device: str, timer: Timer, torch_compile: Callable = torch.compile,

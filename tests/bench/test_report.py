@@ -21,7 +21,7 @@ MATMUL = make_case("demo.matmul", "x @ y", (parse_input("x=500,500:bfloat16"), p
 def results():
     return [
         CaseResult(ADD, "ok", error=1.5e-7, tolerance=1e-4, times={"lamina": 10.0, "eager": 40.0, "torch.compile": 20.0},
-                   cold_times={"lamina": 12.0, "eager": 48.0, "torch.compile": 12.0}, cold_sets=9,
+                   cold_times={"lamina": 12.0, "eager": 48.0, "torch.compile": 12.0}, cold_sets=9, copy_cold_us=15.0,
                    compile_seconds={"lamina": 0.25, "torch.compile": 1.0}),
         CaseResult(MATMUL, "ok", error=3e-3, tolerance=1e-2, times={"lamina": 2.0, "eager": 1.0, "torch.compile": 4.0},
                    compile_seconds={"lamina": 1.5, "torch.compile": 2.0}),
@@ -32,10 +32,10 @@ def results():
 
 
 GOLDEN = """\
-case           error  lamina us  eager us  t.compile us  vs eager  vs t.compile  GB/s  %copy  TFLOP/s  %peak  cold us  cold %copy  cold vs t.compile  lamina build s  t.compile build s
------------  -------  ---------  --------  ------------  --------  ------------  ----  -----  -------  -----  -------  ----------  -----------------  --------------  -----------------
-demo.add     1.5e-07       10.0      40.0          20.0     4.00x         2.00x  1200    28%     0.10     0%     12.0         23%              1.00x            0.25               1.00
-demo.matmul  3.0e-03        2.0       1.0           4.0     0.50x         2.00x   750    18%   125.00    18%        -           -                  -            1.50               2.00
+case           error  lamina us  eager us  t.compile us  vs eager  vs t.compile  GB/s  %copy  TFLOP/s  %peak  cold us  cold %copy  same-size copy %copy  cold vs t.compile  lamina build s  t.compile build s
+-----------  -------  ---------  --------  ------------  --------  ------------  ----  -----  -------  -----  -------  ----------  --------------------  -----------------  --------------  -----------------
+demo.add     1.5e-07       10.0      40.0          20.0     4.00x         2.00x  1200    28%     0.10     0%     12.0         23%                   19%              1.00x            0.25               1.00
+demo.matmul  3.0e-03        2.0       1.0           4.0     0.50x         2.00x   750    18%   125.00    18%        -           -                     -                  -            1.50               2.00
 demo.add     1.0e-02  MISMATCH: relative error 1.00e-02 over 1e-04
 demo.matmul        -  FAILED: 1 unsupported op(s) in the program:
 
@@ -67,7 +67,9 @@ def test_json_record_schema_and_command():
     assert add["lamina_gb_per_s"] == pytest.approx(1200) and add["lamina_cold_gb_per_s"] == pytest.approx(1000)
     assert add["speedup"] == {"eager": 4.0, "torch.compile": 2.0}
     assert matmul["dtype"] == "bf16" and not matmul["memory_bound"]
+    assert add["same_size_copy_cold_us"] == 15.0
     assert matmul["lamina_tflop_per_s"] == pytest.approx(125.0) and matmul["cold_us"] == {}
+    assert matmul["same_size_copy_cold_us"] is None
     assert mismatch["status"] == "mismatch" and mismatch["us"] == {} and mismatch["relative_error"] == 1e-2
     assert failed["status"] == "failed" and failed["message"].startswith("1 unsupported")
 

@@ -4,12 +4,13 @@ import pytest
 import torch
 
 from lamina.bench import runner
-from lamina.bench.runner import CaseResult, cold_set_count, geomean_speedups, run_case, run_suite
+from lamina.bench.runner import (SAME_SIZE_COPY, CaseResult, cold_set_count, copy_each, geomean_speedups, run_case,
+                                 run_suite, same_size_pairs)
 from lamina.bench.suite import L2_BYTES, make_case
 from lamina.cli.program_spec import parse_input
 from lamina.core.errors import UnsupportedOpError
 
-from tests.bench.fakes import COLD_US, HOT_US, FakeTimer, no_torch_compile, tiny_cases
+from tests.bench.fakes import COLD_US, COPY_COLD_US, HOT_US, FakeTimer, no_torch_compile, tiny_cases
 
 
 def test_cases_are_checked_then_timed_on_the_simulator():
@@ -27,6 +28,7 @@ def test_cases_are_checked_then_timed_on_the_simulator():
     rmsnorm, linear = results
     assert rmsnorm.case.memory_bound and rmsnorm.cold_sets == 4 and rmsnorm.cold_times == COLD_US
     assert ("lamina", "cold", 4) in timer.calls
+    assert rmsnorm.copy_cold_us == COPY_COLD_US and (SAME_SIZE_COPY, "cold", 4) in timer.calls
     assert linear.case.memory_bound and linear.cold_sets == 2  # 2 x 2112 bytes exceed twice the 2000-byte "L2"
 
 
@@ -53,6 +55,7 @@ def test_compute_bound_cases_get_no_cold_figure():
     timer = FakeTimer()
     result = run_case(case, device="cpu", timer=timer, torch_compile=no_torch_compile, l2_bytes=100)
     assert not case.memory_bound and result.cold_times == {} and result.cold_sets == 0
+    assert result.copy_cold_us is None
     assert [(figure, calls) for _, figure, calls in timer.calls] == [("hot", 1)] * 3 + [("hot", 20)] * 3
 
 
@@ -110,3 +113,13 @@ def test_geomean_speedup_per_contender():
     assert means["torch.compile"] == pytest.approx(1.0)
     assert geomean_speedups(results, "cold") == {}
     assert math.isclose(geomean_speedups([_result("c", 3.0, 3.0, lamina=2.0)])["eager"], 1.5)
+
+
+def test_the_same_size_copy_moves_the_cases_bytes_once_per_set():
+    case = tiny_cases()[0]
+    pairs = same_size_pairs(case, "cpu", 3)
+    copy_each(pairs)()
+    assert len(pairs) == 3
+    for destination, source in pairs:
+        assert torch.equal(destination, source)
+        assert destination.nbytes + source.nbytes == case.bytes_moved // 8 * 8
