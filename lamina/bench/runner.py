@@ -107,6 +107,7 @@ def same_size_pairs(case: Case, device: str, sets: int) -> list[tuple[torch.Tens
 
 
 def copy_each(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> Callable:
+    """One call copies every pair's source into its destination, as a cold figure rotates among sets."""
     def copy():
         for destination, source in pairs:
             destination.copy_(source)
