@@ -2,8 +2,9 @@
 
 Small shapes, most of them not multiples of any tile size, covering the kernel
 classes lamina compiles: matmuls (ragged, batched, with epilogues), row reductions,
-softmax, and elementwise chains with broadcasting and transposed reads. Each is
-written as a Torch IR graph with fresh random inputs and PyTorch's results.
+softmax, the softmax of attention scores, and elementwise chains with broadcasting
+and transposed reads. Each is written as a Torch IR graph with fresh random inputs
+and PyTorch's results.
 """
 
 from __future__ import annotations
@@ -57,6 +58,13 @@ def mean_and_max(w: GraphWriter):
     return w.call("aten.add.Tensor", w.call("aten.mean.dim", x, [-1]), w.call("aten.amax.default", x, [-1]))
 
 
+def attention_scores(w: GraphWriter):
+    """``softmax(q @ k^T * scale)``: a batched contraction whose rows a softmax reduces."""
+    q, k = _inputs(w, (2, 19, 12), (2, 23, 12))
+    scores = w.call("aten.bmm.default", q, w.call("aten.transpose.int", k, 1, 2))
+    return w.call("aten._softmax.default", w.call("aten.mul.Tensor", scores, 12 ** -0.5), -1, False)
+
+
 def elementwise(w: GraphWriter):
     """``exp(-(x - y)^2) / (1 + rsqrt(y * y + 1))`` with ``y`` broadcast along rows."""
     x, y = _inputs(w, (4, 33), (33,))
@@ -79,6 +87,7 @@ PROGRAMS: dict[str, Program] = {
     "row_sum": row_sum,
     "softmax": softmax,
     "mean_and_max": mean_and_max,
+    "attention_scores": attention_scores,
     "elementwise": elementwise,
     "transposed_elementwise": transposed_elementwise,
 }

@@ -1,6 +1,7 @@
 """lamina's own schedules, checked by the conformance kit like any schedule plugin."""
 
 from lamina.plugins.schedules.contraction import plugin as contraction
+from lamina.plugins.schedules.contraction_rows import plugin as contraction_rows
 from lamina.plugins.schedules.generic import plugin as generic
 from lamina.testing import SchedulePluginSuite
 
@@ -12,3 +13,8 @@ class TestGenericSchedule(SchedulePluginSuite):
 class TestContractionSchedule(SchedulePluginSuite):
     plugin = contraction
     programs = ("matmul", "ragged_matmul", "batched_matmul", "linear_silu")
+
+
+class TestContractionRowsSchedule(SchedulePluginSuite):
+    plugin = contraction_rows
+    programs = ("attention_scores",)

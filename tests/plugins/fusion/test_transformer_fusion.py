@@ -20,6 +20,7 @@ from lamina.core.stages.lower_to_loops import lower_to_loops
 from lamina.core.target import Target
 from lamina.plugins.fusion import plugin
 from lamina.plugins.fusion.analysis import parallel_nest
+from lamina.plugins.schedules.contraction_rows.tiling import MAX_ROW_LENGTH
 from tests.plugins.fusion import row_programs
 
 S, H, F_, D = 13, 72, 40, 24
@@ -172,8 +173,22 @@ def test_linear_with_bias_and_residual_is_one_contraction():
     assert schedules(program) == ["contraction"]
 
 
-def test_causal_scores_are_a_matmul_then_one_softmax_kernel():
+def test_causal_scores_are_one_kernel_that_computes_each_score_where_the_softmax_reads_it():
+    """Every loop of the softmax over a row computes its score (a dot product over d), which
+    the contraction_rows schedule computes once and keeps in registers."""
     program = compiled("causal_scores")
+    (probabilities,) = program.compilation.loop.kernels
+    assert schedules(program) == ["contraction_rows"]
+    row_loops = [s for s in parallel_nest(probabilities)[1] if isinstance(s, loop_ir.Loop)]
+    dots = [[s for s in loop_ir.statements(loop.body) if isinstance(s, loop_ir.Loop)] for loop in row_loops]
+    assert [loop.kind for loop in row_loops] == ["reduce", "reduce", "serial"]
+    assert [[(d.kind, d.extent) for d in found] for found in dots] == [[("reduce", D)]] * 3
+    assert program.compilation.loop.temporaries == ()
+
+
+def test_causal_scores_with_rows_longer_than_a_warp_holds_are_a_matmul_then_one_softmax_kernel():
+    q, k = torch.randn(1, MAX_ROW_LENGTH + 1, 4), torch.randn(1, MAX_ROW_LENGTH + 1, 4)
+    program = lamina.compile(causal_scores, (q, k))
     scores, probabilities = program.compilation.loop.kernels
     assert schedules(program) == ["contraction", "row_reduction"]
     assert len(reduce_loops(scores)) == 1 and len(reduce_loops(probabilities)) == 2

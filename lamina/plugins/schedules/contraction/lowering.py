@@ -70,7 +70,7 @@ class _Names:
         return name
 
 
-class _Writer:
+class ContractionWriter:
     def __init__(self, tile: tile_ir.TileKernel, c: Contraction):
         self.tile, self.c, self.kernel = tile, c, c.kernel
         bindings = {b.block_dim: b for b in tile.grid}
@@ -81,7 +81,7 @@ class _Writer:
         self.threads = self.cols.threads * self.rows.threads * self.splits
         self.k_tiles = math.ceil(c.reduce_extent / self.block_k)
         loop_vars = {s.var for s in loop_ir.statements(self.kernel.body) if isinstance(s, loop_ir.Loop)}
-        names = _Names({b.name for b in self.kernel.inputs + self.kernel.outputs} | loop_vars | {c.acc})
+        self.names = names = _Names({b.name for b in self.kernel.inputs + self.kernel.outputs} | loop_vars | {c.acc})
         self.tid, self.row, self.col, self.batch, self.split = (
             ex.Var(names.fresh(n)) for n in ("tid", "row", "col", "batch", "split")
         )
@@ -399,6 +399,6 @@ def lower_contraction(tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Ker
         raise ScheduleError(
             f"the contraction schedule cannot lower kernel {tile.kernel.name}: it was scheduled by {tile.schedule!r}"
         )
-    kernel = _Writer(tile, analyse(tile.kernel)).kernel_ir(target.max_shared_bytes_per_block)
+    kernel = ContractionWriter(tile, analyse(tile.kernel)).kernel_ir(target.max_shared_bytes_per_block)
     kernel_ir.verify_kernel(kernel, target.max_threads_per_block, target.max_shared_bytes_optin)
     return kernel

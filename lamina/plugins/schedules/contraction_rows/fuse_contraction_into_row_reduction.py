@@ -1,0 +1,124 @@
+"""Compute a contraction inside the row reduction that reads its rows: ``softmax(q @ k^T)``.
+
+When a contraction's only reader reduces each row of its result (along the
+contraction's columns, the output's contiguous axis) and the rows are short enough for
+a warp to hold in registers, every loop over the row computes its element, a dot
+product, where it used to read it. The product then never reaches memory: the
+``contraction_rows`` schedule computes each element once and keeps the row on chip
+between the loops. Longer rows stay two kernels, the contraction and the row reduction.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import attrs
+
+from lamina.core.errors import ScheduleError
+from lamina.core.ir import expr as ex, loop_ir
+from lamina.core.ir.expr import Expr
+from lamina.core.ir.names import fresh_name
+from lamina.core.target import Target
+from lamina.plugins.fusion import analysis
+from lamina.plugins.schedules.contraction.recognise import Contraction, NotAContraction, analyse as analyse_contraction
+from lamina.plugins.schedules.contraction_rows import tiling
+from lamina.plugins.schedules.contraction_rows.recognise import NotContractionRows, analyse
+from lamina.plugins.schedules.loop_to_kernel import split_parallel_nest
+
+
+class FuseContractionIntoRowReduction:
+    name = "fuse_contraction_into_row_reduction"
+    priority = 30
+
+    def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
+        outputs = {b.name for b in program.outputs}
+        known = analysis.buffers(program)
+        kernels = list(program.kernels)
+        for position, producer in enumerate(kernels):
+            store = analysis.single_store(producer)
+            if store is None or store.buffer in outputs:
+                continue
+            readers = [i for i in range(position + 1, len(kernels)) if store.buffer in analysis.loaded_buffers(kernels[i])]
+            if len(readers) != 1:
+                continue
+            try:
+                c = analyse_contraction(producer)
+            except NotAContraction:
+                continue
+            fused = _fused(c, store, kernels[readers[0]])
+            if fused is None:
+                continue
+            fused = analysis.with_exact_inputs(fused, known)
+            try:
+                tiling.choose(analyse(fused), target, knobs)
+            except (NotContractionRows, ScheduleError):
+                continue
+            kernels[readers[0]] = fused
+            del kernels[position]
+            return analysis.without_buffers(attrs.evolve(program, kernels=tuple(kernels)), {store.buffer})
+        return None
+
+
+def _fused(c: Contraction, store: loop_ir.Store, consumer: loop_ir.Kernel) -> loop_ir.Kernel | None:
+    """The consumer computing the product where it reads it, or None where it reads it otherwise."""
+    if c.extents[c.n] > tiling.MAX_ROW_LENGTH:
+        return None
+    loops, inner = split_parallel_nest(consumer.body)
+    rows = {loop.var for loop in loops}
+    taken = analysis.bound_names(consumer.body) | analysis.bound_names(c.kernel.body)
+    taken |= {b.name for b in consumer.inputs + consumer.outputs + c.kernel.inputs} - {store.buffer}
+    body = []
+    for s in inner:
+        if not isinstance(s, loop_ir.Loop):
+            if any(load.buffer == store.buffer for load in loop_ir.loads((s,))):
+                return None
+            body.append(s)
+            continue
+        computed = _computing_its_element(s, c, store, rows, taken)
+        if computed is None:
+            return None
+        body.append(computed)
+    for loop in reversed(loops):
+        body = [attrs.evolve(loop, body=tuple(body))]
+    return attrs.evolve(consumer, body=tuple(body))
+
+
+def _computing_its_element(loop: loop_ir.Loop, c: Contraction, store: loop_ir.Store, rows: set[str],
+                           taken: set[str]) -> loop_ir.Loop | None:
+    """``loop`` over the row with the product's element computed first and read from there,
+    or None where it reads the product anywhere but at (its row, its column)."""
+    reads = {load for load in loop_ir.loads(loop.body) if load.buffer == store.buffer}
+    if len(reads) != 1 or loop.kind not in ("reduce", "serial"):
+        return None
+    (read,) = reads
+    coordinates = dict(zip((e.name for e in store.index if isinstance(e, ex.Var)),
+                           (e for e, s in zip(read.index, store.index) if isinstance(s, ex.Var))))
+    if coordinates.get(c.n) != ex.Var(loop.var):
+        return None
+    for var, e in coordinates.items():
+        if var != c.n and not (ex.free_vars(e) <= rows):
+            return None
+    extents = {var: c.extents[var] for var in coordinates}
+    folded = {var: ex.const(0) for var in c.extents if var not in coordinates and var != c.reduce_var}
+    dot = fresh_name(store.buffer, taken)
+    k = _fresh_reduce_var(taken)
+    mapping: dict[str, Expr] = {**coordinates, **folded, c.reduce_var: ex.Var(k)}
+    element = ex.substitute(ex.substitute(store.value, {c.acc: ex.Var(dot, c.acc_dtype)}), mapping)
+    if extents[c.n] != loop.extent:
+        return None
+
+    def replace(node: Expr) -> Expr | None:
+        return ex.cast(element, node.dtype) if node == read else None
+
+    rest = loop_ir.map_expressions(loop.body, lambda e: ex.transform(e, replace))
+    total = loop_ir.Loop(k, c.reduce_extent, "reduce",
+                         (loop_ir.Accumulate(dot, "sum", ex.substitute(c.value, mapping)),))
+    return attrs.evolve(loop, body=(loop_ir.Init(dot, c.init), total) + tuple(rest))
+
+
+def _fresh_reduce_var(taken: set[str]) -> str:
+    n = 0
+    while f"r{n}" in taken:
+        n += 1
+    taken.add(f"r{n}")
+    return f"r{n}"

@@ -1,0 +1,86 @@
+"""The ``contraction_rows`` schedule's Tile IR written as Kernel IR.
+
+The product is computed exactly as the contraction schedule computes a block tile
+(``contraction.lowering``), into each thread's register tile ``acc``. Then, for each of
+the thread's rows ``a``::
+
+    acc0_row[a] = -inf                                   each row accumulator's Init
+    for b in columns:  if column < n:  acc0_row[a] = max(acc0_row[a], <element of r0>)
+    acc0_row[a] = max(acc0_row[a], shuffle_xor(acc0_row[a], 16)) ... 1   the warp's row
+    ... the next reduce loop, reading acc0_row[a] ...
+
+and the store loops run as the contraction's epilogue, reading the row accumulators
+from the same registers. Every lane of a warp holds part of the same rows, so the
+shuffles combine whole rows; they run in every lane, outside the guards.
+"""
+
+from __future__ import annotations
+
+from lamina.core.ir import expr as ex, kernel_ir, loop_ir, tile_ir
+from lamina.core.target import Target
+from lamina.plugins.schedules import loop_to_kernel
+from lamina.plugins.schedules.contraction.lowering import ContractionWriter
+from lamina.plugins.schedules.contraction_rows.recognise import ContractionRows, analyse
+from lamina.plugins.schedules.contraction_rows.tiling import LANES, product_tile
+
+
+class _RowsWriter(ContractionWriter):
+    def __init__(self, tile: tile_ir.TileKernel, rows: ContractionRows):
+        super().__init__(product_tile(rows, tile), rows.contraction)
+        self.rows_of = rows
+        self.names.taken |= loop_to_kernel.names_in(rows.kernel)
+        self.row_registers = {acc: self.names.fresh(f"{acc}_row") for acc in rows.accumulators}
+
+    def _row_value(self, acc: str, a: int) -> kernel_ir.Load:
+        return kernel_ir.Load(self.row_registers[acc], (ex.const(a),), self.rows_of.accumulators[acc][1])
+
+    def _thread_env(self, a: int, b: int) -> dict:
+        env = super()._thread_env(a, b)
+        env.update({acc: self._row_value(acc, a) for acc in self.row_registers})
+        return env
+
+    def _epilogue(self) -> list[kernel_ir.Stmt]:
+        return self._row_reductions() + super()._epilogue()
+
+    def _row_reductions(self) -> list[kernel_ir.Stmt]:
+        out: list[kernel_ir.Stmt] = []
+        for step in self.rows_of.reductions:
+            for a in range(self.rows.per_thread):
+                if isinstance(step, loop_ir.Init):
+                    value = ex.cast(step.value, self.rows_of.accumulators[step.acc][1])
+                    out.append(kernel_ir.Store(self.row_registers[step.acc], (ex.const(a),), value))
+                    continue
+                out += self._reduce_row(step, a)
+        return out
+
+    def _reduce_row(self, loop: loop_ir.Loop, a: int) -> list[kernel_ir.Stmt]:
+        """This thread's part of row ``a``, then the warp's."""
+        out: list[kernel_ir.Stmt] = []
+        for b in range(self.cols.per_thread):
+            env = {**self._thread_env(a, b), self.c.acc: self._acc(a, b)}
+            body = [self._combined(s.acc, s.op, a, loop_to_kernel.translate_expr(s.value, self.kernel, env))
+                    for s in loop.body]
+            guard = self._output_guard(a, b)
+            out += [kernel_ir.If(guard, body)] if guard is not None else body
+        lane_mask = LANES // 2
+        while lane_mask:
+            out += [self._combined(s.acc, s.op, a, kernel_ir.ShuffleXor(self._row_value(s.acc, a), lane_mask))
+                    for s in loop.body]
+            lane_mask //= 2
+        return out
+
+    def _combined(self, acc: str, op: str, a: int, value: ex.Expr) -> kernel_ir.Store:
+        register = self._row_value(acc, a)
+        return kernel_ir.Store(register.array, register.index, loop_to_kernel.combine(op, register, value))
+
+    def _arrays(self) -> list[kernel_ir.Array]:
+        arrays = super()._arrays()
+        for acc, name in self.row_registers.items():
+            arrays.append(kernel_ir.Array(name, self.rows_of.accumulators[acc][1], (self.rows.per_thread,), "register"))
+        return arrays
+
+
+def lower_contraction_rows(tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Kernel:
+    kernel = _RowsWriter(tile, analyse(tile.kernel)).kernel_ir(target.max_shared_bytes_per_block)
+    kernel_ir.verify_kernel(kernel, target.max_threads_per_block, target.max_shared_bytes_optin)
+    return kernel

@@ -1,0 +1,52 @@
+"""Registers the ``contraction_rows`` schedule and the fusion rule that gives it its kernels."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from lamina.core.errors import ScheduleError
+from lamina.core.hookspecs import hookimpl
+from lamina.core.ir import kernel_ir, loop_ir, tile_ir
+from lamina.core.target import Target
+from lamina.plugins.schedules.contraction_rows import tiling
+from lamina.plugins.schedules.contraction_rows.fuse_contraction_into_row_reduction import (
+    FuseContractionIntoRowReduction,
+)
+from lamina.plugins.schedules.contraction_rows.lowering import lower_contraction_rows
+from lamina.plugins.schedules.contraction_rows.recognise import NotContractionRows, analyse
+
+
+class ContractionRowsSchedule:
+    """Row reductions whose elements are a contraction's (softmax of attention scores)."""
+
+    name = tiling.SCHEDULE_NAME
+    priority = 10
+
+    def applies(self, kernel: loop_ir.Kernel, target: Target) -> bool:
+        try:
+            analyse(kernel)
+        except NotContractionRows:
+            return False
+        return True
+
+    def schedule(self, kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:
+        return tiling.tile(analyse(kernel), target, knobs)
+
+    def estimate_cost(self, kernel: loop_ir.Kernel, target: Target) -> float:
+        try:
+            return tiling.choose(analyse(kernel), target, {})[1].total_us
+        except ScheduleError:
+            return float("inf")
+
+    def lower(self, tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Kernel:
+        return lower_contraction_rows(tile, target)
+
+
+@hookimpl
+def lamina_register_schedules(register):
+    register(ContractionRowsSchedule())
+
+
+@hookimpl
+def lamina_register_fusion_rules(register):
+    register(FuseContractionIntoRowReduction())

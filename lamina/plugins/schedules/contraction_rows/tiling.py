@@ -1,0 +1,119 @@
+"""The ``contraction_rows`` schedule's decisions, written as Tile IR.
+
+A block holds ``block_m`` whole rows of the product: a warp's 32 lanes span a row, each
+lane ``thread_n`` of its columns (runs of ``fragment_width`` adjacent ones, a warp's
+worth apart) for ``thread_m`` rows. The product is computed as the contraction schedule
+computes a ``block_m`` x (32 ``thread_n``) tile, operands staged in shared memory k-tile
+by k-tile; then the row's reduce loops run over the registers, each lane's partial
+result combined across the warp with shuffles, and the stores follow. The contraction's
+cost model chooses among the settings whose block tile spans the row.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from lamina.core.errors import ScheduleError
+from lamina.core.ir import tile_ir
+from lamina.core.target import Target
+from lamina.plugins.schedules.contraction import cost
+from lamina.plugins.schedules.contraction import tiling as contraction_tiling
+from lamina.plugins.schedules.contraction.knobs import Choices, read_pinned
+from lamina.plugins.schedules.contraction_rows.recognise import ContractionRows
+
+SCHEDULE_NAME = "contraction_rows"
+LANES = 32
+MAX_ROW_LENGTH = 512
+"""Rows up to this long are kept in registers: 16 columns per lane. Longer rows take two
+kernels; a 2048-long fp32 row is 8 KB, and a block would hold too few rows to reuse its
+operand tiles."""
+
+
+def columns_per_lane(length: int) -> int:
+    """A lane's columns of a row of ``length``: whole runs of four past two, so that they are
+    read 16 bytes at a time."""
+    per_lane = math.ceil(length / LANES)
+    return per_lane if per_lane <= 2 else 4 * math.ceil(per_lane / 4)
+
+
+def fixed_by_the_row(rows: ContractionRows) -> dict[str, int]:
+    """The contraction knobs that a block holding whole rows fixes."""
+    per_lane = columns_per_lane(rows.contraction.extents[rows.contraction.n])
+    return {"block_n": LANES * per_lane, "thread_n": per_lane, "splits": 1}
+
+
+def settings(rows: ContractionRows, target: Target) -> list[Choices]:
+    """Every setting the cost model chooses among for ``rows`` when nothing is pinned."""
+    return cost.candidates(rows.contraction, target, fixed_by_the_row(rows))
+
+
+def _where(rows: ContractionRows) -> str:
+    return f"kernel {rows.kernel.name}, contraction_rows schedule"
+
+
+def choose(rows: ContractionRows, target: Target, knobs: Mapping[str, Any]) -> tuple[Choices, cost.Estimate, int, str]:
+    """The cheapest setting whose block tile spans the row, its estimate, how many there were,
+    and the pins it was chosen under. The contraction's knobs apply, but the row fixes
+    ``block_n``, ``thread_n`` and ``splits``: other pinned values are a ``ScheduleError``
+    (and the fusion rule then leaves the kernels apart)."""
+    c = rows.contraction
+    fixed = fixed_by_the_row(rows)
+    pinned = read_pinned(knobs, _where(rows))
+    for key, value in fixed.items():
+        if pinned.get(key, value) != value:
+            raise ScheduleError(f"{_where(rows)}: knob {key} = {pinned[key]} cannot apply: a block holds whole rows of "
+                                f"{c.extents[c.n]}, so {key} = {value}. Unpin {key}, or disable the plugin "
+                                "lamina.builtin.schedules.contraction_rows to keep the product and its row "
+                                "reduction apart")
+    text = ", ".join(f"{k}={v}" for k, v in pinned.items()) or "none"
+    choices, estimate, count = cost.choose(c, target, {**pinned, **fixed}, _where(rows))
+    return choices, estimate, count, text
+
+
+def tile(rows: ContractionRows, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:
+    choices, estimate, count, pins = choose(rows, target, knobs)
+    c = rows.contraction
+    width = choices.fragment_width
+    grid = [tile_ir.AxisBinding((c.m,), c.extents[c.m], "y", choices.threads_m, choices.thread_m, "y",
+                                contiguous=False, group=width)]
+    if c.batch:
+        grid.append(tile_ir.AxisBinding(c.batch, math.prod(c.extents[v] for v in c.batch), "z", 1, 1, "z"))
+    length = c.extents[c.n]
+    reduction = tile_ir.ReductionPlan(rows.reduce_loops, length, "warp_shuffle", 1, LANES)
+    stages = tuple(contraction_tiling.stage_for(c, o, choices, target) for o in c.operands)
+    owned = f"runs of {width}, {LANES * width} apart" if width > 1 else f"{LANES} apart"
+    reduced = ", ".join(f"{acc} {op}" for acc, (op, _) in rows.accumulators.items())
+    notes: list[tuple[str, object]] = [
+        ("row", f"{length} columns across a warp: {LANES} lanes x {choices.thread_n} per lane ({owned})"),
+        ("product", f"{c.acc} = sum over {c.reduce_var} ({c.reduce_extent}) in k-tiles of {choices.block_k}, "
+                    "computed once per element and kept in registers"),
+        ("row_reductions", f"{reduced}, each lane's part combined by warp shuffles"),
+        ("register_tile", f"{choices.thread_m}x{choices.thread_n}"),
+        ("chosen", f"{choices.summary()}; cheapest of {count} settings spanning the row, pinned: {pins}"),
+        ("estimate", estimate.text()),
+    ]
+    notes += [(f"copy {s.index}", contraction_tiling.copy_layout.describe(
+        contraction_tiling.copy_order(c, s), s.dims, s.tile)) for s in stages]
+    tk = tile_ir.TileKernel(kernel=rows.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction,
+                            stages=stages, knobs=notes)
+    tile_ir.verify_tile_kernel(tk, target.max_threads_per_block, target.max_shared_bytes_optin)
+    return tk
+
+
+def product_tile(rows: ContractionRows, tile: tile_ir.TileKernel) -> tile_ir.TileKernel:
+    """``tile`` as the contraction schedule's Tile IR of the product: the row bound to a
+    block's threads along x."""
+    c = rows.contraction
+    if tile.schedule != SCHEDULE_NAME:
+        raise ScheduleError(f"the contraction_rows schedule cannot lower kernel {tile.kernel.name}: "
+                            f"it was scheduled by {tile.schedule!r}")
+    (m_binding, *batch) = tile.grid
+    per_lane = columns_per_lane(c.extents[c.n])
+    columns = tile_ir.AxisBinding((c.n,), c.extents[c.n], "x", LANES, per_lane, "x", contiguous=False,
+                                  group=m_binding.group)
+    block_k = tile.stages[0].tile[0]
+    reduction = tile_ir.ReductionPlan((c.reduce_var,), c.reduce_extent, "serial", block_k, 1)
+    return tile_ir.TileKernel(kernel=c.kernel, schedule=contraction_tiling.SCHEDULE_NAME,
+                              grid=[columns, m_binding, *batch], reduction=reduction, stages=tile.stages)
+
