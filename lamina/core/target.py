@@ -15,6 +15,7 @@ class Target:
     max_shared_bytes_per_block: int = 48 * 1024
     max_shared_bytes_optin: int = 227 * 1024
     registers_per_thread: int = 255
+    registers_per_block: int = 64 * 1024
     warp_size: int = 32
     shared_banks: int = 32
     memory_bytes_per_us: float = 4.27e6

@@ -181,6 +181,9 @@ def illegal(c: Contraction, choices: Choices, target: Target) -> str | None:
         return f"more than {MAX_GRID_YZ} blocks along y or z"
     if registers(c, choices) > target.registers_per_thread:
         return f"about {registers(c, choices)} registers per thread exceed {target.registers_per_thread}"
+    if registers(c, choices) * choices.threads > target.registers_per_block:
+        return (f"about {registers(c, choices)} registers for each of {choices.threads} threads exceed the "
+                f"{target.registers_per_block} a block may have")
     shared = shared_bytes(c, choices, target)
     if shared > target.max_shared_bytes_optin:
         return f"{shared} B of shared memory exceed the {target.max_shared_bytes_optin} B {target.name} allows per block"

@@ -1,8 +1,9 @@
 """The ``contraction_rows`` schedule's Tile IR written as Kernel IR.
 
 The product is computed exactly as the contraction schedule computes a block tile
-(``contraction.lowering``), into each thread's register tile ``acc``. Then, for each of
-the thread's rows ``a``::
+(``contraction.lowering``), into each thread's register tile ``acc``; each register
+then becomes the row's element computed from it (``where(mask, -inf, acc * scale)``,
+read once). Then, for each of the thread's rows ``a``::
 
     acc0_row[a] = -inf                                   each row accumulator's Init
     for b in columns:  if column < n:  acc0_row[a] = max(acc0_row[a], <element of r0>)
@@ -40,7 +41,21 @@ class _RowsWriter(ContractionWriter):
         return env
 
     def _epilogue(self) -> list[kernel_ir.Stmt]:
-        return self._row_reductions() + super()._epilogue()
+        return self._elements() + self._row_reductions() + super()._epilogue()
+
+    def _elements(self) -> list[kernel_ir.Stmt]:
+        """Each register of the product replaced by the row's element computed from it, once."""
+        element = self.rows_of.element
+        if element == ex.Var(self.c.acc, self.c.acc_dtype):
+            return []
+        out: list[kernel_ir.Stmt] = []
+        for a, b in self._register_tile():
+            env = {**self._thread_env(a, b), self.c.acc: self._acc(a, b)}
+            store = kernel_ir.Store(self.acc, (ex.const(a), ex.const(b)),
+                                    loop_to_kernel.translate_expr(element, self.kernel, env))
+            guard = self._output_guard(a, b)
+            out.append(kernel_ir.If(guard, (store,)) if guard is not None else store)
+        return out
 
     def _row_reductions(self) -> list[kernel_ir.Stmt]:
         out: list[kernel_ir.Stmt] = []

@@ -30,6 +30,7 @@ import attrs
 
 from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.ir.dtypes import DType
+from lamina.core.ir.expr import Expr
 from lamina.plugins.fusion import analysis
 from lamina.plugins.schedules.contraction.recognise import Contraction, NotAContraction
 from lamina.plugins.schedules.contraction.recognise import analyse as analyse_contraction
@@ -47,11 +48,15 @@ class ContractionRows:
     """The product whose rows are reduced, and what the kernel does with each row.
 
     ``reductions`` are the row's Inits and reduce loops in order, with every loop's column
-    variable and dot product renamed to the contraction's ``n`` and ``acc``.
+    variable and dot product renamed to the contraction's ``n`` and ``acc``, and
+    ``element`` replaced by ``acc``, as in the contraction's epilogue.
     """
 
     kernel: loop_ir.Kernel
     contraction: Contraction
+    element: Expr
+    """What each loop over the row reads of the product's element ``contraction.acc``
+    (``where(mask, -inf, acc * scale)``); the loops read it as ``acc``."""
     reductions: tuple[loop_ir.Stmt, ...] = attrs.field(converter=tuple)
     accumulators: dict[str, tuple[str, DType]]
     """Row accumulator -> (its accumulation, its type)."""
@@ -116,6 +121,9 @@ def analyse(kernel: loop_ir.Kernel) -> ContractionRows:
     renamed = [_renamed(r, {r.loop.var: column, r.sum.var: k, r.dot.acc: dot}) for r in row_loops]
     if any((r.dot, r.sum) != (renamed[0].dot, renamed[0].sum) for r in renamed):
         raise NotContractionRows(f"{where}: the loops over the row compute different dot products")
+    dot_var = ex.Var(dot, renamed[0].dot.value.dtype)
+    element = _common_element(renamed, dot_var)
+    renamed = [_reading_the_element(r, element, dot_var) for r in renamed]
 
     accumulators = {}
     for r in renamed:
@@ -144,7 +152,26 @@ def analyse(kernel: loop_ir.Kernel) -> ContractionRows:
     by_loop = {id(r): n for r, n in zip(row_loops, renamed)}
     steps = [s if isinstance(s, loop_ir.Init) else _without_dot(by_loop[id(s)]) for s in order
              if isinstance(s, loop_ir.Init) or s.loop.kind == "reduce"]
-    return ContractionRows(kernel, c, steps, accumulators, [r.loop.var for r in reductions])
+    return ContractionRows(kernel, c, element, steps, accumulators, [r.loop.var for r in reductions])
+
+
+def _common_element(rows: list[_RowLoop], dot: ex.Var) -> Expr:
+    """The largest expression of the dot product that every loop over the row computes
+    (``where(mask, -inf, bmm * scale)``), of the dot product's type; the dot product itself
+    where there is none larger."""
+    common = None
+    for r in rows:
+        for s in r.rest:
+            found = {node for node in ex.walk(s.value) if dot.name in ex.free_vars(node) and node.dtype == dot.dtype}
+            common = found if common is None else common & found
+    if not common:
+        return dot
+    return max(common, key=lambda node: (sum(1 for _ in ex.walk(node)), loop_ir.format_value(node)))
+
+
+def _reading_the_element(row: _RowLoop, element: Expr, dot: ex.Var) -> _RowLoop:
+    rest = loop_ir.map_expressions(row.rest, lambda e: ex.transform(e, lambda n: dot if n == element else None))
+    return attrs.evolve(row, rest=tuple(rest), loop=attrs.evolve(row.loop, body=(row.dot, row.sum) + tuple(rest)))
 
 
 def _without_dot(row: _RowLoop) -> loop_ir.Loop:

@@ -15,7 +15,7 @@ import math
 from typing import Any, Mapping
 
 from lamina.core.errors import ScheduleError
-from lamina.core.ir import tile_ir
+from lamina.core.ir import loop_ir, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import cost
 from lamina.plugins.schedules.contraction import tiling as contraction_tiling
@@ -88,6 +88,7 @@ def tile(rows: ContractionRows, target: Target, knobs: Mapping[str, Any]) -> til
         ("row", f"{length} columns across a warp: {LANES} lanes x {choices.thread_n} per lane ({owned})"),
         ("product", f"{c.acc} = sum over {c.reduce_var} ({c.reduce_extent}) in k-tiles of {choices.block_k}, "
                     "computed once per element and kept in registers"),
+        ("element", f"{loop_ir.format_value(rows.element)}, computed once per element in place of {c.acc}"),
         ("row_reductions", f"{reduced}, each lane's part combined by warp shuffles"),
         ("register_tile", f"{choices.thread_m}x{choices.thread_n}"),
         ("chosen", f"{choices.summary()}; cheapest of {count} settings spanning the row, pinned: {pins}"),

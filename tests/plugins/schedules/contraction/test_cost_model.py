@@ -60,6 +60,14 @@ def test_pins_that_leave_nothing_legal_say_why():
         chosen(QWEN_QKV, {"thread_m": 16, "thread_n": 16, "block_m": 128, "block_n": 128})
 
 
+def test_blocks_whose_threads_together_need_more_registers_than_a_block_has_are_not_chosen():
+    """1024 threads may hold 64 registers each; a 4x16 register tile needs about twice that."""
+    pins = {"block_m": 128, "block_n": 512, "thread_m": 4, "thread_n": 16, "splits": 1}
+    with pytest.raises(ScheduleError, match="about .* registers for each of 1024 threads exceed the 65536 a block may have"):
+        chosen(QWEN_QKV, pins)
+    assert chosen(QWEN_QKV, {**pins, "block_m": 64}).threads == 512
+
+
 def test_tile_ir_prints_the_choice_and_its_estimate():
     tile = SCHEDULE.schedule(QWEN_QKV.kernel, SM_90, {"splits": 1})
     knobs = dict(tile.knobs)

@@ -146,6 +146,7 @@ tile softmax  schedule=contraction_rows
   shared k[i0, i2, r4] as f32[r4 8][i2 32 + pad 1], 1 buffer, copy cp.async 4 B
   row = 12 columns across a warp: 32 lanes x 1 per lane (32 apart)
   product = bmm3 = sum over r4 (8) in k-tiles of 8, computed once per element and kept in registers
+  element = where(mask[i1, i2], -inf, bmm3 * 0.3535533905932738), computed once per element in place of bmm3
   row_reductions = acc0 max, acc1 sum, each lane's part combined by warp shuffles
   register_tile = 2x1
   chosen = block 16x32x8, thread 2x1, splits 1, buffers 1, fragment width 1; cheapest of 3 settings spanning the row, pinned: none
