@@ -24,10 +24,13 @@ from lamina.plugins.schedules.contraction_rows.recognise import ContractionRows
 
 SCHEDULE_NAME = "contraction_rows"
 LANES = 32
-MAX_ROW_LENGTH = 512
-"""Rows up to this long are kept in registers: 16 columns per lane. Longer rows take two
-kernels; a 2048-long fp32 row is 8 KB, and a block would hold too few rows to reuse its
-operand tiles."""
+MAX_ROW_LENGTH = 256
+"""Rows up to this long are kept in registers, 8 columns per lane. On the H200 one kernel
+beat the contraction and the softmax apart by 1.3-1.4x at 256 columns for both models'
+attention scores; at 512 it won for TinyLlama's (d = 64: 44.9 against 53.8 us) but lost
+for Qwen's (d = 128: 79.4 against 70.3 us), each at its fastest block
+(``benchmarks/results/2026-11-29_h200_scores_rows_*.json``). A 2048-long fp32 row is 8 KB:
+a block would hold too few rows to reuse its operand tiles."""
 
 
 def columns_per_lane(length: int) -> int:

@@ -203,7 +203,7 @@ GPU_RUNS = {
     "tinyllama_causal_scores_128": (masked_scores, lambda: (torch.randn(1, 32, 128, 64), torch.randn(1, 32, 128, 64),
                                                             causal_mask(128))),
     "qwen_scores_128": (scores, lambda: (torch.randn(1, 28, 128, 128), torch.randn(1, 28, 128, 128))),
-    "qwen_scores_300_by_500": (scores, lambda: (torch.randn(1, 28, 300, 128), torch.randn(1, 28, 500, 128))),
+    "qwen_scores_300_by_250": (scores, lambda: (torch.randn(1, 28, 300, 128), torch.randn(1, 28, 250, 128))),
 }
 
 
