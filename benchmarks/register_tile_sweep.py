@@ -6,6 +6,7 @@ The cost model considers square register tiles of up to 8 x 8. This sweep times 
 default 128 x 128 block of 8 x 8 tiles against larger, rectangular register tiles (8 x 16
 and 16 x 8, as cuBLAS's 255-register kernels use) on M = 2048 linears of TinyLlama and
 Qwen2.5-7B, and one at M = 128: the evidence for keeping them out of the candidates.
+``--knobs '{"block_k": 32}'`` (repeatable) times those settings instead.
 """
 
 from __future__ import annotations
@@ -45,12 +46,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--replays", type=int, default=20)
+    parser.add_argument("--knobs", action="append", type=json.loads, metavar="JSON",
+                        help="a setting to time (pinned knobs as a JSON object), instead of the register tiles")
     args = parser.parse_args(argv)
+    settings = args.knobs or SETTINGS
     if not torch.cuda.is_available():
         print("benchmarks/register_tile_sweep.py needs a CUDA GPU", file=sys.stderr)
         return 2
     command = f"python benchmarks/register_tile_sweep.py --out benchmarks/results/{Path(args.out).name} " \
-              f"--replays {args.replays}"
+              f"--replays {args.replays}" + "".join(f" --knobs '{json.dumps(k)}'" for k in args.knobs or ())
     record = {"command": command, "date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
               "method": "CUDA-graph replay, median; splits 1 and fragment width 4 pinned with each setting",
               "rows": []}
@@ -60,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         reference = linear(x.double(), w.double())
         cublas = time_cuda_graph(linear, (x, w), replays=args.replays)
         print(name, "cublas", round(cublas, 1), flush=True)
-        for setting in SETTINGS:
+        for setting in settings:
             knobs = dict(splits=1, fragment_width=4, **setting)
             compiled = lamina.Compiler(knobs=knobs).compile(linear, (x, w))
             error = relative_error(compiled(x, w), reference)

@@ -81,8 +81,9 @@ BAD_KNOBS = {
     "not_an_integer": ({"block_k": "16"}, r"block_k must be an integer, not '16'"),
     "boolean": ({"padding": True}, r"padding must be an integer"),
     "too_much_shared_memory": (
-        {"block_m": 256, "block_n": 256, "block_k": 64, "buffers": 2, "thread_m": 8, "thread_n": 8, "splits": 1},
-        r"can run: 263168 B of shared memory exceed the 232448 B sm_90 allows per block. "
+        {"block_m": 128, "block_n": 256, "block_k": 64, "buffers": 3, "thread_m": 8, "thread_n": 8, "splits": 1,
+         "fragment_width": 4},
+        r"can run: 298752 B of shared memory exceed the 232448 B sm_90 allows per block. "
         r"Pin other values, or unpin some of these knobs",
     ),
 }

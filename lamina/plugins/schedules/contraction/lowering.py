@@ -71,7 +71,10 @@ class _Names:
 
 
 class ContractionWriter:
-    def __init__(self, tile: tile_ir.TileKernel, c: Contraction):
+    """Writes the Kernel IR of a contraction's Tile IR; ``taken`` are further names its own
+    must avoid (a subclass that writes more of the kernel passes its names)."""
+
+    def __init__(self, tile: tile_ir.TileKernel, c: Contraction, taken: frozenset[str] = frozenset()):
         self.tile, self.c, self.kernel = tile, c, c.kernel
         bindings = {b.block_dim: b for b in tile.grid}
         self.cols, self.rows = bindings["x"], bindings["y"]
@@ -81,7 +84,8 @@ class ContractionWriter:
         self.threads = self.cols.threads * self.rows.threads * self.splits
         self.k_tiles = math.ceil(c.reduce_extent / self.block_k)
         loop_vars = {s.var for s in loop_ir.statements(self.kernel.body) if isinstance(s, loop_ir.Loop)}
-        self.names = names = _Names({b.name for b in self.kernel.inputs + self.kernel.outputs} | loop_vars | {c.acc})
+        self.names = names = _Names({b.name for b in self.kernel.inputs + self.kernel.outputs} | loop_vars | {c.acc}
+                                    | taken)
         self.tid, self.row, self.col, self.batch, self.split = (
             ex.Var(names.fresh(n)) for n in ("tid", "row", "col", "batch", "split")
         )

@@ -93,19 +93,16 @@ def _computing_its_element(loop: loop_ir.Loop, c: Contraction, store: loop_ir.St
     (read,) = reads
     coordinates = dict(zip((e.name for e in store.index if isinstance(e, ex.Var)),
                            (e for e, s in zip(read.index, store.index) if isinstance(s, ex.Var))))
-    if coordinates.get(c.n) != ex.Var(loop.var):
+    if coordinates.get(c.n) != ex.Var(loop.var) or c.extents[c.n] != loop.extent:
         return None
     for var, e in coordinates.items():
         if var != c.n and not (ex.free_vars(e) <= rows):
             return None
-    extents = {var: c.extents[var] for var in coordinates}
     folded = {var: ex.const(0) for var in c.extents if var not in coordinates and var != c.reduce_var}
     dot = fresh_name(store.buffer, taken)
     k = _fresh_reduce_var(taken)
     mapping: dict[str, Expr] = {**coordinates, **folded, c.reduce_var: ex.Var(k)}
     element = ex.substitute(ex.substitute(store.value, {c.acc: ex.Var(dot, c.acc_dtype)}), mapping)
-    if extents[c.n] != loop.extent:
-        return None
 
     def replace(node: Expr) -> Expr | None:
         return ex.cast(element, node.dtype) if node == read else None

@@ -27,9 +27,8 @@ from lamina.plugins.schedules.contraction_rows.tiling import LANES, product_tile
 
 class _RowsWriter(ContractionWriter):
     def __init__(self, tile: tile_ir.TileKernel, rows: ContractionRows):
-        super().__init__(product_tile(rows, tile), rows.contraction)
+        super().__init__(product_tile(rows, tile), rows.contraction, frozenset(loop_to_kernel.names_in(rows.kernel)))
         self.rows_of = rows
-        self.names.taken |= loop_to_kernel.names_in(rows.kernel)
         self.row_registers = {acc: self.names.fresh(f"{acc}_row") for acc in rows.accumulators}
 
     def _row_value(self, acc: str, a: int) -> kernel_ir.Load:

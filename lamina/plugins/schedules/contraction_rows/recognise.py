@@ -122,7 +122,7 @@ def analyse(kernel: loop_ir.Kernel) -> ContractionRows:
     if any((r.dot, r.sum) != (renamed[0].dot, renamed[0].sum) for r in renamed):
         raise NotContractionRows(f"{where}: the loops over the row compute different dot products")
     dot_var = ex.Var(dot, renamed[0].dot.value.dtype)
-    element = _common_element(renamed, dot_var)
+    element = _common_element(renamed, dot_var, set(inits))
     renamed = [_reading_the_element(r, element, dot_var) for r in renamed]
 
     accumulators = {}
@@ -135,6 +135,9 @@ def analyse(kernel: loop_ir.Kernel) -> ContractionRows:
             if a.acc in accumulators:
                 raise NotContractionRows(f"{where}: accumulator {a.acc} is reduced by two loops")
             accumulators[a.acc] = (a.op, init.value.dtype)
+    unreduced = sorted(set(inits) - set(accumulators))
+    if unreduced:
+        raise NotContractionRows(f"{where}: accumulators {', '.join(unreduced)} are declared but never reduced")
 
     dot_init, dot_sum = renamed[0].dot, renamed[0].sum
     product = loop_ir.Loop(column, first.loop.extent, "parallel", (dot_init, dot_sum))
@@ -155,14 +158,16 @@ def analyse(kernel: loop_ir.Kernel) -> ContractionRows:
     return ContractionRows(kernel, c, element, steps, accumulators, [r.loop.var for r in reductions])
 
 
-def _common_element(rows: list[_RowLoop], dot: ex.Var) -> Expr:
+def _common_element(rows: list[_RowLoop], dot: ex.Var, accumulators: set[str]) -> Expr:
     """The largest expression of the dot product that every loop over the row computes
-    (``where(mask, -inf, bmm * scale)``), of the dot product's type; the dot product itself
+    (``where(mask, -inf, bmm * scale)``), of the dot product's type and reading no row
+    accumulator, so that it can be computed before the reductions; the dot product itself
     where there is none larger."""
     common = None
     for r in rows:
         for s in r.rest:
-            found = {node for node in ex.walk(s.value) if dot.name in ex.free_vars(node) and node.dtype == dot.dtype}
+            found = {node for node in ex.walk(s.value) if dot.name in ex.free_vars(node)
+                     and node.dtype == dot.dtype and not ex.free_vars(node) & accumulators}
             common = found if common is None else common & found
     if not common:
         return dot
