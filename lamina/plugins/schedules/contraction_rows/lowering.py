@@ -11,15 +11,18 @@ read once). Then, for each of the thread's rows ``a``::
     ... the next reduce loop, reading acc0_row[a] ...
 
 and the store loops run as the contraction's epilogue, reading the row accumulators
-from the same registers. Every lane of a warp holds part of the same rows, so the
+from the same registers; a division by one of them (softmax's ``/ sum``) multiplies by its
+reciprocal, computed once per row (``reciprocals``). Every lane of a warp holds part of the same rows, so the
 shuffles combine whole rows; they run in every lane, outside the guards.
 """
 
 from __future__ import annotations
 
+import attrs
+
 from lamina.core.ir import expr as ex, kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules import loop_to_kernel
+from lamina.plugins.schedules import loop_to_kernel, reciprocals
 from lamina.plugins.schedules.contraction.lowering import ContractionWriter
 from lamina.plugins.schedules.contraction_rows.recognise import ContractionRows, analyse
 from lamina.plugins.schedules.contraction_rows.tiling import LANES, product_tile
@@ -30,17 +33,35 @@ class _RowsWriter(ContractionWriter):
         super().__init__(product_tile(rows, tile), rows.contraction, frozenset(loop_to_kernel.names_in(rows.kernel)))
         self.rows_of = rows
         self.row_registers = {acc: self.names.fresh(f"{acc}_row") for acc in rows.accumulators}
+        self.reciprocals = {acc: self.names.fresh(f"{acc}_reciprocal")
+                            for acc in reciprocals.divisors(self.c.epilogue, rows.accumulators)}
+        self.c = attrs.evolve(self.c, epilogue=tuple(
+            attrs.evolve(store, value=reciprocals.multiplying_by_reciprocals(store.value, self.reciprocals))
+            for store in self.c.epilogue))
 
     def _row_value(self, acc: str, a: int) -> kernel_ir.Load:
         return kernel_ir.Load(self.row_registers[acc], (ex.const(a),), self.rows_of.accumulators[acc][1])
 
+    def _reciprocal(self, acc: str, a: int) -> kernel_ir.Load:
+        return kernel_ir.Load(self.reciprocals[acc], (ex.const(a),), self.rows_of.accumulators[acc][1])
+
     def _thread_env(self, a: int, b: int) -> dict:
         env = super()._thread_env(a, b)
         env.update({acc: self._row_value(acc, a) for acc in self.row_registers})
+        env.update({name: self._reciprocal(acc, a) for acc, name in self.reciprocals.items()})
         return env
 
     def _epilogue(self) -> list[kernel_ir.Stmt]:
-        return self._elements() + self._row_reductions() + super()._epilogue()
+        return self._elements() + self._row_reductions() + self._reciprocals() + super()._epilogue()
+
+    def _reciprocals(self) -> list[kernel_ir.Stmt]:
+        """``1 / acc`` once per row for each row accumulator that the stores divide by."""
+        out: list[kernel_ir.Stmt] = []
+        for acc in self.reciprocals:
+            for a in range(self.rows.per_thread):
+                value = reciprocals.reciprocal(self._row_value(acc, a))
+                out.append(kernel_ir.Store(self.reciprocals[acc], (ex.const(a),), value))
+        return out
 
     def _elements(self) -> list[kernel_ir.Stmt]:
         """Each register of the product replaced by the row's element computed from it, once."""
@@ -89,7 +110,7 @@ class _RowsWriter(ContractionWriter):
 
     def _arrays(self) -> list[kernel_ir.Array]:
         arrays = super()._arrays()
-        for acc, name in self.row_registers.items():
+        for acc, name in [*self.row_registers.items(), *self.reciprocals.items()]:
             arrays.append(kernel_ir.Array(name, self.rows_of.accumulators[acc][1], (self.rows.per_thread,), "register"))
         return arrays
 

@@ -36,7 +36,7 @@ from lamina.core.ir import dtypes, expr as ex, index, kernel_ir, loop_ir, tile_i
 from lamina.core.ir.expr import Expr
 from lamina.core.ir.names import fresh_name
 from lamina.core.target import Target
-from lamina.plugins.schedules import loop_to_kernel
+from lamina.plugins.schedules import loop_to_kernel, reciprocals
 from lamina.plugins.schedules.row_reduction import vectors
 from lamina.plugins.schedules.row_reduction.recognise import RowReduction, analyse
 from lamina.plugins.schedules.row_reduction.tiling import RowDecisions, knobs_of
@@ -188,16 +188,33 @@ class _RowLowering:
             return [self._declare(s)]
         if isinstance(s, loop_ir.Store):
             return self._row_store(s)
+        out: list[kernel_ir.Stmt] = []
         body = self._from_registers(s.body, s.var)
+        if s.kind == "serial":
+            out, body = self._reciprocals(body)
         env = {**self.env, s.var: self._column()}
         if self.width == 1:
-            out = self._over_row(list(loop_to_kernel.translate_body(body, self.kernel_ir, env)))
+            out += self._over_row(list(loop_to_kernel.translate_body(body, self.kernel_ir, env)))
         else:
-            out = self._over_row(self._vector_slot(attrs.evolve(s, body=body), env))
+            out += self._over_row(self._vector_slot(attrs.evolve(s, body=body), env))
         if s.kind == "reduce":
             for a in s.body:
                 out += self._combine(a.acc)
         return out
+
+    def _reciprocals(self, body: tuple[loop_ir.Stmt, ...]) -> tuple[list[kernel_ir.Stmt], tuple[loop_ir.Stmt, ...]]:
+        """The reciprocal of each accumulator that ``body``'s stores divide by, declared once
+        for the row, and ``body`` multiplying by it instead (``reciprocals``)."""
+        stores = [s for s in body if isinstance(s, loop_ir.Store)]
+        names = {acc: fresh_name(f"{acc}_reciprocal", self.taken)
+                 for acc in reciprocals.divisors(stores, self.row.accumulators)}
+        declarations = []
+        for acc, name in names.items():
+            dtype = self.row.accumulators[acc][1]
+            declarations.append(kernel_ir.Declare(name, dtype, reciprocals.reciprocal(ex.Var(acc, dtype))))
+            self.env[name] = ex.Var(name, dtype)
+        rewritten = loop_ir.map_expressions(body, lambda e: reciprocals.multiplying_by_reciprocals(e, names))
+        return declarations, rewritten
 
     def _vector_slot(self, loop: loop_ir.Loop, env: dict[str, Expr]) -> list[kernel_ir.Stmt]:
         """One slot of a loop over the row: its vector loads, its elements, its vector stores."""

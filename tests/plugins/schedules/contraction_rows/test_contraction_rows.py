@@ -12,7 +12,7 @@ from lamina.backends.cuda.nvrtc import compile_kernel
 from lamina.backends.reference.simulator import simulate
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.errors import ScheduleError
-from lamina.core.ir import loop_ir, tile_ir
+from lamina.core.ir import expr as ex, kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction_rows.plugin import ContractionRowsSchedule
 from lamina.plugins.schedules.contraction_rows.recognise import analyse
@@ -160,6 +160,16 @@ def test_causal_scores_loop_ir_and_tile_ir_golden():
     (kernel,) = program.compilation.loop.kernels
     assert loop_ir.format_kernel(kernel) == CAUSAL_LOOP_IR
     assert tile_ir.format_tile_kernel(program.compilation.tiles[0]) == CAUSAL_TILE_IR
+
+
+def test_the_stores_multiply_by_the_reciprocal_of_the_row_sum_computed_once_per_row():
+    """A masked score's dividend is zero, which sends IEEE division down its slow path."""
+    _, loop_kernel, _, _ = fused_kernel("causal_scores_45")
+    kernel = SCHEDULE.lower(SCHEDULE.schedule(loop_kernel, SM_90, {}), SM_90)
+    stores = [s for s in kernel_ir.statements(kernel.body) if isinstance(s, kernel_ir.Store)]
+    divisions = [s for s in stores for node in ex.walk(s.value) if isinstance(node, ex.Op) and node.op == "div"]
+    rows_per_thread = [b.per_thread for b in SCHEDULE.schedule(loop_kernel, SM_90, {}).grid if b.block_dim == "y"]
+    assert [s.array for s in divisions] == ["acc1_reciprocal"] * rows_per_thread[0]
 
 
 def schedules_of(fn, args, **settings):

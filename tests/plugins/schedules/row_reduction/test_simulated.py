@@ -13,7 +13,7 @@ import torch
 
 from lamina.backends.reference.simulator import simulate
 from lamina.bench.measure import float64_reference, relative_error
-from lamina.core.ir import loop_ir
+from lamina.core.ir import expr as ex, kernel_ir, loop_ir
 from lamina.plugins.schedules.row_reduction import RowReductionSchedule
 
 from .programs import BY_ID, PROGRAMS, loop_kernel, run
@@ -111,3 +111,13 @@ def test_combining_across_the_warps_of_a_block_has_no_bank_conflicts(setting):
     report = simulate(SCHEDULE.lower(SCHEDULE.schedule(kernel, SM_90, knobs), SM_90), {"x": x.flatten(), "softmax": out})
     assert report.total_bank_conflicts == 0
     assert relative_error(out.view(rows, length), float64_reference(program.fn, (x,))) < tolerance(program)
+
+
+def test_the_softmax_multiplies_by_the_reciprocal_of_the_row_sum_computed_once_per_row():
+    """A masked score's dividend is zero, which sends IEEE division down its slow path."""
+    kernel = SCHEDULE.lower(SCHEDULE.schedule(loop_kernel(BY_ID["softmax"], 5, 100), SM_90, {}), SM_90)
+    values = [(s.var, s.init) for s in kernel_ir.statements(kernel.body) if isinstance(s, kernel_ir.Declare)]
+    values += [(s.array, s.value) for s in kernel_ir.statements(kernel.body) if isinstance(s, kernel_ir.Store)]
+    divisions = [name for name, value in values if value is not None
+                 for node in ex.walk(value) if isinstance(node, ex.Op) and node.op == "div"]
+    assert divisions == ["acc1_reciprocal"]
