@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import loop_ir, tile_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction import cost
+from lamina.plugins.schedules.contraction import copy_layout, cost
 from lamina.plugins.schedules.contraction import tiling as contraction_tiling
 from lamina.plugins.schedules.contraction.knobs import Choices, read_pinned
 from lamina.plugins.schedules.contraction_rows.recognise import ContractionRows
@@ -97,8 +97,8 @@ def tile(rows: ContractionRows, target: Target, knobs: Mapping[str, Any]) -> til
         ("chosen", f"{choices.summary()}; cheapest of {count} settings spanning the row, pinned: {pins}"),
         ("estimate", estimate.text()),
     ]
-    notes += [(f"copy {s.index}", contraction_tiling.copy_layout.describe(
-        contraction_tiling.copy_order(c, s), s.dims, s.tile)) for s in stages]
+    notes += [(f"copy {s.index}", copy_layout.describe(contraction_tiling.copy_order(c, s), s.dims, s.tile))
+              for s in stages]
     tk = tile_ir.TileKernel(kernel=rows.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction,
                             stages=stages, knobs=notes)
     tile_ir.verify_tile_kernel(tk, target.max_threads_per_block, target.max_shared_bytes_optin)
