@@ -6,6 +6,8 @@ For each linear of the suite's models at ``--m`` rows, lamina compiles it with t
 ``split_k`` pinned to 1 (never split) and to every slice count the rule may use, and once
 unpinned; each is timed by CUDA-graph replay (median) next to cuBLAS through eager
 PyTorch. The record shows whether the cost model's choice of slices is the fastest.
+``--tiling JSON`` (repeatable) pins those contraction knobs, e.g. ``{"block_m": 128,
+"block_n": 128}``, with every slice count; ``--case`` times only the named linears.
 """
 
 from __future__ import annotations
@@ -44,17 +46,28 @@ def chosen_splits(compiled) -> int:
     return 1
 
 
-def sweep_shape(name: str, m: int, n: int, k: int, settings: list[int], replays: int) -> dict:
+def chosen_setting(compiled) -> str:
+    """The contraction's setting, as its Tile IR names it."""
+    for tile in compiled.compilation.tiles:
+        for name, value in tile.knobs:
+            if name == "chosen":
+                return str(value).split(";")[0]
+    return ""
+
+
+def sweep_shape(name: str, m: int, n: int, k: int, settings: list[int], tilings: list[dict], replays: int) -> dict:
     x = torch.randn(m, k, device="cuda")
     w = torch.randn(n, k, device="cuda") / k ** 0.5
     reference = linear(x.double(), w.double())
     rows = []
-    for splits in [None] + [s for s in settings if s == 1 or s in usable_splits(k)]:
-        knobs = {} if splits is None else {"split_k": splits}
-        compiled = lamina.Compiler(knobs=knobs).compile(linear, (x, w))
-        rows.append({"split_k": "chosen" if splits is None else splits, "splits": chosen_splits(compiled),
-                     "measured_us": time_cuda_graph(compiled, (x, w), replays=replays),
-                     "relative_error": relative_error(compiled(x, w), reference)})
+    for tiling in tilings:
+        for splits in [None] + [s for s in settings if s == 1 or s in usable_splits(k)]:
+            knobs = dict(tiling) if splits is None else {**tiling, "split_k": splits}
+            compiled = lamina.Compiler(knobs=knobs).compile(linear, (x, w))
+            rows.append({"tiling": tiling, "split_k": "chosen" if splits is None else splits,
+                         "splits": chosen_splits(compiled), "chosen": chosen_setting(compiled),
+                         "measured_us": time_cuda_graph(compiled, (x, w), replays=replays),
+                         "relative_error": relative_error(compiled(x, w), reference)})
     cublas = time_cuda_graph(linear, (x, w), replays=replays)
     return {"case": name, "m": m, "n": n, "k": k, "cublas_us": cublas, "settings": rows}
 
@@ -65,18 +78,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--m", type=int, default=128)
     parser.add_argument("--splits", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     parser.add_argument("--replays", type=int, default=50)
+    parser.add_argument("--tiling", action="append", type=json.loads, metavar="JSON",
+                        help="contraction knobs pinned with every slice count (default: the cost model's tiling)")
+    parser.add_argument("--case", action="append", choices=sorted(SHAPES), help="time only these linears")
     args = parser.parse_args(argv)
+    tilings = args.tiling or [{}]
     if not torch.cuda.is_available():
         print("benchmarks/split_k_sweep.py needs a CUDA GPU", file=sys.stderr)
         return 2
     command = (f"python benchmarks/split_k_sweep.py --out benchmarks/results/{Path(args.out).name} --m {args.m} "
-               f"--splits {' '.join(map(str, args.splits))} --replays {args.replays}")
+               f"--splits {' '.join(map(str, args.splits))} --replays {args.replays}"
+               + "".join(f" --tiling '{json.dumps(t)}'" for t in args.tiling or ())
+               + "".join(f" --case {c}" for c in args.case or ()))
     record = {"command": command, "date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
               "cases": []}
     for name, (n, k) in SHAPES.items():
-        case = sweep_shape(name, args.m, n, k, args.splits, args.replays)
+        if args.case and name not in args.case:
+            continue
+        case = sweep_shape(name, args.m, n, k, args.splits, tilings, args.replays)
         record["cases"].append(case)
-        timings = "  ".join(f"{r['split_k']}({r['splits']}): {r['measured_us']:.1f}" for r in case["settings"])
+        timings = "  ".join(f"{r['tiling'] or ''}{r['split_k']}({r['splits']}): {r['measured_us']:.1f}"
+                            for r in case["settings"])
         print(f"{name} M={args.m}: cuBLAS {case['cublas_us']:.1f} us; {timings}", flush=True)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
