@@ -22,9 +22,14 @@ rule, and any knob may be pinned instead.
 * global bytes: every block reads its operands' k-tiles, so an operand is read again for
   every block along the other output axis (the block tile's reuse), at
   ``memory_bytes_per_us``;
+* two more things slow the arithmetic: k-splits inside a block (each split's threads do
+  their share of a k-tile between the same barriers, and the block adds the splits' tiles
+  up at the end: ``K_SPLIT_COST`` per extra split), and small block tiles, which stage
+  more operand elements per multiply-add (``block_reuse_efficiency``);
 * both need enough warps on a busy SM to hide latency: fewer than 8 resident warps starve
-  the FMA pipes and fewer than 16 the memory system, in proportion; an SM without a block
-  adds nothing to the bandwidth;
+  the FMA pipes (4, one per scheduler, for 8 x 8 register tiles, whose 64 independent
+  multiply-adds hide the latency themselves) and fewer than 16 the memory system, in
+  proportion; an SM without a block adds nothing to the bandwidth;
 * the estimate is ``launch_us + max(compute, memory) + OVERLAP_LOSS * min(compute, memory)``:
   copies and arithmetic overlap, but not perfectly.
 Residency per SM follows Hopper's limits: 2048 threads, 64 Ki registers, 228 KiB of
@@ -64,6 +69,10 @@ SHARED_BYTES_PER_SM = 228 * 1024
 BLOCKS_PER_SM = 32
 WARPS_TO_FEED_FMA = 8
 WARPS_TO_FEED_MEMORY = 16
+K_SPLIT_COST = 0.10
+"""How much slower the arithmetic runs for each k-split inside a block beyond the first."""
+FULL_REUSE = 128 * 64 / (128 + 64)
+"""Outputs per staged operand element of a 128 x 64 block tile, which runs as fast as 128 x 128."""
 OVERLAP_LOSS = 0.25
 """Copies and arithmetic overlap imperfectly: this much of the shorter one adds to the longer."""
 DEEP_BLOCK = 128 * 64
@@ -89,6 +98,29 @@ class Estimate:
 def register_tile_efficiency(outputs: int) -> float:
     """``EFFICIENCY`` of the largest listed register tile no bigger than ``outputs``."""
     return EFFICIENCY[max(n for n in EFFICIENCY if n <= outputs)]
+
+
+def warps_to_feed_fma(choices: Choices) -> int:
+    """Resident warps that keep an SM's FMA pipes busy.
+
+    On the H200, M = 128 linears in blocks of four warps with 8 x 8 register tiles, one
+    block per SM, ran as fast per SM as blocks of eight warps
+    (``benchmarks/results/2026-11-29_h200_split_k_tiling_sweep.json``).
+    """
+    return 4 if choices.thread_m * choices.thread_n >= 64 else WARPS_TO_FEED_FMA
+
+
+def block_reuse_efficiency(choices: Choices) -> float:
+    """The arithmetic's speed relative to a 128 x 64 block tile, by the outputs each staged
+    operand element feeds, ``bm * bn / (bm + bn)``, to the fourth root.
+
+    With 8 x 8 register tiles on the H200, 64 x 64 blocks (in two k-splits) ran ~15 % slower
+    per SM than 128 x 64 and 128 x 128 blocks, which ran alike
+    (``benchmarks/results/2026-11-29_h200_split_k_tiling_sweep.json``): 7 % from here, the
+    rest from ``K_SPLIT_COST``.
+    """
+    reuse = choices.block_m * choices.block_n / (choices.block_m + choices.block_n)
+    return min(1.0, reuse / FULL_REUSE) ** 0.25
 
 
 def _pow2_ceil(n: int) -> int:
@@ -206,8 +238,10 @@ def estimate(c: Contraction, choices: Choices, target: Target) -> Estimate:
     k_tiles = math.ceil(c.reduce_extent / choices.block_k)
 
     block_flops = 2 * choices.block_m * choices.block_n * k_tiles * choices.block_k
-    efficiency = min(MAX_EFFICIENCY, register_tile_efficiency(choices.thread_m * choices.thread_n)
-                     * FRAGMENT_GAIN[choices.fragment_width]) * min(1.0, active_warps / WARPS_TO_FEED_FMA)
+    efficiency = (min(MAX_EFFICIENCY, register_tile_efficiency(choices.thread_m * choices.thread_n)
+                      * FRAGMENT_GAIN[choices.fragment_width])
+                  * min(1.0, active_warps / warps_to_feed_fma(choices))
+                  * block_reuse_efficiency(choices) / (1 + K_SPLIT_COST * (choices.splits - 1)))
     sm_flops_per_us = target.fp32_flops_per_us / target.sm_count
     compute_us = deepest * block_flops / (sm_flops_per_us * efficiency)
 

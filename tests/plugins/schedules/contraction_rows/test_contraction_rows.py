@@ -150,7 +150,7 @@ tile softmax  schedule=contraction_rows
   row_reductions = acc0 max, acc1 sum, each lane's part combined by warp shuffles
   register_tile = 2x1
   chosen = block 16x32x8, thread 2x1, splits 1, buffers 1, fragment width 1; cheapest of 3 settings spanning the row, pinned: none
-  estimate = 2.2 us from launch 2.0, compute 0.1 and memory 0.1, overlapped; 2 blocks, 6 per SM at once
+  estimate = 2.2 us from launch 2.0, compute 0.2 and memory 0.1, overlapped; 2 blocks, 6 per SM at once
   copy q[i0, i1, r4] = r4 fastest across threads
   copy k[i0, i2, r4] = r4 fastest across threads, a warp's i2 8 apart"""
 
