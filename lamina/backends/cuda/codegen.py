@@ -43,6 +43,20 @@ __device__ __forceinline__ void lamina_cp_async_{bytes}(void* dst, const void* s
 }}"""
 
 
+_CLUSTER_LOAD_HELPER = """\
+__device__ __forceinline__ float lamina_cluster_load(const float* element, unsigned rank) {
+  const unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(element));
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\\n" : "=r"(remote) : "r"(local), "r"(rank));
+  float value;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\\n" : "=f"(value) : "r"(remote) : "memory");
+  return value;
+}"""
+
+_CLUSTER_BARRIER = ('asm volatile("barrier.cluster.arrive.release.aligned;\\n"'
+                    ' "barrier.cluster.wait.acquire.aligned;\\n" ::: "memory");')
+
+
 def emit_cuda(kernel: kir.Kernel) -> str:
     """The CUDA C++ source of ``kernel``."""
     return _KernelPrinter(kernel).source()
@@ -167,6 +181,8 @@ class _KernelPrinter:
             sections.append("\n".join(headers))
         if self.expr.non_finite_used:
             sections.append(_NON_FINITE_DEFINES)
+        if self.expr.cluster_loads_used:
+            sections.append(_CLUSTER_LOAD_HELPER)
         for size in sorted(self.cp_async_sizes):
             sections.append(_CP_ASYNC_HELPER.format(bytes=size, cache="cg" if size == 16 else "ca"))
         sections.append("\n".join([self._signature() + " {", *body, "}"]))
@@ -175,6 +191,8 @@ class _KernelPrinter:
     def _banner(self) -> str:
         launch = self.kernel.launch
         text = f"// kernel {self.kernel.name}: grid {tuple(launch.grid)}, block {tuple(launch.block)}"
+        if launch.cluster != (1, 1, 1):
+            text += f", clusters of {tuple(launch.cluster)}"
         dynamic = launch_shared_bytes(self.kernel)
         return text + (f", dynamic shared memory {dynamic} B" if dynamic else "")
 
@@ -184,7 +202,9 @@ class _KernelPrinter:
             const = "" if p.writable else "const "
             params.append(f"{const}{p.dtype.c_type}* __restrict__ {self.name(p.name)}")
         threads = self.kernel.launch.threads_per_block
-        return f'extern "C" __global__ void __launch_bounds__({threads}) {self.symbol}({", ".join(params)})'
+        cluster = self.kernel.launch.cluster
+        dims = f"__cluster_dims__({cluster[0]}, {cluster[1]}, {cluster[2]}) " if cluster != (1, 1, 1) else ""
+        return f'extern "C" __global__ void {dims}__launch_bounds__({threads}) {self.symbol}({", ".join(params)})'
 
     def _arrays(self, indent: str) -> list[str]:
         lines = []
@@ -237,6 +257,8 @@ class _KernelPrinter:
             return self._if(s, indent, indent)
         if isinstance(s, kir.Barrier):
             return [f"{indent}__syncthreads();"]
+        if isinstance(s, kir.ClusterBarrier):
+            return [f"{indent}{_CLUSTER_BARRIER}"]
         if isinstance(s, kir.CpAsync):
             return self._cp_async(s, indent)
         if isinstance(s, kir.CpAsyncCommit):

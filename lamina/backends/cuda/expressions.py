@@ -16,7 +16,7 @@ from lamina.core.errors import VerificationError
 from lamina.core.ir import dtypes, expr as ex
 from lamina.core.ir.dtypes import DType
 from lamina.core.ir.expr import OPS, Const, Expr, Op, Var
-from lamina.core.ir.kernel_ir import Load, ShuffleXor, Special
+from lamina.core.ir.kernel_ir import ClusterLoad, Load, ShuffleXor, Special
 
 PRIMARY, UNARY, MUL, ADD, RELATION, EQUALITY, AND, OR = 100, 90, 80, 70, 60, 55, 40, 35
 
@@ -61,6 +61,7 @@ class ExpressionPrinter:
         self.var_types = var_types
         self.array_types = array_types
         self.non_finite_used = False
+        self.cluster_loads_used = False
 
     # --- public ---------------------------------------------------------------
 
@@ -83,7 +84,7 @@ class ExpressionPrinter:
             return self.index_type
         if isinstance(e, Load):
             return c_type(self.array_types[e.array])
-        if isinstance(e, ShuffleXor):
+        if isinstance(e, (ShuffleXor, ClusterLoad)):
             return c_type(e.dtype)
         if isinstance(e, Op):
             kind = OPS[e.op].kind
@@ -118,6 +119,10 @@ class ExpressionPrinter:
             return self._op(e)
         if isinstance(e, ShuffleXor):
             return self._shuffle_xor(e)
+        if isinstance(e, ClusterLoad):
+            index = "".join(f"[{self.text(i)}]" for i in e.index)
+            self.cluster_loads_used = True
+            return f"lamina_cluster_load(&{self.names(e.array)}{index}, {self.text(e.rank)})", PRIMARY
         raise VerificationError(f"Kernel IR kernel {self.kernel_name} holds an expression the CUDA printer does not know: {e!r}")
 
     def _shuffle_xor(self, e: ShuffleXor) -> Printed:

@@ -8,8 +8,9 @@ into closures (one per statement and expression), so that loops cost no re-analy
 
 It reports, as faults: accesses out of bounds, misaligned wide ``cp.async`` copies and
 vector accesses (see ``simulator_vectors``), reads of shared memory that no thread wrote,
-races on shared memory between two barriers, reads of ``cp.async`` data before its wait,
-and barriers that only part of a block reaches.
+races on shared memory between two barriers (and between the blocks of a cluster, across
+cluster barriers), reads of ``cp.async`` data before its wait, and barriers that only
+part of a block (or cluster) reaches.
 Shared-memory bank conflicts are counted per array (see ``simulator_banks``).
 """
 
@@ -104,6 +105,9 @@ class KernelSimulation:
     def run(self) -> SimulationReport:
         if self.grid.total:
             self.body(Mask.everyone(self.grid.total))
+        end = next(self.sites)
+        for array in self.shared:
+            array.check_cluster_reads_finished(end)
         return self.faults.report({array.name: array.bank_conflicts for array in self.shared})
 
     def _memories(self, arrays: Mapping[str, torch.Tensor]) -> dict:
@@ -163,6 +167,8 @@ class KernelSimulation:
             return self._if(s, scope, loop_vars)
         if isinstance(s, kernel_ir.Barrier):
             return self._barrier()
+        if isinstance(s, kernel_ir.ClusterBarrier):
+            return self._cluster_barrier()
         if isinstance(s, kernel_ir.CpAsync):
             return self._cp_async(s, scope)
         if isinstance(s, kernel_ir.CpAsyncCommit):
@@ -296,6 +302,24 @@ class KernelSimulation:
                 blocks = (arrived > 0).nonzero().squeeze(1)
             for array in shared:
                 array.barrier(blocks)
+
+        return run
+
+    def _cluster_barrier(self) -> Runner:
+        grid, shared, faults, site = self.grid, self.shared, self.faults, next(self.sites)
+
+        def run(mask: Mask) -> None:
+            if not mask.full:
+                clusters = grid.cluster_first_block.view(grid.blocks, grid.threads_per_block)[:, 0]
+                arrived = torch.zeros(grid.blocks, dtype=torch.long).index_add_(
+                    0, clusters, mask.active.view(grid.blocks, grid.threads_per_block).sum(1))
+                expected = grid.threads_per_block * grid.cluster_blocks
+                partial = (arrived > 0) & (arrived < expected)
+                faults.add(RACES, (site,), partial, lambda block: (
+                    f"cluster barrier reached by {int(arrived[block])} of {expected} threads of the cluster of "
+                    f"{grid.describe_block(block)}: every thread of a cluster must reach each cluster barrier"))
+            for array in shared:
+                array.cluster_barrier()
 
         return run
 

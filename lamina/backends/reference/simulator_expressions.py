@@ -45,6 +45,8 @@ class ExpressionCompiler:
             return self._op(e, scope)
         if isinstance(e, kernel_ir.ShuffleXor):
             return self._shuffle_xor(e, scope)
+        if isinstance(e, kernel_ir.ClusterLoad):
+            return self._cluster_load(e, scope)
         raise VerificationError(f"kernel {self.kernel}: the simulator cannot evaluate {e!r}; "
                                 f"Kernel IR expressions are constants, variables, specials, loads, ops and shuffles")
 
@@ -65,6 +67,16 @@ class ExpressionCompiler:
         indices = [self.compile(i, scope) for i in e.index]
         site = next(self.sites)
         return lambda mask: memory.read([f(mask) for f in indices], mask, site)
+
+    def _cluster_load(self, e: kernel_ir.ClusterLoad, scope) -> Evaluator:
+        memory = self.memory(e.array, len(e.index), "cluster load from")
+        if not hasattr(memory, "read_from_cluster"):
+            raise VerificationError(f"kernel {self.kernel}: cluster load from {e.array}, which is not a shared array")
+        memory.cluster_checks = True
+        indices = [self.compile(i, scope) for i in e.index]
+        rank_of = self.compile(e.rank, scope)
+        site = next(self.sites)
+        return lambda mask: memory.read_from_cluster([f(mask) for f in indices], rank_of(mask), mask, site)
 
     def _shuffle_xor(self, e: kernel_ir.ShuffleXor, scope) -> Evaluator:
         """Every lane evaluates the value in lockstep, then reads that of lane ``lane ^ mask``."""

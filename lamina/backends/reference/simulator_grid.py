@@ -2,7 +2,8 @@
 
 The simulator runs every thread of every block at once: thread ``g`` of the grid is
 thread ``g % threads_per_block`` (linear id ``x + y*bx + z*bx*by``) of block
-``g // threads_per_block`` (linear id of the block in the grid, x fastest).
+``g // threads_per_block`` (linear id of the block in the grid, x fastest). A cluster is
+``launch.cluster[0]`` blocks adjacent along x.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ class ThreadGrid:
             **_coordinates("threadIdx", self.local_id, self.block_dims),
             **_coordinates("blockIdx", self.block_id, self.grid_dims),
         }
+        self.cluster_blocks = int(launch.cluster[0])
+        self.cluster_first_block = self.block_id - self._specials[("blockIdx", "x")] % self.cluster_blocks
 
     def special(self, kind: str, axis: str) -> torch.Tensor:
         return self._specials[(kind, axis)]

@@ -6,7 +6,9 @@ Besides bounds, every element tracks:
   read it since the last barrier. An access by thread ``t`` conflicts with an earlier
   one exactly when the recorded ids are not all ``t``, so races are found with a few
   gathers and scatters per access whatever the number of threads;
-- the ``cp.async`` copy still in flight into it, if any.
+- the ``cp.async`` copy still in flight into it, if any;
+- for arrays that other blocks of a cluster read (``ClusterLoad``), whether it was
+  stored since the last cluster barrier and whether another block read it since then.
 """
 
 from __future__ import annotations
@@ -69,6 +71,9 @@ class SharedArray:
         self.block_base = grid.block_id * self.numel
         self.bank_conflicts = 0
         self.bank_patterns: dict[tuple, tuple] = {}
+        self.cluster_checks = False
+        self.stored_since_cluster_barrier = torch.zeros(size, dtype=torch.bool)
+        self.read_by_cluster = torch.zeros(size, dtype=torch.bool)
 
     # --- the accesses ---------------------------------------------------------
 
@@ -118,6 +123,7 @@ class SharedArray:
         if not lanes.every:
             value = value.index_select(0, lanes.threads)
         self._check_write(lanes, site, "written")
+        self._check_cluster_write(lanes, site)
         self.data.index_copy_(0, lanes.elements, value.contiguous())
         self.written.index_fill_(0, lanes.elements, True)
         self._count_banks(lanes, self.itemsize, site)
@@ -130,6 +136,7 @@ class SharedArray:
         if width > 1:
             lanes = _widen(lanes, width)
         self._check_write(lanes, site, "written by cp.async")
+        self._check_cluster_write(lanes, site)
         self.data.index_copy_(0, lanes.elements, values.reshape(-1))
         self.written.index_fill_(0, lanes.elements, True)
         self.pending_copy.index_fill_(0, lanes.elements, copy)
@@ -164,6 +171,65 @@ class SharedArray:
         if blocks is None:
             self.writes_since_barrier = False
             self.reads_since_barrier = False
+
+    # --- the other blocks of a cluster -----------------------------------------
+
+    def read_from_cluster(self, indices: list[torch.Tensor], rank: torch.Tensor, mask: Mask, site: int) -> torch.Tensor:
+        """Each running thread's element of the array of block ``rank`` of its cluster."""
+        out = torch.zeros(self.grid.total, dtype=self.data.dtype)
+        lanes = self.lanes(indices, mask, site, "cluster load from")
+        if lanes is None:
+            return out
+        grid = self.grid
+        rank = per_thread(torch.as_tensor(rank).long(), grid.total).index_select(0, lanes.threads)
+        outside = (rank < 0) | (rank >= grid.cluster_blocks)
+        if self.faults.add(OUT_OF_BOUNDS, (site, "rank"), outside, lambda i: (
+                f"cluster load from {self.name} of block {int(rank[i])} of a cluster of {grid.cluster_blocks}, "
+                f"by {grid.describe_thread(int(lanes.threads[i]))}")):
+            lanes, rank = select_lanes(lanes, ~outside), rank[~outside]
+            if lanes.threads.numel() == 0:
+                return out
+        owner = grid.cluster_first_block.index_select(0, lanes.threads) + rank
+        elements = owner * self.numel + lanes.flat
+        peer = Lanes(lanes.threads, lanes.local, lanes.flat, elements, False)
+        self.faults.add(UNWRITTEN_READS, (site,), ~self.written.index_select(0, elements), lambda i: (
+            f"cluster load of unwritten shared memory {self._element_of_block(peer, i, int(owner[i]))} "
+            f"by {grid.describe_thread(int(lanes.threads[i]))}"))
+        self.faults.add(RACES, (site, "cluster"), self.stored_since_cluster_barrier.index_select(0, elements),
+                        lambda i: (f"cluster load of {self._element_of_block(peer, i, int(owner[i]))} by "
+                                   f"{grid.describe_thread(int(lanes.threads[i]))}: it was stored with no cluster "
+                                   "barrier between"))
+        self.read_by_cluster.index_fill_(0, elements, True)
+        return out.index_copy_(0, lanes.threads, self.data.index_select(0, elements))
+
+    def cluster_barrier(self) -> None:
+        """Every block of every cluster is synchronised."""
+        self.barrier(None)
+        if self.cluster_checks:
+            self.stored_since_cluster_barrier.fill_(False)
+            self.read_by_cluster.fill_(False)
+
+    def _check_cluster_write(self, lanes: Lanes, site: int) -> None:
+        if not self.cluster_checks:
+            return
+        read = self.read_by_cluster.index_select(0, lanes.elements)
+        self.faults.add(RACES, (site, "cluster"), read, lambda i: (
+            f"{self._element(lanes, i)} stored by {self._thread(lanes, i)} while another block of its cluster may "
+            "still be reading it: put a cluster barrier between"))
+        self.stored_since_cluster_barrier.index_fill_(0, lanes.elements, True)
+
+    def check_cluster_reads_finished(self, site: int) -> None:
+        """At the end of the kernel: a block may finish only once its cluster stopped reading its memory."""
+        if not self.cluster_checks:
+            return
+        blocks = self.read_by_cluster.view(self.grid.blocks, self.numel).any(1)
+        self.faults.add(RACES, (site, "cluster end"), blocks, lambda block: (
+            f"{self.name} of {self.grid.describe_block(block)} is read by another block of its cluster after the "
+            "last cluster barrier, so its block may have finished: end with a cluster barrier"))
+
+    def _element_of_block(self, lanes: Lanes, i: int, block: int) -> str:
+        text = self._element(lanes, i)
+        return text[:text.rindex(" in ")] + f" in {self.grid.describe_block(block)}"
 
     # --- the lanes of an access ----------------------------------------------
 

@@ -3,7 +3,8 @@
 A ``Kernel`` has pointer parameters (one per buffer, flat, row-major), shared arrays
 with their padded shapes, a body of statements, and its launch configuration. Its
 expressions are those of ``lamina.core.ir.expr`` plus ``Load`` from an array, the
-thread and block indices, and warp shuffles. Arrays live in one of three spaces: ``global`` (the
+thread and block indices, warp shuffles, and ``ClusterLoad`` from the shared memory of
+another block of the same cluster (blocks launched together along x, as on Hopper). Arrays live in one of three spaces: ``global`` (the
 parameters), ``shared`` and ``register`` (per-thread arrays, indexed only by
 constants after unrolling).
 
@@ -51,6 +52,8 @@ class Load(Expr):
 
 
 WARP_SIZE = 32
+MAX_CLUSTER_BLOCKS = 8
+"""The largest cluster every Hopper GPU can launch."""
 
 
 @attrs.frozen(eq=True)
@@ -73,6 +76,29 @@ class ShuffleXor(Expr):
 
     def rebuild(self, children):
         return attrs.evolve(self, value=children[0])
+
+
+@attrs.frozen(eq=True)
+class ClusterLoad(Expr):
+    """``array[index]`` in the shared memory of block ``rank`` of this block's cluster.
+
+    A cluster is ``Launch.cluster[0]`` consecutive blocks along x, resident at once;
+    ``rank`` counts them from 0. The value must have been stored before a
+    ``ClusterBarrier`` that both blocks passed, and the owner must not store to it again
+    (nor finish) before another ``ClusterBarrier``: that is how the blocks of a cluster
+    combine partial results without a round trip through global memory.
+    """
+
+    array: str
+    index: tuple[Expr, ...] = attrs.field(converter=tuple)
+    rank: Expr
+    dtype: DType
+
+    def children(self):
+        return self.index + (self.rank,)
+
+    def rebuild(self, children):
+        return attrs.evolve(self, index=tuple(children[:-1]), rank=children[-1])
 
 
 def thread_idx(axis: str = "x") -> Special:
@@ -156,6 +182,12 @@ class Barrier:
 
 
 @attrs.frozen
+class ClusterBarrier:
+    """All threads of every block of the cluster wait here; shared-memory stores before it
+    are visible to ``ClusterLoad`` of the cluster's blocks after it."""
+
+
+@attrs.frozen
 class CpAsync:
     """Asynchronous copy of one element (``bytes`` wide) from global to shared memory.
 
@@ -222,15 +254,19 @@ class Comment:
     text: str
 
 
-Stmt = (Declare | Assign | Store | For | If | Barrier | CpAsync | CpAsyncCommit | CpAsyncWait
+Stmt = (Declare | Assign | Store | For | If | Barrier | ClusterBarrier | CpAsync | CpAsyncCommit | CpAsyncWait
         | VectorLoad | VectorStore | Comment)
 
 
 @attrs.frozen
 class Launch:
+    """Blocks of ``block`` threads in a ``grid``; ``cluster`` blocks along x run at once as a
+    cluster, (1, 1, 1) where the blocks are independent."""
+
     grid: tuple[int, int, int] = attrs.field(converter=tuple)
     block: tuple[int, int, int] = attrs.field(converter=tuple)
     dynamic_shared_bytes: int = 0
+    cluster: tuple[int, int, int] = attrs.field(converter=tuple, default=(1, 1, 1))
 
     @property
     def threads_per_block(self) -> int:
@@ -297,8 +333,11 @@ def rename_arrays(kernel: Kernel, mapping: dict[str, str], name: str | None = No
     """The same kernel with arrays (parameters, shared and register arrays) renamed by
     ``mapping``, and the kernel itself renamed to ``name`` if given."""
 
+    def rename(n: Expr) -> Expr | None:
+        return attrs.evolve(n, array=mapping[n.array]) if isinstance(n, (Load, ClusterLoad)) and n.array in mapping else None
+
     def rename_expr(e: Expr) -> Expr:
-        return ex.transform(e, lambda n: attrs.evolve(n, array=mapping[n.array]) if isinstance(n, Load) and n.array in mapping else None)
+        return ex.transform(e, rename)
 
     def rename_body(body):
         out = []
@@ -345,6 +384,8 @@ def _leaf(e: Expr):
         return e.array + "".join(f"[{format_expr(i)}]" for i in e.index)
     if isinstance(e, ShuffleXor):
         return f"shuffle_xor({format_expr(e.value)}, {e.lane_mask})"
+    if isinstance(e, ClusterLoad):
+        return e.array + "".join(f"[{format_expr(i)}]" for i in e.index) + f" of cluster block {format_expr(e.rank)}"
     return None
 
 
@@ -379,6 +420,8 @@ def format_body(body, indent: str) -> list[str]:
                 lines += format_body(s.orelse, indent + "  ")
         elif isinstance(s, Barrier):
             lines.append(f"{indent}barrier")
+        elif isinstance(s, ClusterBarrier):
+            lines.append(f"{indent}cluster barrier")
         elif isinstance(s, CpAsync):
             pred = f" if {format_expr(s.predicate)} else zero" if s.predicate is not None else ""
             lines.append(f"{indent}cp.async {s.bytes} B {s.dst}{_index(s.dst_index)} <- {s.src}{_index(s.src_index)}{pred}")
@@ -397,7 +440,9 @@ def format_body(body, indent: str) -> list[str]:
 
 def format_kernel(k: Kernel) -> str:
     g, b = k.launch.grid, k.launch.block
+    c = k.launch.cluster
     lines = [f"kernel {k.name}  grid ({g[0]}, {g[1]}, {g[2]})  block ({b[0]}, {b[1]}, {b[2]})"
+             + (f"  cluster ({c[0]}, {c[1]}, {c[2]})" if c != (1, 1, 1) else "")
              + (f"  dynamic shared {k.launch.dynamic_shared_bytes} B" if k.launch.dynamic_shared_bytes else "")]
     for p in k.params:
         mode = "out" if p.writable else "in"
@@ -436,6 +481,15 @@ def verify_kernel(k: Kernel, max_threads: int = 1024, max_shared_bytes: int = 48
                 problems.append(f"variable {node.name} is used before it is declared")
             elif isinstance(node, Special) and (node.kind not in SPECIALS or node.axis not in ("x", "y", "z")):
                 problems.append(f"unknown special {node.kind}.{node.axis}")
+            elif isinstance(node, ClusterLoad):
+                array = arrays.get(node.array)
+                if not isinstance(array, Array) or array.space != "shared":
+                    problems.append(f"cluster load from {node.array}: it is not a shared array")
+                elif len(node.index) != len(array.shape):
+                    problems.append(f"cluster load from {node.array} with {len(node.index)} indices; "
+                                    f"it has rank {len(array.shape)}")
+                elif node.dtype != dtypes.float32:
+                    problems.append(f"cluster load of {node.dtype} from {node.array}: only f32 is supported")
             elif isinstance(node, ShuffleXor):
                 if not 0 < node.lane_mask < WARP_SIZE:
                     problems.append(f"shuffle lane mask {node.lane_mask} is outside 1..{WARP_SIZE - 1}")
@@ -475,6 +529,11 @@ def verify_kernel(k: Kernel, max_threads: int = 1024, max_shared_bytes: int = 48
                 problems.extend(_vector_access_problems(s, arrays))
 
     visit(k.body, set())
+    cluster = k.launch.cluster
+    if len(cluster) != 3 or cluster[1:] != (1, 1) or not 1 <= cluster[0] <= MAX_CLUSTER_BLOCKS:
+        problems.append(f"cluster {tuple(cluster)}: clusters are 1 to {MAX_CLUSTER_BLOCKS} blocks along x")
+    elif k.launch.grid[0] % cluster[0]:
+        problems.append(f"grid x of {k.launch.grid[0]} blocks is not a whole number of clusters of {cluster[0]}")
     if k.launch.threads_per_block > max_threads:
         problems.append(f"{k.launch.threads_per_block} threads per block exceed {max_threads}")
     if k.shared_bytes > max_shared_bytes + k.launch.dynamic_shared_bytes:
