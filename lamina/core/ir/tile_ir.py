@@ -53,13 +53,15 @@ class AxisBinding:
 @attrs.frozen
 class ReductionPlan:
     """How the reduction loops ``vars`` run: serially in steps of ``step`` (a k-tile),
-    or split across lanes, warps or blocks."""
+    or split across lanes, warps or blocks; ``cluster_blocks`` blocks along x, launched
+    together as a cluster, each reduce their part and combine them."""
 
     vars: tuple[str, ...] = attrs.field(converter=tuple)
     extent: int
     strategy: str = "serial"
     step: int = 1
     splits: int = 1
+    cluster_blocks: int = 1
 
 
 @attrs.frozen
@@ -116,6 +118,8 @@ class TileKernel:
             shape[b.block_dim] *= b.blocks
         if self.reduction and self.reduction.strategy == "split_k":
             shape["z"] *= self.reduction.splits
+        if self.reduction:
+            shape["x"] *= self.reduction.cluster_blocks
         return shape
 
 
@@ -146,6 +150,8 @@ def format_tile_kernel(tk: TileKernel) -> str:
             text += f", step {r.step}"
         if r.splits > 1:
             text += f", {r.splits} splits"
+        if r.cluster_blocks > 1:
+            text += f", across a cluster of {r.cluster_blocks} blocks along x"
         lines.append(text)
     for s in tk.stages:
         dims = "][".join(f"{d} {n}" for d, n in zip(s.dims, s.tile))

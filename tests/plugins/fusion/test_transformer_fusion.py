@@ -20,7 +20,7 @@ from lamina.core.stages.lower_to_loops import lower_to_loops
 from lamina.core.target import Target
 from lamina.plugins.fusion import plugin
 from lamina.plugins.fusion.analysis import parallel_nest
-from lamina.plugins.schedules.contraction_rows.tiling import MAX_ROW_LENGTH
+from lamina.plugins.schedules.contraction_rows.tiling import MAX_CLUSTER_ROW_LENGTH
 from tests.plugins.fusion import row_programs
 
 S, H, F_, D = 13, 72, 40, 24
@@ -186,8 +186,8 @@ def test_causal_scores_are_one_kernel_that_computes_each_score_where_the_softmax
     assert program.compilation.loop.temporaries == ()
 
 
-def test_causal_scores_with_rows_longer_than_a_warp_holds_are_a_matmul_then_one_softmax_kernel():
-    q, k = torch.randn(1, MAX_ROW_LENGTH + 1, 4), torch.randn(1, MAX_ROW_LENGTH + 1, 4)
+def test_causal_scores_with_rows_longer_than_a_cluster_holds_are_a_matmul_then_one_softmax_kernel():
+    q, k = torch.randn(1, MAX_CLUSTER_ROW_LENGTH + 1, 4), torch.randn(1, MAX_CLUSTER_ROW_LENGTH + 1, 4)
     program = lamina.compile(causal_scores, (q, k))
     scores, probabilities = program.compilation.loop.kernels
     assert schedules(program) == ["contraction", "row_reduction"]

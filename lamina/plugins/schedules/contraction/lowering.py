@@ -119,6 +119,10 @@ class ContractionWriter:
     def _col(self, b: int) -> Expr:
         return _owned(self.col, self.cols, b)
 
+    def _row_in_block(self, a: int) -> Expr:
+        """The block tile's row that holds the thread's ``a``-th row."""
+        return _owned(_first(kernel_ir.thread_idx(self.rows.thread_dim), self.rows), self.rows, a)
+
     def _thread_env(self, a: int, b: int) -> dict[str, Expr]:
         return {**self.batch_env, self.c.m: self._row(a), self.c.n: self._col(b)}
 

@@ -14,6 +14,12 @@ and the store loops run as the contraction's epilogue, reading the row accumulat
 from the same registers; a division by one of them (softmax's ``/ sum``) multiplies by its
 reciprocal, computed once per row (``reciprocals``). Every lane of a warp holds part of the same rows, so the
 shuffles combine whole rows; they run in every lane, outside the guards.
+
+Where a cluster of blocks holds each row, every reduce loop ends with an exchange: lane 0
+of each warp stores its rows' parts in a shared array of the block, a cluster barrier
+follows, and every thread combines the parts of all the cluster's blocks in rank order
+(so every block gets the same value) through distributed shared memory. A last cluster
+barrier keeps each block's parts readable until the whole cluster has read them.
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ class _RowsWriter(ContractionWriter):
         self.row_registers = {acc: self.names.fresh(f"{acc}_row") for acc in rows.accumulators}
         self.reciprocals = {acc: self.names.fresh(f"{acc}_reciprocal")
                             for acc in reciprocals.divisors(self.c.epilogue, rows.accumulators)}
+        self.cluster = tile.reduction.cluster_blocks
+        exchanged = [s.acc for step in rows.reductions if isinstance(step, loop_ir.Loop) for s in step.body]
+        self.cluster_parts = {acc: self.names.fresh(f"{acc}_parts") for acc in exchanged} if self.cluster > 1 else {}
         self.c = attrs.evolve(self.c, epilogue=tuple(
             attrs.evolve(store, value=reciprocals.multiplying_by_reciprocals(store.value, self.reciprocals))
             for store in self.c.epilogue))
@@ -86,6 +95,27 @@ class _RowsWriter(ContractionWriter):
                     out.append(kernel_ir.Store(self.row_registers[step.acc], (ex.const(a),), value))
                     continue
                 out += self._reduce_row(step, a)
+            if isinstance(step, loop_ir.Loop) and self.cluster > 1:
+                out += self._exchange_across_the_cluster(step)
+        if self.cluster > 1:
+            out.append(kernel_ir.ClusterBarrier())
+        return out
+
+    def _exchange_across_the_cluster(self, loop: loop_ir.Loop) -> list[kernel_ir.Stmt]:
+        """Each block's part of every row, combined with the other blocks' of the cluster."""
+        rows = range(self.rows.per_thread)
+        lane_zero = ex.op("eq", kernel_ir.thread_idx("x"), 0)
+        publish = [kernel_ir.Store(self.cluster_parts[s.acc], (self._row_in_block(a),), self._row_value(s.acc, a))
+                   for s in loop.body for a in rows]
+        out: list[kernel_ir.Stmt] = [kernel_ir.If(lane_zero, publish), kernel_ir.ClusterBarrier()]
+        for s in loop.body:
+            dtype = self.rows_of.accumulators[s.acc][1]
+            for a in rows:
+                part = [kernel_ir.ClusterLoad(self.cluster_parts[s.acc], (self._row_in_block(a),), ex.const(rank), dtype)
+                        for rank in range(self.cluster)]
+                register = self._row_value(s.acc, a)
+                out.append(kernel_ir.Store(register.array, register.index, part[0]))
+                out += [self._combined(s.acc, s.op, a, p) for p in part[1:]]
         return out
 
     def _reduce_row(self, loop: loop_ir.Loop, a: int) -> list[kernel_ir.Stmt]:
@@ -112,7 +142,13 @@ class _RowsWriter(ContractionWriter):
         arrays = super()._arrays()
         for acc, name in [*self.row_registers.items(), *self.reciprocals.items()]:
             arrays.append(kernel_ir.Array(name, self.rows_of.accumulators[acc][1], (self.rows.per_thread,), "register"))
+        for acc, name in self.cluster_parts.items():
+            arrays.append(kernel_ir.Array(name, self.rows_of.accumulators[acc][1], (self.rows.block_tile,), "shared"))
         return arrays
+
+    def kernel_ir(self, static_shared_bytes: int) -> kernel_ir.Kernel:
+        kernel = super().kernel_ir(static_shared_bytes)
+        return attrs.evolve(kernel, launch=attrs.evolve(kernel.launch, cluster=(self.cluster, 1, 1)))
 
 
 def lower_contraction_rows(tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Kernel:

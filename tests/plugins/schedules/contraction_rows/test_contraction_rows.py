@@ -16,7 +16,7 @@ from lamina.core.ir import expr as ex, kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction_rows.plugin import ContractionRowsSchedule
 from lamina.plugins.schedules.contraction_rows.recognise import analyse
-from lamina.plugins.schedules.contraction_rows.tiling import MAX_ROW_LENGTH, settings
+from lamina.plugins.schedules.contraction_rows.tiling import MAX_CLUSTER_ROW_LENGTH, MAX_ROW_LENGTH, settings
 
 SM_90 = Target("sm_90", "sm_90")
 SCHEDULE = ContractionRowsSchedule()
@@ -43,6 +43,9 @@ PROGRAMS = {
     "causal_scores_45": (masked_scores, lambda: (torch.randn(2, 45, 16), torch.randn(2, 45, 16), causal_mask(45))),
     "scores_130_columns": (scores, lambda: (torch.randn(2, 19, 12), torch.randn(2, 130, 12))),
     "scores_longest_rows": (scores, lambda: (torch.randn(1, 3, 8), torch.randn(1, MAX_ROW_LENGTH, 8))),
+    "scores_300_columns_in_a_cluster": (scores, lambda: (torch.randn(1, 2, 70, 8), torch.randn(1, 2, 300, 8))),
+    "causal_scores_600_in_a_cluster": (masked_scores, lambda: (torch.randn(1, 600, 4), torch.randn(1, 600, 4),
+                                                                causal_mask(600))),
     "classifier_10_classes": (classifier, lambda: (torch.randn(21, 30), torch.randn(10, 30), torch.randn(10))),
 }
 
@@ -185,9 +188,24 @@ def test_a_product_that_another_kernel_also_reads_is_not_recomputed_in_the_softm
         "contraction", "row_reduction"]
 
 
-def test_rows_longer_than_a_warp_holds_stay_a_contraction_and_a_softmax():
-    args = (torch.randn(1, 5, 8), torch.randn(1, MAX_ROW_LENGTH + 1, 8))
+def test_rows_longer_than_a_cluster_holds_stay_a_contraction_and_a_softmax():
+    args = (torch.randn(1, 5, 8), torch.randn(1, MAX_CLUSTER_ROW_LENGTH + 1, 8))
     assert schedules_of(scores, args) == ["contraction", "row_reduction"]
+
+
+def test_rows_longer_than_a_block_holds_are_spread_over_a_cluster():
+    _, kernel, _, _ = fused_kernel("scores_300_columns_in_a_cluster")
+    tile = SCHEDULE.schedule(kernel, SM_90, {})
+    notes = dict(tile.knobs)
+    assert notes["row"].startswith("300 columns across a cluster of 2 blocks, 256 columns each")
+    assert notes["row_reductions"].endswith("then the cluster's blocks' parts through distributed shared memory")
+    printed = tile_ir.format_tile_kernel(tile)
+    assert "  grid (2, " in printed and "warp_shuffle, 32 splits, across a cluster of 2 blocks along x" in printed
+    lowered = SCHEDULE.lower(tile, SM_90)
+    assert lowered.launch.cluster == (2, 1, 1) and lowered.launch.grid[0] == 2
+    barriers = [s for s in kernel_ir.statements(lowered.body) if isinstance(s, kernel_ir.ClusterBarrier)]
+    assert len(barriers) == 3, "one per reduce loop of the softmax, and one before the blocks finish"
+    assert "lamina_cluster_load(" in emit_cuda(lowered) and "__cluster_dims__(2, 1, 1)" in emit_cuda(lowered)
 
 
 def test_a_softmax_across_the_rows_of_the_product_is_not_fused():
@@ -214,6 +232,7 @@ GPU_RUNS = {
                                                             causal_mask(128))),
     "qwen_scores_128": (scores, lambda: (torch.randn(1, 28, 128, 128), torch.randn(1, 28, 128, 128))),
     "qwen_scores_300_by_250": (scores, lambda: (torch.randn(1, 28, 300, 128), torch.randn(1, 28, 250, 128))),
+    "qwen_scores_1024_in_clusters_of_4": (scores, lambda: (torch.randn(1, 4, 1024, 128), torch.randn(1, 4, 1024, 128))),
 }
 
 
