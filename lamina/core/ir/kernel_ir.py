@@ -4,9 +4,9 @@ A ``Kernel`` has pointer parameters (one per buffer, flat, row-major), shared ar
 with their padded shapes, a body of statements, and its launch configuration. Its
 expressions are those of ``lamina.core.ir.expr`` plus ``Load`` from an array, the
 thread and block indices, warp shuffles, and ``ClusterLoad`` from the shared memory of
-another block of the same cluster (blocks launched together along x, as on Hopper). Arrays live in one of three spaces: ``global`` (the
-parameters), ``shared`` and ``register`` (per-thread arrays, indexed only by
-constants after unrolling).
+another block of the same cluster (blocks launched together along x, as on Hopper).
+Arrays live in one of three spaces: ``global`` (the parameters), ``shared`` and
+``register`` (per-thread arrays, indexed only by constants after unrolling).
 
 Loop bounds must be the same for every thread of the grid; anything that varies per
 thread is an ``If``. That is how the schedules are written, and it lets the CPU
