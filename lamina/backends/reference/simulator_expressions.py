@@ -179,4 +179,4 @@ def _short_circuit(name: str, args: list[Evaluator]) -> Evaluator:
 
 
 def _loads(e: ex.Expr) -> bool:
-    return any(isinstance(node, kernel_ir.Load) for node in ex.walk(e))
+    return any(isinstance(node, (kernel_ir.Load, kernel_ir.ClusterLoad)) for node in ex.walk(e))

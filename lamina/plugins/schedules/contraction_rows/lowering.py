@@ -17,9 +17,9 @@ shuffles combine whole rows; they run in every lane, outside the guards.
 
 Where a cluster of blocks holds each row, every reduce loop ends with an exchange: lane 0
 of each warp stores its rows' parts in a shared array of the block, a cluster barrier
-follows, and every thread combines the parts of all the cluster's blocks in rank order
-(so every block gets the same value) through distributed shared memory. A last cluster
-barrier keeps each block's parts readable until the whole cluster has read them.
+follows, each lane reads one block's part through distributed shared memory, and warp
+shuffles combine them, so that every block gets the same value. A last cluster barrier
+keeps each block's parts readable until the whole cluster has read them.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from lamina.core.ir import expr as ex, kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules import loop_to_kernel, reciprocals
 from lamina.plugins.schedules.contraction.lowering import ContractionWriter
-from lamina.plugins.schedules.contraction_rows.recognise import ContractionRows, analyse
+from lamina.plugins.schedules.contraction_rows.recognise import IDENTITY, ContractionRows, analyse
 from lamina.plugins.schedules.contraction_rows.tiling import LANES, product_tile
 
 
@@ -102,20 +102,28 @@ class _RowsWriter(ContractionWriter):
         return out
 
     def _exchange_across_the_cluster(self, loop: loop_ir.Loop) -> list[kernel_ir.Stmt]:
-        """Each block's part of every row, combined with the other blocks' of the cluster."""
+        """Each block's part of every row, combined with the other blocks' of the cluster: lane
+        ``l`` reads the part of block ``l % ranks``, and shuffles combine them across the warp, so
+        that every lane (and every block) ends with the same value."""
         rows = range(self.rows.per_thread)
-        lane_zero = ex.op("eq", kernel_ir.thread_idx("x"), 0)
+        lane = kernel_ir.thread_idx("x")
         publish = [kernel_ir.Store(self.cluster_parts[s.acc], (self._row_in_block(a),), self._row_value(s.acc, a))
                    for s in loop.body for a in rows]
-        out: list[kernel_ir.Stmt] = [kernel_ir.If(lane_zero, publish), kernel_ir.ClusterBarrier()]
+        out: list[kernel_ir.Stmt] = [kernel_ir.If(ex.op("eq", lane, 0), publish), kernel_ir.ClusterBarrier()]
+        ranks = 1 << (self.cluster - 1).bit_length()
+        rank = lane % ranks
         for s in loop.body:
-            dtype = self.rows_of.accumulators[s.acc][1]
+            op, dtype = self.rows_of.accumulators[s.acc]
             for a in rows:
-                part = [kernel_ir.ClusterLoad(self.cluster_parts[s.acc], (self._row_in_block(a),), ex.const(rank), dtype)
-                        for rank in range(self.cluster)]
+                part: ex.Expr = kernel_ir.ClusterLoad(self.cluster_parts[s.acc], (self._row_in_block(a),), rank, dtype)
+                if ranks > self.cluster:
+                    part = ex.op("where", ex.op("lt", rank, self.cluster), part, ex.cast(ex.const(IDENTITY[op]), dtype))
                 register = self._row_value(s.acc, a)
-                out.append(kernel_ir.Store(register.array, register.index, part[0]))
-                out += [self._combined(s.acc, s.op, a, p) for p in part[1:]]
+                out.append(kernel_ir.Store(register.array, register.index, part))
+                lane_mask = 1
+                while lane_mask < ranks:
+                    out.append(self._combined(s.acc, s.op, a, kernel_ir.ShuffleXor(register, lane_mask)))
+                    lane_mask *= 2
         return out
 
     def _reduce_row(self, loop: loop_ir.Loop, a: int) -> list[kernel_ir.Stmt]:

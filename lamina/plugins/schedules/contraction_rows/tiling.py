@@ -37,12 +37,14 @@ CLUSTER_COLUMNS = 256
 """Past ``MAX_ROW_LENGTH``, each block of a cluster holds this many columns of a row, 8 per lane."""
 MAX_BLOCKS_PER_ROW = 4
 """Rows are spread over clusters of up to this many blocks. Against the contraction and the
-softmax apart on the H200 (``…_scores_rows_cluster.json``, ``…_scores_rows_cluster_two_kernels.json``):
-512 columns in 2 blocks, 42.7 against 52.2 us (TinyLlama) and 73.0 against 70.7 (Qwen);
-1024 in 4, 182.5 against 192.9 and 251.8 against 264.6; but 2048 in 8 took 753 against 715
-and 1019 against 979 us (``…_scores_s2048_cluster.json``), at the fastest of four blocks
-(``…_scores_s2048_cluster_block_m*.json``): every block of a cluster waits at each of its
-three cluster barriers for the slowest."""
+softmax apart on the H200 (``…_scores_rows_cluster_shuffled.json``,
+``…_scores_rows_cluster_two_kernels.json``): 512 columns in 2 blocks, 42.7 against 52.2 us
+(TinyLlama) and 74.6 against 70.7 (Qwen); 1024 in 4, 173.6 against 192.9 and 255.1 against
+264.6. 2048 in 8 took 721.7 against 715.6 and 1004.9 against 978.7 us
+(``…_scores_s2048_cluster_shuffled.json``, two kernels in ``…_bench_float32_split_k_model.json``),
+and no other block was faster (``…_scores_s2048_cluster_block_m*.json``): the softmax and the
+cluster's exchanges add a third to the product's instructions, and every block waits at each
+of three cluster barriers for the slowest of eight (``…_ncu_scores_s2048_*.txt``)."""
 MAX_CLUSTER_ROW_LENGTH = MAX_BLOCKS_PER_ROW * CLUSTER_COLUMNS
 """Longer rows stay two kernels, the contraction and the row reduction."""
 
