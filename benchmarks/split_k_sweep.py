@@ -37,22 +37,24 @@ def linear(x, w):
     return F.linear(x, w)
 
 
-def chosen_splits(compiled) -> int:
-    """The slices the rule chose: the partial kernel's slice loop, or 1."""
+def tile_note(compiled, key: str) -> str | None:
+    """The first note ``key`` in the Tile IR of ``compiled``'s kernels, or None."""
     for tile in compiled.compilation.tiles:
         for name, value in tile.knobs:
-            if name == "split_k":
-                return int(str(value).split()[0])
-    return 1
+            if name == key:
+                return str(value)
+    return None
+
+
+def chosen_splits(compiled) -> int:
+    """The slices the rule chose: the partial kernel's slice loop, or 1."""
+    note = tile_note(compiled, "split_k")
+    return int(note.split()[0]) if note else 1
 
 
 def chosen_setting(compiled) -> str:
     """The contraction's setting, as its Tile IR names it."""
-    for tile in compiled.compilation.tiles:
-        for name, value in tile.knobs:
-            if name == "chosen":
-                return str(value).split(";")[0]
-    return ""
+    return (tile_note(compiled, "chosen") or "").split(";")[0]
 
 
 def sweep_shape(name: str, m: int, n: int, k: int, settings: list[int], tilings: list[dict], replays: int) -> dict:
