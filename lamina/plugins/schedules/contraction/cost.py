@@ -104,8 +104,8 @@ def warps_to_feed_fma(choices: Choices) -> int:
     """Resident warps that keep an SM's FMA pipes busy.
 
     On the H200, M = 128 linears in blocks of four warps with 8 x 8 register tiles, one
-    block per SM, ran as fast per SM as blocks of eight warps
-    (``benchmarks/results/2026-11-29_h200_split_k_tiling_sweep.json``).
+    block per SM, ran about 90 % as fast per SM as blocks of eight warps, where eight were
+    assumed to be needed (``benchmarks/results/2026-11-29_h200_split_k_tiling_sweep.json``).
     """
     return 4 if choices.thread_m * choices.thread_n >= 64 else WARPS_TO_FEED_FMA
 
