@@ -3,8 +3,9 @@
 It says which loops bind to blocks and threads and how many iterations each thread
 owns (its register tile), how reduction loops are split and combined, which operands
 are staged in shared memory (tile shape, layout, padding against bank conflicts,
-number of buffers, copy mechanism) and how wide memory accesses are. It is still
-written without CUDA syntax: the schedule's lowering turns it into Kernel IR.
+number of buffers, copy mechanism), how wide memory accesses are, and how threads form
+warps and blocks follow one another. It is still written without CUDA syntax: the
+schedule's lowering turns it into Kernel IR.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import attrs
 from lamina.core.errors import VerificationError
 from lamina.core.ir import loop_ir
 from lamina.core.ir.dtypes import DType
+from lamina.core.ir.kernel_ir import WARP_SIZE
 
 BLOCK_DIMS = ("x", "y", "z")
 REDUCTION_STRATEGIES = ("serial", "warp_shuffle", "block_tree", "split_k")
@@ -94,6 +96,15 @@ class SharedStage:
 
 @attrs.frozen
 class TileKernel:
+    """A loop kernel's schedule.
+
+    ``warp_patch`` (rows, columns): each warp is that patch of the block's y by x threads,
+    not 32 threads in CUDA's order (x fastest), so that its shared-memory reads span fewer
+    banks' rounds. ``grouped_rows``: blocks run down ``grouped_rows`` rows of the grid before
+    the next column, not along x first, so that the blocks resident at once share
+    operand tiles in L2.
+    """
+
     kernel: loop_ir.Kernel
     schedule: str
     grid: tuple[AxisBinding, ...] = attrs.field(converter=tuple)
@@ -101,6 +112,8 @@ class TileKernel:
     stages: tuple[SharedStage, ...] = attrs.field(converter=tuple, default=())
     vector_width: int = 1
     knobs: tuple[tuple[str, object], ...] = attrs.field(converter=tuple, default=())
+    warp_patch: tuple[int, int] | None = None
+    grouped_rows: int = 1
 
     @property
     def threads_per_block(self) -> int:
@@ -162,6 +175,11 @@ def format_tile_kernel(tk: TileKernel) -> str:
         )
     if tk.vector_width > 1:
         lines.append(f"  vector width {tk.vector_width}")
+    if tk.warp_patch is not None:
+        rows, columns = tk.warp_patch
+        lines.append(f"  warps of {rows} x {columns} threads (y by x)")
+    if tk.grouped_rows > 1:
+        lines.append(f"  blocks run down groups of {tk.grouped_rows} grid rows, column by column")
     for key, value in tk.knobs:
         lines.append(f"  {key} = {value}")
     return "\n".join(lines)
@@ -185,9 +203,27 @@ def verify_tile_kernel(tk: TileKernel, max_threads: int = 1024, max_shared_bytes
     for s in tk.stages:
         if s.copy not in COPY_KINDS:
             problems.append(f"shared stage of {s.buffer} uses unknown copy {s.copy}")
+    problems += _arrangement_problems(tk)
     if tk.threads_per_block > max_threads:
         problems.append(f"{tk.threads_per_block} threads per block exceed the limit of {max_threads}")
     if tk.shared_bytes > max_shared_bytes:
         problems.append(f"{tk.shared_bytes} B of shared memory exceed the limit of {max_shared_bytes} B")
     if problems:
         raise VerificationError(f"Tile IR of {tk.kernel.name} is inconsistent:\n  " + "\n  ".join(problems))
+
+
+def _arrangement_problems(tk: TileKernel) -> list[str]:
+    problems = []
+    threads = {d: 1 for d in BLOCK_DIMS}
+    for b in tk.grid:
+        threads[b.thread_dim] *= b.threads
+    if tk.warp_patch is not None:
+        rows, columns = tk.warp_patch
+        if rows * columns != WARP_SIZE:
+            problems.append(f"a warp patch of {rows} x {columns} threads is not {WARP_SIZE} threads")
+        elif threads["x"] % columns or threads["y"] % rows:
+            problems.append(f"warps of {rows} x {columns} threads do not tile the block's "
+                            f"{threads['y']} x {threads['x']} threads")
+    if tk.grouped_rows < 1:
+        problems.append(f"blocks grouped by {tk.grouped_rows} grid rows: at least 1 is needed")
+    return problems

@@ -185,7 +185,8 @@ def _settings(c: Contraction, pinned: dict[str, int], relaxed: bool):
                     block_k = pinned.get("block_k", default_block_k(c, splits))
                     buffers = pinned.get("buffers", default_buffers(c, block_m, block_n, block_k))
                     yield Choices(block_m, block_n, block_k, thread_m, thread_n, splits, buffers, pinned.get("padding"),
-                                  pinned.get("fragment_width", 1))
+                                  pinned.get("fragment_width", 1), pinned.get("warp_columns"),
+                                  pinned.get("grouped_rows"))
 
 
 def _fitted(c: Contraction, choices: Choices, pinned: dict[str, int], target: Target) -> Choices | None:

@@ -9,11 +9,14 @@ import attrs
 from lamina.core.errors import ScheduleError
 
 KNOB_NAMES = (
-    "block_m", "block_n", "block_k", "thread_m", "thread_n", "splits", "buffers", "padding", "fragment_width"
+    "block_m", "block_n", "block_k", "thread_m", "thread_n", "splits", "buffers", "padding", "fragment_width",
+    "warp_columns", "grouped_rows",
 )
 MAX_BUFFERS = 3
 FRAGMENT_WIDTHS = (4, 1)
 """The widths a thread's register-tile rows and columns may be grouped by, the preferred first."""
+WARP_COLUMNS = (1, 2, 4, 8, 16, 32)
+"""How many of a warp's 32 threads may lie along a row of the block's threads."""
 
 
 @attrs.frozen
@@ -27,6 +30,11 @@ class Choices:
     (None: chosen per operand) pads the rows of the staged tiles. A thread owns its rows and
     columns in runs of ``fragment_width`` adjacent ones, each read from shared memory in one
     access (1: single rows and columns, ``threads_m`` and ``threads_n`` apart).
+
+    ``warp_columns`` and ``grouped_rows`` arrange threads and blocks without changing what
+    a block computes (``arrangement``; None: not yet arranged, CUDA's order): each warp
+    is a patch of ``32 / warp_columns`` x ``warp_columns`` of the block's threads, and blocks
+    run down ``grouped_rows`` rows of the grid before the next column.
     """
 
     block_m: int
@@ -38,6 +46,8 @@ class Choices:
     buffers: int = 2
     padding: int | None = None
     fragment_width: int = 1
+    warp_columns: int | None = None
+    grouped_rows: int | None = None
 
     @property
     def threads_m(self) -> int:
@@ -73,6 +83,11 @@ def read_pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
         if key == "buffers" and not 1 <= value <= MAX_BUFFERS:
             raise ScheduleError(
                 f"{where}: knob buffers = {value} must be 1 (no overlap), 2 (double buffering) or 3 (two k-tiles in flight)"
+            )
+        if key == "warp_columns" and value not in WARP_COLUMNS:
+            raise ScheduleError(
+                f"{where}: knob warp_columns = {value} must be one of {', '.join(map(str, WARP_COLUMNS))}: "
+                "the threads of a warp along a row of the block's threads"
             )
         if key == "fragment_width" and value not in FRAGMENT_WIDTHS:
             raise ScheduleError(

@@ -102,8 +102,48 @@ class ContractionWriter:
             self.split.name: self.splits,
         }
         self.batch_env = self._batch_coordinates()
+        grid = tile.grid_shape()
+        self.thread_col, self.thread_row = self._coordinates(
+            "thread", (self.cols.threads, self.rows.threads), tile.warp_patch is not None)
+        self.block_col, self.block_row = self._coordinates("block", (grid["x"], grid["y"]), tile.grouped_rows > 1)
 
     # --- coordinates ---------------------------------------------------------
+
+    def _coordinates(self, kind: str, shape: tuple[int, int], rearranged: bool) -> tuple[Expr, Expr]:
+        """The thread's or block's (``kind``) column and row among ``shape`` (columns, rows):
+        CUDA's indices, or variables that the prologue computes where the Tile IR rearranges
+        the warps or the order of blocks."""
+        special = kernel_ir.thread_idx if kind == "thread" else kernel_ir.block_idx
+        if not rearranged:
+            return special("x"), special("y")
+        column, row = ex.Var(self.names.fresh(f"{kind}_col")), ex.Var(self.names.fresh(f"{kind}_row"))
+        self.ranges.update({column.name: shape[0], row.name: shape[1]})
+        return column, row
+
+    def _warp_patches(self) -> list[kernel_ir.Stmt]:
+        """Each warp a patch of ``rows`` x ``columns`` threads, the patches in row-major order."""
+        rows, columns = self.tile.warp_patch
+        flat = kernel_ir.thread_idx("y") * self.cols.threads + kernel_ir.thread_idx("x")
+        lane, warp = flat % kernel_ir.WARP_SIZE, flat // kernel_ir.WARP_SIZE
+        across = self.cols.threads // columns
+        return [
+            kernel_ir.Declare(self.thread_col.name, self.thread_col.dtype, lane % columns + warp % across * columns),
+            kernel_ir.Declare(self.thread_row.name, self.thread_row.dtype, lane // columns + warp // across * rows),
+        ]
+
+    def _grouped_blocks(self) -> list[kernel_ir.Stmt]:
+        """Blocks in CUDA's order renumbered to run down groups of ``grouped_rows`` grid rows,
+        column by column (the last group holds the rows that are left)."""
+        shape = self.tile.grid_shape()
+        columns, rows, group = shape["x"], shape["y"], min(self.tile.grouped_rows, shape["y"])
+        flat = kernel_ir.block_idx("y") * columns + kernel_ir.block_idx("x")
+        per_group = group * columns
+        first = flat // per_group * group
+        height = ex.const(group) if rows % group == 0 else ex.op("min", rows - first, group)
+        return [
+            kernel_ir.Declare(self.block_row.name, self.block_row.dtype, first + flat % per_group % height),
+            kernel_ir.Declare(self.block_col.name, self.block_col.dtype, flat % per_group // height),
+        ]
 
     def _batch_coordinates(self) -> dict[str, Expr]:
         """The batch variables of the block, from its flattened index ``batch`` (blockIdx.z)."""
@@ -121,7 +161,7 @@ class ContractionWriter:
 
     def _row_in_block(self, a: int) -> Expr:
         """The block tile's row that holds the thread's ``a``-th row."""
-        return _owned(_first(kernel_ir.thread_idx(self.rows.thread_dim), self.rows), self.rows, a)
+        return _owned(_first(self.thread_row, self.rows), self.rows, a)
 
     def _thread_env(self, a: int, b: int) -> dict[str, Expr]:
         return {**self.batch_env, self.c.m: self._row(a), self.c.n: self._col(b)}
@@ -153,7 +193,8 @@ class ContractionWriter:
         guards = [self._k_guard(k, ranges)]
         if len(coords) == 2:
             binding = self.rows if operand.side == "m" else self.cols
-            position = kernel_ir.block_idx(binding.block_dim) * binding.block_tile + coords[1]
+            block = self.block_row if operand.side == "m" else self.block_col
+            position = block * binding.block_tile + coords[1]
             env[stage.dims[1]] = position
             if binding.extent % binding.block_tile:
                 guards.append(_lt(position, binding.extent, ranges))
@@ -216,7 +257,7 @@ class ContractionWriter:
                 out.append(kernel_ir.Store(reg, (ex.const(0),), value))
                 continue
             binding = self.rows if side == "m" else self.cols
-            first = _first(kernel_ir.thread_idx(binding.thread_dim), binding)
+            first = _first(self.thread_row if side == "m" else self.thread_col, binding)
             for i in range(0, binding.per_thread, binding.group):
                 at = (slot, self._k_in_tile(), _owned(first, binding, i))
                 if binding.group > 1:
@@ -264,15 +305,19 @@ class ContractionWriter:
     def _prologue(self) -> list[kernel_ir.Stmt]:
         tx, ty = kernel_ir.thread_idx("x"), kernel_ir.thread_idx("y")
         out: list[kernel_ir.Stmt] = []
-        thread_row = ty
+        if self.tile.warp_patch is not None:
+            out += self._warp_patches()
+        if self.tile.grouped_rows > 1:
+            out += self._grouped_blocks()
+        flat_row = ty
         if self.splits > 1:
             out.append(kernel_ir.Declare(self.split.name, self.split.dtype, kernel_ir.thread_idx("z")))
-            thread_row = self.split * self.rows.threads + ty
-        first_row, first_col = _first(ty, self.rows), _first(tx, self.cols)
+            flat_row = self.split * self.rows.threads + ty
+        first_row, first_col = _first(self.thread_row, self.rows), _first(self.thread_col, self.cols)
         out += [
-            kernel_ir.Declare(self.tid.name, self.tid.dtype, thread_row * self.cols.threads + tx),
-            kernel_ir.Declare(self.row.name, self.row.dtype, kernel_ir.block_idx("y") * self.rows.block_tile + first_row),
-            kernel_ir.Declare(self.col.name, self.col.dtype, kernel_ir.block_idx("x") * self.cols.block_tile + first_col),
+            kernel_ir.Declare(self.tid.name, self.tid.dtype, flat_row * self.cols.threads + tx),
+            kernel_ir.Declare(self.row.name, self.row.dtype, self.block_row * self.rows.block_tile + first_row),
+            kernel_ir.Declare(self.col.name, self.col.dtype, self.block_col * self.cols.block_tile + first_col),
         ]
         if self.c.batch:
             out.append(kernel_ir.Declare(self.batch.name, self.batch.dtype, kernel_ir.block_idx("z")))

@@ -21,7 +21,7 @@ import math
 
 from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction import copy_layout
+from lamina.plugins.schedules.contraction import arrangement, copy_layout
 from lamina.plugins.schedules.contraction.knobs import Choices
 from lamina.plugins.schedules.contraction.recognise import Contraction, Operand
 
@@ -184,18 +184,13 @@ def illegal(c: Contraction, choices: Choices, target: Target) -> str | None:
     if registers(c, choices) * choices.threads > target.registers_per_block:
         return (f"about {registers(c, choices)} registers for each of {choices.threads} threads exceed the "
                 f"{target.registers_per_block} a block may have")
+    arrangement_problem = arrangement.problem(choices)
+    if arrangement_problem is not None:
+        return arrangement_problem
     shared = shared_bytes(c, choices, target)
     if shared > target.max_shared_bytes_optin:
         return f"{shared} B of shared memory exceed the {target.max_shared_bytes_optin} B {target.name} allows per block"
     return None
-
-
-def warp_tile(choices: Choices) -> str:
-    """The patch of threads (rows x columns of the block's thread grid) that one warp covers."""
-    columns = min(choices.threads_n, 32)
-    rows = min(choices.threads_m, max(1, 32 // columns))
-    splits = min(choices.splits, max(1, 32 // (columns * rows)))
-    return f"{rows}x{columns} threads" + (f" of {splits} k-splits" if splits > 1 else "")
 
 
 def store_width(c: Contraction, fragment_width: int) -> int:
@@ -247,7 +242,6 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
         ("register_tile", f"{choices.thread_m}x{choices.thread_n}"),
         ("fragment_width", _fragment_text(c, choices)),
         ("epilogue_stores", _store_text(c, choices)),
-        ("warp_tile", warp_tile(choices)),
     ]
     if choices.splits > 1:
         shape = partial_sums_shape(choices.thread_m, choices.thread_n, choices.threads)
@@ -256,7 +250,8 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
     recorded += notes
     recorded += [(f"copy {s.index}", copy_layout.describe(copy_order(c, s), s.dims, s.tile)) for s in stages]
     tile = tile_ir.TileKernel(
-        kernel=c.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction, stages=stages, knobs=recorded
+        kernel=c.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction, stages=stages, knobs=recorded,
+        warp_patch=arrangement.warp_patch(choices), grouped_rows=choices.grouped_rows or 1,
     )
     tile_ir.verify_tile_kernel(tile, target.max_threads_per_block, target.max_shared_bytes_optin)
     return tile

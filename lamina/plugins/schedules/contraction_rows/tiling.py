@@ -66,7 +66,7 @@ def cluster_blocks(length: int) -> int:
 def fixed_by_the_row(rows: ContractionRows) -> dict[str, int]:
     """The contraction knobs that a block holding whole rows fixes."""
     per_lane = columns_per_lane(rows.contraction.extents[rows.contraction.n])
-    return {"block_n": LANES * per_lane, "thread_n": per_lane, "splits": 1}
+    return {"block_n": LANES * per_lane, "thread_n": per_lane, "splits": 1, "warp_columns": LANES, "grouped_rows": 1}
 
 
 def settings(rows: ContractionRows, target: Target) -> list[Choices]:

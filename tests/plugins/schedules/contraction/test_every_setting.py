@@ -6,6 +6,8 @@ from lamina.backends.cuda.codegen import emit_cuda, kernel_symbol
 from lamina.backends.cuda.nvrtc import compile_kernel
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.plugins.schedules.contraction import ContractionSchedule, analyse, candidates, lower_contraction
+from lamina.plugins.schedules.contraction import arrangement
+from lamina.plugins.schedules.contraction.cost import estimate
 from lamina.plugins.schedules.contraction.tiling import tile_kernel
 
 from ..contraction_kernels import SM_90, batched, linear, matmul, simulate_case
@@ -32,7 +34,9 @@ def test_the_settings_stay_few_enough_to_run_each():
 
 @pytest.mark.parametrize("case, choices", SETTINGS, ids=[f"{case.id}-{_id(ch)}" for case, ch in SETTINGS])
 def test_setting_matches_pytorch_and_compiles_without_spills(case, choices):
-    kernel = lower_contraction(tile_kernel(analyse(case.kernel), choices, SM_90, []), SM_90)
+    c = analyse(case.kernel)
+    arranged = arrangement.arranged(c, choices, estimate(c, choices, SM_90).resident, SM_90)
+    kernel = lower_contraction(tile_kernel(c, arranged, SM_90, []), SM_90)
     inputs = case.inputs()
     out, report = simulate_case(case, kernel, inputs)
     assert relative_error(out, float64_reference(case.reference, tuple(inputs.values()))) < 1e-5
@@ -49,6 +53,9 @@ PINNED = {
     "register_tile_8x4": {"thread_m": 8, "thread_n": 4, "block_m": 32, "block_n": 32},
     "single_reads_of_a_4x4_tile": {"fragment_width": 1, "thread_m": 4, "thread_n": 4, "block_m": 32, "block_n": 32},
     "reads_in_fours_with_padding_8": {"fragment_width": 4, "padding": 8, "block_m": 32, "block_n": 32},
+    "warps_of_8x4_threads": {"warp_columns": 4, "thread_m": 2, "thread_n": 2, "block_m": 32, "block_n": 32},
+    "warps_in_cuda_order": {"warp_columns": 16, "thread_m": 2, "thread_n": 2, "block_m": 32, "block_n": 32},
+    "blocks_down_groups_of_2_rows": {"grouped_rows": 2, "thread_m": 1, "thread_n": 2, "block_m": 4, "block_n": 16},
 }
 
 
