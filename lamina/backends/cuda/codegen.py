@@ -7,6 +7,11 @@ Shared arrays are static ``__shared__`` arrays up to the 48 KiB that every launc
 use; past that they are carved out of dynamic shared memory, and the launch asks for
 it (``launch_shared_bytes``). Headers are included only when a kernel needs them, so
 that float32 and integer kernels compile with NVRTC alone.
+
+The source address of an asynchronous copy is printed as a base element plus the offset
+that unrolled loops and constants add, ``&x[base] + (round * 32768 + 32)``: NVRTC then
+computes one 64-bit address per base and folds each unrolled copy's offset into the
+instruction, where an ``int`` index summed first costs a 64-bit multiply-add per copy.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from lamina.backends.cuda.expressions import INT_LIMIT, ExpressionPrinter
 from lamina.backends.cuda.names import c_name
 from lamina.backends.cuda.vector_access import register_alignments, vector_copy
 from lamina.core.errors import VerificationError
-from lamina.core.ir import dtypes, expr as ex, kernel_ir as kir
+from lamina.core.ir import dtypes, expr as ex, index, kernel_ir as kir
 
 STATIC_SHARED_LIMIT = 48 * 1024
 """Shared memory a kernel may declare statically, and use without opting in."""
@@ -157,6 +162,8 @@ class _KernelPrinter:
         self.expr = ExpressionPrinter(kernel.name, self.index_type, self.name, var_types, array_dtypes)
         self.var_types = var_types
         self.cp_async_sizes: set[int] = set()
+        self.unrolled: list[str] = []
+        """The variables of the unrolled loops around the statement being printed."""
 
     def _variables(self) -> tuple[dict[str, dtypes.DType], dict[str, str]]:
         data = _data_variables(self.kernel)
@@ -275,6 +282,19 @@ class _KernelPrinter:
     def _element(self, array: str, index) -> str:
         return self.name(array) + "".join(f"[{self.expr.text(i)}]" for i in index)
 
+    def _unrolled_address(self, array: str, at: tuple[ex.Expr, ...]) -> str:
+        """``&array[at]``, as its base element plus the offset of the unrolled loops and constants."""
+        form = index.affine(at[0]) if len(at) == 1 else None
+        if form is None:
+            return "&" + self._element(array, at)
+        moving = {atom: coef for atom, coef in form.terms.items()
+                  if isinstance(atom, ex.Var) and atom.name in self.unrolled}
+        if not moving and not form.constant:
+            return "&" + self._element(array, at)
+        base = index.Affine({atom: coef for atom, coef in form.terms.items() if atom not in moving}).to_expr()
+        offset = index.Affine(moving, form.constant).to_expr()
+        return f"&{self._element(array, (base,))} + ({self.expr.text(offset)})"
+
     def _for(self, s: kir.For, indent: str) -> list[str]:
         if s.step == 0:
             raise VerificationError(f"Kernel IR kernel {self.kernel.name} has a loop over {s.var} with step 0")
@@ -287,7 +307,12 @@ class _KernelPrinter:
         header = (f"{indent}for ({self.index_type} {var} = {self.expr.text(s.start)}; "
                   f"{var} {compare} {self.expr.text(s.stop)}; {advance}) {{")
         lines = [f"{indent}#pragma unroll"] if s.unroll else []
-        return lines + [header, *self._body(s.body, indent + "  "), f"{indent}}}"]
+        if s.unroll:
+            self.unrolled.append(s.var)
+        body = self._body(s.body, indent + "  ")
+        if s.unroll:
+            self.unrolled.pop()
+        return lines + [header, *body, f"{indent}}}"]
 
     def _if(self, s: kir.If, indent: str, lead: str) -> list[str]:
         lines = [f"{lead}if ({self.expr.text(s.cond)}) {{", *self._body(s.then, indent + "  ")]
@@ -301,7 +326,7 @@ class _KernelPrinter:
     def _cp_async(self, s: kir.CpAsync, indent: str) -> list[str]:
         self.cp_async_sizes.add(s.bytes)
         dst = "&" + self._element(s.dst, s.dst_index)
-        src = "&" + self._element(s.src, s.src_index)
+        src = self._unrolled_address(s.src, s.src_index)
         helper = f"lamina_cp_async_{s.bytes}"
         if s.predicate is None:
             return [f"{indent}{helper}({dst}, {src}, true);"]

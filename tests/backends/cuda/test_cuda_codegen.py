@@ -44,11 +44,11 @@ extern "C" __global__ void __launch_bounds__(64) tiled_matmul(const float* __res
     for (int e = 0; e < 4; ++e) {
       {
         const bool lamina_in_bounds = (int)blockIdx.y * 16 + e * 4 + t / 16 < 37 && k0 + t % 16 < 45;
-        lamina_cp_async_4(&As[e * 4 + t / 16][t % 16], lamina_in_bounds ? &a[(int)blockIdx.y * 720 + e * 180 + t / 16 * 45 + k0 + t % 16] : a, lamina_in_bounds);
+        lamina_cp_async_4(&As[e * 4 + t / 16][t % 16], lamina_in_bounds ? &a[(int)blockIdx.y * 720 + t / 16 * 45 + k0 + t % 16] + (e * 180) : a, lamina_in_bounds);
       }
       {
         const bool lamina_in_bounds = k0 + e * 4 + t / 16 < 45 && (int)blockIdx.x * 16 + t % 16 < 29;
-        lamina_cp_async_4(&Bs[e * 4 + t / 16][t % 16], lamina_in_bounds ? &b[k0 * 29 + e * 116 + t / 16 * 29 + (int)blockIdx.x * 16 + t % 16] : b, lamina_in_bounds);
+        lamina_cp_async_4(&Bs[e * 4 + t / 16][t % 16], lamina_in_bounds ? &b[k0 * 29 + t / 16 * 29 + (int)blockIdx.x * 16 + t % 16] + (e * 116) : b, lamina_in_bounds);
       }
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");

@@ -349,10 +349,31 @@ class ContractionWriter:
             for j in range(1, self._buffers - 1):
                 waits = [kernel_ir.If(ex.op("lt", kt + j, self.k_tiles), self._wait(j), waits)]
         ahead = kt + (self._buffers - 1)
-        refill = kernel_ir.If(ex.op("lt", ahead, self.k_tiles), self._issue(ahead, ahead % self._buffers))
-        body = [*waits, kernel_ir.Barrier(), refill, self._compute(kt % self._buffers)]
+        slot, fill, start, advance = self._slots(ahead)
+        refill = kernel_ir.If(ex.op("lt", ahead, self.k_tiles), self._issue(ahead, fill))
+        body = [*waits, kernel_ir.Barrier(), refill, self._compute(slot), *advance]
         first = [s for j in range(min(self._buffers - 1, self.k_tiles)) for s in self._issue(ex.const(j), ex.const(j))]
-        return first + [kernel_ir.For(kt.name, ex.const(0), ex.const(self.k_tiles), 1, body)]
+        return first + start + [kernel_ir.For(kt.name, ex.const(0), ex.const(self.k_tiles), 1, body)]
+
+    def _slots(self, ahead: Expr) -> tuple[Expr, Expr, list[kernel_ir.Stmt], list[kernel_ir.Stmt]]:
+        """The buffer that k-tile ``kt`` is read from and the one that k-tile ``ahead`` is copied
+        into, with the statements that start them before the loop and advance them in it.
+
+        With a power of two of buffers they are ``kt`` and ``ahead`` modulo the buffers, a
+        mask; otherwise counters that wrap round, since the modulo would be a multiply and
+        shifts every k-tile. On the H200 the counters and the copies' folded address offsets
+        (``lamina.backends.cuda.codegen``) together made M = 2048 linears 3 to 4 % faster
+        (``benchmarks/results/2026-11-30_h200_copy_addressing_*.json``).
+        """
+        buffers = self._buffers
+        if buffers & (buffers - 1) == 0:
+            return self.kt % buffers, ahead % buffers, [], []
+        slot, fill = (ex.Var(self.names.fresh(n)) for n in ("slot", "fill_slot"))
+        start = [kernel_ir.Declare(slot.name, slot.dtype, ex.const(0)),
+                 kernel_ir.Declare(fill.name, fill.dtype, ex.const(buffers - 1))]
+        advance = [kernel_ir.Assign(v.name, ex.op("where", ex.op("eq", v, buffers - 1), ex.const(0), v + 1))
+                   for v in (slot, fill)]
+        return slot, fill, start, advance
 
     def _combine_splits(self) -> list[kernel_ir.Stmt]:
         """Halve the k-splits until one holds the sum: the upper half hands its register tiles
