@@ -362,8 +362,9 @@ class ContractionWriter:
         With a power of two of buffers they are ``kt`` and ``ahead`` modulo the buffers, a
         mask; otherwise counters that wrap round, since the modulo would be a multiply and
         shifts every k-tile. On the H200 the counters and the copies' folded address offsets
-        (``lamina.backends.cuda.codegen``) together made M = 2048 linears 3 to 4 % faster
-        (``benchmarks/results/2026-11-30_h200_copy_addressing_*.json``).
+        (``lamina.backends.cuda.codegen``) together made M = 2048 linears 3 to 4 % faster;
+        the counters alone made two of them 9 % slower, so measure both before changing
+        either (``benchmarks/results/2026-11-30_h200_copy_addressing_*.json``).
         """
         buffers = self._buffers
         if buffers & (buffers - 1) == 0:
