@@ -99,8 +99,8 @@ class TileKernel:
     """A loop kernel's schedule.
 
     ``warp_patch`` (rows, columns): each warp is that patch of the block's y by x threads,
-    not 32 threads in CUDA's order (x fastest), so that its shared-memory reads span fewer
-    banks' rounds. ``grouped_rows``: blocks run down ``grouped_rows`` rows of the grid before
+    not 32 threads in CUDA's order (x fastest), so that it reads fewer distinct operand
+    elements from shared memory. ``grouped_rows``: blocks run down ``grouped_rows`` rows of the grid before
     the next column, not along x first, so that the blocks resident at once share
     operand tiles in L2.
     """

@@ -6,7 +6,9 @@ next ones in flight while the threads combine the current one, reading each run 
 register-tile rows or columns that the Tile IR groups with one vector load; k-split thread groups
 add up their register tiles through shared memory; then each thread (of the first
 group) writes its register tile through the kernel's epilogue, guarded at the ragged edges,
-a run of adjacent outputs in one store where the output's layout allows.
+a run of adjacent outputs in one store where the output's layout allows. Where the Tile
+IR says so, each warp is a patch of the block's threads and blocks run down groups of grid
+rows: the prologue renumbers threads and blocks, and the rest of the kernel uses those numbers.
 """
 
 from __future__ import annotations
