@@ -104,10 +104,11 @@ class ContractionWriter:
             self.split.name: self.splits,
         }
         self.batch_env = self._batch_coordinates()
-        grid = tile.grid_shape()
+        self.grid = tile.grid_shape()
         self.thread_col, self.thread_row = self._coordinates(
             "thread", (self.cols.threads, self.rows.threads), tile.warp_patch is not None)
-        self.block_col, self.block_row = self._coordinates("block", (grid["x"], grid["y"]), tile.grouped_rows > 1)
+        self.block_col, self.block_row = self._coordinates(
+            "block", (self.grid["x"], self.grid["y"]), tile.grouped_rows > 1)
 
     # --- coordinates ---------------------------------------------------------
 
@@ -136,8 +137,8 @@ class ContractionWriter:
     def _grouped_blocks(self) -> list[kernel_ir.Stmt]:
         """Blocks in CUDA's order renumbered to run down groups of ``grouped_rows`` grid rows,
         column by column (the last group holds the rows that are left)."""
-        shape = self.tile.grid_shape()
-        columns, rows, group = shape["x"], shape["y"], min(self.tile.grouped_rows, shape["y"])
+        columns, rows = self.grid["x"], self.grid["y"]
+        group = min(self.tile.grouped_rows, rows)
         flat = kernel_ir.block_idx("y") * columns + kernel_ir.block_idx("x")
         per_group = group * columns
         first = flat // per_group * group
@@ -455,7 +456,7 @@ class ContractionWriter:
 
     def kernel_ir(self, static_shared_bytes: int) -> kernel_ir.Kernel:
         """The kernel; past ``static_shared_bytes`` its shared arrays come from dynamic shared memory."""
-        shape = self.tile.grid_shape()
+        shape = self.grid
         arrays = self._arrays()
         shared = sum(-(-a.bytes // SHARED_ALIGNMENT) * SHARED_ALIGNMENT for a in arrays if a.space == "shared")
         return kernel_ir.Kernel(
