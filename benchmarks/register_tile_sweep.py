@@ -6,7 +6,8 @@ The cost model considers square register tiles of up to 8 x 8. This sweep times 
 default 128 x 128 block of 8 x 8 tiles against larger, rectangular register tiles (8 x 16
 and 16 x 8, as cuBLAS's 255-register kernels use) on M = 2048 linears of TinyLlama and
 Qwen2.5-7B, and one at M = 128: the evidence for keeping them out of the candidates.
-``--knobs '{"block_k": 32}'`` (repeatable) times those settings instead.
+``--knobs '{"block_k": 32}'`` (repeatable) times those settings instead, and ``--shape``
+(repeatable) only the linears named.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import lamina
 from lamina.bench.measure import relative_error, time_cuda_graph
 
 SHAPES = {"tl.o": (2048, 2048, 2048), "tl.down": (2048, 2048, 5632), "qw.o": (2048, 3584, 3584),
-          "qw.qkv": (2048, 4608, 3584), "tl.o.m128": (128, 2048, 2048)}
+          "qw.qkv": (2048, 4608, 3584), "tl.o.m128": (128, 2048, 2048), "qw.down": (2048, 3584, 18944),
+          "qw.gate_up": (2048, 37888, 3584)}
 """(M, N, K) of each linear."""
 SETTINGS = [
     dict(block_m=128, block_n=128, thread_m=8, thread_n=8),
@@ -48,17 +50,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replays", type=int, default=20)
     parser.add_argument("--knobs", action="append", type=json.loads, metavar="JSON",
                         help="a setting to time (pinned knobs as a JSON object), instead of the register tiles")
+    parser.add_argument("--shape", action="append", choices=sorted(SHAPES), help="time only these linears")
     args = parser.parse_args(argv)
     settings = args.knobs or SETTINGS
     if not torch.cuda.is_available():
         print("benchmarks/register_tile_sweep.py needs a CUDA GPU", file=sys.stderr)
         return 2
     command = f"python benchmarks/register_tile_sweep.py --out benchmarks/results/{Path(args.out).name} " \
-              f"--replays {args.replays}" + "".join(f" --knobs '{json.dumps(k)}'" for k in args.knobs or ())
+              f"--replays {args.replays}" + "".join(f" --knobs '{json.dumps(k)}'" for k in args.knobs or ()) \
+              + "".join(f" --shape {s}" for s in args.shape or ())
     record = {"command": command, "date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
               "method": "CUDA-graph replay, median; splits 1 and fragment width 4 pinned with each setting",
               "rows": []}
     for name, (m, n, k) in SHAPES.items():
+        if args.shape and name not in args.shape:
+            continue
         x = torch.randn(m, k, device="cuda")
         w = torch.randn(n, k, device="cuda") / k ** 0.5
         reference = linear(x.double(), w.double())
