@@ -163,3 +163,21 @@ def test_batches_beyond_the_grid_are_left_to_other_schedules():
     assert not ContractionSchedule().applies(case.kernel, SM_90)
     with pytest.raises(ScheduleError, match="more than 65535 blocks along y or z"):
         ContractionSchedule().schedule(case.kernel, SM_90, {})
+
+
+def test_a_split_k_slice_that_ends_early_is_read_as_the_plain_sum_and_its_end():
+    from lamina.plugins.schedules.contraction.partial_sums import split
+
+    parts = split(analyse(linear(5, 80, 24).kernel), 2, set())
+    c = analyse(parts.partial)
+    assert sides(c) == {"x[i0, s * 48 + r0]": "m", "w[i1, s * 48 + r0]": "n"}
+    assert (c.batch, c.slice_bound.text("r0"), c.slice_bound.end, c.slice_bound.multiple) == (
+        ("s",), "s * 48 + r0 < 80", 80, 16)
+
+
+def test_a_guard_that_moves_with_an_output_row_stays_in_the_summed_term():
+    guarded = ex.op("where", ex.op("lt", ex.Var("r0") + ex.Var("i0"), ex.const(6)),
+                    ex.op("mul", load("a", "i0", "r0"), load("b", "r0", "i1")), ex.cast(ex.const(0), F32))
+    kernel = contraction("banded", {"a": (4, 6), "b": (6, 8)}, [("i0", 4), ("i1", 8)], ("r0", 6), guarded, ("out", (4, 8)))
+    c = analyse(kernel)
+    assert c.slice_bound is None and c.value == guarded

@@ -139,8 +139,12 @@ def _thread_tiles(block: int, other_block: int, relaxed: bool) -> list[int]:
 
 
 def default_block_k(c: Contraction, splits: int) -> int:
-    """16 deep, 32 where split eight ways (four rows a split), but no deeper than the reduction needs."""
-    return min(max(16, 4 * splits), max(8, splits, _pow2_ceil(c.reduce_extent)))
+    """16 deep, 32 where split eight ways (four rows a split), but no deeper than the reduction
+    needs, and whole k-tiles of every split-K slice."""
+    depth = min(max(16, 4 * splits), max(8, splits, _pow2_ceil(c.reduce_extent)))
+    while c.slice_bound is not None and c.slice_bound.multiple % depth and depth > splits:
+        depth //= 2
+    return depth
 
 
 def default_buffers(c: Contraction, block_m: int, block_n: int, block_k: int) -> int:

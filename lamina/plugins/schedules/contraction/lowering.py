@@ -104,6 +104,7 @@ class ContractionWriter:
             self.split.name: self.splits,
         }
         self.batch_env = self._batch_coordinates()
+        self.k_tiles_here = self._k_tiles_of_slice()
         self.grid = tile.grid_shape()
         self.thread_col, self.thread_row = self._coordinates(
             "thread", (self.cols.threads, self.rows.threads), tile.warp_patch is not None)
@@ -155,6 +156,21 @@ class ContractionWriter:
         extents = tuple(self.c.extents[v] for v in self.c.batch)
         coords = index.delinearize(self.batch, extents, {self.batch.name: math.prod(extents)})
         return dict(zip(self.c.batch, coords))
+
+    def _k_tiles_of_slice(self) -> Expr:
+        """The k-tiles of this block's split-K slice: all of them, or where the slice ends sooner
+        (``c.slice_bound``, whose slices are whole k-tiles) those up to its end."""
+        bound = self.c.slice_bound
+        if bound is None:
+            return ex.const(self.k_tiles)
+        return ex.Var(self.names.fresh("slice_k_tiles"))
+
+    def _slice_prologue(self) -> list[kernel_ir.Stmt]:
+        bound = self.c.slice_bound
+        if bound is None:
+            return []
+        left = (bound.end - ex.substitute(bound.start, self.batch_env)) // self.block_k
+        return [kernel_ir.Declare(self.k_tiles_here.name, self.k_tiles_here.dtype, ex.op("min", left, self.k_tiles))]
 
     def _row(self, a: int) -> Expr:
         return _owned(self.row, self.rows, a)
@@ -324,6 +340,7 @@ class ContractionWriter:
         ]
         if self.c.batch:
             out.append(kernel_ir.Declare(self.batch.name, self.batch.dtype, kernel_ir.block_idx("z")))
+        out += self._slice_prologue()
         init = ex.cast(self.c.init, self.c.acc_dtype)
         out += [kernel_ir.Store(self.acc, (ex.const(a), ex.const(b)), init) for a, b in self._register_tile()]
         for load, name in self.invariants.items():
@@ -342,21 +359,31 @@ class ContractionWriter:
         """With several buffers, one barrier per k-tile: after it, k-tile ``kt`` has landed for
         every thread and every thread has finished reading the slot of ``kt - 1``, so the copy
         of k-tile ``kt + buffers - 1`` into that slot starts there, before the arithmetic."""
-        kt = self.kt
+        kt, k_tiles = self.kt, self.k_tiles_here
         if self._buffers == 1:
             zero = ex.const(0)
             body = self._issue(kt, zero) + self._wait(0) + [kernel_ir.Barrier(), self._compute(zero), kernel_ir.Barrier()]
-            return [kernel_ir.For(kt.name, ex.const(0), ex.const(self.k_tiles), 1, body)]
+            return [self._k_tile_loop(body)]
         waits = self._wait(0)
         if self._asynchronous:
             for j in range(1, self._buffers - 1):
-                waits = [kernel_ir.If(ex.op("lt", kt + j, self.k_tiles), self._wait(j), waits)]
+                waits = [kernel_ir.If(ex.op("lt", kt + j, k_tiles), self._wait(j), waits)]
         ahead = kt + (self._buffers - 1)
         slot, fill, start, advance = self._slots(ahead)
-        refill = kernel_ir.If(ex.op("lt", ahead, self.k_tiles), self._issue(ahead, fill))
+        refill = kernel_ir.If(ex.op("lt", ahead, k_tiles), self._issue(ahead, fill))
         body = [*waits, kernel_ir.Barrier(), refill, self._compute(slot), *advance]
-        first = [s for j in range(min(self._buffers - 1, self.k_tiles)) for s in self._issue(ex.const(j), ex.const(j))]
-        return first + start + [kernel_ir.For(kt.name, ex.const(0), ex.const(self.k_tiles), 1, body)]
+        first = []
+        for j in range(min(self._buffers - 1, self.k_tiles)):
+            issue = self._issue(ex.const(j), ex.const(j))
+            first += issue if self.c.slice_bound is None else [kernel_ir.If(ex.op("lt", ex.const(j), k_tiles), issue)]
+        return first + start + [self._k_tile_loop(body)]
+
+    def _k_tile_loop(self, body: list[kernel_ir.Stmt]) -> kernel_ir.For:
+        """The loop over k-tiles: every block runs the most of them, and blocks of a shorter
+        split-K slice skip the rest (loop bounds are the same in every block)."""
+        if self.c.slice_bound is not None:
+            body = [kernel_ir.If(ex.op("lt", self.kt, self.k_tiles_here), body)]
+        return kernel_ir.For(self.kt.name, ex.const(0), ex.const(self.k_tiles), 1, body)
 
     def _slots(self, ahead: Expr) -> tuple[Expr, Expr, list[kernel_ir.Stmt], list[kernel_ir.Stmt]]:
         """The buffer that k-tile ``kt`` is read from and the one that k-tile ``ahead`` is copied

@@ -1,9 +1,12 @@
 """A contraction's reduction cut into slices that separate blocks sum, and the kernel that adds them up.
 
-``out[i, j] = epilogue(sum_r A(i, r) * B(r, j))`` with ``S`` slices becomes two kernels::
+``out[i, j] = epilogue(sum_r A(i, r) * B(r, j))`` with ``S`` slices of length ``L`` becomes two kernels::
 
-    partials[s, i, j] = sum_{r < K/S} A(i, s*K/S + r) * B(s*K/S + r, j)     (s a parallel batch loop)
-    out[i, j] = epilogue(sum_{s < S} partials[s, i, j])                       (the combine)
+    partials[s, i, j] = sum_{r < L} A(i, s*L + r) * B(s*L + r, j)     (s a parallel batch loop)
+    out[i, j] = epilogue(sum_{s < S} partials[s, i, j])                 (the combine)
+
+Where ``S`` slices of whole k-tiles cannot be equal, the last is shorter and its sum is
+guarded (``slices``).
 
 The partials are stored in the accumulator's dtype, whatever the output's, so that the
 sum loses nothing to the split. Operand prologues stay with the operand loads in the
@@ -22,6 +25,7 @@ from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.ir.names import fresh_name
 from lamina.core.ir.torch_ir import TensorType
 from lamina.plugins.schedules.contraction.recognise import Contraction
+from lamina.plugins.schedules.contraction.slices import guarded, slice_length
 from lamina.plugins.schedules.loop_to_kernel import names_in, split_parallel_nest
 
 PARTIALS_SUFFIX = "_partials"
@@ -45,10 +49,9 @@ class PartialOf:
     of: str
 
 
-def slices_fit(c: Contraction, splits: int, multiple: int) -> bool:
-    """Whether ``splits`` slices cut the reduction exactly, each a whole number of ``multiple``."""
-    k = c.reduce_extent
-    return splits >= 1 and k % splits == 0 and (k // splits) % multiple == 0
+def slices_fit(c: Contraction, splits: int) -> bool:
+    """Whether ``splits`` slices of whole k-tiles, none of them empty, can cover the reduction."""
+    return slice_length(c.reduce_extent, splits) is not None
 
 
 def split(c: Contraction, splits: int, taken: set[str]) -> SplitContraction:
@@ -67,11 +70,15 @@ def split(c: Contraction, splits: int, taken: set[str]) -> SplitContraction:
     at = (s,) + tuple(ex.Var(loop.var) for loop in loops)
     acc = ex.Var(c.acc, c.acc_dtype)
 
-    chunk = c.reduce_extent // splits
-    sliced = ex.substitute(c.value, {c.reduce_var: s * chunk + ex.Var(c.reduce_var)})
+    length = slice_length(c.reduce_extent, splits)
+    start = s * length
+    if splits * length == c.reduce_extent:
+        sliced = ex.substitute(c.value, {c.reduce_var: start + ex.Var(c.reduce_var)})
+    else:
+        sliced = guarded(c.value, c.reduce_var, start, c.reduce_extent)
     partial_body: tuple[loop_ir.Stmt, ...] = (
         loop_ir.Init(c.acc, c.init),
-        loop_ir.Loop(c.reduce_var, chunk, "reduce", (loop_ir.Accumulate(c.acc, "sum", sliced),)),
+        loop_ir.Loop(c.reduce_var, length, "reduce", (loop_ir.Accumulate(c.acc, "sum", sliced),)),
         loop_ir.Store(name, at, acc),
     )
     combine_body: tuple[loop_ir.Stmt, ...] = (

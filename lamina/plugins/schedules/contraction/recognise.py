@@ -4,7 +4,9 @@ A contraction is a perfect nest of parallel loops around one sum over a reductio
 variable ``r``, followed by stores of the sum. Every load that moves with ``r`` is an
 operand tile: it moves with the output rows (M side) or the output columns (N side),
 never both, which is what lets a block stage one strip of each operand in shared
-memory and combine every row of the one with every column of the other.
+memory and combine every row of the one with every column of the other. A sum guarded
+to end early in some blocks (a shorter split-K slice, ``slices``) is read as the plain
+sum and a ``SliceBound``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from lamina.core.errors import ScheduleError
 from lamina.core.ir import dtypes, expr as ex, index, loop_ir
 from lamina.core.ir.dtypes import DType
 from lamina.core.ir.expr import Expr
+from lamina.plugins.schedules.contraction.slices import SliceBound, read_guard
 from lamina.plugins.schedules.loop_to_kernel import split_parallel_nest
 
 
@@ -49,7 +52,9 @@ def _formatted(load: loop_ir.Load) -> str:
 @attrs.frozen
 class Contraction:
     """The parts of a contraction kernel: output rows ``m``, columns ``n`` (contiguous in the
-    output), block-uniform ``batch`` variables, the sum and the stores that follow it."""
+    output), block-uniform ``batch`` variables, the sum and the stores that follow it;
+    ``slice_bound``, where the sum runs only while ``start + r < end`` (``start`` a function
+    of the batch variables), else None."""
 
     kernel: loop_ir.Kernel
     extents: dict[str, int]
@@ -63,6 +68,7 @@ class Contraction:
     value: Expr
     epilogue: tuple[loop_ir.Store, ...] = attrs.field(converter=tuple)
     operands: tuple[Operand, ...] = attrs.field(converter=tuple)
+    slice_bound: SliceBound | None = None
 
     @property
     def reduce_extent(self) -> int:
@@ -120,8 +126,6 @@ def analyse(kernel: loop_ir.Kernel) -> Contraction:
     if not all(isinstance(s, loop_ir.Store) for s in stores):
         raise NotAContraction(f"{where}: only stores may follow the reduce loop")
 
-    r = reduce_loop.var
-    extents = {loop.var: loop.extent for loop in loops} | {r: reduce_loop.extent}
     parallel = [loop.var for loop in loops]
     for store in stores:
         foreign = set().union(*(ex.free_vars(e) for e in loop_ir.expressions(store))) - set(parallel) - {init.acc}
@@ -130,7 +134,22 @@ def analyse(kernel: loop_ir.Kernel) -> Contraction:
                 f"{where}: the store to {store.buffer} reads {', '.join(sorted(foreign))}, "
                 "which the contraction does not compute"
             )
-    moving = [load for load in outer_loads(accumulate.value) if r in _index_vars(load)]
+    value, bound = read_guard(accumulate.value, reduce_loop.var)
+    if bound is not None:
+        c = _parts(kernel, loops, init, reduce_loop, stores, value, bound)
+        if ex.free_vars(bound.start) <= set(c.batch):
+            return c
+    return _parts(kernel, loops, init, reduce_loop, stores, accumulate.value, None)
+
+
+def _parts(kernel: loop_ir.Kernel, loops, init: loop_ir.Init, reduce_loop: loop_ir.Loop,
+           stores: list[loop_ir.Store], value: Expr, bound: SliceBound | None) -> Contraction:
+    """The contraction whose summed term is ``value``, once ``analyse`` has checked the nest."""
+    where = f"loop kernel {kernel.name}"
+    r = reduce_loop.var
+    extents = {loop.var: loop.extent for loop in loops} | {r: reduce_loop.extent}
+    parallel = [loop.var for loop in loops]
+    moving = [load for load in outer_loads(value) if r in _index_vars(load)]
     for load in moving:
         if _reads_buffers(load):
             raise NotAContraction(f"{where}: {loop_ir.format_value(load)} reads another buffer in its index (a gather)")
@@ -161,9 +180,10 @@ def analyse(kernel: loop_ir.Kernel) -> Contraction:
         acc=init.acc,
         acc_dtype=init.value.dtype,
         init=init.value,
-        value=accumulate.value,
+        value=value,
         epilogue=tuple(stores),
         operands=tuple(operands),
+        slice_bound=bound,
     )
 
 

@@ -6,14 +6,17 @@ leave most SMs without a block. Cutting K into S slices that separate blocks sum
 (``partial_sums``) multiplies the blocks by S at the price of writing S partial sums
 and a second kernel that adds them up.
 
-The contraction cost model decides. For every S that cuts K into slices of whole
-``SLICE_MULTIPLE``s (at most ``MAX_SPLITS``), the split costs the partial kernel's
-estimate plus the combine's (its bytes over the bandwidth, plus a launch); the cheapest
+The contraction cost model decides. For every S up to ``MAX_SPLITS`` that cuts K into
+slices of whole 16-deep k-tiles (``slices``: as equal as they can be, the last one shorter
+where they cannot be equal), the split costs the partial kernel's estimate, which its
+longest slice sets, plus the combine's (its bytes over the bandwidth, plus a launch); the cheapest
 S is taken when it is more than ``MIN_GAIN`` below the unsplit kernel's estimate, and
 the partial sums may take at most ``MAX_PARTIAL_BYTES``. A grid that fills the SMs may
 still gain: Qwen2.5-7B's gate and up projections at 128 rows make 296 blocks of 128 x 128,
 one full wave of two per SM and a second of 32; four slices make four and a half waves
-of larger blocks.
+of larger blocks. TinyLlama's gate and up projections make 88 blocks, and three slices
+(43, 43 and 42 k-tiles) make the 264 that fill the SMs once, where equal slices of K = 2048
+come only in powers of two.
 A decoding GEMV (M = 1) is a row reduction, not a contraction, and never reaches this
 rule. The knob ``split_k`` pins S for every contraction (1: never split).
 """
@@ -33,11 +36,10 @@ from lamina.plugins.schedules.contraction.knobs import read_pinned
 from lamina.plugins.schedules.contraction.partial_sums import partial_of, slices_fit, split
 from lamina.plugins.schedules.contraction.recognise import NotAContraction, analyse
 from lamina.plugins.schedules.contraction.schedule import cheapest_estimate
+from lamina.plugins.schedules.contraction.slices import SLICE_MULTIPLE, slice_length
 from lamina.plugins.schedules.contraction.unrolled_reduction import MAX_UNROLLED, UnrolledReductionSchedule
 
 KNOB = "split_k"
-SLICE_MULTIPLE = 16
-"""Every slice of K is a whole number of 16-deep k-tiles, the contraction's usual step."""
 MAX_SPLITS = MAX_UNROLLED
 """The combine reads all the partial sums of an output at once (``unrolled_reduction``)."""
 MIN_GAIN = 0.05
@@ -68,8 +70,9 @@ class SplitChoice:
 
 
 def usable_splits(extent: int) -> list[int]:
-    """The slice counts from 2 to ``MAX_SPLITS`` that cut a reduction of ``extent`` evenly."""
-    return [s for s in range(2, MAX_SPLITS + 1) if extent % s == 0 and (extent // s) % SLICE_MULTIPLE == 0]
+    """The slice counts from 2 to ``MAX_SPLITS`` that cut a reduction of ``extent`` into
+    slices of whole k-tiles, none of them empty."""
+    return [s for s in range(2, MAX_SPLITS + 1) if slice_length(extent, s) is not None]
 
 
 def pinned_splits(knobs: Mapping[str, Any], where: str) -> int | None:
@@ -91,11 +94,11 @@ def choose(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> 
     pinned = pinned_splits(knobs, where)
     if partial_of(kernel) is not None or pinned == 1:
         return None
-    if pinned is not None and not slices_fit(c, pinned, SLICE_MULTIPLE):
+    if pinned is not None and not slices_fit(c, pinned):
         choices = ", ".join(map(str, usable_splits(c.reduce_extent))) or "none"
         raise ScheduleError(
-            f"{where}: knob {KNOB} = {pinned} does not cut the reduction of {c.reduce_extent} into equal slices "
-            f"of a multiple of {SLICE_MULTIPLE}; pin one of: {choices}, or 1 to never split"
+            f"{where}: knob {KNOB} = {pinned} does not cut the reduction of {c.reduce_extent} into slices "
+            f"of whole multiples of {SLICE_MULTIPLE}, none of them empty; pin one of: {choices}, or 1 to never split"
         )
     return _choose(_anonymous(kernel), target, tuple(read_pinned(knobs, where).items()), pinned)
 

@@ -173,6 +173,9 @@ def illegal(c: Contraction, choices: Choices, target: Target) -> str | None:
         return fragments
     if choices.block_k % choices.splits:
         return f"block_k = {choices.block_k} must be a multiple of splits = {choices.splits}"
+    if c.slice_bound is not None and c.slice_bound.multiple % choices.block_k:
+        return (f"block_k = {choices.block_k} must divide {c.slice_bound.multiple}, which every split-K slice's "
+                "length is a multiple of, so that each slice is whole k-tiles")
     if choices.splits > MAX_THREADS_Z:
         return f"splits = {choices.splits} exceeds the {MAX_THREADS_Z} threads a block may have along z"
     if choices.threads > target.max_threads_per_block:
@@ -247,6 +250,9 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
         shape = partial_sums_shape(choices.thread_m, choices.thread_n, choices.threads)
         array = f"{c.acc_dtype}[{']['.join(map(str, shape))}]"
         recorded.append(("combine", f"{choices.splits} k-splits add up in a tree through shared {array}"))
+    if c.slice_bound is not None:
+        recorded.append(("slice_end", f"{c.reduce_var} runs while {c.slice_bound.text(c.reduce_var)}: "
+                                      "a shorter slice ends at a k-tile sooner"))
     recorded += notes
     recorded += [(f"copy {s.index}", copy_layout.describe(copy_order(c, s), s.dims, s.tile)) for s in stages]
     tile = tile_ir.TileKernel(

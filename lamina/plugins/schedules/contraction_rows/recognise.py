@@ -149,6 +149,8 @@ def analyse(kernel: loop_ir.Kernel) -> ContractionRows:
         raise NotContractionRows(f"{where}: the dot product of its rows is not a contraction: {e}") from None
     if c.n != column:
         raise NotContractionRows(f"{where}: the output is not contiguous along the row's column {column}")
+    if c.slice_bound is not None:
+        raise NotContractionRows(f"{where}: its dot products end early in some rows' blocks (a split-K slice)")
     epilogue = tuple(s for r in renamed if r.loop.kind == "serial" for s in r.rest)
     product_kernel = attrs.evolve(kernel, body=_nest(loops, (attrs.evolve(product, body=product.body + epilogue),)))
     c = attrs.evolve(c, kernel=product_kernel, epilogue=epilogue)

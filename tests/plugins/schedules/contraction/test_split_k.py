@@ -102,7 +102,8 @@ def test_split_k_1_never_splits():
 
 
 @pytest.mark.parametrize("value, message", [
-    (5, r"knob split_k = 5 does not cut the reduction of 96 into equal slices of a multiple of 16; pin one of: 2, 3, 6"),
+    (5, r"knob split_k = 5 does not cut the reduction of 96 into slices of whole multiples of 16, none of them "
+        r"empty; pin one of: 2, 3, 6, or 1 to never split"),
     (0, r"knob split_k = 0 must be a positive integer \(1: never split\)"),
     ("8", r"knob split_k = '8' must be a positive integer"),
 ])
@@ -111,19 +112,46 @@ def test_an_unusable_split_k_says_what_to_pin(value, message):
         lamina.compile(linear_bias, inputs(5, 96, 24), knobs={"split_k": value}).compilation
 
 
-def test_usable_splits_cut_k_into_whole_k_tiles():
+def test_usable_splits_cut_k_into_whole_k_tiles_none_of_them_empty():
     assert usable_splits(96) == [2, 3, 6]
-    assert usable_splits(3584) == [2, 4, 7, 8, 14, 16, 28, 32]
+    assert usable_splits(80) == [2, 3, 5]
+    assert usable_splits(2048)[:3] == [2, 3, 4] and 14 not in usable_splits(2048)
+
+
+UNEQUAL_LOOP_IR = """\
+  kernel linear_partials(x: f32[5, 80], w: f32[24, 80]) -> (linear_partials: f32[2, 5, 24]):
+    for s in parallel(2):
+      for i0 in parallel(5):
+        for i1 in parallel(24):
+          acc0: f32 = 0.0
+          for r0 in reduce(48):
+            acc0 += where(s * 48 + r0 < 80, x[i0, min(s * 48 + r0, 79)] * w[i1, min(s * 48 + r0, 79)], 0.0)
+          linear_partials[s, i0, i1] = acc0"""
+
+
+def test_slices_that_cannot_be_equal_guard_the_last_one_and_its_tile_ir_says_where_it_ends():
+    compilation = lamina.compile(linear_bias, inputs(5, 80, 24), knobs={"split_k": 2}).compilation
+    assert UNEQUAL_LOOP_IR in compilation.ir("loop")
+    partial = compilation.tiles[0]
+    assert dict(partial.knobs)["slice_end"] == "r0 runs while s * 48 + r0 < 80: a shorter slice ends at a k-tile sooner"
+    assert "int slice_k_tiles = min(-(batch * 3) + 5, 3);" in compilation.sources["linear_partials"]
 
 
 # --- the cost model's decisions on the H200 -----------------------------------------------
 
 def test_tinyllama_qkv_at_128_rows_splits():
-    """16 slices of 64 x 128 blocks: measured 48.6 us on the H200, against 57.8 us for the
-    8 slices of 64 x 64 blocks the model chose before it knew small blocks are slower."""
+    """13 slices (ten k-tiles, the last eight) of 20 blocks of 128 x 128 make 260 blocks, two
+    for each of the H200's SMs; 16 equal slices of 40 blocks of 64 x 128 make 640."""
     choice = choose(linear(128, 2048, 2560).kernel, SM_90, {})
-    assert choice.splits == 16
+    assert choice.splits == 13
     assert choice.split_us < 0.9 * choice.unsplit_us
+
+
+def test_tinyllama_gate_up_at_128_rows_takes_three_unequal_slices():
+    """88 blocks of 128 x 128 in 3 slices of 43, 43 and 42 k-tiles fill the 264 places once;
+    K = 2048 padded to 3 equal slices ran 146 us on the H200 against 168 us for the
+    4 equal slices the rule took before (``2026-11-30_h200_split_k_padded_emulation.json``)."""
+    assert choose(linear(128, 2048, 11264).kernel, SM_90, {}).splits == 3
 
 
 def test_a_grid_that_fills_the_sms_is_still_split_when_its_last_wave_is_short():
@@ -134,10 +162,10 @@ def test_a_grid_that_fills_the_sms_is_still_split_when_its_last_wave_is_short():
 
 
 def test_the_partial_sums_stay_within_their_memory_bound(monkeypatch):
-    """Qwen2.5-7B's down projection at 128 rows takes 32 slices (56 MiB of partial sums);
+    """Qwen2.5-7B's down projection at 128 rows takes 14 slices (25 MiB of partial sums);
     with a bound of 16 MiB it takes fewer."""
     kernel = linear(128, 18944, 3584).kernel
-    assert choose(kernel, SM_90, {}).splits == 32
+    assert choose(kernel, SM_90, {}).splits == 14
     monkeypatch.setattr(split_k, "MAX_PARTIAL_BYTES", 16 * 1024 * 1024)
     split_k._choose.cache_clear()
     try:

@@ -41,6 +41,10 @@ CASES = {
     "linear_residual": (linear_residual, lambda: (randn(5, 96), randn(24, 96), randn(5, 24)), 3, 1e-5),
     "gated_silu_times_up": (gated, lambda: (randn(3, 64), randn(20, 64), randn(20, 64)), 4, 1e-5),
     "batched": (batched, lambda: (randn(2, 5, 64), randn(2, 64, 12)), 2, 1e-5),
+    "linear_bias_slices_of_3_and_2_k_tiles": (linear_bias, lambda: (randn(5, 80), randn(24, 80), randn(24)), 2, 1e-5),
+    "matmul_ragged_slices_of_2_2_2_and_1_k_tiles": (matmul, lambda: (randn(7, 112), randn(112, 21)), 4, 1e-5),
+    "gated_silu_times_up_unequal_slices": (gated, lambda: (randn(3, 80), randn(20, 80), randn(20, 80)), 3, 1e-5),
+    "batched_unequal_slices": (batched, lambda: (randn(2, 5, 80), randn(2, 80, 12)), 3, 1e-5),
     "linear_bias_bf16": (
         linear_bias,
         lambda: tuple(randn(*s, dtype=torch.bfloat16) for s in ((5, 96), (24, 96), (24,))),
