@@ -175,8 +175,9 @@ def test_a_split_k_slice_that_ends_early_is_read_as_the_plain_sum_and_its_end():
         ("s",), "s * 48 + r0 < 80", 80, 16)
 
 
-def test_a_guard_that_moves_with_an_output_row_stays_in_the_summed_term():
-    guarded = ex.op("where", ex.op("lt", ex.Var("r0") + ex.Var("i0"), ex.const(6)),
+@pytest.mark.parametrize("start", [ex.Var("i0"), ex.const(2)], ids=["moving_with_an_output_row", "the_same_in_every_block"])
+def test_other_guards_of_the_reduction_stay_in_the_summed_term(start):
+    guarded = ex.op("where", ex.op("lt", ex.Var("r0") + start, ex.const(6)),
                     ex.op("mul", load("a", "i0", "r0"), load("b", "r0", "i1")), ex.cast(ex.const(0), F32))
     kernel = contraction("banded", {"a": (4, 6), "b": (6, 8)}, [("i0", 4), ("i1", 8)], ("r0", 6), guarded, ("out", (4, 8)))
     c = analyse(kernel)

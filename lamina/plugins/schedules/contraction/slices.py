@@ -65,17 +65,21 @@ def guarded(value: Expr, reduce_var: str, start: Expr, end: int) -> Expr:
 
 def read_guard(value: Expr, reduce_var: str) -> tuple[Expr, SliceBound | None]:
     """``value`` without the guard and clamps that ``guarded`` wrote, and the bound they stood
-    for; ``value`` itself and None where it has no such guard."""
+    for; ``value`` itself and None where it has no such guard, or one that is the same in
+    every block (``where(r < 5, ...)``, which the sum keeps)."""
     if not (isinstance(value, ex.Op) and value.op == "where"):
         return value, None
     condition, inside, otherwise = value.args
     if not (isinstance(otherwise, ex.Const) and otherwise.value == 0
             and isinstance(condition, ex.Op) and condition.op == "lt" and isinstance(condition.args[1], ex.Const)):
         return value, None
-    at, end = condition.args[0], int(condition.args[1].value)
-    if index.coefficient(at, reduce_var) != 1:
+    at, bound = condition.args
+    if at.dtype.is_float or bound.dtype.is_float or index.coefficient(at, reduce_var) != 1:
+        return value, None
+    end = int(bound.value)
+    start = index.simplify(ex.substitute(at, {reduce_var: ex.const(0)}))
+    if not index.affine(start).terms:
         return value, None
     clamped = ex.op("min", at, ex.const(end - 1))
     unclamped = ex.transform(inside, lambda node: at if node == clamped else None)
-    start = index.simplify(ex.substitute(at, {reduce_var: ex.const(0)}))
     return unclamped, SliceBound(start, end)
