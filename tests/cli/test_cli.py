@@ -1,6 +1,7 @@
 """The lamina command, as a user runs it."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -87,3 +88,17 @@ def test_the_module_runs_as_a_command():
     result = subprocess.run([sys.executable, "-m", "lamina", "compile", "--ir", "loop"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "kernel relu" in result.stdout
+
+
+def test_the_emitted_cuda_is_the_same_in_every_process():
+    """Python seeds its string hashes per process; nothing lamina emits may follow set order.
+    A residual add + RMSNorm reads two rows, whose registers were once declared in set order."""
+    argv = [sys.executable, "-m", "lamina", "compile", "-c", "(lambda h: h * torch.rsqrt(h.pow(2).mean(-1, "
+            "keepdim=True) + 1e-6) * w)(x + r)", "--input", "x=3,256", "--input", "r=3,256", "--input", "w=256",
+            "--ir", "cuda"]
+    outputs = set()
+    for seed in ("1", "2", "3", "4"):
+        result = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": seed})
+        assert result.returncode == 0, result.stderr
+        outputs.add(result.stdout)
+    assert len(outputs) == 1

@@ -149,7 +149,7 @@ def _row_accesses(row: RowReduction) -> dict[tuple, int]:
         loop = phase.loop
         if loop is None:
             continue
-        seen = set()
+        seen: dict[tuple, None] = {}
         for s in loop.body:
             if isinstance(s, loop_ir.Store):
                 _check_contiguous(row.kernel, s.buffer, s.index, loop.var, "writes")
@@ -160,7 +160,7 @@ def _row_accesses(row: RowReduction) -> dict[tuple, int]:
                     _check_contiguous(row.kernel, node.buffer, node.index, loop.var, "reads")
                     if loop.kind == "reduce" and distinct_rows <= set().union(*map(ex.free_vars, node.index)):
                         owns_a_row = True
-                    seen.add(row.key(node, loop.var))
+                    seen[row.key(node, loop.var)] = None
         for key in seen:
             readers[key] = readers.get(key, 0) + 1
     if not owns_a_row:
