@@ -103,7 +103,13 @@ def choose(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> 
             f"{where}: knob {KNOB} = {pinned} does not cut the reduction of {c.reduce_extent} into slices "
             f"of whole multiples of {SLICE_MULTIPLE}, none of them empty; pin one of: {choices}, or 1 to never split"
         )
-    return _choose(_anonymous(kernel), target, tuple(read_pinned(knobs, where).items()), pinned)
+    tiling = tuple(read_pinned(knobs, where).items())
+    if pinned is None:
+        return _choose(_anonymous(kernel), target, tiling, None)
+    try:
+        return _choose(kernel, target, tiling, pinned)
+    except ScheduleError as e:
+        raise ScheduleError(f"{where}: knob {KNOB} = {pinned} leaves the partial sums no setting: {e}") from None
 
 
 def _anonymous(kernel: loop_ir.Kernel) -> loop_ir.Kernel:
@@ -131,7 +137,8 @@ def _choose(
     kernel: loop_ir.Kernel, target: Target, tiling: tuple[tuple[str, int], ...], pinned: int | None
 ) -> SplitChoice | None:
     """The search, once per kernel shape and pinned tiling: the fusion driver asks again
-    after every change to the program."""
+    after every change to the program. A pinned split whose partial kernel no setting can
+    run raises the schedule's reason."""
     c = analyse(kernel)
     settings = dict(tiling)
     try:
@@ -147,6 +154,8 @@ def _choose(
         try:
             partial_us = cheapest_estimate(parts.partial, target, settings).total_us
         except ScheduleError:
+            if pinned is not None:
+                raise
             continue
         choice = SplitChoice(splits, whole.total_us, partial_us, COMBINE.estimate_cost(parts.combine, target))
         if best is None or choice.split_us < best.split_us:

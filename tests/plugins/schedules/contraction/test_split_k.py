@@ -112,6 +112,12 @@ def test_an_unusable_split_k_says_what_to_pin(value, message):
         lamina.compile(linear_bias, inputs(5, 96, 24), knobs={"split_k": value}).compilation
 
 
+def test_a_pinned_split_that_no_setting_can_run_says_why():
+    with pytest.raises(ScheduleError, match=r"knob split_k = 2 leaves the partial sums no setting: kernel "
+                                            r"linear_partials, .* block_k = 32 must divide 16"):
+        lamina.compile(linear_bias, inputs(5, 80, 24), knobs={"split_k": 2, "block_k": 32}).compilation
+
+
 def test_usable_splits_cut_k_into_whole_k_tiles_none_of_them_empty():
     assert usable_splits(96) == [2, 3, 6]
     assert usable_splits(80) == [2, 3, 5]
