@@ -54,15 +54,29 @@ def test_shape_and_constant_subgraphs_become_constant_inputs():
     assert {name: kind for name, kind in kinds.items() if kind != "constant"} == {
         "p_proj_weight": "parameter", "p_proj_bias": "parameter", "b_gain": "buffer", "x": "user"}
     values = [captured.constants[name] for name in constants]
-    cos, sin, mask = _rotary_constants()
-    assert len(values) == 3
+    cos, sin, _ = _rotary_constants()
+    assert len(values) == 2
     assert any(v.shape == cos.shape and torch.allclose(v, cos) for v in values)
     assert any(v.shape == sin.shape and torch.allclose(v, sin) for v in values)
-    assert any(v.dtype == torch.bool and torch.equal(v, mask) for v in values)
     targets = {n.target for n in captured.graph.nodes}
-    assert targets.isdisjoint({"aten.arange.start_step", "aten.cos.default", "aten.sin.default", "aten.cat.default",
-                               "aten.tril.default", "aten.full.default"})
+    assert targets.isdisjoint({"aten.cos.default", "aten.sin.default", "aten.cat.default", "aten.outer.default"})
     assert "aten.mul.Tensor" in targets
+
+
+def test_a_mask_built_from_coordinates_stays_ops_that_compute_it():
+    captured = captured_rotary()
+    mask_ops = [n for n in captured.graph.nodes if n.target in ("aten.ge.Scalar", "aten.le.Scalar")]
+    assert mask_ops and all(n.type.dtype.name == "bool" for n in mask_ops)
+    assert "b8" not in str([i.type for i in captured.graph.inputs])
+    _, program = lower(Rotary(), (torch.randn(LENGTH, WIDTH),))
+    assert all(v.type.dtype.name != "bool" for v in program.inputs)
+
+
+def test_a_mask_that_reads_a_constant_tensor_is_folded():
+    table = torch.randn(5)
+    captured = capture(lambda x: torch.where(table.unsqueeze(0) > 0, x, 0.0), (torch.randn(3, 5),))
+    (constant,) = [i for i in captured.graph.inputs if i.kind == "constant"]
+    assert constant.type.dtype.name == "bool"
 
 
 def test_the_printed_graph_shows_the_folded_values_as_inputs():
@@ -70,7 +84,7 @@ def test_the_printed_graph_shows_the_folded_values_as_inputs():
     header = torch_ir.format_graph(captured.graph).splitlines()[0]
     for graph_input in captured.graph.inputs:
         assert f"{graph_input.name}: {graph_input.type}" in header
-    assert f"b8[{LENGTH}, {LENGTH}]" in header and f"f32[{LENGTH}, {WIDTH}]" in header
+    assert f"f32[{LENGTH}, {WIDTH}]" in header
 
 
 def test_the_folded_program_matches_eager_and_the_unfolded_one():

@@ -11,7 +11,11 @@ Where a constant value meets the rest of the program it becomes a graph input of
 kind ``constant``, evaluated here with PyTorch; every constant op before it leaves
 the graph, so no kernel ever computes it. The exception is an op with no tensor
 inputs at all (``arange``, ``full``) that feeds the program directly: it stays an
-op, because a kernel that reads it computes it for free from its coordinates.
+op, because a kernel that reads it computes it for free from its coordinates. So does
+a boolean mask built from such ops by comparisons, logic and views alone (``triu`` of
+``ones``, a causal mask): read from memory it is a mask like any other, while computed
+from coordinates it tells the kernels that read it which of their outputs it replaces,
+and a matmul whose outputs a causal mask replaces skips those blocks' products.
 """
 
 from __future__ import annotations
@@ -70,6 +74,46 @@ def _evaluate(fx_node, values: dict[str, Any]) -> Any:
         return fx_node.target(*args, **kwargs)
 
 
+COORDINATE_OPS = frozenset({
+    "aten.full.default", "aten.ones.default", "aten.zeros.default", "aten.scalar_tensor.default",
+    "aten.arange.default", "aten.arange.start", "aten.arange.start_step",
+    "aten.unsqueeze.default", "aten.view.default", "aten.expand.default", "aten.slice.Tensor",
+    "aten.triu.default", "aten.tril.default", "aten.add.Tensor", "aten.sub.Tensor",
+    "aten.eq.Scalar", "aten.eq.Tensor", "aten.ne.Scalar", "aten.ne.Tensor", "aten.lt.Scalar", "aten.lt.Tensor",
+    "aten.le.Scalar", "aten.le.Tensor", "aten.gt.Scalar", "aten.gt.Tensor", "aten.ge.Scalar", "aten.ge.Tensor",
+    "aten.logical_and.default", "aten.logical_or.default", "aten.logical_not.default",
+    "aten.bitwise_and.Tensor", "aten.bitwise_or.Tensor", "aten.bitwise_not.default",
+})
+"""Ops that lamina computes from coordinates and constants alone, reading no memory."""
+
+
+def _coordinate_masks(exported, values: dict[str, Any]) -> set[str]:
+    """The nodes of every boolean mask that the program reads and that is built by
+    ``COORDINATE_OPS`` alone, with the nodes it is built from."""
+    built_from_coordinates = set()
+    for fx_node in exported.graph.nodes:
+        if (fx_node.op == "call_function" and str(fx_node.target) in COORDINATE_OPS
+                and all(n.name in built_from_coordinates for n in _tensor_inputs(fx_node))):
+            built_from_coordinates.add(fx_node.name)
+    kept: set[str] = set()
+    for fx_node in exported.graph.nodes:
+        value = values.get(fx_node.name)
+        if (fx_node.name in built_from_coordinates and isinstance(value, torch.Tensor) and value.dtype == torch.bool
+                and any(user.name not in values for user in fx_node.users)):
+            kept |= _cone(fx_node)
+    return kept
+
+
+def _cone(fx_node) -> set[str]:
+    found, pending = set(), [fx_node]
+    while pending:
+        node = pending.pop()
+        if node.name not in found:
+            found.add(node.name)
+            pending += _tensor_inputs(node)
+    return found
+
+
 def fold_constants(exported) -> Folding:
     """Evaluate the constant part of ``exported``'s graph."""
     values: dict[str, Any] = dict(_constant_placeholders(exported))
@@ -81,6 +125,8 @@ def fold_constants(exported) -> Folding:
                 values[fx_node.name] = _evaluate(fx_node, values)
             except Exception:
                 continue
+    for name in _coordinate_masks(exported, values):
+        values.pop(name, None)
     inputs, dropped, aliases = {}, set(), {}
     for fx_node in exported.graph.nodes:
         if fx_node.name not in values:
