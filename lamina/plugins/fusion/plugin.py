@@ -3,13 +3,16 @@
 Inlining runs first so that an epilogue is a single pointwise kernel by the time it
 meets its reduction. A reduction then takes in a pointwise epilogue that reads it at
 every point (it stays a matmul-shaped kernel), before one that reads it through a
-broadcast runs inside its consumer. A program output that a later kernel reads is
-stored by that kernel once the reductions have settled; a temporary that every reader
-casts to a narrower dtype is then stored in that dtype; dead buffers are cleared last.
+broadcast runs inside its consumer; one that stays a kernel of its own then computes
+what all its readers compute of each element (attention's scale and causal mask). A
+program output that a later kernel reads is stored by that kernel once the reductions
+have settled; a temporary that every reader casts to a narrower dtype is then stored in
+that dtype; dead buffers are cleared last.
 """
 
 from lamina.core.hookspecs import hookimpl
 from lamina.plugins.fusion.fuse_epilogue_into_reduction import FuseEpilogueIntoReduction
+from lamina.plugins.fusion.fuse_readers_function_into_reduction import FuseReadersFunctionIntoReduction
 from lamina.plugins.fusion.fuse_reduction_into_consumer import FuseReductionIntoConsumer
 from lamina.plugins.fusion.inline_pointwise_producers import InlinePointwiseProducers
 from lamina.plugins.fusion.remove_dead_buffers import RemoveDeadBuffers
@@ -22,6 +25,7 @@ def lamina_register_fusion_rules(register):
     register(InlinePointwiseProducers())
     register(FuseEpilogueIntoReduction())
     register(FuseReductionIntoConsumer())
+    register(FuseReadersFunctionIntoReduction())
     register(StoreOutputInConsumer())
     register(StoreNarrowedTemporaries())
     register(RemoveDeadBuffers())

@@ -6,7 +6,9 @@ from lamina.core.ir.torch_ir import TensorType
 from lamina.core.stages.fuse import fuse
 from lamina.core.stages.lower_to_loops import lower_to_loops
 from lamina.core.target import Target
-from lamina.plugins.fusion import FuseEpilogueIntoReduction, InlinePointwiseProducers, RemoveDeadBuffers
+from lamina.plugins.fusion import (
+    FuseEpilogueIntoReduction, FuseReadersFunctionIntoReduction, InlinePointwiseProducers, RemoveDeadBuffers,
+)
 from lamina.plugins.fusion import plugin
 from lamina.plugins.fusion.analysis import MAX_EXPRESSION_NODES
 from tests.core.stages import tensor_programs as tp
@@ -43,6 +45,7 @@ def test_plugin_registers_inlining_before_epilogue_fusion_before_cleanup():
         "inline_pointwise_producers",
         "fuse_epilogue_into_reduction",
         "fuse_reduction_into_consumer",
+        "fuse_readers_function_into_reduction",
         "store_output_in_consumer",
         "store_narrowed_temporaries",
         "remove_dead_buffers",
@@ -253,7 +256,8 @@ def test_kernel_inputs_are_made_exact_in_first_load_order():
     assert cleaned.kernels[0].inputs == (x,)
 
 
-@pytest.mark.parametrize("rule", [InlinePointwiseProducers(), FuseEpilogueIntoReduction(), RemoveDeadBuffers()], ids=lambda r: r.name)
+@pytest.mark.parametrize("rule", [InlinePointwiseProducers(), FuseEpilogueIntoReduction(), FuseReadersFunctionIntoReduction(),
+                                  RemoveDeadBuffers()], ids=lambda r: r.name)
 def test_rules_report_no_change_on_a_fused_program(rule):
     assert rule.apply(fused(tp.running_example()), SM_90, {}) is None
 
