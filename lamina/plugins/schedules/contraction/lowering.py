@@ -20,7 +20,7 @@ from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
 from lamina.core.ir.expr import Expr
 from lamina.core.target import Target
 from lamina.plugins.schedules import loop_to_kernel
-from lamina.plugins.schedules.contraction import copy_layout
+from lamina.plugins.schedules.contraction import copy_layout, unneeded_blocks
 from lamina.plugins.schedules.contraction.recognise import Contraction, analyse
 from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME, copy_order, partial_sums_shape, store_width
 
@@ -104,12 +104,13 @@ class ContractionWriter:
             self.split.name: self.splits,
         }
         self.batch_env = self._batch_coordinates()
-        self.k_tiles_here = self._k_tiles_of_slice()
         self.grid = tile.grid_shape()
         self.thread_col, self.thread_row = self._coordinates(
             "thread", (self.cols.threads, self.rows.threads), tile.warp_patch is not None)
         self.block_col, self.block_row = self._coordinates(
             "block", (self.grid["x"], self.grid["y"]), tile.grouped_rows > 1)
+        self.unneeded = self._unneeded_block()
+        self.k_tiles_here = self._k_tiles_of_block()
 
     # --- coordinates ---------------------------------------------------------
 
@@ -157,20 +158,43 @@ class ContractionWriter:
         coords = index.delinearize(self.batch, extents, {self.batch.name: math.prod(extents)})
         return dict(zip(self.c.batch, coords))
 
-    def _k_tiles_of_slice(self) -> Expr:
-        """The k-tiles of this block's split-K slice: all of them, or where the slice ends sooner
-        (``c.slice_bound``, whose slices are whole k-tiles) those up to its end."""
-        bound = self.c.slice_bound
-        if bound is None:
-            return ex.const(self.k_tiles)
-        return ex.Var(self.names.fresh("slice_k_tiles"))
+    def _unneeded_block(self) -> Expr | None:
+        """True in a block none of whose outputs uses the sum (``unneeded_blocks``), else None."""
+        condition = unneeded_blocks.unneeded_where(self.c)
+        if condition is None:
+            return None
+        box = {name: (e, e) for name, e in self.batch_env.items()}
+        for var, binding, block in ((self.c.m, self.rows, self.block_row), (self.c.n, self.cols, self.block_col)):
+            first = block * binding.block_tile
+            box[var] = (first, first + (binding.block_tile - 1))
+        return unneeded_blocks.holds_over_block(condition, box)
 
-    def _slice_prologue(self) -> list[kernel_ir.Stmt]:
-        bound = self.c.slice_bound
-        if bound is None:
+    @property
+    def _k_tiles_vary(self) -> bool:
+        """Whether some blocks run fewer k-tiles than others."""
+        return self.c.slice_bound is not None or self.unneeded is not None
+
+    def _k_tiles_of_block(self) -> Expr:
+        """The k-tiles this block runs: all of them; where its split-K slice ends sooner
+        (``c.slice_bound``, whose slices are whole k-tiles) those up to its end; none where
+        its outputs do not use the sum."""
+        if self.c.slice_bound is not None:
+            return ex.Var(self.names.fresh("slice_k_tiles"))
+        if self.unneeded is not None:
+            return ex.Var(self.names.fresh("needed_k_tiles"))
+        return ex.const(self.k_tiles)
+
+    def _k_tiles_prologue(self) -> list[kernel_ir.Stmt]:
+        if not self._k_tiles_vary:
             return []
-        left = (bound.end - ex.substitute(bound.start, self.batch_env)) // self.block_k
-        return [kernel_ir.Declare(self.k_tiles_here.name, self.k_tiles_here.dtype, ex.op("min", left, self.k_tiles))]
+        k_tiles: Expr = ex.const(self.k_tiles)
+        bound = self.c.slice_bound
+        if bound is not None:
+            left = (bound.end - ex.substitute(bound.start, self.batch_env)) // self.block_k
+            k_tiles = ex.op("min", left, self.k_tiles)
+        if self.unneeded is not None:
+            k_tiles = ex.op("where", self.unneeded, ex.const(0), k_tiles)
+        return [kernel_ir.Declare(self.k_tiles_here.name, self.k_tiles_here.dtype, k_tiles)]
 
     def _row(self, a: int) -> Expr:
         return _owned(self.row, self.rows, a)
@@ -340,7 +364,7 @@ class ContractionWriter:
         ]
         if self.c.batch:
             out.append(kernel_ir.Declare(self.batch.name, self.batch.dtype, kernel_ir.block_idx("z")))
-        out += self._slice_prologue()
+        out += self._k_tiles_prologue()
         init = ex.cast(self.c.init, self.c.acc_dtype)
         out += [kernel_ir.Store(self.acc, (ex.const(a), ex.const(b)), init) for a, b in self._register_tile()]
         for load, name in self.invariants.items():
@@ -375,13 +399,14 @@ class ContractionWriter:
         first = []
         for j in range(min(self._buffers - 1, self.k_tiles)):
             issue = self._issue(ex.const(j), ex.const(j))
-            first += issue if self.c.slice_bound is None else [kernel_ir.If(ex.op("lt", ex.const(j), k_tiles), issue)]
+            first += [kernel_ir.If(ex.op("lt", ex.const(j), k_tiles), issue)] if self._k_tiles_vary else issue
         return first + start + [self._k_tile_loop(body)]
 
     def _k_tile_loop(self, body: list[kernel_ir.Stmt]) -> kernel_ir.For:
         """The loop over k-tiles: every block runs the most of them, and blocks of a shorter
-        split-K slice skip the rest (loop bounds are the same in every block)."""
-        if self.c.slice_bound is not None:
+        split-K slice, or whose outputs do not use the sum, skip the rest (loop bounds are the
+        same in every block)."""
+        if self._k_tiles_vary:
             body = [kernel_ir.If(ex.op("lt", self.kt, self.k_tiles_here), body)]
         return kernel_ir.For(self.kt.name, ex.const(0), ex.const(self.k_tiles), 1, body)
 

@@ -21,7 +21,7 @@ import math
 
 from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction import arrangement, copy_layout
+from lamina.plugins.schedules.contraction import arrangement, copy_layout, unneeded_blocks
 from lamina.plugins.schedules.contraction.knobs import Choices
 from lamina.plugins.schedules.contraction.recognise import Contraction, Operand
 
@@ -253,6 +253,9 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
     if c.slice_bound is not None:
         recorded.append(("slice_end", f"{c.reduce_var} runs while {c.slice_bound.text(c.reduce_var)}: "
                                       "a shorter slice ends at a k-tile sooner"))
+    unneeded = unneeded_blocks.describe(c)
+    if unneeded is not None:
+        recorded.append(("unneeded_product", unneeded))
     recorded += notes
     recorded += [(f"copy {s.index}", copy_layout.describe(copy_order(c, s), s.dims, s.tile)) for s in stages]
     tile = tile_ir.TileKernel(
