@@ -20,6 +20,15 @@ from lamina.core.errors import CompileError, LaminaError
 STANDARD_OPTIONS = ("-Xptxas=-v", "--std=c++17", "-default-device")
 """Options every compile gets after ``--gpu-architecture``: the ptxas report is how we read registers."""
 
+DIVISION_OPTIONS = ("--prec-div=false",)
+"""fp32 division and reciprocals as the fast approximations ``div.full.f32`` (within 2 ulp)
+and ``rcp.approx.f32`` (within 1 ulp), as Triton, and so torch.compile, emits them, rather
+than IEEE round-to-nearest, whose sequence checks its operands and branches to a slow path.
+On the H200 that sequence made the S = 1 silu(gate) * up, a reciprocal per element, take 1.6
+us in a CUDA graph where torch.compile's took 1.4; with this option 1.4 and 1.5
+(``benchmarks/results/2026-11-30_h200_nvrtc_division_options.txt``). Subnormals are kept.
+Options a backend is built with come later and win: ``--prec-div=true`` restores IEEE division."""
+
 INSTALL_NVRTC = "pip install nvidia-cuda-nvrtc cuda-python (nvidia-cuda-nvrtc-cu12 for CUDA 12)"
 
 _ARCH = re.compile(r"sm_\d+[af]?\Z")
@@ -78,7 +87,8 @@ def compile_kernel(source: str, name: str, arch: str = "sm_90", options: tuple[s
     if not _ARCH.match(arch):
         raise LaminaError(f"cannot compile kernel {name} for {arch!r}: lamina compiles for a real architecture such as sm_90 or sm_80")
     version = nvrtc_version()
-    all_options = (f"--gpu-architecture={arch}", *STANDARD_OPTIONS, *_version_options(version), *options)
+    all_options = (f"--gpu-architecture={arch}", *STANDARD_OPTIONS, *DIVISION_OPTIONS, *_version_options(version),
+                   *options)
     cache = CubinCache(cache_dir)
     key = cache_key(source, arch, all_options, version)
     cached = cache.get(key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
@@ -100,3 +101,29 @@ def test_missing_half_precision_headers_say_what_to_install(monkeypatch, tmp_pat
             compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), cache_dir=tmp_path)
     finally:
         headers.include_dirs.cache_clear()
+
+
+def _ptx_instructions(source: str, options: tuple[str, ...]) -> set[str]:
+    """The division and reciprocal instructions NVRTC writes for ``source`` under ``options``."""
+    from cuda.bindings import nvrtc as bindings
+
+    _, program = bindings.nvrtcCreateProgram(source.encode(), b"division.cu", 0, [], [])
+    all_options = ("--gpu-architecture=compute_90", *nvrtc.STANDARD_OPTIONS[1:], *options)
+    (result,) = bindings.nvrtcCompileProgram(program, len(all_options), [o.encode() for o in all_options])
+    assert result == bindings.nvrtcResult.NVRTC_SUCCESS
+    _, size = bindings.nvrtcGetPTXSize(program)
+    ptx = b" " * size
+    bindings.nvrtcGetPTX(program, ptx)
+    return set(re.findall(r"\b(div\.[a-z]+\.f32|rcp\.[a-z]+\.f32)", ptx.decode()))
+
+
+DIVIDING_KERNEL = """extern "C" __global__ void divide(float* a, const float* b) {
+  int i = threadIdx.x;
+  a[i] = a[i] / b[i] + 1.0f / (1.0f + expf(-b[i]));
+}"""
+
+
+def test_kernels_divide_as_torch_compile_does_and_a_later_option_restores_ieee_division():
+    assert _ptx_instructions(DIVIDING_KERNEL, nvrtc.DIVISION_OPTIONS) == {"div.full.f32", "rcp.approx.f32"}
+    restored = _ptx_instructions(DIVIDING_KERNEL, (*nvrtc.DIVISION_OPTIONS, "--prec-div=true"))
+    assert restored == {"div.rn.f32", "rcp.rn.f32"}
