@@ -48,6 +48,10 @@ class _RowsWriter(ContractionWriter):
             attrs.evolve(store, value=reciprocals.multiplying_by_reciprocals(store.value, self.reciprocals))
             for store in self.c.epilogue))
 
+    def _unneeded_block(self) -> None:
+        """None: every element of the product feeds the rows' reductions, whatever the stores keep."""
+        return None
+
     def _row_value(self, acc: str, a: int) -> kernel_ir.Load:
         return kernel_ir.Load(self.row_registers[acc], (ex.const(a),), self.rows_of.accumulators[acc][1])
 

@@ -130,3 +130,20 @@ def test_a_mask_read_from_memory_skips_nothing():
         if tile.schedule == "contraction":
             assert unneeded_where(analyse(tile.kernel)) is None
             assert "unneeded_product" not in dict(tile.knobs)
+
+
+def test_a_mask_after_the_softmax_of_rows_held_in_blocks_skips_nothing():
+    """The stores of a softmax held in registers keep only what the mask allows, yet every
+    score feeds the row's maximum and sum: no block may skip its product."""
+
+    def masked_after(q, k):
+        p = torch.softmax(q @ k.transpose(-1, -2), -1)
+        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).triu(1)
+        return p.masked_fill(keep, 0.0)
+
+    torch.manual_seed(0)
+    q, k = torch.randn(1, 2, 300, 24), torch.randn(1, 2, 300, 24)
+    compiled = lamina.compile(masked_after, (q, k))
+    assert [t.schedule for t in compiled.compilation.tiles] == ["contraction_rows"]
+    assert not any("needed_k_tiles" in source for source in compiled.compilation.sources.values())
+    assert relative_error(compiled(q, k), float64_reference(masked_after, (q, k))) < 1e-5
