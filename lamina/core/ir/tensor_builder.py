@@ -158,6 +158,14 @@ class TensorBuilder:
         bound = self._bound[name]
         return (bound,) if isinstance(bound, str) else bound
 
+    def filled_with(self, name: str) -> Scalar | None:
+        """The constant that value ``name`` is filled with (``full``, ``ones``), else None."""
+        position = self._position.get(name)
+        op = self.ops[position] if position is not None else None
+        if isinstance(op, Elementwise) and not op.inputs and isinstance(op.fn, ex.Const):
+            return op.fn.value
+        return None
+
     def bind(self, node: Node, result: str | Sequence[str]) -> None:
         """Record that ``result`` holds the value of ``node``; call it inside ``at(node)``.
 

@@ -31,8 +31,17 @@ def _triangle(upper: bool):
 
 
 def _logical(opname: str):
+    """``and``/``or``; a side filled with the identity (``triu`` of ``ones`` leaves ``mask and
+    true``) is dropped, so that the mask reads as the comparison it is."""
+    identity = opname == "and"
+
     def decompose(b: TensorBuilder, node: Node) -> str:
-        return b.apply(opname, *(operand(b, a) for a in node.args[:2]))
+        a, c = (operand(b, x) for x in node.args[:2])
+        for kept, other in ((a, c), (c, a)):
+            if (isinstance(kept, str) and isinstance(other, str) and b.filled_with(other) is identity
+                    and b.shape(kept) == b.shape(other) and b.dtype(kept) == dtypes.bool_):
+                return kept
+        return b.apply(opname, a, c)
 
     return decompose
 

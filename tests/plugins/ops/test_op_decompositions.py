@@ -144,3 +144,15 @@ def test_the_plugin_registers_every_decomposition_through_the_hook():
     manager.check_pending()
     manager.hook.lamina_register_ops(register=register)
     assert registered == {op: (fn, 0) for op, fn in DECOMPOSITIONS.items()}
+
+
+def test_a_triangle_of_ones_is_the_comparison_of_its_coordinates_alone():
+    """Export writes ``ones(n, n).triu(1)`` as ``(col - row >= 1) and ones``; the ``and ones`` is dropped."""
+
+    def masked(x):
+        return x.masked_fill(torch.ones(x.shape[-2], x.shape[-1], dtype=torch.bool).triu(1), 0.0)
+
+    x = torch.randn(5, 7)
+    captured, program = lower(masked, (x,))
+    assert not any(getattr(op.fn, "op", None) == "and" for op in program.ops if hasattr(op, "fn"))
+    assert_matches(run(captured, program, (x,))[0], masked(x), "masked")
