@@ -19,7 +19,7 @@ from lamina.core.errors import ScheduleError
 from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
 from lamina.core.ir.expr import Expr
 from lamina.core.target import Target
-from lamina.plugins.schedules import loop_to_kernel
+from lamina.plugins.schedules import coordinate_conditions, loop_to_kernel
 from lamina.plugins.schedules.contraction import copy_layout, unneeded_blocks
 from lamina.plugins.schedules.contraction.recognise import Contraction, analyse
 from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME, copy_order, partial_sums_shape, store_width
@@ -167,7 +167,7 @@ class ContractionWriter:
         for var, binding, block in ((self.c.m, self.rows, self.block_row), (self.c.n, self.cols, self.block_col)):
             first = block * binding.block_tile
             box[var] = (first, first + (binding.block_tile - 1))
-        return unneeded_blocks.holds_over_block(condition, box)
+        return coordinate_conditions.holds_over(condition, box)
 
     @property
     def _k_tiles_vary(self) -> bool:
