@@ -8,7 +8,9 @@ reader's variables to the element's coordinates), the reduction stores the funct
 value instead and the readers load it as it is. The function then runs once per
 element rather than once per read, and the reduction's epilogue says which of its
 elements it need not compute: the contraction schedule skips a block whose every
-output the causal mask replaces (``contraction/unneeded_blocks``).
+output the causal mask replaces (``contraction/unneeded_blocks``). A mask on
+coordinates alone stays in the readers too, ``where(col <= row, s[row, col], -inf)``,
+which is the same value, so that a reader can skip reading what it replaces.
 
 The function may read other buffers at the element's coordinates, provided they are
 written before the reduction runs, and every reader must visit the whole of the
@@ -133,9 +135,27 @@ def _common_function(store: loop_ir.Store, result: loop_ir.Buffer, readers: list
     if len(renamed) != 1:
         return None
     (function,) = renamed
-    if isinstance(function, loop_ir.Load) or function.dtype != result.type.dtype:
+    if isinstance(function, loop_ir.Load) or function.dtype != result.type.dtype or _masked_already(store, function):
         return None
     return function
+
+
+def _masked_already(store: loop_ir.Store, function: Expr) -> bool:
+    """Whether ``function`` is only the mask that the stored value already applies (the one
+    this rule leaves in the readers)."""
+    stored = store.value
+    if not (_is_where(function) and _is_where(stored) and function.args[0] == stored.args[0]):
+        return False
+    branches, kept = function.args[1:], stored.args[1:]
+    for constant, element in ((0, 1), (1, 0)):
+        if (isinstance(branches[constant], ex.Const) and branches[constant] == kept[constant]
+                and isinstance(branches[element], loop_ir.Load) and branches[element].buffer == store.buffer):
+            return True
+    return False
+
+
+def _is_where(e: Expr) -> bool:
+    return isinstance(e, ex.Op) and e.op == "where"
 
 
 def _store_function(producer: loop_ir.Kernel, store: loop_ir.Store, function: Expr) -> loop_ir.Kernel:
@@ -162,9 +182,28 @@ def _read_result(reader: loop_ir.Kernel, result: loop_ir.Buffer, written_before:
     def replace(node: Expr) -> Expr:
         found: list[_Read] = []
         _reads(node, result.name, result.type.shape, extents, written_before, found)
-        return _replaced(node, {id(r.function): loop_ir.Load(result.name, r.index, result.type.dtype) for r in found})
+        return _replaced(node, {
+            id(r.function): _behind_mask(r.function, loop_ir.Load(result.name, r.index, result.type.dtype))
+            for r in found
+        })
 
     return attrs.evolve(reader, body=loop_ir.map_expressions(reader.body, replace))
+
+
+def _behind_mask(function: Expr, element: loop_ir.Load) -> Expr:
+    """``element`` behind the function's mask, where the function selects a constant by a
+    condition on coordinates alone: the stored element already holds that constant there,
+    and the mask tells the reader where it need not read it."""
+    if not _is_where(function):
+        return element
+    condition, chosen, otherwise = function.args
+    if any(isinstance(n, loop_ir.Load) for n in ex.walk(condition)):
+        return element
+    if isinstance(chosen, ex.Const):
+        return ex.op("where", condition, chosen, element)
+    if isinstance(otherwise, ex.Const):
+        return ex.op("where", condition, element, otherwise)
+    return element
 
 
 def _replaced(node: Expr, by_identity: dict[int, Expr]) -> Expr:

@@ -36,8 +36,8 @@ from lamina.core.ir import dtypes, expr as ex, index, kernel_ir, loop_ir, tile_i
 from lamina.core.ir.expr import Expr
 from lamina.core.ir.names import fresh_name
 from lamina.core.target import Target
-from lamina.plugins.schedules import loop_to_kernel, reciprocals
-from lamina.plugins.schedules.row_reduction import vectors
+from lamina.plugins.schedules import coordinate_conditions, loop_to_kernel, reciprocals
+from lamina.plugins.schedules.row_reduction import masked_reads, vectors
 from lamina.plugins.schedules.row_reduction.recognise import RowReduction, analyse
 from lamina.plugins.schedules.row_reduction.tiling import RowDecisions, knobs_of
 
@@ -162,12 +162,33 @@ class _RowLowering:
             self.arrays.append(kernel_ir.Array(name, dtype, shape, "register"))
             if vectors.is_vector_access(self.kernel_ir, buffer, idx, dtype, self.row.column_name, self.width):
                 offset = self._vector_offset(buffer, idx, self.row.column_name)
-                loads += self._copies(kernel_ir.VectorLoad, name, (self.slot,), buffer, offset)
+                copies = self._copies(kernel_ir.VectorLoad, name, (self.slot,), buffer, offset)
+                first = index.simplify(self._vector() * self.width)
+                places = [(self.slot, ex.const(e)) for e in range(self.width)]
+                loads += self._unless_masked(key, copies, name, places, dtype, first, self.width)
             else:
                 node = loop_ir.Load(buffer, idx, dtype)
                 value = loop_to_kernel.translate_expr(node, self.kernel_ir, {**self.env, **column})
-                loads += self._per_element([kernel_ir.Store(name, self._register_index(), value)])
+                load = [kernel_ir.Store(name, self._register_index(), value)]
+                masked = self._unless_masked(key, load, name, [self._register_index()], dtype, self._column(), 1)
+                loads += self._per_element(masked)
         return self._over_row(loads) if loads else []
+
+    def _unless_masked(self, key: tuple, loads: list[kernel_ir.Stmt], register: str, places: list[tuple[Expr, ...]],
+                       dtype, first: Expr, columns: int) -> list[kernel_ir.Stmt]:
+        """``loads`` of ``columns`` columns of row access ``key`` from column ``first``, skipped
+        where a mask on coordinates leaves all of them unused (``masked_reads``); the register's
+        ``places`` then hold zeros, which nothing reads."""
+        unused = masked_reads.skippable_where(self.row, key)
+        if unused is None:
+            return loads
+        box = {name: (value, value) for name, value in self.env.items()}
+        box[self.row.column_name] = (first, index.simplify(first + (columns - 1)))
+        skipped = coordinate_conditions.holds_over(unused, box)
+        if skipped is None:
+            return loads
+        zeros = [kernel_ir.Store(register, place, ex.cast(ex.const(0), dtype)) for place in places]
+        return [kernel_ir.If(ex.op("not", skipped), tuple(loads), tuple(zeros))]
 
     def _from_registers(self, body: tuple[loop_ir.Stmt, ...], var: str) -> tuple[loop_ir.Stmt, ...]:
         """``body`` of the loop over ``var`` with its row accesses read from registers."""

@@ -24,7 +24,7 @@ import attrs
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import loop_ir, tile_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.row_reduction import latency, vectors
+from lamina.plugins.schedules.row_reduction import latency, masked_reads, vectors
 from lamina.plugins.schedules.row_reduction.recognise import RowReduction, analyse
 
 SCHEDULE_NAME = "row_reduction"
@@ -219,7 +219,7 @@ def tile(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> ti
             ("rows_per_block", decisions.rows_per_block),
             ("elements_per_thread", decisions.elements_per_thread(row.length)),
             ("row_in_registers", decisions.row_in_registers),
-        ) + _describe_vectors(row, decisions.vector_width),
+        ) + _describe_vectors(row, decisions.vector_width) + _describe_masked_loads(row, decisions),
     )
     tile_ir.verify_tile_kernel(result, target.max_threads_per_block, target.max_shared_bytes_optin)
     return result
@@ -239,6 +239,23 @@ def _describe_vectors(row: RowReduction, width: int) -> tuple[tuple[str, str], .
             stores.setdefault(row.key(loop_ir.Load(store.buffer, store.index, dtype), loop.var), None)
     groups = (("vector_loads", loads), ("vector_stores", stores))
     return tuple((name, ", ".join(_key_text(key) for key in keys)) for name, keys in groups if keys)
+
+
+def _describe_masked_loads(row: RowReduction, decisions: RowDecisions) -> tuple[tuple[str, str], ...]:
+    """The row accesses kept in registers that are not loaded where a mask leaves them unused."""
+    width = decisions.vector_width
+    if not decisions.row_in_registers:
+        return ()
+    found = []
+    for key in row.shared_reads:
+        buffer, idx, dtype = key
+        unused = masked_reads.skippable_where(row, key)
+        if unused is None:
+            continue
+        vector = width > 1 and vectors.is_vector_access(row.kernel, buffer, idx, dtype, row.column_name, width)
+        found.append(f"{_key_text(key)} where {loop_ir.format_value(unused)}"
+                     + (" at every column of a vector" if vector else ""))
+    return (("masked_loads", ", ".join(found)),) if found else ()
 
 
 def _key_text(key: tuple) -> str:
