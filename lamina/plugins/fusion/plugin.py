@@ -3,11 +3,11 @@
 Inlining runs first so that an epilogue is a single pointwise kernel by the time it
 meets its reduction. A reduction then takes in a pointwise epilogue that reads it at
 every point (it stays a matmul-shaped kernel), before one that reads it through a
-broadcast runs inside its consumer; one that stays a kernel of its own then computes
-what all its readers compute of each element (attention's scale and causal mask). A
-program output that a later kernel reads is stored by that kernel once the reductions
-have settled; a temporary that every reader casts to a narrower dtype is then stored in
-that dtype; dead buffers are cleared last.
+broadcast runs inside its consumer. A program output that a later kernel reads is
+stored by that kernel once the reductions have settled; a reduction that stays a kernel
+of its own then computes what all its readers compute of each element (attention's
+scale and causal mask); a temporary that every reader casts to a narrower dtype is then
+stored in that dtype; dead buffers are cleared last.
 """
 
 from lamina.core.hookspecs import hookimpl
@@ -25,7 +25,7 @@ def lamina_register_fusion_rules(register):
     register(InlinePointwiseProducers())
     register(FuseEpilogueIntoReduction())
     register(FuseReductionIntoConsumer())
-    register(FuseReadersFunctionIntoReduction())
     register(StoreOutputInConsumer())
+    register(FuseReadersFunctionIntoReduction())
     register(StoreNarrowedTemporaries())
     register(RemoveDeadBuffers())

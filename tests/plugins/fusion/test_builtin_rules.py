@@ -45,8 +45,8 @@ def test_plugin_registers_inlining_before_epilogue_fusion_before_cleanup():
         "inline_pointwise_producers",
         "fuse_epilogue_into_reduction",
         "fuse_reduction_into_consumer",
-        "fuse_readers_function_into_reduction",
         "store_output_in_consumer",
+        "fuse_readers_function_into_reduction",
         "store_narrowed_temporaries",
         "remove_dead_buffers",
     ]

@@ -55,3 +55,14 @@ def test_a_reader_of_part_of_the_result_leaves_the_function_to_it():
     inputs, compiled = loop_program(left_half, (2, 1100, 8), (2, 1100, 8))
     program = compiled.compilation.loop
     assert stored(program, program.kernels[0].name) == [f"{program.kernels[0].name}[i0, i1, i2] = acc0"]
+
+
+def test_scores_that_fit_in_rows_are_fused_before_their_mask_moves():
+    def scores_causal(q, k):
+        s = q @ k.transpose(-1, -2) * 0.125
+        return torch.softmax(s.masked_fill(torch.ones(128, 128, dtype=torch.bool).triu(1), float("-inf")), -1)
+
+    _, compiled = loop_program(scores_causal, (1, 2, 128, 16), (1, 2, 128, 16))
+    (tile,) = compiled.compilation.tiles
+    assert tile.schedule == "contraction_rows"
+    assert dict(tile.knobs)["element"].count("where") == 1
