@@ -37,6 +37,12 @@ def holds_over(condition: Expr, box: Box) -> Expr | None:
     return _everywhere(condition, box, True)
 
 
+def decidable(condition: Expr) -> bool:
+    """Whether ``holds_over`` can decide ``condition`` for a box of any bounds."""
+    box = {name: (ex.Var(f"{name}_first"), ex.Var(f"{name}_last")) for name in ex.free_vars(condition)}
+    return holds_over(condition, box) is not None
+
+
 def _everywhere(condition: Expr, box: Box, truth: bool) -> Expr | None:
     """True only if ``condition`` is ``truth`` at every point of ``box``."""
     if isinstance(condition, ex.Const):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.ir.expr import Expr
-from lamina.plugins.schedules.coordinate_conditions import holds_over, negated
+from lamina.plugins.schedules.coordinate_conditions import decidable, negated
 from lamina.plugins.schedules.row_reduction.recognise import RowReduction
 
 
@@ -20,10 +20,7 @@ def skippable_where(row: RowReduction, key: tuple) -> Expr | None:
     row uses the row access ``key``, where a vector's first and last column can decide it;
     else None."""
     unused = _unused_where(row, key)
-    if unused is None:
-        return None
-    box = {name: (ex.Var(f"{name}_first"), ex.Var(f"{name}_last")) for name in ex.free_vars(unused)}
-    return unused if holds_over(unused, box) is not None else None
+    return unused if unused is not None and decidable(unused) else None
 
 
 def _unused_where(row: RowReduction, key: tuple) -> Expr | None:
