@@ -34,6 +34,15 @@ def classifier(x, w, b):
     return torch.softmax(F.linear(x, w, b), -1)
 
 
+def log_probabilities(q, k):
+    return torch.log_softmax(q @ k.transpose(-1, -2) * 0.3, -1)
+
+
+def normalised_rows(q, k):
+    s = q @ k.transpose(-1, -2)
+    return s * torch.rsqrt((s * s).mean(-1, keepdim=True) + 1e-6)
+
+
 def causal_mask(n):
     return torch.ones(n, n, dtype=torch.bool).triu(1)
 
@@ -46,6 +55,8 @@ PROGRAMS = {
     "scores_300_columns_in_a_cluster": (scores, lambda: (torch.randn(1, 2, 70, 8), torch.randn(1, 2, 300, 8))),
     "causal_scores_600_in_a_cluster": (masked_scores, lambda: (torch.randn(1, 600, 4), torch.randn(1, 600, 4),
                                                                 causal_mask(600))),
+    "log_softmax_300_in_a_cluster": (log_probabilities, lambda: (torch.randn(1, 2, 40, 8), torch.randn(1, 2, 300, 8))),
+    "normalised_rows_300_in_a_cluster": (normalised_rows, lambda: (torch.randn(1, 40, 8), torch.randn(1, 300, 8))),
     "classifier_10_classes": (classifier, lambda: (torch.randn(21, 30), torch.randn(10, 30), torch.randn(10))),
 }
 
