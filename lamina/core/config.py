@@ -127,6 +127,9 @@ def _parse_env_value(key: str, raw: str) -> Any:
 
 
 def _parse_knob(raw: str) -> Any:
+    """A knob's value from the environment: an integer, a number, true or false, else the text."""
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
     for convert in (int, float):
         try:
             return convert(raw)

@@ -81,6 +81,28 @@ class RowReduction:
         """Row accesses read by more than one loop over the row: those worth keeping in registers."""
         return tuple(key for key, count in self.readers.items() if count > 1)
 
+    @property
+    def reads_after_a_reduction(self) -> tuple[tuple, ...]:
+        """Row accesses that only one loop reads, after the first reduction, at columns that
+        no accumulator decides (RMSNorm's weight): a row kept in registers can load them with
+        its first pass, so that their latency passes beside the row's instead of after the
+        reductions."""
+        found: dict[tuple, None] = {}
+        reduced = False
+        for phase in self.phases:
+            loop = phase.loop
+            if loop is None:
+                continue
+            if reduced:
+                for s in loop.body:
+                    for e in loop_ir.expressions(s):
+                        for node in ex.walk(e):
+                            if (isinstance(node, loop_ir.Load) and _uses(node.index, loop.var)
+                                    and not set().union(*map(ex.free_vars, node.index)) & set(self.accumulators)):
+                                found[self.key(node, loop.var)] = None
+            reduced = reduced or phase.reduces
+        return tuple(key for key in found if self.readers.get(key) == 1)
+
     def key(self, load: loop_ir.Load, var: str) -> tuple:
         """``load`` in the loop over ``var``, with that variable renamed: the same element of
         the row read by two loops has one key."""
