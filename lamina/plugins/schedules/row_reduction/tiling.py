@@ -11,7 +11,7 @@ block to itself. A row read by more than one loop is kept in registers when it f
 one pass over memory instead of one per loop. With fewer rows than SMs, the reads that
 only the loops after a reduction make (RMSNorm's weight) are then loaded with the row
 where they fit too (``early_reads``), so that the row does not wait for memory twice. On
-the H200 that took the RMSNorms of one row 3 to 10 % faster (TinyLlama's from 1.76 to 1.58
+the H200 that took the RMSNorms of one row 2 to 10 % faster (TinyLlama's from 1.76 to 1.58
 us); with a row per SM or more, other rows hide that wait, and loading early made
 TinyLlama's S = 2048 norms 3 to 4 % slower, 9 % cold for add + RMSNorm
 (``benchmarks/results/2026-11-30_h200_rmsnorm_early_reads*``).
