@@ -35,8 +35,8 @@ def test_environment_overrides_the_file(tmp_path):
 def test_knobs_from_the_environment_are_numbers_booleans_or_text(tmp_path):
     env = {"LAMINA_KNOB_BLOCK_M": "64", "LAMINA_KNOB_EARLY_READS": "false", "LAMINA_KNOB_ROW_IN_REGISTERS": "True",
            "LAMINA_KNOB_SPLIT": "0.5", "LAMINA_KNOB_ORDER": "rows"}
-    assert load_config(start=tmp_path, environ=env).knobs == {"block_m": 64, "early_reads": False, "row_in_registers": True,
-                                              "split": 0.5, "order": "rows"}
+    knobs = load_config(start=tmp_path, environ=env).knobs
+    assert knobs == {"block_m": 64, "early_reads": False, "row_in_registers": True, "split": 0.5, "order": "rows"}
 
 
 def test_unknown_setting_is_an_error_that_names_the_file(tmp_path):

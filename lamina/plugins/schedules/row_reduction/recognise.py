@@ -23,6 +23,7 @@ the nest: matmuls (where rows share operands) are the contraction schedule's.
 from __future__ import annotations
 
 import math
+from typing import Iterator
 
 import attrs
 
@@ -91,15 +92,10 @@ class RowReduction:
         reduced = False
         for phase in self.phases:
             loop = phase.loop
-            if loop is None:
-                continue
-            if reduced:
-                for s in loop.body:
-                    for e in loop_ir.expressions(s):
-                        for node in ex.walk(e):
-                            if (isinstance(node, loop_ir.Load) and _uses(node.index, loop.var)
-                                    and not set().union(*map(ex.free_vars, node.index)) & set(self.accumulators)):
-                                found[self.key(node, loop.var)] = None
+            if loop is not None and reduced:
+                for load in _row_loads(loop):
+                    if not set().union(*map(ex.free_vars, load.index)) & set(self.accumulators):
+                        found[self.key(load, loop.var)] = None
             reduced = reduced or phase.reduces
         return tuple(key for key in found if self.readers.get(key) == 1)
 
@@ -175,20 +171,26 @@ def _row_accesses(row: RowReduction) -> dict[tuple, int]:
         for s in loop.body:
             if isinstance(s, loop_ir.Store):
                 _check_contiguous(row.kernel, s.buffer, s.index, loop.var, "writes")
-            for e in loop_ir.expressions(s):
-                for node in ex.walk(e):
-                    if not isinstance(node, loop_ir.Load) or not _uses(node.index, loop.var):
-                        continue
-                    _check_contiguous(row.kernel, node.buffer, node.index, loop.var, "reads")
-                    if loop.kind == "reduce" and distinct_rows <= set().union(*map(ex.free_vars, node.index)):
-                        owns_a_row = True
-                    seen[row.key(node, loop.var)] = None
+        for node in _row_loads(loop):
+            _check_contiguous(row.kernel, node.buffer, node.index, loop.var, "reads")
+            if loop.kind == "reduce" and distinct_rows <= set().union(*map(ex.free_vars, node.index)):
+                owns_a_row = True
+            seen[row.key(node, loop.var)] = None
         for key in seen:
             readers[key] = readers.get(key, 0) + 1
     if not owns_a_row:
         raise NotARowReduction("no reduction reads a row of its own for each row: rows share their operands, "
                                "as in a matmul")
     return readers
+
+
+def _row_loads(loop: loop_ir.Loop) -> Iterator[loop_ir.Load]:
+    """The loads in ``loop`` whose index moves with it."""
+    for s in loop.body:
+        for e in loop_ir.expressions(s):
+            for node in ex.walk(e):
+                if isinstance(node, loop_ir.Load) and _uses(node.index, loop.var):
+                    yield node
 
 
 def _uses(idx: tuple, var: str) -> bool:
