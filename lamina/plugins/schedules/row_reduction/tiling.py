@@ -108,19 +108,11 @@ def decide(row: RowReduction, target: Target, knobs: Mapping[str, Any]) -> RowDe
     budget = register_budget(threads * rows_per_block)
     needed = row_registers(row, threads, width)
     fits = needed <= budget
-    pinned = knobs.get("row_in_registers")
-    if pinned is None:
-        in_registers = fits and bool(row.shared_reads)
-    elif not isinstance(pinned, bool):
-        raise ScheduleError(f"the knob row_in_registers = {pinned!r} is not usable by the row_reduction schedule: "
-                            "it must be true or false")
-    elif pinned and not fits:
-        raise ScheduleError(
-            f"kernel {row.kernel.name}: the knob row_in_registers = true needs {needed} "
-            f"registers per thread for a row of {row.length} with {threads} threads per row, more than the "
-            f"{budget} a block of {threads * rows_per_block} threads leaves; pin more threads or leave it false")
-    else:
-        in_registers = pinned
+    in_registers = _switch(
+        knobs, "row_in_registers", fits and bool(row.shared_reads), fits,
+        f"kernel {row.kernel.name}: the knob row_in_registers = true needs {needed} "
+        f"registers per thread for a row of {row.length} with {threads} threads per row, more than the "
+        f"{budget} a block of {threads * rows_per_block} threads leaves; pin more threads or leave it false")
     early = _early_reads(row, knobs, in_registers, row.row_count < target.sm_count, budget - needed, threads, width)
     return RowDecisions(threads, rows_per_block, in_registers, width, early)
 
@@ -131,17 +123,24 @@ def _early_reads(row: RowReduction, knobs: Mapping[str, Any], in_registers: bool
     row is kept in registers and they fit in the registers it leaves; pinned, wherever they can."""
     needed = early_registers(row, threads, width)
     fits = in_registers and bool(row.reads_after_a_reduction) and needed <= left
-    pinned = knobs.get("early_reads")
+    return _switch(
+        knobs, "early_reads", fits and few_rows, fits,
+        f"kernel {row.kernel.name}: the knob early_reads = true needs the row kept in registers, reads after "
+        f"a reduction, and {needed} more registers per thread than the row's, within the {left} it leaves; "
+        "pin row_in_registers = true with more threads, or leave early_reads false")
+
+
+def _switch(knobs: Mapping[str, Any], name: str, chosen: bool, usable: bool, unusable: str) -> bool:
+    """A knob that is true or false: ``chosen`` unless pinned; pinned true only where ``usable``,
+    else a ``ScheduleError`` that says ``unusable``."""
+    pinned = knobs.get(name)
     if pinned is None:
-        return fits and few_rows
+        return chosen
     if not isinstance(pinned, bool):
-        raise ScheduleError(f"the knob early_reads = {pinned!r} is not usable by the row_reduction schedule: "
+        raise ScheduleError(f"the knob {name} = {pinned!r} is not usable by the row_reduction schedule: "
                             "it must be true or false")
-    if pinned and not fits:
-        raise ScheduleError(
-            f"kernel {row.kernel.name}: the knob early_reads = true needs the row kept in registers, reads after "
-            f"a reduction, and {needed} more registers per thread than the row's, within the {left} it leaves; "
-            "pin row_in_registers = true with more threads, or leave early_reads false")
+    if pinned and not usable:
+        raise ScheduleError(unusable)
     return pinned
 
 
