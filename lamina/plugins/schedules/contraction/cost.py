@@ -73,10 +73,10 @@ K_SPLIT_COST = 0.10
 """How much slower the arithmetic runs for each k-split inside a block beyond the first."""
 FULL_REUSE = 128 * 64 / (128 + 64)
 """Outputs per staged operand element of a 128 x 64 block tile, which runs as fast as 128 x 128."""
+DEEP_BLOCK = 128 * 64
+"""Blocks this large, with copies through registers, take three buffers (``default_buffers``)."""
 OVERLAP_LOSS = 0.25
 """Copies and arithmetic overlap imperfectly: this much of the shorter one adds to the longer."""
-DEEP_BLOCK = 128 * 64
-"""Block tiles this large keep few blocks per SM: three buffers keep two k-tiles in flight."""
 
 
 @attrs.frozen
@@ -147,12 +147,24 @@ def default_block_k(c: Contraction, splits: int) -> int:
     return depth
 
 
-def default_buffers(c: Contraction, block_m: int, block_n: int, block_k: int) -> int:
-    """One k-tile needs one buffer; large block tiles three, others two."""
+def default_buffers(c: Contraction, block_m: int, block_n: int, block_k: int, target: Target) -> int:
+    """One k-tile needs one buffer. Copies with ``cp.async`` take two, so that the next k-tile's
+    copy overlaps this one's arithmetic; copies through registers take three in blocks of
+    128 x 64 and more, with at least three k-tiles.
+
+    On the H200, in two alternating runs of each, two buffers instead of three made the sixteen
+    fp32 linears of the benchmark suite 1.1 % faster in the geomean (0 to 5 % faster on
+    fourteen, 1.3 and 0.2 % slower on two) and the attention scores at S = 2048 0.6 to 1.0 %
+    faster (``benchmarks/results/2026-11-30_h200_buffers_sweep.json``, ``…_buffers_scores.txt``):
+    a k-tile of those blocks' arithmetic takes microseconds, longer than a copy's trip to memory.
+    The bf16 ones, whose 2-byte elements are copied through registers, ran 2 to 9 % slower
+    with two (``…_bench_bfloat16_two_buffers.json`` against ``…_bench_bfloat16_early_reads.json``).
+    """
     k_tiles = math.ceil(c.reduce_extent / block_k)
     if k_tiles == 1:
         return 1
-    return 3 if k_tiles >= 3 and block_m * block_n >= DEEP_BLOCK else 2
+    through_registers = any(tiling.copy_kind(target, o.load.dtype.itemsize) != "cp.async" for o in c.operands)
+    return 3 if through_registers and k_tiles >= 3 and block_m * block_n >= DEEP_BLOCK else 2
 
 
 def _splits(threads: int, relaxed: bool) -> list[int]:
@@ -167,7 +179,7 @@ def _splits(threads: int, relaxed: bool) -> list[int]:
     return sorted({1, min(SPLITS[-1], max(1, SPLIT_THREADS // threads))})
 
 
-def _settings(c: Contraction, pinned: dict[str, int], relaxed: bool):
+def _settings(c: Contraction, pinned: dict[str, int], relaxed: bool, target: Target):
     def values(key, default):
         return [pinned[key]] if key in pinned else default
 
@@ -187,7 +199,7 @@ def _settings(c: Contraction, pinned: dict[str, int], relaxed: bool):
                     if not relaxed and (threads % 32 or not MIN_THREADS <= threads <= MAX_THREADS):
                         continue
                     block_k = pinned.get("block_k", default_block_k(c, splits))
-                    buffers = pinned.get("buffers", default_buffers(c, block_m, block_n, block_k))
+                    buffers = pinned.get("buffers", default_buffers(c, block_m, block_n, block_k, target))
                     yield Choices(block_m, block_n, block_k, thread_m, thread_n, splits, buffers, pinned.get("padding"),
                                   pinned.get("fragment_width", 1), pinned.get("warp_columns"),
                                   pinned.get("grouped_rows"))
@@ -214,7 +226,7 @@ def candidates(c: Contraction, target: Target, pinned: dict[str, int] | None = N
     pinned = pinned or {}
     for relaxed in (False, True):
         found = []
-        for choices in _settings(c, pinned, relaxed):
+        for choices in _settings(c, pinned, relaxed, target):
             fitted = _fitted(c, choices, pinned, target)
             if fitted is not None and fitted not in found:
                 found.append(fitted)
@@ -272,6 +284,6 @@ def choose(c: Contraction, target: Target, pinned: dict[str, int], where: str) -
 
 def _nothing_legal(c: Contraction, target: Target, pinned: dict[str, int], where: str) -> str:
     pins = ", ".join(f"{k} = {v}" for k, v in pinned.items())
-    reasons = sorted({tiling.illegal(c, s, target) or "" for s in _settings(c, pinned, relaxed=True)} - {""})
+    reasons = sorted({tiling.illegal(c, s, target) or "" for s in _settings(c, pinned, relaxed=True, target=target)} - {""})
     why = "; ".join(reasons) if reasons else "no block tile is a whole number of register tiles"
     return f"{where}: no setting with {pins} can run: {why}. Pin other values, or unpin some of these knobs."

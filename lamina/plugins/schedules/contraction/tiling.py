@@ -84,7 +84,8 @@ def _widest_copy(c: Contraction, operand: Operand, dims: tuple[str, ...], contig
     return 1
 
 
-def _copy_kind(target: Target, itemsize: int) -> str:
+def copy_kind(target: Target, itemsize: int) -> str:
+    """``cp.async`` where the target has it for elements of this size, else loads through registers."""
     arch = int("".join(ch for ch in target.arch if ch.isdigit()) or 0)
     return "cp.async" if arch >= 80 and itemsize in CP_ASYNC_BYTES else "load_store"
 
@@ -98,7 +99,7 @@ def stage_for(c: Contraction, operand: Operand, choices: Choices, target: Target
     else:
         dims, tile = (r,), (choices.block_k,)
     dtype = operand.load.dtype
-    copy = _copy_kind(target, dtype.itemsize)
+    copy = copy_kind(target, dtype.itemsize)
     contiguous = _contiguous_dim(c, operand, dims)
     widest = _widest_copy(c, operand, dims, contiguous) if copy == "cp.async" else 1
     alignment = choices.fragment_width if operand.side in ("m", "n") else 1

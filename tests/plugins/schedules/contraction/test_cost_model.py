@@ -6,7 +6,7 @@ from lamina.backends.cuda.codegen import emit_cuda, kernel_symbol
 from lamina.backends.cuda.nvrtc import compile_kernel
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.errors import ScheduleError
-from lamina.core.ir import kernel_ir, tile_ir
+from lamina.core.ir import dtypes, kernel_ir, tile_ir
 from lamina.plugins.schedules.contraction import ContractionSchedule, analyse, candidates, estimate
 from lamina.plugins.schedules.contraction.cost import choose
 from lamina.plugins.selection.cost_model import CostModelPolicy
@@ -108,18 +108,18 @@ def test_the_choices_for_model_shapes_compile_without_spills(case):
 
 QWEN_QKV_TILE_IR = """\
 tile linear  schedule=contraction
-  grid (36, 32, 1) blocks of 128 threads, 38400 B shared
+  grid (36, 32, 1) blocks of 128 threads, 25600 B shared
   parallel i1 (4608): block.x tile 128 = thread.x 16 x 8 per thread (grouped by 4, groups 64 apart)
   parallel i0 (2048): block.y tile 64 = thread.y 8 x 8 per thread (grouped by 4, groups 32 apart)
   reduce r0 (3584): serial, step 16
-  shared x[i0, r0] as f32[r0 16][i0 64 + pad 4], 3 buffers, copy cp.async 4 B
-  shared w[i1, r0] as f32[r0 16][i1 128 + pad 4], 3 buffers, copy cp.async 4 B
+  shared x[i0, r0] as f32[r0 16][i0 64 + pad 4], 2 buffers, copy cp.async 4 B
+  shared w[i1, r0] as f32[r0 16][i1 128 + pad 4], 2 buffers, copy cp.async 4 B
   warps of 4 x 8 threads (y by x)
   blocks run down groups of 22 grid rows, column by column
   register_tile = 8x8
   fragment_width = 4 (16-byte shared-memory reads)
   epilogue_stores = 4 adjacent outputs per store (16 B)
-  chosen = block 64x128x16, thread 8x8, splits 1, buffers 3, fragment width 4; cheapest of 41 settings, pinned: none
+  chosen = block 64x128x16, thread 8x8, splits 1, buffers 2, fragment width 4; cheapest of 41 settings, pinned: none
   estimate = 1629.7 us from launch 2.0, compute 1439.8 and memory 751.4, overlapped; 1152 blocks, 4 per SM at once
   warp_tile = 4x8 threads, reading 96 operand elements per step of k (CUDA's 2x16: 144)
   block_order = 32x36 blocks, 528 at once: down groups of 22 rows
@@ -158,3 +158,11 @@ def test_a_padding_that_breaks_the_alignment_falls_back_to_single_reads():
 def test_fragment_widths_that_cannot_run_say_why(knobs, message):
     with pytest.raises(ScheduleError, match=message):
         chosen(QWEN_QKV, knobs)
+
+
+def test_cp_async_copies_take_two_buffers_and_copies_through_registers_three():
+    """One k-tile in flight hides a cp.async copy; 2-byte elements, loaded through registers,
+    measured faster with two in flight; a single k-tile needs one buffer (``default_buffers``)."""
+    assert chosen(matmul(2048, 2048, 2048)).buffers == 2
+    assert chosen(matmul(2048, 2048, 2048, dtype=dtypes.bfloat16)).buffers == 3
+    assert chosen(matmul(2048, 16, 2048, dtype=dtypes.bfloat16)).buffers == 1
