@@ -28,6 +28,14 @@ ACCUMULATE_OPS = ("sum", "max", "min", "prod")
 class Buffer:
     name: str
     type: TensorType
+    unread: Expr | None = None
+    """Where no kernel reads this temporary: a condition on its coordinates, named ``i0``,
+    ``i1``, ... by axis (``axis_var``). Its writer may leave those elements unwritten."""
+
+
+def axis_var(axis: int) -> ex.Var:
+    """The variable that stands for a buffer's coordinate along ``axis`` in ``Buffer.unread``."""
+    return ex.Var(f"i{axis}")
 
 
 @attrs.frozen(eq=True)
@@ -196,7 +204,8 @@ def format_program(program: Program) -> str:
     outs = ", ".join(f"{b.name}: {b.type}" for b in program.outputs)
     lines = [f"loop_program({ins}) -> ({outs}):"]
     for t in program.temporaries:
-        lines.append(f"  buffer {t.name}: {t.type}")
+        unread = "" if t.unread is None else f", unread where {format_value(t.unread)}"
+        lines.append(f"  buffer {t.name}: {t.type}{unread}")
     for k in program.kernels:
         lines.append(format_kernel(k, "  "))
     return "\n".join(lines)
@@ -268,3 +277,16 @@ def _check_access(name, idx, ranges, buffers, problems, verb):
 def verify_program(program: Program) -> None:
     for k in program.kernels:
         verify_kernel(k)
+    problems = []
+    temporaries = {t.name for t in program.temporaries}
+    for b in {b for k in program.kernels for b in k.inputs + k.outputs} | set(program.outputs):
+        if b.unread is None:
+            continue
+        axes = {axis_var(a).name for a in range(len(b.type.shape))}
+        if b.name not in temporaries:
+            problems.append(f"{b.name} is marked unread where {format_value(b.unread)}, but it is not a temporary")
+        if not ex.free_vars(b.unread) <= axes or any(isinstance(n, Load) for n in ex.walk(b.unread)):
+            problems.append(f"{b.name} is marked unread where {format_value(b.unread)}: "
+                            f"the condition may use only its coordinates {', '.join(sorted(axes))}")
+    if problems:
+        raise VerificationError("Loop IR program is inconsistent:\n  " + "\n  ".join(problems))
