@@ -34,17 +34,28 @@ def aligned(tensor: torch.Tensor) -> torch.Tensor:
 
 class ProgramRunner:
     """Calls ``launch(kernel, buffers)`` for each kernel; ``buffers`` maps every
-    parameter name of the kernel to a flat contiguous tensor on ``device``."""
+    parameter name of the kernel to a flat contiguous tensor on ``device``.
 
-    def __init__(self, loop: loop_ir.Program, kernels: kernel_ir.Program, launch: Launch, device: torch.device):
+    With ``poison``, every floating-point buffer the program writes starts as NaN, so that
+    a kernel that uses an element no kernel wrote (a writer may skip those that no reader
+    uses, ``loop_ir.Buffer.unread``) gives NaN rather than whatever the memory held.
+    """
+
+    def __init__(self, loop: loop_ir.Program, kernels: kernel_ir.Program, launch: Launch, device: torch.device,
+                 poison: bool = False):
         self.loop = loop
         self.kernels = kernels
         self.launch = launch
         self.device = device
+        self.poison = poison
         self.memory_plan: MemoryPlan = plan_memory(loop, kernels)
 
     def _empty(self, buffer: loop_ir.Buffer) -> torch.Tensor:
-        return torch.empty(math.prod(buffer.type.shape), dtype=torch_dtype(buffer.type.dtype), device=self.device)
+        dtype = torch_dtype(buffer.type.dtype)
+        size = math.prod(buffer.type.shape)
+        if self.poison and dtype.is_floating_point:
+            return torch.full((size,), math.nan, dtype=dtype, device=self.device)
+        return torch.empty(size, dtype=dtype, device=self.device)
 
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         buffers: dict[str, torch.Tensor] = {}

@@ -59,7 +59,7 @@ def run_loop_program(program: loop_ir.Program, registry: Registry, sample: Graph
     generic = registry.get("schedule", "generic").provider
     target = registry.get("target", "sm_90").provider
     kernels = kernel_ir.Program([generic.lower(generic.schedule(k, target, {}), target) for k in program.kernels])
-    return ProgramRunner(program, kernels, launch, torch.device("cpu"))(*sample.inputs)
+    return ProgramRunner(program, kernels, launch, torch.device("cpu"), poison=True)(*sample.inputs)
 
 
 def _check(suite, rule: str, program: str, how: str) -> None:

@@ -90,7 +90,7 @@ def _scheduled(suite: type[SchedulePluginSuite], schedule: str, program: str, ta
     def launch(kernel: kernel_ir.Kernel, buffers: dict[str, torch.Tensor]) -> None:
         reports[kernel.name] = simulate(kernel, buffers, raise_on_fault=False)
 
-    outputs = ProgramRunner(compilation.loop, compilation.kernels, launch, torch.device("cpu"))(*sample.inputs)
+    outputs = ProgramRunner(compilation.loop, compilation.kernels, launch, torch.device("cpu"), poison=True)(*sample.inputs)
     return ScheduledRun(sample, compilation, used, reports, tuple(outputs))
 
 

@@ -32,4 +32,4 @@ class ReferenceBackend:
         return None
 
     def load(self, compilation: Any, target: Target) -> ProgramRunner:
-        return ProgramRunner(compilation.loop, compilation.kernels, launch=launch, device=torch.device("cpu"))
+        return ProgramRunner(compilation.loop, compilation.kernels, launch=launch, device=torch.device("cpu"), poison=True)
