@@ -7,7 +7,8 @@ broadcast runs inside its consumer. A program output that a later kernel reads i
 stored by that kernel once the reductions have settled; a reduction that stays a kernel
 of its own then computes what all its readers compute of each element (attention's
 scale and causal mask); a temporary that every reader casts to a narrower dtype is then
-stored in that dtype; dead buffers are cleared last.
+stored in that dtype; the elements of a temporary that no reader uses are marked so that
+its writer may skip them; dead buffers are cleared last.
 """
 
 from lamina.core.hookspecs import hookimpl
@@ -15,6 +16,7 @@ from lamina.plugins.fusion.fuse_epilogue_into_reduction import FuseEpilogueIntoR
 from lamina.plugins.fusion.fuse_readers_function_into_reduction import FuseReadersFunctionIntoReduction
 from lamina.plugins.fusion.fuse_reduction_into_consumer import FuseReductionIntoConsumer
 from lamina.plugins.fusion.inline_pointwise_producers import InlinePointwiseProducers
+from lamina.plugins.fusion.mark_unread_elements import MarkUnreadElements
 from lamina.plugins.fusion.remove_dead_buffers import RemoveDeadBuffers
 from lamina.plugins.fusion.store_narrowed_temporaries import StoreNarrowedTemporaries
 from lamina.plugins.fusion.store_output_in_consumer import StoreOutputInConsumer
@@ -28,4 +30,5 @@ def lamina_register_fusion_rules(register):
     register(StoreOutputInConsumer())
     register(FuseReadersFunctionIntoReduction())
     register(StoreNarrowedTemporaries())
+    register(MarkUnreadElements())
     register(RemoveDeadBuffers())

@@ -48,6 +48,7 @@ def test_plugin_registers_inlining_before_epilogue_fusion_before_cleanup():
         "store_output_in_consumer",
         "fuse_readers_function_into_reduction",
         "store_narrowed_temporaries",
+        "mark_unread_elements",
         "remove_dead_buffers",
     ]
 
