@@ -20,7 +20,7 @@ from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
 from lamina.core.ir.expr import Expr
 from lamina.core.target import Target
 from lamina.plugins.schedules import coordinate_conditions, loop_to_kernel
-from lamina.plugins.schedules.contraction import copy_layout, unneeded_blocks
+from lamina.plugins.schedules.contraction import copy_layout, unneeded_blocks, unread_outputs
 from lamina.plugins.schedules.contraction.recognise import Contraction, analyse
 from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME, copy_order, partial_sums_shape, store_width
 
@@ -31,6 +31,15 @@ def _and(parts: list[Expr | None]) -> Expr | None:
     for p in parts:
         if p is not None:
             result = p if result is None else ex.op("and", result, p)
+    return result
+
+
+def _or(parts: list[Expr | None]) -> Expr | None:
+    """The disjunction of the distinct conditions that are not None (None: there are none)."""
+    found = list(dict.fromkeys(p for p in parts if p is not None))
+    result = found[0] if found else None
+    for p in found[1:]:
+        result = ex.op("or", result, p)
     return result
 
 
@@ -109,6 +118,7 @@ class ContractionWriter:
             "thread", (self.cols.threads, self.rows.threads), tile.warp_patch is not None)
         self.block_col, self.block_row = self._coordinates(
             "block", (self.grid["x"], self.grid["y"]), tile.grouped_rows > 1)
+        self.unread = self._unread_block()
         self.unneeded = self._unneeded_block()
         self.k_tiles_here = self._k_tiles_of_block()
 
@@ -158,9 +168,18 @@ class ContractionWriter:
         coords = index.delinearize(self.batch, extents, {self.batch.name: math.prod(extents)})
         return dict(zip(self.c.batch, coords))
 
+    def _unread_block(self) -> Expr | None:
+        """True in a block none of whose outputs any kernel reads (``unread_outputs``), else None."""
+        return self._at_every_output(unread_outputs.unread_where(self.c))
+
     def _unneeded_block(self) -> Expr | None:
-        """True in a block none of whose outputs uses the sum (``unneeded_blocks``), else None."""
-        condition = unneeded_blocks.unneeded_where(self.c)
+        """True in a block that need not run the product: none of its outputs uses the sum
+        (``unneeded_blocks``) or is read at all; else None."""
+        return _or([self._at_every_output(unneeded_blocks.unneeded_where(self.c)), self.unread])
+
+    def _at_every_output(self, condition: Expr | None) -> Expr | None:
+        """True in a block where ``condition`` on the output coordinates holds at every output;
+        None where there is no condition or the block's bounds cannot decide it."""
         if condition is None:
             return None
         box = {name: (e, e) for name, e in self.batch_env.items()}
@@ -468,6 +487,8 @@ class ContractionWriter:
                     continue
                 env = {**self._thread_env(a, b), self.c.acc: self._acc(a, b)}
                 out += loop_to_kernel.translate_body(self.c.epilogue, self.kernel, env, guard=guard)
+        if self.unread is not None:
+            return [kernel_ir.If(ex.op("not", self.unread), out)]
         return out
 
     def _vector_stores(self, a: int, b: int, guard: Expr | None) -> list[kernel_ir.Stmt]:

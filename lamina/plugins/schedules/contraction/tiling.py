@@ -21,7 +21,7 @@ import math
 
 from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction import arrangement, copy_layout, unneeded_blocks
+from lamina.plugins.schedules.contraction import arrangement, copy_layout, unneeded_blocks, unread_outputs
 from lamina.plugins.schedules.contraction.knobs import Choices
 from lamina.plugins.schedules.contraction.recognise import Contraction, Operand
 
@@ -257,6 +257,9 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
     unneeded = unneeded_blocks.describe(c)
     if unneeded is not None:
         recorded.append(("unneeded_product", unneeded))
+    unread = unread_outputs.describe(c)
+    if unread is not None:
+        recorded.append(("unread_outputs", unread))
     recorded += notes
     recorded += [(f"copy {s.index}", copy_layout.describe(copy_order(c, s), s.dims, s.tile)) for s in stages]
     tile = tile_ir.TileKernel(

@@ -1,5 +1,6 @@
-"""Blocks whose outputs a causal mask replaces skip the product: the kernel still stores
-every output, and the masked programs match PyTorch on the simulator."""
+"""Blocks whose outputs a causal mask replaces skip the product, and store nothing where no
+reader uses what they would store; the masked programs match PyTorch on the simulator, whose
+temporaries start as NaN."""
 
 import pytest
 import torch
@@ -7,6 +8,7 @@ import torch.nn.functional as F
 
 import lamina
 from lamina.backends.cuda.nvrtc import compile_kernel
+from lamina.backends.reference.simulator import simulate
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.plugins.schedules.contraction.recognise import analyse
 from lamina.plugins.schedules.contraction.unneeded_blocks import unneeded_where
@@ -71,6 +73,28 @@ def test_the_tile_ir_says_which_blocks_skip_the_product():
     _, _, compiled = compiled_case("scores_causal_masked_fill")
     note = dict(_product_kernel(compiled).knobs)["unneeded_product"]
     assert note == "a block where i2 - i1 >= 1 at every output runs no k-tile: its outputs do not use the sum"
+
+
+def test_the_tile_ir_says_which_blocks_store_nothing():
+    _, _, compiled = compiled_case("scores_causal_masked_fill")
+    note = dict(_product_kernel(compiled).knobs)["unread_outputs"]
+    assert note == ("a block where i2 - i1 >= 1 at every output runs no k-tile and stores nothing: "
+                    "no kernel reads bmm there")
+
+
+def test_the_product_leaves_unwritten_exactly_the_blocks_above_the_diagonal():
+    """Run alone over scores that start as NaN, the product writes every block that meets the
+    diagonal or lies below it, and none of the 32 x 32 blocks wholly above it."""
+    fn, (q, k), compiled = compiled_case("scores_causal_masked_fill")
+    kernel = next(x for x in compiled.compilation.kernels.kernels if x.name == _product_kernel(compiled).kernel.name)
+    scores = torch.full((2 * 300 * 300,), float("nan"))
+    simulate(kernel, {"q": q.reshape(-1), "k": k.reshape(-1), "bmm": scores})
+    scores = scores.reshape(2, 300, 300)
+    row, col = torch.arange(300)[:, None], torch.arange(300)[None, :]
+    above = (col // 32 * 32) - (row // 32 * 32 + 31) >= 1
+    assert scores[:, above].isnan().all()
+    expected = (q @ k.transpose(-1, -2) * 0.25).masked_fill(col - row >= 1, float("-inf")).reshape(2, 300, 300)
+    assert torch.allclose(scores[:, ~above], expected[:, ~above], rtol=1e-5, atol=1e-5)
 
 
 def test_a_mask_read_from_memory_skips_nothing():
