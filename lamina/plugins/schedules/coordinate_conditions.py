@@ -31,6 +31,16 @@ def negated(condition: Expr) -> Expr:
     return ex.op("not", condition)
 
 
+def all_of(conditions: list[Expr]) -> Expr | None:
+    """The conjunction of ``conditions``, or None where there are none."""
+    if not conditions:
+        return None
+    result = conditions[0]
+    for condition in conditions[1:]:
+        result = ex.op("and", result, condition)
+    return result
+
+
 def holds_over(condition: Expr, box: Box) -> Expr | None:
     """An expression of the box's bounds that is true only if ``condition`` holds at every
     point of ``box``, or None where it cannot tell."""

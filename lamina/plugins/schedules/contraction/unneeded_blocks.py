@@ -17,7 +17,7 @@ from __future__ import annotations
 from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.ir.expr import Expr
 from lamina.plugins.schedules.contraction.recognise import Contraction
-from lamina.plugins.schedules.coordinate_conditions import decidable, negated
+from lamina.plugins.schedules.coordinate_conditions import all_of, decidable, negated
 
 
 def unneeded_where(c: Contraction) -> Expr | None:
@@ -39,12 +39,7 @@ def unneeded_where(c: Contraction) -> Expr | None:
         if any(isinstance(n, loop_ir.Load) for n in ex.walk(condition)):
             return None
         found.append(negated(condition))
-    if not found:
-        return None
-    result = found[0]
-    for condition in found[1:]:
-        result = ex.op("and", result, condition)
-    return result
+    return all_of(found)
 
 
 def describe(c: Contraction) -> str | None:

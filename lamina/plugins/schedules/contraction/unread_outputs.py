@@ -14,7 +14,7 @@ from __future__ import annotations
 from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.ir.expr import Expr
 from lamina.plugins.schedules.contraction.recognise import Contraction
-from lamina.plugins.schedules.coordinate_conditions import decidable
+from lamina.plugins.schedules.coordinate_conditions import all_of, decidable
 
 
 def unread_where(c: Contraction) -> Expr | None:
@@ -26,12 +26,7 @@ def unread_where(c: Contraction) -> Expr | None:
         if unread is None:
             return None
         found.append(ex.substitute(unread, {loop_ir.axis_var(a).name: i for a, i in enumerate(store.index)}))
-    if not found:
-        return None
-    result = found[0]
-    for condition in found[1:]:
-        result = ex.op("and", result, condition)
-    return result
+    return all_of(found)
 
 
 def describe(c: Contraction) -> str | None:
