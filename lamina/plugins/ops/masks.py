@@ -14,7 +14,8 @@ from lamina.plugins.ops.arguments import argument, operand, tensor
 
 
 def _triangle(upper: bool):
-    """``triu``/``tril``: keep the elements on the right side of ``diagonal`` of the last two axes, zero the rest."""
+    """``triu``/``tril``: keep the elements on the right side of ``diagonal`` of the last two
+    axes, zero the rest; of a boolean tensor of true (a causal mask), the comparison itself."""
 
     def decompose(b: TensorBuilder, node: Node) -> str:
         x = tensor(b, node)
@@ -25,6 +26,8 @@ def _triangle(upper: bool):
         offset = Coord(rank - 1) - Coord(rank - 2)
         keep = ex.op("ge", offset, diagonal) if upper else ex.op("le", offset, diagonal)
         dtype = b.dtype(x)
+        if dtype == dtypes.bool_ and b.filled_with(x) is True:
+            return b.elementwise(keep, [], b.shape(x))
         return b.elementwise(ex.op("where", keep, Arg(0, dtype), ex.cast(ex.const(0), dtype)), [x])
 
     return decompose
