@@ -7,9 +7,10 @@ import math
 
 import torch
 
+import lamina
 from lamina.core.ir import torch_ir
 from lamina.core.stages.decompose import decompose
-from lamina.frontends.torch import capture
+from lamina.frontends.torch import capture, folding
 from lamina.plugins.ops.plugin import DECOMPOSITIONS
 from tests.plugins.ops.lowering import assert_matches, lower, run
 
@@ -152,3 +153,31 @@ def test_equal_constants_are_one_input():
     (constant,) = [i for i in captured.graph.inputs if i.kind == "constant"]
     assert torch.allclose(captured.constants[constant.name], module.table.cos().unsqueeze(0))
     assert_matches(run(captured, program, (x,))[0], module(x), "aliased")
+
+
+def test_a_folded_mask_that_is_a_triangle_is_recognised_with_its_diagonal():
+    square = torch.ones(6, 9, dtype=torch.bool)
+    assert folding.triangle_of(square.tril(2)) == folding.Triangle(False, 2, (6, 9))
+    assert folding.triangle_of(square.triu(-1).expand(2, 3, 6, 9)) == folding.Triangle(True, -1, (2, 3, 6, 9))
+    stacked = torch.stack([square.tril(), square.tril(1)])
+    for not_a_triangle in (square, ~square, torch.rand(6, 9) > 0.5, stacked, square[:1].tril()):
+        assert folding.triangle_of(not_a_triangle) is None
+
+
+def test_a_causal_mask_built_by_cumulative_sums_is_computed_from_coordinates():
+    """``cumsum`` is no coordinate op, so the mask folds; its value is ``tril``, which the
+    graph then computes instead of reading, and the matmul's blocks above the diagonal skip."""
+
+    def scores(q, k):
+        n = q.shape[0]
+        causal = torch.ones(n, n).cumsum(-1) <= torch.arange(1, n + 1)[:, None]
+        return torch.where(causal, q @ k.T, float("-inf")).softmax(-1)
+
+    q, k = torch.randn(LENGTH, WIDTH), torch.randn(LENGTH, WIDTH)
+    captured = capture(scores, (q, k))
+    assert [i.kind for i in captured.graph.inputs] == ["user", "user"]
+    (tril,) = [n for n in captured.graph.nodes if n.target == "aten.tril.default"]
+    assert tril.args[1] == 0
+    compiled = lamina.compile(scores, (q, k))
+    assert "where(i1 - i0 <= 0" in compiled.ir("loop")
+    assert_matches(compiled(q, k), scores(q, k), "triangle")

@@ -7,7 +7,8 @@ Module state (parameters and persistent buffers) becomes graph inputs, passed at
 time rather than folded into the program, so that updating a weight needs no
 recompilation. What depends only on shapes and constants (a causal mask, RoPE's
 cosines and sines) is folded: computed once here, it enters the graph as an input
-of kind ``constant`` (see ``folding``). Export runs once per set of input shapes and
+of kind ``constant`` (see ``folding``), except a mask that is a triangle, which the
+graph computes from coordinates. Export runs once per set of input shapes and
 dtypes; callers cache.
 
 ``DEFAULT_KEEP`` holds these composites whole through the lowering to core ATen,
@@ -41,7 +42,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from lamina.core.errors import LaminaError
 from lamina.core.ir import dtypes, torch_ir
-from lamina.frontends.torch.folding import Folding, fold_constants
+from lamina.frontends.torch.folding import Folding, Triangle, fold_constants
 from lamina.frontends.torch.source import source_location
 
 DEFAULT_KEEP: tuple[str, ...] = (
@@ -211,11 +212,15 @@ def _build(exported, folding: Folding) -> Captured:
     specs = {spec.arg.name: spec for spec in signature.input_specs}
     inputs, positions, constants = [], [], {}
     nodes, defined = [], set()
+    taken = {fx_node.name for fx_node in exported.graph.nodes}
     user_position = 0
     for fx_node in exported.graph.nodes:
         if fx_node.name in folding.dropped:
             continue
-        if fx_node.name in folding.inputs:
+        if fx_node.name in folding.triangles:
+            nodes += _triangle_nodes(fx_node, folding.triangles[fx_node.name], taken)
+            defined.add(fx_node.name)
+        elif fx_node.name in folding.inputs:
             inputs.append(torch_ir.Input(fx_node.name, _tensor_type(fx_node), "constant"))
             positions.append(None)
             constants[fx_node.name] = folding.inputs[fx_node.name]
@@ -248,6 +253,34 @@ def _build(exported, folding: Folding) -> Captured:
     graph = torch_ir.Graph(inputs, nodes, outputs)
     torch_ir.verify_graph(graph)
     return Captured(graph, positions, constants)
+
+
+def _triangle_nodes(fx_node, triangle: Triangle, taken: set[str]) -> list[torch_ir.Node]:
+    """Nodes that compute a folded mask that is a triangle from coordinates, the last one
+    named as the folded node: ``ones``, then ``triu`` or ``tril``, then ``expand``."""
+    source = source_location(fx_node.meta.get("stack_trace"))
+    square = triangle.shape[-2:]
+
+    def fresh(role: str) -> str:
+        name, n = f"{fx_node.name}_{role}", 1
+        while name in taken:
+            name, n = f"{fx_node.name}_{role}_{n}", n + 1
+        taken.add(name)
+        return name
+
+    def bools(shape) -> torch_ir.TensorType:
+        return torch_ir.TensorType(tuple(shape), dtypes.bool_)
+
+    ones = torch_ir.Node(fresh("ones"), "aten.ones.default", (square,), (("dtype", dtypes.bool_),),
+                         bools(square), source)
+    side = "aten.triu.default" if triangle.upper else "aten.tril.default"
+    expanded = len(triangle.shape) > 2
+    cut = torch_ir.Node(fresh("triangle") if expanded else fx_node.name, side,
+                        (torch_ir.Ref(ones.name), triangle.diagonal), (), bools(square), source)
+    if not expanded:
+        return [ones, cut]
+    return [ones, cut, torch_ir.Node(fx_node.name, "aten.expand.default", (torch_ir.Ref(cut.name), triangle.shape), (),
+                                     bools(triangle.shape), source)]
 
 
 def _state(exported, target: str) -> torch.Tensor:

@@ -15,7 +15,10 @@ op, because a kernel that reads it computes it for free from its coordinates. So
 a boolean mask built from such ops by comparisons, logic and views alone (``triu`` of
 ``ones``, a causal mask): read from memory it is a mask like any other, while computed
 from coordinates it tells the kernels that read it which of their outputs it replaces,
-and a matmul whose outputs a causal mask replaces skips those blocks' products.
+and a matmul whose outputs a causal mask replaces skips those blocks' products. A boolean
+constant built any other way (a model's causal mask from its position ids, through
+indexing and cumulative sums) that turns out to be a triangle, ``ones(S, T).tril(k)`` or
+``.triu(k)`` repeated over its leading axes, is computed from coordinates too (``triangles``).
 """
 
 from __future__ import annotations
@@ -40,6 +43,39 @@ class Folding:
     inputs: Mapping[str, torch.Tensor]
     dropped: frozenset[str]
     aliases: Mapping[str, str] = attrs.field(factory=dict)
+    triangles: Mapping[str, "Triangle"] = attrs.field(factory=dict)
+    """Folded boolean nodes whose value is a triangle, which the graph computes instead of reading."""
+
+
+@attrs.frozen
+class Triangle:
+    """``ones(rows, columns, dtype=bool).triu(diagonal)`` (``upper``) or ``.tril(diagonal)``,
+    expanded to ``shape``."""
+
+    upper: bool
+    diagonal: int
+    shape: tuple[int, ...]
+
+
+def triangle_of(value: torch.Tensor) -> Triangle | None:
+    """The triangle a boolean tensor is, over its last two axes of at least two rows and
+    columns and the same on every leading index, or None (also where it is all true or all
+    false)."""
+    if value.dtype != torch.bool or value.dim() < 2 or min(value.shape[-2:]) < 2:
+        return None
+    rows, columns = value.shape[-2:]
+    slices = value.reshape(-1, rows, columns)
+    first = slices[0]
+    if not bool((slices == first).all()) or bool(first.all()) or not bool(first.any()):
+        return None
+    offset = torch.arange(columns, device=value.device)[None, :] - torch.arange(rows, device=value.device)[:, None]
+    kept, dropped = offset[first], offset[~first]
+    shape = tuple(value.shape)
+    if int(kept.max()) < int(dropped.min()):
+        return Triangle(False, int(kept.max()), shape)
+    if int(kept.min()) > int(dropped.max()):
+        return Triangle(True, int(kept.min()), shape)
+    return None
 
 
 def _constant_placeholders(exported) -> dict[str, torch.Tensor]:
@@ -142,7 +178,9 @@ def fold_constants(exported) -> Folding:
             else:
                 aliases[fx_node.name] = same
                 dropped.add(fx_node.name)
-    return Folding(inputs, frozenset(dropped), aliases)
+    triangles = {name: t for name, value in inputs.items() if (t := triangle_of(value)) is not None}
+    inputs = {name: value for name, value in inputs.items() if name not in triangles}
+    return Folding(inputs, frozenset(dropped), aliases, triangles)
 
 
 def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:

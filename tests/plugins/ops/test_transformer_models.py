@@ -73,6 +73,8 @@ def test_core_aten_without_kept_composites_reproduces_the_logits():
 
 
 def test_the_mask_and_rotary_tables_are_folded_and_the_weights_are_not():
+    """The causal mask, built from position ids by indexing and cumulative sums, folds into a
+    triangle that the graph computes from coordinates; the rotary tables into constants."""
     module, graph = captured("qwen2", "sdpa", 13)
     kinds = {i.name: i.kind for i in graph.graph.inputs}
     state = dict(module.named_parameters())
@@ -80,9 +82,10 @@ def test_the_mask_and_rotary_tables_are_folded_and_the_weights_are_not():
     assert [name for name, kind in kinds.items() if kind == "user"] == ["input_ids"]
     assert not any("inv_freq" in name for name in kinds)
     constants = {name: graph.constants[name] for name, kind in kinds.items() if kind == "constant"}
-    assert any(c.dtype == torch.bool and c.shape[-2:] == (13, 13) for c in constants.values())
-    assert all(c.shape[-1] in (13, 16) for c in constants.values())
+    assert constants and all(c.dtype != torch.bool and c.shape[-1] == 16 for c in constants.values())
     targets = {n.target for n in graph.graph.nodes}
     for folded in ("aten.arange.start_step", "aten.cumsum.default", "aten.index.Tensor", "aten.cos.default"):
         assert folded not in targets
+    (tril,) = [n for n in graph.graph.nodes if n.target == "aten.tril.default"]
+    assert tril.args[1] == 0 and tril.type.shape == (13, 13)
     assert "aten.scaled_dot_product_attention.default" in targets and "aten.linear.default" in targets
