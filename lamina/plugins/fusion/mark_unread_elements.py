@@ -33,7 +33,15 @@ class MarkUnreadElements:
     """After the rules that change what a kernel reads, before dead buffers are removed."""
 
     def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
-        marked = {t.name: attrs.evolve(t, unread=_unread_where(t, program)) for t in program.temporaries}
+        writers: dict[str, list[loop_ir.Kernel]] = {}
+        readers: dict[str, list[loop_ir.Kernel]] = {}
+        for k in program.kernels:
+            for b in k.outputs:
+                writers.setdefault(b.name, []).append(k)
+            for name in analysis.loaded_buffers(k):
+                readers.setdefault(name, []).append(k)
+        marked = {t.name: attrs.evolve(t, unread=_unread_where(t.name, writers.get(t.name, []), readers.get(t.name, [])))
+                  for t in program.temporaries}
         if all(marked[t.name] == t for t in program.temporaries):
             return None
         return _with_buffers(program, marked)
@@ -49,17 +57,15 @@ def _with_buffers(program: loop_ir.Program, buffers: Mapping[str, loop_ir.Buffer
     return attrs.evolve(program, temporaries=swap(program.temporaries), kernels=kernels)
 
 
-def _unread_where(buffer: loop_ir.Buffer, program: loop_ir.Program) -> Expr | None:
+def _unread_where(buffer: str, writers: list[loop_ir.Kernel], readers: list[loop_ir.Kernel]) -> Expr | None:
     """The one condition on the buffer's axes under which no load of it is used, or None."""
-    writers = [k for k in program.kernels if buffer.name in {b.name for b in k.outputs}]
-    readers = [k for k in program.kernels if buffer.name in analysis.loaded_buffers(k)]
-    if len(writers) != 1 or not readers or writers[0] in readers:
+    if len(writers) != 1 or not readers or any(r is writers[0] for r in readers):
         return None
     found: set[Expr] = set()
     for reader in readers:
         for s in loop_ir.statements(reader.body):
             for e in loop_ir.expressions(s):
-                if not _masked(e, buffer.name, found):
+                if not _masked(e, buffer, found):
                     return None
     return found.pop() if len(found) == 1 else None
 
