@@ -176,6 +176,18 @@ def op(name: str, *args, dtype: DType | None = None) -> Op:
     return Op(name, exprs, result_dtype(name, exprs, dtype))
 
 
+_OPPOSITE = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt"}
+
+
+def negated(condition: Expr) -> Expr:
+    """``not condition``, written as the opposite comparison where it compares integers."""
+    if isinstance(condition, Op) and condition.op in _OPPOSITE and not any(a.dtype.is_float for a in condition.args):
+        return op(_OPPOSITE[condition.op], *condition.args)
+    if isinstance(condition, Op) and condition.op == "not":
+        return condition.args[0]
+    return op("not", condition)
+
+
 def cast(x: Expr, dtype: DType) -> Expr:
     if x.dtype == dtype:
         return x

@@ -78,7 +78,7 @@ def _masked(node: Expr, buffer: str, found: set[Expr]) -> bool:
         return False
     if isinstance(node, ex.Op) and node.op == "where":
         condition, chosen, otherwise = node.args
-        for constant, element, unused in ((chosen, otherwise, condition), (otherwise, chosen, ex.op("not", condition))):
+        for constant, element, unused in ((chosen, otherwise, condition), (otherwise, chosen, ex.negated(condition))):
             load = _element(element, buffer)
             if isinstance(constant, ex.Const) and load is not None:
                 on_axes = _on_axes(unused, load)

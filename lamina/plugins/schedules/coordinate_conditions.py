@@ -22,15 +22,6 @@ Box = Mapping[str, tuple[Expr, Expr]]
 _FLIPPED = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt"}
 
 
-def negated(condition: Expr) -> Expr:
-    """``not condition``, as the opposite comparison where it compares integers."""
-    if isinstance(condition, ex.Op) and condition.op in _FLIPPED and not any(a.dtype.is_float for a in condition.args):
-        return ex.op(_FLIPPED[condition.op], *condition.args)
-    if isinstance(condition, ex.Op) and condition.op == "not":
-        return condition.args[0]
-    return ex.op("not", condition)
-
-
 def all_of(conditions: list[Expr]) -> Expr | None:
     """The conjunction of ``conditions``, or None where there are none."""
     if not conditions:

@@ -48,6 +48,18 @@ def test_the_causal_scores_are_unread_above_the_diagonal():
     assert writer.buffer("bmm") == reader.buffer("bmm") == scores
 
 
+def test_a_mask_that_chooses_the_score_marks_the_opposite_comparison():
+    """``where(keep, s, -inf)`` leaves ``s`` unused where ``keep`` fails: ``i2 - i1 > 0`` for
+    ``tril``, written as a comparison rather than as ``not (i2 - i1 <= 0)``."""
+
+    def scores_kept_on_and_below(q, k):
+        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+        return torch.softmax(torch.where(keep, q @ k.transpose(-1, -2), float("-inf")), -1)
+
+    (scores,) = loop_program(scores_kept_on_and_below).temporaries
+    assert loop_ir.format_value(scores.unread) == "i2 - i1 > 0"
+
+
 @pytest.mark.parametrize("fn, extra", [
     (scores_causal_and_row_sums, ()),
     (scores_masked_by_memory, (torch.rand(300, 300) > 0.5,)),

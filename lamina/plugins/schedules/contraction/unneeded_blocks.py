@@ -17,7 +17,7 @@ from __future__ import annotations
 from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.ir.expr import Expr
 from lamina.plugins.schedules.contraction.recognise import Contraction
-from lamina.plugins.schedules.coordinate_conditions import all_of, decidable, negated
+from lamina.plugins.schedules.coordinate_conditions import all_of, decidable
 
 
 def unneeded_where(c: Contraction) -> Expr | None:
@@ -33,12 +33,12 @@ def unneeded_where(c: Contraction) -> Expr | None:
             return None
         condition, used, unused = value.args
         if c.acc in ex.free_vars(unused):
-            condition, used, unused = negated(condition), unused, used
+            condition, used, unused = ex.negated(condition), unused, used
         if c.acc in ex.free_vars(unused) or not ex.free_vars(condition) <= coordinates:
             return None
         if any(isinstance(n, loop_ir.Load) for n in ex.walk(condition)):
             return None
-        found.append(negated(condition))
+        found.append(ex.negated(condition))
     return all_of(found)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.ir.expr import Expr
-from lamina.plugins.schedules.coordinate_conditions import decidable, negated
+from lamina.plugins.schedules.coordinate_conditions import decidable
 from lamina.plugins.schedules.row_reduction.recognise import RowReduction
 
 
@@ -47,7 +47,7 @@ def _masked(node: Expr, row: RowReduction, key: tuple, var: str, column: dict, f
     if isinstance(node, ex.Op) and node.op == "where":
         condition, chosen, otherwise = node.args
         if not any(isinstance(n, loop_ir.Load) for n in ex.walk(condition)):
-            for constant, element, unused in ((chosen, otherwise, condition), (otherwise, chosen, negated(condition))):
+            for constant, element, unused in ((chosen, otherwise, condition), (otherwise, chosen, ex.negated(condition))):
                 if isinstance(constant, ex.Const) and isinstance(element, loop_ir.Load) and row.key(element, var) == key:
                     found.add(ex.substitute(unused, column))
                     return True
