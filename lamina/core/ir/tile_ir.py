@@ -102,7 +102,9 @@ class TileKernel:
     not 32 threads in CUDA's order (x fastest), so that it reads fewer distinct operand
     elements from shared memory. ``grouped_rows``: blocks run down ``grouped_rows`` rows of the grid before
     the next column, not along x first, so that the blocks resident at once share
-    operand tiles in L2.
+    operand tiles in L2. ``copy_steps``: the next k-tile's copies into shared memory are
+    issued over the first ``copy_steps`` steps of the reduction within each k-tile, a few
+    at each, rather than all at once before them (0).
     """
 
     kernel: loop_ir.Kernel
@@ -114,6 +116,7 @@ class TileKernel:
     knobs: tuple[tuple[str, object], ...] = attrs.field(converter=tuple, default=())
     warp_patch: tuple[int, int] | None = None
     grouped_rows: int = 1
+    copy_steps: int = 0
 
     @property
     def threads_per_block(self) -> int:
@@ -180,6 +183,8 @@ def format_tile_kernel(tk: TileKernel) -> str:
         lines.append(f"  warps of {rows} x {columns} threads (y by x)")
     if tk.grouped_rows > 1:
         lines.append(f"  blocks run down groups of {tk.grouped_rows} grid rows, column by column")
+    if tk.copy_steps:
+        lines.append(f"  the next k-tile's copies issued over the first {tk.copy_steps} steps of each k-tile")
     for key, value in tk.knobs:
         lines.append(f"  {key} = {value}")
     return "\n".join(lines)
@@ -203,7 +208,7 @@ def verify_tile_kernel(tk: TileKernel, max_threads: int = 1024, max_shared_bytes
     for s in tk.stages:
         if s.copy not in COPY_KINDS:
             problems.append(f"shared stage of {s.buffer} uses unknown copy {s.copy}")
-    problems += _arrangement_problems(tk)
+    problems += _arrangement_problems(tk) + _copy_issue_problems(tk)
     if tk.threads_per_block > max_threads:
         problems.append(f"{tk.threads_per_block} threads per block exceed the limit of {max_threads}")
     if tk.shared_bytes > max_shared_bytes:
@@ -227,3 +232,14 @@ def _arrangement_problems(tk: TileKernel) -> list[str]:
     if tk.grouped_rows < 1:
         problems.append(f"blocks grouped by {tk.grouped_rows} grid rows: at least 1 is needed")
     return problems
+
+
+def _copy_issue_problems(tk: TileKernel) -> list[str]:
+    if not tk.copy_steps:
+        return []
+    steps = tk.reduction.step // tk.reduction.splits if tk.reduction else 0
+    if not tk.stages or any(s.buffers != 2 for s in tk.stages):
+        return [f"copies spread over {tk.copy_steps} steps need operands staged in two buffers"]
+    if not 0 < tk.copy_steps <= steps:
+        return [f"copies spread over {tk.copy_steps} steps, where a k-tile has {steps}"]
+    return []

@@ -202,7 +202,7 @@ def _settings(c: Contraction, pinned: dict[str, int], relaxed: bool, target: Tar
                     buffers = pinned.get("buffers", default_buffers(c, block_m, block_n, block_k, target))
                     yield Choices(block_m, block_n, block_k, thread_m, thread_n, splits, buffers, pinned.get("padding"),
                                   pinned.get("fragment_width", 1), pinned.get("warp_columns"),
-                                  pinned.get("grouped_rows"))
+                                  pinned.get("grouped_rows"), pinned.get("copy_steps"))
 
 
 def _fitted(c: Contraction, choices: Choices, pinned: dict[str, int], target: Target) -> Choices | None:

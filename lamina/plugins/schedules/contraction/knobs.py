@@ -10,7 +10,7 @@ from lamina.core.errors import ScheduleError
 
 KNOB_NAMES = (
     "block_m", "block_n", "block_k", "thread_m", "thread_n", "splits", "buffers", "padding", "fragment_width",
-    "warp_columns", "grouped_rows",
+    "warp_columns", "grouped_rows", "copy_steps",
 )
 MAX_BUFFERS = 3
 FRAGMENT_WIDTHS = (4, 1)
@@ -35,6 +35,10 @@ class Choices:
     a block computes (``arrangement``; None: not yet arranged, CUDA's order): each warp
     is a patch of ``32 / warp_columns`` x ``warp_columns`` of the block's threads, and blocks
     run down ``grouped_rows`` rows of the grid before the next column.
+
+    ``copy_steps`` is when the next k-tile's copies are issued (``copy_issue``; None: not
+    yet chosen): over the first ``copy_steps`` steps of k of each k-tile, a few at each, or
+    all at once after the k-tile's barrier (0).
     """
 
     block_m: int
@@ -48,6 +52,7 @@ class Choices:
     fragment_width: int = 1
     warp_columns: int | None = None
     grouped_rows: int | None = None
+    copy_steps: int | None = None
 
     @property
     def threads_m(self) -> int:
@@ -66,7 +71,8 @@ class Choices:
             f"block {self.block_m}x{self.block_n}x{self.block_k}, thread {self.thread_m}x{self.thread_n}, "
             f"splits {self.splits}, buffers {self.buffers}, fragment width {self.fragment_width}"
         )
-        return text + (f", padding {self.padding}" if self.padding is not None else "")
+        text += f", padding {self.padding}" if self.padding is not None else ""
+        return text + (f", copies over {self.copy_steps} steps" if self.copy_steps else "")
 
 
 def read_pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
@@ -94,7 +100,12 @@ def read_pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
                 f"{where}: knob fragment_width = {value} must be 1 (rows and columns one by one) or 4 "
                 "(in runs of four, read 16 bytes at a time)"
             )
-        if key not in ("padding", "buffers") and value <= 0:
+        if key == "copy_steps" and value < 0:
+            raise ScheduleError(
+                f"{where}: knob copy_steps = {value} must be 0 (each k-tile's copies at once) or the steps of k "
+                "over which they are spread"
+            )
+        if key not in ("padding", "buffers", "copy_steps") and value <= 0:
             raise ScheduleError(f"{where}: knob {key} = {value} must be positive")
         pinned[key] = value
     return pinned

@@ -20,7 +20,7 @@ from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
 from lamina.core.ir.expr import Expr
 from lamina.core.target import Target
 from lamina.plugins.schedules import coordinate_conditions, loop_to_kernel
-from lamina.plugins.schedules.contraction import copy_layout, unneeded_blocks, unread_outputs
+from lamina.plugins.schedules.contraction import copy_issue, copy_layout, unneeded_blocks, unread_outputs
 from lamina.plugins.schedules.contraction.recognise import Contraction, analyse
 from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME, copy_order, partial_sums_shape, store_width
 
@@ -242,11 +242,22 @@ class ContractionWriter:
 
     def _copy_stage(self, stage: tile_ir.SharedStage, kt: Expr, slot: Expr) -> list[kernel_ir.Stmt]:
         """Every thread copies elements ``tid + round * threads`` of the stage's k-tile ``kt``."""
+        rounds = self._rounds(stage)
+        if rounds == 1:
+            return self._copy_round(stage, kt, slot, ex.const(0))
+        return [kernel_ir.For(self.round.name, ex.const(0), ex.const(rounds), 1,
+                              self._copy_round(stage, kt, slot, self.round), unroll=True)]
+
+    def _rounds(self, stage: tile_ir.SharedStage) -> int:
+        return math.ceil(copy_layout.copies(copy_order(self.c, stage), stage.tile) / self.threads)
+
+    def _copy_round(self, stage: tile_ir.SharedStage, kt: Expr, slot: Expr, round_: Expr) -> list[kernel_ir.Stmt]:
+        """Each thread's copy of element ``tid + round_ * threads`` of the stage's k-tile ``kt``."""
         operand = self.c.operand(stage.index)
         order = copy_order(self.c, stage)
         count = copy_layout.copies(order, stage.tile)
-        rounds = math.ceil(count / self.threads)
-        e = self.tid + self.round * self.threads if rounds > 1 else self.tid
+        rounds = self._rounds(stage)
+        e = self.tid + round_ * self.threads if rounds > 1 else self.tid
         ranges = {**self.ranges, self.round.name: rounds}
         layout = copy_layout.coordinates(order, stage.tile, e)
         coords = tuple(index.simplify(x, ranges) for x in layout)
@@ -264,8 +275,6 @@ class ContractionWriter:
         copy = self._copy_element(stage, (slot, *coords), source, _and(guards))
         if count % self.threads:
             copy = [kernel_ir.If(ex.op("lt", e, count), copy)]
-        if rounds > 1:
-            copy = [kernel_ir.For(self.round.name, ex.const(0), ex.const(rounds), 1, copy, unroll=True)]
         return copy
 
     def _copy_element(self, stage, dst_index, source: kernel_ir.Load, predicate) -> list[kernel_ir.Stmt]:
@@ -345,7 +354,9 @@ class ContractionWriter:
         """The row of the k-tile that this thread's split reads in step ``kk``."""
         return self.split * self.k_slice + self.kk if self.splits > 1 else self.kk
 
-    def _compute(self, slot: Expr) -> kernel_ir.For:
+    def _compute(self, slot: Expr, issued: tuple[kernel_ir.Stmt, ...] = ()) -> kernel_ir.For:
+        """The steps of k-tile ``kt`` from ``slot``, each step starting with ``issued`` (the
+        next k-tile's copies that it issues, ``_spread_copies``)."""
         value = self._placeholders()
         k = self.kt * self.block_k + self._k_in_tile()
         body = self._fill_registers(slot)
@@ -357,7 +368,19 @@ class ContractionWriter:
         guard = self._k_guard(k, self.ranges)
         if guard is not None:
             body = [kernel_ir.If(guard, body)]
-        return kernel_ir.For(self.kk.name, ex.const(0), ex.const(self.k_slice), 1, body, unroll=True)
+        return kernel_ir.For(self.kk.name, ex.const(0), ex.const(self.k_slice), 1, [*issued, *body], unroll=True)
+
+    def _spread_copies(self, kt: Expr, slot: Expr) -> list[kernel_ir.Stmt]:
+        """The copies of k-tile ``kt`` into ``slot``, round by round, each at the step of k
+        that ``copy_issue`` gives it among the first ``copy_steps``, and the commit after the
+        last: statements for the start of every step of the k-tile before."""
+        rounds = [self._copy_round(stage, kt, slot, ex.const(r))
+                  for stage in self.tile.stages for r in range(self._rounds(stage))]
+        at: dict[int, list[kernel_ir.Stmt]] = {}
+        for i, copy in enumerate(rounds):
+            at.setdefault(copy_issue.step_of_copy(i, len(rounds), self.tile.copy_steps), []).extend(copy)
+        at[max(at)].append(kernel_ir.CpAsyncCommit())
+        return [kernel_ir.If(ex.op("eq", self.kk, step), copies) for step, copies in sorted(at.items())]
 
     def _register_tile(self):
         return [(a, b) for a in range(self.rows.per_thread) for b in range(self.cols.per_thread)]
@@ -401,7 +424,8 @@ class ContractionWriter:
     def _main_loop(self) -> list[kernel_ir.Stmt]:
         """With several buffers, one barrier per k-tile: after it, k-tile ``kt`` has landed for
         every thread and every thread has finished reading the slot of ``kt - 1``, so the copy
-        of k-tile ``kt + buffers - 1`` into that slot starts there, before the arithmetic."""
+        of k-tile ``kt + buffers - 1`` into that slot starts there: all of it before the
+        arithmetic, or a few rounds at each of the first ``copy_steps`` steps of k."""
         kt, k_tiles = self.kt, self.k_tiles_here
         if self._buffers == 1:
             zero = ex.const(0)
@@ -413,8 +437,12 @@ class ContractionWriter:
                 waits = [kernel_ir.If(ex.op("lt", kt + j, k_tiles), self._wait(j), waits)]
         ahead = kt + (self._buffers - 1)
         slot, fill, start, advance = self._slots(ahead)
-        refill = kernel_ir.If(ex.op("lt", ahead, k_tiles), self._issue(ahead, fill))
-        body = [*waits, kernel_ir.Barrier(), refill, self._compute(slot), *advance]
+        if self.tile.copy_steps:
+            issued = (kernel_ir.If(ex.op("lt", ahead, k_tiles), self._spread_copies(ahead, fill)),)
+            body = [*waits, kernel_ir.Barrier(), self._compute(slot, issued), *advance]
+        else:
+            refill = kernel_ir.If(ex.op("lt", ahead, k_tiles), self._issue(ahead, fill))
+            body = [*waits, kernel_ir.Barrier(), refill, self._compute(slot), *advance]
         first = []
         for j in range(min(self._buffers - 1, self.k_tiles)):
             issue = self._issue(ex.const(j), ex.const(j))

@@ -1,4 +1,5 @@
-"""The contraction schedule's entry: the pinned knobs, the cost model's choice, its arrangement, the Tile IR."""
+"""The contraction schedule's entry: the pinned knobs, the cost model's choice, its arrangement and
+copy issue, the Tile IR."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any, Mapping
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import loop_ir, tile_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction import arrangement, cost, tiling
+from lamina.plugins.schedules.contraction import arrangement, copy_issue, cost, tiling
 from lamina.plugins.schedules.contraction.knobs import read_pinned
 from lamina.plugins.schedules.contraction.partial_sums import partial_of
 from lamina.plugins.schedules.contraction.recognise import analyse
@@ -32,6 +33,7 @@ def schedule_contraction(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[
     c, (choices, estimate, count) = _cheapest(kernel, target, tuple(pinned.items()))
     pins = ", ".join(f"{k}={v}" for k, v in pinned.items()) or "none"
     choices = arrangement.arranged(c, choices, estimate.resident, target)
+    choices = copy_issue.chosen(c, choices, tiling.copies_asynchronously(c, target))
     notes = [
         ("chosen", f"{choices.summary()}; cheapest of {count} settings, pinned: {pins}"),
         ("estimate", estimate.text()),

@@ -21,7 +21,7 @@ import math
 
 from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction import arrangement, copy_layout, unneeded_blocks, unread_outputs
+from lamina.plugins.schedules.contraction import arrangement, copy_issue, copy_layout, unneeded_blocks, unread_outputs
 from lamina.plugins.schedules.contraction.knobs import Choices
 from lamina.plugins.schedules.contraction.recognise import Contraction, Operand
 
@@ -88,6 +88,11 @@ def copy_kind(target: Target, itemsize: int) -> str:
     """``cp.async`` where the target has it for elements of this size, else loads through registers."""
     arch = int("".join(ch for ch in target.arch if ch.isdigit()) or 0)
     return "cp.async" if arch >= 80 and itemsize in CP_ASYNC_BYTES else "load_store"
+
+
+def copies_asynchronously(c: Contraction, target: Target) -> bool:
+    """Whether every operand is copied into shared memory with ``cp.async``."""
+    return all(copy_kind(target, o.load.dtype.itemsize) == "cp.async" for o in c.operands)
 
 
 def stage_for(c: Contraction, operand: Operand, choices: Choices, target: Target) -> tile_ir.SharedStage:
@@ -191,6 +196,9 @@ def illegal(c: Contraction, choices: Choices, target: Target) -> str | None:
     arrangement_problem = arrangement.problem(choices)
     if arrangement_problem is not None:
         return arrangement_problem
+    issue_problem = copy_issue.problem(choices, copies_asynchronously(c, target))
+    if issue_problem is not None:
+        return issue_problem
     shared = shared_bytes(c, choices, target)
     if shared > target.max_shared_bytes_optin:
         return f"{shared} B of shared memory exceed the {target.max_shared_bytes_optin} B {target.name} allows per block"
@@ -265,6 +273,7 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
     tile = tile_ir.TileKernel(
         kernel=c.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction, stages=stages, knobs=recorded,
         warp_patch=arrangement.warp_patch(choices), grouped_rows=choices.grouped_rows or 1,
+        copy_steps=choices.copy_steps or 0,
     )
     tile_ir.verify_tile_kernel(tile, target.max_threads_per_block, target.max_shared_bytes_optin)
     return tile

@@ -116,10 +116,11 @@ tile linear  schedule=contraction
   shared w[i1, r0] as f32[r0 16][i1 128 + pad 4], 2 buffers, copy cp.async 4 B
   warps of 4 x 8 threads (y by x)
   blocks run down groups of 22 grid rows, column by column
+  the next k-tile's copies issued over the first 8 steps of each k-tile
   register_tile = 8x8
   fragment_width = 4 (16-byte shared-memory reads)
   epilogue_stores = 4 adjacent outputs per store (16 B)
-  chosen = block 64x128x16, thread 8x8, splits 1, buffers 2, fragment width 4; cheapest of 41 settings, pinned: none
+  chosen = block 64x128x16, thread 8x8, splits 1, buffers 2, fragment width 4, copies over 8 steps; cheapest of 41 settings, pinned: none
   estimate = 1629.7 us from launch 2.0, compute 1439.8 and memory 751.4, overlapped; 1152 blocks, 4 per SM at once
   warp_tile = 4x8 threads, reading 96 operand elements per step of k (CUDA's 2x16: 144)
   block_order = 32x36 blocks, 528 at once: down groups of 22 rows
