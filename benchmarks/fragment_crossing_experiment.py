@@ -18,21 +18,8 @@ shared memory with 8-deep k-tiles, so both are timed with ``block_k`` = 8 as wel
 import re
 import sys
 
-import torch
+from edited_cuda import TWO_BUFFER_MAIN_LOOP as LOOP, time_variants
 
-import lamina
-from lamina.backends.cuda import backend
-from lamina.bench.measure import time_cuda_graph
-from lamina.bench.suite import builtin_suite
-
-LOOP = re.compile(
-    r"  for \(int kt = 0; kt < (?P<T>\d+); \+\+kt\) \{\n"
-    r"    asm volatile\(\"cp\.async\.wait_group 0;\\n\" ::: \"memory\"\);\n"
-    r"    __syncthreads\(\);\n"
-    r"    if \(kt \+ 1 < (?P=T)\) \{\n(?P<copies>(?:      .*\n)+?)    \}\n"
-    r"    #pragma unroll\n"
-    r"    for \(int kk = 0; kk < (?P<K>\d+); \+\+kk\) \{\n(?P<body>(?:      .*\n)+?)    \}\n"
-    r"  \}\n")
 STATIC_SHARED_BYTES = 48 * 1024
 SHARED = re.compile(r"__shared__ __align__\(16\) float (\w+)\[2\]\[(\d+)\]\[(\d+)\];")
 FRAGMENT = re.compile(r"^      \*reinterpret_cast<uint4\*>\(&(\w+)\[(\d+)\]\) = "
@@ -94,33 +81,10 @@ def crossing(source: str, slots: int) -> str:
     return source
 
 
-VARIANTS = [("as compiled", {}, 0), ("crossing, 2 buffers", {}, 2), ("block_k 8", {"block_k": 8}, 0),
-            ("block_k 8, crossing, 2 buffers", {"block_k": 8}, 2), ("block_k 8, crossing, 4 buffers", {"block_k": 8}, 4)]
-
-
-def main(patterns: list[str]) -> None:
-    original = backend.emit_cuda
-    for case in builtin_suite():
-        if not any(re.fullmatch(p.replace(".", r"\.").replace("*", ".*"), case.name) for p in patterns):
-            continue
-        fn = case.program().function()
-        inputs = case.program().example_inputs(seed=0, device="cuda")
-        reference = fn(*inputs)
-        line = [f"{case.name:36s}"]
-        for variant, knobs, slots in VARIANTS * 2:
-            backend.emit_cuda = (lambda k, n=slots: crossing(original(k), n)) if slots else original
-            compiled = lamina.Compiler(knobs=knobs).compile(fn, inputs)
-            edited = sum("kt_next" in s for s in compiled.compilation.sources.values())
-            if slots and not edited:
-                line.append(f"{variant}: not edited")
-                continue
-            error = ((compiled(*inputs) - reference).abs().max() / reference.abs().max()).item()
-            us = time_cuda_graph(compiled, inputs, replays=50)
-            line.append(f"{variant} {us:.1f} us (error {error:.1e})")
-        backend.emit_cuda = original
-        print(" | ".join(line), flush=True)
-
+VARIANTS = [("as compiled", {}, None), ("crossing, 2 buffers", {}, lambda s: crossing(s, 2)),
+            ("block_k 8", {"block_k": 8}, None),
+            ("block_k 8, crossing, 2 buffers", {"block_k": 8}, lambda s: crossing(s, 2)),
+            ("block_k 8, crossing, 4 buffers", {"block_k": 8}, lambda s: crossing(s, 4))]
 
 if __name__ == "__main__":
-    with torch.no_grad():
-        main(sys.argv[1:] or ["*.linear_*.s2048.fp32", "*.linear_*.s128.fp32", "*.scores.s2048.fp32"])
+    time_variants(sys.argv[1:] or ["*.linear_*.s2048.fp32", "*.linear_*.s128.fp32", "*.scores.s2048.fp32"], VARIANTS)
