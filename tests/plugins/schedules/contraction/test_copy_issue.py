@@ -1,7 +1,9 @@
 """The next k-tile's copies spread over the first steps of k: the rule, the pins, the kernels."""
 
 import pytest
+import torch
 
+import lamina
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.errors import ScheduleError, VerificationError
 from lamina.core.ir import kernel_ir, tile_ir
@@ -97,3 +99,14 @@ def test_the_tile_ir_verifier_checks_the_copy_steps():
     with pytest.raises(VerificationError, match="copies spread over 17 steps, where a k-tile has 16"):
         tile_ir.verify_tile_kernel(tile_ir.TileKernel(tile.kernel, tile.schedule, tile.grid, tile.reduction,
                                                       tile.stages, copy_steps=17))
+
+
+def test_pinned_copy_steps_keep_a_product_and_its_row_softmax_apart():
+    def scores(q, k):
+        return torch.softmax(q @ k.transpose(-1, -2) * 0.125, -1)
+
+    q, k = torch.randn(1, 4, 128, 64), torch.randn(1, 4, 128, 64)
+    fused = lamina.Compiler(target="sm_90").compile(scores, (q, k)).compilation.tiles
+    apart = lamina.Compiler(knobs={"copy_steps": 2}, target="sm_90").compile(scores, (q, k)).compilation.tiles
+    assert [t.schedule for t in fused] == ["contraction_rows"]
+    assert [(t.schedule, t.copy_steps) for t in apart] == [("contraction", 2), ("row_reduction", 0)]
