@@ -30,6 +30,9 @@ from lamina.plugins.schedules.contraction.recognise import Contraction
 
 MIN_K_TILES = 16
 """Blocks that run fewer k-tiles than this issue each k-tile's copies at once."""
+MIN_REGISTER_TILE = 64
+"""Nor do blocks of register tiles smaller than 8 x 8, the only ones measured: each of their
+steps is a quarter of the arithmetic or less, so a copy issued midway has less time to land."""
 
 
 def steps_per_k_tile(choices: Choices) -> int:
@@ -39,9 +42,12 @@ def steps_per_k_tile(choices: Choices) -> int:
 
 def default_copy_steps(c: Contraction, choices: Choices, asynchronous: bool) -> int:
     """Half the steps of a k-tile where ``cp.async`` copies into two buffers in a block of at
-    least ``MIN_K_TILES`` k-tiles; else 0, all at once."""
+    least ``MIN_K_TILES`` k-tiles and ``MIN_REGISTER_TILE`` outputs per thread; else 0, all
+    at once."""
     k_tiles = math.ceil(c.reduce_extent / choices.block_k)
     if not asynchronous or choices.buffers != 2 or k_tiles < MIN_K_TILES:
+        return 0
+    if choices.thread_m * choices.thread_n < MIN_REGISTER_TILE:
         return 0
     return max(1, steps_per_k_tile(choices) // 2)
 

@@ -26,7 +26,7 @@ def test_long_reductions_spread_their_copies_over_half_of_a_k_tiles_steps():
         tile_ir.format_tile_kernel(tile) + "\n"
 
 
-def test_short_reductions_register_copies_and_single_buffers_issue_copies_at_once():
+def test_short_reductions_register_copies_three_buffers_and_small_tiles_issue_copies_at_once():
     scores = analyse(batched(32, 2048, 64, 2048).kernel)
     assert default_copy_steps(scores, BLOCK_OF_8X8_TILES, asynchronous=True) == 0
     long = analyse(linear(2048, 2048, 2048).kernel)
@@ -34,6 +34,8 @@ def test_short_reductions_register_copies_and_single_buffers_issue_copies_at_onc
     three_buffers = Choices(128, 128, 16, 8, 8, buffers=3, fragment_width=4)
     assert default_copy_steps(long, three_buffers, asynchronous=True) == 0
     assert SCHEDULE.schedule(half_inputs(64, 512, 64).kernel, SM_90, {}).copy_steps == 0
+    small_tiles = Choices(8, 128, 16, 4, 4, fragment_width=4)
+    assert default_copy_steps(long, small_tiles, asynchronous=True) == 0
 
 
 def test_copies_are_dealt_in_order_to_the_first_steps():
@@ -68,9 +70,9 @@ def test_spread_copies_match_pytorch_without_races(case, knobs):
 
 
 def test_the_rule_spreads_the_copies_of_a_ragged_long_reduction_correctly():
-    case = linear(5, 300, 33, bias_relu=True)
-    tile = SCHEDULE.schedule(case.kernel, SM_90, {})
-    assert tile.copy_steps > 0
+    case = linear(70, 300, 130, bias_relu=True)
+    tile = SCHEDULE.schedule(case.kernel, SM_90, {"block_m": 64, "block_n": 64, "thread_m": 8, "thread_n": 8})
+    assert (tile.reduction.splits, tile.copy_steps) == (2, 4)  # two k-splits of 8 steps each
     inputs = case.inputs()
     out, report = simulate_case(case, SCHEDULE.lower(tile, SM_90), inputs)
     assert relative_error(out, float64_reference(case.reference, tuple(inputs.values()))) < 1e-5
