@@ -59,6 +59,21 @@ __device__ __forceinline__ float lamina_cluster_load(const float* element, unsig
   return value;
 }"""
 
+_TF32_HELPER = """\
+__device__ __forceinline__ float lamina_tf32(float x) {
+  return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
+}"""
+
+_MMA_TF32_HELPER = """\
+__device__ __forceinline__ void lamina_mma_tf32(float& d0, float& d1, float& d2, float& d3, float a0, float a1,
+                                                float a2, float a3, float b0, float b1) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\\n"
+      : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+      : "r"(__float_as_uint(a0)), "r"(__float_as_uint(a1)), "r"(__float_as_uint(a2)), "r"(__float_as_uint(a3)),
+        "r"(__float_as_uint(b0)), "r"(__float_as_uint(b1)));
+}"""
+
 _CLUSTER_BARRIER = ('asm volatile("barrier.cluster.arrive.release.aligned;\\n"'
                     ' "barrier.cluster.wait.acquire.aligned;\\n" ::: "memory");')
 
@@ -163,6 +178,7 @@ class _KernelPrinter:
         self.expr = ExpressionPrinter(kernel.name, self.index_type, self.name, var_types, array_dtypes)
         self.var_types = var_types
         self.cp_async_sizes: set[int] = set()
+        self.mma_used = False
         self.unrolled: list[str] = []
         """The variables of the unrolled loops around the statement being printed."""
 
@@ -191,6 +207,10 @@ class _KernelPrinter:
             sections.append(_NON_FINITE_DEFINES)
         if self.expr.cluster_loads_used:
             sections.append(_CLUSTER_LOAD_HELPER)
+        if self.expr.tf32_used:
+            sections.append(_TF32_HELPER)
+        if self.mma_used:
+            sections.append(_MMA_TF32_HELPER)
         for size in sorted(self.cp_async_sizes):
             sections.append(_CP_ASYNC_HELPER.format(bytes=size, cache="cg" if size == 16 else "ca"))
         sections.append("\n".join([self._signature() + " {", *body, "}"]))
@@ -276,6 +296,10 @@ class _KernelPrinter:
         if isinstance(s, (kir.VectorLoad, kir.VectorStore)):
             copy = vector_copy(self.kernel, s, self._element(s.dst, s.dst_index), self._element(s.src, s.src_index))
             return [f"{indent}{copy}"]
+        if isinstance(s, kir.MmaTf32):
+            self.mma_used = True
+            operands = [self._element(s.acc, i) for i in s.acc_index] + [e.converted(v, dtypes.float32) for v in s.a + s.b]
+            return [f"{indent}lamina_mma_tf32({', '.join(operands)});"]
         if isinstance(s, kir.Comment):
             return [f"{indent}// {line}".rstrip() for line in s.text.splitlines() or [""]]
         raise VerificationError(f"Kernel IR kernel {self.kernel.name} holds a statement the CUDA printer does not know: {s!r}")

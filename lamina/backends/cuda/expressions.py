@@ -16,7 +16,7 @@ from lamina.core.errors import VerificationError
 from lamina.core.ir import dtypes, expr as ex
 from lamina.core.ir.dtypes import DType
 from lamina.core.ir.expr import OPS, Const, Expr, Op, Var
-from lamina.core.ir.kernel_ir import ClusterLoad, Load, ShuffleXor, Special
+from lamina.core.ir.kernel_ir import ClusterLoad, Load, ShuffleXor, Special, Tf32
 
 PRIMARY, UNARY, MUL, ADD, RELATION, EQUALITY, AND, OR = 100, 90, 80, 70, 60, 55, 40, 35
 
@@ -62,6 +62,7 @@ class ExpressionPrinter:
         self.array_types = array_types
         self.non_finite_used = False
         self.cluster_loads_used = False
+        self.tf32_used = False
 
     # --- public ---------------------------------------------------------------
 
@@ -84,7 +85,7 @@ class ExpressionPrinter:
             return self.index_type
         if isinstance(e, Load):
             return c_type(self.array_types[e.array])
-        if isinstance(e, (ShuffleXor, ClusterLoad)):
+        if isinstance(e, (ShuffleXor, ClusterLoad, Tf32)):
             return c_type(e.dtype)
         if isinstance(e, Op):
             kind = OPS[e.op].kind
@@ -123,6 +124,9 @@ class ExpressionPrinter:
             index = "".join(f"[{self.text(i)}]" for i in e.index)
             self.cluster_loads_used = True
             return f"lamina_cluster_load(&{self.names(e.array)}{index}, {self.text(e.rank)})", PRIMARY
+        if isinstance(e, Tf32):
+            self.tf32_used = True
+            return f"lamina_tf32({self.text(e.value)})", PRIMARY
         raise VerificationError(f"Kernel IR kernel {self.kernel_name} holds an expression the CUDA printer does not know: {e!r}")
 
     def _shuffle_xor(self, e: ShuffleXor) -> Printed:

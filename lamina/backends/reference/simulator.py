@@ -10,7 +10,8 @@ It reports, as faults: accesses out of bounds, misaligned wide ``cp.async`` copi
 vector accesses (see ``simulator_vectors``), reads of shared memory that no thread wrote,
 races on shared memory between two barriers (and between the blocks of a cluster, across
 cluster barriers), reads of ``cp.async`` data before its wait, and barriers that only
-part of a block (or cluster) reaches.
+part of a block (or cluster) reaches; a warp-wide mma that only part of a warp runs is an
+error (see ``simulator_mma``).
 Shared-memory bank conflicts are counted per array (see ``simulator_banks``).
 """
 
@@ -27,6 +28,7 @@ from lamina.backends.reference.simulator_cp_async import CpAsyncGroups
 from lamina.backends.reference.simulator_expressions import ExpressionCompiler
 from lamina.backends.reference.simulator_grid import Mask, ThreadGrid
 from lamina.backends.reference.simulator_memory import GlobalArray, RegisterArray, as_index, per_thread
+from lamina.backends.reference.simulator_mma import MmaRunner
 from lamina.backends.reference.simulator_report import MISALIGNED, RACES, FaultLog, SimulationReport
 from lamina.backends.reference.simulator_shared import Lanes, SharedArray
 from lamina.backends.reference.simulator_vectors import VectorAccesses
@@ -100,6 +102,7 @@ class KernelSimulation:
         self.sites = itertools.count()
         self.exprs = ExpressionCompiler(kernel.name, self.grid, self.env, self.memories, self.sites)
         self.vectors = VectorAccesses(kernel.name, self.grid, self.faults, self.exprs, self.sites)
+        self.mma = MmaRunner(kernel.name, self.grid, self.exprs, self.memories, self.sites)
         self.body = self._body(kernel.body, {}, set())
 
     def run(self) -> SimulationReport:
@@ -180,6 +183,8 @@ class KernelSimulation:
             return self.vectors.load(s, scope)
         if isinstance(s, kernel_ir.VectorStore):
             return self.vectors.store(s, scope)
+        if isinstance(s, kernel_ir.MmaTf32):
+            return self.mma.build(s, scope)
         if isinstance(s, kernel_ir.Comment):
             return None
         raise self._fail(f"the simulator does not know the statement {s!r}")

@@ -13,6 +13,7 @@ from typing import Callable, Mapping
 
 import torch
 
+from lamina.backends.reference import tf32
 from lamina.backends.reference.scalar_ops import apply_op, as_tensor
 from lamina.backends.reference.simulator_grid import Mask, ThreadGrid
 from lamina.core.errors import SimulationError, VerificationError
@@ -47,6 +48,9 @@ class ExpressionCompiler:
             return self._shuffle_xor(e, scope)
         if isinstance(e, kernel_ir.ClusterLoad):
             return self._cluster_load(e, scope)
+        if isinstance(e, kernel_ir.Tf32):
+            value_of = self.compile(e.value, scope)
+            return lambda mask: tf32.rounded(torch.as_tensor(value_of(mask), dtype=torch.float32))
         raise VerificationError(f"kernel {self.kernel}: the simulator cannot evaluate {e!r}; "
                                 f"Kernel IR expressions are constants, variables, specials, loads, ops and shuffles")
 

@@ -3,8 +3,9 @@
 A ``Kernel`` has pointer parameters (one per buffer, flat, row-major), shared arrays
 with their padded shapes, a body of statements, and its launch configuration. Its
 expressions are those of ``lamina.core.ir.expr`` plus ``Load`` from an array, the
-thread and block indices, warp shuffles, and ``ClusterLoad`` from the shared memory of
-another block of the same cluster (blocks launched together along x, as on Hopper).
+thread and block indices, warp shuffles, ``ClusterLoad`` from the shared memory of
+another block of the same cluster (blocks launched together along x, as on Hopper), and
+``Tf32`` rounding for the warp-wide tensor-core statement ``MmaTf32``.
 Arrays live in one of three spaces: ``global`` (the parameters), ``shared`` and
 ``register`` (per-thread arrays, indexed only by constants after unrolling).
 
@@ -99,6 +100,26 @@ class ClusterLoad(Expr):
 
     def rebuild(self, children):
         return attrs.evolve(self, index=tuple(children[:-1]), rank=children[-1])
+
+
+@attrs.frozen(eq=True)
+class Tf32(Expr):
+    """The float32 ``value`` rounded to the nearest tf32 (10 mantissa bits, ties away from
+    zero), still a float32: half the weight of the 13 dropped bits is added to the bits,
+    then they are cleared. Infinities and NaNs stay what they are, except a NaN whose
+    payload lies wholly in the dropped bits, which becomes an infinity."""
+
+    value: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return dtypes.float32
+
+    def children(self):
+        return (self.value,)
+
+    def rebuild(self, children):
+        return attrs.evolve(self, value=children[0])
 
 
 def thread_idx(axis: str = "x") -> Special:
@@ -254,8 +275,27 @@ class Comment:
     text: str
 
 
+@attrs.frozen
+class MmaTf32:
+    """One warp-wide tensor-core multiply-add, PTX's ``mma.sync`` m16n8k8 with tf32 operands:
+    ``D[16][8] += A[16][8] @ B[8][8]`` in float32, each lane holding pieces of A, B and D.
+
+    Lane ``4 g + t`` of the warp supplies ``a`` = A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4]
+    and ``b`` = B[t][g], B[t+4][g], and accumulates into the elements ``acc_index`` of its
+    register array ``acc`` holding D[g][2t], D[g][2t+1], D[g+8][2t], D[g+8][2t+1]. Operands
+    are float32 values of which the tensor cores read the tf32 part (``Tf32`` rounds them).
+    Every lane of the warp runs it together, never under a branch that only part of the warp
+    takes.
+    """
+
+    acc: str
+    acc_index: tuple[tuple[Expr, ...], ...] = attrs.field(converter=lambda v: tuple(tuple(i) for i in v))
+    a: tuple[Expr, ...] = attrs.field(converter=tuple)
+    b: tuple[Expr, ...] = attrs.field(converter=tuple)
+
+
 Stmt = (Declare | Assign | Store | For | If | Barrier | ClusterBarrier | CpAsync | CpAsyncCommit | CpAsyncWait
-        | VectorLoad | VectorStore | Comment)
+        | VectorLoad | VectorStore | MmaTf32 | Comment)
 
 
 @attrs.frozen
@@ -326,6 +366,8 @@ def expressions(s: Stmt) -> tuple[Expr, ...]:
         return s.dst_index + s.src_index + ((s.predicate,) if s.predicate is not None else ())
     if isinstance(s, (VectorLoad, VectorStore)):
         return s.dst_index + s.src_index
+    if isinstance(s, MmaTf32):
+        return tuple(i for place in s.acc_index for i in place) + s.a + s.b
     return ()
 
 
@@ -363,6 +405,11 @@ def rename_arrays(kernel: Kernel, mapping: dict[str, str], name: str | None = No
                     s, dst=mapping.get(s.dst, s.dst), src=mapping.get(s.src, s.src),
                     dst_index=tuple(map(rename_expr, s.dst_index)), src_index=tuple(map(rename_expr, s.src_index)),
                 )
+            elif isinstance(s, MmaTf32):
+                s = attrs.evolve(
+                    s, acc=mapping.get(s.acc, s.acc), acc_index=[tuple(map(rename_expr, i)) for i in s.acc_index],
+                    a=tuple(map(rename_expr, s.a)), b=tuple(map(rename_expr, s.b)),
+                )
             out.append(s)
         return tuple(out)
 
@@ -386,6 +433,8 @@ def _leaf(e: Expr):
         return f"shuffle_xor({format_expr(e.value)}, {e.lane_mask})"
     if isinstance(e, ClusterLoad):
         return e.array + "".join(f"[{format_expr(i)}]" for i in e.index) + f" of cluster block {format_expr(e.rank)}"
+    if isinstance(e, Tf32):
+        return f"tf32({format_expr(e.value)})"
     return None
 
 
@@ -433,6 +482,10 @@ def format_body(body, indent: str) -> list[str]:
             lines.append(f"{indent}vector load x{s.width} {s.dst}{_index(s.dst_index)} <- {s.src}{_index(s.src_index)}")
         elif isinstance(s, VectorStore):
             lines.append(f"{indent}vector store x{s.width} {s.dst}{_index(s.dst_index)} <- {s.src}{_index(s.src_index)}")
+        elif isinstance(s, MmaTf32):
+            acc = ", ".join(s.acc + _index(i) for i in s.acc_index)
+            a, b = (", ".join(map(format_expr, values)) for values in (s.a, s.b))
+            lines.append(f"{indent}mma m16n8k8 tf32 ({acc}) += ({a}) x ({b})")
         elif isinstance(s, Comment):
             lines.append(f"{indent}# {s.text}")
     return lines
@@ -490,6 +543,8 @@ def verify_kernel(k: Kernel, max_threads: int = 1024, max_shared_bytes: int = 48
                                     f"it has rank {len(array.shape)}")
                 elif node.dtype != dtypes.float32:
                     problems.append(f"cluster load of {node.dtype} from {node.array}: only f32 is supported")
+            elif isinstance(node, Tf32) and node.value.dtype != dtypes.float32:
+                problems.append(f"tf32 rounding of a {node.value.dtype} value; it rounds f32 values")
             elif isinstance(node, ShuffleXor):
                 if not 0 < node.lane_mask < WARP_SIZE:
                     problems.append(f"shuffle lane mask {node.lane_mask} is outside 1..{WARP_SIZE - 1}")
@@ -527,6 +582,8 @@ def verify_kernel(k: Kernel, max_threads: int = 1024, max_shared_bytes: int = 48
                     problems.append(f"cp.async copies 4, 8 or 16 bytes, not {s.bytes}")
             elif isinstance(s, (VectorLoad, VectorStore)):
                 problems.extend(_vector_access_problems(s, arrays))
+            elif isinstance(s, MmaTf32):
+                problems.extend(_mma_problems(s, arrays))
 
     visit(k.body, set())
     cluster = k.launch.cluster
@@ -584,6 +641,22 @@ def _vector_access_problems(s: VectorLoad | VectorStore, arrays: dict) -> list[s
     if isinstance(last, ex.Const) and int(last.value) + s.width > array.shape[-1]:
         problems.append(f"{kind} through {register} at {int(last.value)}..{int(last.value) + s.width - 1} "
                         f"runs past its {array.shape[-1]} elements")
+    return problems
+
+
+def _mma_problems(s: MmaTf32, arrays: dict) -> list[str]:
+    problems = []
+    acc = arrays.get(s.acc)
+    if not isinstance(acc, Array) or acc.space != "register" or acc.dtype != dtypes.float32:
+        problems.append(f"mma accumulates into {s.acc}: it must be an f32 register array")
+    elif any(len(i) != len(acc.shape) for i in s.acc_index):
+        problems.append(f"mma accumulator of {s.acc} indexed with the wrong number of indices; it has rank "
+                        f"{len(acc.shape)}")
+    if (len(s.acc_index), len(s.a), len(s.b)) != (4, 4, 2):
+        problems.append(f"mma m16n8k8 takes 4 accumulators, 4 values of A and 2 of B per lane, not "
+                        f"{len(s.acc_index)}, {len(s.a)} and {len(s.b)}")
+    if any(v.dtype != dtypes.float32 for v in s.a + s.b):
+        problems.append("mma operands must be f32 values (of which the tensor cores read the tf32 part)")
     return problems
 
 
