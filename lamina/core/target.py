@@ -22,5 +22,9 @@ class Target:
     """DRAM bandwidth, bytes read plus written per microsecond (a device-to-device copy's)."""
     fp32_flops_per_us: float = 51e6
     """fp32 multiply-add throughput on the CUDA cores, as cuBLAS SGEMM reaches it (FLOP per microsecond)."""
+    tf32_tensor_flops_per_us: float = 318e6
+    """tf32 multiply-add throughput on the tensor cores through ``mma.sync`` m16n8k8 with
+    operands in registers (FLOP per microsecond), as ``benchmarks/mma_rate_experiment.py``
+    measured it on the H200."""
     launch_us: float = 2.0
     """What one kernel costs beyond its work (launch and ramp-up), in microseconds."""

@@ -104,7 +104,10 @@ class TileKernel:
     the next column, not along x first, so that the blocks resident at once share
     operand tiles in L2. ``copy_steps``: the next k-tile's copies into shared memory are
     issued over the first ``copy_steps`` steps of the reduction within each k-tile, a few
-    at each, rather than all at once before them (0).
+    at each, rather than all at once before them (0). ``tensor_cores``: how the products run
+    on the tensor cores (``"3xtf32"``: each float32 operand as two tf32 pieces, three
+    m16n8k8 mma per product, warps of 8 x 4 threads holding the mma's accumulators), or
+    None for FMAs on the CUDA cores.
     """
 
     kernel: loop_ir.Kernel
@@ -117,6 +120,7 @@ class TileKernel:
     warp_patch: tuple[int, int] | None = None
     grouped_rows: int = 1
     copy_steps: int = 0
+    tensor_cores: str | None = None
 
     @property
     def threads_per_block(self) -> int:
@@ -185,6 +189,9 @@ def format_tile_kernel(tk: TileKernel) -> str:
         lines.append(f"  blocks run down groups of {tk.grouped_rows} grid rows, column by column")
     if tk.copy_steps:
         lines.append(f"  the next k-tile's copies issued over the first {tk.copy_steps} steps of each k-tile")
+    if tk.tensor_cores == "3xtf32":
+        lines.append("  products on tensor cores: mma m16n8k8 on tf32, each f32 operand as big + small tf32, "
+                     "3 mma per product")
     for key, value in tk.knobs:
         lines.append(f"  {key} = {value}")
     return "\n".join(lines)
@@ -208,7 +215,7 @@ def verify_tile_kernel(tk: TileKernel, max_threads: int = 1024, max_shared_bytes
     for s in tk.stages:
         if s.copy not in COPY_KINDS:
             problems.append(f"shared stage of {s.buffer} uses unknown copy {s.copy}")
-    problems += _arrangement_problems(tk) + _copy_issue_problems(tk)
+    problems += _arrangement_problems(tk) + _copy_issue_problems(tk) + _tensor_core_problems(tk)
     if tk.threads_per_block > max_threads:
         problems.append(f"{tk.threads_per_block} threads per block exceed the limit of {max_threads}")
     if tk.shared_bytes > max_shared_bytes:
@@ -243,3 +250,26 @@ def _copy_issue_problems(tk: TileKernel) -> list[str]:
     if not 0 < tk.copy_steps <= steps:
         return [f"copies spread over {tk.copy_steps} steps, where a k-tile has {steps}"]
     return []
+
+
+MMA_WARP = (8, 4)
+"""The rows by columns of threads (y by x) of a warp holding m16n8k8 accumulators."""
+
+
+def _tensor_core_problems(tk: TileKernel) -> list[str]:
+    if tk.tensor_cores is None:
+        return []
+    if tk.tensor_cores != "3xtf32":
+        return [f"unknown tensor-core products {tk.tensor_cores!r}; the one kind is '3xtf32'"]
+    problems = []
+    by_dim = {b.thread_dim: b for b in tk.grid}
+    columns, rows = by_dim.get("x"), by_dim.get("y")
+    across = min(columns.threads, WARP_SIZE) if columns else WARP_SIZE
+    patch = tk.warp_patch or (WARP_SIZE // across, across)
+    if patch != MMA_WARP:
+        problems.append(f"tensor-core products need warps of {MMA_WARP[0]} x {MMA_WARP[1]} threads, not {patch}")
+    if columns is None or rows is None or columns.group != 2 or rows.group != 1 or rows.per_thread % 2:
+        problems.append("tensor-core products need each thread's rows in pairs, one by one, and its columns in runs of 2")
+    if tk.reduction is None or tk.reduction.splits != 1 or tk.reduction.step % 8:
+        problems.append("tensor-core products need whole k-tiles per warp, in steps of 8")
+    return problems

@@ -35,6 +35,10 @@ RUNS = {
     "one_buffer": (matmul(517, 1031, 389), {"buffers": 1}),
     "register_tile_4x4": (matmul(517, 1031, 389), {"block_m": 64, "block_n": 64}),
     "dynamic_shared_memory": (matmul(517, 1031, 389), {"block_m": 128, "block_n": 128, "block_k": 32}),
+    "tensor_cores": (matmul(517, 1031, 389), {"tensor_cores": 1}),
+    "tensor_cores_linear_bias_relu": (linear(300, 520, 700, bias_relu=True), {"tensor_cores": 1}),
+    "tensor_cores_batched_64x64_blocks": (batched(4, 200, 300, 250), {"tensor_cores": 1, "block_m": 64,
+                                                                       "block_n": 64}),
 }
 
 
@@ -56,3 +60,17 @@ def test_matches_pytorch_on_the_gpu(name):
     torch.cuda.synchronize()
     expected = float64_reference(case.reference, tuple(inputs.values()))
     assert relative_error(buffers[out.name].reshape(out.type.shape), expected) < 1e-5
+
+
+@pytest.mark.gpu
+def test_tensor_core_products_are_as_close_to_float64_as_cublas():
+    import torch.nn.functional as F
+
+    import lamina
+
+    x, w = torch.randn(256, 4096, device="cuda"), torch.randn(320, 4096, device="cuda")
+    compiled = lamina.Compiler(knobs={"tensor_cores": 1}).compile(F.linear, (x, w))
+    out = compiled(x, w)
+    assert [t.tensor_cores for t in compiled.compilation.tiles] == ["3xtf32", None]  # split-K partials, then their sum
+    reference = F.linear(x.double(), w.double())
+    assert relative_error(out, reference) < 2 * relative_error(F.linear(x, w), reference)

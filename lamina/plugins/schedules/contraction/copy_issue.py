@@ -42,10 +42,10 @@ def steps_per_k_tile(choices: Choices) -> int:
 
 def default_copy_steps(c: Contraction, choices: Choices, asynchronous: bool) -> int:
     """Half the steps of a k-tile where ``cp.async`` copies into two buffers in a block of at
-    least ``MIN_K_TILES`` k-tiles and ``MIN_REGISTER_TILE`` outputs per thread; else 0, all
-    at once."""
+    least ``MIN_K_TILES`` k-tiles and ``MIN_REGISTER_TILE`` outputs per thread, multiplied
+    with FMAs; else 0, all at once."""
     k_tiles = math.ceil(c.reduce_extent / choices.block_k)
-    if not asynchronous or choices.buffers != 2 or k_tiles < MIN_K_TILES:
+    if choices.tensor_cores or not asynchronous or choices.buffers != 2 or k_tiles < MIN_K_TILES:
         return 0
     if choices.thread_m * choices.thread_n < MIN_REGISTER_TILE:
         return 0

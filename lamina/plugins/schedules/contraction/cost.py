@@ -7,7 +7,9 @@ only in blocks with such a short axis; square otherwise), 32 to 256 threads in w
 and, where a block's threads would be one or two warps, enough k-splits inside the block
 (each whole warps) to bring it to 128 threads. ``block_k``, ``buffers``, the
 padding and the fragment width (4 wherever it is legal, else 1) follow from those by
-rule, and any knob may be pinned instead.
+rule, and any knob may be pinned instead. Products run on the CUDA cores unless
+``tensor_cores = 1`` is pinned (``tensor_cores``): on the H200 the tensor cores' three tf32
+products ran no faster than the FMA kernels, as ``TENSOR_CORE_EFFICIENCY`` records.
 
 ``estimate`` is a roofline with a tail:
 
@@ -30,6 +32,8 @@ rule, and any knob may be pinned instead.
   the FMA pipes (4, one per scheduler, for 8 x 8 register tiles, whose 64 independent
   multiply-adds hide the latency themselves) and fewer than 16 the memory system, in
   proportion; an SM without a block adds nothing to the bandwidth;
+* on the tensor cores, the arithmetic runs at a third of the target's tf32 mma rate, scaled
+  by ``TENSOR_CORE_EFFICIENCY`` instead;
 * the estimate is ``launch_us + max(compute, memory) + OVERLAP_LOSS * min(compute, memory)``:
   copies and arithmetic overlap, but not perfectly.
 Residency per SM follows Hopper's limits: 2048 threads, 64 Ki registers, 228 KiB of
@@ -45,7 +49,7 @@ import attrs
 
 from lamina.core.errors import ScheduleError
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction import tiling
+from lamina.plugins.schedules.contraction import tensor_cores, tiling
 from lamina.plugins.schedules.contraction.knobs import FRAGMENT_WIDTHS, Choices
 from lamina.plugins.schedules.contraction.recognise import Contraction
 
@@ -64,6 +68,12 @@ EFFICIENCY = {1: 0.10, 2: 0.18, 4: 0.25, 8: 0.42, 16: 0.60, 32: 0.75, 64: 0.85}
 FRAGMENT_GAIN = {1: 1.0, 4: 1.15}
 """How much faster the arithmetic runs when a thread reads its fragments this many elements at once."""
 MAX_EFFICIENCY = 0.95
+TENSOR_CORE_EFFICIENCY = {4: 0.12, 16: 0.28, 64: 0.43}
+"""Fraction of a third of ``Target.tf32_tensor_flops_per_us`` (three products per multiply-add)
+that tensor-core products reach, by the outputs in a thread's register tile. On the H200,
+8 x 8 tiles in 64 x 128 blocks ran the suite's M = 2048 linears at about 46 TFLOP/s and 4 x 4
+tiles at about 30 (``benchmarks/results/2026-11-30_h200_tensor_core_experiment*.json``);
+2 x 2 was not measured and is put at the same share of 4 x 4 as with FMAs."""
 REGISTERS_PER_SM = 65536
 SHARED_BYTES_PER_SM = 228 * 1024
 BLOCKS_PER_SM = 32
@@ -95,9 +105,9 @@ class Estimate:
         )
 
 
-def register_tile_efficiency(outputs: int) -> float:
-    """``EFFICIENCY`` of the largest listed register tile no bigger than ``outputs``."""
-    return EFFICIENCY[max(n for n in EFFICIENCY if n <= outputs)]
+def register_tile_efficiency(outputs: int, table: dict[int, float] = EFFICIENCY) -> float:
+    """The efficiency in ``table`` of the largest listed register tile no bigger than ``outputs``."""
+    return table[max(n for n in table if n <= outputs)]
 
 
 def warps_to_feed_fma(choices: Choices) -> int:
@@ -200,9 +210,11 @@ def _settings(c: Contraction, pinned: dict[str, int], relaxed: bool, target: Tar
                         continue
                     block_k = pinned.get("block_k", default_block_k(c, splits))
                     buffers = pinned.get("buffers", default_buffers(c, block_m, block_n, block_k, target))
-                    yield Choices(block_m, block_n, block_k, thread_m, thread_n, splits, buffers, pinned.get("padding"),
-                                  pinned.get("fragment_width", 1), pinned.get("warp_columns"),
-                                  pinned.get("grouped_rows"), pinned.get("copy_steps"))
+                    for products in values("tensor_cores", [0]):
+                        yield Choices(block_m, block_n, block_k, thread_m, thread_n, splits, buffers,
+                                      pinned.get("padding"), pinned.get("fragment_width", 1),
+                                      pinned.get("warp_columns"), pinned.get("grouped_rows"),
+                                      pinned.get("copy_steps"), products)
 
 
 def _fitted(c: Contraction, choices: Choices, pinned: dict[str, int], target: Target) -> Choices | None:
@@ -255,11 +267,16 @@ def estimate(c: Contraction, choices: Choices, target: Target) -> Estimate:
     k_tiles = math.ceil(c.reduce_extent / choices.block_k)
 
     block_flops = 2 * choices.block_m * choices.block_n * k_tiles * choices.block_k
-    efficiency = (min(MAX_EFFICIENCY, register_tile_efficiency(choices.thread_m * choices.thread_n)
-                      * FRAGMENT_GAIN[choices.fragment_width])
-                  * min(1.0, active_warps / warps_to_feed_fma(choices))
+    outputs = choices.thread_m * choices.thread_n
+    if choices.tensor_cores:
+        tile_efficiency = register_tile_efficiency(outputs, TENSOR_CORE_EFFICIENCY)
+        flops_per_us = target.tf32_tensor_flops_per_us / tensor_cores.PRODUCTS
+    else:
+        tile_efficiency = min(MAX_EFFICIENCY, register_tile_efficiency(outputs) * FRAGMENT_GAIN[choices.fragment_width])
+        flops_per_us = target.fp32_flops_per_us
+    efficiency = (tile_efficiency * min(1.0, active_warps / warps_to_feed_fma(choices))
                   * block_reuse_efficiency(choices) / (1 + K_SPLIT_COST * (choices.splits - 1)))
-    sm_flops_per_us = target.fp32_flops_per_us / target.sm_count
+    sm_flops_per_us = flops_per_us / target.sm_count
     compute_us = deepest * block_flops / (sm_flops_per_us * efficiency)
 
     read = sum(math.prod(tiling.stage_for(c, o, choices, target).tile) * o.load.dtype.itemsize for o in c.operands)

@@ -10,7 +10,7 @@ from lamina.core.errors import ScheduleError
 
 KNOB_NAMES = (
     "block_m", "block_n", "block_k", "thread_m", "thread_n", "splits", "buffers", "padding", "fragment_width",
-    "warp_columns", "grouped_rows", "copy_steps",
+    "warp_columns", "grouped_rows", "copy_steps", "tensor_cores",
 )
 MAX_BUFFERS = 3
 FRAGMENT_WIDTHS = (4, 1)
@@ -39,6 +39,9 @@ class Choices:
     ``copy_steps`` is when the next k-tile's copies are issued (``copy_issue``; None: not
     yet chosen): over the first ``copy_steps`` steps of k of each k-tile, a few at each, or
     all at once after the k-tile's barrier (0).
+
+    ``tensor_cores`` (1) multiplies on the tensor cores, each float32 operand split into
+    two tf32 pieces (``tensor_cores``), instead of with FMAs on the CUDA cores (0).
     """
 
     block_m: int
@@ -53,6 +56,7 @@ class Choices:
     warp_columns: int | None = None
     grouped_rows: int | None = None
     copy_steps: int | None = None
+    tensor_cores: int = 0
 
     @property
     def threads_m(self) -> int:
@@ -72,7 +76,8 @@ class Choices:
             f"splits {self.splits}, buffers {self.buffers}, fragment width {self.fragment_width}"
         )
         text += f", padding {self.padding}" if self.padding is not None else ""
-        return text + (f", copies over {self.copy_steps} steps" if self.copy_steps else "")
+        text += f", copies over {self.copy_steps} steps" if self.copy_steps else ""
+        return text + (", on tensor cores" if self.tensor_cores else "")
 
 
 def read_pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
@@ -105,7 +110,12 @@ def read_pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
                 f"{where}: knob copy_steps = {value} must be 0 (each k-tile's copies at once) or the steps of k "
                 "over which they are spread"
             )
-        if key not in ("padding", "buffers", "copy_steps") and value <= 0:
+        if key == "tensor_cores" and value not in (0, 1):
+            raise ScheduleError(
+                f"{where}: knob tensor_cores = {value} must be 0 (FMAs on the CUDA cores) or 1 (mma on the tensor "
+                "cores, each float32 operand as two tf32 pieces)"
+            )
+        if key not in ("padding", "buffers", "copy_steps", "tensor_cores") and value <= 0:
             raise ScheduleError(f"{where}: knob {key} = {value} must be positive")
         pinned[key] = value
     return pinned

@@ -11,7 +11,9 @@ single elements take, which is what limits the inner loop. The reduction runs in
 shared memory, stored k-major so that the inner loop reads a row of it, padded against
 bank conflicts and multi-buffered so that copies of later k-tiles overlap the arithmetic
 on this one. With ``splits`` > 1 the thread groups take equal slices of each k-tile and
-add up their register tiles through shared memory, a tree, before one epilogue.
+add up their register tiles through shared memory, a tree, before one epilogue. With
+``tensor_cores`` the products run as mma on the tensor cores instead, each warp an 8 x 4
+patch of threads whose register tiles are the mma's accumulators (``tensor_cores``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ import math
 
 from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction import arrangement, copy_issue, copy_layout, unneeded_blocks, unread_outputs
+from lamina.plugins.schedules.contraction import (
+    arrangement,
+    copy_issue,
+    copy_layout,
+    tensor_cores,
+    unneeded_blocks,
+    unread_outputs,
+)
 from lamina.plugins.schedules.contraction.knobs import Choices
 from lamina.plugins.schedules.contraction.recognise import Contraction, Operand
 
@@ -108,9 +117,12 @@ def stage_for(c: Contraction, operand: Operand, choices: Choices, target: Target
     contiguous = _contiguous_dim(c, operand, dims)
     widest = _widest_copy(c, operand, dims, contiguous) if copy == "cp.async" else 1
     alignment = choices.fragment_width if operand.side in ("m", "n") else 1
-    padding = choices.padding if choices.padding is not None else copy_layout.choose_padding(
-        tile, dtype.itemsize, contiguous, widest, alignment
-    )
+    if choices.padding is not None:
+        padding = choices.padding
+    elif choices.tensor_cores:
+        padding = tensor_cores.padding(tile[-1])
+    else:
+        padding = copy_layout.choose_padding(tile, dtype.itemsize, contiguous, widest, alignment)
     padding = padding if len(tile) == 2 else 0
     order = copy_layout.choose_copy_order(tile, padding, dtype.itemsize, contiguous, widest)
     return tile_ir.SharedStage(
@@ -148,8 +160,14 @@ def shared_bytes(c: Contraction, choices: Choices, target: Target) -> int:
 
 
 def registers(c: Contraction, choices: Choices) -> int:
-    """An estimate of the registers per thread: accumulators, hoisted loads, operand fragments, addresses."""
+    """An estimate of the registers per thread: accumulators, hoisted loads, operand fragments, addresses.
+
+    On tensor cores about as many again as the accumulators: the fragments' pieces and the
+    sums of the products in flight (NVRTC gave 2 x 2, 4 x 4 and 8 x 8 tiles 40, 62 and 164
+    to 167 registers)."""
     tile = choices.thread_m * choices.thread_n
+    if choices.tensor_cores:
+        return 2 * tile + ADDRESS_REGISTERS
     fragments = sum({"m": choices.thread_m, "n": choices.thread_n, "k": 1}[o.side] for o in c.operands)
     return tile * (1 + len(c.invariant_loads())) + fragments + ADDRESS_REGISTERS
 
@@ -177,6 +195,9 @@ def illegal(c: Contraction, choices: Choices, target: Target) -> str | None:
     fragments = _fragment_problem(c, choices)
     if fragments is not None:
         return fragments
+    products = tensor_cores.problem(c, choices, target)
+    if products is not None:
+        return products
     if choices.block_k % choices.splits:
         return f"block_k = {choices.block_k} must be a multiple of splits = {choices.splits}"
     if c.slice_bound is not None and c.slice_bound.multiple % choices.block_k:
@@ -229,8 +250,13 @@ def _fragment_text(c: Contraction, choices: Choices) -> str:
     return f"{choices.fragment_width} ({size}-byte shared-memory reads)"
 
 
+def column_run(choices: Choices) -> int:
+    """The adjacent columns a thread owns in a run: its fragments' width, or an mma accumulator's."""
+    return tensor_cores.COLUMN_RUN if choices.tensor_cores else choices.fragment_width
+
+
 def _store_text(c: Contraction, choices: Choices) -> str:
-    width = store_width(c, choices.fragment_width)
+    width = store_width(c, column_run(choices))
     sizes = sorted({width * c.kernel.buffer(s.buffer).type.dtype.itemsize for s in c.epilogue})
     count = f"{width} adjacent outputs" if width > 1 else "one output"
     return f"{count} per store ({' and '.join(map(str, sizes))} B)"
@@ -240,7 +266,7 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
     """The Tile IR of ``choices``, with ``notes`` (how they were chosen) among its knobs."""
     grid = [
         tile_ir.AxisBinding((c.n,), c.extents[c.n], "x", choices.threads_n, choices.thread_n, "x", contiguous=False,
-                            group=choices.fragment_width),
+                            group=column_run(choices)),
         tile_ir.AxisBinding((c.m,), c.extents[c.m], "y", choices.threads_m, choices.thread_m, "y", contiguous=False,
                             group=choices.fragment_width),
     ]
@@ -252,7 +278,7 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
     stages = tuple(stage_for(c, o, choices, target) for o in c.operands)
     recorded: list[tuple[str, object]] = [
         ("register_tile", f"{choices.thread_m}x{choices.thread_n}"),
-        ("fragment_width", _fragment_text(c, choices)),
+        *([] if choices.tensor_cores else [("fragment_width", _fragment_text(c, choices))]),
         ("epilogue_stores", _store_text(c, choices)),
     ]
     if choices.splits > 1:
@@ -273,7 +299,7 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
     tile = tile_ir.TileKernel(
         kernel=c.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction, stages=stages, knobs=recorded,
         warp_patch=arrangement.warp_patch(choices), grouped_rows=choices.grouped_rows or 1,
-        copy_steps=choices.copy_steps or 0,
+        copy_steps=choices.copy_steps or 0, tensor_cores=tensor_cores.NAME if choices.tensor_cores else None,
     )
     tile_ir.verify_tile_kernel(tile, target.max_threads_per_block, target.max_shared_bytes_optin)
     return tile

@@ -65,10 +65,11 @@ def cluster_blocks(length: int) -> int:
 
 def fixed_by_the_row(rows: ContractionRows) -> dict[str, int]:
     """The contraction knobs that a block holding whole rows fixes, and those this schedule
-    keeps as they are: blocks in CUDA's order, each k-tile's copies issued at once."""
+    keeps as they are: blocks in CUDA's order, each k-tile's copies issued at once, products
+    on the CUDA cores."""
     per_lane = columns_per_lane(rows.contraction.extents[rows.contraction.n])
     return {"block_n": LANES * per_lane, "thread_n": per_lane, "splits": 1, "warp_columns": LANES, "grouped_rows": 1,
-            "copy_steps": 0}
+            "copy_steps": 0, "tensor_cores": 0}
 
 
 def settings(rows: ContractionRows, target: Target) -> list[Choices]:
