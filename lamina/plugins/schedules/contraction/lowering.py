@@ -4,7 +4,7 @@ Per block: each thread clears its register tile of accumulators; the k-tiles of 
 staged operand are copied into shared memory (zero-filled outside the tensors), the
 next ones in flight while the threads combine the current one, reading each run of
 register-tile rows or columns that the Tile IR groups with one vector load (or, on tensor
-cores, the fragments of each warp's mma, ``tensor_cores``); k-split thread groups
+cores, the fragments of each warp's mma, ``tensor_core_steps``); k-split thread groups
 add up their register tiles through shared memory; then each thread (of the first
 group) writes its register tile through the kernel's epilogue, guarded at the ragged edges,
 a run of adjacent outputs in one store where the output's layout allows. Where the Tile
@@ -23,6 +23,7 @@ from lamina.core.target import Target
 from lamina.plugins.schedules import coordinate_conditions, loop_to_kernel
 from lamina.plugins.schedules.contraction import copy_issue, copy_layout, tensor_cores, unneeded_blocks, unread_outputs
 from lamina.plugins.schedules.contraction.recognise import Contraction, analyse
+from lamina.plugins.schedules.contraction.tensor_core_steps import TensorCoreSteps
 from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME, copy_order, partial_sums_shape, store_width
 
 
@@ -107,9 +108,7 @@ class ContractionWriter:
         self.tiles = {s.index: names.fresh(f"{s.buffer}_tile") for s in tile.stages}
         self.regs = {s.index: names.fresh(f"{s.buffer}_reg") for s in tile.stages}
         self.invariants = {load: names.fresh(f"{load.buffer}_value") for load in c.invariant_loads()}
-        self.factors = tensor_cores.factors(c) if tile.tensor_cores else None
-        self.pieces = {} if self.factors is None else {
-            name: names.fresh(name) for name in ("a_big", "a_small", "b_big", "b_small", "step_sum")}
+        self.mma = TensorCoreSteps(self, tensor_cores.factors(c)) if tile.tensor_cores else None
         self.store_width = store_width(c, self.cols.group)
         self.outputs = [names.fresh(f"{s.buffer}_out") for s in c.epilogue] if self.store_width > 1 else []
         self.ranges = {
@@ -361,8 +360,8 @@ class ContractionWriter:
     def _compute(self, slot: Expr, issued: tuple[kernel_ir.Stmt, ...] = ()) -> kernel_ir.For:
         """The steps of k-tile ``kt`` from ``slot``, each step starting with ``issued`` (the
         next k-tile's copies that it issues, ``_spread_copies``)."""
-        if self.factors is not None:
-            return self._compute_on_tensor_cores(slot)
+        if self.mma is not None:
+            return self.mma.k_tile(slot)
         value = self._placeholders()
         k = self.kt * self.block_k + self._k_in_tile()
         body = self._fill_registers(slot)
@@ -375,66 +374,6 @@ class ContractionWriter:
         if guard is not None:
             body = [kernel_ir.If(guard, body)]
         return kernel_ir.For(self.kk.name, ex.const(0), ex.const(self.k_slice), 1, [*issued, *body], unroll=True)
-
-    def _compute_on_tensor_cores(self, slot: Expr) -> kernel_ir.For:
-        """The k-tile from ``slot`` in steps of eight: each thread reads its pieces of the
-        n-side operand's fragments and splits them into big and small tf32 parts, then, one
-        pair of its rows at a time, those of the m-side operand, and adds the products of
-        each pair of rows and run of columns to their accumulators (``tensor_cores``).
-
-        Thread (``group``, ``quad``) of its warp's patch reads the k-steps ``quad`` and
-        ``quad + 4`` of its own rows for A, and of the patch's ``group``-th column of each
-        run for B (the patch's columns are ``2 * PATCH_COLUMNS`` wide per run)."""
-        m_side, n_side = self.factors
-        a_tile, b_tile = self.tiles[m_side.text], self.tiles[n_side.text]
-        quad = self.thread_col % tensor_cores.PATCH_COLUMNS
-        group = self.thread_row % tensor_cores.PATCH_ROWS
-        first_column = self.thread_col // tensor_cores.PATCH_COLUMNS * (tensor_cores.PATCH_COLUMNS * 2) + group
-        body: list[kernel_ir.Stmt] = []
-        for j in range(self.cols.per_thread // 2):
-            column = first_column + j * self.cols.threads * 2
-            for h in range(2):
-                raw = kernel_ir.Load(b_tile, (slot, self.kk + quad + 4 * h, column), n_side.load.dtype)
-                body += self._split(raw, "b", (ex.const(j), ex.const(h)))
-        for p in range(self.rows.per_thread // 2):
-            for i in range(4):
-                row = self._row_in_block(2 * p + i % 2)
-                raw = kernel_ir.Load(a_tile, (slot, self.kk + quad + 4 * (i // 2), row), m_side.load.dtype)
-                body += self._split(raw, "a", (ex.const(i),))
-            for j in range(self.cols.per_thread // 2):
-                acc = [(ex.const(2 * p + i // 2), ex.const(2 * j + i % 2)) for i in range(4)]
-                body += self._products_of_step(acc, j)
-        return kernel_ir.For(self.kk.name, ex.const(0), ex.const(self.k_slice), tensor_cores.MMA_K, body, unroll=True)
-
-    def _piece(self, side: str, size: str, at: tuple[Expr, ...]) -> kernel_ir.Load:
-        return kernel_ir.Load(self.pieces[f"{side}_{size}"], at, self.c.acc_dtype)
-
-    def _split(self, raw: Expr, side: str, at: tuple[Expr, ...]) -> list[kernel_ir.Stmt]:
-        """``raw`` into its nearest tf32 and what is left, of which the mma reads the tf32 part
-        (read once, into the small piece's register)."""
-        big, small = self.pieces[f"{side}_big"], self.pieces[f"{side}_small"]
-        value = self._piece(side, "small", at)
-        rest = ex.op("sub", value, self._piece(side, "big", at))
-        return [kernel_ir.Store(small, at, raw), kernel_ir.Store(big, at, kernel_ir.Tf32(value)),
-                kernel_ir.Store(small, at, rest)]
-
-    def _products_of_step(self, acc: list[tuple[Expr, Expr]], j: int) -> list[kernel_ir.Stmt]:
-        """The three products of one step of k for accumulators ``acc`` (columns ``j``), summed
-        from zero on the tensor cores and then added to ``acc`` with float32 additions: the
-        tensor cores truncate each sum, so a long reduction run through them drifts toward
-        zero, where float32 additions round to nearest."""
-        step = self.pieces["step_sum"]
-        out: list[kernel_ir.Stmt] = [kernel_ir.Store(step, (ex.const(i),), ex.const(0.0, self.c.acc_dtype))
-                                     for i in range(4)]
-        for a_size, b_size in (("small", "big"), ("big", "small"), ("big", "big")):
-            a = [self._piece("a", a_size, (ex.const(i),)) for i in range(4)]
-            b = [self._piece("b", b_size, (ex.const(j), ex.const(h))) for h in range(2)]
-            out.append(kernel_ir.MmaTf32(step, [(ex.const(i),) for i in range(4)], a, b))
-        for i, at in enumerate(acc):
-            total = ex.op("add", kernel_ir.Load(self.acc, at, self.c.acc_dtype),
-                          kernel_ir.Load(step, (ex.const(i),), self.c.acc_dtype))
-            out.append(kernel_ir.Store(self.acc, at, total))
-        return out
 
     def _spread_copies(self, kt: Expr, slot: Expr) -> list[kernel_ir.Stmt]:
         """The copies of k-tile ``kt`` into ``slot``, round by round, each at the step of k
@@ -620,12 +559,9 @@ class ContractionWriter:
 
     def _fragment_arrays(self) -> list[kernel_ir.Array]:
         """The registers that a step of k reads the operands into: a thread's rows and columns
-        of each staged operand, or on tensor cores the pieces of the mma's fragments (a row
-        pair's of A, every run's of B) and the sum of one step's products."""
-        if self.factors is not None:
-            runs = self.cols.per_thread // 2
-            shapes = {"a_big": (4,), "a_small": (4,), "b_big": (runs, 2), "b_small": (runs, 2), "step_sum": (4,)}
-            return [kernel_ir.Array(self.pieces[n], self.c.acc_dtype, shape, "register") for n, shape in shapes.items()]
+        of each staged operand, or on tensor cores the mma's (``TensorCoreSteps.arrays``)."""
+        if self.mma is not None:
+            return self.mma.arrays()
         arrays = []
         for stage in self.tile.stages:
             side = self.c.operand(stage.index).side
