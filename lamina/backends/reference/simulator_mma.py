@@ -22,7 +22,10 @@ from lamina.core.ir import dtypes, kernel_ir
 from lamina.core.ir.dtypes import DType
 
 Runner = Callable[[Mask], None]
+
+
 def _lane_layout() -> tuple[torch.Tensor, torch.Tensor]:
+    """Each lane's group (``lane // 4``) and its place in the group (``lane % 4``)."""
     lane = torch.arange(WARP_SIZE)
     return lane // 4, lane % 4
 
