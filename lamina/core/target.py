@@ -28,3 +28,8 @@ class Target:
     measured it on the H200."""
     launch_us: float = 2.0
     """What one kernel costs beyond its work (launch and ramp-up), in microseconds."""
+
+    @property
+    def compute_capability(self) -> int:
+        """The architecture as a number, 90 for sm_90 (0 where ``arch`` holds no digits)."""
+        return int("".join(ch for ch in self.arch if ch.isdigit()) or 0)

@@ -272,4 +272,6 @@ def _tensor_core_problems(tk: TileKernel) -> list[str]:
         problems.append("tensor-core products need each thread's rows in pairs, one by one, and its columns in runs of 2")
     if tk.reduction is None or tk.reduction.splits != 1 or tk.reduction.step % 8:
         problems.append("tensor-core products need whole k-tiles per warp, in steps of 8")
+    if tk.copy_steps:
+        problems.append(f"tensor-core products issue each k-tile's copies at once, not over {tk.copy_steps} steps")
     return problems

@@ -82,8 +82,7 @@ def problem(c: Contraction, choices: Choices, target: Target) -> str | None:
     """Why ``tensor_cores = 1`` cannot apply to ``choices``, or None."""
     if not choices.tensor_cores:
         return None
-    arch = int("".join(ch for ch in target.arch if ch.isdigit()) or 0)
-    if arch < 80:
+    if target.compute_capability < 80:
         return f"tensor_cores = 1 needs tf32 tensor cores (sm_80 or later); {target.name} is {target.arch}"
     if c.acc_dtype != dtypes.float32 or factors(c) is None:
         return ("tensor_cores = 1 needs a float32 sum of products of one operand along the rows and one along "

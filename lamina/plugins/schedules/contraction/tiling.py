@@ -95,8 +95,7 @@ def _widest_copy(c: Contraction, operand: Operand, dims: tuple[str, ...], contig
 
 def copy_kind(target: Target, itemsize: int) -> str:
     """``cp.async`` where the target has it for elements of this size, else loads through registers."""
-    arch = int("".join(ch for ch in target.arch if ch.isdigit()) or 0)
-    return "cp.async" if arch >= 80 and itemsize in CP_ASYNC_BYTES else "load_store"
+    return "cp.async" if target.compute_capability >= 80 and itemsize in CP_ASYNC_BYTES else "load_store"
 
 
 def copies_asynchronously(c: Contraction, target: Target) -> bool:

@@ -1,5 +1,6 @@
 """Float32 products on the tensor cores (``tensor_cores = 1``): the pins, the Tile IR, the kernels."""
 
+import attrs
 import pytest
 import torch
 
@@ -9,6 +10,7 @@ from lamina.backends.cuda.nvrtc import compile_kernel
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.errors import ScheduleError, VerificationError
 from lamina.core.ir import kernel_ir, tile_ir
+from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import ContractionSchedule, analyse, candidates
 from lamina.plugins.schedules.contraction.tensor_cores import padding
 
@@ -109,6 +111,21 @@ def test_the_tile_ir_verifier_checks_the_tensor_core_layout():
     with pytest.raises(VerificationError, match="tensor-core products need warps of 8 x 4 threads"):
         tile_ir.verify_tile_kernel(tile_ir.TileKernel(tile.kernel, tile.schedule, tile.grid, tile.reduction,
                                                       tile.stages, tensor_cores="3xtf32"))
+
+
+def test_the_tile_ir_verifier_refuses_copies_spread_among_tensor_core_steps():
+    tile = SCHEDULE.schedule(matmul(64, 64, 64).kernel, SM_90, {**ON_TENSOR_CORES, "block_m": 32, "block_n": 32})
+    tile_ir.verify_tile_kernel(tile)
+    with pytest.raises(VerificationError, match="issue each k-tile's copies at once, not over 1 steps"):
+        tile_ir.verify_tile_kernel(attrs.evolve(tile, copy_steps=1))
+
+
+def test_the_target_reads_its_architecture_as_a_number():
+    assert SM_90.compute_capability == 90
+    assert Target("old", "sm_75").compute_capability == 75
+    with pytest.raises(ScheduleError, match=r"needs tf32 tensor cores \(sm_80 or later\); old is sm_75"):
+        SCHEDULE.schedule(matmul(64, 64, 64).kernel, Target("old", "sm_75"), {**ON_TENSOR_CORES, "block_m": 32,
+                                                                               "block_n": 32})
 
 
 def test_pinned_tensor_cores_keep_a_product_and_its_row_softmax_apart():
