@@ -5,7 +5,10 @@ with their padded shapes, a body of statements, and its launch configuration. It
 expressions are those of ``lamina.core.ir.expr`` plus ``Load`` from an array, the
 thread and block indices, warp shuffles, ``ClusterLoad`` from the shared memory of
 another block of the same cluster (blocks launched together along x, as on Hopper), and
-``Tf32`` rounding for the warp-wide tensor-core statement ``MmaTf32``.
+``Tf32`` rounding for the warp-wide tensor-core statement ``MmaTf32``. Hopper's
+warpgroup mma, ``WgmmaTf32``, reads its operands from shared arrays laid out in the
+128-byte swizzle (``Array.swizzle``) and runs asynchronously between ``WgmmaFence``,
+``WgmmaCommit`` and ``WgmmaWait``.
 Arrays live in one of three spaces: ``global`` (the parameters), ``shared`` and
 ``register`` (per-thread arrays, indexed only by constants after unrolling).
 
@@ -142,16 +145,46 @@ class Param:
 
 @attrs.frozen
 class Array:
-    """A shared or register array. ``shape`` includes padding; ``space`` is shared or register."""
+    """A shared or register array. ``shape`` includes padding; ``space`` is shared or register.
+
+    A shared array with ``swizzle = 128`` is stored as Hopper's ``wgmma`` reads its operands
+    in the 128-byte swizzle: in rows of 128 bytes (its last axis), each row's 16-byte chunk
+    ``c`` at chunk ``c XOR (row mod 8)``, counting rows over the whole array, which starts
+    1024-byte aligned. Its indices stay logical: only the backends place the elements
+    (``swizzled_offset``), so the copies into it and the reads from it are written as for
+    any array.
+    """
 
     name: str
     dtype: DType
     shape: tuple[int, ...] = attrs.field(converter=tuple)
     space: str
+    swizzle: int = 0
 
     @property
     def bytes(self) -> int:
         return math.prod(self.shape) * self.dtype.itemsize
+
+    @property
+    def alignment(self) -> int:
+        """The bytes its start must be aligned to in shared memory."""
+        return SWIZZLE_ALIGNMENT if self.swizzle else 16
+
+
+SWIZZLE_BYTES = 128
+"""The one swizzle Kernel IR knows: rows of 128 bytes in 16-byte chunks, over 8 rows."""
+SWIZZLE_ALIGNMENT = 1024
+"""A swizzled array starts on a boundary of its 8-row pattern, as the hardware's XOR reads
+the address bits."""
+
+
+def swizzled_offset(array: Array, element: int) -> int:
+    """Where element ``element`` (row-major, logical) of swizzled ``array`` is stored."""
+    byte = element * array.dtype.itemsize
+    row = byte // SWIZZLE_BYTES
+    chunk = (byte // 16) % (SWIZZLE_BYTES // 16)
+    moved = row * SWIZZLE_BYTES + (chunk ^ (row % 8)) * 16 + byte % 16
+    return moved // array.dtype.itemsize
 
 
 # --- statements --------------------------------------------------------------
@@ -294,8 +327,68 @@ class MmaTf32:
     b: tuple[Expr, ...] = attrs.field(converter=tuple)
 
 
+WGMMA_M, WGMMA_K = 64, 8
+WARPGROUP_SIZE = 128
+
+
+@attrs.frozen
+class WgmmaTf32:
+    """One warpgroup-wide asynchronous tensor-core product, PTX's ``wgmma.mma_async`` m64nNk8
+    with tf32 operands read from shared memory: ``D[64][n] += A[64][8] @ B[n][8]^T`` in
+    float32, or ``D = A @ B^T`` without ``accumulate``.
+
+    A is rows ``r .. r + 63`` and columns ``k .. k + 7`` of the last two axes of shared array
+    ``a``, where ``a_index`` = (leading indices..., r, k); B is ``n`` rows of ``b`` from
+    ``b_index`` likewise. Both arrays are float32 and swizzled (``Array.swizzle``), with rows of
+    32 elements; ``r`` is a multiple of 8 and ``k`` of 8. The tensor cores read the tf32 part
+    of each value. Lane ``4 g + t`` of warp ``w`` of the warpgroup holds
+    ``D[16 w + g + 8 h][8 j + 2 t + e]`` in element ``acc_index[4 j + 2 h + e]`` of its f32
+    register array ``acc``.
+
+    The 128 threads of a warpgroup (``threadIdx`` flattened, 128 apart) run it together,
+    with the same operands. It runs asynchronously: it may start only after a
+    ``WgmmaFence`` that follows every other access to its accumulators, shared memory that
+    ordinary stores or ``cp.async`` wrote is visible to it only after an ``AsyncProxyFence``
+    by the writing thread (and a barrier), and its accumulators may be read, and its operands
+    overwritten, only after a ``WgmmaWait`` that covers the ``WgmmaCommit`` group it is in.
+    """
+
+    acc: str
+    acc_index: tuple[tuple[Expr, ...], ...] = attrs.field(converter=lambda v: tuple(tuple(i) for i in v))
+    a: str
+    a_index: tuple[Expr, ...] = attrs.field(converter=tuple)
+    b: str
+    b_index: tuple[Expr, ...] = attrs.field(converter=tuple)
+    n: int
+    accumulate: bool = True
+
+
+@attrs.frozen
+class WgmmaFence:
+    """Order the warpgroup's earlier accesses to accumulator registers before the wgmma that follow."""
+
+
+@attrs.frozen
+class WgmmaCommit:
+    """Close the current group of the warpgroup's wgmma."""
+
+
+@attrs.frozen
+class WgmmaWait:
+    """Wait until at most ``pending`` groups of the warpgroup's wgmma are still running."""
+
+    pending: int = 0
+
+
+@attrs.frozen
+class AsyncProxyFence:
+    """Make this thread's earlier writes to shared memory visible to the asynchronous proxy that
+    ``WgmmaTf32`` reads through (``fence.proxy.async.shared::cta``)."""
+
+
 Stmt = (Declare | Assign | Store | For | If | Barrier | ClusterBarrier | CpAsync | CpAsyncCommit | CpAsyncWait
-        | VectorLoad | VectorStore | MmaTf32 | Comment)
+        | VectorLoad | VectorStore | MmaTf32 | WgmmaTf32 | WgmmaFence | WgmmaCommit | WgmmaWait | AsyncProxyFence
+        | Comment)
 
 
 @attrs.frozen
@@ -368,6 +461,8 @@ def expressions(s: Stmt) -> tuple[Expr, ...]:
         return s.dst_index + s.src_index
     if isinstance(s, MmaTf32):
         return tuple(i for place in s.acc_index for i in place) + s.a + s.b
+    if isinstance(s, WgmmaTf32):
+        return tuple(i for place in s.acc_index for i in place) + s.a_index + s.b_index
     return ()
 
 
@@ -409,6 +504,12 @@ def rename_arrays(kernel: Kernel, mapping: dict[str, str], name: str | None = No
                 s = attrs.evolve(
                     s, acc=mapping.get(s.acc, s.acc), acc_index=[tuple(map(rename_expr, i)) for i in s.acc_index],
                     a=tuple(map(rename_expr, s.a)), b=tuple(map(rename_expr, s.b)),
+                )
+            elif isinstance(s, WgmmaTf32):
+                s = attrs.evolve(
+                    s, acc=mapping.get(s.acc, s.acc), acc_index=[tuple(map(rename_expr, i)) for i in s.acc_index],
+                    a=mapping.get(s.a, s.a), a_index=tuple(map(rename_expr, s.a_index)),
+                    b=mapping.get(s.b, s.b), b_index=tuple(map(rename_expr, s.b_index)),
                 )
             out.append(s)
         return tuple(out)
@@ -486,9 +587,39 @@ def format_body(body, indent: str) -> list[str]:
             acc = ", ".join(s.acc + _index(i) for i in s.acc_index)
             a, b = (", ".join(map(format_expr, values)) for values in (s.a, s.b))
             lines.append(f"{indent}mma m16n8k8 tf32 ({acc}) += ({a}) x ({b})")
+        elif isinstance(s, WgmmaTf32):
+            lines.append(f"{indent}{_format_wgmma(s)}")
+        elif isinstance(s, WgmmaFence):
+            lines.append(f"{indent}wgmma fence")
+        elif isinstance(s, WgmmaCommit):
+            lines.append(f"{indent}wgmma commit")
+        elif isinstance(s, WgmmaWait):
+            lines.append(f"{indent}wgmma wait (at most {s.pending} pending)")
+        elif isinstance(s, AsyncProxyFence):
+            lines.append(f"{indent}fence shared memory for the async proxy")
         elif isinstance(s, Comment):
             lines.append(f"{indent}# {s.text}")
     return lines
+
+
+def _operand_rows(array: str, index: tuple[Expr, ...], rows: int) -> str:
+    """``a[slot][r .. r + 63][k .. k + 7]``: the rows and columns a wgmma operand spans."""
+    *leading, row, column = index
+    return f"{array}{_index(leading)}[{_span(row, rows)}][{_span(column, WGMMA_K)}]"
+
+
+def _span(first: Expr, count: int) -> str:
+    if isinstance(first, ex.Const):
+        return f"{int(first.value)}..{int(first.value) + count - 1}"
+    return f"{format_expr(first)} + 0..{count - 1}"
+
+
+def _format_wgmma(s: WgmmaTf32) -> str:
+    first, last = s.acc_index[0], s.acc_index[-1]
+    acc = f"{s.acc}{_index(first)}..{s.acc}{_index(last)}"
+    sign = "+=" if s.accumulate else "="
+    a, b = _operand_rows(s.a, s.a_index, WGMMA_M), _operand_rows(s.b, s.b_index, s.n)
+    return f"wgmma m{WGMMA_M}n{s.n}k{WGMMA_K} tf32 ({acc}) {sign} {a} x {b}^T"
 
 
 def format_kernel(k: Kernel) -> str:
@@ -501,7 +632,8 @@ def format_kernel(k: Kernel) -> str:
         mode = "out" if p.writable else "in"
         lines.append(f"  param {mode} {p.name}: {p.dtype}[{p.numel}]")
     for a in k.arrays:
-        lines.append(f"  {a.space} {a.name}: {a.dtype}{''.join(f'[{n}]' for n in a.shape)}")
+        swizzle = f", {a.swizzle}-byte swizzle" if a.swizzle else ""
+        lines.append(f"  {a.space} {a.name}: {a.dtype}{''.join(f'[{n}]' for n in a.shape)}{swizzle}")
     lines += format_body(k.body, "  ")
     return "\n".join(lines)
 
@@ -518,6 +650,7 @@ def verify_kernel(k: Kernel, max_threads: int = 1024, max_shared_bytes: int = 48
     for a in k.arrays:
         if a.space not in ("shared", "register"):
             problems.append(f"array {a.name} is in unknown space {a.space}")
+        problems.extend(_swizzle_problems(a))
 
     def rank(name):
         a = arrays[name]
@@ -584,6 +717,8 @@ def verify_kernel(k: Kernel, max_threads: int = 1024, max_shared_bytes: int = 48
                 problems.extend(_vector_access_problems(s, arrays))
             elif isinstance(s, MmaTf32):
                 problems.extend(_mma_problems(s, arrays))
+            elif isinstance(s, WgmmaTf32):
+                problems.extend(_wgmma_problems(s, arrays))
 
     visit(k.body, set())
     cluster = k.launch.cluster
@@ -657,6 +792,48 @@ def _mma_problems(s: MmaTf32, arrays: dict) -> list[str]:
                         f"{len(s.acc_index)}, {len(s.a)} and {len(s.b)}")
     if any(v.dtype != dtypes.float32 for v in s.a + s.b):
         problems.append("mma operands must be f32 values (of which the tensor cores read the tf32 part)")
+    return problems
+
+
+def _swizzle_problems(a: Array) -> list[str]:
+    if not a.swizzle:
+        return []
+    if a.swizzle != SWIZZLE_BYTES:
+        return [f"array {a.name} has a {a.swizzle}-byte swizzle; Kernel IR knows only the {SWIZZLE_BYTES}-byte one"]
+    if a.space != "shared":
+        return [f"array {a.name} is swizzled but lives in {a.space} memory; only shared arrays are swizzled"]
+    if a.shape[-1] * a.dtype.itemsize != SWIZZLE_BYTES:
+        return [f"swizzled array {a.name} has rows of {a.shape[-1] * a.dtype.itemsize} bytes; "
+                f"its last axis must span {SWIZZLE_BYTES} bytes"]
+    if math.prod(a.shape[:-1]) % 8:
+        return [f"swizzled array {a.name} has {math.prod(a.shape[:-1])} rows, not a whole number of the "
+                "swizzle's 8-row pattern"]
+    return []
+
+
+def _wgmma_problems(s: WgmmaTf32, arrays: dict) -> list[str]:
+    problems = []
+    acc = arrays.get(s.acc)
+    if not isinstance(acc, Array) or acc.space != "register" or acc.dtype != dtypes.float32:
+        problems.append(f"wgmma accumulates into {s.acc}: it must be an f32 register array")
+    elif any(len(i) != len(acc.shape) for i in s.acc_index):
+        problems.append(f"wgmma accumulator of {s.acc} indexed with the wrong number of indices; it has rank "
+                        f"{len(acc.shape)}")
+    if s.n % 8 or not 8 <= s.n <= 256:
+        problems.append(f"wgmma m64nNk8 takes n a multiple of 8 from 8 to 256, not {s.n}")
+    elif len(s.acc_index) != s.n // 2:
+        problems.append(f"wgmma m64n{s.n}k8 takes {s.n // 2} accumulators per thread, not {len(s.acc_index)}")
+    for name, idx in ((s.a, s.a_index), (s.b, s.b_index)):
+        operand = arrays.get(name)
+        if not isinstance(operand, Array) or operand.space != "shared" or operand.dtype != dtypes.float32 \
+                or operand.swizzle != SWIZZLE_BYTES:
+            problems.append(f"wgmma reads {name}: it must be an f32 shared array in the {SWIZZLE_BYTES}-byte swizzle")
+        elif len(idx) != len(operand.shape):
+            problems.append(f"wgmma operand {name} indexed with {len(idx)} indices; it has rank {len(operand.shape)}")
+        else:
+            for what, value in (("row", idx[-2]), ("column", idx[-1])):
+                if isinstance(value, ex.Const) and int(value.value) % 8:
+                    problems.append(f"wgmma operand {name} starts at {what} {int(value.value)}, not a multiple of 8")
     return problems
 
 

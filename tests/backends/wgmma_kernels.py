@@ -1,0 +1,87 @@
+"""Kernel IR kernels for Hopper's warpgroup mma (``WgmmaTf32``), with their operands.
+
+``warpgroup_product`` computes ``d = a @ b^T + c`` for a (64 x warpgroups) x K ``a`` and an
+n x K ``b``: every thread copies its share of both into swizzled shared arrays, fences them
+for the asynchronous proxy, and each warpgroup runs one wgmma per eight k on its 64 rows.
+Its keyword arguments leave out one piece of that protocol each, for the tests that check
+the simulator notices.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lamina.core.ir import dtypes, kernel_ir as kir
+from lamina.core.ir.expr import Var, const, op
+
+F32 = dtypes.float32
+TX = kir.thread_idx("x")
+ROW = 32
+"""Elements in a row of a swizzled array: 128 bytes of float32."""
+
+
+def warpgroup_product(warpgroups: int = 2, n: int = 32, k: int = 16, *, proxy_fence: bool = True,
+                      wgmma_fence: bool = True, wait: bool = True, accumulate: bool = True,
+                      running: int | None = None, a_row: int | None = None) -> kir.Kernel:
+    """``d = a @ b^T + c`` (``c`` ignored without ``accumulate``), one wgmma per eight k.
+
+    ``proxy_fence``, ``wgmma_fence`` and ``wait`` drop the fence after the copies, the fence
+    before the wgmma and the wait before the accumulators are stored; ``running`` runs the
+    wgmma in only that many threads; ``a_row`` makes every warpgroup read A from that row."""
+    threads, m = 128 * warpgroups, 64 * warpgroups
+    tid, group, warp, lane = Var("tid"), Var("group"), Var("warp"), Var("lane")
+    g, t, e, i = Var("g"), Var("t"), Var("e"), Var("i")
+    body: list = [
+        kir.Declare("tid", dtypes.index, TX),
+        kir.Declare("group", dtypes.index, tid // 128),
+        kir.Declare("warp", dtypes.index, tid // 32 % 4),
+        kir.Declare("lane", dtypes.index, tid % 32),
+        kir.Declare("g", dtypes.index, lane // 4),
+        kir.Declare("t", dtypes.index, lane % 4),
+    ]
+    for name, rows in (("a", m), ("b", n)):
+        copy = [kir.Declare("e", dtypes.index, tid + i * threads),
+                kir.If(op("lt", e, rows * k), [
+                    kir.Store(f"{name}_tile", (e // k, e % k), kir.Load(name, (e,), F32))])]
+        body.append(kir.For("i", const(0), const(-(-rows * k // threads)), 1, copy, unroll=True))
+    if proxy_fence:
+        body.append(kir.AsyncProxyFence())
+    body.append(kir.Barrier())
+
+    def place(p: int):
+        j, h, column = p // 4, p % 4 // 2, p % 2
+        return (group * 64 + warp * 16 + g + 8 * h) * n + 8 * j + 2 * t + column
+
+    accumulators = [(const(p),) for p in range(n // 2)]
+    body += [kir.Store("acc", (const(p),), kir.Load("c", (place(p),), F32)) for p in range(n // 2)]
+    row = group * 64 if a_row is None else const(a_row)
+    steps = [kir.WgmmaTf32("acc", accumulators, "a_tile", (row, const(s)), "b_tile", (const(0), const(s)), n,
+                           accumulate or s > 0)
+             for s in range(0, k, kir.WGMMA_K)]
+    issue = ([kir.WgmmaFence()] if wgmma_fence else []) + steps + [kir.WgmmaCommit()]
+    body += issue if running is None else [kir.If(op("lt", tid, running), issue)]
+    if wait:
+        body.append(kir.WgmmaWait(0))
+    body += [kir.Store("d", (place(p),), kir.Load("acc", (const(p),), F32)) for p in range(n // 2)]
+    return kir.Kernel(
+        name="wgmma",
+        params=[kir.Param("a", F32, m * k), kir.Param("b", F32, n * k), kir.Param("c", F32, m * n),
+                kir.Param("d", F32, m * n, writable=True)],
+        arrays=[kir.Array("a_tile", F32, (m, ROW), "shared", swizzle=128),
+                kir.Array("b_tile", F32, (n, ROW), "shared", swizzle=128),
+                kir.Array("acc", F32, (n // 2,), "register")],
+        body=body,
+        launch=kir.Launch((1, 1, 1), (threads, 1, 1)),
+    )
+
+
+def operands(warpgroups: int = 2, n: int = 32, k: int = 16):
+    """Random a (64 warpgroups x k), b (n x k) and c (64 warpgroups x n)."""
+    m = 64 * warpgroups
+    return torch.randn(m, k), torch.randn(n, k), torch.randn(m, n)
+
+
+def buffers(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The kernel's flat parameters, ``d`` filled with NaN."""
+    return {"a": a.flatten(), "b": b.flatten(), "c": c.flatten(),
+            "d": torch.full((a.shape[0] * b.shape[0],), float("nan"))}
