@@ -9,10 +9,15 @@ into closures (one per statement and expression), so that loops cost no re-analy
 It reports, as faults: accesses out of bounds, misaligned wide ``cp.async`` copies and
 vector accesses (see ``simulator_vectors``), reads of shared memory that no thread wrote,
 races on shared memory between two barriers (and between the blocks of a cluster, across
-cluster barriers), reads of ``cp.async`` data before its wait, and barriers that only
-part of a block (or cluster) reaches; a warp-wide mma that only part of a warp runs is an
-error (see ``simulator_mma``).
-Shared-memory bank conflicts are counted per array (see ``simulator_banks``).
+cluster barriers), reads of ``cp.async`` data before its wait, barriers that only part
+of a block (or cluster) reaches, and misuses of the asynchronous warpgroup mma: operands
+written with no proxy fence, accumulators touched with no ``WgmmaFence`` before it or no
+``WgmmaWait`` after it, shared memory overwritten while it reads, and a kernel that ends with
+one pending (see ``simulator_wgmma``). A warp-wide mma that only part of a warp runs, and a
+wgmma that only part of a warpgroup runs or whose threads disagree on its operands, are
+errors (see ``simulator_mma`` and ``simulator_wgmma``).
+Shared-memory bank conflicts are counted per array (see ``simulator_banks``), where a
+swizzled array stores its elements.
 """
 
 from __future__ import annotations
@@ -32,11 +37,14 @@ from lamina.backends.reference.simulator_mma import MmaRunner
 from lamina.backends.reference.simulator_report import MISALIGNED, RACES, FaultLog, SimulationReport
 from lamina.backends.reference.simulator_shared import Lanes, SharedArray
 from lamina.backends.reference.simulator_vectors import VectorAccesses
+from lamina.backends.reference.simulator_wgmma import WgmmaRunner
 from lamina.core.errors import SimulationError, VerificationError
 from lamina.core.ir import dtypes, kernel_ir
 from lamina.core.ir.dtypes import DType
 
 Runner = Callable[[Mask], None]
+_WGMMA_STATEMENTS = (kernel_ir.WgmmaTf32, kernel_ir.WgmmaFence, kernel_ir.WgmmaCommit, kernel_ir.WgmmaWait,
+                     kernel_ir.AsyncProxyFence)
 
 
 def simulate(kernel: kernel_ir.Kernel, arrays: Mapping[str, torch.Tensor], *,
@@ -103,6 +111,7 @@ class KernelSimulation:
         self.exprs = ExpressionCompiler(kernel.name, self.grid, self.env, self.memories, self.sites)
         self.vectors = VectorAccesses(kernel.name, self.grid, self.faults, self.exprs, self.sites)
         self.mma = MmaRunner(kernel.name, self.grid, self.exprs, self.memories, self.sites)
+        self.wgmma = WgmmaRunner(kernel.name, self.grid, self.faults, self.exprs, self.memories, self.sites)
         self.body = self._body(kernel.body, {}, set())
 
     def run(self) -> SimulationReport:
@@ -111,6 +120,7 @@ class KernelSimulation:
         end = next(self.sites)
         for array in self.shared:
             array.check_cluster_reads_finished(end)
+        self.wgmma.finish(end)
         return self.faults.report({array.name: array.bank_conflicts for array in self.shared})
 
     def _memories(self, arrays: Mapping[str, torch.Tensor]) -> dict:
@@ -185,6 +195,8 @@ class KernelSimulation:
             return self.vectors.store(s, scope)
         if isinstance(s, kernel_ir.MmaTf32):
             return self.mma.build(s, scope)
+        if isinstance(s, _WGMMA_STATEMENTS):
+            return self.wgmma.build(s, scope)
         if isinstance(s, kernel_ir.Comment):
             return None
         raise self._fail(f"the simulator does not know the statement {s!r}")

@@ -125,7 +125,9 @@ class GlobalArray:
 
 
 class RegisterArray:
-    """A per-thread array, stored as [threads, elements]."""
+    """A per-thread array, stored as [threads, elements]. On the accumulators of a wgmma, which
+    runs asynchronously, ``watch(array, flat, valid, site, verb)`` hears of every access but the
+    wgmma's own (``watched=False``)."""
 
     def __init__(self, array: kernel_ir.Array, grid: ThreadGrid, faults: FaultLog):
         self.name = array.name
@@ -137,10 +139,13 @@ class RegisterArray:
         self.data = torch.zeros((grid.total, self.numel), dtype=torch_dtype(array.dtype))
         self.grid = grid
         self.faults = faults
+        self.watch = None
 
-    def read(self, indices: list[torch.Tensor], mask: Mask, site: int) -> torch.Tensor:
+    def read(self, indices: list[torch.Tensor], mask: Mask, site: int, watched: bool = True) -> torch.Tensor:
         valid = self._valid(indices, mask, site, "load from")
         flat = linear_index(indices, self.shape)
+        if watched and self.watch is not None:
+            self.watch(self, flat, valid, site, "load from")
         if flat.dim() == 0 and valid.full:
             return self.data[:, int(flat)].clone()
         flat = per_thread(flat, self.grid.total)
@@ -151,9 +156,12 @@ class RegisterArray:
             values = torch.where(valid.active, values, torch.zeros((), dtype=values.dtype))
         return values
 
-    def write(self, indices: list[torch.Tensor], value: torch.Tensor, mask: Mask, site: int) -> None:
+    def write(self, indices: list[torch.Tensor], value: torch.Tensor, mask: Mask, site: int,
+              watched: bool = True) -> None:
         valid = self._valid(indices, mask, site, "store to")
         flat = linear_index(indices, self.shape)
+        if watched and self.watch is not None:
+            self.watch(self, flat, valid, site, "store to")
         value = as_tensor(value, self.dtype)
         if flat.dim() == 0:
             if not 0 <= int(flat) < self.numel:

@@ -13,6 +13,7 @@ OUT_OF_BOUNDS = "out_of_bounds"
 MISALIGNED = "misaligned"
 UNWRITTEN_READS = "unwritten_reads"
 RACES = "races"
+ASYNC_PROTOCOL = "async_protocol"
 
 
 @attrs.frozen
@@ -21,7 +22,10 @@ class SimulationReport:
     site and how many accesses of that site did the same; bank conflicts are counts, not faults.
 
     ``races`` also holds reads of ``cp.async`` data before its wait, writes over pending
-    copies and barriers that only part of a block reaches.
+    copies, barriers that only part of a block reaches and writes to shared memory that a
+    pending wgmma reads. ``async_protocol`` holds the other misuses of the asynchronous wgmma:
+    operands written with no proxy fence, accumulators touched with no ``WgmmaFence`` before
+    the wgmma or no ``WgmmaWait`` after it, and a kernel that ends with a wgmma pending.
     """
 
     kernel: str
@@ -29,11 +33,12 @@ class SimulationReport:
     unwritten_reads: list[str] = attrs.field(factory=list)
     races: list[str] = attrs.field(factory=list)
     misaligned: list[str] = attrs.field(factory=list)
+    async_protocol: list[str] = attrs.field(factory=list)
     bank_conflicts: dict[str, int] = attrs.field(factory=dict)
 
     @property
     def faults(self) -> list[str]:
-        return self.out_of_bounds + self.misaligned + self.unwritten_reads + self.races
+        return self.out_of_bounds + self.misaligned + self.unwritten_reads + self.races + self.async_protocol
 
     @property
     def total_bank_conflicts(self) -> int:
@@ -92,5 +97,6 @@ class FaultLog:
             unwritten_reads=self.messages(UNWRITTEN_READS),
             races=self.messages(RACES),
             misaligned=self.messages(MISALIGNED),
+            async_protocol=self.messages(ASYNC_PROTOCOL),
             bank_conflicts=dict(bank_conflicts),
         )

@@ -9,6 +9,12 @@ Besides bounds, every element tracks:
 - the ``cp.async`` copy still in flight into it, if any;
 - for arrays that other blocks of a cluster read (``ClusterLoad``), whether it was
   stored since the last cluster barrier and whether another block read it since then.
+For arrays that a wgmma reads, ``async_proxy`` (``simulator_wgmma.AsyncProxy``) hears of
+every write before it lands (``overwriting``), and of ordinary stores and of ``cp.async``
+data once waited for (``stored``).
+
+Indices stay logical; bank conflicts of a swizzled array (``Array.swizzle``) are counted
+where the GPU stores its elements (``kernel_ir.swizzled_offset``).
 """
 
 from __future__ import annotations
@@ -55,6 +61,8 @@ class SharedArray:
         self.itemsize = array.dtype.itemsize
         self.grid = grid
         self.faults = faults
+        self.swizzled = array if array.swizzle else None
+        self.async_proxy = None
         size = grid.blocks * self.numel
         self.data = torch.zeros(size, dtype=torch_dtype(array.dtype))
         self.written = torch.zeros(size, dtype=torch.bool)
@@ -78,16 +86,24 @@ class SharedArray:
     # --- the accesses ---------------------------------------------------------
 
     def read(self, indices: list[torch.Tensor], mask: Mask, site: int) -> torch.Tensor:
-        lanes = self.lanes(indices, mask, site, "load from")
+        values, lanes = self.read_uncounted(indices, mask, site, "load from")
+        if lanes is not None:
+            self._count_banks(lanes, self.itemsize, site)
+        return values
+
+    def read_uncounted(self, indices: list[torch.Tensor], mask: Mask, site: int,
+                       verb: str) -> tuple[torch.Tensor, Lanes | None]:
+        """Each running thread's element and the lanes that read (None if none), checked like any
+        read but not counted for bank conflicts: a wgmma's tensor cores read whole swizzled rows."""
+        lanes = self.lanes(indices, mask, site, verb)
         if lanes is None:
-            return torch.zeros(self.grid.total, dtype=self.data.dtype)
+            return torch.zeros(self.grid.total, dtype=self.data.dtype), None
         values = self.data.index_select(0, lanes.elements)
         self._check_read(lanes, site)
-        self._count_banks(lanes, self.itemsize, site)
         if lanes.every:
-            return values
+            return values, lanes
         out = torch.zeros(self.grid.total, dtype=values.dtype)
-        return out.index_copy_(0, lanes.threads, values)
+        return out.index_copy_(0, lanes.threads, values), lanes
 
     def read_vector(self, indices: list[torch.Tensor], mask: Mask, site: int, width: int) -> tuple[torch.Tensor, Mask]:
         """``width`` consecutive elements from each running thread's ``indices`` ([threads, width]),
@@ -102,8 +118,9 @@ class SharedArray:
         size = width * self.itemsize
         misaligned = lanes.flat % width != 0
         if self.faults.add(MISALIGNED, (site, "shared"), misaligned, lambda i: (
-                f"vector load of {size} B from {self._element(lanes, i)} at byte {int(lanes.flat[i]) * self.itemsize} "
-                f"of the array is not {size}-byte aligned, by {self._thread(lanes, i)}")):
+                f"vector load of {size} B from {self.describe_element(lanes, i)} at byte "
+                f"{int(lanes.flat[i]) * self.itemsize} of the array is not {size}-byte aligned, "
+                f"by {self._thread(lanes, i)}")):
             lanes = select_lanes(lanes, ~misaligned)
             if lanes.threads.numel() == 0:
                 return values, Mask(loaded)
@@ -127,6 +144,8 @@ class SharedArray:
         self.data.index_copy_(0, lanes.elements, value.contiguous())
         self.written.index_fill_(0, lanes.elements, True)
         self._count_banks(lanes, self.itemsize, site)
+        if self.async_proxy is not None:
+            self.async_proxy.stored(self, lanes.elements, lanes.threads)
 
     def write_async(self, lanes: Lanes, values: torch.Tensor, copy: int, site: int) -> Lanes:
         """Start a ``cp.async`` of ``values`` ([lanes, width]) to consecutive elements from each
@@ -154,6 +173,8 @@ class SharedArray:
         self.writer_low.scatter_reduce_(0, elements, local, "amin")
         self.writer_high.scatter_reduce_(0, elements, local, "amax")
         self.writes_since_barrier = True
+        if self.async_proxy is not None:
+            self.async_proxy.stored(self, elements, lanes.threads.index_select(0, still))
 
     def barrier(self, blocks: torch.Tensor | None) -> None:
         """Forget who touched what in ``blocks`` (all when None): their threads are synchronised."""
@@ -214,8 +235,8 @@ class SharedArray:
             return
         read = self.read_by_cluster.index_select(0, lanes.elements)
         self.faults.add(RACES, (site, "cluster"), read, lambda i: (
-            f"{self._element(lanes, i)} stored by {self._thread(lanes, i)} while another block of its cluster may "
-            "still be reading it: put a cluster barrier between"))
+            f"{self.describe_element(lanes, i)} stored by {self._thread(lanes, i)} while another block of its cluster "
+            "may still be reading it: put a cluster barrier between"))
         self.stored_since_cluster_barrier.index_fill_(0, lanes.elements, True)
 
     def check_cluster_reads_finished(self, site: int) -> None:
@@ -228,7 +249,7 @@ class SharedArray:
             "last cluster barrier, so its block may have finished: end with a cluster barrier"))
 
     def _element_of_block(self, lanes: Lanes, i: int, block: int) -> str:
-        text = self._element(lanes, i)
+        text = self.describe_element(lanes, i)
         return text[:text.rindex(" in ")] + f" in {self.grid.describe_block(block)}"
 
     # --- the lanes of an access ----------------------------------------------
@@ -264,11 +285,11 @@ class SharedArray:
         elements, local = lanes.elements, lanes.local
         unwritten = ~self.written.index_select(0, elements)
         self.faults.add(UNWRITTEN_READS, (site,), unwritten, lambda i: (
-            f"read of unwritten shared memory {self._element(lanes, i)} by {self._thread(lanes, i)}"))
+            f"read of unwritten shared memory {self.describe_element(lanes, i)} by {self._thread(lanes, i)}"))
         if self.has_pending:
             copier = self.pending_thread.index_select(0, elements)
             self.faults.add(RACES, (site, "early"), copier >= 0, lambda i: (
-                f"read of cp.async data before its wait: {self._element(lanes, i)} read by "
+                f"read of cp.async data before its wait: {self.describe_element(lanes, i)} read by "
                 f"{self._thread(lanes, i)}, copied by {self._copier(copier, i)}"))
         if self.writes_since_barrier:
             self._check_conflict(lanes, site, self.writer_low, self.writer_high, "write-read",
@@ -288,10 +309,12 @@ class SharedArray:
 
     def _check_write(self, lanes: Lanes, site: int, how: str) -> None:
         elements = lanes.elements
+        if self.async_proxy is not None:
+            self.async_proxy.overwriting(self, lanes, site, how)
         if self.has_pending:
             copier = self.pending_thread.index_select(0, elements)
             self.faults.add(RACES, (site, "overwrite"), copier >= 0, lambda i: (
-                f"{self._element(lanes, i)} {how} by {self._thread(lanes, i)} while a cp.async "
+                f"{self.describe_element(lanes, i)} {how} by {self._thread(lanes, i)} while a cp.async "
                 f"by {self._copier(copier, i)} into it is still in flight"))
         if self.reads_since_barrier:
             self._record_reads()
@@ -314,7 +337,7 @@ class SharedArray:
         def describe(i: int) -> str:
             other = int(first[i]) if int(first[i]) != int(local[i]) else int(last[i])
             words = story.format(other=self.grid.describe_local(other), this=self.grid.describe_local(int(local[i])))
-            return f"{kind} race on shared memory {self._element(lanes, i)}: {words} with no barrier between"
+            return f"{kind} race on shared memory {self.describe_element(lanes, i)}: {words} with no barrier between"
 
         self.faults.add(RACES, (site, kind), race, describe)
 
@@ -322,7 +345,7 @@ class SharedArray:
         """Add the access's conflicts. A site usually repeats one pattern, shifted by a uniform
         offset from one loop iteration to the next: a whole-word shift only renames the banks,
         so the last count of the site is reused when the lanes and relative offsets match."""
-        flat = lanes.flat
+        flat = lanes.flat if self.swizzled is None else kernel_ir.swizzled_offset(self.swizzled, lanes.flat)
         base = int(flat[0])
         relative = flat - base
         reusable = (base * self.itemsize) % 4 == 0
@@ -347,7 +370,7 @@ class SharedArray:
 
     # --- words for people -----------------------------------------------------
 
-    def _element(self, lanes: Lanes, i: int) -> str:
+    def describe_element(self, lanes: Lanes, i: int) -> str:
         flat = int(lanes.flat[i])
         index = []
         for extent in reversed(self.shape):
