@@ -123,6 +123,7 @@ def _check(suite, schedule: str, program: str, target: str, check: str) -> None:
 def _registers(run: ScheduledRun, target: str, where: str) -> None:
     from lamina.backends.cuda.codegen import emit_cuda, kernel_symbol
     from lamina.backends.cuda.nvrtc import compile_kernel, nvrtc_version
+    from lamina.backends.cuda.wgmma import kernel_arch
 
     try:
         nvrtc_version()
@@ -131,7 +132,8 @@ def _registers(run: ScheduledRun, target: str, where: str) -> None:
     limit = run.compilation.target.registers_per_thread
     problems = []
     for kernel in run.kernels:
-        compiled = compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), run.compilation.target.arch)
+        arch = kernel_arch(kernel, run.compilation.target.arch)
+        compiled = compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), arch)
         threads = kernel.launch.threads_per_block
         if compiled.registers > limit:
             problems.append(f"{kernel.name} uses {compiled.registers} registers per thread, over {limit}")

@@ -10,6 +10,7 @@ import torch
 from lamina.backends.cuda.codegen import emit_cuda, kernel_symbol
 from lamina.backends.cuda.driver import LaunchableKernel, device_arch
 from lamina.backends.cuda.nvrtc import CompiledKernel, compile_kernel, nvrtc_version
+from lamina.backends.cuda.wgmma import kernel_arch
 from lamina.backends.program_runner import ProgramRunner
 from lamina.core.errors import CompileError, LaminaError
 from lamina.core.ir import kernel_ir
@@ -66,6 +67,7 @@ class CudaBackend:
 
         Kernels that differ only in the names of their arrays (the same layer of a
         model, repeated) are compiled once: each is compiled under positional names.
+        A kernel that runs wgmma is compiled for ``sm_90a`` on sm_90 and refused elsewhere (``kernel_arch``).
         """
         by_source: dict[str, CompiledKernel] = {}
         compiled = {}
@@ -73,10 +75,12 @@ class CudaBackend:
             anonymous = anonymous_kernel(kernel)
             source = emit_cuda(anonymous)
             if source not in by_source:
+                target_arch = kernel_arch(kernel, arch)
                 try:
-                    by_source[source] = compile_kernel(source, kernel_symbol(anonymous), arch, self.options, self.cache_dir)
+                    by_source[source] = compile_kernel(source, kernel_symbol(anonymous), target_arch, self.options,
+                                                       self.cache_dir)
                 except CompileError:
-                    compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), arch, self.options, self.cache_dir)
+                    compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), target_arch, self.options, self.cache_dir)
                     raise
             compiled[kernel.name] = by_source[source]
         return compiled

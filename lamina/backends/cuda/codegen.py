@@ -5,8 +5,10 @@ Index arithmetic is printed as ``int`` when every buffer and array of the kernel
 fewer than 2^31 elements (the common case, and the fast one), else as ``long long``.
 Shared arrays are static ``__shared__`` arrays up to the 48 KiB that every launch may
 use; past that they are carved out of dynamic shared memory, and the launch asks for
-it (``launch_shared_bytes``). Headers are included only when a kernel needs them, so
-that float32 and integer kernels compile with NVRTC alone.
+it (``launch_shared_bytes``). An array in the 128-byte swizzle is declared flat, 1024-byte
+aligned, and indexed through ``lamina_swizzled_N`` (``lamina.backends.cuda.wgmma``).
+Headers are included only when a kernel needs them, so that float32 and integer kernels
+compile with NVRTC alone.
 
 The source address of an asynchronous copy is printed as a base element plus the offset
 that unrolled loops and constants add, ``&x[base] + (round * 32768 + 32)``: NVRTC then
@@ -20,6 +22,7 @@ from __future__ import annotations
 import functools
 import math
 
+from lamina.backends.cuda import wgmma
 from lamina.backends.cuda.expressions import INT_LIMIT, ExpressionPrinter
 from lamina.backends.cuda.names import c_name
 from lamina.backends.cuda.vector_access import register_alignments, vector_copy
@@ -89,17 +92,26 @@ def kernel_symbol(kernel: kir.Kernel) -> str:
 
 
 def uses_dynamic_shared(kernel: kir.Kernel) -> bool:
-    return kernel.shared_bytes > STATIC_SHARED_LIMIT
+    """Whether the shared arrays may not fit in static shared memory: a swizzled array's alignment may
+    leave a gap before it, which counts too."""
+    gaps = sum(a.alignment - SHARED_ALIGNMENT for a in kernel.arrays if a.space == "shared")
+    return kernel.shared_bytes + gaps > STATIC_SHARED_LIMIT
 
 
 def shared_layout(kernel: kir.Kernel) -> list[tuple[kir.Array, int]]:
-    """Each shared array with its byte offset in dynamic shared memory, each 16-byte aligned."""
+    """Each shared array with its byte offset in dynamic shared memory, aligned as it needs (``Array.alignment``)."""
     layout, offset = [], 0
     for array in kernel.arrays:
         if array.space == "shared":
+            offset = -(-offset // array.alignment) * array.alignment
             layout.append((array, offset))
             offset += -(-array.bytes // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
     return layout
+
+
+def shared_alignment(kernel: kir.Kernel) -> int:
+    """The alignment of dynamic shared memory's start: that of the most demanding array."""
+    return max((a.alignment for a in kernel.arrays if a.space == "shared"), default=SHARED_ALIGNMENT)
 
 
 def wide_copy_destinations(kernel: kir.Kernel) -> set[str]:
@@ -175,10 +187,13 @@ class _KernelPrinter:
         self.name = functools.lru_cache(maxsize=None)(lambda n: c_name(n, kernel.name))
         self.var_dtypes, var_types = self._variables()
         array_dtypes = {a.name: a.dtype for a in kernel.params + kernel.arrays}
-        self.expr = ExpressionPrinter(kernel.name, self.index_type, self.name, var_types, array_dtypes)
+        swizzled = {a.name: a for a in kernel.arrays if a.swizzle}
+        self.expr = ExpressionPrinter(kernel.name, self.index_type, self.name, var_types, array_dtypes, swizzled)
         self.var_types = var_types
         self.cp_async_sizes: set[int] = set()
         self.mma_used = False
+        self.wgmma_sizes: set[int] = set()
+        """The n of the wgmma shapes used: each needs its ``lamina_wgmma_tf32_n{n}``."""
         self.unrolled: list[str] = []
         """The variables of the unrolled loops around the statement being printed."""
 
@@ -211,6 +226,12 @@ class _KernelPrinter:
             sections.append(_TF32_HELPER)
         if self.mma_used:
             sections.append(_MMA_TF32_HELPER)
+        for size in sorted(self.expr.swizzled_sizes):
+            sections.append(wgmma.swizzled_helper(size, self.index_type))
+        if self.wgmma_sizes:
+            sections.append(wgmma.DESCRIPTOR_HELPER)
+        for n in sorted(self.wgmma_sizes):
+            sections.append(wgmma.mma_helper(n))
         for size in sorted(self.cp_async_sizes):
             sections.append(_CP_ASYNC_HELPER.format(bytes=size, cache="cg" if size == 16 else "ca"))
         sections.append("\n".join([self._signature() + " {", *body, "}"]))
@@ -237,10 +258,11 @@ class _KernelPrinter:
     def _arrays(self, indent: str) -> list[str]:
         lines = []
         if uses_dynamic_shared(self.kernel):
-            lines.append(f"{indent}extern __shared__ __align__({SHARED_ALIGNMENT}) unsigned char lamina_smem[];")
+            alignment = shared_alignment(self.kernel)
+            lines.append(f"{indent}extern __shared__ __align__({alignment}) unsigned char lamina_smem[];")
             for array, offset in shared_layout(self.kernel):
                 t, name = array.dtype.c_type, self.name(array.name)
-                if len(array.shape) == 1:
+                if len(array.shape) == 1 or array.swizzle:
                     lines.append(f"{indent}{t}* {name} = reinterpret_cast<{t}*>(lamina_smem + {offset});")
                 else:
                     rest = "".join(f"[{n}]" for n in array.shape[1:])
@@ -249,7 +271,8 @@ class _KernelPrinter:
             wide = wide_copy_destinations(self.kernel)
             for array in self.kernel.arrays:
                 if array.space == "shared":
-                    align = f"__align__({SHARED_ALIGNMENT}) " if array.name in wide else ""
+                    alignment = array.alignment if array.swizzle or array.name in wide else None
+                    align = f"__align__({alignment}) " if alignment else ""
                     lines.append(f"{indent}__shared__ {align}{self._array_declarator(array)};")
         alignments = register_alignments(self.kernel)
         for array in self.kernel.arrays:
@@ -259,7 +282,9 @@ class _KernelPrinter:
         return lines
 
     def _array_declarator(self, array: kir.Array) -> str:
-        return f"{array.dtype.c_type} {self.name(array.name)}{''.join(f'[{n}]' for n in array.shape)}"
+        """``float x[4][8]``; a swizzled array flat, as its elements are placed by ``lamina_swizzled_N``."""
+        shape = (math.prod(array.shape),) if array.swizzle else array.shape
+        return f"{array.dtype.c_type} {self.name(array.name)}{''.join(f'[{n}]' for n in shape)}"
 
     # --- statements ---------------------------------------------------------------
 
@@ -300,12 +325,34 @@ class _KernelPrinter:
             self.mma_used = True
             operands = [self._element(s.acc, i) for i in s.acc_index] + [e.converted(v, dtypes.float32) for v in s.a + s.b]
             return [f"{indent}lamina_mma_tf32({', '.join(operands)});"]
+        if isinstance(s, kir.WgmmaTf32):
+            return self._wgmma(s, indent)
+        if isinstance(s, kir.WgmmaFence):
+            return [f"{indent}{wgmma.FENCE}"]
+        if isinstance(s, kir.WgmmaCommit):
+            return [f"{indent}{wgmma.COMMIT}"]
+        if isinstance(s, kir.WgmmaWait):
+            return [f"{indent}{wgmma.wait(s.pending)}"]
+        if isinstance(s, kir.AsyncProxyFence):
+            return [f"{indent}{wgmma.PROXY_FENCE}"]
         if isinstance(s, kir.Comment):
             return [f"{indent}// {line}".rstrip() for line in s.text.splitlines() or [""]]
         raise VerificationError(f"Kernel IR kernel {self.kernel.name} holds a statement the CUDA printer does not know: {s!r}")
 
-    def _element(self, array: str, index) -> str:
-        return self.name(array) + "".join(f"[{self.expr.text(i)}]" for i in index)
+    def _element(self, array: str, at) -> str:
+        return self.expr.element(array, at)
+
+    def _wgmma(self, s: kir.WgmmaTf32, indent: str) -> list[str]:
+        self.wgmma_sizes.add(s.n)
+        accumulators = [self._element(s.acc, i) for i in s.acc_index]
+        a, b = self._operand_start(s.a, s.a_index), self._operand_start(s.b, s.b_index)
+        return wgmma.call(s.n, a, b, s.accumulate, accumulators, indent)
+
+    def _operand_start(self, array: str, at: tuple[ex.Expr, ...]) -> str:
+        """The address of a wgmma operand's first element, where it would be without the swizzle: the
+        descriptor names that place, and the hardware swizzles the addresses it reads."""
+        offset = index.linearize(at, self.kernel.array(array).shape)
+        return f"&{self.name(array)}[{self.expr.text(offset)}]"
 
     def _unrolled_address(self, array: str, at: tuple[ex.Expr, ...]) -> str:
         """``&array[at]``, as its base element plus the offset of the unrolled loops and constants."""

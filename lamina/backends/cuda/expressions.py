@@ -5,6 +5,10 @@ integer ``max(int, long long)`` is ambiguous, ``__half + float`` too, and ``int 
 truncates where the IR means a float division. Operands are converted explicitly
 wherever C++'s implicit conversions would do something else than the IR says, and
 nowhere else, so that the text stays readable. Parentheses follow C++ precedence.
+
+An element of an array in the 128-byte swizzle (``Array.swizzle``) is where
+``lamina_swizzled_N`` (N its bytes) moves its row-major offset in the array, which is
+declared flat: every access of an array element goes through ``ExpressionPrinter.element``.
 """
 
 from __future__ import annotations
@@ -13,10 +17,10 @@ import math
 from typing import Callable, Mapping
 
 from lamina.core.errors import VerificationError
-from lamina.core.ir import dtypes, expr as ex
+from lamina.core.ir import dtypes, expr as ex, index
 from lamina.core.ir.dtypes import DType
 from lamina.core.ir.expr import OPS, Const, Expr, Op, Var
-from lamina.core.ir.kernel_ir import ClusterLoad, Load, ShuffleXor, Special, Tf32
+from lamina.core.ir.kernel_ir import Array, ClusterLoad, Load, ShuffleXor, Special, Tf32
 
 PRIMARY, UNARY, MUL, ADD, RELATION, EQUALITY, AND, OR = 100, 90, 80, 70, 60, 55, 40, 35
 
@@ -50,24 +54,39 @@ class ExpressionPrinter:
 
     ``names`` maps Kernel IR names to C++ identifiers; ``var_types`` and
     ``array_types`` give the C type of every variable and array element;
-    ``index_type`` is what index arithmetic (``threadIdx.x``) is computed in.
+    ``index_type`` is what index arithmetic (``threadIdx.x``) is computed in;
+    ``swizzled`` holds the arrays in the 128-byte swizzle, by name.
     """
 
     def __init__(self, kernel_name: str, index_type: str, names: Callable[[str], str],
-                 var_types: Mapping[str, str], array_types: Mapping[str, DType]):
+                 var_types: Mapping[str, str], array_types: Mapping[str, DType],
+                 swizzled: Mapping[str, Array] | None = None):
         self.kernel_name = kernel_name
         self.index_type = index_type
         self.names = names
         self.var_types = var_types
         self.array_types = array_types
+        self.swizzled = swizzled or {}
         self.non_finite_used = False
         self.cluster_loads_used = False
         self.tf32_used = False
+        self.swizzled_sizes: set[int] = set()
+        """The element sizes of the swizzled arrays accessed: each needs its ``lamina_swizzled_N``."""
 
     # --- public ---------------------------------------------------------------
 
     def text(self, e: Expr) -> str:
         return self._print(e)[0]
+
+    def element(self, array: str, at: tuple[Expr, ...]) -> str:
+        """``array[i][j]``, the element at ``at``; of a swizzled array, the flat element where it is stored."""
+        swizzled = self.swizzled.get(array)
+        if swizzled is None:
+            return self.names(array) + "".join(f"[{self.text(i)}]" for i in at)
+        size = swizzled.dtype.itemsize
+        self.swizzled_sizes.add(size)
+        offset = self.text(index.linearize(at, swizzled.shape))
+        return f"{self.names(array)}[lamina_swizzled_{size}({offset})]"
 
     def converted(self, e: Expr, dtype: DType) -> str:
         """``e`` as a value of ``dtype``, for an assignment or a store."""
@@ -114,16 +133,14 @@ class ExpressionPrinter:
         if isinstance(e, Special):
             return f"({self.index_type}){e.kind}.{e.axis}", UNARY
         if isinstance(e, Load):
-            index = "".join(f"[{self.text(i)}]" for i in e.index)
-            return f"{self.names(e.array)}{index}", PRIMARY
+            return self.element(e.array, e.index), PRIMARY
         if isinstance(e, Op):
             return self._op(e)
         if isinstance(e, ShuffleXor):
             return self._shuffle_xor(e)
         if isinstance(e, ClusterLoad):
-            index = "".join(f"[{self.text(i)}]" for i in e.index)
             self.cluster_loads_used = True
-            return f"lamina_cluster_load(&{self.names(e.array)}{index}, {self.text(e.rank)})", PRIMARY
+            return f"lamina_cluster_load(&{self.element(e.array, e.index)}, {self.text(e.rank)})", PRIMARY
         if isinstance(e, Tf32):
             self.tf32_used = True
             return f"lamina_tf32({self.text(e.value)})", PRIMARY

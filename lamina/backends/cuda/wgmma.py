@@ -1,0 +1,110 @@
+"""Hopper's warpgroup mma (``WgmmaTf32``) and the 128-byte swizzle of its operands, as CUDA.
+
+A wgmma reads A and B from shared memory through two 64-bit matrix descriptors, each built
+from the address where the operand's first row starts; the hardware applies the swizzle to
+the addresses itself, so a descriptor takes the first element's unswizzled place, while
+every ordinary access of a swizzled array goes to the swizzled one (``lamina_swizzled_N``).
+The inline PTX is that of ``benchmarks/wgmma_experiment.py``, measured on the H200.
+
+wgmma and its fence, commit and wait exist only in ``sm_90a``, Hopper's architecture-specific
+target, whose cubins run on sm_90 GPUs and no others: ``kernel_arch`` picks it for the kernels
+that need it, and refuses to compile them for anything but Hopper.
+"""
+
+from __future__ import annotations
+
+from lamina.core.errors import LaminaError
+from lamina.core.ir import kernel_ir as kir
+
+WGMMA_ARCH = "sm_90a"
+HOPPER_ARCHES = ("sm_90", WGMMA_ARCH)
+
+_STATEMENTS = (kir.WgmmaTf32, kir.WgmmaFence, kir.WgmmaCommit, kir.WgmmaWait)
+_PER_LINE = 8
+"""Accumulators per line of a helper or a call, so that a person can read them."""
+
+FENCE = 'asm volatile("wgmma.fence.sync.aligned;\\n" ::: "memory");'
+COMMIT = 'asm volatile("wgmma.commit_group.sync.aligned;\\n" ::: "memory");'
+PROXY_FENCE = 'asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");'
+
+DESCRIPTOR_HELPER = """\
+// The matrix descriptor of a wgmma operand in the 128-byte swizzle whose first row starts at `first` (its unswizzled
+// place: the hardware swizzles the addresses): the start address in 16-byte units, a leading byte offset of 1 (unused
+// by this layout), 1024 bytes from one group of 8 rows of 128 bytes to the next, and the 128-byte swizzle.
+__device__ __forceinline__ unsigned long long lamina_wgmma_descriptor(const float* first) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(first));
+  return static_cast<unsigned long long>((address & 0x3FFFF) >> 4) | (1ull << 16)
+       | (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62);
+}"""
+
+_SWIZZLED_HELPER = """\
+// Element e, row-major, of an array of {size}-byte elements in the 128-byte swizzle: in rows of {row} elements, the
+// 16-byte chunk c of row r is stored at chunk c ^ (r % 8).
+__device__ __forceinline__ {index} lamina_swizzled_{size}({index} e) {{
+  return e ^ (((e >> {row_shift}) & 7) << {chunk_shift});
+}}"""
+
+
+def wait(pending: int) -> str:
+    return f'asm volatile("wgmma.wait_group.sync.aligned {int(pending)};\\n" ::: "memory");'
+
+
+def swizzled_helper(size: int, index_type: str) -> str:
+    """``lamina_swizzled_{size}``: where an element of ``size`` bytes of a swizzled array is stored."""
+    row, chunk = kir.SWIZZLE_BYTES // size, 16 // size
+    return _SWIZZLED_HELPER.format(size=size, row=row, index=index_type, row_shift=row.bit_length() - 1,
+                                   chunk_shift=chunk.bit_length() - 1)
+
+
+def mma_helper(n: int) -> str:
+    """``lamina_wgmma_tf32_n{n}``: one m64n{n}k8 wgmma on operands that start at ``a`` and ``b``, adding to the
+    accumulators (``accumulate`` 1) or replacing them (0). It clobbers memory: it reads shared memory that the
+    compiler cannot see through the descriptors."""
+    count = n // 2
+    asm = " " * 15
+    outputs = [f'{asm}"{row} "' for row in _rows([f"%{i}" for i in range(count)], ",")]
+    return "\n".join([
+        f"__device__ __forceinline__ void lamina_wgmma_tf32_n{n}(const float* a, const float* b, int accumulate,",
+        *_rows([f"float& d{i}" for i in range(count)], ",", "    ", ") {"),
+        f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{count + 2}, 0;\\n"',
+        f'{asm}"wgmma.mma_async.sync.aligned.m{kir.WGMMA_M}n{n}k{kir.WGMMA_K}.f32.tf32.tf32 {{"',
+        *outputs,
+        f'{asm}"}}, %{count}, %{count + 1}, p, 1, 1;\\n}}\\n"',
+        *_rows([f'"+f"(d{i})' for i in range(count)], ",", asm + ": ", "", continued=asm + "  "),
+        f'{asm}: "l"(lamina_wgmma_descriptor(a)), "l"(lamina_wgmma_descriptor(b)), "r"(accumulate)',
+        f'{asm}: "memory");',
+        "}",
+    ])
+
+
+def call(n: int, a: str, b: str, accumulate: bool, accumulators: list[str], indent: str) -> list[str]:
+    """The lines of a call of ``lamina_wgmma_tf32_n{n}``; ``a`` and ``b`` are the operands' start addresses."""
+    return [f"{indent}lamina_wgmma_tf32_n{n}({a}, {b}, {int(accumulate)},",
+            *_rows(accumulators, ",", indent + "    ", ");")]
+
+
+def _rows(items: list[str], separator: str, first: str = "", last: str = "", continued: str | None = None) -> list[str]:
+    """``items`` joined by ``separator``, ``_PER_LINE`` to a row: the first row after ``first``, the others after
+    ``continued`` (``first`` again by default), the last one ending in ``last`` instead of the separator."""
+    rows = [", ".join(items[i:i + _PER_LINE]) for i in range(0, len(items), _PER_LINE)]
+    lead = [first] + [first if continued is None else continued] * (len(rows) - 1)
+    ends = [separator] * (len(rows) - 1) + [last]
+    return [f"{lead_}{row}{end}" for lead_, row, end in zip(lead, rows, ends)]
+
+
+def uses_wgmma(kernel: kir.Kernel) -> bool:
+    return any(isinstance(s, _STATEMENTS) for s in kir.statements(kernel.body))
+
+
+def kernel_arch(kernel: kir.Kernel, arch: str) -> str:
+    """The architecture to compile ``kernel`` for on a GPU of ``arch``: ``arch`` itself, or ``sm_90a`` where the
+    kernel runs wgmma on Hopper."""
+    if not uses_wgmma(kernel):
+        return arch
+    if arch in HOPPER_ARCHES:
+        return WGMMA_ARCH
+    raise LaminaError(
+        f"kernel {kernel.name} runs Hopper's warpgroup mma (wgmma), which only Hopper GPUs (sm_90) have, so it "
+        f"cannot be compiled for {arch}; pin the knob tensor_cores of the contraction schedule to 0 or 1 to compile "
+        f"its products for {arch} with FMAs or mma.sync"
+    )
