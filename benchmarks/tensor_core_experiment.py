@@ -5,8 +5,8 @@
 For each linear of the benchmark suite at M = 128 and 2048, and the product ``q @ k^T`` of
 the attention scores at S = 2048, it times by CUDA-graph replay (median): cuBLAS SGEMM
 through eager PyTorch (TF32 off, PyTorch's default), lamina with ``tensor_cores = 0``
-(the FMA kernels the cost model chooses), and lamina with ``tensor_cores = 1`` in the
-settings of ``SETTINGS``. Next to each time it gives the error against a float64 product
+(the FMA kernels the cost model chooses), and lamina with ``tensor_cores = 1`` (``mma.sync``)
+and ``2`` (``wgmma``) in the settings of ``SETTINGS``. Next to each time it gives the error against a float64 product
 (the norm of the difference over the norm of the product), so that the tensor cores'
 three tf32 products can be compared with cuBLAS's float32 FMAs for accuracy as well as speed.
 """
@@ -42,8 +42,14 @@ SETTINGS = {
     "tc 128x64 t8x8 k32": {"tensor_cores": 1, "block_m": 128, "block_n": 64, "thread_m": 8, "thread_n": 8,
                            "block_k": 32},
     "tc 64x64 t4x4": {"tensor_cores": 1, "block_m": 64, "block_n": 64, "thread_m": 4, "thread_n": 4},
+    "wgmma chosen": {"tensor_cores": 2},
+    "wgmma 128x128": {"tensor_cores": 2, "block_m": 128, "block_n": 128},
+    "wgmma 128x64": {"tensor_cores": 2, "block_m": 128, "block_n": 64},
+    "wgmma 64x128": {"tensor_cores": 2, "block_m": 64, "block_n": 128},
+    "wgmma 64x64": {"tensor_cores": 2, "block_m": 64, "block_n": 64},
+    "wgmma 128x128 two buffers": {"tensor_cores": 2, "block_m": 128, "block_n": 128, "buffers": 2},
 }
-SMALL_SETTINGS = ("tc chosen", "tc 128x64 t8x8", "tc 64x64 t4x4")
+SMALL_SETTINGS = ("tc chosen", "tc 128x64 t8x8", "tc 64x64 t4x4", "wgmma chosen", "wgmma 64x64")
 """The settings timed at M = 128, where larger blocks leave most SMs idle."""
 
 

@@ -26,6 +26,9 @@ class Target:
     """tf32 multiply-add throughput on the tensor cores through ``mma.sync`` m16n8k8 with
     operands in registers (FLOP per microsecond), as ``benchmarks/mma_rate_experiment.py``
     measured it on the H200."""
+    tf32_wgmma_flops_per_us: float = 355e6
+    """tf32 multiply-add throughput on the tensor cores through Hopper's ``wgmma`` (FLOP per
+    microsecond), as cuBLAS's TF32 GEMM reaches it on the H200 (PERFORMANCE.md)."""
     launch_us: float = 2.0
     """What one kernel costs beyond its work (launch and ramp-up), in microseconds."""
 

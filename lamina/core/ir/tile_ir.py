@@ -72,7 +72,9 @@ class SharedStage:
 
     ``dims`` names the loop variable along each tile dimension, outermost first;
     ``tile`` is the logical tile shape and ``padding`` the elements added to each row
-    of the innermost dimension against bank conflicts.
+    of the innermost dimension against bank conflicts. ``swizzle`` (128): the rows are
+    stored in the 128-byte swizzle that Hopper's wgmma reads (``kernel_ir.Array.swizzle``)
+    instead of padded.
     """
 
     buffer: str
@@ -84,6 +86,7 @@ class SharedStage:
     buffers: int = 1
     copy: str = "load_store"
     copy_bytes: int = 4
+    swizzle: int = 0
 
     @property
     def padded_shape(self) -> tuple[int, ...]:
@@ -106,8 +109,10 @@ class TileKernel:
     issued over the first ``copy_steps`` steps of the reduction within each k-tile, a few
     at each, rather than all at once before them (0). ``tensor_cores``: how the products run
     on the tensor cores (``"3xtf32"``: each float32 operand as two tf32 pieces, three
-    m16n8k8 mma per product, warps of 8 x 4 threads holding the mma's accumulators), or
-    None for FMAs on the CUDA cores.
+    m16n8k8 mma per product, warps of 8 x 4 threads holding the mma's accumulators;
+    ``"wgmma 3xtf32"``: the same pieces, three wgmma m64nNk8 per product read from swizzled
+    shared memory by each warpgroup, a 64-row slice of the block), or None for FMAs on the
+    CUDA cores.
     """
 
     kernel: loop_ir.Kernel
@@ -175,7 +180,7 @@ def format_tile_kernel(tk: TileKernel) -> str:
         lines.append(text)
     for s in tk.stages:
         dims = "][".join(f"{d} {n}" for d, n in zip(s.dims, s.tile))
-        pad = f" + pad {s.padding}" if s.padding else ", no pad"
+        pad = f" + pad {s.padding}" if s.padding else (f", {s.swizzle}-byte swizzle" if s.swizzle else ", no pad")
         lines.append(
             f"  shared {s.index} as {s.dtype}[{dims}{pad}], {s.buffers} buffer{'s' if s.buffers > 1 else ''},"
             f" copy {s.copy} {s.copy_bytes} B"
@@ -189,9 +194,14 @@ def format_tile_kernel(tk: TileKernel) -> str:
         lines.append(f"  blocks run down groups of {tk.grouped_rows} grid rows, column by column")
     if tk.copy_steps:
         lines.append(f"  the next k-tile's copies issued over the first {tk.copy_steps} steps of each k-tile")
-    if tk.tensor_cores == "3xtf32":
+    if tk.tensor_cores == MMA_PRODUCTS:
         lines.append("  products on tensor cores: mma m16n8k8 on tf32, each f32 operand as big + small tf32, "
                      "3 mma per product")
+    if tk.tensor_cores == WGMMA_PRODUCTS:
+        columns = next(b for b in tk.grid if b.thread_dim == "x").block_tile
+        lines.append(f"  products on tensor cores: wgmma m64n{columns}k8 on tf32 from swizzled shared memory, each "
+                     "warpgroup 64 rows, each f32 operand as big + small tf32 (split in place once a k-tile lands), "
+                     "3 wgmma per product summed over each k-tile, then added in f32")
     for key, value in tk.knobs:
         lines.append(f"  {key} = {value}")
     return "\n".join(lines)
@@ -254,14 +264,18 @@ def _copy_issue_problems(tk: TileKernel) -> list[str]:
 
 MMA_WARP = (8, 4)
 """The rows by columns of threads (y by x) of a warp holding m16n8k8 accumulators."""
+MMA_PRODUCTS, WGMMA_PRODUCTS = "3xtf32", "wgmma 3xtf32"
+WGMMA_ROW = 32
+"""Elements of a swizzled float32 row: a k-tile of wgmma products is this deep."""
 
 
 def _tensor_core_problems(tk: TileKernel) -> list[str]:
     if tk.tensor_cores is None:
         return []
-    if tk.tensor_cores != "3xtf32":
-        return [f"unknown tensor-core products {tk.tensor_cores!r}; the one kind is '3xtf32'"]
-    problems = []
+    if tk.tensor_cores not in (MMA_PRODUCTS, WGMMA_PRODUCTS):
+        return [f"unknown tensor-core products {tk.tensor_cores!r}; the kinds are {MMA_PRODUCTS!r} and "
+                f"{WGMMA_PRODUCTS!r}"]
+    problems = _wgmma_problems(tk) if tk.tensor_cores == WGMMA_PRODUCTS else []
     by_dim = {b.thread_dim: b for b in tk.grid}
     columns, rows = by_dim.get("x"), by_dim.get("y")
     across = min(columns.threads, WARP_SIZE) if columns else WARP_SIZE
@@ -274,4 +288,20 @@ def _tensor_core_problems(tk: TileKernel) -> list[str]:
         problems.append("tensor-core products need whole k-tiles per warp, in steps of 8")
     if tk.copy_steps:
         problems.append(f"tensor-core products issue each k-tile's copies at once, not over {tk.copy_steps} steps")
+    return problems
+
+
+def _wgmma_problems(tk: TileKernel) -> list[str]:
+    problems = []
+    by_dim = {b.thread_dim: b for b in tk.grid}
+    columns, rows = by_dim.get("x"), by_dim.get("y")
+    if rows is None or rows.block_tile % 64 or rows.per_thread != 2 or columns is None or columns.threads != 4:
+        problems.append("wgmma products need blocks of whole warpgroups of 64 rows, 2 rows and 4 threads across "
+                        "per warp's row of threads")
+    if tk.reduction is None or tk.reduction.step != WGMMA_ROW:
+        problems.append(f"wgmma products take k-tiles of {WGMMA_ROW}: one swizzled row of float32")
+    if len(tk.stages) != 2 or any(s.swizzle != 128 or s.tile[-1] != WGMMA_ROW or s.copy != "cp.async"
+                                  or s.buffers < 2 for s in tk.stages):
+        problems.append("wgmma products read two operands staged K-major by cp.async in the 128-byte swizzle, "
+                        "at least two buffers each")
     return problems

@@ -161,6 +161,19 @@ def batched(batch: int, m: int, k: int, n: int) -> Case:
     return Case("batched", kernel, lambda a, b: torch.bmm(a, b))
 
 
+def batched_scores(batch: int, m: int, k: int, n: int) -> Case:
+    """``q @ k^T`` per batch, both stored K-major, as attention scores multiply."""
+    kernel = contraction(
+        "scores",
+        {"q": (batch, m, k), "kt": (batch, n, k)},
+        [("i0", batch), ("i1", m), ("i2", n)],
+        ("r0", k),
+        ex.op("mul", load("q", "i0", "i1", "r0"), load("kt", "i0", "i2", "r0")),
+        ("out", (batch, m, n)),
+    )
+    return Case("batched_scores", kernel, lambda q, kt: q @ kt.transpose(-1, -2))
+
+
 def broadcast(batches: tuple[int, int], m: int, k: int, n: int) -> Case:
     """``a @ b`` with ``a`` of shape (B0, B1, M, K) and ``b`` (K, N) shared by every batch."""
     b0, b1 = batches

@@ -11,6 +11,7 @@ from lamina.plugins.schedules.contraction import ContractionSchedule
 from .contraction_kernels import (
     SM_90,
     batched,
+    batched_scores,
     broadcast,
     half_inputs,
     linear,
@@ -39,6 +40,11 @@ RUNS = {
     "tensor_cores_linear_bias_relu": (linear(300, 520, 700, bias_relu=True), {"tensor_cores": 1}),
     "tensor_cores_batched_64x64_blocks": (batched(4, 200, 300, 250), {"tensor_cores": 1, "block_m": 64,
                                                                        "block_n": 64}),
+    "wgmma_linear_bias_relu": (linear(300, 520, 700, bias_relu=True), {"tensor_cores": 2}),
+    "wgmma_128x128_two_buffers": (linear(517, 1032, 389), {"tensor_cores": 2, "block_m": 128, "block_n": 128,
+                                                            "buffers": 2}),
+    "wgmma_batched_scores_64x64_blocks": (batched_scores(4, 200, 300, 250), {"tensor_cores": 2, "block_m": 64,
+                                                                              "block_n": 64}),
 }
 
 
@@ -48,10 +54,12 @@ def test_matches_pytorch_on_the_gpu(name):
     from lamina.backends.cuda.codegen import emit_cuda, kernel_symbol
     from lamina.backends.cuda.driver import LaunchableKernel, device_arch
     from lamina.backends.cuda.nvrtc import compile_kernel
+    from lamina.backends.cuda.wgmma import kernel_arch
 
     case, knobs = RUNS[name]
     kernel = SCHEDULE.lower(SCHEDULE.schedule(case.kernel, SM_90, knobs), SM_90)
-    launch = LaunchableKernel(kernel, compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), device_arch()))
+    arch = kernel_arch(kernel, device_arch())
+    launch = LaunchableKernel(kernel, compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), arch))
     inputs = case.inputs()
     (out,) = case.kernel.outputs
     buffers = {n: t.cuda().reshape(-1) for n, t in inputs.items()}
@@ -72,5 +80,19 @@ def test_tensor_core_products_are_as_close_to_float64_as_cublas():
     compiled = lamina.Compiler(knobs={"tensor_cores": 1}).compile(F.linear, (x, w))
     out = compiled(x, w)
     assert [t.tensor_cores for t in compiled.compilation.tiles] == ["3xtf32", None]  # split-K partials, then their sum
+    reference = F.linear(x.double(), w.double())
+    assert relative_error(out, reference) < 2 * relative_error(F.linear(x, w), reference)
+
+
+@pytest.mark.gpu
+def test_wgmma_products_are_as_close_to_float64_as_cublas():
+    import torch.nn.functional as F
+
+    import lamina
+
+    x, w = torch.randn(256, 4096, device="cuda"), torch.randn(320, 4096, device="cuda")
+    compiled = lamina.Compiler(knobs={"tensor_cores": 2}).compile(F.linear, (x, w))
+    out = compiled(x, w)
+    assert "wgmma 3xtf32" in [t.tensor_cores for t in compiled.compilation.tiles]
     reference = F.linear(x.double(), w.double())
     assert relative_error(out, reference) < 2 * relative_error(F.linear(x, w), reference)

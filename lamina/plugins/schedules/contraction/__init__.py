@@ -3,7 +3,7 @@ blocks (split-K) where the grid would leave SMs idle."""
 
 from lamina.plugins.schedules.contraction.cost import Estimate, candidates, estimate
 from lamina.plugins.schedules.contraction.knobs import KNOB_NAMES, Choices, read_pinned
-from lamina.plugins.schedules.contraction.lowering import lower_contraction
+from lamina.plugins.schedules.contraction.writers import lower_contraction
 from lamina.plugins.schedules.contraction.partial_sums import PartialOf, SplitContraction, partial_of, split
 from lamina.plugins.schedules.contraction.plugin import ContractionSchedule
 from lamina.plugins.schedules.contraction.recognise import Contraction, NotAContraction, Operand, analyse

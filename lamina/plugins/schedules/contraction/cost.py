@@ -8,8 +8,9 @@ and, where a block's threads would be one or two warps, enough k-splits inside t
 (each whole warps) to bring it to 128 threads. ``block_k``, ``buffers``, the
 padding and the fragment width (4 wherever it is legal, else 1) follow from those by
 rule, and any knob may be pinned instead. Products run on the CUDA cores unless
-``tensor_cores = 1`` is pinned (``tensor_cores``): on the H200 the tensor cores' three tf32
-products ran no faster than the FMA kernels, as ``TENSOR_CORE_EFFICIENCY`` records.
+``tensor_cores`` is pinned: to 1, ``mma.sync`` (``tensor_cores``), whose three tf32 products
+ran no faster than the FMA kernels on the H200, as ``TENSOR_CORE_EFFICIENCY`` records; to 2,
+Hopper's ``wgmma`` (``warpgroup_products``), in blocks of 64 or 128 by 64 or 128.
 
 ``estimate`` is a roofline with a tail:
 
@@ -33,7 +34,10 @@ products ran no faster than the FMA kernels, as ``TENSOR_CORE_EFFICIENCY`` recor
   multiply-adds hide the latency themselves) and fewer than 16 the memory system, in
   proportion; an SM without a block adds nothing to the bandwidth;
 * on the tensor cores, the arithmetic runs at a third of the target's tf32 mma rate, scaled
-  by ``TENSOR_CORE_EFFICIENCY`` instead;
+  by ``TENSOR_CORE_EFFICIENCY`` instead; through wgmma (``wgmma_compute_us``), a block's
+  k-tiles run at a third of the target's wgmma rate scaled by ``WGMMA_EFFICIENCY``, and
+  each block adds a fixed cost, its first copies and its epilogue, which blocks resident on
+  the same SM overlap;
 * the estimate is ``launch_us + max(compute, memory) + OVERLAP_LOSS * min(compute, memory)``:
   copies and arithmetic overlap, but not perfectly.
 Residency per SM follows Hopper's limits: 2048 threads, 64 Ki registers, 228 KiB of
@@ -49,7 +53,7 @@ import attrs
 
 from lamina.core.errors import ScheduleError
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction import tensor_cores, tiling
+from lamina.plugins.schedules.contraction import tensor_cores, tiling, warpgroup_products
 from lamina.plugins.schedules.contraction.knobs import FRAGMENT_WIDTHS, Choices
 from lamina.plugins.schedules.contraction.recognise import Contraction
 
@@ -74,6 +78,17 @@ that tensor-core products reach, by the outputs in a thread's register tile. On 
 8 x 8 tiles in 64 x 128 blocks ran the suite's M = 2048 linears at about 46 TFLOP/s and 4 x 4
 tiles at about 30 (``benchmarks/results/2026-11-30_h200_tensor_core_experiment*.json``);
 2 x 2 was not measured and is put at the same share of 4 x 4 as with FMAs."""
+WGMMA_EFFICIENCY = 0.63
+"""Fraction of a third of ``Target.tf32_wgmma_flops_per_us`` that a block's k-tiles reach:
+the hand-written kernel of ``benchmarks/wgmma_experiment.py`` (128 x 128 blocks, one per SM)
+ran the M = 2048 linears at 72 to 78 TFLOP/s per busy SM
+(``benchmarks/results/2026-11-30_h200_wgmma_experiment.json``)."""
+WGMMA_BLOCK_US = 1.3
+"""What a wgmma block costs besides its k-tiles and its stores: its first copies' trip to memory."""
+WGMMA_STORE_SHARE = 0.5
+"""The share of its SM's part of the memory bandwidth that a block's epilogue stores reach.
+With these two, the fixed cost of a 128 x 128 block is 5.4 us, what the same kernel's
+attention-score products of 2 and 4 k-tiles took beyond their k-tiles (5.6 and 5.1 us)."""
 REGISTERS_PER_SM = 65536
 SHARED_BYTES_PER_SM = 228 * 1024
 BLOCKS_PER_SM = 32
@@ -211,16 +226,30 @@ def _settings(c: Contraction, pinned: dict[str, int], relaxed: bool, target: Tar
                     block_k = pinned.get("block_k", default_block_k(c, splits))
                     buffers = pinned.get("buffers", default_buffers(c, block_m, block_n, block_k, target))
                     for products in values("tensor_cores", [0]):
+                        if warpgroup_products.uses_value(products):
+                            continue
                         yield Choices(block_m, block_n, block_k, thread_m, thread_n, splits, buffers,
                                       pinned.get("padding"), pinned.get("fragment_width", 1),
                                       pinned.get("warp_columns"), pinned.get("grouped_rows"),
                                       pinned.get("copy_steps"), products)
 
 
+def _wgmma_settings(c: Contraction, pinned: dict[str, int], target: Target):
+    """The wgmma settings (``tensor_cores = 2``), each block shape with its one setting of the
+    other knobs, three buffers where shared memory allows (``_fitted`` lowers them)."""
+    if pinned.get("tensor_cores") != warpgroup_products.KNOB_VALUE:
+        return
+    for block_m, block_n in itertools.product(warpgroup_products.BLOCK_MS, warpgroup_products.BLOCK_NS):
+        choices = warpgroup_products.choices_for(block_m, block_n, pinned.get("buffers", 3))
+        yield attrs.evolve(choices, **{k: v for k, v in pinned.items() if k != "buffers"})
+
+
 def _fitted(c: Contraction, choices: Choices, pinned: dict[str, int], target: Target) -> Choices | None:
     """``choices`` with the widest legal fragments, and fewer buffers than the rule asks where
     shared memory is short, if legal."""
     widths = [pinned["fragment_width"]] if "fragment_width" in pinned else FRAGMENT_WIDTHS
+    if warpgroup_products.uses(choices):
+        widths = [choices.fragment_width]
     counts = [choices.buffers] if "buffers" in pinned else range(choices.buffers, 0, -1)
     for width, buffers in itertools.product(widths, counts):
         fitted = attrs.evolve(choices, buffers=buffers, fragment_width=width)
@@ -238,7 +267,7 @@ def candidates(c: Contraction, target: Target, pinned: dict[str, int] | None = N
     pinned = pinned or {}
     for relaxed in (False, True):
         found = []
-        for choices in _settings(c, pinned, relaxed, target):
+        for choices in itertools.chain(_settings(c, pinned, relaxed, target), _wgmma_settings(c, pinned, target)):
             fitted = _fitted(c, choices, pinned, target)
             if fitted is not None and fitted not in found:
                 found.append(fitted)
@@ -266,18 +295,22 @@ def estimate(c: Contraction, choices: Choices, target: Target) -> Estimate:
     active_warps = min(deepest, resident) * warps
     k_tiles = math.ceil(c.reduce_extent / choices.block_k)
 
-    block_flops = 2 * choices.block_m * choices.block_n * k_tiles * choices.block_k
-    outputs = choices.thread_m * choices.thread_n
-    if choices.tensor_cores:
-        tile_efficiency = register_tile_efficiency(outputs, TENSOR_CORE_EFFICIENCY)
-        flops_per_us = target.tf32_tensor_flops_per_us / tensor_cores.PRODUCTS
+    if warpgroup_products.uses(choices):
+        compute_us = wgmma_compute_us(c, choices, target, deepest, resident, k_tiles)
     else:
-        tile_efficiency = min(MAX_EFFICIENCY, register_tile_efficiency(outputs) * FRAGMENT_GAIN[choices.fragment_width])
-        flops_per_us = target.fp32_flops_per_us
-    efficiency = (tile_efficiency * min(1.0, active_warps / warps_to_feed_fma(choices))
-                  * block_reuse_efficiency(choices) / (1 + K_SPLIT_COST * (choices.splits - 1)))
-    sm_flops_per_us = flops_per_us / target.sm_count
-    compute_us = deepest * block_flops / (sm_flops_per_us * efficiency)
+        block_flops = 2 * choices.block_m * choices.block_n * k_tiles * choices.block_k
+        outputs = choices.thread_m * choices.thread_n
+        if choices.tensor_cores:
+            tile_efficiency = register_tile_efficiency(outputs, TENSOR_CORE_EFFICIENCY)
+            flops_per_us = target.tf32_tensor_flops_per_us / tensor_cores.PRODUCTS
+        else:
+            tile_efficiency = min(MAX_EFFICIENCY,
+                                  register_tile_efficiency(outputs) * FRAGMENT_GAIN[choices.fragment_width])
+            flops_per_us = target.fp32_flops_per_us
+        efficiency = (tile_efficiency * min(1.0, active_warps / warps_to_feed_fma(choices))
+                      * block_reuse_efficiency(choices) / (1 + K_SPLIT_COST * (choices.splits - 1)))
+        sm_flops_per_us = flops_per_us / target.sm_count
+        compute_us = deepest * block_flops / (sm_flops_per_us * efficiency)
 
     read = sum(math.prod(tiling.stage_for(c, o, choices, target).tile) * o.load.dtype.itemsize for o in c.operands)
     written = sum(math.prod(c.kernel.buffer(s.buffer).type.shape) * c.kernel.buffer(s.buffer).type.dtype.itemsize
@@ -287,6 +320,20 @@ def estimate(c: Contraction, choices: Choices, target: Target) -> Estimate:
     memory_us = moved / (bandwidth * min(1.0, active_warps / WARPS_TO_FEED_MEMORY))
     total = target.launch_us + max(compute_us, memory_us) + OVERLAP_LOSS * min(compute_us, memory_us)
     return Estimate(total, compute_us, memory_us, target.launch_us, blocks, resident)
+
+
+def wgmma_compute_us(c: Contraction, choices: Choices, target: Target, deepest: int, resident: int,
+                     k_tiles: int) -> float:
+    """The busiest SM's time for its ``deepest`` wgmma blocks: their k-tiles one after another
+    on its tensor cores, and each block's fixed cost (``WGMMA_BLOCK_US`` and its stores),
+    which the blocks resident at once overlap."""
+    sm_flops_per_us = target.tf32_wgmma_flops_per_us / tensor_cores.PRODUCTS / target.sm_count * WGMMA_EFFICIENCY
+    k_tile_us = 2 * choices.block_m * choices.block_n * choices.block_k / sm_flops_per_us
+    stored = choices.block_m * choices.block_n * sum(
+        c.kernel.buffer(s.buffer).type.dtype.itemsize for s in c.epilogue)
+    store_us = stored / (target.memory_bytes_per_us / target.sm_count * WGMMA_STORE_SHARE)
+    fixed_us = WGMMA_BLOCK_US + store_us
+    return deepest * k_tiles * k_tile_us + deepest * fixed_us / min(resident, deepest)
 
 
 def choose(c: Contraction, target: Target, pinned: dict[str, int], where: str) -> tuple[Choices, Estimate, int]:
@@ -301,6 +348,7 @@ def choose(c: Contraction, target: Target, pinned: dict[str, int], where: str) -
 
 def _nothing_legal(c: Contraction, target: Target, pinned: dict[str, int], where: str) -> str:
     pins = ", ".join(f"{k} = {v}" for k, v in pinned.items())
-    reasons = sorted({tiling.illegal(c, s, target) or "" for s in _settings(c, pinned, relaxed=True, target=target)} - {""})
+    settings = itertools.chain(_settings(c, pinned, relaxed=True, target=target), _wgmma_settings(c, pinned, target))
+    reasons = sorted({tiling.illegal(c, s, target) or "" for s in settings} - {""})
     why = "; ".join(reasons) if reasons else "no block tile is a whole number of register tiles"
     return f"{where}: no setting with {pins} can run: {why}. Pin other values, or unpin some of these knobs."

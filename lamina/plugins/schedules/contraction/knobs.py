@@ -41,7 +41,8 @@ class Choices:
     all at once after the k-tile's barrier (0).
 
     ``tensor_cores`` (1) multiplies on the tensor cores, each float32 operand split into
-    two tf32 pieces (``tensor_cores``), instead of with FMAs on the CUDA cores (0).
+    two tf32 pieces, with warp-wide ``mma.sync`` (``tensor_cores``) or (2) with Hopper's
+    warpgroup ``wgmma`` (``warpgroup_products``), instead of with FMAs on the CUDA cores (0).
     """
 
     block_m: int
@@ -77,7 +78,7 @@ class Choices:
         )
         text += f", padding {self.padding}" if self.padding is not None else ""
         text += f", copies over {self.copy_steps} steps" if self.copy_steps else ""
-        return text + (", on tensor cores" if self.tensor_cores else "")
+        return text + {0: "", 1: ", on tensor cores", 2: ", on tensor cores through wgmma"}[self.tensor_cores]
 
 
 def read_pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
@@ -110,10 +111,10 @@ def read_pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
                 f"{where}: knob copy_steps = {value} must be 0 (each k-tile's copies at once) or the steps of k "
                 "over which they are spread"
             )
-        if key == "tensor_cores" and value not in (0, 1):
+        if key == "tensor_cores" and value not in (0, 1, 2):
             raise ScheduleError(
-                f"{where}: knob tensor_cores = {value} must be 0 (FMAs on the CUDA cores) or 1 (mma on the tensor "
-                "cores, each float32 operand as two tf32 pieces)"
+                f"{where}: knob tensor_cores = {value} must be 0 (FMAs on the CUDA cores), 1 (mma on the tensor "
+                "cores, each float32 operand as two tf32 pieces) or 2 (Hopper's wgmma on the same pieces)"
             )
         if key not in ("padding", "buffers", "copy_steps", "tensor_cores") and value <= 0:
             raise ScheduleError(f"{where}: knob {key} = {value} must be positive")

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import math
 
-from lamina.core.errors import ScheduleError
 from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
 from lamina.core.ir.expr import Expr
-from lamina.core.target import Target
 from lamina.plugins.schedules import coordinate_conditions, loop_to_kernel
 from lamina.plugins.schedules.contraction import copy_issue, copy_layout, tensor_cores, unneeded_blocks, unread_outputs
-from lamina.plugins.schedules.contraction.recognise import Contraction, analyse
+from lamina.plugins.schedules.contraction.recognise import Contraction
 from lamina.plugins.schedules.contraction.tensor_core_steps import TensorCoreSteps
-from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME, copy_order, partial_sums_shape, store_width
+from lamina.plugins.schedules.contraction.tiling import copy_order, partial_sums_shape, store_width
 
 
 def _and(parts: list[Expr | None]) -> Expr | None:
@@ -108,7 +106,7 @@ class ContractionWriter:
         self.tiles = {s.index: names.fresh(f"{s.buffer}_tile") for s in tile.stages}
         self.regs = {s.index: names.fresh(f"{s.buffer}_reg") for s in tile.stages}
         self.invariants = {load: names.fresh(f"{load.buffer}_value") for load in c.invariant_loads()}
-        self.mma = TensorCoreSteps(self, tensor_cores.factors(c)) if tile.tensor_cores else None
+        self.mma = TensorCoreSteps(self, tensor_cores.factors(c)) if tile.tensor_cores == tensor_cores.NAME else None
         self.store_width = store_width(c, self.cols.group)
         self.outputs = [names.fresh(f"{s.buffer}_out") for s in c.epilogue] if self.store_width > 1 else []
         self.ranges = {
@@ -540,12 +538,7 @@ class ContractionWriter:
         return [kernel_ir.If(guard, body)] if guard is not None else body
 
     def _arrays(self) -> list[kernel_ir.Array]:
-        arrays = [
-            kernel_ir.Array(self.tiles[s.index], s.dtype, s.padded_shape, "shared") for s in self.tile.stages
-        ]
-        if self.splits > 1:
-            shape = partial_sums_shape(self.rows.per_thread, self.cols.per_thread, self.threads)
-            arrays.append(kernel_ir.Array(self.partial, self.c.acc_dtype, shape, "shared"))
+        arrays = self._shared_arrays()
         arrays.append(kernel_ir.Array(self.acc, self.c.acc_dtype, (self.rows.per_thread, self.cols.per_thread), "register"))
         arrays += self._fragment_arrays()
         for load, name in self.invariants.items():
@@ -555,6 +548,16 @@ class ContractionWriter:
         for store, name in zip(self.c.epilogue, self.outputs):
             dtype = self.kernel.buffer(store.buffer).type.dtype
             arrays.append(kernel_ir.Array(name, dtype, (self.store_width,), "register"))
+        return arrays
+
+    def _shared_arrays(self) -> list[kernel_ir.Array]:
+        """The staged k-tiles, and the k-splits' partial sums."""
+        arrays = [
+            kernel_ir.Array(self.tiles[s.index], s.dtype, s.padded_shape, "shared") for s in self.tile.stages
+        ]
+        if self.splits > 1:
+            shape = partial_sums_shape(self.rows.per_thread, self.cols.per_thread, self.threads)
+            arrays.append(kernel_ir.Array(self.partial, self.c.acc_dtype, shape, "shared"))
         return arrays
 
     def _fragment_arrays(self) -> list[kernel_ir.Array]:
@@ -585,13 +588,3 @@ class ContractionWriter:
                 shared if shared > static_shared_bytes else 0,
             ),
         )
-
-
-def lower_contraction(tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Kernel:
-    if tile.schedule != SCHEDULE_NAME:
-        raise ScheduleError(
-            f"the contraction schedule cannot lower kernel {tile.kernel.name}: it was scheduled by {tile.schedule!r}"
-        )
-    kernel = ContractionWriter(tile, analyse(tile.kernel)).kernel_ir(target.max_shared_bytes_per_block)
-    kernel_ir.verify_kernel(kernel, target.max_threads_per_block, target.max_shared_bytes_optin)
-    return kernel

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 from lamina.core.hookspecs import hookimpl
 from lamina.core.ir import kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction.lowering import lower_contraction
+from lamina.plugins.schedules.contraction.writers import lower_contraction
 from lamina.plugins.schedules.contraction.recognise import NotAContraction, analyse
 from lamina.plugins.schedules.contraction.schedule import estimate_contraction, schedule_contraction
 from lamina.plugins.schedules.contraction.split_k import SplitContractionsAcrossBlocks

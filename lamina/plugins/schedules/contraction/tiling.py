@@ -30,6 +30,7 @@ from lamina.plugins.schedules.contraction import (
     tensor_cores,
     unneeded_blocks,
     unread_outputs,
+    warpgroup_products,
 )
 from lamina.plugins.schedules.contraction.knobs import Choices
 from lamina.plugins.schedules.contraction.recognise import Contraction, Operand
@@ -104,6 +105,8 @@ def copies_asynchronously(c: Contraction, target: Target) -> bool:
 
 
 def stage_for(c: Contraction, operand: Operand, choices: Choices, target: Target) -> tile_ir.SharedStage:
+    if warpgroup_products.uses(choices):
+        return _swizzled_stage(c, operand, choices)
     r = c.reduce_var
     if operand.side == "m":
         dims, tile = (r, c.m), (choices.block_k, choices.block_m)
@@ -137,6 +140,31 @@ def stage_for(c: Contraction, operand: Operand, choices: Choices, target: Target
     )
 
 
+def _k_major_dims(c: Contraction, operand: Operand) -> tuple[str, str]:
+    return (c.m if operand.side == "m" else c.n, c.reduce_var)
+
+
+def _swizzled_stage(c: Contraction, operand: Operand, choices: Choices) -> tile_ir.SharedStage:
+    """The operand's k-tiles row by row, K-major, in the 128-byte swizzle that wgmma reads."""
+    dims = _k_major_dims(c, operand)
+    block = choices.block_m if operand.side == "m" else choices.block_n
+    dtype = operand.load.dtype
+    return tile_ir.SharedStage(
+        buffer=operand.load.buffer, index=operand.text, dims=dims, tile=(block, warpgroup_products.BLOCK_K),
+        dtype=dtype, padding=0, buffers=choices.buffers, copy="cp.async",
+        copy_bytes=warpgroup_products.COPY_ELEMENTS * dtype.itemsize, swizzle=kernel_ir.SWIZZLE_BYTES)
+
+
+def _wgmma_operand_problem(c: Contraction) -> str | None:
+    """Why an operand cannot be copied into swizzled rows 16 bytes at a time, or None."""
+    for operand in c.operands:
+        dims = _k_major_dims(c, operand)
+        widest = _widest_copy(c, operand, dims, _contiguous_dim(c, operand, dims))
+        if widest < warpgroup_products.COPY_ELEMENTS:
+            return warpgroup_products.unaligned_operand(c, operand)
+    return None
+
+
 def copy_order(c: Contraction, stage: tile_ir.SharedStage) -> copy_layout.CopyOrder:
     """How the threads share out the copy of ``stage`` (the same answer for scheduling and lowering)."""
     operand = c.operand(stage.index)
@@ -152,6 +180,8 @@ def partial_sums_shape(thread_m: int, thread_n: int, threads: int) -> tuple[int,
 
 
 def shared_bytes(c: Contraction, choices: Choices, target: Target) -> int:
+    if warpgroup_products.uses(choices):
+        return warpgroup_products.shared_bytes(choices)
     staged = sum(stage_for(c, o, choices, target).bytes for o in c.operands)
     if choices.splits == 1:
         return staged
@@ -165,6 +195,8 @@ def registers(c: Contraction, choices: Choices) -> int:
     sums of the products in flight (NVRTC gave 2 x 2, 4 x 4 and 8 x 8 tiles 40, 62 and 164
     to 167 registers)."""
     tile = choices.thread_m * choices.thread_n
+    if warpgroup_products.uses(choices):
+        return warpgroup_products.registers(choices)
     if choices.tensor_cores:
         return 2 * tile + ADDRESS_REGISTERS
     fragments = sum({"m": choices.thread_m, "n": choices.thread_n, "k": 1}[o.side] for o in c.operands)
@@ -194,7 +226,10 @@ def illegal(c: Contraction, choices: Choices, target: Target) -> str | None:
     fragments = _fragment_problem(c, choices)
     if fragments is not None:
         return fragments
-    products = tensor_cores.problem(c, choices, target)
+    if warpgroup_products.uses(choices):
+        products = warpgroup_products.problem(c, choices, target) or _wgmma_operand_problem(c)
+    else:
+        products = tensor_cores.problem(c, choices, target)
     if products is not None:
         return products
     if choices.block_k % choices.splits:
@@ -261,6 +296,12 @@ def _store_text(c: Contraction, choices: Choices) -> str:
     return f"{count} per store ({' and '.join(map(str, sizes))} B)"
 
 
+def _products_name(choices: Choices) -> str | None:
+    if warpgroup_products.uses(choices):
+        return warpgroup_products.NAME
+    return tensor_cores.NAME if choices.tensor_cores else None
+
+
 def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tuple[str, object]]) -> tile_ir.TileKernel:
     """The Tile IR of ``choices``, with ``notes`` (how they were chosen) among its knobs."""
     grid = [
@@ -298,7 +339,7 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
     tile = tile_ir.TileKernel(
         kernel=c.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction, stages=stages, knobs=recorded,
         warp_patch=arrangement.warp_patch(choices), grouped_rows=choices.grouped_rows or 1,
-        copy_steps=choices.copy_steps or 0, tensor_cores=tensor_cores.NAME if choices.tensor_cores else None,
+        copy_steps=choices.copy_steps or 0, tensor_cores=_products_name(choices),
     )
     tile_ir.verify_tile_kernel(tile, target.max_threads_per_block, target.max_shared_bytes_optin)
     return tile

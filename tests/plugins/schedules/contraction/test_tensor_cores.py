@@ -84,7 +84,7 @@ def test_staged_rows_are_padded_to_eight_words_past_a_multiple_of_32(row):
 
 
 @pytest.mark.parametrize("knobs, reason", [
-    ({"tensor_cores": 2}, "knob tensor_cores = 2 must be 0"),
+    ({"tensor_cores": 3}, "knob tensor_cores = 3 must be 0"),
     ({**ON_TENSOR_CORES, "splits": 2, "block_m": 32, "block_n": 32},
      "tensor_cores = 1 takes whole k-tiles per warp; splits = 2 must be 1"),
     ({**ON_TENSOR_CORES, "block_m": 16, "block_n": 64}, "block tiles of at least 32 along each axis"),

@@ -1,0 +1,152 @@
+"""The contraction's Tile IR written as Kernel IR where its products run on wgmma.
+
+Per k-tile (``warpgroup_products`` says why each piece is there): wait for its copies and
+meet at a barrier; split it in place, every thread a share of both operands' rows (each
+float32 to its nearest tf32, what is left to the small pieces' array); fence those writes
+for the asynchronous proxy that wgmma reads through, and meet again; start copying the
+k-tile ``buffers - 1`` ahead into the slot the last k-tile's wgmma read; then each
+warpgroup runs its three wgmma per eight k into the k-tile's sum, waits for them, and adds
+the sum to its accumulators. The prologue, the copies' guards and the epilogue are the
+FMA kernels' (``lowering.ContractionWriter``), the register tile being the wgmma's
+accumulators.
+"""
+
+from __future__ import annotations
+
+from lamina.core.ir import expr as ex, index, kernel_ir
+from lamina.core.ir.expr import Expr
+from lamina.plugins.schedules import loop_to_kernel
+from lamina.plugins.schedules.contraction import copy_layout, tensor_cores, warpgroup_products
+from lamina.plugins.schedules.contraction.lowering import ContractionWriter, _and, _lt
+from lamina.plugins.schedules.contraction.tiling import copy_order
+
+PIECE_PAIRS = (("small", "big"), ("big", "small"), ("big", "big"))
+"""The three products of each eight k, the small ones first, as (m side, n side)."""
+
+
+class WarpgroupWriter(ContractionWriter):
+    """Writes the Kernel IR of a contraction scheduled onto wgmma."""
+
+    def __init__(self, tile, c, taken=frozenset()):
+        super().__init__(tile, c, taken)
+        self.m_side, self.n_side = tensor_cores.factors(c)
+        self.small = {s.index: self.names.fresh(f"{s.buffer}_small") for s in tile.stages}
+        self.step_sum = self.names.fresh("k_tile_sum")
+        self.warpgroup = ex.Var(self.names.fresh("warpgroup"))
+        self.piece = ex.Var(self.names.fresh("piece"), c.acc_dtype)
+        self.ranges[self.warpgroup.name] = self.threads // kernel_ir.WARPGROUP_SIZE
+
+    # --- copies ------------------------------------------------------------------
+
+    def _copy_round(self, stage, kt: Expr, slot: Expr, round_: Expr) -> list[kernel_ir.Stmt]:
+        """Each thread's 16-byte copy ``tid + round_ * threads`` of k-tile ``kt``: row ``r``
+        and k ``k`` of the stage, from the operand's row that ``r`` holds (on the m side, in
+        the order of the wgmma's accumulators, ``warpgroup_products.staged_row``)."""
+        operand = self.c.operand(stage.index)
+        order = copy_order(self.c, stage)
+        count = copy_layout.copies(order, stage.tile)
+        rounds = self._rounds(stage)
+        e = self.tid + round_ * self.threads if rounds > 1 else self.tid
+        ranges = {**self.ranges, self.round.name: rounds}
+        row, k_in_tile = (index.simplify(x, ranges) for x in copy_layout.coordinates(order, stage.tile, e))
+        k = kt * self.block_k + k_in_tile
+        if operand.side == "m":
+            binding, block = self.rows, self.block_row
+            row_of_block = warpgroup_products.staged_row(row, binding.block_tile)
+        else:
+            binding, block, row_of_block = self.cols, self.block_col, row
+        position = block * binding.block_tile + row_of_block
+        env = {**self.batch_env, self.c.reduce_var: k, stage.dims[0]: position}
+        guards = [self._k_guard(k, ranges)]
+        if binding.extent % binding.block_tile:
+            guards.append(_lt(position, binding.extent, ranges))
+        source = loop_to_kernel.translate_expr(operand.load, self.kernel, env)
+        copy: list[kernel_ir.Stmt] = [kernel_ir.CpAsync(self.tiles[stage.index], (slot, row, k_in_tile), source.array,
+                                                        source.index, stage.copy_bytes, _and(guards))]
+        if count % self.threads:
+            copy = [kernel_ir.If(ex.op("lt", e, count), copy)]
+        return copy
+
+    # --- a k-tile ------------------------------------------------------------------
+
+    def _split(self, slot: Expr) -> list[kernel_ir.Stmt]:
+        """Every staged element of k-tile ``slot`` to its nearest tf32 in place, what is left to
+        the small pieces: a warp takes whole rows, one word per lane, which no two lanes of a
+        row's 32 words share a bank for, swizzled or not."""
+        out: list[kernel_ir.Stmt] = []
+        for stage in self.tile.stages:
+            rows = stage.tile[0]
+            rounds = rows * warpgroup_products.BLOCK_K // self.threads
+            e = self.tid + self.round * self.threads
+            row, word = e // warpgroup_products.BLOCK_K, e % warpgroup_products.BLOCK_K
+            staged = (slot, row, word)
+            value = kernel_ir.Load(self.tiles[stage.index], staged, stage.dtype)
+            big = kernel_ir.Tf32(self.piece)
+            body = [
+                kernel_ir.Declare(self.piece.name, stage.dtype, value),
+                kernel_ir.Store(self.tiles[stage.index], staged, big),
+                kernel_ir.Store(self.small[stage.index], (row, word), ex.op("sub", self.piece, big)),
+            ]
+            out.append(kernel_ir.For(self.round.name, ex.const(0), ex.const(rounds), 1, body, unroll=True))
+        return out
+
+    def _operand(self, side, piece: str, slot: Expr, row: Expr, k: int) -> tuple[str, tuple[Expr, ...]]:
+        if piece == "big":
+            return self.tiles[side.text], (slot, row, ex.const(k))
+        return self.small[side.text], (row, ex.const(k))
+
+    def _products(self, slot: Expr) -> list[kernel_ir.Stmt]:
+        """The warpgroup's three wgmma per eight k of the k-tile, summed from zero, then added
+        to the accumulators once they are done."""
+        n = self.cols.block_tile
+        accumulators = [(ex.const(p % 4 // 2), ex.const(p // 4 * 2 + p % 2)) for p in range(n // 2)]
+        first_row = self.warpgroup * kernel_ir.WGMMA_M
+        out: list[kernel_ir.Stmt] = [kernel_ir.WgmmaFence()]
+        for k in range(0, self.block_k, kernel_ir.WGMMA_K):
+            for a_piece, b_piece in PIECE_PAIRS:
+                a, a_index = self._operand(self.m_side, a_piece, slot, first_row, k)
+                b, b_index = self._operand(self.n_side, b_piece, slot, ex.const(0), k)
+                accumulate = bool(k) or (a_piece, b_piece) != PIECE_PAIRS[0]
+                out.append(kernel_ir.WgmmaTf32(self.step_sum, accumulators, a, a_index, b, b_index, n, accumulate))
+        out += [kernel_ir.WgmmaCommit(), kernel_ir.WgmmaWait(0)]
+        for a, b in self._register_tile():
+            at = (ex.const(a), ex.const(b))
+            total = ex.op("add", self._acc(a, b), kernel_ir.Load(self.step_sum, at, self.c.acc_dtype))
+            out.append(kernel_ir.Store(self.acc, at, total))
+        return out
+
+    def _main_loop(self) -> list[kernel_ir.Stmt]:
+        """One k-tile per iteration, ``buffers - 1`` k-tiles of copies in flight."""
+        kt, k_tiles = self.kt, self.k_tiles_here
+        waits = self._wait(0)
+        for j in range(1, self._buffers - 1):
+            waits = [kernel_ir.If(ex.op("lt", kt + j, k_tiles), self._wait(j), waits)]
+        ahead = kt + (self._buffers - 1)
+        slot, fill, start, advance = self._slots(ahead)
+        refill = kernel_ir.If(ex.op("lt", ahead, k_tiles), self._issue(ahead, fill))
+        body = [*waits, kernel_ir.Barrier(), *self._split(slot), kernel_ir.AsyncProxyFence(), kernel_ir.Barrier(),
+                refill, *self._products(slot), *advance]
+        first = []
+        for j in range(min(self._buffers - 1, self.k_tiles)):
+            issue = self._issue(ex.const(j), ex.const(j))
+            first += [kernel_ir.If(ex.op("lt", ex.const(j), k_tiles), issue)] if self._k_tiles_vary else issue
+        return first + start + [self._k_tile_loop(body)]
+
+    def _prologue(self) -> list[kernel_ir.Stmt]:
+        warpgroup = kernel_ir.Declare(self.warpgroup.name, self.warpgroup.dtype, self.tid // kernel_ir.WARPGROUP_SIZE)
+        return super()._prologue() + [warpgroup]
+
+    # --- arrays --------------------------------------------------------------------
+
+    def _shared_arrays(self) -> list[kernel_ir.Array]:
+        """The staged k-tiles and their small pieces, swizzled."""
+        arrays = []
+        for s in self.tile.stages:
+            arrays.append(kernel_ir.Array(self.tiles[s.index], s.dtype, s.padded_shape, "shared", swizzle=s.swizzle))
+            arrays.append(kernel_ir.Array(self.small[s.index], s.dtype, s.tile, "shared", swizzle=s.swizzle))
+        return arrays
+
+    def _fragment_arrays(self) -> list[kernel_ir.Array]:
+        """The k-tile's sum of products, beside the accumulators."""
+        tile = (self.rows.per_thread, self.cols.per_thread)
+        return [kernel_ir.Array(self.step_sum, self.c.acc_dtype, tile, "register")]

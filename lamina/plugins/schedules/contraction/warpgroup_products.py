@@ -1,0 +1,109 @@
+"""Float32 products on Hopper's warpgroup mma (``wgmma``), each operand as two tf32 pieces.
+
+``mma.sync`` reads its operands from registers, which each thread must first load from
+shared memory and split; on the H200 that kept the tensor cores under half busy, no faster
+than FMAs (``tensor_cores``). ``wgmma`` reads both operands straight from shared memory,
+where the schedule stages each 32-deep k-tile row by row (K-major, 128 bytes a row) in the
+128-byte swizzle its descriptors name. Once a k-tile has landed, the block splits it in
+place: each float32 becomes its nearest tf32 ("big"), and what is left ("small") goes to
+a second array. A warpgroup (four warps) multiplies its 64 rows of the block by all of the
+block's columns, three wgmma m64nNk8 per eight k (small x big, big x small, big x big),
+summed from zero over the k-tile on the tensor cores and added to the accumulators in
+float32, as the ``mma.sync`` kernels do every eight k: the tensor cores truncate their
+sums, and a k-tile's twelve products drift no further from float64 than cuBLAS's FMAs do.
+
+The accumulators of a warpgroup lie in its threads as in ``mma.sync``'s m16n8 tiles, so
+the block's threads are the same 8 x 4 warp patches with 2 x (BN / 4) register tiles, and
+the usual epilogue stores them. A warp holds rows ``g`` and ``g + 8`` of each 16 of the
+wgmma, where the patches give a thread rows ``g`` and ``g + BM / 2`` of the block: the
+m-side operand's rows are staged in that order (``staged_row``), so the wgmma's row ``ρ``
+is the block's row ``staged_row(ρ)``.
+
+A hand-written kernel of this design ran the suite's M = 2048 linears at 1.25 to 1.77x
+cuBLAS SGEMM, each at least as close to float64
+(``benchmarks/wgmma_experiment.py``, ``benchmarks/results/2026-11-30_h200_wgmma_experiment.json``).
+"""
+
+from __future__ import annotations
+
+from lamina.core.ir import dtypes, expr as ex, kernel_ir, tile_ir
+from lamina.core.target import Target
+from lamina.plugins.schedules.contraction import tensor_cores
+from lamina.plugins.schedules.contraction.knobs import Choices
+from lamina.plugins.schedules.contraction.recognise import Contraction, Operand
+
+NAME = tile_ir.WGMMA_PRODUCTS
+KNOB_VALUE = 2
+"""``tensor_cores = 2`` runs the products on wgmma."""
+BLOCK_K = kernel_ir.SWIZZLE_BYTES // 4
+"""A k-tile is one swizzled row of float32: 32 deep."""
+BLOCK_MS = (64, 128)
+"""One or two warpgroups along the block's rows."""
+BLOCK_NS = (64, 128)
+"""The wgmma's n: the columns of the block."""
+COPY_ELEMENTS = 4
+"""Each ``cp.async`` moves one 16-byte chunk of a swizzled row."""
+ARCH = 90
+"""wgmma is Hopper's alone (sm_90a)."""
+
+
+def uses(choices: Choices) -> bool:
+    return uses_value(choices.tensor_cores)
+
+
+def uses_value(tensor_cores_knob: int) -> bool:
+    return tensor_cores_knob == KNOB_VALUE
+
+
+def choices_for(block_m: int, block_n: int, buffers: int) -> Choices:
+    """The one setting of the other knobs that a wgmma block of ``block_m`` x ``block_n`` takes."""
+    return Choices(block_m, block_n, BLOCK_K, 2, block_n // tensor_cores.PATCH_COLUMNS, 1, buffers, 0, 1,
+                   tensor_cores.PATCH_COLUMNS, None, 0, KNOB_VALUE)
+
+
+def staged_row(row: ex.Expr, block_m: int) -> ex.Expr:
+    """The block row that the m-side operand's staged row ``row`` holds: wgmma row
+    ``16 w + 8 h + g`` is warp ``w``'s thread row ``8 w + g``, its ``h``-th register row,
+    which the warp patches place ``block_m / 2`` rows further on."""
+    return row // 16 * 8 + row % 8 + row // 8 % 2 * (block_m // 2)
+
+
+def problem(c: Contraction, choices: Choices, target: Target) -> str | None:
+    """Why ``tensor_cores = 2`` cannot apply to ``choices``, or None."""
+    if target.compute_capability != ARCH:
+        return f"tensor_cores = 2 needs Hopper's wgmma (sm_90); {target.name} is {target.arch}"
+    if c.acc_dtype != dtypes.float32 or tensor_cores.factors(c) is None:
+        return ("tensor_cores = 2 needs a float32 sum of products of one operand along the rows and one along "
+                "the columns")
+    expected = choices_for(choices.block_m, choices.block_n, choices.buffers)
+    if choices.block_m not in BLOCK_MS or choices.block_n not in BLOCK_NS:
+        return (f"tensor_cores = 2 takes blocks of {' or '.join(map(str, BLOCK_MS))} rows by "
+                f"{' or '.join(map(str, BLOCK_NS))} columns, not {choices.block_m}x{choices.block_n}")
+    differing = [name for name in ("block_k", "thread_m", "thread_n", "splits", "padding", "fragment_width",
+                                   "warp_columns", "copy_steps")
+                 if getattr(choices, name) not in (getattr(expected, name), None)]
+    if differing:
+        wanted = ", ".join(f"{name} = {getattr(expected, name)}" for name in differing)
+        return f"tensor_cores = 2 in {choices.block_m}x{choices.block_n} blocks takes {wanted}"
+    if choices.buffers < 2:
+        return "tensor_cores = 2 copies the next k-tile while the wgmma run: buffers must be 2 or 3"
+    return None
+
+
+def unaligned_operand(c: Contraction, operand: Operand) -> str:
+    """Why ``operand``, not read in aligned 16-byte runs along the reduction, cannot be staged."""
+    return (f"tensor_cores = 2 copies {operand.text} in 16-byte runs along {c.reduce_var}: it must be contiguous "
+            f"along {c.reduce_var}, with {c.reduce_var}'s extent and every other stride a multiple of "
+            f"{COPY_ELEMENTS} (tf32 wgmma reads its operands K-major and cannot transpose them)")
+
+
+def shared_bytes(choices: Choices) -> int:
+    """The staged k-tiles (``buffers`` of them) and one k-tile of small pieces, of both operands."""
+    tile = (choices.block_m + choices.block_n) * BLOCK_K * dtypes.float32.itemsize
+    return (choices.buffers + 1) * tile
+
+
+def registers(choices: Choices) -> int:
+    """The accumulators, the k-tile's sum of products beside them, and addresses (a 128-column
+    block took 158 registers in the experiment)."""
+    return 2 * choices.thread_m * choices.thread_n + 32

@@ -1,0 +1,102 @@
+"""Float32 products on Hopper's wgmma (``tensor_cores = 2``): the pins, the Tile IR, the kernels."""
+
+import pytest
+
+from lamina.backends.cuda.codegen import emit_cuda, kernel_symbol
+from lamina.backends.cuda.nvrtc import compile_kernel
+from lamina.bench.measure import float64_reference, relative_error
+from lamina.core.errors import ScheduleError
+from lamina.core.ir import expr as ex, kernel_ir, tile_ir
+from lamina.core.target import Target
+from lamina.plugins.schedules.contraction import ContractionSchedule, analyse, candidates
+from lamina.plugins.schedules.contraction.warpgroup_products import staged_row
+
+from ..contraction_kernels import SM_90, batched_scores, half_inputs, linear, matmul, running_example, simulate_case
+
+SCHEDULE = ContractionSchedule()
+ON_WGMMA = {"tensor_cores": 2}
+RAGGED = [linear(37, 68, 70, bias_relu=True), linear(130, 100, 72), batched_scores(2, 70, 36, 65)]
+BLOCKS = {f"{m}x{n}": {"block_m": m, "block_n": n} for m in (64, 128) for n in (64, 128)}
+
+
+@pytest.mark.parametrize("knobs", [*BLOCKS.values(), {"block_m": 128, "block_n": 64, "buffers": 2}],
+                         ids=[*BLOCKS, "128x64, two buffers"])
+@pytest.mark.parametrize("case", RAGGED, ids=[c.id for c in RAGGED])
+def test_wgmma_kernels_match_pytorch_without_faults(case, knobs):
+    tile = SCHEDULE.schedule(case.kernel, SM_90, {**ON_WGMMA, **knobs})
+    assert tile.tensor_cores == "wgmma 3xtf32"
+    kernel = SCHEDULE.lower(tile, SM_90)
+    assert any(isinstance(s, kernel_ir.WgmmaTf32) for s in kernel_ir.statements(kernel.body))
+    inputs = case.inputs()
+    out, report = simulate_case(case, kernel, inputs)
+    assert relative_error(out, float64_reference(case.reference, tuple(inputs.values()))) < 1e-6
+    assert report.faults == []
+    compiled = compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), "sm_90a")
+    assert (compiled.spill_stores, compiled.spill_loads) == (0, 0)
+
+
+def test_the_tile_ir_says_each_warpgroup_multiplies_its_rows_from_swizzled_shared_memory():
+    tile = SCHEDULE.schedule(linear(256, 256, 256).kernel, SM_90, {**ON_WGMMA, "block_m": 128, "block_n": 128})
+    text = tile_ir.format_tile_kernel(tile)
+    assert "  parallel i1 (256): block.x tile 128 = thread.x 4 x 32 per thread (grouped by 2, groups 8 apart)" in text
+    assert "  parallel i0 (256): block.y tile 128 = thread.y 64 x 2 per thread (strided by 64)" in text
+    assert "  reduce r0 (256): serial, step 32" in text
+    assert "  shared x[i0, r0] as f32[i0 128][r0 32, 128-byte swizzle], 3 buffers, copy cp.async 16 B" in text
+    assert ("  products on tensor cores: wgmma m64n128k8 on tf32 from swizzled shared memory, each warpgroup 64 "
+            "rows, each f32 operand as big + small tf32 (split in place once a k-tile lands), 3 wgmma per product "
+            "summed over each k-tile, then added in f32") in text
+
+
+def test_a_k_tile_is_split_fenced_and_multiplied_in_three_wgmma_per_eight_k():
+    tile = SCHEDULE.schedule(linear(128, 64, 64).kernel, SM_90, {**ON_WGMMA, "block_m": 128, "block_n": 64})
+    lines = [line.strip() for line in kernel_ir.format_kernel(SCHEDULE.lower(tile, SM_90)).splitlines()]
+    assert "x_tile[slot][round * 8 + tid // 32][tid % 32] = tf32(piece)" in lines
+    assert "x_small[round * 8 + tid // 32][tid % 32] = piece - tf32(piece)" in lines
+    fence = lines.index("fence shared memory for the async proxy")
+    assert lines[fence + 1] == "barrier"
+    wgmma = [line for line in lines if line.startswith("wgmma m64")]
+    assert len(wgmma) == 12
+    assert wgmma[0] == ("wgmma m64n64k8 tf32 (k_tile_sum[0][0]..k_tile_sum[1][15]) = "
+                        "x_small[warpgroup * 64 + 0..63][0..7] x w_tile[slot][0..63][0..7]^T")
+    assert wgmma[1].endswith("+= x_tile[slot][warpgroup * 64 + 0..63][0..7] x w_small[0..63][0..7]^T")
+    assert wgmma[11].endswith("+= x_tile[slot][warpgroup * 64 + 0..63][24..31] x w_tile[slot][0..63][24..31]^T")
+    wait = lines.index("wgmma wait (at most 0 pending)")
+    assert lines[wait - 1] == "wgmma commit" and lines[wait + 1] == "acc[0][0] = acc[0][0] + k_tile_sum[0][0]"
+
+
+@pytest.mark.parametrize("block_m", [64, 128])
+def test_the_rows_are_staged_in_the_order_the_warpgroups_hold_their_accumulators(block_m):
+    half = block_m // 2
+    for warp in range(block_m // 16):
+        for h in range(2):
+            for g in range(8):
+                value = staged_row(ex.const(16 * warp + 8 * h + g), block_m)
+                assert int(value.value) == 8 * warp + g + half * h
+    rows = [int(staged_row(ex.const(r), block_m).value) for r in range(block_m)]
+    assert sorted(rows) == list(range(block_m))
+
+
+def test_the_cost_model_keeps_to_fma_unless_wgmma_is_pinned():
+    c = analyse(linear(256, 256, 256).kernel)
+    assert 2 not in {s.tensor_cores for s in candidates(c, SM_90)}
+    pinned = candidates(c, SM_90, ON_WGMMA)
+    assert {(s.block_m, s.block_n, s.tensor_cores) for s in pinned} == {(m, n, 2) for m in (64, 128) for n in (64, 128)}
+
+
+@pytest.mark.parametrize("case, knobs, reason", [
+    (matmul(64, 64, 64), ON_WGMMA, "copies b\\[r0, i1\\] in 16-byte runs along r0: it must be contiguous along r0"),
+    (linear(64, 66, 64), ON_WGMMA, "r0's extent and every other stride a multiple of 4"),
+    (linear(64, 64, 64), {**ON_WGMMA, "block_m": 32}, "takes blocks of 64 or 128 rows by 64 or 128 columns"),
+    (linear(64, 64, 64), {**ON_WGMMA, "block_k": 16}, "takes block_k = 32"),
+    (linear(64, 64, 64), {**ON_WGMMA, "buffers": 1}, "buffers must be 2 or 3"),
+    (running_example(), ON_WGMMA, "needs a float32 sum of products of one operand along the rows"),
+    (half_inputs(64, 64, 64), ON_WGMMA, "needs a float32 sum of products of one operand along the rows"),
+])
+def test_settings_wgmma_cannot_run_are_refused_with_the_reason(case, knobs, reason):
+    with pytest.raises(ScheduleError, match=reason):
+        SCHEDULE.schedule(case.kernel, SM_90, knobs)
+
+
+def test_wgmma_needs_hopper():
+    with pytest.raises(ScheduleError, match=r"needs Hopper's wgmma \(sm_90\); ampere is sm_80"):
+        SCHEDULE.schedule(linear(64, 64, 64).kernel, Target("ampere", "sm_80"), ON_WGMMA)
