@@ -7,10 +7,14 @@ only in blocks with such a short axis; square otherwise), 32 to 256 threads in w
 and, where a block's threads would be one or two warps, enough k-splits inside the block
 (each whole warps) to bring it to 128 threads. ``block_k``, ``buffers``, the
 padding and the fragment width (4 wherever it is legal, else 1) follow from those by
-rule, and any knob may be pinned instead. Products run on the CUDA cores unless
-``tensor_cores`` is pinned: to 1, ``mma.sync`` (``tensor_cores``), whose three tf32 products
-ran no faster than the FMA kernels on the H200, as ``TENSOR_CORE_EFFICIENCY`` records; to 2,
-Hopper's ``wgmma`` (``warpgroup_products``), in blocks of 64 or 128 by 64 or 128.
+rule, and any knob may be pinned instead. On Hopper, a float32 product of two operands
+stored K-major also gets the settings of Hopper's ``wgmma`` (``warpgroup_products``: blocks
+of 64 or 128 by 64 or 128), which on the H200 ran every linear of the suite and both
+attention-score products 1.05 to 1.45x faster than the FMA kernels, each at least as close
+to float64 (``benchmarks/results/2026-11-30_h200_tensor_core_experiment_wgmma.json``).
+``tensor_cores = 0`` keeps FMAs; ``tensor_cores = 1`` runs ``mma.sync`` (``tensor_cores``),
+whose three tf32 products ran no faster than the FMA kernels, as
+``TENSOR_CORE_EFFICIENCY`` records, and which the model uses only where it is pinned.
 
 ``estimate`` is a roofline with a tail:
 
@@ -36,8 +40,7 @@ Hopper's ``wgmma`` (``warpgroup_products``), in blocks of 64 or 128 by 64 or 128
 * on the tensor cores, the arithmetic runs at a third of the target's tf32 mma rate, scaled
   by ``TENSOR_CORE_EFFICIENCY`` instead; through wgmma (``wgmma_compute_us``), a block's
   k-tiles run at a third of the target's wgmma rate scaled by ``WGMMA_EFFICIENCY``, and
-  each block adds a fixed cost, its first copies and its epilogue, which blocks resident on
-  the same SM overlap;
+  each block adds a fixed cost, which blocks resident on the same SM overlap;
 * the estimate is ``launch_us + max(compute, memory) + OVERLAP_LOSS * min(compute, memory)``:
   copies and arithmetic overlap, but not perfectly.
 Residency per SM follows Hopper's limits: 2048 threads, 64 Ki registers, 228 KiB of
@@ -83,12 +86,17 @@ WGMMA_EFFICIENCY = 0.63
 the hand-written kernel of ``benchmarks/wgmma_experiment.py`` (128 x 128 blocks, one per SM)
 ran the M = 2048 linears at 72 to 78 TFLOP/s per busy SM
 (``benchmarks/results/2026-11-30_h200_wgmma_experiment.json``)."""
-WGMMA_BLOCK_US = 1.3
-"""What a wgmma block costs besides its k-tiles and its stores: its first copies' trip to memory."""
-WGMMA_STORE_SHARE = 0.5
-"""The share of its SM's part of the memory bandwidth that a block's epilogue stores reach.
-With these two, the fixed cost of a 128 x 128 block is 5.4 us, what the same kernel's
-attention-score products of 2 and 4 k-tiles took beyond their k-tiles (5.6 and 5.1 us)."""
+WGMMA_BLOCK_US = 1.0
+"""What a wgmma block costs besides its k-tiles, which blocks resident on the same SM overlap:
+its first copies' trip to memory, and the end of its stores. It matters where a block has
+few k-tiles: with it the model puts the attention scores' products (2 and 4 k-tiles, in
+128 x 64 blocks, two per SM) at 389 and 569 us, where they took 388 and 552
+(``benchmarks/results/2026-11-30_h200_tensor_core_experiment_wgmma.json``). Among the wgmma
+blocks, the model's choice was the fastest measured, or within 0.8 % of it, on every M = 2048
+linear and both products, whatever this cost from 0.5 to 3 us."""
+FIXED_BY_WGMMA = ("block_k", "thread_m", "thread_n", "splits", "padding", "fragment_width", "warp_columns",
+                  "copy_steps")
+"""Knobs whose values wgmma fixes: pinning one without ``tensor_cores`` keeps to FMAs."""
 REGISTERS_PER_SM = 65536
 SHARED_BYTES_PER_SM = 228 * 1024
 BLOCKS_PER_SM = 32
@@ -236,8 +244,13 @@ def _settings(c: Contraction, pinned: dict[str, int], relaxed: bool, target: Tar
 
 def _wgmma_settings(c: Contraction, pinned: dict[str, int], target: Target):
     """The wgmma settings (``tensor_cores = 2``), each block shape with its one setting of the
-    other knobs, three buffers where shared memory allows (``_fitted`` lowers them)."""
-    if pinned.get("tensor_cores") != warpgroup_products.KNOB_VALUE:
+    other knobs, three buffers where shared memory allows (``_fitted`` lowers them): wherever
+    ``tensor_cores = 2`` is pinned, and on Hopper where neither it nor a knob that wgmma fixes
+    is (``tiling.illegal`` drops them where the product cannot run on wgmma)."""
+    if "tensor_cores" in pinned:
+        if pinned["tensor_cores"] != warpgroup_products.KNOB_VALUE:
+            return
+    elif target.compute_capability != warpgroup_products.ARCH or any(k in pinned for k in FIXED_BY_WGMMA):
         return
     for block_m, block_n in itertools.product(warpgroup_products.BLOCK_MS, warpgroup_products.BLOCK_NS):
         choices = warpgroup_products.choices_for(block_m, block_n, pinned.get("buffers", 3))
@@ -296,7 +309,7 @@ def estimate(c: Contraction, choices: Choices, target: Target) -> Estimate:
     k_tiles = math.ceil(c.reduce_extent / choices.block_k)
 
     if warpgroup_products.uses(choices):
-        compute_us = wgmma_compute_us(c, choices, target, deepest, resident, k_tiles)
+        compute_us = wgmma_compute_us(choices, target, deepest, resident, k_tiles)
     else:
         block_flops = 2 * choices.block_m * choices.block_n * k_tiles * choices.block_k
         outputs = choices.thread_m * choices.thread_n
@@ -322,18 +335,13 @@ def estimate(c: Contraction, choices: Choices, target: Target) -> Estimate:
     return Estimate(total, compute_us, memory_us, target.launch_us, blocks, resident)
 
 
-def wgmma_compute_us(c: Contraction, choices: Choices, target: Target, deepest: int, resident: int,
-                     k_tiles: int) -> float:
+def wgmma_compute_us(choices: Choices, target: Target, deepest: int, resident: int, k_tiles: int) -> float:
     """The busiest SM's time for its ``deepest`` wgmma blocks: their k-tiles one after another
-    on its tensor cores, and each block's fixed cost (``WGMMA_BLOCK_US`` and its stores),
-    which the blocks resident at once overlap."""
+    on its tensor cores, and each block's fixed cost (``WGMMA_BLOCK_US``), which the blocks
+    resident at once overlap."""
     sm_flops_per_us = target.tf32_wgmma_flops_per_us / tensor_cores.PRODUCTS / target.sm_count * WGMMA_EFFICIENCY
     k_tile_us = 2 * choices.block_m * choices.block_n * choices.block_k / sm_flops_per_us
-    stored = choices.block_m * choices.block_n * sum(
-        c.kernel.buffer(s.buffer).type.dtype.itemsize for s in c.epilogue)
-    store_us = stored / (target.memory_bytes_per_us / target.sm_count * WGMMA_STORE_SHARE)
-    fixed_us = WGMMA_BLOCK_US + store_us
-    return deepest * k_tiles * k_tile_us + deepest * fixed_us / min(resident, deepest)
+    return deepest * k_tiles * k_tile_us + deepest * WGMMA_BLOCK_US / min(resident, deepest)
 
 
 def choose(c: Contraction, target: Target, pinned: dict[str, int], where: str) -> tuple[Choices, Estimate, int]:

@@ -11,7 +11,7 @@ from lamina.plugins.schedules.contraction import ContractionSchedule, analyse
 from lamina.plugins.schedules.contraction.copy_issue import default_copy_steps, step_of_copy
 from lamina.plugins.schedules.contraction.knobs import Choices
 
-from ..contraction_kernels import SM_90, batched, half_inputs, linear, matmul, simulate_case
+from ..contraction_kernels import FMA, SM_90, batched, half_inputs, linear, matmul, simulate_case
 
 SCHEDULE = ContractionSchedule()
 BLOCK_OF_8X8_TILES = Choices(128, 128, 16, 8, 8, fragment_width=4)
@@ -20,7 +20,7 @@ BLOCK_OF_8X8_TILES = Choices(128, 128, 16, 8, 8, fragment_width=4)
 def test_long_reductions_spread_their_copies_over_half_of_a_k_tiles_steps():
     tinyllama_o = analyse(linear(2048, 2048, 2048).kernel)
     assert default_copy_steps(tinyllama_o, BLOCK_OF_8X8_TILES, asynchronous=True) == 8
-    tile = SCHEDULE.schedule(tinyllama_o.kernel, SM_90, {})
+    tile = SCHEDULE.schedule(tinyllama_o.kernel, SM_90, FMA)
     assert tile.copy_steps == 8
     assert "  the next k-tile's copies issued over the first 8 steps of each k-tile\n" in \
         tile_ir.format_tile_kernel(tile) + "\n"

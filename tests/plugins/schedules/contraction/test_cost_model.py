@@ -4,6 +4,7 @@ import pytest
 
 from lamina.backends.cuda.codegen import emit_cuda, kernel_symbol
 from lamina.backends.cuda.nvrtc import compile_kernel
+from lamina.backends.cuda.wgmma import kernel_arch
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import dtypes, kernel_ir, tile_ir
@@ -11,7 +12,7 @@ from lamina.plugins.schedules.contraction import ContractionSchedule, analyse, c
 from lamina.plugins.schedules.contraction.cost import choose
 from lamina.plugins.selection.cost_model import CostModelPolicy
 
-from ..contraction_kernels import SM_90, linear, matmul, simulate_case
+from ..contraction_kernels import FMA, SM_90, linear, matmul, simulate_case
 
 SCHEDULE = ContractionSchedule()
 QWEN_QKV = linear(2048, 3584, 4608)
@@ -23,7 +24,7 @@ def chosen(case, pinned=None):
 
 
 def test_large_shapes_get_large_block_and_register_tiles():
-    choices = chosen(QWEN_QKV)
+    choices = chosen(QWEN_QKV, FMA)
     assert (choices.thread_m, choices.thread_n) == (8, 8)
     assert choices.block_m * choices.block_n >= 64 * 128
     assert choices.splits == 1
@@ -69,10 +70,11 @@ def test_blocks_whose_threads_together_need_more_registers_than_a_block_has_are_
 
 
 def test_tile_ir_prints_the_choice_and_its_estimate():
-    tile = SCHEDULE.schedule(QWEN_QKV.kernel, SM_90, {"splits": 1})
-    knobs = dict(tile.knobs)
-    assert knobs["chosen"].endswith("pinned: splits=1")
+    knobs = dict(SCHEDULE.schedule(QWEN_QKV.kernel, SM_90, {}).knobs)
+    assert knobs["chosen"].endswith("pinned: none")
     assert knobs["estimate"].startswith(f"{SCHEDULE.estimate_cost(QWEN_QKV.kernel, SM_90):.1f} us from launch 2.0")
+    tile = SCHEDULE.schedule(QWEN_QKV.kernel, SM_90, {"splits": 1})
+    assert dict(tile.knobs)["chosen"].endswith("pinned: splits=1")
     assert "dynamic" not in tile_ir.format_tile_kernel(tile)
 
 
@@ -102,7 +104,7 @@ def test_the_selection_policy_prefers_the_estimated_contraction():
 @pytest.mark.parametrize("case", [QWEN_QKV, linear(128, 3584, 4608), QWEN_GATE_UP_DECODE], ids=["2048", "128", "1"])
 def test_the_choices_for_model_shapes_compile_without_spills(case):
     kernel = SCHEDULE.lower(SCHEDULE.schedule(case.kernel, SM_90, {}), SM_90)
-    compiled = compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), "sm_90")
+    compiled = compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), kernel_arch(kernel, "sm_90"))
     assert (compiled.spill_stores, compiled.spill_loads) == (0, 0)
 
 
@@ -120,7 +122,7 @@ tile linear  schedule=contraction
   register_tile = 8x8
   fragment_width = 4 (16-byte shared-memory reads)
   epilogue_stores = 4 adjacent outputs per store (16 B)
-  chosen = block 64x128x16, thread 8x8, splits 1, buffers 2, fragment width 4, copies over 8 steps; cheapest of 41 settings, pinned: none
+  chosen = block 64x128x16, thread 8x8, splits 1, buffers 2, fragment width 4, copies over 8 steps; cheapest of 41 settings, pinned: tensor_cores=0
   estimate = 1629.7 us from launch 2.0, compute 1439.8 and memory 751.4, overlapped; 1152 blocks, 4 per SM at once
   warp_tile = 4x8 threads, reading 96 operand elements per step of k (CUDA's 2x16: 144)
   block_order = 32x36 blocks, 528 at once: down groups of 22 rows
@@ -128,17 +130,17 @@ tile linear  schedule=contraction
   copy w[i1, r0] = r0 fastest across threads, a warp's 8 r0 by 4 i1"""
 
 
-def test_tile_ir_of_the_qwen_qkv_projection():
-    assert tile_ir.format_tile_kernel(SCHEDULE.schedule(QWEN_QKV.kernel, SM_90, {})) == QWEN_QKV_TILE_IR
+def test_tile_ir_of_the_qwen_qkv_projection_on_fmas():
+    assert tile_ir.format_tile_kernel(SCHEDULE.schedule(QWEN_QKV.kernel, SM_90, FMA)) == QWEN_QKV_TILE_IR
 
 
 def test_register_tiles_in_fours_are_read_16_bytes_at_a_time_and_estimated_faster():
     c = analyse(QWEN_QKV.kernel)
-    wide = chosen(QWEN_QKV)
+    wide = chosen(QWEN_QKV, FMA)
     narrow = chosen(QWEN_QKV, {"fragment_width": 1, "block_m": wide.block_m, "block_n": wide.block_n})
     assert (wide.fragment_width, narrow.fragment_width) == (4, 1)
     assert estimate(c, wide, SM_90).compute_us < estimate(c, narrow, SM_90).compute_us
-    kernel = SCHEDULE.lower(SCHEDULE.schedule(QWEN_QKV.kernel, SM_90, {}), SM_90)
+    kernel = SCHEDULE.lower(SCHEDULE.schedule(QWEN_QKV.kernel, SM_90, FMA), SM_90)
     (compute,) = [s for s in kernel_ir.statements(kernel.body) if isinstance(s, kernel_ir.For) and s.var == "kk"]
     reads = [s for s in compute.body if isinstance(s, kernel_ir.VectorLoad)]
     assert [(s.src, s.width) for s in reads] == 2 * [("x_tile", 4)] + 2 * [("w_tile", 4)]

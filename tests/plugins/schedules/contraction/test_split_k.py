@@ -18,10 +18,11 @@ from lamina.plugins.schedules.contraction.split_k import (
     usable_splits,
 )
 
-from ..contraction_kernels import SM_90, linear
+from ..contraction_kernels import FMA, SM_90, linear
 
 RULE = SplitContractionsAcrossBlocks()
-FOUR_SMS = Target("four_sms", "sm_90", sm_count=4, fp32_flops_per_us=51e6 * 4 / 132, memory_bytes_per_us=4.27e6 * 4 / 132)
+FOUR_SMS = Target("four_sms", "sm_90", sm_count=4, fp32_flops_per_us=51e6 * 4 / 132, memory_bytes_per_us=4.27e6 * 4 / 132,
+                  tf32_tensor_flops_per_us=318e6 * 4 / 132, tf32_wgmma_flops_per_us=355e6 * 4 / 132)
 """Four SMs of an H200: small shapes leave most of it idle, as M = 128 leaves the whole H200."""
 
 
@@ -83,10 +84,10 @@ def test_how_many_slices_depends_on_the_device():
     program = unsplit_program(32, 512, 32)
     (kernel,) = program.kernels
     for target, splits in ((SM_90, 32), (FOUR_SMS, 16)):
-        partial, combine = RULE.apply(program, target, {}).kernels
+        partial, combine = RULE.apply(program, target, FMA).kernels
         assert partial_of(partial) == PartialOf(splits, "linear") and combine.name == "linear"
-        assert choose(kernel, target, {}).splits == splits
-    assert choose(unsplit_program(128, 256, 128).kernels[0], FOUR_SMS, {}) is None
+        assert choose(kernel, target, FMA).splits == splits
+    assert choose(unsplit_program(128, 256, 128).kernels[0], FOUR_SMS, FMA) is None
 
 
 def test_the_rule_never_splits_its_own_partial_kernel_and_the_driver_settles():
@@ -148,7 +149,7 @@ def test_slices_that_cannot_be_equal_guard_the_last_one_and_its_tile_ir_says_whe
 def test_tinyllama_qkv_at_128_rows_splits():
     """13 slices (ten k-tiles, the last eight) of 20 blocks of 128 x 128 make 260 blocks, two
     for each of the H200's SMs; 16 equal slices of 40 blocks of 64 x 128 make 640."""
-    choice = choose(linear(128, 2048, 2560).kernel, SM_90, {})
+    choice = choose(linear(128, 2048, 2560).kernel, SM_90, FMA)
     assert choice.splits == 13
     assert choice.split_us < 0.9 * choice.unsplit_us
 
@@ -157,12 +158,12 @@ def test_tinyllama_gate_up_at_128_rows_takes_three_unequal_slices():
     """88 blocks of 128 x 128 in 3 slices of 43, 43 and 42 k-tiles fill the 264 places once;
     K = 2048 padded to 3 equal slices ran 146 us on the H200 against 168 us for the
     4 equal slices the rule took before (``2026-11-30_h200_split_k_padded_emulation.json``)."""
-    assert choose(linear(128, 2048, 11264).kernel, SM_90, {}).splits == 3
+    assert choose(linear(128, 2048, 11264).kernel, SM_90, FMA).splits == 3
 
 
 def test_a_grid_that_fills_the_sms_is_still_split_when_its_last_wave_is_short():
     """Qwen2.5-7B's gate and up projections at 128 rows: 4 slices, measured 1.29x faster."""
-    choice = choose(linear(128, 3584, 37888).kernel, SM_90, {})
+    choice = choose(linear(128, 3584, 37888).kernel, SM_90, FMA)
     assert choice is not None and choice.splits == 4
     assert choice.splits * 128 * 37888 * 4 <= MAX_PARTIAL_BYTES
 
@@ -171,11 +172,11 @@ def test_the_partial_sums_stay_within_their_memory_bound(monkeypatch):
     """Qwen2.5-7B's down projection at 128 rows takes 14 slices (25 MiB of partial sums);
     with a bound of 16 MiB it takes fewer."""
     kernel = linear(128, 18944, 3584).kernel
-    assert choose(kernel, SM_90, {}).splits == 14
+    assert choose(kernel, SM_90, FMA).splits == 14
     monkeypatch.setattr(split_k, "MAX_PARTIAL_BYTES", 16 * 1024 * 1024)
     split_k._choose.cache_clear()
     try:
-        choice = choose(kernel, SM_90, {})
+        choice = choose(kernel, SM_90, FMA)
     finally:
         split_k._choose.cache_clear()
     assert choice is not None and choice.splits * 128 * 3584 * 4 <= 16 * 1024 * 1024
@@ -183,14 +184,14 @@ def test_the_partial_sums_stay_within_their_memory_bound(monkeypatch):
 
 @pytest.mark.parametrize("m, k, n", [(2048, 2048, 2560), (2048, 5632, 2048), (2048, 3584, 37888)])
 def test_large_grids_are_not_split(m, k, n):
-    assert choose(linear(m, k, n).kernel, SM_90, {}) is None
+    assert choose(linear(m, k, n).kernel, SM_90, FMA) is None
 
 
 @pytest.mark.parametrize("k, n", [(3584, 4608), (3584, 3584), (18944, 3584)])
 def test_qwens_projections_at_2048_rows_take_two_slices(k, n):
     """Two slices of 128 x 128 blocks measured 4 to 6 % faster than the whole K in 64 x 128
     blocks on the H200 (``2026-11-30_h200_split_k_sweep_m2048_qwen.json``)."""
-    choice = choose(linear(2048, k, n).kernel, SM_90, {})
+    choice = choose(linear(2048, k, n).kernel, SM_90, FMA)
     assert choice is not None and choice.splits == 2
 
 
@@ -198,7 +199,7 @@ def test_qwens_projections_at_2048_rows_take_two_slices(k, n):
 def test_decoding_gemvs_are_row_reductions_that_the_rule_leaves_alone(k, n):
     program = lamina.compile(linear_bias, inputs(1, k, n)).compilation
     assert [t.schedule for t in program.tiles] == ["row_reduction"]
-    assert RULE.apply(program.loop, SM_90, {}) is None
+    assert RULE.apply(program.loop, SM_90, FMA) is None
 
 
 def test_a_pinned_split_is_taken_even_where_the_estimate_disagrees():

@@ -1,7 +1,9 @@
 """Float32 products on Hopper's wgmma (``tensor_cores = 2``): the pins, the Tile IR, the kernels."""
 
 import pytest
+import torch
 
+import lamina
 from lamina.backends.cuda.codegen import emit_cuda, kernel_symbol
 from lamina.backends.cuda.nvrtc import compile_kernel
 from lamina.bench.measure import float64_reference, relative_error
@@ -76,11 +78,25 @@ def test_the_rows_are_staged_in_the_order_the_warpgroups_hold_their_accumulators
     assert sorted(rows) == list(range(block_m))
 
 
-def test_the_cost_model_keeps_to_fma_unless_wgmma_is_pinned():
-    c = analyse(linear(256, 256, 256).kernel)
-    assert 2 not in {s.tensor_cores for s in candidates(c, SM_90)}
-    pinned = candidates(c, SM_90, ON_WGMMA)
-    assert {(s.block_m, s.block_n, s.tensor_cores) for s in pinned} == {(m, n, 2) for m in (64, 128) for n in (64, 128)}
+def test_on_hopper_the_cost_model_runs_k_major_float32_products_on_wgmma():
+    c = analyse(linear(2048, 3584, 4608).kernel)
+    assert {(s.block_m, s.block_n) for s in candidates(c, SM_90) if s.tensor_cores == 2} == {
+        (m, n) for m in (64, 128) for n in (64, 128)}
+    tile = SCHEDULE.schedule(c.kernel, SM_90, {})
+    assert tile.tensor_cores == "wgmma 3xtf32"
+    assert dict(tile.knobs)["chosen"].startswith("block 128x64x32, thread 2x16, splits 1, buffers 3")
+    assert SCHEDULE.schedule(c.kernel, Target("ampere", "sm_80"), {}).tensor_cores is None
+
+
+def test_pinning_a_knob_that_wgmma_fixes_keeps_to_fmas():
+    c = analyse(linear(2048, 3584, 4608).kernel)
+    assert {s.tensor_cores for s in candidates(c, SM_90, {"thread_m": 8})} == {0}
+    assert {s.tensor_cores for s in candidates(c, SM_90, {"tensor_cores": 0})} == {0}
+    assert {s.tensor_cores for s in candidates(c, SM_90, ON_WGMMA)} == {2}
+
+
+def test_products_wgmma_cannot_read_stay_on_fmas():
+    assert SCHEDULE.schedule(matmul(256, 256, 256).kernel, SM_90, {}).tensor_cores is None
 
 
 @pytest.mark.parametrize("case, knobs, reason", [
@@ -100,3 +116,17 @@ def test_settings_wgmma_cannot_run_are_refused_with_the_reason(case, knobs, reas
 def test_wgmma_needs_hopper():
     with pytest.raises(ScheduleError, match=r"needs Hopper's wgmma \(sm_90\); ampere is sm_80"):
         SCHEDULE.schedule(linear(64, 64, 64).kernel, Target("ampere", "sm_80"), ON_WGMMA)
+
+
+def test_causal_scores_on_wgmma_skip_unneeded_blocks_and_match_pytorch_on_the_simulator():
+    def scores_causal(q, k):
+        s = q @ k.transpose(-1, -2) * 0.25
+        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).triu(1)
+        return torch.softmax(s.masked_fill(mask, float("-inf")), -1)
+
+    torch.manual_seed(0)
+    inputs = (torch.randn(1, 2, 300, 24), torch.randn(1, 2, 300, 24))
+    compiled = lamina.compile(scores_causal, inputs, knobs={**ON_WGMMA, "block_m": 64, "block_n": 64})
+    (product,) = [t for t in compiled.compilation.tiles if t.schedule == "contraction"]
+    assert product.tensor_cores == "wgmma 3xtf32" and "unneeded_product" in dict(product.knobs)
+    assert relative_error(compiled(*inputs), float64_reference(scores_causal, inputs)) < 1e-5
