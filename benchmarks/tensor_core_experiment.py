@@ -48,6 +48,8 @@ SETTINGS = {
     "wgmma 64x128": {"tensor_cores": 2, "block_m": 64, "block_n": 128},
     "wgmma 64x64": {"tensor_cores": 2, "block_m": 64, "block_n": 64},
     "wgmma 128x128 two buffers": {"tensor_cores": 2, "block_m": 128, "block_n": 128, "buffers": 2},
+    "wgmma 128x64 two buffers": {"tensor_cores": 2, "block_m": 128, "block_n": 64, "buffers": 2},
+    "wgmma 128x64 three buffers": {"tensor_cores": 2, "block_m": 128, "block_n": 64, "buffers": 3},
 }
 SMALL_SETTINGS = ("tc chosen", "tc 128x64 t8x8", "tc 64x64 t4x4", "wgmma chosen", "wgmma 64x64")
 """The settings timed at M = 128, where larger blocks leave most SMs idle."""
