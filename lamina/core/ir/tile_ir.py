@@ -135,10 +135,10 @@ class TileKernel:
 
     @property
     def shared_bytes(self) -> int:
-        """The staged tiles, and on wgmma the two k-tiles of their small tf32 pieces."""
+        """The staged tiles, and on wgmma one k-tile of their small tf32 pieces."""
         staged = sum(s.bytes for s in self.stages)
         if self.tensor_cores == WGMMA_PRODUCTS:
-            staged += sum(2 * math.prod(s.tile) * s.dtype.itemsize for s in self.stages)
+            staged += sum(math.prod(s.tile) * s.dtype.itemsize for s in self.stages)
         return staged
 
     def grid_shape(self) -> dict[str, int]:

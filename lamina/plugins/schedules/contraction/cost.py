@@ -244,7 +244,7 @@ def _settings(c: Contraction, pinned: dict[str, int], relaxed: bool, target: Tar
 
 def _wgmma_settings(c: Contraction, pinned: dict[str, int], target: Target):
     """The wgmma settings (``tensor_cores = 2``), each block shape with its one setting of the
-    other knobs, in two or three buffers: wherever
+    other knobs, three buffers where shared memory allows (``_fitted`` lowers them): wherever
     ``tensor_cores = 2`` is pinned, and on Hopper where neither it nor a knob that wgmma fixes
     is (``tiling.illegal`` drops them where the product cannot run on wgmma)."""
     if "tensor_cores" in pinned:
@@ -252,9 +252,8 @@ def _wgmma_settings(c: Contraction, pinned: dict[str, int], target: Target):
             return
     elif target.compute_capability != warpgroup_products.ARCH or any(k in pinned for k in FIXED_BY_WGMMA):
         return
-    buffers = [pinned["buffers"]] if "buffers" in pinned else [2, 3]
-    for block_m, block_n, count in itertools.product(warpgroup_products.BLOCK_MS, warpgroup_products.BLOCK_NS, buffers):
-        choices = warpgroup_products.choices_for(block_m, block_n, count)
+    for block_m, block_n in itertools.product(warpgroup_products.BLOCK_MS, warpgroup_products.BLOCK_NS):
+        choices = warpgroup_products.choices_for(block_m, block_n, pinned.get("buffers", 3))
         yield attrs.evolve(choices, **{k: v for k, v in pinned.items() if k != "buffers"})
 
 

@@ -1,15 +1,13 @@
 """The contraction's Tile IR written as Kernel IR where its products run on wgmma.
 
-A wgmma runs asynchronously, so each k-tile's split overlaps the wgmma of the one before
-(``warpgroup_products`` says why each piece is there). Before the loop, every buffer's
-k-tile is copied, and the first one, once it lands, is split in place (each float32 to its
-nearest tf32, what is left to the small pieces) and fenced for the asynchronous proxy that
-wgmma reads through. Then, per k-tile: each warpgroup starts its three wgmma per eight k
-into the k-tile's sum; while they run, the block waits for the next k-tile, splits it (the
-small pieces alternate between two arrays) and fences it; each warpgroup waits for its
-wgmma and adds the sum to its accumulators; and after a barrier the k-tile's buffer takes
-the copy of the k-tile ``buffers`` ahead. The prologue, the copies' guards and the epilogue
-are the FMA kernels' (``lowering.ContractionWriter``), the register tile being the wgmma's
+Per k-tile (``warpgroup_products`` says why each piece is there): wait for its copies and
+meet at a barrier; split it in place, every thread a share of both operands' rows (each
+float32 to its nearest tf32, what is left to the small pieces' array); fence those writes
+for the asynchronous proxy that wgmma reads through, and meet again; start copying the
+k-tile ``buffers - 1`` ahead into the slot the last k-tile's wgmma read; then each
+warpgroup runs its three wgmma per eight k into the k-tile's sum, waits for them, and adds
+the sum to its accumulators. The prologue, the copies' guards and the epilogue are the
+FMA kernels' (``lowering.ContractionWriter``), the register tile being the wgmma's
 accumulators.
 """
 
@@ -71,10 +69,10 @@ class WarpgroupWriter(ContractionWriter):
 
     # --- a k-tile ------------------------------------------------------------------
 
-    def _split(self, slot: Expr, half: Expr) -> list[kernel_ir.Stmt]:
-        """Every staged element of the k-tile in ``slot`` to its nearest tf32 in place, what is
-        left to the small pieces' ``half``: a warp takes whole rows, one word per lane, which
-        no two lanes of a row's 32 words share a bank for, swizzled or not."""
+    def _split(self, slot: Expr) -> list[kernel_ir.Stmt]:
+        """Every staged element of k-tile ``slot`` to its nearest tf32 in place, what is left to
+        the small pieces: a warp takes whole rows, one word per lane, which no two lanes of a
+        row's 32 words share a bank for, swizzled or not."""
         out: list[kernel_ir.Stmt] = []
         for stage in self.tile.stages:
             rows = stage.tile[0]
@@ -87,75 +85,52 @@ class WarpgroupWriter(ContractionWriter):
             body = [
                 kernel_ir.Declare(self.piece.name, stage.dtype, value),
                 kernel_ir.Store(self.tiles[stage.index], staged, big),
-                kernel_ir.Store(self.small[stage.index], (half, row, word), ex.op("sub", self.piece, big)),
+                kernel_ir.Store(self.small[stage.index], (row, word), ex.op("sub", self.piece, big)),
             ]
             out.append(kernel_ir.For(self.round.name, ex.const(0), ex.const(rounds), 1, body, unroll=True))
-        return out + [kernel_ir.AsyncProxyFence()]
+        return out
 
-    def _operand(self, side, piece: str, slot: Expr, half: Expr, row: Expr, k: int) -> tuple[str, tuple[Expr, ...]]:
+    def _operand(self, side, piece: str, slot: Expr, row: Expr, k: int) -> tuple[str, tuple[Expr, ...]]:
         if piece == "big":
             return self.tiles[side.text], (slot, row, ex.const(k))
-        return self.small[side.text], (half, row, ex.const(k))
+        return self.small[side.text], (row, ex.const(k))
 
-    def _start_products(self, slot: Expr, half: Expr) -> list[kernel_ir.Stmt]:
-        """The warpgroup's three wgmma per eight k of the k-tile in ``slot``, summed from zero."""
+    def _products(self, slot: Expr) -> list[kernel_ir.Stmt]:
+        """The warpgroup's three wgmma per eight k of the k-tile, summed from zero, then added
+        to the accumulators once they are done."""
         n = self.cols.block_tile
         accumulators = [(ex.const(p % 4 // 2), ex.const(p // 4 * 2 + p % 2)) for p in range(n // 2)]
         first_row = self.warpgroup * kernel_ir.WGMMA_M
         out: list[kernel_ir.Stmt] = [kernel_ir.WgmmaFence()]
         for k in range(0, self.block_k, kernel_ir.WGMMA_K):
             for a_piece, b_piece in PIECE_PAIRS:
-                a, a_index = self._operand(self.m_side, a_piece, slot, half, first_row, k)
-                b, b_index = self._operand(self.n_side, b_piece, slot, half, ex.const(0), k)
+                a, a_index = self._operand(self.m_side, a_piece, slot, first_row, k)
+                b, b_index = self._operand(self.n_side, b_piece, slot, ex.const(0), k)
                 accumulate = bool(k) or (a_piece, b_piece) != PIECE_PAIRS[0]
                 out.append(kernel_ir.WgmmaTf32(self.step_sum, accumulators, a, a_index, b, b_index, n, accumulate))
-        return out + [kernel_ir.WgmmaCommit()]
-
-    def _finish_products(self) -> list[kernel_ir.Stmt]:
-        """Wait for the warpgroup's wgmma and add their sum to the accumulators."""
-        out: list[kernel_ir.Stmt] = [kernel_ir.WgmmaWait(0)]
+        out += [kernel_ir.WgmmaCommit(), kernel_ir.WgmmaWait(0)]
         for a, b in self._register_tile():
             at = (ex.const(a), ex.const(b))
             total = ex.op("add", self._acc(a, b), kernel_ir.Load(self.step_sum, at, self.c.acc_dtype))
             out.append(kernel_ir.Store(self.acc, at, total))
         return out
 
-    def _wait_for(self, tile: Expr, copied_after: int) -> list[kernel_ir.Stmt]:
-        """Wait until k-tile ``tile`` has landed, the (at most ``copied_after``) ones copied after
-        it still in flight."""
-        k_tiles = self.k_tiles_here
-        if isinstance(tile, ex.Const) and isinstance(k_tiles, ex.Const):
-            return self._wait(max(0, min(copied_after, int(k_tiles.value) - 1 - int(tile.value))))
-        waits = self._wait(0)
-        for j in range(1, copied_after + 1):
-            waits = [kernel_ir.If(ex.op("lt", tile + j, k_tiles), self._wait(j), waits)]
-        return waits
-
     def _main_loop(self) -> list[kernel_ir.Stmt]:
-        """Every buffer filled and the first k-tile split before the loop; in it, each k-tile's
-        wgmma run while the next k-tile is split."""
-        kt, k_tiles, buffers = self.kt, self.k_tiles_here, self._buffers
-        slot, next_slot = ex.Var(self.names.fresh("slot")), ex.Var(self.names.fresh("next_slot"))
+        """One k-tile per iteration, ``buffers - 1`` k-tiles of copies in flight."""
+        kt, k_tiles = self.kt, self.k_tiles_here
+        waits = self._wait(0)
+        for j in range(1, self._buffers - 1):
+            waits = [kernel_ir.If(ex.op("lt", kt + j, k_tiles), self._wait(j), waits)]
+        ahead = kt + (self._buffers - 1)
+        slot, fill, start, advance = self._slots(ahead)
+        refill = kernel_ir.If(ex.op("lt", ahead, k_tiles), self._issue(ahead, fill))
+        body = [*waits, kernel_ir.Barrier(), *self._split(slot), kernel_ir.AsyncProxyFence(), kernel_ir.Barrier(),
+                refill, *self._products(slot), *advance]
         first = []
-        for j in range(min(buffers, self.k_tiles)):
+        for j in range(min(self._buffers - 1, self.k_tiles)):
             issue = self._issue(ex.const(j), ex.const(j))
             first += [kernel_ir.If(ex.op("lt", ex.const(j), k_tiles), issue)] if self._k_tiles_vary else issue
-        zero = ex.const(0)
-        split_first = [*self._wait_for(zero, buffers - 1), kernel_ir.Barrier(), *self._split(zero, zero), kernel_ir.Barrier()]
-        if self._k_tiles_vary:
-            split_first = [kernel_ir.If(ex.op("lt", zero, k_tiles), split_first)]
-        split_next = [*self._wait_for(kt + 1, buffers - 2), kernel_ir.Barrier(), *self._split(next_slot, (kt + 1) % 2)]
-        body = [
-            kernel_ir.Declare(next_slot.name, next_slot.dtype,
-                              ex.op("where", ex.op("eq", slot, buffers - 1), zero, slot + 1)),
-            *self._start_products(slot, kt % 2),
-            kernel_ir.If(ex.op("lt", kt + 1, k_tiles), split_next),
-            *self._finish_products(),
-            kernel_ir.Barrier(),
-            kernel_ir.If(ex.op("lt", kt + buffers, k_tiles), self._issue(kt + buffers, slot)),
-            kernel_ir.Assign(slot.name, next_slot),
-        ]
-        return first + split_first + [kernel_ir.Declare(slot.name, slot.dtype, zero), self._k_tile_loop(body)]
+        return first + start + [self._k_tile_loop(body)]
 
     def _prologue(self) -> list[kernel_ir.Stmt]:
         warpgroup = kernel_ir.Declare(self.warpgroup.name, self.warpgroup.dtype, self.tid // kernel_ir.WARPGROUP_SIZE)
@@ -164,11 +139,11 @@ class WarpgroupWriter(ContractionWriter):
     # --- arrays --------------------------------------------------------------------
 
     def _shared_arrays(self) -> list[kernel_ir.Array]:
-        """The staged k-tiles and two k-tiles of their small pieces, swizzled."""
+        """The staged k-tiles and their small pieces, swizzled."""
         arrays = []
         for s in self.tile.stages:
             arrays.append(kernel_ir.Array(self.tiles[s.index], s.dtype, s.padded_shape, "shared", swizzle=s.swizzle))
-            arrays.append(kernel_ir.Array(self.small[s.index], s.dtype, (2, *s.tile), "shared", swizzle=s.swizzle))
+            arrays.append(kernel_ir.Array(self.small[s.index], s.dtype, s.tile, "shared", swizzle=s.swizzle))
         return arrays
 
     def _fragment_arrays(self) -> list[kernel_ir.Array]:

@@ -6,7 +6,7 @@ than FMAs (``tensor_cores``). ``wgmma`` reads both operands straight from shared
 where the schedule stages each 32-deep k-tile row by row (K-major, 128 bytes a row) in the
 128-byte swizzle its descriptors name. Once a k-tile has landed, the block splits it in
 place: each float32 becomes its nearest tf32 ("big"), and what is left ("small") goes to
-a second array, while the wgmma of the k-tile before run. A warpgroup (four warps) multiplies its 64 rows of the block by all of the
+a second array. A warpgroup (four warps) multiplies its 64 rows of the block by all of the
 block's columns, three wgmma m64nNk8 per eight k (small x big, big x small, big x big),
 summed from zero over the k-tile on the tensor cores and added to the accumulators in
 float32, as the ``mma.sync`` kernels do every eight k: the tensor cores truncate their
@@ -98,9 +98,9 @@ def unaligned_operand(c: Contraction, operand: Operand) -> str:
 
 
 def shared_bytes(choices: Choices) -> int:
-    """The staged k-tiles (``buffers`` of them) and two k-tiles of small pieces, of both operands."""
+    """The staged k-tiles (``buffers`` of them) and one k-tile of small pieces, of both operands."""
     tile = (choices.block_m + choices.block_n) * BLOCK_K * dtypes.float32.itemsize
-    return (choices.buffers + 2) * tile
+    return (choices.buffers + 1) * tile
 
 
 def registers(choices: Choices) -> int:

@@ -44,30 +44,27 @@ def test_the_tile_ir_says_each_warpgroup_multiplies_its_rows_from_swizzled_share
     assert "  parallel i0 (256): block.y tile 128 = thread.y 64 x 2 per thread (strided by 64)" in text
     assert "  reduce r0 (256): serial, step 32" in text
     assert "  grid (2, 2, 1) blocks of 256 threads, 131072 B shared" in text
-    assert "  shared x[i0, r0] as f32[i0 128][r0 32, 128-byte swizzle], 2 buffers, copy cp.async 16 B" in text
+    assert "  shared x[i0, r0] as f32[i0 128][r0 32, 128-byte swizzle], 3 buffers, copy cp.async 16 B" in text
     assert ("  products on tensor cores: wgmma m64n128k8 on tf32 from swizzled shared memory, each warpgroup 64 "
             "rows, each f32 operand as big + small tf32 (split in place once a k-tile lands), 3 wgmma per product "
             "summed over each k-tile, then added in f32") in text
 
 
-def test_each_k_tiles_wgmma_run_while_the_next_k_tile_is_split_and_fenced():
+def test_a_k_tile_is_split_fenced_and_multiplied_in_three_wgmma_per_eight_k():
     tile = SCHEDULE.schedule(linear(128, 64, 64).kernel, SM_90, {**ON_WGMMA, "block_m": 128, "block_n": 64})
     lines = [line.strip() for line in kernel_ir.format_kernel(SCHEDULE.lower(tile, SM_90)).splitlines()]
-    assert "x_tile[0][round * 8 + tid // 32][tid % 32] = tf32(piece)" in lines
-    assert "x_small[0][round * 8 + tid // 32][tid % 32] = piece - tf32(piece)" in lines
+    assert "x_tile[slot][round * 8 + tid // 32][tid % 32] = tf32(piece)" in lines
+    assert "x_small[round * 8 + tid // 32][tid % 32] = piece - tf32(piece)" in lines
+    fence = lines.index("fence shared memory for the async proxy")
+    assert lines[fence + 1] == "barrier"
     wgmma = [line for line in lines if line.startswith("wgmma m64")]
     assert len(wgmma) == 12
     assert wgmma[0] == ("wgmma m64n64k8 tf32 (k_tile_sum[0][0]..k_tile_sum[1][15]) = "
-                        "x_small[kt % 2][warpgroup * 64 + 0..63][0..7] x w_tile[slot][0..63][0..7]^T")
-    assert wgmma[1].endswith("+= x_tile[slot][warpgroup * 64 + 0..63][0..7] x w_small[kt % 2][0..63][0..7]^T")
+                        "x_small[warpgroup * 64 + 0..63][0..7] x w_tile[slot][0..63][0..7]^T")
+    assert wgmma[1].endswith("+= x_tile[slot][warpgroup * 64 + 0..63][0..7] x w_small[0..63][0..7]^T")
     assert wgmma[11].endswith("+= x_tile[slot][warpgroup * 64 + 0..63][24..31] x w_tile[slot][0..63][24..31]^T")
-    commit = lines.index("wgmma commit")
-    assert lines[commit + 1] == "if kt + 1 < 2:"
-    split = lines.index("x_tile[next_slot][round * 8 + tid // 32][tid % 32] = tf32(piece)")
-    assert commit < split and lines[split + 1] == "x_small[(kt + 1) % 2][round * 8 + tid // 32][tid % 32] = piece - tf32(piece)"
     wait = lines.index("wgmma wait (at most 0 pending)")
-    assert lines[wait - 1] == "fence shared memory for the async proxy"
-    assert lines[wait + 1] == "acc[0][0] = acc[0][0] + k_tile_sum[0][0]"
+    assert lines[wait - 1] == "wgmma commit" and lines[wait + 1] == "acc[0][0] = acc[0][0] + k_tile_sum[0][0]"
 
 
 @pytest.mark.parametrize("block_m", [64, 128])
@@ -88,7 +85,7 @@ def test_on_hopper_the_cost_model_runs_k_major_float32_products_on_wgmma():
         (m, n) for m in (64, 128) for n in (64, 128)}
     tile = SCHEDULE.schedule(c.kernel, SM_90, {})
     assert tile.tensor_cores == "wgmma 3xtf32"
-    assert dict(tile.knobs)["chosen"].startswith("block 128x64x32, thread 2x16, splits 1")
+    assert dict(tile.knobs)["chosen"].startswith("block 128x64x32, thread 2x16, splits 1, buffers 3")
     assert SCHEDULE.schedule(c.kernel, Target("ampere", "sm_80"), {}).tensor_cores is None
 
 
