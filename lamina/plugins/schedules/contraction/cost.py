@@ -10,8 +10,9 @@ padding and the fragment width (4 wherever it is legal, else 1) follow from thos
 rule, and any knob may be pinned instead. On Hopper, a float32 product of two operands
 stored K-major also gets the settings of Hopper's ``wgmma`` (``warpgroup_products``: blocks
 of 64 or 128 by 64 or 128), which on the H200 ran every linear of the suite and both
-attention-score products 1.05 to 1.45x faster than the FMA kernels, each at least as close
-to float64 (``benchmarks/results/2026-11-30_h200_tensor_core_experiment_wgmma.json``).
+attention-score products faster than the FMA kernels (those took 1.14 to 1.41x as long), the
+linears closer to float64 than cuBLAS
+(``benchmarks/results/2026-11-30_h200_tensor_core_experiment_wgmma.json``).
 ``tensor_cores = 0`` keeps FMAs; ``tensor_cores = 1`` runs ``mma.sync`` (``tensor_cores``),
 whose three tf32 products ran no faster than the FMA kernels, as
 ``TENSOR_CORE_EFFICIENCY`` records, and which the model uses only where it is pinned.

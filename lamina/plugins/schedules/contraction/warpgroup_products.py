@@ -10,17 +10,18 @@ a second array. A warpgroup (four warps) multiplies its 64 rows of the block by 
 block's columns, three wgmma m64nNk8 per eight k (small x big, big x small, big x big),
 summed from zero over the k-tile on the tensor cores and added to the accumulators in
 float32, as the ``mma.sync`` kernels do every eight k: the tensor cores truncate their
-sums, and a k-tile's twelve products drift no further from float64 than cuBLAS's FMAs do.
+sums, and on the suite's linears a k-tile's twelve products drift no further from float64
+than cuBLAS's FMAs do.
 
 The accumulators of a warpgroup lie in its threads as in ``mma.sync``'s m16n8 tiles, so
 the block's threads are the same 8 x 4 warp patches with 2 x (BN / 4) register tiles, and
 the usual epilogue stores them. A warp holds rows ``g`` and ``g + 8`` of each 16 of the
 wgmma, where the patches give a thread rows ``g`` and ``g + BM / 2`` of the block: the
-m-side operand's rows are staged in that order (``staged_row``), so the wgmma's row ``ρ``
-is the block's row ``staged_row(ρ)``.
+m-side operand's rows are staged in that order (``staged_row``), so the wgmma's row ``r``
+is the block's row ``staged_row(r)``.
 
-A hand-written kernel of this design ran the suite's M = 2048 linears at 1.25 to 1.77x
-cuBLAS SGEMM, each at least as close to float64
+A hand-written kernel of this design ran the suite's M = 2048 linears at 1.39 to 1.77x
+cuBLAS SGEMM, each closer to float64
 (``benchmarks/wgmma_experiment.py``, ``benchmarks/results/2026-11-30_h200_wgmma_experiment.json``).
 """
 
