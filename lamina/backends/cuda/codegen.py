@@ -115,14 +115,15 @@ def shared_alignment(kernel: kir.Kernel) -> int:
 
 
 def wide_copy_destinations(kernel: kir.Kernel) -> set[str]:
-    """Shared arrays that ``cp.async`` fills, or a vector load reads, more than one element at a
-    time: they must start 16-byte aligned."""
+    """Shared arrays that ``cp.async`` fills, or a vector access reads or writes, more than one
+    element at a time: they must start 16-byte aligned."""
     filled = {
         s.dst for s in kir.statements(kernel.body)
         if isinstance(s, kir.CpAsync) and s.bytes > kernel.array(s.dst).dtype.itemsize
     }
-    read = {s.src for s in kir.statements(kernel.body) if isinstance(s, kir.VectorLoad)}
-    return filled | {name for name in read if isinstance(kernel.array(name), kir.Array)}
+    accessed = {s.src if isinstance(s, kir.VectorLoad) else s.dst for s in kir.statements(kernel.body)
+                if isinstance(s, (kir.VectorLoad, kir.VectorStore))}
+    return filled | {name for name in accessed if isinstance(kernel.array(name), kir.Array)}
 
 
 def launch_shared_bytes(kernel: kir.Kernel) -> int:

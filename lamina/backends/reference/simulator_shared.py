@@ -132,6 +132,33 @@ class SharedArray:
             return read, mask
         return values.index_copy_(0, lanes.threads, read), Mask(loaded.index_fill_(0, lanes.threads, True))
 
+    def write_vector(self, indices: list[torch.Tensor], values: torch.Tensor, mask: Mask, site: int) -> None:
+        """``values`` ([threads, width]) to ``width`` consecutive elements from each running thread's
+        ``indices``, written in one access: a thread whose access is out of bounds or not aligned to
+        its size is reported and writes nothing."""
+        width = values.shape[1]
+        lanes = self.lanes(indices, mask, site, "vector store to", width)
+        if lanes is None:
+            return
+        size = width * self.itemsize
+        misaligned = lanes.flat % width != 0
+        if self.faults.add(MISALIGNED, (site, "shared"), misaligned, lambda i: (
+                f"vector store of {size} B to {self.describe_element(lanes, i)} at byte "
+                f"{int(lanes.flat[i]) * self.itemsize} of the array is not {size}-byte aligned, "
+                f"by {self._thread(lanes, i)}")):
+            lanes = select_lanes(lanes, ~misaligned)
+            if lanes.threads.numel() == 0:
+                return
+        self._count_banks(lanes, size, site)
+        stored = values.index_select(0, lanes.threads).to(self.data.dtype)
+        wide = _widen(lanes, width)
+        self._check_write(wide, site, "written")
+        self._check_cluster_write(wide, site)
+        self.data.index_copy_(0, wide.elements, stored.reshape(-1))
+        self.written.index_fill_(0, wide.elements, True)
+        if self.async_proxy is not None:
+            self.async_proxy.stored(self, wide.elements, wide.threads)
+
     def write(self, indices: list[torch.Tensor], value: torch.Tensor, mask: Mask, site: int) -> None:
         lanes = self.lanes(indices, mask, site, "store to")
         if lanes is None:

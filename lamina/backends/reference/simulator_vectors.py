@@ -1,11 +1,12 @@
 """Vector loads and stores in the Kernel IR simulator.
 
-A vector access copies ``width`` adjacent elements between a global parameter (or, for
-a load, a shared array) and a register array, element by element, after checking what
+A vector access copies ``width`` adjacent elements between a global parameter or a shared
+array and a register array, element by element, after checking what
 the GPU would fault on: the whole vector within bounds, and both its offset in memory
 and its place in the register array aligned to ``width`` elements (its size in bytes).
 A running thread whose access is out of bounds or misaligned is reported and makes no
-access. A shared load counts its bank conflicts as one wide access (``SharedArray.read_vector``).
+access. A shared access counts its bank conflicts as one wide access (``SharedArray.read_vector``,
+``SharedArray.write_vector``).
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ class VectorAccesses:
         return run
 
     def store(self, s: kernel_ir.VectorStore, scope: dict[str, DType]) -> Runner:
+        if isinstance(self.exprs.memory(s.dst, len(s.dst_index), "vector store"), SharedArray):
+            return self._shared_store(s, scope)
         memory, register, offset_of, register_of = self._operands(s, s.dst, s.dst_index, s.src, s.src_index, scope)
         if not memory.writable:
             raise VerificationError(f"kernel {self.kernel}: vector store to input parameter {s.dst}; "
@@ -95,14 +98,28 @@ class VectorAccesses:
 
         return run
 
+    def _shared_store(self, s: kernel_ir.VectorStore, scope: dict[str, DType]) -> Runner:
+        memory, register, indices_of, register_of = self._operands(s, s.dst, s.dst_index, s.src, s.src_index, scope)
+        width, site = s.width, next(self.sites)
+
+        def run(mask: Mask) -> None:
+            place = [f(mask) for f in register_of]
+            mask = self._register_aligned(s, register, place, mask, site)
+            if not mask.any():
+                return
+            values = torch.stack([register.read(_lane(place, lane), mask, site) for lane in range(width)], 1)
+            memory.write_vector([f(mask) for f in indices_of], values, mask, site)
+
+        return run
+
     def _operands(self, s, memory_name, memory_index, register_name, register_index, scope):
         kind = _kind(s)
         memory = self.exprs.memory(memory_name, len(memory_index), kind)
         register = self.exprs.memory(register_name, len(register_index), kind)
-        shared = isinstance(s, kernel_ir.VectorLoad) and isinstance(memory, SharedArray)
+        shared = isinstance(memory, SharedArray)
         if not isinstance(memory, GlobalArray) and not shared:
-            raise VerificationError(f"kernel {self.kernel}: {kind} of {memory_name}, which is not a global parameter"
-                                    + (" or a shared array" if isinstance(s, kernel_ir.VectorLoad) else ""))
+            raise VerificationError(f"kernel {self.kernel}: {kind} of {memory_name}, which is not a global parameter "
+                                    "or a shared array")
         if not isinstance(register, RegisterArray):
             raise VerificationError(f"kernel {self.kernel}: {kind} through {register_name}, "
                                     "which is not a register array")

@@ -293,8 +293,8 @@ class VectorLoad:
 
 @attrs.frozen
 class VectorStore:
-    """Copy ``width`` adjacent elements of register array ``src`` into global parameter
-    ``dst`` from element ``dst_index`` on, in one access aligned like a ``VectorLoad``."""
+    """Copy ``width`` adjacent elements of register array ``src`` into global parameter or
+    shared array ``dst`` from element ``dst_index`` on, in one access aligned like a ``VectorLoad``."""
 
     dst: str
     dst_index: tuple[Expr, ...] = attrs.field(converter=tuple)
@@ -744,12 +744,11 @@ def _vector_access_problems(s: VectorLoad | VectorStore, arrays: dict) -> list[s
         (memory, memory_index), (register, register_index) = (s.dst, s.dst_index), (s.src, s.src_index)
     param, array = arrays.get(memory), arrays.get(register)
     problems = []
-    shared = isinstance(s, VectorLoad) and isinstance(param, Array) and param.space == "shared"
+    shared = isinstance(param, Array) and param.space == "shared"
     rank = len(param.shape) if shared else 1
     if not isinstance(param, Param) and not shared:
-        where = "a global parameter or a shared array" if isinstance(s, VectorLoad) else "a global parameter"
-        problems.append(f"{kind} of {memory}: it is not {where}")
-    elif isinstance(s, VectorStore) and not param.writable:
+        problems.append(f"{kind} of {memory}: it is not a global parameter or a shared array")
+    elif isinstance(s, VectorStore) and isinstance(param, Param) and not param.writable:
         problems.append(f"{kind} to input parameter {memory}")
     elif len(memory_index) != rank:
         problems.append(f"{kind} of {memory} with {len(memory_index)} indices; it has rank {rank}")

@@ -1,8 +1,8 @@
 """The contraction's Tile IR written as Kernel IR where its products run on wgmma.
 
 Per k-tile (``warpgroup_products`` says why each piece is there): wait for its copies and
-meet at a barrier; split it in place, every thread a share of both operands' rows (each
-float32 to its nearest tf32, what is left to the small pieces' array); fence those writes
+meet at a barrier; split it in place, every thread 16 bytes at a time (each float32 to its
+nearest tf32, what is left to the small pieces' array); fence those writes
 for the asynchronous proxy that wgmma reads through, and meet again; start copying the
 k-tile ``buffers - 1`` ahead into the slot the last k-tile's wgmma read; then each
 warpgroup runs its three wgmma per eight k into the k-tile's sum, waits for them, and adds
@@ -33,7 +33,7 @@ class WarpgroupWriter(ContractionWriter):
         self.small = {s.index: self.names.fresh(f"{s.buffer}_small") for s in tile.stages}
         self.step_sum = self.names.fresh("k_tile_sum")
         self.warpgroup = ex.Var(self.names.fresh("warpgroup"))
-        self.piece = ex.Var(self.names.fresh("piece"), c.acc_dtype)
+        self.pieces = {p: self.names.fresh(f"{p}_piece") for p in ("raw", "big", "small")}
         self.ranges[self.warpgroup.name] = self.threads // kernel_ir.WARPGROUP_SIZE
 
     # --- copies ------------------------------------------------------------------
@@ -71,22 +71,27 @@ class WarpgroupWriter(ContractionWriter):
 
     def _split(self, slot: Expr) -> list[kernel_ir.Stmt]:
         """Every staged element of k-tile ``slot`` to its nearest tf32 in place, what is left to
-        the small pieces: a warp takes whole rows, one word per lane, which no two lanes of a
-        row's 32 words share a bank for, swizzled or not."""
+        the small pieces, 16 bytes a thread at a time: a warp's 32 chunks are four whole rows,
+        which its 16-byte reads and writes cover without a bank conflict, swizzled or not."""
         out: list[kernel_ir.Stmt] = []
+        width = warpgroup_products.COPY_ELEMENTS
+        chunks = warpgroup_products.BLOCK_K // width
+        lanes = [(ex.const(i),) for i in range(width)]
+        first = (ex.const(0),)
         for stage in self.tile.stages:
-            rows = stage.tile[0]
-            rounds = rows * warpgroup_products.BLOCK_K // self.threads
+            rounds = stage.tile[0] * chunks // self.threads
             e = self.tid + self.round * self.threads
-            row, word = e // warpgroup_products.BLOCK_K, e % warpgroup_products.BLOCK_K
+            row, word = e // chunks, e % chunks * width
             staged = (slot, row, word)
-            value = kernel_ir.Load(self.tiles[stage.index], staged, stage.dtype)
-            big = kernel_ir.Tf32(self.piece)
-            body = [
-                kernel_ir.Declare(self.piece.name, stage.dtype, value),
-                kernel_ir.Store(self.tiles[stage.index], staged, big),
-                kernel_ir.Store(self.small[stage.index], (row, word), ex.op("sub", self.piece, big)),
-            ]
+            body: list[kernel_ir.Stmt] = [kernel_ir.VectorLoad(self.pieces["raw"], first, self.tiles[stage.index],
+                                                               staged, width)]
+            for at in lanes:
+                raw = kernel_ir.Load(self.pieces["raw"], at, stage.dtype)
+                big = kernel_ir.Load(self.pieces["big"], at, stage.dtype)
+                body += [kernel_ir.Store(self.pieces["big"], at, kernel_ir.Tf32(raw)),
+                         kernel_ir.Store(self.pieces["small"], at, ex.op("sub", raw, big))]
+            body += [kernel_ir.VectorStore(self.tiles[stage.index], staged, self.pieces["big"], first, width),
+                     kernel_ir.VectorStore(self.small[stage.index], (row, word), self.pieces["small"], first, width)]
             out.append(kernel_ir.For(self.round.name, ex.const(0), ex.const(rounds), 1, body, unroll=True))
         return out
 
@@ -147,6 +152,9 @@ class WarpgroupWriter(ContractionWriter):
         return arrays
 
     def _fragment_arrays(self) -> list[kernel_ir.Array]:
-        """The k-tile's sum of products, beside the accumulators."""
+        """The k-tile's sum of products, beside the accumulators, and a 16-byte chunk of the
+        split as read, its big pieces and its small ones."""
         tile = (self.rows.per_thread, self.cols.per_thread)
-        return [kernel_ir.Array(self.step_sum, self.c.acc_dtype, tile, "register")]
+        chunk = (warpgroup_products.COPY_ELEMENTS,)
+        return [kernel_ir.Array(self.step_sum, self.c.acc_dtype, tile, "register"),
+                *(kernel_ir.Array(name, self.c.acc_dtype, chunk, "register") for name in self.pieces.values())]

@@ -88,7 +88,8 @@ def test_the_shared_array_is_aligned_in_cuda_and_read_as_uint4():
     (kir.VectorLoad("r", (ZERO,), "odd", (ZERO, ZERO), 4),
      "vector load through odd: its rows of 34 elements are not a whole number of 4-element vectors"),
     (kir.VectorLoad("r", (ZERO,), "tile", (ZERO, ex.const(6)), 4), "vector load at element 6 of tile is not aligned"),
-    (kir.VectorStore("tile", (ZERO, ZERO), "r", (ZERO,), 4), "vector store of tile: it is not a global parameter"),
+    (kir.VectorStore("tile", (ZERO,), "r", (ZERO,), 4), "vector store of tile with 1 indices; it has rank 2"),
+    (kir.VectorStore("r", (ZERO,), "r", (ZERO,), 4), "vector store of r: it is not a global parameter or a shared"),
 ])
 def test_the_verifier_checks_shared_vector_loads(statement, problem):
     kernel = kir.Kernel(

@@ -33,6 +33,7 @@ def test_wgmma_kernels_match_pytorch_without_faults(case, knobs):
     out, report = simulate_case(case, kernel, inputs)
     assert relative_error(out, float64_reference(case.reference, tuple(inputs.values()))) < 1e-6
     assert report.faults == []
+    assert report.total_bank_conflicts == 0, report.bank_conflicts
     compiled = compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), "sm_90a")
     assert (compiled.spill_stores, compiled.spill_loads) == (0, 0)
 
@@ -53,8 +54,10 @@ def test_the_tile_ir_says_each_warpgroup_multiplies_its_rows_from_swizzled_share
 def test_a_k_tile_is_split_fenced_and_multiplied_in_three_wgmma_per_eight_k():
     tile = SCHEDULE.schedule(linear(128, 64, 64).kernel, SM_90, {**ON_WGMMA, "block_m": 128, "block_n": 64})
     lines = [line.strip() for line in kernel_ir.format_kernel(SCHEDULE.lower(tile, SM_90)).splitlines()]
-    assert "x_tile[slot][round * 8 + tid // 32][tid % 32] = tf32(piece)" in lines
-    assert "x_small[round * 8 + tid // 32][tid % 32] = piece - tf32(piece)" in lines
+    assert "vector load x4 raw_piece[0] <- x_tile[slot][round * 32 + tid // 8][tid % 8 * 4]" in lines
+    assert "big_piece[3] = tf32(raw_piece[3])" in lines and "small_piece[3] = raw_piece[3] - big_piece[3]" in lines
+    assert "vector store x4 x_tile[slot][round * 32 + tid // 8][tid % 8 * 4] <- big_piece[0]" in lines
+    assert "vector store x4 x_small[round * 32 + tid // 8][tid % 8 * 4] <- small_piece[0]" in lines
     fence = lines.index("fence shared memory for the async proxy")
     assert lines[fence + 1] == "barrier"
     wgmma = [line for line in lines if line.startswith("wgmma m64")]
