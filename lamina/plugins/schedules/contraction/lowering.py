@@ -25,7 +25,7 @@ from lamina.plugins.schedules.contraction.tensor_core_steps import TensorCoreSte
 from lamina.plugins.schedules.contraction.tiling import copy_order, partial_sums_shape, store_width
 
 
-def _and(parts: list[Expr | None]) -> Expr | None:
+def all_guards(parts: list[Expr | None]) -> Expr | None:
     """The conjunction of the guards that are not None (None: no guard at all)."""
     result = None
     for p in parts:
@@ -43,7 +43,7 @@ def _or(parts: list[Expr | None]) -> Expr | None:
     return result
 
 
-def _lt(a: Expr, bound: int, ranges: index.Ranges) -> Expr | None:
+def guard_below(a: Expr, bound: int, ranges: index.Ranges) -> Expr | None:
     """The guard ``a < bound``, or None where the variables' ranges already keep it true."""
     _, highest = index.bounds(index.affine(a, ranges), ranges)
     return None if highest is not None and highest < bound else ex.op("lt", a, bound)
@@ -233,11 +233,11 @@ class ContractionWriter:
         parts = []
         for binding, coord in ((self.rows, self._row(a)), (self.cols, self._col(b))):
             if binding.extent % binding.block_tile:
-                parts.append(_lt(coord, binding.extent, self.ranges))
-        return _and(parts)
+                parts.append(guard_below(coord, binding.extent, self.ranges))
+        return all_guards(parts)
 
     def _k_guard(self, k: Expr, ranges: index.Ranges) -> Expr | None:
-        return _lt(k, self.c.reduce_extent, ranges) if self.c.reduce_extent % self.block_k else None
+        return guard_below(k, self.c.reduce_extent, ranges) if self.c.reduce_extent % self.block_k else None
 
     # --- copies into shared memory ------------------------------------------
 
@@ -271,9 +271,9 @@ class ContractionWriter:
             position = block * binding.block_tile + coords[1]
             env[stage.dims[1]] = position
             if binding.extent % binding.block_tile:
-                guards.append(_lt(position, binding.extent, ranges))
+                guards.append(guard_below(position, binding.extent, ranges))
         source = loop_to_kernel.translate_expr(operand.load, self.kernel, env)
-        copy = self._copy_element(stage, (slot, *coords), source, _and(guards))
+        copy = self._copy_element(stage, (slot, *coords), source, all_guards(guards))
         if count % self.threads:
             copy = [kernel_ir.If(ex.op("lt", e, count), copy)]
         return copy
@@ -445,12 +445,17 @@ class ContractionWriter:
             body = [*waits, kernel_ir.Barrier(), self._compute(slot, issued), *advance]
         else:
             refill = kernel_ir.If(ex.op("lt", ahead, k_tiles), self._issue(ahead, fill))
-            body = [*waits, kernel_ir.Barrier(), refill, self._compute(slot), *advance]
+            body = [*self._k_tile(waits, refill, slot), *advance]
         first = []
         for j in range(min(self._buffers - 1, self.k_tiles)):
             issue = self._issue(ex.const(j), ex.const(j))
             first += [kernel_ir.If(ex.op("lt", ex.const(j), k_tiles), issue)] if self._k_tiles_vary else issue
         return first + start + [self._k_tile_loop(body)]
+
+    def _k_tile(self, waits: list[kernel_ir.Stmt], refill: kernel_ir.Stmt, slot: Expr) -> list[kernel_ir.Stmt]:
+        """K-tile ``kt`` from ``slot``, once ``waits`` and a barrier have it landed for every
+        thread, the copy of a k-tile ahead (``refill``) started first."""
+        return [*waits, kernel_ir.Barrier(), refill, self._compute(slot)]
 
     def _k_tile_loop(self, body: list[kernel_ir.Stmt]) -> kernel_ir.For:
         """The loop over k-tiles: every block runs the most of them, and blocks of a shorter
@@ -512,7 +517,7 @@ class ContractionWriter:
             for b in range(0, self.cols.per_thread, self.store_width):
                 guard = self._output_guard(a, b)
                 if self.splits > 1:
-                    guard = _and([ex.op("eq", self.split, 0), guard])
+                    guard = all_guards([ex.op("eq", self.split, 0), guard])
                 if self.store_width > 1:
                     out += self._vector_stores(a, b, guard)
                     continue

@@ -17,7 +17,7 @@ from lamina.core.ir import expr as ex, index, kernel_ir
 from lamina.core.ir.expr import Expr
 from lamina.plugins.schedules import loop_to_kernel
 from lamina.plugins.schedules.contraction import copy_layout, tensor_cores, warpgroup_products
-from lamina.plugins.schedules.contraction.lowering import ContractionWriter, _and, _lt
+from lamina.plugins.schedules.contraction.lowering import ContractionWriter, all_guards, guard_below
 from lamina.plugins.schedules.contraction.tiling import copy_order
 
 PIECE_PAIRS = (("small", "big"), ("big", "small"), ("big", "big"))
@@ -59,10 +59,10 @@ class WarpgroupWriter(ContractionWriter):
         env = {**self.batch_env, self.c.reduce_var: k, stage.dims[0]: position}
         guards = [self._k_guard(k, ranges)]
         if binding.extent % binding.block_tile:
-            guards.append(_lt(position, binding.extent, ranges))
+            guards.append(guard_below(position, binding.extent, ranges))
         source = loop_to_kernel.translate_expr(operand.load, self.kernel, env)
         copy: list[kernel_ir.Stmt] = [kernel_ir.CpAsync(self.tiles[stage.index], (slot, row, k_in_tile), source.array,
-                                                        source.index, stage.copy_bytes, _and(guards))]
+                                                        source.index, stage.copy_bytes, all_guards(guards))]
         if count % self.threads:
             copy = [kernel_ir.If(ex.op("lt", e, count), copy)]
         return copy
@@ -120,22 +120,11 @@ class WarpgroupWriter(ContractionWriter):
             out.append(kernel_ir.Store(self.acc, at, total))
         return out
 
-    def _main_loop(self) -> list[kernel_ir.Stmt]:
-        """One k-tile per iteration, ``buffers - 1`` k-tiles of copies in flight."""
-        kt, k_tiles = self.kt, self.k_tiles_here
-        waits = self._wait(0)
-        for j in range(1, self._buffers - 1):
-            waits = [kernel_ir.If(ex.op("lt", kt + j, k_tiles), self._wait(j), waits)]
-        ahead = kt + (self._buffers - 1)
-        slot, fill, start, advance = self._slots(ahead)
-        refill = kernel_ir.If(ex.op("lt", ahead, k_tiles), self._issue(ahead, fill))
-        body = [*waits, kernel_ir.Barrier(), *self._split(slot), kernel_ir.AsyncProxyFence(), kernel_ir.Barrier(),
-                refill, *self._products(slot), *advance]
-        first = []
-        for j in range(min(self._buffers - 1, self.k_tiles)):
-            issue = self._issue(ex.const(j), ex.const(j))
-            first += [kernel_ir.If(ex.op("lt", ex.const(j), k_tiles), issue)] if self._k_tiles_vary else issue
-        return first + start + [self._k_tile_loop(body)]
+    def _k_tile(self, waits: list[kernel_ir.Stmt], refill: kernel_ir.Stmt, slot: Expr) -> list[kernel_ir.Stmt]:
+        """K-tile ``kt`` from ``slot``: landed, split and fenced for the asynchronous proxy, the
+        copy of a k-tile ahead started, then multiplied on wgmma."""
+        return [*waits, kernel_ir.Barrier(), *self._split(slot), kernel_ir.AsyncProxyFence(), kernel_ir.Barrier(),
+                refill, *self._products(slot)]
 
     def _prologue(self) -> list[kernel_ir.Stmt]:
         warpgroup = kernel_ir.Declare(self.warpgroup.name, self.warpgroup.dtype, self.tid // kernel_ir.WARPGROUP_SIZE)
