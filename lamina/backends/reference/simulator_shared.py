@@ -112,19 +112,10 @@ class SharedArray:
         total = self.grid.total
         values = torch.zeros((total, width), dtype=self.data.dtype)
         loaded = torch.zeros(total, dtype=torch.bool)
-        lanes = self.lanes(indices, mask, site, "vector load from", width)
+        lanes = self._aligned_lanes(indices, mask, site, width, "load", "from")
         if lanes is None:
             return values, Mask(loaded)
-        size = width * self.itemsize
-        misaligned = lanes.flat % width != 0
-        if self.faults.add(MISALIGNED, (site, "shared"), misaligned, lambda i: (
-                f"vector load of {size} B from {self.describe_element(lanes, i)} at byte "
-                f"{int(lanes.flat[i]) * self.itemsize} of the array is not {size}-byte aligned, "
-                f"by {self._thread(lanes, i)}")):
-            lanes = select_lanes(lanes, ~misaligned)
-            if lanes.threads.numel() == 0:
-                return values, Mask(loaded)
-        self._count_banks(lanes, size, site)
+        self._count_banks(lanes, width * self.itemsize, site)
         wide = _widen(lanes, width)
         self._check_read(wide, site)
         read = self.data.index_select(0, wide.elements).view(-1, width)
@@ -132,24 +123,33 @@ class SharedArray:
             return read, mask
         return values.index_copy_(0, lanes.threads, read), Mask(loaded.index_fill_(0, lanes.threads, True))
 
+    def _aligned_lanes(self, indices: list[torch.Tensor], mask: Mask, site: int, width: int, verb: str,
+                       preposition: str) -> Lanes | None:
+        """The lanes of a vector access of ``width`` elements that lie in bounds and aligned to its
+        size; the others are reported. None where none is left."""
+        lanes = self.lanes(indices, mask, site, f"vector {verb} {preposition}", width)
+        if lanes is None:
+            return None
+        size = width * self.itemsize
+        misaligned = lanes.flat % width != 0
+        if self.faults.add(MISALIGNED, (site, "shared"), misaligned, lambda i: (
+                f"vector {verb} of {size} B {preposition} {self.describe_element(lanes, i)} at byte "
+                f"{int(lanes.flat[i]) * self.itemsize} of the array is not {size}-byte aligned, "
+                f"by {self._thread(lanes, i)}")):
+            lanes = select_lanes(lanes, ~misaligned)
+            if lanes.threads.numel() == 0:
+                return None
+        return lanes
+
     def write_vector(self, indices: list[torch.Tensor], values: torch.Tensor, mask: Mask, site: int) -> None:
         """``values`` ([threads, width]) to ``width`` consecutive elements from each running thread's
         ``indices``, written in one access: a thread whose access is out of bounds or not aligned to
         its size is reported and writes nothing."""
         width = values.shape[1]
-        lanes = self.lanes(indices, mask, site, "vector store to", width)
+        lanes = self._aligned_lanes(indices, mask, site, width, "store", "to")
         if lanes is None:
             return
-        size = width * self.itemsize
-        misaligned = lanes.flat % width != 0
-        if self.faults.add(MISALIGNED, (site, "shared"), misaligned, lambda i: (
-                f"vector store of {size} B to {self.describe_element(lanes, i)} at byte "
-                f"{int(lanes.flat[i]) * self.itemsize} of the array is not {size}-byte aligned, "
-                f"by {self._thread(lanes, i)}")):
-            lanes = select_lanes(lanes, ~misaligned)
-            if lanes.threads.numel() == 0:
-                return
-        self._count_banks(lanes, size, site)
+        self._count_banks(lanes, width * self.itemsize, site)
         stored = values.index_select(0, lanes.threads).to(self.data.dtype)
         wide = _widen(lanes, width)
         self._check_write(wide, site, "written")

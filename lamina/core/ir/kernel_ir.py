@@ -778,14 +778,18 @@ def _vector_access_problems(s: VectorLoad | VectorStore, arrays: dict) -> list[s
     return problems
 
 
-def _mma_problems(s: MmaTf32, arrays: dict) -> list[str]:
-    problems = []
+def _accumulator_problems(kind: str, s: MmaTf32 | WgmmaTf32, arrays: dict) -> list[str]:
     acc = arrays.get(s.acc)
     if not isinstance(acc, Array) or acc.space != "register" or acc.dtype != dtypes.float32:
-        problems.append(f"mma accumulates into {s.acc}: it must be an f32 register array")
-    elif any(len(i) != len(acc.shape) for i in s.acc_index):
-        problems.append(f"mma accumulator of {s.acc} indexed with the wrong number of indices; it has rank "
-                        f"{len(acc.shape)}")
+        return [f"{kind} accumulates into {s.acc}: it must be an f32 register array"]
+    if any(len(i) != len(acc.shape) for i in s.acc_index):
+        return [f"{kind} accumulator of {s.acc} indexed with the wrong number of indices; it has rank "
+                f"{len(acc.shape)}"]
+    return []
+
+
+def _mma_problems(s: MmaTf32, arrays: dict) -> list[str]:
+    problems = _accumulator_problems("mma", s, arrays)
     if (len(s.acc_index), len(s.a), len(s.b)) != (4, 4, 2):
         problems.append(f"mma m16n8k8 takes 4 accumulators, 4 values of A and 2 of B per lane, not "
                         f"{len(s.acc_index)}, {len(s.a)} and {len(s.b)}")
@@ -811,13 +815,7 @@ def _swizzle_problems(a: Array) -> list[str]:
 
 
 def _wgmma_problems(s: WgmmaTf32, arrays: dict) -> list[str]:
-    problems = []
-    acc = arrays.get(s.acc)
-    if not isinstance(acc, Array) or acc.space != "register" or acc.dtype != dtypes.float32:
-        problems.append(f"wgmma accumulates into {s.acc}: it must be an f32 register array")
-    elif any(len(i) != len(acc.shape) for i in s.acc_index):
-        problems.append(f"wgmma accumulator of {s.acc} indexed with the wrong number of indices; it has rank "
-                        f"{len(acc.shape)}")
+    problems = _accumulator_problems("wgmma", s, arrays)
     if s.n % 8 or not 8 <= s.n <= 256:
         problems.append(f"wgmma m64nNk8 takes n a multiple of 8 from 8 to 256, not {s.n}")
     elif len(s.acc_index) != s.n // 2:
