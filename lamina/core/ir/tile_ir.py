@@ -17,7 +17,7 @@ import attrs
 from lamina.core.errors import VerificationError
 from lamina.core.ir import loop_ir
 from lamina.core.ir.dtypes import DType
-from lamina.core.ir.kernel_ir import WARP_SIZE
+from lamina.core.ir.kernel_ir import SWIZZLE_BYTES, WARP_SIZE
 
 BLOCK_DIMS = ("x", "y", "z")
 REDUCTION_STRATEGIES = ("serial", "warp_shuffle", "block_tree", "split_k")
@@ -304,7 +304,7 @@ def _wgmma_problems(tk: TileKernel) -> list[str]:
                         "per warp's row of threads")
     if tk.reduction is None or tk.reduction.step != WGMMA_ROW:
         problems.append(f"wgmma products take k-tiles of {WGMMA_ROW}: one swizzled row of float32")
-    if len(tk.stages) != 2 or any(s.swizzle != 128 or s.tile[-1] != WGMMA_ROW or s.copy != "cp.async"
+    if len(tk.stages) != 2 or any(s.swizzle != SWIZZLE_BYTES or s.tile[-1] != WGMMA_ROW or s.copy != "cp.async"
                                   or s.buffers < 2 for s in tk.stages):
         problems.append("wgmma products read two operands staged K-major by cp.async in the 128-byte swizzle, "
                         "at least two buffers each")
