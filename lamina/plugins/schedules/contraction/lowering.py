@@ -25,7 +25,7 @@ from lamina.plugins.schedules.contraction.tensor_core_steps import TensorCoreSte
 from lamina.plugins.schedules.contraction.tiling import copy_order, partial_sums_shape, store_width
 
 
-def all_guards(parts: list[Expr | None]) -> Expr | None:
+def _and(parts: list[Expr | None]) -> Expr | None:
     """The conjunction of the guards that are not None (None: no guard at all)."""
     result = None
     for p in parts:
@@ -43,7 +43,7 @@ def _or(parts: list[Expr | None]) -> Expr | None:
     return result
 
 
-def guard_below(a: Expr, bound: int, ranges: index.Ranges) -> Expr | None:
+def _lt(a: Expr, bound: int, ranges: index.Ranges) -> Expr | None:
     """The guard ``a < bound``, or None where the variables' ranges already keep it true."""
     _, highest = index.bounds(index.affine(a, ranges), ranges)
     return None if highest is not None and highest < bound else ex.op("lt", a, bound)
@@ -84,6 +84,9 @@ class _Names:
 class ContractionWriter:
     """Writes the Kernel IR of a contraction's Tile IR; ``taken`` are further names its own
     must avoid (a subclass that writes more of the kernel passes its names)."""
+
+    K_AXIS = 0
+    """The axis of a staged operand tile that runs along k: the first, the tile k-major."""
 
     def __init__(self, tile: tile_ir.TileKernel, c: Contraction, taken: frozenset[str] = frozenset()):
         self.tile, self.c, self.kernel = tile, c, c.kernel
@@ -233,11 +236,11 @@ class ContractionWriter:
         parts = []
         for binding, coord in ((self.rows, self._row(a)), (self.cols, self._col(b))):
             if binding.extent % binding.block_tile:
-                parts.append(guard_below(coord, binding.extent, self.ranges))
-        return all_guards(parts)
+                parts.append(_lt(coord, binding.extent, self.ranges))
+        return _and(parts)
 
     def _k_guard(self, k: Expr, ranges: index.Ranges) -> Expr | None:
-        return guard_below(k, self.c.reduce_extent, ranges) if self.c.reduce_extent % self.block_k else None
+        return _lt(k, self.c.reduce_extent, ranges) if self.c.reduce_extent % self.block_k else None
 
     # --- copies into shared memory ------------------------------------------
 
@@ -262,21 +265,26 @@ class ContractionWriter:
         ranges = {**self.ranges, self.round.name: rounds}
         layout = copy_layout.coordinates(order, stage.tile, e)
         coords = tuple(index.simplify(x, ranges) for x in layout)
-        k = kt * self.block_k + coords[0]
+        k = kt * self.block_k + coords[self.K_AXIS]
         env = {**self.batch_env, self.c.reduce_var: k}
         guards = [self._k_guard(k, ranges)]
         if len(coords) == 2:
             binding = self.rows if operand.side == "m" else self.cols
             block = self.block_row if operand.side == "m" else self.block_col
-            position = block * binding.block_tile + coords[1]
-            env[stage.dims[1]] = position
+            position = block * binding.block_tile + self._tile_row_of(operand.side, coords[1 - self.K_AXIS])
+            env[stage.dims[1 - self.K_AXIS]] = position
             if binding.extent % binding.block_tile:
-                guards.append(guard_below(position, binding.extent, ranges))
+                guards.append(_lt(position, binding.extent, ranges))
         source = loop_to_kernel.translate_expr(operand.load, self.kernel, env)
-        copy = self._copy_element(stage, (slot, *coords), source, all_guards(guards))
+        copy = self._copy_element(stage, (slot, *coords), source, _and(guards))
         if count % self.threads:
             copy = [kernel_ir.If(ex.op("lt", e, count), copy)]
         return copy
+
+    def _tile_row_of(self, side: str, staged: Expr) -> Expr:
+        """The row (``side`` m) or column (n) of the block tile that a staged tile's position
+        ``staged`` across its k-tile holds: the same one."""
+        return staged
 
     def _copy_element(self, stage, dst_index, source: kernel_ir.Load, predicate) -> list[kernel_ir.Stmt]:
         name = self.tiles[stage.index]
@@ -517,7 +525,7 @@ class ContractionWriter:
             for b in range(0, self.cols.per_thread, self.store_width):
                 guard = self._output_guard(a, b)
                 if self.splits > 1:
-                    guard = all_guards([ex.op("eq", self.split, 0), guard])
+                    guard = _and([ex.op("eq", self.split, 0), guard])
                 if self.store_width > 1:
                     out += self._vector_stores(a, b, guard)
                     continue

@@ -193,10 +193,8 @@ def registers(c: Contraction, choices: Choices) -> int:
 
     On tensor cores about as many again as the accumulators: the fragments' pieces and the
     sums of the products in flight (NVRTC gave 2 x 2, 4 x 4 and 8 x 8 tiles 40, 62 and 164
-    to 167 registers)."""
+    to 167 registers on mma.sync, a 2 x 32 tile 158 on wgmma)."""
     tile = choices.thread_m * choices.thread_n
-    if warpgroup_products.uses(choices):
-        return warpgroup_products.registers(choices)
     if choices.tensor_cores:
         return 2 * tile + ADDRESS_REGISTERS
     fragments = sum({"m": choices.thread_m, "n": choices.thread_n, "k": 1}[o.side] for o in c.operands)

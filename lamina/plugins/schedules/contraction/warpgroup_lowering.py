@@ -13,12 +13,10 @@ accumulators.
 
 from __future__ import annotations
 
-from lamina.core.ir import expr as ex, index, kernel_ir
+from lamina.core.ir import expr as ex, kernel_ir
 from lamina.core.ir.expr import Expr
-from lamina.plugins.schedules import loop_to_kernel
-from lamina.plugins.schedules.contraction import copy_layout, tensor_cores, warpgroup_products
-from lamina.plugins.schedules.contraction.lowering import ContractionWriter, all_guards, guard_below
-from lamina.plugins.schedules.contraction.tiling import copy_order
+from lamina.plugins.schedules.contraction import tensor_cores, warpgroup_products
+from lamina.plugins.schedules.contraction.lowering import ContractionWriter
 
 PIECE_PAIRS = (("small", "big"), ("big", "small"), ("big", "big"))
 """The three products of each eight k, the small ones first, as (m side, n side)."""
@@ -26,6 +24,9 @@ PIECE_PAIRS = (("small", "big"), ("big", "small"), ("big", "big"))
 
 class WarpgroupWriter(ContractionWriter):
     """Writes the Kernel IR of a contraction scheduled onto wgmma."""
+
+    K_AXIS = 1
+    """Staged tiles are K-major, row by row, as wgmma reads them."""
 
     def __init__(self, tile, c, taken=frozenset()):
         super().__init__(tile, c, taken)
@@ -38,34 +39,10 @@ class WarpgroupWriter(ContractionWriter):
 
     # --- copies ------------------------------------------------------------------
 
-    def _copy_round(self, stage, kt: Expr, slot: Expr, round_: Expr) -> list[kernel_ir.Stmt]:
-        """Each thread's 16-byte copy ``tid + round_ * threads`` of k-tile ``kt``: row ``r``
-        and k ``k`` of the stage, from the operand's row that ``r`` holds (on the m side, in
-        the order of the wgmma's accumulators, ``warpgroup_products.staged_row``)."""
-        operand = self.c.operand(stage.index)
-        order = copy_order(self.c, stage)
-        count = copy_layout.copies(order, stage.tile)
-        rounds = self._rounds(stage)
-        e = self.tid + round_ * self.threads if rounds > 1 else self.tid
-        ranges = {**self.ranges, self.round.name: rounds}
-        row, k_in_tile = (index.simplify(x, ranges) for x in copy_layout.coordinates(order, stage.tile, e))
-        k = kt * self.block_k + k_in_tile
-        if operand.side == "m":
-            binding, block = self.rows, self.block_row
-            row_of_block = warpgroup_products.staged_row(row, binding.block_tile)
-        else:
-            binding, block, row_of_block = self.cols, self.block_col, row
-        position = block * binding.block_tile + row_of_block
-        env = {**self.batch_env, self.c.reduce_var: k, stage.dims[0]: position}
-        guards = [self._k_guard(k, ranges)]
-        if binding.extent % binding.block_tile:
-            guards.append(guard_below(position, binding.extent, ranges))
-        source = loop_to_kernel.translate_expr(operand.load, self.kernel, env)
-        copy: list[kernel_ir.Stmt] = [kernel_ir.CpAsync(self.tiles[stage.index], (slot, row, k_in_tile), source.array,
-                                                        source.index, stage.copy_bytes, all_guards(guards))]
-        if count % self.threads:
-            copy = [kernel_ir.If(ex.op("lt", e, count), copy)]
-        return copy
+    def _tile_row_of(self, side: str, staged: Expr) -> Expr:
+        """On the m side a staged row holds the block row that the wgmma's accumulators put
+        there (``warpgroup_products.staged_row``); on the n side, the same column."""
+        return warpgroup_products.staged_row(staged, self.rows.block_tile) if side == "m" else staged
 
     # --- a k-tile ------------------------------------------------------------------
 

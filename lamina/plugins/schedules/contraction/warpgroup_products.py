@@ -102,9 +102,3 @@ def shared_bytes(choices: Choices) -> int:
     """The staged k-tiles (``buffers`` of them) and one k-tile of small pieces, of both operands."""
     tile = (choices.block_m + choices.block_n) * BLOCK_K * dtypes.float32.itemsize
     return (choices.buffers + 1) * tile
-
-
-def registers(choices: Choices) -> int:
-    """The accumulators, the k-tile's sum of products beside them, and addresses (a 128-column
-    block took 158 registers in the experiment)."""
-    return 2 * choices.thread_m * choices.thread_n + 32
