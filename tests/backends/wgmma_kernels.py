@@ -2,7 +2,9 @@
 
 ``warpgroup_product`` computes ``d = a @ b^T + c`` for a (64 x warpgroups) x K ``a`` and an
 n x K ``b``: every thread copies its share of both into swizzled shared arrays, fences them
-for the asynchronous proxy, and each warpgroup runs one wgmma per eight k on its 64 rows.
+for the asynchronous proxy, and each warpgroup runs one wgmma per eight k on its 64 rows,
+reading A from shared memory or, with ``a_from_registers``, from the values of A each thread
+reads into its registers first (``WgmmaTf32RegisterA``).
 Its keyword arguments leave out one piece of that protocol each, for the tests that check
 the simulator notices.
 """
@@ -22,12 +24,14 @@ ROW = 32
 
 def warpgroup_product(warpgroups: int = 2, n: int = 32, k: int = 16, *, proxy_fence: bool = True,
                       wgmma_fence: bool = True, wait: bool = True, accumulate: bool = True,
-                      running: int | None = None, a_row: int | None = None) -> kir.Kernel:
+                      running: int | None = None, a_row: int | None = None, a_from_registers: bool = False,
+                      overwrite_a: bool = False) -> kir.Kernel:
     """``d = a @ b^T + c`` (``c`` ignored without ``accumulate``), one wgmma per eight k.
 
     ``proxy_fence``, ``wgmma_fence`` and ``wait`` drop the fence after the copies, the fence
     before the wgmma and the wait before the accumulators are stored; ``running`` runs the
-    wgmma in only that many threads; ``a_row`` makes every warpgroup read A from that row."""
+    wgmma in only that many threads; ``a_row`` makes every warpgroup read A from that row;
+    ``overwrite_a`` (with ``a_from_registers``) writes a register of A before the wait."""
     threads, m = 128 * warpgroups, 64 * warpgroups
     tid, group, warp, lane = Var("tid"), Var("group"), Var("warp"), Var("lane")
     g, t, e, i = Var("g"), Var("t"), Var("e"), Var("i")
@@ -55,11 +59,23 @@ def warpgroup_product(warpgroups: int = 2, n: int = 32, k: int = 16, *, proxy_fe
     accumulators = [(const(p),) for p in range(n // 2)]
     body += [kir.Store("acc", (const(p),), kir.Load("c", (place(p),), F32)) for p in range(n // 2)]
     row = group * 64 if a_row is None else const(a_row)
-    steps = [kir.WgmmaTf32("acc", accumulators, "a_tile", (row, const(s)), "b_tile", (const(0), const(s)), n,
-                           accumulate or s > 0)
-             for s in range(0, k, kir.WGMMA_K)]
+    if a_from_registers:
+        for s in range(0, k, kir.WGMMA_K):
+            for v in range(4):
+                at = (group * 64 + warp * 16 + g + 8 * (v % 2), t + s + 4 * (v // 2))
+                body.append(kir.Store("a_values", (const(s // 8), const(v)), kir.Load("a_tile", at, F32)))
+        steps = [kir.WgmmaTf32RegisterA("acc", accumulators,
+                                        [kir.Load("a_values", (const(s // 8), const(v)), F32) for v in range(4)],
+                                        "b_tile", (const(0), const(s)), n, accumulate or s > 0)
+                 for s in range(0, k, kir.WGMMA_K)]
+    else:
+        steps = [kir.WgmmaTf32("acc", accumulators, "a_tile", (row, const(s)), "b_tile", (const(0), const(s)), n,
+                               accumulate or s > 0)
+                 for s in range(0, k, kir.WGMMA_K)]
     issue = ([kir.WgmmaFence()] if wgmma_fence else []) + steps + [kir.WgmmaCommit()]
     body += issue if running is None else [kir.If(op("lt", tid, running), issue)]
+    if overwrite_a:
+        body.append(kir.Store("a_values", (const(0), const(0)), const(0.0, F32)))
     if wait:
         body.append(kir.WgmmaWait(0))
     body += [kir.Store("d", (place(p),), kir.Load("acc", (const(p),), F32)) for p in range(n // 2)]
@@ -69,7 +85,8 @@ def warpgroup_product(warpgroups: int = 2, n: int = 32, k: int = 16, *, proxy_fe
                 kir.Param("d", F32, m * n, writable=True)],
         arrays=[kir.Array("a_tile", F32, (m, ROW), "shared", swizzle=128),
                 kir.Array("b_tile", F32, (n, ROW), "shared", swizzle=128),
-                kir.Array("acc", F32, (n // 2,), "register")],
+                kir.Array("acc", F32, (n // 2,), "register"),
+                *([kir.Array("a_values", F32, (k // kir.WGMMA_K, 4), "register")] if a_from_registers else [])],
         body=body,
         launch=kir.Launch((1, 1, 1), (threads, 1, 1)),
     )

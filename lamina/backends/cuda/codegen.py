@@ -193,7 +193,7 @@ class _KernelPrinter:
         self.var_types = var_types
         self.cp_async_sizes: set[int] = set()
         self.mma_used = False
-        self.wgmma_sizes: set[int] = set()
+        self.wgmma_sizes: set[tuple[int, bool]] = set()
         """The n of the wgmma shapes used: each needs its ``lamina_wgmma_tf32_n{n}``."""
         self.unrolled: list[str] = []
         """The variables of the unrolled loops around the statement being printed."""
@@ -231,8 +231,8 @@ class _KernelPrinter:
             sections.append(wgmma.swizzled_helper(size, self.index_type))
         if self.wgmma_sizes:
             sections.append(wgmma.DESCRIPTOR_HELPER)
-        for n in sorted(self.wgmma_sizes):
-            sections.append(wgmma.mma_helper(n))
+        for n, registers in sorted(self.wgmma_sizes):
+            sections.append(wgmma.mma_helper(n, registers))
         for size in sorted(self.cp_async_sizes):
             sections.append(_CP_ASYNC_HELPER.format(bytes=size, cache="cg" if size == 16 else "ca"))
         sections.append("\n".join([self._signature() + " {", *body, "}"]))
@@ -326,7 +326,7 @@ class _KernelPrinter:
             self.mma_used = True
             operands = [self._element(s.acc, i) for i in s.acc_index] + [e.converted(v, dtypes.float32) for v in s.a + s.b]
             return [f"{indent}lamina_mma_tf32({', '.join(operands)});"]
-        if isinstance(s, kir.WgmmaTf32):
+        if isinstance(s, (kir.WgmmaTf32, kir.WgmmaTf32RegisterA)):
             return self._wgmma(s, indent)
         if isinstance(s, kir.WgmmaFence):
             return [f"{indent}{wgmma.FENCE}"]
@@ -343,11 +343,15 @@ class _KernelPrinter:
     def _element(self, array: str, at) -> str:
         return self.expr.element(array, at)
 
-    def _wgmma(self, s: kir.WgmmaTf32, indent: str) -> list[str]:
-        self.wgmma_sizes.add(s.n)
+    def _wgmma(self, s: kir.WgmmaTf32 | kir.WgmmaTf32RegisterA, indent: str) -> list[str]:
+        registers = isinstance(s, kir.WgmmaTf32RegisterA)
+        self.wgmma_sizes.add((s.n, registers))
         accumulators = [self._element(s.acc, i) for i in s.acc_index]
-        a, b = self._operand_start(s.a, s.a_index), self._operand_start(s.b, s.b_index)
-        return wgmma.call(s.n, a, b, s.accumulate, accumulators, indent)
+        if registers:
+            a = ", ".join(self.expr.text(v) for v in s.a)
+        else:
+            a = self._operand_start(s.a, s.a_index)
+        return wgmma.call(s.n, a, self._operand_start(s.b, s.b_index), s.accumulate, accumulators, indent, registers)
 
     def _operand_start(self, array: str, at: tuple[ex.Expr, ...]) -> str:
         """The address of a wgmma operand's first element, where it would be without the swizzle: the

@@ -1,10 +1,13 @@
-"""Hopper's warpgroup mma (``WgmmaTf32``) and the 128-byte swizzle of its operands, as CUDA.
+"""Hopper's warpgroup mma (``WgmmaTf32``, ``WgmmaTf32RegisterA``) and the 128-byte swizzle of its
+operands, as CUDA.
 
 A wgmma reads A and B from shared memory through two 64-bit matrix descriptors, each built
 from the address where the operand's first row starts; the hardware applies the swizzle to
 the addresses itself, so a descriptor takes the first element's unswizzled place, while
 every ordinary access of a swizzled array goes to the swizzled one (``lamina_swizzled_N``).
-The inline PTX is that of ``benchmarks/wgmma_experiment.py``, measured on the H200.
+With A from registers, each thread passes its four values of A as 32-bit registers.
+The inline PTX is that of ``benchmarks/wgmma_experiment.py`` and
+``benchmarks/score_sweep_experiment.py``, measured on the H200.
 
 wgmma and its fence, commit and wait exist only in ``sm_90a``, Hopper's architecture-specific
 target, whose cubins run on sm_90 GPUs and no others: ``kernel_arch`` picks it for the kernels
@@ -19,7 +22,7 @@ from lamina.core.ir import kernel_ir as kir
 WGMMA_ARCH = "sm_90a"
 HOPPER_ARCHES = ("sm_90", WGMMA_ARCH)
 
-_STATEMENTS = (kir.WgmmaTf32, kir.WgmmaFence, kir.WgmmaCommit, kir.WgmmaWait)
+_STATEMENTS = (kir.WgmmaTf32, kir.WgmmaTf32RegisterA, kir.WgmmaFence, kir.WgmmaCommit, kir.WgmmaWait)
 _PER_LINE = 8
 """Accumulators per line of a helper or a call, so that a person can read them."""
 
@@ -56,30 +59,44 @@ def swizzled_helper(size: int, index_type: str) -> str:
                                    chunk_shift=chunk.bit_length() - 1)
 
 
-def mma_helper(n: int) -> str:
+def mma_helper(n: int, registers: bool = False) -> str:
     """``lamina_wgmma_tf32_n{n}``: one m64n{n}k8 wgmma on operands that start at ``a`` and ``b``, adding to the
     accumulators (``accumulate`` 1) or replacing them (0). It clobbers memory: it reads shared memory that the
-    compiler cannot see through the descriptors."""
+    compiler cannot see through the descriptors. With ``registers``, ``lamina_wgmma_tf32_rs_n{n}`` takes A as
+    each thread's four values ``a0`` to ``a3`` instead."""
     count = n // 2
     asm = " " * 15
     outputs = [f'{asm}"{row} "' for row in _rows([f"%{i}" for i in range(count)], ",")]
+    if registers:
+        name, a_parameters = f"lamina_wgmma_tf32_rs_n{n}", "float a0, float a1, float a2, float a3"
+        a_operand = "{" + ", ".join(f"%{count + i}" for i in range(4)) + "}"
+        b_operand, predicate = count + 4, count + 5
+        inputs = ('"r"(__float_as_uint(a0)), "r"(__float_as_uint(a1)), "r"(__float_as_uint(a2)), '
+                  '"r"(__float_as_uint(a3)), "l"(lamina_wgmma_descriptor(b)), "r"(accumulate)')
+    else:
+        name, a_parameters = f"lamina_wgmma_tf32_n{n}", "const float* a"
+        a_operand, b_operand, predicate = f"%{count}", count + 1, count + 2
+        inputs = '"l"(lamina_wgmma_descriptor(a)), "l"(lamina_wgmma_descriptor(b)), "r"(accumulate)'
     return "\n".join([
-        f"__device__ __forceinline__ void lamina_wgmma_tf32_n{n}(const float* a, const float* b, int accumulate,",
+        f"__device__ __forceinline__ void {name}({a_parameters}, const float* b, int accumulate,",
         *_rows([f"float& d{i}" for i in range(count)], ",", "    ", ") {"),
-        f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{count + 2}, 0;\\n"',
+        f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{predicate}, 0;\\n"',
         f'{asm}"wgmma.mma_async.sync.aligned.m{kir.WGMMA_M}n{n}k{kir.WGMMA_K}.f32.tf32.tf32 {{"',
         *outputs,
-        f'{asm}"}}, %{count}, %{count + 1}, p, 1, 1;\\n}}\\n"',
+        f'{asm}"}}, {a_operand}, %{b_operand}, p, 1, 1;\\n}}\\n"',
         *_rows([f'"+f"(d{i})' for i in range(count)], ",", asm + ": ", "", continued=asm + "  "),
-        f'{asm}: "l"(lamina_wgmma_descriptor(a)), "l"(lamina_wgmma_descriptor(b)), "r"(accumulate)',
+        f'{asm}: {inputs}',
         f'{asm}: "memory");',
         "}",
     ])
 
 
-def call(n: int, a: str, b: str, accumulate: bool, accumulators: list[str], indent: str) -> list[str]:
-    """The lines of a call of ``lamina_wgmma_tf32_n{n}``; ``a`` and ``b`` are the operands' start addresses."""
-    return [f"{indent}lamina_wgmma_tf32_n{n}({a}, {b}, {int(accumulate)},",
+def call(n: int, a: str, b: str, accumulate: bool, accumulators: list[str], indent: str,
+         registers: bool = False) -> list[str]:
+    """The lines of a call of ``lamina_wgmma_tf32_n{n}``; ``a`` and ``b`` are the operands' start addresses (with
+    ``registers``, of ``lamina_wgmma_tf32_rs_n{n}``, ``a`` the thread's four values of A)."""
+    name = f"lamina_wgmma_tf32_rs_n{n}" if registers else f"lamina_wgmma_tf32_n{n}"
+    return [f"{indent}{name}({a}, {b}, {int(accumulate)},",
             *_rows(accumulators, ",", indent + "    ", ");")]
 
 

@@ -1,21 +1,23 @@
-"""Hopper's warpgroup mma (``WgmmaTf32``) and its asynchronous protocol in the Kernel IR simulator.
+"""Hopper's warpgroup mma (``WgmmaTf32``, ``WgmmaTf32RegisterA``) and its asynchronous protocol
+in the Kernel IR simulator.
 
 A warpgroup is 128 consecutive threads of a block (``threadIdx`` flattened). Its wgmma runs
 at issue: A and B are read through their shared arrays, the reads spread over the
 warpgroup's threads, so that bounds, unwritten reads, races and ``cp.async`` waits are
 checked as for any read (bank conflicts are not counted: the tensor cores read whole
-swizzled rows); then, as for ``MmaTf32``, the operands' low 13 bits are dropped and the
-product is added in float64 and rounded once to float32.
+swizzled rows), or A from each thread's registers as ``MmaTf32`` lays them out; then, as
+for ``MmaTf32``, the operands' low 13 bits are dropped and the product is added in float64
+and rounded once to float32.
 
 On the GPU it runs asynchronously, so the simulator keeps what a program may not do
 meanwhile, and reports as ``async_protocol`` faults:
 - a wgmma that reads shared memory that an ordinary store, or a ``cp.async`` once waited
   for, wrote with no ``AsyncProxyFence`` by the writing thread since: the tensor cores read
   through the async proxy, which does not see those writes otherwise;
-- a wgmma whose accumulators an ordinary statement accessed since the thread's last
-  ``WgmmaFence``;
-- an ordinary access to the accumulators of a wgmma still pending, and a kernel that ends
-  with one pending. ``WgmmaCommit`` closes a thread's open group, ``WgmmaWait(p)`` completes
+- a wgmma whose accumulators, or registers of A, an ordinary statement accessed since the
+  thread's last ``WgmmaFence``;
+- an ordinary access to the accumulators or registers of A of a wgmma still pending, and a
+  kernel that ends with one pending. ``WgmmaCommit`` closes a thread's open group, ``WgmmaWait(p)`` completes
   all its committed groups but the ``p`` newest, and a wgmma not yet committed is pending;
 and, as a race, a write to shared memory that a pending wgmma reads.
 """
@@ -105,15 +107,15 @@ class AccumulatorWatch:
 
     def accessed(self, array: RegisterArray, flat: torch.Tensor, valid: Mask, site: int, verb: str) -> None:
         """An ordinary access (``RegisterArray.watch``): the next wgmma needs a fence after it, and
-        it must not touch what a pending wgmma writes."""
+        it must not touch what a pending wgmma writes or reads."""
         acc = self.arrays[array.name]
         threads, cells = self._cells(array, flat, valid)
         acc.touched.view(-1).index_fill_(0, cells, True)
         pending = self.groups.pending(acc.group.view(-1).index_select(0, cells), threads)
         self.faults.add(ASYNC_PROTOCOL, (site, "pending"), pending, lambda i: (
             f"{verb} {_register(array, cells, i)} by {self.grid.describe_thread(int(threads[i]))} while "
-            f"`{self.texts[int(acc.wgmma.view(-1)[cells[i]])]}`, which writes it, is still pending: commit the "
-            "wgmma (WgmmaCommit) and wait for its group (WgmmaWait) before touching its accumulators"))
+            f"`{self.texts[int(acc.wgmma.view(-1)[cells[i]])]}`, which uses it, is still pending: commit the "
+            "wgmma (WgmmaCommit) and wait for its group (WgmmaWait) before touching its registers"))
 
     def fence(self, mask: Mask) -> None:
         """``WgmmaFence``: the threads' accesses so far are ordered before their next wgmma."""
@@ -124,9 +126,10 @@ class AccumulatorWatch:
                 acc.touched[mask.active] = False
 
     def issue(self, array: RegisterArray, places: list[list[torch.Tensor]], mask: Mask, site: int,
-              wgmma: int) -> None:
-        """Wgmma number ``wgmma`` writes elements ``places`` of ``array`` in the threads of ``mask``:
-        fault those that an ordinary statement touched since the fence, and mark them pending."""
+              wgmma: int, verb: str = "accumulates into") -> None:
+        """Wgmma number ``wgmma`` writes (or, as A, reads) elements ``places`` of ``array`` in the
+        threads of ``mask``: fault those that an ordinary statement touched since the fence, and
+        mark them pending."""
         acc = self.arrays[array.name]
         found = [self._cells(array, linear_index(place, array.shape), _inside(place, array.shape, mask))
                  for place in places]
@@ -134,7 +137,7 @@ class AccumulatorWatch:
         cells = torch.cat([cells for _, cells in found])
         touched = acc.touched.view(-1).index_select(0, cells)
         self.faults.add(ASYNC_PROTOCOL, (site, "fence"), touched, lambda i: (
-            f"`{self.texts[wgmma]}` by {self.grid.describe_thread(int(threads[i]))} accumulates into "
+            f"`{self.texts[wgmma]}` by {self.grid.describe_thread(int(threads[i]))} {verb} "
             f"{_register(array, cells, i)}, which an ordinary statement accessed since the thread's last "
             "WgmmaFence: put a WgmmaFence between that access and the wgmma, or the tensor cores may not see it"))
         acc.group.view(-1).index_copy_(0, cells, self.groups.committed.index_select(0, threads).int())
@@ -333,6 +336,38 @@ class _Operand:
                 "k begin: fix the operand's index")
 
 
+class _RegisterOperand:
+    """A of a ``WgmmaTf32RegisterA``: four elements of f32 register arrays per thread, read
+    as the tensor cores read them and watched like the accumulators until the wgmma is done."""
+
+    def __init__(self, runner: WgmmaRunner, values: tuple, scope: dict[str, DType], text: str):
+        self.runner, self.sources = runner, []
+        for value in values:
+            memory = runner.memories.get(value.array) if isinstance(value, kernel_ir.Load) else None
+            if not isinstance(memory, RegisterArray) or memory.dtype != dtypes.float32:
+                raise VerificationError(f"kernel {runner.kernel}: `{text}` reads A from "
+                                        f"{kernel_ir.format_expr(value)}, which is not an element of an f32 register "
+                                        "array")
+            self.sources.append((memory, [runner.exprs.compile(i, scope) for i in value.index]))
+        self.site = next(runner.sites)
+        self.wgmmas = [runner.accumulators.watch(memory, text) for memory, _ in self.sources]
+        thread = torch.arange(WARPGROUP_SIZE)
+        warp, g, t = thread // 32, thread % 32 // 4, thread % 4
+        self.places = [(16 * warp + g + 8 * (i % 2)) * WGMMA_K + t + 4 * (i // 2) for i in range(4)]
+
+    def read(self, mask: Mask) -> torch.Tensor:
+        """A of each warpgroup, [warpgroups, 64, 8], in float64, its registers marked pending."""
+        grid = self.runner.grid
+        warpgroups = grid.total // WARPGROUP_SIZE
+        matrix = torch.zeros(warpgroups, WGMMA_M * WGMMA_K, dtype=torch.float32)
+        for (memory, index_of), place, wgmma in zip(self.sources, self.places, self.wgmmas):
+            index = [f(mask) for f in index_of]
+            values = per_thread(memory.read(index, mask, self.site, watched=False), grid.total)
+            matrix[:, place] = values.view(warpgroups, WARPGROUP_SIZE)
+            self.runner.accumulators.issue(memory, [index], mask, self.site, wgmma, "reads A from")
+        return truncated(matrix).view(warpgroups, WGMMA_M, WGMMA_K).double()
+
+
 def _accumulator_layout(n: int) -> torch.Tensor:
     """Where each accumulator of a warpgroup's threads sits in D (64 x n, row-major), thread-major:
     lane ``4 g + t`` of warp ``w`` holds ``D[16 w + g + 8 h][8 j + 2 t + e]`` in element ``4 j + 2 h + e``."""
@@ -379,7 +414,7 @@ class WgmmaRunner:
 
         return run
 
-    def _wgmma(self, s: kernel_ir.WgmmaTf32, scope: dict[str, DType]) -> Runner:
+    def _wgmma(self, s: kernel_ir.WgmmaTf32 | kernel_ir.WgmmaTf32RegisterA, scope: dict[str, DType]) -> Runner:
         acc = self.memories.get(s.acc)
         if not isinstance(acc, RegisterArray) or acc.dtype != dtypes.float32:
             raise VerificationError(f"kernel {self.kernel}: wgmma accumulates into {s.acc}, which is not an f32 "
@@ -391,7 +426,10 @@ class WgmmaRunner:
             raise SimulationError(f"kernel {self.kernel}: wgmma in blocks of {self.grid.threads_per_block} threads; "
                                   f"a wgmma needs blocks of whole warpgroups of {WARPGROUP_SIZE} threads")
         text = kernel_ir.format_body((s,), "")[0]
-        a = _Operand(self, s.a, s.a_index, WGMMA_M, scope, text)
+        if isinstance(s, kernel_ir.WgmmaTf32RegisterA):
+            a = _RegisterOperand(self, s.a, scope, text)
+        else:
+            a = _Operand(self, s.a, s.a_index, WGMMA_M, scope, text)
         b = _Operand(self, s.b, s.b_index, s.n, scope, text)
         places = [[self.exprs.compile(i, scope) for i in place] for place in s.acc_index]
         wgmma = self.accumulators.watch(acc, text)

@@ -7,8 +7,8 @@ thread and block indices, warp shuffles, ``ClusterLoad`` from the shared memory 
 another block of the same cluster (blocks launched together along x, as on Hopper), and
 ``Tf32`` rounding for the warp-wide tensor-core statement ``MmaTf32``. Hopper's
 warpgroup mma, ``WgmmaTf32``, reads its operands from shared arrays laid out in the
-128-byte swizzle (``Array.swizzle``) and runs asynchronously between ``WgmmaFence``,
-``WgmmaCommit`` and ``WgmmaWait``.
+128-byte swizzle (``Array.swizzle``), or A from registers (``WgmmaTf32RegisterA``), and runs
+asynchronously between ``WgmmaFence``, ``WgmmaCommit`` and ``WgmmaWait``.
 Arrays live in one of three spaces: ``global`` (the parameters), ``shared`` and
 ``register`` (per-thread arrays, indexed only by constants after unrolling).
 
@@ -364,6 +364,26 @@ class WgmmaTf32:
 
 
 @attrs.frozen
+class WgmmaTf32RegisterA:
+    """``WgmmaTf32`` with A from registers (PTX's register-sourced form): each thread gives its
+    part of A as four f32 values ``a``, each read from an f32 register array, which the tensor
+    cores read the tf32 part of. Lane ``4 g + t`` of warp ``w`` of the warpgroup gives
+    ``A[16 w + g][t]``, ``A[16 w + g + 8][t]``, ``A[16 w + g][t + 4]`` and
+    ``A[16 w + g + 8][t + 4]``, as in ``MmaTf32``. B, the accumulators and the asynchronous
+    protocol are ``WgmmaTf32``'s, and A's registers are under the accumulators' rules: written
+    before a ``WgmmaFence``, and left alone until a ``WgmmaWait`` covers the wgmma.
+    """
+
+    acc: str
+    acc_index: tuple[tuple[Expr, ...], ...] = attrs.field(converter=lambda v: tuple(tuple(i) for i in v))
+    a: tuple[Expr, ...] = attrs.field(converter=tuple)
+    b: str
+    b_index: tuple[Expr, ...] = attrs.field(converter=tuple)
+    n: int
+    accumulate: bool = True
+
+
+@attrs.frozen
 class WgmmaFence:
     """Order the warpgroup's earlier accesses to accumulator registers before the wgmma that follow."""
 
@@ -387,8 +407,8 @@ class AsyncProxyFence:
 
 
 Stmt = (Declare | Assign | Store | For | If | Barrier | ClusterBarrier | CpAsync | CpAsyncCommit | CpAsyncWait
-        | VectorLoad | VectorStore | MmaTf32 | WgmmaTf32 | WgmmaFence | WgmmaCommit | WgmmaWait | AsyncProxyFence
-        | Comment)
+        | VectorLoad | VectorStore | MmaTf32 | WgmmaTf32 | WgmmaTf32RegisterA | WgmmaFence | WgmmaCommit | WgmmaWait
+        | AsyncProxyFence | Comment)
 
 
 @attrs.frozen
@@ -463,6 +483,8 @@ def expressions(s: Stmt) -> tuple[Expr, ...]:
         return tuple(i for place in s.acc_index for i in place) + s.a + s.b
     if isinstance(s, WgmmaTf32):
         return tuple(i for place in s.acc_index for i in place) + s.a_index + s.b_index
+    if isinstance(s, WgmmaTf32RegisterA):
+        return tuple(i for place in s.acc_index for i in place) + s.a + s.b_index
     return ()
 
 
@@ -510,6 +532,11 @@ def rename_arrays(kernel: Kernel, mapping: dict[str, str], name: str | None = No
                     s, acc=mapping.get(s.acc, s.acc), acc_index=[tuple(map(rename_expr, i)) for i in s.acc_index],
                     a=mapping.get(s.a, s.a), a_index=tuple(map(rename_expr, s.a_index)),
                     b=mapping.get(s.b, s.b), b_index=tuple(map(rename_expr, s.b_index)),
+                )
+            elif isinstance(s, WgmmaTf32RegisterA):
+                s = attrs.evolve(
+                    s, acc=mapping.get(s.acc, s.acc), acc_index=[tuple(map(rename_expr, i)) for i in s.acc_index],
+                    a=tuple(map(rename_expr, s.a)), b=mapping.get(s.b, s.b), b_index=tuple(map(rename_expr, s.b_index)),
                 )
             out.append(s)
         return tuple(out)
@@ -587,7 +614,7 @@ def format_body(body, indent: str) -> list[str]:
             acc = ", ".join(s.acc + _index(i) for i in s.acc_index)
             a, b = (", ".join(map(format_expr, values)) for values in (s.a, s.b))
             lines.append(f"{indent}mma m16n8k8 tf32 ({acc}) += ({a}) x ({b})")
-        elif isinstance(s, WgmmaTf32):
+        elif isinstance(s, (WgmmaTf32, WgmmaTf32RegisterA)):
             lines.append(f"{indent}{_format_wgmma(s)}")
         elif isinstance(s, WgmmaFence):
             lines.append(f"{indent}wgmma fence")
@@ -614,11 +641,24 @@ def _span(first: Expr, count: int) -> str:
     return f"{format_expr(first)} + 0..{count - 1}"
 
 
-def _format_wgmma(s: WgmmaTf32) -> str:
+def _register_values(values: tuple[Expr, ...]) -> str:
+    """``a[j][0..3]`` for the four values of A where they are one register row, in order."""
+    first = values[0]
+    if all(isinstance(v, Load) and v.array == first.array and v.index[:-1] == first.index[:-1]
+           and v.index[-1] == ex.const(p) for p, v in enumerate(values)):
+        return f"{first.array}{_index(first.index[:-1])}[0..{len(values) - 1}]"
+    return f"({', '.join(map(format_expr, values))})"
+
+
+def _format_wgmma(s: WgmmaTf32 | WgmmaTf32RegisterA) -> str:
     first, last = s.acc_index[0], s.acc_index[-1]
     acc = f"{s.acc}{_index(first)}..{s.acc}{_index(last)}"
     sign = "+=" if s.accumulate else "="
-    a, b = _operand_rows(s.a, s.a_index, WGMMA_M), _operand_rows(s.b, s.b_index, s.n)
+    if isinstance(s, WgmmaTf32RegisterA):
+        a = _register_values(s.a)
+    else:
+        a = _operand_rows(s.a, s.a_index, WGMMA_M)
+    b = _operand_rows(s.b, s.b_index, s.n)
     return f"wgmma m{WGMMA_M}n{s.n}k{WGMMA_K} tf32 ({acc}) {sign} {a} x {b}^T"
 
 
@@ -717,7 +757,7 @@ def verify_kernel(k: Kernel, max_threads: int = 1024, max_shared_bytes: int = 48
                 problems.extend(_vector_access_problems(s, arrays))
             elif isinstance(s, MmaTf32):
                 problems.extend(_mma_problems(s, arrays))
-            elif isinstance(s, WgmmaTf32):
+            elif isinstance(s, (WgmmaTf32, WgmmaTf32RegisterA)):
                 problems.extend(_wgmma_problems(s, arrays))
 
     visit(k.body, set())
@@ -778,7 +818,7 @@ def _vector_access_problems(s: VectorLoad | VectorStore, arrays: dict) -> list[s
     return problems
 
 
-def _accumulator_problems(kind: str, s: MmaTf32 | WgmmaTf32, arrays: dict) -> list[str]:
+def _accumulator_problems(kind: str, s: MmaTf32 | WgmmaTf32 | WgmmaTf32RegisterA, arrays: dict) -> list[str]:
     acc = arrays.get(s.acc)
     if not isinstance(acc, Array) or acc.space != "register" or acc.dtype != dtypes.float32:
         return [f"{kind} accumulates into {s.acc}: it must be an f32 register array"]
@@ -814,13 +854,18 @@ def _swizzle_problems(a: Array) -> list[str]:
     return []
 
 
-def _wgmma_problems(s: WgmmaTf32, arrays: dict) -> list[str]:
+def _wgmma_problems(s: WgmmaTf32 | WgmmaTf32RegisterA, arrays: dict) -> list[str]:
     problems = _accumulator_problems("wgmma", s, arrays)
     if s.n % 8 or not 8 <= s.n <= 256:
         problems.append(f"wgmma m64nNk8 takes n a multiple of 8 from 8 to 256, not {s.n}")
     elif len(s.acc_index) != s.n // 2:
         problems.append(f"wgmma m64n{s.n}k8 takes {s.n // 2} accumulators per thread, not {len(s.acc_index)}")
-    for name, idx in ((s.a, s.a_index), (s.b, s.b_index)):
+    operands = [(s.b, s.b_index)]
+    if isinstance(s, WgmmaTf32RegisterA):
+        problems.extend(_register_a_problems(s, arrays))
+    else:
+        operands.insert(0, (s.a, s.a_index))
+    for name, idx in operands:
         operand = arrays.get(name)
         if not isinstance(operand, Array) or operand.space != "shared" or operand.dtype != dtypes.float32 \
                 or operand.swizzle != SWIZZLE_BYTES:
@@ -832,6 +877,17 @@ def _wgmma_problems(s: WgmmaTf32, arrays: dict) -> list[str]:
                 if isinstance(value, ex.Const) and int(value.value) % 8:
                     problems.append(f"wgmma operand {name} starts at {what} {int(value.value)}, not a multiple of 8")
     return problems
+
+
+def _register_a_problems(s: WgmmaTf32RegisterA, arrays: dict) -> list[str]:
+    if len(s.a) != 4:
+        return [f"wgmma with A from registers takes 4 values of A per thread, not {len(s.a)}"]
+    for value in s.a:
+        source = arrays.get(value.array) if isinstance(value, Load) else None
+        if not isinstance(source, Array) or source.space != "register" or source.dtype != dtypes.float32:
+            return [f"wgmma reads A from {format_expr(value)}: each value of A must be an element of an f32 register "
+                    "array, which the asynchronous protocol keeps unchanged until the wgmma is done"]
+    return []
 
 
 def verify_program(p: Program) -> None:

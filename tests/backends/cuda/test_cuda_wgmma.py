@@ -95,6 +95,22 @@ def test_every_width_of_wgmma_compiles_without_spills(tmp_path, n):
     assert "serialized" not in compiled.log
 
 
+@pytest.mark.parametrize("n", [64, 128])
+def test_a_from_registers_is_passed_as_four_32_bit_registers_and_compiles_unserialized(tmp_path, n):
+    kernel = warpgroup_product(2, n, 32, a_from_registers=True)
+    source = emit_cuda(kernel)
+    assert source.count(f"__device__ __forceinline__ void lamina_wgmma_tf32_rs_n{n}(float a0, float a1, float a2, "
+                        "float a3, const float* b, int accumulate,") == 1
+    assert f"lamina_wgmma_tf32_n{n}(" not in source
+    assert f"}}, {{%{n // 2}, %{n // 2 + 1}, %{n // 2 + 2}, %{n // 2 + 3}}}, %{n // 2 + 4}, p, 1, 1;" in source
+    assert '"r"(__float_as_uint(a0)), "r"(__float_as_uint(a1))' in source
+    assert (f"lamina_wgmma_tf32_rs_n{n}(a_values[1][0], a_values[1][1], a_values[1][2], a_values[1][3], &b_tile[8], 1,"
+            in source)
+    compiled = compile_kernel(source, kernel_symbol(kernel), "sm_90a", cache_dir=tmp_path)
+    assert (compiled.spill_stores, compiled.spill_loads, compiled.stack_bytes) == (0, 0, 0)
+    assert "serialized" not in compiled.log
+
+
 def test_without_accumulate_the_first_step_replaces_the_accumulators():
     source = emit_cuda(warpgroup_product(1, 32, 16, accumulate=False))
     assert "lamina_wgmma_tf32_n32(&a_tile[group * 2048], &b_tile[0], 0," in source
@@ -208,6 +224,13 @@ def assert_the_gpu_computes_what_the_simulator_computes(kernel, warpgroups, n, k
 def test_the_gpu_multiplies_what_the_simulator_multiplies(tmp_path, warpgroups, n, k, accumulate):
     kernel = warpgroup_product(warpgroups, n, k, accumulate=accumulate)
     assert_the_gpu_computes_what_the_simulator_computes(kernel, warpgroups, n, k, accumulate, tmp_path)
+
+
+@gpu
+@pytest.mark.parametrize("warpgroups, n, k", [(1, 32, 16), (2, 128, 32)])
+def test_with_a_from_registers_the_gpu_multiplies_what_the_simulator_multiplies(tmp_path, warpgroups, n, k):
+    kernel = warpgroup_product(warpgroups, n, k, a_from_registers=True)
+    assert_the_gpu_computes_what_the_simulator_computes(kernel, warpgroups, n, k, True, tmp_path)
 
 
 @gpu

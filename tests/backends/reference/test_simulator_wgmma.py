@@ -52,6 +52,41 @@ def test_each_warpgroup_adds_the_tf32_product_of_its_rows(warpgroups, n, k):
     assert not torch.allclose(d.double(), a.double() @ b.double().T + c.double(), rtol=1e-6, atol=0)
 
 
+@pytest.mark.parametrize("k", [8, 32])
+@pytest.mark.parametrize("n", [8, 128])
+@pytest.mark.parametrize("warpgroups", [1, 2])
+def test_with_a_from_registers_each_warpgroup_adds_the_same_product(warpgroups, n, k):
+    kernel = warpgroup_product(warpgroups, n, k, a_from_registers=True)
+    kir.verify_kernel(kernel)
+    a, b, c, d, report = run(kernel, warpgroups, n, k)
+    assert report.faults == []
+    torch.testing.assert_close(d.double(), tf32_product(a, b) + c.double(), rtol=1e-6, atol=1e-6)
+
+
+def test_a_register_of_a_overwritten_before_the_wait_is_a_fault():
+    *_, report = run(warpgroup_product(a_from_registers=True, overwrite_a=True))
+    assert report.faults == report.async_protocol and len(report.faults) == 1
+    assert report.async_protocol[0] == (
+        "kernel wgmma: store to register a_values[0][0] by block (0, 0, 0) thread (0, 0, 0) while `wgmma m64n32k8 "
+        "tf32 (acc[0]..acc[15]) += a_values[0][0..3] x b_tile[0..31][0..7]^T`, which uses it, is still pending: "
+        "commit the wgmma (WgmmaCommit) and wait for its group (WgmmaWait) before touching its registers; 256 such "
+        "accesses at this site")
+
+
+def test_registers_of_a_written_without_a_wgmma_fence_are_a_fault():
+    *_, report = run(warpgroup_product(a_from_registers=True, wgmma_fence=False))
+    assert any("reads A from register a_values[0][0], which an ordinary statement accessed since the thread's last "
+               "WgmmaFence" in fault for fault in report.async_protocol)
+
+
+def test_a_from_anything_but_a_register_array_is_refused():
+    kernel = warpgroup_product(a_from_registers=True)
+    first = next(s for s in kernel.body if isinstance(s, kir.WgmmaTf32RegisterA))
+    bad = attrs.evolve(first, a=(kir.Load("a_tile", (const(0), const(0)), F32),) * 4)
+    with pytest.raises(VerificationError, match="each value of A must be an element of an f32 register array"):
+        kir.verify_kernel(edited(kernel, lambda s: [bad] if s is first else [s]))
+
+
 def test_without_accumulate_the_first_wgmma_replaces_the_accumulators():
     a, b, c, d, report = run(warpgroup_product(accumulate=False))
     assert report.faults == []
@@ -98,9 +133,9 @@ def test_reading_the_accumulators_before_the_wait_is_a_fault():
     assert report.races == []
     assert len(report.async_protocol) == 17
     assert report.async_protocol[0] == (
-        f"kernel wgmma: load from register acc[0] by block (0, 0, 0) thread (0, 0, 0) while `{SECOND}`, which writes "
+        f"kernel wgmma: load from register acc[0] by block (0, 0, 0) thread (0, 0, 0) while `{SECOND}`, which uses "
         "it, is still pending: commit the wgmma (WgmmaCommit) and wait for its group (WgmmaWait) before touching its "
-        "accumulators; 256 such accesses at this site")
+        "registers; 256 such accesses at this site")
     assert report.async_protocol[-1] == (
         f"kernel wgmma: the kernel ends while `{SECOND}` of block (0, 0, 0) thread (0, 0, 0) is still pending: wait "
         "for every wgmma (WgmmaCommit, then WgmmaWait(0)) before the kernel ends; 256 such accesses at this site")
