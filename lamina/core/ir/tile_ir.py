@@ -110,9 +110,9 @@ class TileKernel:
     at each, rather than all at once before them (0). ``tensor_cores``: how the products run
     on the tensor cores (``"3xtf32"``: each float32 operand as two tf32 pieces, three
     m16n8k8 mma per product, warps of 8 x 4 threads holding the mma's accumulators;
-    ``"wgmma 3xtf32"``: the same pieces, three wgmma m64nNk8 per product read from swizzled
-    shared memory by each warpgroup, a 64-row slice of the block), or None for FMAs on the
-    CUDA cores.
+    ``"wgmma 3xtf32"``: the same pieces, three wgmma m64nNk8 per product by each warpgroup, a
+    64-row slice of the block, the rows' operand from registers and the columns' from swizzled
+    shared memory), or None for FMAs on the CUDA cores.
     """
 
     kernel: loop_ir.Kernel
@@ -135,10 +135,12 @@ class TileKernel:
 
     @property
     def shared_bytes(self) -> int:
-        """The staged tiles, and on wgmma one k-tile of their small tf32 pieces."""
+        """The staged tiles, and on wgmma one k-tile of the small tf32 pieces of the operand along
+        the columns (the one along the rows is split in registers)."""
         staged = sum(s.bytes for s in self.stages)
         if self.tensor_cores == WGMMA_PRODUCTS:
-            staged += sum(math.prod(s.tile) * s.dtype.itemsize for s in self.stages)
+            columns = next((b.vars for b in self.grid if b.thread_dim == "x"), ())
+            staged += sum(math.prod(s.tile) * s.dtype.itemsize for s in self.stages if s.dims[0] in columns)
         return staged
 
     def grid_shape(self) -> dict[str, int]:
@@ -203,9 +205,10 @@ def format_tile_kernel(tk: TileKernel) -> str:
                      "3 mma per product")
     if tk.tensor_cores == WGMMA_PRODUCTS:
         columns = next(b for b in tk.grid if b.thread_dim == "x").block_tile
-        lines.append(f"  products on tensor cores: wgmma m64n{columns}k8 on tf32 from swizzled shared memory, each "
-                     "warpgroup 64 rows, each f32 operand as big + small tf32 (split in place once a k-tile lands), "
-                     "3 wgmma per product summed over each k-tile, then added in f32")
+        lines.append(f"  products on tensor cores: wgmma m64n{columns}k8 on tf32, each warpgroup 64 rows, each f32 "
+                     "operand as big + small tf32: the rows' read from swizzled shared memory into registers and split "
+                     "there, the columns' split in place in swizzled shared memory once a k-tile lands; 3 wgmma per "
+                     "product summed over each k-tile, then added in f32")
     for key, value in tk.knobs:
         lines.append(f"  {key} = {value}")
     return "\n".join(lines)

@@ -1,10 +1,11 @@
 """The contraction's Tile IR written as Kernel IR where its products run on wgmma.
 
 Per k-tile (``warpgroup_products`` says why each piece is there): wait for its copies and
-meet at a barrier; split it in place, every thread 16 bytes at a time (each float32 to its
-nearest tf32, what is left to the small pieces' array); fence those writes
-for the asynchronous proxy that wgmma reads through, and meet again; start copying the
-k-tile ``buffers - 1`` ahead into the slot the last k-tile's wgmma read; then each
+meet at a barrier; each thread reads its fragments of the m side's rows into registers and
+splits them there (each float32 to its nearest tf32 and what is left), and splits the n
+side's k-tile in place, 16 bytes at a time, the small pieces to their own array; fence those
+writes for the asynchronous proxy that wgmma reads through, and meet again; start copying
+the k-tile ``buffers - 1`` ahead into the slot the last k-tile's products read; then each
 warpgroup runs its three wgmma per eight k into the k-tile's sum, waits for them, and adds
 the sum to its accumulators. The prologue, the copies' guards and the epilogue are the
 FMA kernels' (``lowering.ContractionWriter``), the register tile being the wgmma's
@@ -31,11 +32,15 @@ class WarpgroupWriter(ContractionWriter):
     def __init__(self, tile, c, taken=frozenset()):
         super().__init__(tile, c, taken)
         self.m_side, self.n_side = tensor_cores.factors(c)
-        self.small = {s.index: self.names.fresh(f"{s.buffer}_small") for s in tile.stages}
+        self.n_stage = next(s for s in tile.stages if s.index == self.n_side.text)
+        self.n_small = self.names.fresh(f"{self.n_stage.buffer}_small")
+        self.fragments = {p: self.names.fresh(f"a_{p}") for p in ("big", "small")}
         self.step_sum = self.names.fresh("k_tile_sum")
         self.warpgroup = ex.Var(self.names.fresh("warpgroup"))
+        self.step = ex.Var(self.names.fresh("step"))
         self.pieces = {p: self.names.fresh(f"{p}_piece") for p in ("raw", "big", "small")}
         self.ranges[self.warpgroup.name] = self.threads // kernel_ir.WARPGROUP_SIZE
+        self.ranges[self.step.name] = warpgroup_products.BLOCK_K // kernel_ir.WGMMA_K
 
     # --- copies ------------------------------------------------------------------
 
@@ -46,50 +51,73 @@ class WarpgroupWriter(ContractionWriter):
 
     # --- a k-tile ------------------------------------------------------------------
 
+    def _fragments(self, slot: Expr) -> list[kernel_ir.Stmt]:
+        """Each thread's values of A for the k-tile's wgmma, read from the m side's staged rows
+        and split in registers: for the eight k from ``8 j``, value ``i`` of lane ``4 g + t`` of
+        the warpgroup's warp ``w`` is row ``16 w + g + 8 (i % 2)``, column ``8 j + t + 4 (i // 2)``
+        (``kernel_ir.WgmmaTf32RegisterA``). A warp's 32 reads of one value are eight rows of four
+        columns, one 16-byte chunk of each row; the swizzle puts the eight in different banks."""
+        warp = self.tid % kernel_ir.WARPGROUP_SIZE // 32
+        first_row = self.warpgroup * kernel_ir.WGMMA_M + warp * 16 + self.tid % 32 // 4
+        big, small = self.fragments["big"], self.fragments["small"]
+        dtype = self.n_stage.dtype
+        body: list[kernel_ir.Stmt] = []
+        for i in range(4):
+            row = first_row + 8 * (i % 2)
+            column = self.tid % 4 + self.step * kernel_ir.WGMMA_K + 4 * (i // 2)
+            at = (self.step, ex.const(i))
+            raw = kernel_ir.Load(self.tiles[self.m_side.text], (slot, row, column), dtype)
+            body += [kernel_ir.Store(small, at, raw),
+                     kernel_ir.Store(big, at, kernel_ir.Tf32(kernel_ir.Load(small, at, dtype))),
+                     kernel_ir.Store(small, at, ex.op("sub", kernel_ir.Load(small, at, dtype),
+                                                      kernel_ir.Load(big, at, dtype)))]
+        steps = warpgroup_products.BLOCK_K // kernel_ir.WGMMA_K
+        return [kernel_ir.For(self.step.name, ex.const(0), ex.const(steps), 1, body, unroll=True)]
+
     def _split(self, slot: Expr) -> list[kernel_ir.Stmt]:
-        """Every staged element of k-tile ``slot`` to its nearest tf32 in place, what is left to
-        the small pieces, 16 bytes a thread at a time: a warp's 32 chunks are four whole rows,
-        which its 16-byte reads and writes cover without a bank conflict, swizzled or not."""
-        out: list[kernel_ir.Stmt] = []
+        """Every staged element of the n side's k-tile ``slot`` to its nearest tf32 in place,
+        what is left to the small pieces, 16 bytes a thread at a time: a warp's 32 chunks are
+        four whole rows, which its 16-byte reads and writes cover without a bank conflict,
+        swizzled or not."""
         width = warpgroup_products.COPY_ELEMENTS
         chunks = warpgroup_products.BLOCK_K // width
         lanes = [(ex.const(i),) for i in range(width)]
         first = (ex.const(0),)
-        for stage in self.tile.stages:
-            rounds = stage.tile[0] * chunks // self.threads
-            e = self.tid + self.round * self.threads
-            row, word = e // chunks, e % chunks * width
-            staged = (slot, row, word)
-            body: list[kernel_ir.Stmt] = [kernel_ir.VectorLoad(self.pieces["raw"], first, self.tiles[stage.index],
-                                                               staged, width)]
-            for at in lanes:
-                raw = kernel_ir.Load(self.pieces["raw"], at, stage.dtype)
-                big = kernel_ir.Load(self.pieces["big"], at, stage.dtype)
-                body += [kernel_ir.Store(self.pieces["big"], at, kernel_ir.Tf32(raw)),
-                         kernel_ir.Store(self.pieces["small"], at, ex.op("sub", raw, big))]
-            body += [kernel_ir.VectorStore(self.tiles[stage.index], staged, self.pieces["big"], first, width),
-                     kernel_ir.VectorStore(self.small[stage.index], (row, word), self.pieces["small"], first, width)]
-            out.append(kernel_ir.For(self.round.name, ex.const(0), ex.const(rounds), 1, body, unroll=True))
-        return out
+        stage = self.n_stage
+        rounds = stage.tile[0] * chunks // self.threads
+        e = self.tid + self.round * self.threads
+        row, word = e // chunks, e % chunks * width
+        staged = (slot, row, word)
+        body: list[kernel_ir.Stmt] = [kernel_ir.VectorLoad(self.pieces["raw"], first, self.tiles[stage.index],
+                                                           staged, width)]
+        for at in lanes:
+            raw = kernel_ir.Load(self.pieces["raw"], at, stage.dtype)
+            big = kernel_ir.Load(self.pieces["big"], at, stage.dtype)
+            body += [kernel_ir.Store(self.pieces["big"], at, kernel_ir.Tf32(raw)),
+                     kernel_ir.Store(self.pieces["small"], at, ex.op("sub", raw, big))]
+        body += [kernel_ir.VectorStore(self.tiles[stage.index], staged, self.pieces["big"], first, width),
+                 kernel_ir.VectorStore(self.n_small, (row, word), self.pieces["small"], first, width)]
+        return [kernel_ir.For(self.round.name, ex.const(0), ex.const(rounds), 1, body, unroll=True)]
 
-    def _operand(self, side, piece: str, slot: Expr, row: Expr, k: int) -> tuple[str, tuple[Expr, ...]]:
+    def _b_operand(self, piece: str, slot: Expr, k: int) -> tuple[str, tuple[Expr, ...]]:
         if piece == "big":
-            return self.tiles[side.text], (slot, row, ex.const(k))
-        return self.small[side.text], (row, ex.const(k))
+            return self.tiles[self.n_side.text], (slot, ex.const(0), ex.const(k))
+        return self.n_small, (ex.const(0), ex.const(k))
 
     def _products(self, slot: Expr) -> list[kernel_ir.Stmt]:
         """The warpgroup's three wgmma per eight k of the k-tile, summed from zero, then added
         to the accumulators once they are done."""
         n = self.cols.block_tile
         accumulators = [(ex.const(p % 4 // 2), ex.const(p // 4 * 2 + p % 2)) for p in range(n // 2)]
-        first_row = self.warpgroup * kernel_ir.WGMMA_M
+        dtype = self.n_stage.dtype
         out: list[kernel_ir.Stmt] = [kernel_ir.WgmmaFence()]
         for k in range(0, self.block_k, kernel_ir.WGMMA_K):
+            j = k // kernel_ir.WGMMA_K
             for a_piece, b_piece in PIECE_PAIRS:
-                a, a_index = self._operand(self.m_side, a_piece, slot, first_row, k)
-                b, b_index = self._operand(self.n_side, b_piece, slot, ex.const(0), k)
+                a = [kernel_ir.Load(self.fragments[a_piece], (ex.const(j), ex.const(i)), dtype) for i in range(4)]
+                b, b_index = self._b_operand(b_piece, slot, k)
                 accumulate = bool(k) or (a_piece, b_piece) != PIECE_PAIRS[0]
-                out.append(kernel_ir.WgmmaTf32(self.step_sum, accumulators, a, a_index, b, b_index, n, accumulate))
+                out.append(kernel_ir.WgmmaTf32RegisterA(self.step_sum, accumulators, a, b, b_index, n, accumulate))
         out += [kernel_ir.WgmmaCommit(), kernel_ir.WgmmaWait(0)]
         for a, b in self._register_tile():
             at = (ex.const(a), ex.const(b))
@@ -98,10 +126,10 @@ class WarpgroupWriter(ContractionWriter):
         return out
 
     def _k_tile(self, waits: list[kernel_ir.Stmt], refill: kernel_ir.Stmt, slot: Expr) -> list[kernel_ir.Stmt]:
-        """K-tile ``kt`` from ``slot``: landed, split and fenced for the asynchronous proxy, the
-        copy of a k-tile ahead started, then multiplied on wgmma."""
-        return [*waits, kernel_ir.Barrier(), *self._split(slot), kernel_ir.AsyncProxyFence(), kernel_ir.Barrier(),
-                refill, *self._products(slot)]
+        """K-tile ``kt`` from ``slot``: landed, split (A into registers, B in place) and fenced for
+        the asynchronous proxy, the copy of a k-tile ahead started, then multiplied on wgmma."""
+        return [*waits, kernel_ir.Barrier(), *self._fragments(slot), *self._split(slot), kernel_ir.AsyncProxyFence(),
+                kernel_ir.Barrier(), refill, *self._products(slot)]
 
     def _prologue(self) -> list[kernel_ir.Stmt]:
         warpgroup = kernel_ir.Declare(self.warpgroup.name, self.warpgroup.dtype, self.tid // kernel_ir.WARPGROUP_SIZE)
@@ -110,17 +138,19 @@ class WarpgroupWriter(ContractionWriter):
     # --- arrays --------------------------------------------------------------------
 
     def _shared_arrays(self) -> list[kernel_ir.Array]:
-        """The staged k-tiles and their small pieces, swizzled."""
-        arrays = []
-        for s in self.tile.stages:
-            arrays.append(kernel_ir.Array(self.tiles[s.index], s.dtype, s.padded_shape, "shared", swizzle=s.swizzle))
-            arrays.append(kernel_ir.Array(self.small[s.index], s.dtype, s.tile, "shared", swizzle=s.swizzle))
-        return arrays
+        """The staged k-tiles and the n side's small pieces, swizzled."""
+        arrays = [kernel_ir.Array(self.tiles[s.index], s.dtype, s.padded_shape, "shared", swizzle=s.swizzle)
+                  for s in self.tile.stages]
+        stage = self.n_stage
+        return arrays + [kernel_ir.Array(self.n_small, stage.dtype, stage.tile, "shared", swizzle=stage.swizzle)]
 
     def _fragment_arrays(self) -> list[kernel_ir.Array]:
-        """The k-tile's sum of products, beside the accumulators, and a 16-byte chunk of the
-        split as read, its big pieces and its small ones."""
+        """The k-tile's sum of products, beside the accumulators; the thread's values of A, big
+        and small, four for each eight k; and a 16-byte chunk of the n side's split as read, its
+        big pieces and its small ones."""
         tile = (self.rows.per_thread, self.cols.per_thread)
+        values = (warpgroup_products.BLOCK_K // kernel_ir.WGMMA_K, 4)
         chunk = (warpgroup_products.COPY_ELEMENTS,)
         return [kernel_ir.Array(self.step_sum, self.c.acc_dtype, tile, "register"),
+                *(kernel_ir.Array(name, self.c.acc_dtype, values, "register") for name in self.fragments.values()),
                 *(kernel_ir.Array(name, self.c.acc_dtype, chunk, "register") for name in self.pieces.values())]

@@ -2,16 +2,25 @@
 
 ``mma.sync`` reads its operands from registers, which each thread must first load from
 shared memory and split; on the H200 that kept the tensor cores under half busy, no faster
-than FMAs (``tensor_cores``). ``wgmma`` reads both operands straight from shared memory,
-where the schedule stages each 32-deep k-tile row by row (K-major, 128 bytes a row) in the
-128-byte swizzle its descriptors name. Once a k-tile has landed, the block splits it in
-place: each float32 becomes its nearest tf32 ("big"), and what is left ("small") goes to
-a second array. A warpgroup (four warps) multiplies its 64 rows of the block by all of the
+than FMAs (``tensor_cores``). ``wgmma`` reads B from shared memory, and A from shared memory
+or from the registers of its warpgroup's threads. The schedule stages each 32-deep k-tile of
+both operands row by row (K-major, 128 bytes a row) in the 128-byte swizzle the descriptors
+name. Once a k-tile has landed, each thread reads its values of A (the m side, the block's
+rows: four per eight k, as ``mma.sync`` lays them out) into registers and splits them there:
+each float32 becomes its nearest tf32 ("big") and what is left ("small"). B (the n side) is
+split in place in shared memory, 16 bytes a thread at a time, its small pieces going to a
+second array. A warpgroup (four warps) multiplies its 64 rows of the block by all of the
 block's columns, three wgmma m64nNk8 per eight k (small x big, big x small, big x big),
 summed from zero over the k-tile on the tensor cores and added to the accumulators in
 float32, as the ``mma.sync`` kernels do every eight k: the tensor cores truncate their
 sums, and on the suite's linears a k-tile's twelve products drift no further from float64
 than cuBLAS's FMAs do.
+
+A from registers keeps shared memory's traffic down: A's split pieces are neither written
+back nor read by the tensor cores from there, so a k-tile moves about 40 % fewer bytes
+through shared memory in a 128 x 64 block. On the H200 it took 5 to 25 % off every product of
+the suite (``benchmarks/results/2026-11-30_h200_tensor_core_experiment_wgmma_a_in_registers.json``
+against ``…_wgmma_vector_split.json``).
 
 The accumulators of a warpgroup lie in its threads as in ``mma.sync``'s m16n8 tiles, so
 the block's threads are the same 8 x 4 warp patches with 2 x (BN / 4) register tiles, and
@@ -20,8 +29,8 @@ wgmma, where the patches give a thread rows ``g`` and ``g + BM / 2`` of the bloc
 m-side operand's rows are staged in that order (``staged_row``), so the wgmma's row ``r``
 is the block's row ``staged_row(r)``.
 
-A hand-written kernel of this design ran the suite's M = 2048 linears at 1.39 to 1.77x
-cuBLAS SGEMM, each closer to float64
+A hand-written kernel of this design, with both operands split in shared memory, ran the
+suite's M = 2048 linears at 1.39 to 1.77x cuBLAS SGEMM, each closer to float64
 (``benchmarks/wgmma_experiment.py``, ``benchmarks/results/2026-11-30_h200_wgmma_experiment.json``).
 """
 
@@ -99,6 +108,7 @@ def unaligned_operand(c: Contraction, operand: Operand) -> str:
 
 
 def shared_bytes(choices: Choices) -> int:
-    """The staged k-tiles (``buffers`` of them) and one k-tile of small pieces, of both operands."""
-    tile = (choices.block_m + choices.block_n) * BLOCK_K * dtypes.float32.itemsize
-    return (choices.buffers + 1) * tile
+    """The staged k-tiles of both operands (``buffers`` of them) and one k-tile of the n side's
+    small pieces."""
+    row = BLOCK_K * dtypes.float32.itemsize
+    return choices.buffers * (choices.block_m + choices.block_n) * row + choices.block_n * row
