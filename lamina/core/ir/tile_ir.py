@@ -135,12 +135,12 @@ class TileKernel:
 
     @property
     def shared_bytes(self) -> int:
-        """The staged tiles, and on wgmma one k-tile of the small tf32 pieces of the operand along
+        """The staged tiles, and on wgmma two k-tiles of the small tf32 pieces of the operand along
         the columns (the one along the rows is split in registers)."""
         staged = sum(s.bytes for s in self.stages)
         if self.tensor_cores == WGMMA_PRODUCTS:
             columns = next((b.vars for b in self.grid if b.thread_dim == "x"), ())
-            staged += sum(math.prod(s.tile) * s.dtype.itemsize for s in self.stages if s.dims[0] in columns)
+            staged += sum(2 * math.prod(s.tile) * s.dtype.itemsize for s in self.stages if s.dims[0] in columns)
         return staged
 
     def grid_shape(self) -> dict[str, int]:

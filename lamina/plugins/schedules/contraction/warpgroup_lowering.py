@@ -1,15 +1,16 @@
 """The contraction's Tile IR written as Kernel IR where its products run on wgmma.
 
 Per k-tile (``warpgroup_products`` says why each piece is there): wait for its copies and
-meet at a barrier; each thread reads its fragments of the m side's rows into registers and
-splits them there (each float32 to its nearest tf32 and what is left), and splits the n
-side's k-tile in place, 16 bytes at a time, the small pieces to their own array; fence those
-writes for the asynchronous proxy that wgmma reads through, and meet again; start copying
-the k-tile ``buffers - 1`` ahead into the slot the last k-tile's products read; then each
-warpgroup runs its three wgmma per eight k into the k-tile's sum, waits for them, and adds
-the sum to its accumulators. The prologue, the copies' guards and the epilogue are the
-FMA kernels' (``lowering.ContractionWriter``), the register tile being the wgmma's
-accumulators.
+meet at a barrier; split the n side's k-tile in place, 16 bytes a thread at a time, its
+small pieces to the half of their array that the last k-tile's wgmma, still running, do not
+read; wait for those wgmma and add their sum to the accumulators; read each thread's values
+of the m side's rows into registers and split them there (each float32 to its nearest tf32
+and what is left); fence the splits for the asynchronous proxy that wgmma reads through, and
+meet again; start copying the k-tile ``buffers - 1`` ahead into the slot the last k-tile's
+wgmma read; then start the warpgroup's three wgmma per eight k into the k-tile's sum. After
+the last k-tile, wait for its wgmma and add their sum. The prologue, the copies' guards and
+the epilogue are the FMA kernels' (``lowering.ContractionWriter``), the register tile being
+the wgmma's accumulators.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ class WarpgroupWriter(ContractionWriter):
         steps = warpgroup_products.BLOCK_K // kernel_ir.WGMMA_K
         return [kernel_ir.For(self.step.name, ex.const(0), ex.const(steps), 1, body, unroll=True)]
 
-    def _split(self, slot: Expr) -> list[kernel_ir.Stmt]:
+    def _split(self, slot: Expr, half: Expr) -> list[kernel_ir.Stmt]:
         """Every staged element of the n side's k-tile ``slot`` to its nearest tf32 in place,
         what is left to the small pieces, 16 bytes a thread at a time: a warp's 32 chunks are
         four whole rows, which its 16-byte reads and writes cover without a bank conflict,
@@ -96,17 +97,17 @@ class WarpgroupWriter(ContractionWriter):
             body += [kernel_ir.Store(self.pieces["big"], at, kernel_ir.Tf32(raw)),
                      kernel_ir.Store(self.pieces["small"], at, ex.op("sub", raw, big))]
         body += [kernel_ir.VectorStore(self.tiles[stage.index], staged, self.pieces["big"], first, width),
-                 kernel_ir.VectorStore(self.n_small, (row, word), self.pieces["small"], first, width)]
+                 kernel_ir.VectorStore(self.n_small, (half, row, word), self.pieces["small"], first, width)]
         return [kernel_ir.For(self.round.name, ex.const(0), ex.const(rounds), 1, body, unroll=True)]
 
-    def _b_operand(self, piece: str, slot: Expr, k: int) -> tuple[str, tuple[Expr, ...]]:
+    def _b_operand(self, piece: str, slot: Expr, half: Expr, k: int) -> tuple[str, tuple[Expr, ...]]:
         if piece == "big":
             return self.tiles[self.n_side.text], (slot, ex.const(0), ex.const(k))
-        return self.n_small, (ex.const(0), ex.const(k))
+        return self.n_small, (half, ex.const(0), ex.const(k))
 
-    def _products(self, slot: Expr) -> list[kernel_ir.Stmt]:
-        """The warpgroup's three wgmma per eight k of the k-tile, summed from zero, then added
-        to the accumulators once they are done."""
+    def _products(self, slot: Expr, half: Expr) -> list[kernel_ir.Stmt]:
+        """The warpgroup's three wgmma per eight k of the k-tile, summed from zero and
+        committed; the next k-tile adds the sum to the accumulators once they are done."""
         n = self.cols.block_tile
         accumulators = [(ex.const(p % 4 // 2), ex.const(p // 4 * 2 + p % 2)) for p in range(n // 2)]
         dtype = self.n_stage.dtype
@@ -115,10 +116,14 @@ class WarpgroupWriter(ContractionWriter):
             j = k // kernel_ir.WGMMA_K
             for a_piece, b_piece in PIECE_PAIRS:
                 a = [kernel_ir.Load(self.fragments[a_piece], (ex.const(j), ex.const(i)), dtype) for i in range(4)]
-                b, b_index = self._b_operand(b_piece, slot, k)
+                b, b_index = self._b_operand(b_piece, slot, half, k)
                 accumulate = bool(k) or (a_piece, b_piece) != PIECE_PAIRS[0]
                 out.append(kernel_ir.WgmmaTf32RegisterA(self.step_sum, accumulators, a, b, b_index, n, accumulate))
-        out += [kernel_ir.WgmmaCommit(), kernel_ir.WgmmaWait(0)]
+        return out + [kernel_ir.WgmmaCommit()]
+
+    def _add_step_sum(self) -> list[kernel_ir.Stmt]:
+        """Wait for the last k-tile's wgmma, and add their sum to the accumulators."""
+        out: list[kernel_ir.Stmt] = [kernel_ir.WgmmaWait(0)]
         for a, b in self._register_tile():
             at = (ex.const(a), ex.const(b))
             total = ex.op("add", self._acc(a, b), kernel_ir.Load(self.step_sum, at, self.c.acc_dtype))
@@ -126,14 +131,24 @@ class WarpgroupWriter(ContractionWriter):
         return out
 
     def _k_tile(self, waits: list[kernel_ir.Stmt], refill: kernel_ir.Stmt, slot: Expr) -> list[kernel_ir.Stmt]:
-        """K-tile ``kt`` from ``slot``: landed, split (A into registers, B in place) and fenced for
-        the asynchronous proxy, the copy of a k-tile ahead started, then multiplied on wgmma."""
-        return [*waits, kernel_ir.Barrier(), *self._fragments(slot), *self._split(slot), kernel_ir.AsyncProxyFence(),
-                kernel_ir.Barrier(), refill, *self._products(slot)]
+        """K-tile ``kt`` from ``slot``: landed; B split in place while the last k-tile's wgmma
+        still run, its small pieces to the half of their array that those do not read; then
+        the last k-tile's sum added, A read into registers and split there, the splits fenced
+        for the asynchronous proxy, the copy of a k-tile ahead started into the slot that the
+        last k-tile's wgmma read, and the k-tile's wgmma started."""
+        half = self.kt % 2
+        return [*waits, kernel_ir.Barrier(), *self._split(slot, half), *self._add_step_sum(),
+                *self._fragments(slot), kernel_ir.AsyncProxyFence(), kernel_ir.Barrier(), refill,
+                *self._products(slot, half)]
+
+    def _main_loop(self) -> list[kernel_ir.Stmt]:
+        return super()._main_loop() + self._add_step_sum()
 
     def _prologue(self) -> list[kernel_ir.Stmt]:
         warpgroup = kernel_ir.Declare(self.warpgroup.name, self.warpgroup.dtype, self.tid // kernel_ir.WARPGROUP_SIZE)
-        return super()._prologue() + [warpgroup]
+        zero = ex.cast(ex.const(0), self.c.acc_dtype)
+        no_sum_yet = [kernel_ir.Store(self.step_sum, (ex.const(a), ex.const(b)), zero) for a, b in self._register_tile()]
+        return super()._prologue() + [warpgroup, *no_sum_yet]
 
     # --- arrays --------------------------------------------------------------------
 
@@ -142,7 +157,7 @@ class WarpgroupWriter(ContractionWriter):
         arrays = [kernel_ir.Array(self.tiles[s.index], s.dtype, s.padded_shape, "shared", swizzle=s.swizzle)
                   for s in self.tile.stages]
         stage = self.n_stage
-        return arrays + [kernel_ir.Array(self.n_small, stage.dtype, stage.tile, "shared", swizzle=stage.swizzle)]
+        return arrays + [kernel_ir.Array(self.n_small, stage.dtype, (2, *stage.tile), "shared", swizzle=stage.swizzle)]
 
     def _fragment_arrays(self) -> list[kernel_ir.Array]:
         """The k-tile's sum of products, beside the accumulators; the thread's values of A, big

@@ -20,7 +20,11 @@ A from registers keeps shared memory's traffic down: A's split pieces are neithe
 back nor read by the tensor cores from there, so a k-tile moves about 40 % fewer bytes
 through shared memory in a 128 x 64 block. On the H200 it took 5 to 25 % off every product of
 the suite (``benchmarks/results/2026-11-30_h200_tensor_core_experiment_wgmma_a_in_registers.json``
-against ``…_wgmma_vector_split.json``).
+against ``…_wgmma_vector_split.json``). B's split of each k-tile runs while the wgmma of the
+k-tile before still run, its small pieces in two halves of their array taken in turn: in
+128 x 64 blocks that took another 2.5 to 7 % off the M = 2048 linears and up to 2 % off the
+scores' products (``…_tensor_core_experiment_wgmma_overlapped_b_split.json``), and made
+128 x 128 blocks, one per SM, the fastest for the linears (87 to 98 TFLOP/s in the suite).
 
 The accumulators of a warpgroup lie in its threads as in ``mma.sync``'s m16n8 tiles, so
 the block's threads are the same 8 x 4 warp patches with 2 x (BN / 4) register tiles, and
@@ -108,7 +112,7 @@ def unaligned_operand(c: Contraction, operand: Operand) -> str:
 
 
 def shared_bytes(choices: Choices) -> int:
-    """The staged k-tiles of both operands (``buffers`` of them) and one k-tile of the n side's
+    """The staged k-tiles of both operands (``buffers`` of them) and two k-tiles of the n side's
     small pieces."""
     row = BLOCK_K * dtypes.float32.itemsize
-    return choices.buffers * (choices.block_m + choices.block_n) * row + choices.block_n * row
+    return choices.buffers * (choices.block_m + choices.block_n) * row + 2 * choices.block_n * row

@@ -44,7 +44,7 @@ def test_the_tile_ir_says_each_warpgroup_multiplies_its_rows_from_registers_and_
     assert "  parallel i1 (256): block.x tile 128 = thread.x 4 x 32 per thread (grouped by 2, groups 8 apart)" in text
     assert "  parallel i0 (256): block.y tile 128 = thread.y 64 x 2 per thread (strided by 64)" in text
     assert "  reduce r0 (256): serial, step 32" in text
-    assert "  grid (2, 2, 1) blocks of 256 threads, 114688 B shared" in text
+    assert "  grid (2, 2, 1) blocks of 256 threads, 131072 B shared" in text
     assert "  shared x[i0, r0] as f32[i0 128][r0 32, 128-byte swizzle], 3 buffers, copy cp.async 16 B" in text
     assert ("  products on tensor cores: wgmma m64n128k8 on tf32, each warpgroup 64 rows, each f32 operand as big + "
             "small tf32: the rows' read from swizzled shared memory into registers and split there, the columns' split "
@@ -62,18 +62,23 @@ def test_a_k_tile_is_split_fenced_and_multiplied_in_three_wgmma_per_eight_k():
     assert "vector load x4 raw_piece[0] <- w_tile[slot][round * 32 + tid // 8][tid % 8 * 4]" in lines
     assert "big_piece[3] = tf32(raw_piece[3])" in lines and "small_piece[3] = raw_piece[3] - big_piece[3]" in lines
     assert "vector store x4 w_tile[slot][round * 32 + tid // 8][tid % 8 * 4] <- big_piece[0]" in lines
-    assert "vector store x4 w_small[round * 32 + tid // 8][tid % 8 * 4] <- small_piece[0]" in lines
+    assert "vector store x4 w_small[kt % 2][round * 32 + tid // 8][tid % 8 * 4] <- small_piece[0]" in lines
     assert not any("x_small" in line for line in lines)
-    fence = lines.index("fence shared memory for the async proxy")
-    assert lines[fence + 1] == "barrier"
     wgmma = [line for line in lines if line.startswith("wgmma m64")]
     assert len(wgmma) == 12
     assert wgmma[0] == ("wgmma m64n64k8 tf32 (k_tile_sum[0][0]..k_tile_sum[1][15]) = "
                         "a_small[0][0..3] x w_tile[slot][0..63][0..7]^T")
-    assert wgmma[1].endswith("+= a_big[0][0..3] x w_small[0..63][0..7]^T")
+    assert wgmma[1].endswith("+= a_big[0][0..3] x w_small[kt % 2][0..63][0..7]^T")
     assert wgmma[11].endswith("+= a_big[3][0..3] x w_tile[slot][0..63][24..31]^T")
-    wait = lines.index("wgmma wait (at most 0 pending)")
-    assert lines[wait - 1] == "wgmma commit" and lines[wait + 1] == "acc[0][0] = acc[0][0] + k_tile_sum[0][0]"
+    order = ["vector store x4 w_small[kt % 2][round * 32 + tid // 8][tid % 8 * 4] <- small_piece[0]",
+             "wgmma wait (at most 0 pending)", "acc[0][0] = acc[0][0] + k_tile_sum[0][0]",
+             "a_big[step][3] = tf32(a_small[step][3])", "fence shared memory for the async proxy", "barrier",
+             "cp.async commit", "wgmma fence", wgmma[0], wgmma[11], "wgmma commit"]
+    place = lines.index("for kt in 0..2:")
+    for line in order:
+        place = lines.index(line, place + 1)
+    last = len(lines) - 1 - lines[::-1].index("wgmma wait (at most 0 pending)")
+    assert lines[last - 1].startswith("fill_slot =") and lines[last + 1] == "acc[0][0] = acc[0][0] + k_tile_sum[0][0]"
 
 
 @pytest.mark.parametrize("block_m", [64, 128])
