@@ -16,26 +16,13 @@ Run on the GPU:
 """
 
 import torch
+from l2_chunking_experiment import SHAPES, S, product, scores, softmax
 
 import lamina
 from lamina.bench.measure import float64_reference, relative_error, time_cuda_graph
 
-SHAPES = {"tinyllama": (32, 64), "qwen": (28, 128)}
-S = 2048
 CHUNKS = (2, 4, 7, 8, 16)
 """Heads per chunk, where they divide the heads."""
-
-
-def scores(q, k):
-    return torch.softmax(q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5, -1)
-
-
-def product(q, k):
-    return q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
-
-
-def softmax(s):
-    return torch.softmax(s, -1)
 
 
 def chunked(chunk_product, chunk_softmax, heads: int, chunk: int, side: torch.cuda.Stream | None):
