@@ -33,6 +33,7 @@ class WarpgroupWriter(ContractionWriter):
     def __init__(self, tile, c, taken=frozenset()):
         super().__init__(tile, c, taken)
         self.m_side, self.n_side = tensor_cores.factors(c)
+        self.m_stage = next(s for s in tile.stages if s.index == self.m_side.text)
         self.n_stage = next(s for s in tile.stages if s.index == self.n_side.text)
         self.n_small = self.names.fresh(f"{self.n_stage.buffer}_small")
         self.fragments = {p: self.names.fresh(f"a_{p}") for p in ("big", "small")}
@@ -61,13 +62,13 @@ class WarpgroupWriter(ContractionWriter):
         warp = self.tid % kernel_ir.WARPGROUP_SIZE // 32
         first_row = self.warpgroup * kernel_ir.WGMMA_M + warp * 16 + self.tid % 32 // 4
         big, small = self.fragments["big"], self.fragments["small"]
-        dtype = self.n_stage.dtype
+        dtype = self.c.acc_dtype
         body: list[kernel_ir.Stmt] = []
         for i in range(4):
             row = first_row + 8 * (i % 2)
             column = self.tid % 4 + self.step * kernel_ir.WGMMA_K + 4 * (i // 2)
             at = (self.step, ex.const(i))
-            raw = kernel_ir.Load(self.tiles[self.m_side.text], (slot, row, column), dtype)
+            raw = kernel_ir.Load(self.tiles[self.m_stage.index], (slot, row, column), self.m_stage.dtype)
             body += [kernel_ir.Store(small, at, raw),
                      kernel_ir.Store(big, at, kernel_ir.Tf32(kernel_ir.Load(small, at, dtype))),
                      kernel_ir.Store(small, at, ex.op("sub", kernel_ir.Load(small, at, dtype),
@@ -102,7 +103,7 @@ class WarpgroupWriter(ContractionWriter):
 
     def _b_operand(self, piece: str, slot: Expr, half: Expr, k: int) -> tuple[str, tuple[Expr, ...]]:
         if piece == "big":
-            return self.tiles[self.n_side.text], (slot, ex.const(0), ex.const(k))
+            return self.tiles[self.n_stage.index], (slot, ex.const(0), ex.const(k))
         return self.n_small, (half, ex.const(0), ex.const(k))
 
     def _products(self, slot: Expr, half: Expr) -> list[kernel_ir.Stmt]:
@@ -110,7 +111,7 @@ class WarpgroupWriter(ContractionWriter):
         committed; the next k-tile adds the sum to the accumulators once they are done."""
         n = self.cols.block_tile
         accumulators = [(ex.const(p % 4 // 2), ex.const(p // 4 * 2 + p % 2)) for p in range(n // 2)]
-        dtype = self.n_stage.dtype
+        dtype = self.c.acc_dtype
         out: list[kernel_ir.Stmt] = [kernel_ir.WgmmaFence()]
         for k in range(0, self.block_k, kernel_ir.WGMMA_K):
             j = k // kernel_ir.WGMMA_K
@@ -142,6 +143,7 @@ class WarpgroupWriter(ContractionWriter):
                 *self._products(slot, half)]
 
     def _main_loop(self) -> list[kernel_ir.Stmt]:
+        """The k-tiles, then the last one's sum, once its wgmma are done."""
         return super()._main_loop() + self._add_step_sum()
 
     def _prologue(self) -> list[kernel_ir.Stmt]:
