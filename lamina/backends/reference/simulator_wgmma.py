@@ -17,8 +17,9 @@ meanwhile, and reports as ``async_protocol`` faults:
 - a wgmma whose accumulators, or registers of A, an ordinary statement accessed since the
   thread's last ``WgmmaFence``;
 - an ordinary access to the accumulators or registers of A of a wgmma still pending, and a
-  kernel that ends with one pending. ``WgmmaCommit`` closes a thread's open group, ``WgmmaWait(p)`` completes
-  all its committed groups but the ``p`` newest, and a wgmma not yet committed is pending;
+  kernel that ends with one pending. ``WgmmaCommit`` closes a thread's open group,
+  ``WgmmaWait(p)`` completes all its committed groups but the ``p`` newest, and a wgmma not
+  yet committed is pending;
 and, as a race, a write to shared memory that a pending wgmma reads.
 """
 
