@@ -1,20 +1,22 @@
-"""Whether blocks that sweep several column tiles make the attention scores' products faster.
+"""Where the attention scores' wgmma products lose their time: a hand-written kernel of lamina's
+design, with what it does changed one thing at a time.
 
     python benchmarks/score_sweep_experiment.py --out benchmarks/results/DATE_GPU_score_sweep_experiment.json
+    python benchmarks/score_sweep_experiment.py --settings sweeps --case tl.scores --case qw.scores --out …
 
 The scores' products ``q @ k^T`` at S = 2048 are short (K = 64 and 128: two and four 32-deep
-k-tiles), so a block of lamina's wgmma kernels waits for its first copies, multiplies for a
-moment and stores; nothing of the next tile overlaps its start. Here each block computes
-``--sweep`` column tiles one after another in one flattened loop over (tile, k-tile): the
-copies run ``stages - 1`` k-tiles ahead across tile boundaries, and a tile's outputs are
-stored as soon as its last k-tile is added, while the next tile's copies are in flight.
-The kernel is written by hand, not by lamina, the way lamina's wgmma kernels are written:
-128-row blocks of two warpgroups, k-tiles copied by ``cp.async`` into 128-byte-swizzled rows
-and split in place into big and small tf32 parts, three wgmma per eight k summed over each
-k-tile and then added in float32, outputs stored two adjacent floats at a time from the
-accumulators. A variant that stores nothing (``--no-store``) shows what the stores cost.
-Timed by CUDA-graph replay (median) beside cuBLAS and lamina's own kernel, each checked
-against a float64 product first.
+k-tiles). The kernel is written the way lamina's wgmma kernels were: 128-row blocks of two
+warpgroups, k-tiles copied by ``cp.async`` into 128-byte-swizzled rows and split in place into
+big and small tf32 parts, three wgmma per eight k summed over each k-tile and then added in
+float32, outputs stored two adjacent floats at a time from the accumulators. Each setting
+(``SETTINGS``) changes it: a block may sweep several column tiles in one flattened loop over
+(tile, k-tile), the copies running ahead across tile boundaries; blocks may run down the rows
+or along the columns; A's values may be read into registers and split there instead of in
+shared memory (``wgmma`` with A from registers); and the outputs may be stored or not, which
+shows what the stores cost. ``--settings registers`` (the default) tries A in registers,
+``--settings sweeps`` the sweeps. The suite's TinyLlama o projection at M = 2048 is a product of
+the same form. Timed by CUDA-graph replay (median) beside cuBLAS and lamina's own kernel, also
+with its stores kept only for a value no output has; each checked against a float64 product first.
 """
 
 from __future__ import annotations
@@ -40,13 +42,21 @@ SCORES = {"tl.scores": (32, 64), "qw.scores": (28, 128), "tl.o": (1, 2048)}
 TinyLlama's o projection at M = 2048 as a product of the same form."""
 S = 2048
 BM, BK, THREADS = 128, 32, 256
-SETTINGS = [(64, 1, 3, True, False, True), (64, 1, 3, True, False, False), (64, 4, 3, True, False, True),
-            (64, 1, 3, True, True, True), (64, 1, 3, True, True, False), (64, 4, 3, True, True, True),
-            (64, 8, 2, True, True, True), (128, 1, 3, True, True, True), (128, 4, 3, True, True, True),
-            (128, 4, 2, True, True, True)]
-"""(block columns, column tiles a block sweeps, k-tile buffers, whether consecutive blocks run down the
-rows rather than along the columns, whether A's fragments are read into registers and split there
-rather than split in shared memory, whether the outputs are stored)."""
+SETTINGS = {
+    "registers": [(64, 1, 3, True, False, True), (64, 1, 3, True, False, False), (64, 4, 3, True, False, True),
+                  (64, 1, 3, True, True, True), (64, 1, 3, True, True, False), (64, 4, 3, True, True, True),
+                  (64, 8, 2, True, True, True), (128, 1, 3, True, True, True), (128, 4, 3, True, True, True),
+                  (128, 4, 2, True, True, True)],
+    "sweeps": [(bn, sweep, stages, rows_first, False, store)
+               for bn, sweep, stages, rows_first in [(64, 1, 3, False), (64, 4, 3, False), (64, 1, 3, True),
+                                                     (64, 4, 3, True), (64, 8, 3, True), (64, 16, 3, True),
+                                                     (64, 8, 2, True), (128, 1, 3, True), (128, 4, 3, True)]
+               for store in (True, False)],
+}
+"""Groups of settings (``--settings``), each (block columns, column tiles a block sweeps, k-tile
+buffers, whether consecutive blocks run down the rows rather than along the columns, whether A's
+fragments are read into registers and split there rather than split in shared memory, whether
+the outputs are stored)."""
 
 SOURCE = r"""
 #define N {n}
@@ -238,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--replays", type=int, default=20)
+    parser.add_argument("--settings", choices=sorted(SETTINGS), default="registers")
+    parser.add_argument("--case", action="append", choices=sorted(SCORES), help="only these products")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks/score_sweep_experiment.py needs a CUDA GPU", file=sys.stderr)
@@ -248,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
               "method": f"CUDA-graph replay, median of {args.replays}; error = |out - float64| / |float64|",
               "rows": []}
     for name, (heads, k) in SCORES.items():
+        if args.case and name not in args.case:
+            continue
         q = torch.randn(heads, S, k, device="cuda")
         key = torch.randn(heads, S, k, device="cuda")
         reference = torch.matmul(q.double(), key.double().transpose(-1, -2))
@@ -268,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         record["rows"].append({"case": name, "cublas_us": cublas_us, "lamina_us": lamina_us,
                                "lamina_storing_nothing_us": storeless_us})
         buffers = {"a": q.reshape(-1), "b": key.reshape(-1), "c": out.reshape(-1)}
-        for bn, sweep, stages, rows_first, a_registers, store in SETTINGS:
+        for bn, sweep, stages, rows_first, a_registers, store in SETTINGS[args.settings]:
             kernel = product_kernel(heads, k, bn, sweep, stages, store, rows_first, a_registers)
             out.fill_(float("nan"))
             kernel(buffers)
