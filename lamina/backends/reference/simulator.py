@@ -11,8 +11,8 @@ vector accesses (see ``simulator_vectors``), reads of shared memory that no thre
 races on shared memory between two barriers (and between the blocks of a cluster, across
 cluster barriers), reads of ``cp.async`` data before its wait, barriers that only part
 of a block (or cluster) reaches, and misuses of the asynchronous warpgroup mma: operands
-written with no proxy fence, accumulators touched with no ``WgmmaFence`` before it or no
-``WgmmaWait`` after it, shared memory overwritten while it reads, and a kernel that ends with
+written with no proxy fence, accumulators or registers of A touched with no ``WgmmaFence``
+before it or no ``WgmmaWait`` after it, shared memory overwritten while it reads, and a kernel that ends with
 one pending (see ``simulator_wgmma``). A warp-wide mma that only part of a warp runs, and a
 wgmma that only part of a warpgroup runs or whose threads disagree on its operands, are
 errors (see ``simulator_mma`` and ``simulator_wgmma``).

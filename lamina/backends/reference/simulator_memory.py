@@ -125,9 +125,9 @@ class GlobalArray:
 
 
 class RegisterArray:
-    """A per-thread array, stored as [threads, elements]. On the accumulators of a wgmma, which
-    runs asynchronously, ``watch(array, flat, valid, site, verb)`` hears of every access but the
-    wgmma's own (``watched=False``)."""
+    """A per-thread array, stored as [threads, elements]. On the accumulators or registers of A of
+    a wgmma, which runs asynchronously, ``watch(array, flat, valid, site, verb)`` hears of every
+    access but the wgmma's own (``watched=False``)."""
 
     def __init__(self, array: kernel_ir.Array, grid: ThreadGrid, faults: FaultLog):
         self.name = array.name

@@ -24,8 +24,9 @@ class SimulationReport:
     ``races`` also holds reads of ``cp.async`` data before its wait, writes over pending
     copies, barriers that only part of a block reaches and writes to shared memory that a
     pending wgmma reads. ``async_protocol`` holds the other misuses of the asynchronous wgmma:
-    operands written with no proxy fence, accumulators touched with no ``WgmmaFence`` before
-    the wgmma or no ``WgmmaWait`` after it, and a kernel that ends with a wgmma pending.
+    operands written with no proxy fence, accumulators or registers of A touched with no
+    ``WgmmaFence`` before the wgmma or no ``WgmmaWait`` after it, and a kernel that ends with a
+    wgmma pending.
     """
 
     kernel: str

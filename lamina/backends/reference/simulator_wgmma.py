@@ -75,10 +75,11 @@ class WgmmaGroups:
 
 
 @attrs.define
-class _Accumulators:
+class _WatchedRegisters:
     """Per thread and element ([threads, elements]) of a register array that wgmma accumulate
-    into: whether an ordinary statement accessed it since the thread's last ``WgmmaFence``, the
-    group of the last wgmma that writes it (-1 for none) and that wgmma (its number)."""
+    into or read A from: whether an ordinary statement accessed it since the thread's last
+    ``WgmmaFence``, the group of the last wgmma that uses it (-1 for none) and that wgmma (its
+    number)."""
 
     array: RegisterArray
     touched: torch.Tensor
@@ -86,20 +87,22 @@ class _Accumulators:
     wgmma: torch.Tensor
 
 
-class AccumulatorWatch:
-    """The register side of the protocol: a fence between ordinary accesses to the accumulators
-    and the wgmma that follow, a wait between a wgmma and the ordinary accesses that follow."""
+class RegisterWatch:
+    """The register side of the protocol, for accumulators and registers of A alike: a fence
+    between ordinary accesses to them and the wgmma that follow, a wait between a wgmma and the
+    ordinary accesses that follow."""
 
     def __init__(self, grid: ThreadGrid, faults: FaultLog, groups: WgmmaGroups):
         self.grid, self.faults, self.groups = grid, faults, groups
-        self.arrays: dict[str, _Accumulators] = {}
+        self.arrays: dict[str, _WatchedRegisters] = {}
         self.texts: list[str] = []
 
     def watch(self, array: RegisterArray, text: str) -> int:
-        """Follow the accesses to ``array``, which wgmma ``text`` accumulates into; returns its number."""
+        """Follow the accesses to ``array``, which wgmma ``text`` accumulates into or reads A from;
+        returns the wgmma's number."""
         if array.name not in self.arrays:
             shape = (self.grid.total, array.numel)
-            self.arrays[array.name] = _Accumulators(array, torch.zeros(shape, dtype=torch.bool),
+            self.arrays[array.name] = _WatchedRegisters(array, torch.zeros(shape, dtype=torch.bool),
                                                     torch.full(shape, -1, dtype=torch.int32),
                                                     torch.zeros(shape, dtype=torch.int32))
             array.watch = self.accessed
@@ -351,7 +354,7 @@ class _RegisterOperand:
                                         "array")
             self.sources.append((memory, [runner.exprs.compile(i, scope) for i in value.index]))
         self.site = next(runner.sites)
-        self.wgmmas = [runner.accumulators.watch(memory, text) for memory, _ in self.sources]
+        self.wgmmas = [runner.registers.watch(memory, text) for memory, _ in self.sources]
         thread = torch.arange(WARPGROUP_SIZE)
         warp, g, t = thread // 32, thread % 32 // 4, thread % 4
         self.places = [(16 * warp + g + 8 * (i % 2)) * WGMMA_K + t + 4 * (i // 2) for i in range(4)]
@@ -365,7 +368,7 @@ class _RegisterOperand:
             index = [f(mask) for f in index_of]
             values = per_thread(memory.read(index, mask, self.site, watched=False), grid.total)
             matrix[:, place] = values.view(warpgroups, WARPGROUP_SIZE)
-            self.runner.accumulators.issue(memory, [index], mask, self.site, wgmma, "reads A from")
+            self.runner.registers.issue(memory, [index], mask, self.site, wgmma, "reads A from")
         return truncated(matrix).view(warpgroups, WGMMA_M, WGMMA_K).double()
 
 
@@ -386,14 +389,14 @@ class WgmmaRunner:
                  sites):
         self.kernel, self.grid, self.exprs, self.memories, self.sites = kernel, grid, exprs, memories, sites
         self.groups = WgmmaGroups(grid.total)
-        self.accumulators = AccumulatorWatch(grid, faults, self.groups)
+        self.registers = RegisterWatch(grid, faults, self.groups)
         self.proxy = AsyncProxy(grid, faults, self.groups)
 
     def build(self, s, scope: dict[str, DType]) -> Runner:
         """The runner of ``s``: a ``WgmmaTf32``, ``WgmmaFence``, ``WgmmaCommit``, ``WgmmaWait`` or
         ``AsyncProxyFence``."""
         if isinstance(s, kernel_ir.WgmmaFence):
-            return self.accumulators.fence
+            return self.registers.fence
         if isinstance(s, kernel_ir.WgmmaCommit):
             return self.groups.commit
         if isinstance(s, kernel_ir.WgmmaWait):
@@ -404,7 +407,7 @@ class WgmmaRunner:
 
     def finish(self, site: int) -> None:
         """At the end of the kernel: a wgmma still pending is a fault."""
-        self.accumulators.check_finished(site)
+        self.registers.check_finished(site)
 
     def _wait(self, pending: int) -> Runner:
         groups, proxy = self.groups, self.proxy
@@ -433,7 +436,7 @@ class WgmmaRunner:
             a = _Operand(self, s.a, s.a_index, WGMMA_M, scope, text)
         b = _Operand(self, s.b, s.b_index, s.n, scope, text)
         places = [[self.exprs.compile(i, scope) for i in place] for place in s.acc_index]
-        wgmma = self.accumulators.watch(acc, text)
+        wgmma = self.registers.watch(acc, text)
         site, layout, accumulate, n = next(self.sites), _accumulator_layout(s.n), s.accumulate, s.n
         total, warpgroups = self.grid.total, self.grid.total // WARPGROUP_SIZE
 
@@ -441,7 +444,7 @@ class WgmmaRunner:
             self._whole_warpgroups(mask, text)
             product = a.read(mask) @ b.read(mask).transpose(1, 2)
             indices = [[f(mask) for f in place] for place in places]
-            self.accumulators.issue(acc, indices, mask, site, wgmma)
+            self.registers.issue(acc, indices, mask, site, wgmma)
             if accumulate:
                 held = torch.stack([acc.read(i, mask, site, watched=False) for i in indices], 1)
                 d = torch.zeros(warpgroups, WGMMA_M * n, dtype=torch.float64)

@@ -315,8 +315,12 @@ def estimate(c: Contraction, choices: Choices, target: Target) -> Estimate:
     active_warps = min(deepest, resident) * warps
     k_tiles = math.ceil(c.reduce_extent / choices.block_k)
 
+    written = sum(math.prod(c.kernel.buffer(s.buffer).type.shape) * c.kernel.buffer(s.buffer).type.dtype.itemsize
+                  for s in c.epilogue)
     if warpgroup_products.uses(choices):
         compute_us = wgmma_compute_us(choices, target, deepest, resident, k_tiles)
+        moved = sum(math.prod(c.kernel.buffer(o.load.buffer).type.shape) * o.load.dtype.itemsize
+                    for o in c.operands) + written
     else:
         block_flops = 2 * choices.block_m * choices.block_n * k_tiles * choices.block_k
         outputs = choices.thread_m * choices.thread_n
@@ -331,13 +335,6 @@ def estimate(c: Contraction, choices: Choices, target: Target) -> Estimate:
                       * block_reuse_efficiency(choices) / (1 + K_SPLIT_COST * (choices.splits - 1)))
         sm_flops_per_us = flops_per_us / target.sm_count
         compute_us = deepest * block_flops / (sm_flops_per_us * efficiency)
-
-    written = sum(math.prod(c.kernel.buffer(s.buffer).type.shape) * c.kernel.buffer(s.buffer).type.dtype.itemsize
-                  for s in c.epilogue)
-    if warpgroup_products.uses(choices):
-        moved = sum(math.prod(c.kernel.buffer(o.load.buffer).type.shape) * o.load.dtype.itemsize
-                    for o in c.operands) + written
-    else:
         read = sum(math.prod(tiling.stage_for(c, o, choices, target).tile) * o.load.dtype.itemsize
                    for o in c.operands)
         moved = blocks * k_tiles * read + written

@@ -18,7 +18,7 @@ than cuBLAS's FMAs do.
 
 A from registers keeps shared memory's traffic down: A's split pieces are neither written
 back nor read by the tensor cores from there, so a k-tile moves about 40 % fewer bytes
-through shared memory in a 128 x 64 block. On the H200 it took 5 to 25 % off every product of
+through shared memory in a 128 x 64 block (112 KB against 192, counted). On the H200 it took 5 to 25 % off every product of
 the suite (``benchmarks/results/2026-11-30_h200_tensor_core_experiment_wgmma_a_in_registers.json``
 against ``…_wgmma_vector_split.json``). B's split of each k-tile runs while the wgmma of the
 k-tile before still run, its small pieces in two halves of their array taken in turn: in
