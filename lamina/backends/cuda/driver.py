@@ -132,6 +132,10 @@ class LaunchableKernel:
                     function, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                     self.dynamic_shared_bytes)
                 check(result, f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={self.dynamic_shared_bytes})", self.name)
+            if self.kernel.launch.cluster[0] > kir.MAX_PORTABLE_CLUSTER_BLOCKS:
+                (result,) = driver.cuFuncSetAttribute(
+                    function, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+                check(result, "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED=1)", self.name)
         self._functions[device] = function
         return function
 

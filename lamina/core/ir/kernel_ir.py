@@ -56,8 +56,12 @@ class Load(Expr):
 
 
 WARP_SIZE = 32
-MAX_CLUSTER_BLOCKS = 8
+MAX_PORTABLE_CLUSTER_BLOCKS = 8
 """The largest cluster every Hopper GPU can launch."""
+MAX_CLUSTER_BLOCKS = 16
+"""The largest cluster Hopper launches where the kernel allows a non-portable size (the CUDA
+backend allows it for clusters past ``MAX_PORTABLE_CLUSTER_BLOCKS``); whether every SM can
+then take a cluster depends on the GPU and on the blocks' registers and shared memory."""
 
 
 @attrs.frozen(eq=True)

@@ -76,7 +76,7 @@ def test_kernel_ir_prints_the_cluster_and_its_loads():
 
 @pytest.mark.parametrize("launch, message", [
     (kir.Launch((6, 1, 1), (THREADS, 1, 1), cluster=(4, 1, 1)), "grid x of 6 blocks is not a whole number of clusters of 4"),
-    (kir.Launch((16, 1, 1), (THREADS, 1, 1), cluster=(16, 1, 1)), r"clusters are 1 to 8 blocks along x"),
+    (kir.Launch((32, 1, 1), (THREADS, 1, 1), cluster=(32, 1, 1)), r"clusters are 1 to 16 blocks along x"),
 ])
 def test_the_verifier_rejects_clusters_the_gpu_cannot_launch(launch, message):
     with pytest.raises(VerificationError, match=message):
