@@ -7,6 +7,7 @@ import torch
 
 import lamina
 from lamina.backends.cuda.nvrtc import compile_kernel
+from lamina.backends.cuda.wgmma import kernel_arch
 from lamina.bench.measure import float64_reference, relative_error
 
 from tests.end_to_end.programs import CASES
@@ -27,7 +28,7 @@ def test_program_matches_pytorch_on_the_simulator(case, schedule):
 def test_every_emitted_kernel_compiles_for_sm_90_without_spills(case):
     compiled = lamina.compile(case.fn, case.inputs())
     for kernel in compiled.compilation.kernels.kernels:
-        result = compile_kernel(compiled.compilation.sources[kernel.name], kernel.name, "sm_90")
+        result = compile_kernel(compiled.compilation.sources[kernel.name], kernel.name, kernel_arch(kernel, "sm_90"))
         assert result.registers > 0
         assert (result.spill_stores, result.spill_loads) == (0, 0), kernel.name
 

@@ -136,11 +136,11 @@ class TileKernel:
     @property
     def shared_bytes(self) -> int:
         """The staged tiles, and on wgmma two k-tiles of the small tf32 pieces of the operand along
-        the columns (the one along the rows is split in registers)."""
+        the columns (the one along the rows, bound to y, is split in registers)."""
         staged = sum(s.bytes for s in self.stages)
         if self.tensor_cores == WGMMA_PRODUCTS:
-            columns = next((b.vars for b in self.grid if b.thread_dim == "x"), ())
-            staged += sum(2 * math.prod(s.tile) * s.dtype.itemsize for s in self.stages if s.dims[0] in columns)
+            columns = _column_stage(self)
+            staged += 2 * math.prod(columns.tile) * columns.dtype.itemsize
         return staged
 
     def grid_shape(self) -> dict[str, int]:
@@ -152,6 +152,13 @@ class TileKernel:
         if self.reduction:
             shape["x"] *= self.reduction.cluster_blocks
         return shape
+
+
+def _column_stage(tk: TileKernel) -> SharedStage:
+    """The staged operand of wgmma products along the columns: the one whose rows are not the
+    block's rows (those bound to y)."""
+    rows = next((b.vars for b in tk.grid if b.thread_dim == "y"), ())
+    return next(s for s in tk.stages if s.dims[0] not in rows)
 
 
 def format_tile_kernel(tk: TileKernel) -> str:
@@ -204,7 +211,7 @@ def format_tile_kernel(tk: TileKernel) -> str:
         lines.append("  products on tensor cores: mma m16n8k8 on tf32, each f32 operand as big + small tf32, "
                      "3 mma per product")
     if tk.tensor_cores == WGMMA_PRODUCTS:
-        columns = next(b for b in tk.grid if b.thread_dim == "x").block_tile
+        columns = _column_stage(tk).tile[0]
         lines.append(f"  products on tensor cores: wgmma m64n{columns}k8 on tf32, each warpgroup 64 rows, each f32 "
                      "operand as big + small tf32: the rows' read from swizzled shared memory into registers and split "
                      "there, the columns' split in place in swizzled shared memory once a k-tile lands; 3 wgmma per "
@@ -277,13 +284,18 @@ WGMMA_ROW = 32
 
 
 def _tensor_core_problems(tk: TileKernel) -> list[str]:
+    """How the threads and k-tiles of a product's Tile IR fail its tensor-core products. Where
+    no binding puts the products' columns along x (a row reduction whose lanes spread them),
+    the schedule checks the Tile IR of its products as a contraction instead."""
     if tk.tensor_cores is None:
         return []
     if tk.tensor_cores not in (MMA_PRODUCTS, WGMMA_PRODUCTS):
         return [f"unknown tensor-core products {tk.tensor_cores!r}; the kinds are {MMA_PRODUCTS!r} and "
                 f"{WGMMA_PRODUCTS!r}"]
-    problems = _wgmma_problems(tk) if tk.tensor_cores == WGMMA_PRODUCTS else []
     by_dim = {b.thread_dim: b for b in tk.grid}
+    if "x" not in by_dim:
+        return []
+    problems = _wgmma_problems(tk) if tk.tensor_cores == WGMMA_PRODUCTS else []
     columns, rows = by_dim.get("x"), by_dim.get("y")
     across = min(columns.threads, WARP_SIZE) if columns else WARP_SIZE
     patch = tk.warp_patch or (WARP_SIZE // across, across)

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 import lamina
 from lamina.backends.cuda.nvrtc import compile_kernel
+from lamina.backends.cuda.wgmma import kernel_arch
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.ir import loop_ir
 from lamina.core.stages.fuse import fuse
@@ -127,7 +128,7 @@ def test_fused_program_matches_pytorch_on_the_simulator(name):
 def test_every_kernel_compiles_for_sm_90_without_spills(name):
     program = compiled(name)
     for kernel in program.compilation.kernels.kernels:
-        result = compile_kernel(program.compilation.sources[kernel.name], kernel.name, "sm_90")
+        result = compile_kernel(program.compilation.sources[kernel.name], kernel.name, kernel_arch(kernel, "sm_90"))
         assert result.registers > 0
         assert (result.spill_stores, result.spill_loads) == (0, 0), kernel.name
 

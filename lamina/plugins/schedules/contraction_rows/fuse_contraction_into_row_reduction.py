@@ -2,7 +2,7 @@
 
 When a contraction's only reader reduces each row of its result (along the
 contraction's columns, the output's contiguous axis) and the rows are short enough for
-a warp, or a cluster of blocks, to hold in registers, every loop over the row computes
+a warp, or a cluster of blocks (on wgmma, longer ones), to hold in registers, every loop over the row computes
 its element, a dot product, where it used to read it. The product then never reaches
 memory: the ``contraction_rows`` schedule computes each element once and keeps the row
 on chip between the loops. Longer rows stay two kernels, the contraction and the row
@@ -62,7 +62,7 @@ class FuseContractionIntoRowReduction:
 
 def _fused(c: Contraction, store: loop_ir.Store, consumer: loop_ir.Kernel) -> loop_ir.Kernel | None:
     """The consumer computing the product where it reads it, or None where it reads it otherwise."""
-    if c.extents[c.n] > tiling.MAX_CLUSTER_ROW_LENGTH:
+    if c.extents[c.n] > tiling.MAX_WGMMA_ROW_LENGTH:
         return None
     loops, inner = split_parallel_nest(consumer.body)
     rows = {loop.var for loop in loops}

@@ -15,11 +15,16 @@ from the same registers; a division by one of them (softmax's ``/ sum``) multipl
 reciprocal, computed once per row (``reciprocals``). Every lane of a warp holds part of the same rows, so the
 shuffles combine whole rows; they run in every lane, outside the guards.
 
-Where a cluster of blocks holds each row, every reduce loop ends with an exchange: lane 0
-of each warp stores its rows' parts in a shared array of the block, a cluster barrier
-follows, each lane reads one block's part through distributed shared memory, and warp
-shuffles combine them, so that every block gets the same value. A last cluster barrier
-keeps each block's parts readable until the whole cluster has read them.
+The lanes that share a row are a whole warp on the CUDA cores, and four lanes where the
+products run on wgmma (``warpgroup_lowering``), whose accumulators give each row of a block
+to four lanes of one warp; the shuffles run over those lanes alone.
+
+Where a cluster of blocks holds each row, every reduce loop ends with an exchange: the
+first of each row's lanes stores the row's part in a shared array of the block, a cluster
+barrier follows, each lane reads one or more blocks' parts through distributed shared
+memory, and shuffles across the row's lanes combine them, so that every block gets the
+same value. A last cluster barrier keeps each block's parts readable until the whole
+cluster has read them.
 """
 
 from __future__ import annotations
@@ -30,11 +35,15 @@ from lamina.core.ir import expr as ex, kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules import loop_to_kernel, reciprocals
 from lamina.plugins.schedules.contraction.lowering import ContractionWriter
+from lamina.plugins.schedules.contraction.warpgroup_lowering import WarpgroupWriter
 from lamina.plugins.schedules.contraction_rows.recognise import IDENTITY, ContractionRows, analyse
-from lamina.plugins.schedules.contraction_rows.tiling import LANES, product_tile
+from lamina.plugins.schedules.contraction_rows.tiling import product_tile
 
 
-class _RowsWriter(ContractionWriter):
+class _Rows:
+    """What the row reductions add to a contraction writer (the class it is mixed into):
+    the elements, the reductions over the registers, the reciprocals, then its epilogue."""
+
     def __init__(self, tile: tile_ir.TileKernel, rows: ContractionRows):
         super().__init__(product_tile(rows, tile), rows.contraction, frozenset(loop_to_kernel.names_in(rows.kernel)))
         self.rows_of = rows
@@ -106,32 +115,38 @@ class _RowsWriter(ContractionWriter):
         return out
 
     def _exchange_across_the_cluster(self, loop: loop_ir.Loop) -> list[kernel_ir.Stmt]:
-        """Each block's part of every row, combined with the other blocks' of the cluster: lane
-        ``l`` reads the part of block ``l % ranks``, and shuffles combine them across the warp, so
-        that every lane (and every block) ends with the same value."""
+        """Each block's part of every row, combined with the other blocks' of the cluster: of
+        ``n`` lanes reading (the row's lanes, or the cluster's blocks where fewer), lane ``l``
+        reads the parts of blocks ``l % n``, ``l % n + n``, ..., and shuffles combine the ``n``
+        lanes' sums, so that every lane (and every block) ends with the same value."""
         rows = range(self.rows.per_thread)
         lane = kernel_ir.thread_idx("x")
         publish = [kernel_ir.Store(self.cluster_parts[s.acc], (self._row_in_block(a),), self._row_value(s.acc, a))
                    for s in loop.body for a in rows]
         out: list[kernel_ir.Stmt] = [kernel_ir.If(ex.op("eq", lane, 0), publish), kernel_ir.ClusterBarrier()]
         ranks = 1 << (self.cluster - 1).bit_length()
-        rank = lane % ranks
+        reading = min(ranks, self.cols.threads)
         for s in loop.body:
             op, dtype = self.rows_of.accumulators[s.acc]
             for a in rows:
-                part: ex.Expr = kernel_ir.ClusterLoad(self.cluster_parts[s.acc], (self._row_in_block(a),), rank, dtype)
-                if ranks > self.cluster:
-                    part = ex.op("where", ex.op("lt", rank, self.cluster), part, ex.cast(ex.const(IDENTITY[op]), dtype))
                 register = self._row_value(s.acc, a)
-                out.append(kernel_ir.Store(register.array, register.index, part))
+                for i in range(ranks // reading):
+                    rank = lane % reading + i * reading
+                    part: ex.Expr = kernel_ir.ClusterLoad(self.cluster_parts[s.acc], (self._row_in_block(a),), rank,
+                                                          dtype)
+                    if ranks > self.cluster:
+                        part = ex.op("where", ex.op("lt", rank, self.cluster), part,
+                                     ex.cast(ex.const(IDENTITY[op]), dtype))
+                    out.append(kernel_ir.Store(register.array, register.index, part) if i == 0
+                               else self._combined(s.acc, s.op, a, part))
                 lane_mask = 1
-                while lane_mask < ranks:
+                while lane_mask < reading:
                     out.append(self._combined(s.acc, s.op, a, kernel_ir.ShuffleXor(register, lane_mask)))
                     lane_mask *= 2
         return out
 
     def _reduce_row(self, loop: loop_ir.Loop, a: int) -> list[kernel_ir.Stmt]:
-        """This thread's part of row ``a``, then the warp's."""
+        """This thread's part of row ``a``, then that of the row's lanes together."""
         out: list[kernel_ir.Stmt] = []
         for b in range(self.cols.per_thread):
             env = {**self._thread_env(a, b), self.c.acc: self._acc(a, b)}
@@ -139,7 +154,7 @@ class _RowsWriter(ContractionWriter):
                     for s in loop.body]
             guard = self._output_guard(a, b)
             out += [kernel_ir.If(guard, body)] if guard is not None else body
-        lane_mask = LANES // 2
+        lane_mask = self.cols.threads // 2
         while lane_mask:
             out += [self._combined(s.acc, s.op, a, kernel_ir.ShuffleXor(self._row_value(s.acc, a), lane_mask))
                     for s in loop.body]
@@ -163,7 +178,16 @@ class _RowsWriter(ContractionWriter):
         return attrs.evolve(kernel, launch=attrs.evolve(kernel.launch, cluster=(self.cluster, 1, 1)))
 
 
+class _RowsWriter(_Rows, ContractionWriter):
+    """The rows of a product computed with FMAs on the CUDA cores."""
+
+
+class _WarpgroupRowsWriter(_Rows, WarpgroupWriter):
+    """The rows of a product computed on wgmma."""
+
+
 def lower_contraction_rows(tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Kernel:
-    kernel = _RowsWriter(tile, analyse(tile.kernel)).kernel_ir(target.max_shared_bytes_per_block)
+    writer = _WarpgroupRowsWriter if tile.tensor_cores == tile_ir.WGMMA_PRODUCTS else _RowsWriter
+    kernel = writer(tile, analyse(tile.kernel)).kernel_ir(target.max_shared_bytes_per_block)
     kernel_ir.verify_kernel(kernel, target.max_threads_per_block, target.max_shared_bytes_optin)
     return kernel

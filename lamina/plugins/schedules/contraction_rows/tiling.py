@@ -8,8 +8,16 @@ by k-tile; then the row's reduce loops run over the registers, each lane's parti
 result combined across the warp with shuffles, and the stores follow. A row longer than
 a block holds (``MAX_ROW_LENGTH``) is spread over a cluster of blocks along it, 256
 columns each: after each reduce loop the blocks exchange their parts of the row through
-distributed shared memory. The contraction's cost model chooses among the settings
-whose block tile spans the row (or its cluster's share of it).
+distributed shared memory.
+
+Where the product can run on wgmma (``warpgroup_products``: Hopper, float32), it does, and
+the threads hold the wgmma's accumulators: four lanes of a warp span a row of each block,
+and a block of 64 or 128 columns, or a cluster of them, spans the row. On the H200 that
+took TinyLlama's and Qwen's attention scores at S = 128 from 5.6 and 8.6 us on the CUDA
+cores to 4.9 and 6.1 (``benchmarks/results/2026-11-30_h200_scores_s128_wgmma.json``). Rows
+longer than ``MAX_FUSED_WGMMA_ROW_LENGTH`` then stay two kernels, which were measured
+faster. The contraction's cost model chooses among the settings whose block tile spans
+the row (or its cluster's share of it).
 """
 
 from __future__ import annotations
@@ -17,10 +25,12 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
+import attrs
+
 from lamina.core.errors import ScheduleError
-from lamina.core.ir import loop_ir, tile_ir
+from lamina.core.ir import kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction import copy_layout, cost
+from lamina.plugins.schedules.contraction import arrangement, copy_layout, cost, tensor_cores, warpgroup_products
 from lamina.plugins.schedules.contraction import tiling as contraction_tiling
 from lamina.plugins.schedules.contraction.knobs import Choices, read_pinned
 from lamina.plugins.schedules.contraction_rows.recognise import ContractionRows
@@ -46,8 +56,25 @@ and no other block was faster (``…_scores_s2048_cluster_block_m*.json``): the 
 cluster's exchanges add a third to the product's instructions, and every block waits at each
 of three cluster barriers for the slowest of eight (``…_ncu_scores_s2048_*.txt``)."""
 MAX_CLUSTER_ROW_LENGTH = MAX_BLOCKS_PER_ROW * CLUSTER_COLUMNS
-"""Longer rows stay two kernels, the contraction and the row reduction."""
-
+"""Longer rows stay two kernels, the contraction and the row reduction, unless their products
+run on wgmma."""
+MAX_WGMMA_ROW_LENGTH = kernel_ir.MAX_CLUSTER_BLOCKS * max(warpgroup_products.BLOCK_NS)
+"""The longest rows that a cluster of wgmma blocks holds: where ``tensor_cores = 2`` is pinned,
+rows up to this long are one kernel."""
+MAX_FUSED_WGMMA_ROW_LENGTH = kernel_ir.MAX_PORTABLE_CLUSTER_BLOCKS * max(warpgroup_products.BLOCK_NS)
+"""Where the products can run on wgmma and ``tensor_cores`` is not pinned, a cluster has at most
+``MAX_PORTABLE_CLUSTER_BLOCKS`` blocks, and longer rows stay two kernels. On the H200 clusters
+of 16 lost to the two kernels: 592.8 to 674.5 us against 562.8 for TinyLlama's scores at
+S = 2048, 716.7 to 766.8 against 658.8 for Qwen's; clusters of 8 at S = 1024 won, 135.0
+against 147.9 and 163.4 against 174.5 in blocks of 64 x 128
+(``benchmarks/results/2026-11-30_h200_wgmma_rows_experiment_blocks.txt``)."""
+CLUSTER_WAIT = 0.1
+"""How much longer a block's work takes for each further block of its cluster: every block waits
+at the row's cluster barriers (three for a softmax) for the slowest of them. Fitted to the
+scores' rows on wgmma on the H200 (``…_wgmma_rows_experiment_blocks.txt``), where the
+contraction's estimates fell 0.5 to 2.2 times short of the measured times, more the more
+blocks a cluster had: with it the model ranks first the fastest of the four blocks for both
+models' scores at S = 128, 512 and 1024, and Qwen's at 256."""
 
 def columns_per_lane(length: int) -> int:
     """A lane's columns of a row of ``length``: whole runs of four past two, so that they are
@@ -56,11 +83,6 @@ def columns_per_lane(length: int) -> int:
         return CLUSTER_COLUMNS // LANES
     per_lane = math.ceil(length / LANES)
     return per_lane if per_lane <= 2 else 4 * math.ceil(per_lane / 4)
-
-
-def cluster_blocks(length: int) -> int:
-    """The blocks that hold each row of ``length`` together (1: a block holds whole rows)."""
-    return math.ceil(length / CLUSTER_COLUMNS) if length > MAX_ROW_LENGTH else 1
 
 
 def fixed_by_the_row(rows: ContractionRows) -> dict[str, int]:
@@ -72,9 +94,53 @@ def fixed_by_the_row(rows: ContractionRows) -> dict[str, int]:
             "copy_steps": 0, "tensor_cores": 0}
 
 
-def settings(rows: ContractionRows, target: Target) -> list[Choices]:
-    """Every setting the cost model chooses among for ``rows`` when nothing is pinned."""
-    return cost.candidates(rows.contraction, target, fixed_by_the_row(rows))
+def fixed_on_wgmma(block_n: int) -> dict[str, int]:
+    """The contraction knobs that a wgmma block of ``block_n`` columns of the row fixes: the
+    wgmma's own, and blocks in CUDA's order, as a cluster needs them."""
+    wgmma = warpgroup_products.choices_for(warpgroup_products.BLOCK_MS[0], block_n, 2)
+    return {"block_n": block_n, "thread_n": wgmma.thread_n, "splits": 1, "fragment_width": wgmma.fragment_width,
+            "warp_columns": wgmma.warp_columns, "grouped_rows": 1, "copy_steps": 0,
+            "tensor_cores": warpgroup_products.KNOB_VALUE}
+
+
+def _wgmma_layouts(length: int, pinned: Mapping[str, int]) -> list[dict[str, int]]:
+    """One wgmma block width for each cluster of blocks that can span a row of ``length``: of up
+    to ``MAX_PORTABLE_CLUSTER_BLOCKS`` blocks, or ``MAX_CLUSTER_BLOCKS`` where ``tensor_cores``
+    is pinned."""
+    most = kernel_ir.MAX_CLUSTER_BLOCKS if "tensor_cores" in pinned else kernel_ir.MAX_PORTABLE_CLUSTER_BLOCKS
+    return [fixed_on_wgmma(n) for n in warpgroup_products.BLOCK_NS if math.ceil(length / n) <= most]
+
+
+def on_wgmma(rows: ContractionRows, target: Target, pinned: Mapping[str, int]) -> bool:
+    """Whether the products run on wgmma: where ``tensor_cores = 2`` is pinned, or where
+    ``tensor_cores`` is not pinned and a wgmma block can run the product with the knobs pinned
+    (on Hopper, float32 operands contiguous along the reduction)."""
+    if "tensor_cores" in pinned:
+        return pinned["tensor_cores"] == warpgroup_products.KNOB_VALUE
+    c = rows.contraction
+    return any(cost.candidates(c, target, {**fixed, **pinned}) for fixed in _wgmma_layouts(c.extents[c.n], pinned))
+
+
+def layouts(rows: ContractionRows, target: Target, pinned: Mapping[str, int]) -> list[dict[str, int]]:
+    """The ways a block may hold its part of each row, as the knobs each fixes: on wgmma one
+    per width of block whose cluster spans the row; on the CUDA cores one way."""
+    if on_wgmma(rows, target, pinned):
+        return _wgmma_layouts(rows.contraction.extents[rows.contraction.n], pinned)
+    return [fixed_by_the_row(rows)]
+
+
+def longest_row(rows: ContractionRows, target: Target, pinned: Mapping[str, int]) -> int:
+    """The longest row that one kernel holds under ``pinned``."""
+    if not on_wgmma(rows, target, pinned):
+        return MAX_CLUSTER_ROW_LENGTH
+    return MAX_WGMMA_ROW_LENGTH if "tensor_cores" in pinned else MAX_FUSED_WGMMA_ROW_LENGTH
+
+
+def settings(rows: ContractionRows, target: Target, pinned: Mapping[str, int] | None = None) -> list[Choices]:
+    """Every setting the cost model chooses among for ``rows`` under ``pinned`` (none by default)."""
+    pinned = dict(pinned or {})
+    return [s for fixed in layouts(rows, target, pinned)
+            for s in cost.candidates(rows.contraction, target, {**pinned, **fixed})]
 
 
 def _where(rows: ContractionRows) -> str:
@@ -84,74 +150,105 @@ def _where(rows: ContractionRows) -> str:
 def choose(rows: ContractionRows, target: Target, knobs: Mapping[str, Any]) -> tuple[Choices, cost.Estimate, int, str]:
     """The cheapest setting whose block tile spans the row, its estimate, how many there were,
     and the pins it was chosen under. The contraction's knobs apply, but the row fixes
-    ``block_n``, ``thread_n`` and ``splits``: other pinned values are a ``ScheduleError``
-    (and the fusion rule then leaves the kernels apart)."""
+    ``block_n``, ``thread_n`` and ``splits`` (``layouts``): other pinned values, and rows
+    longer than ``longest_row``, are a ``ScheduleError`` (and the fusion rule then leaves the
+    kernels apart)."""
     c = rows.contraction
     length = c.extents[c.n]
-    if length > MAX_CLUSTER_ROW_LENGTH:
-        raise ScheduleError(f"{_where(rows)}: rows of {length} are longer than the {MAX_CLUSTER_ROW_LENGTH} columns "
-                            f"that a cluster of {MAX_BLOCKS_PER_ROW} blocks holds")
-    fixed = fixed_by_the_row(rows)
     pinned = read_pinned(knobs, _where(rows))
-    for key, value in fixed.items():
-        if pinned.get(key, value) != value:
-            raise ScheduleError(f"{_where(rows)}: knob {key} = {pinned[key]} cannot apply: a block holds whole rows of "
-                                f"{length}, so {key} = {value}. Unpin {key}, or disable the plugin "
-                                "lamina.builtin.schedules.contraction_rows to keep the product and its row "
-                                "reduction apart")
+    longest = longest_row(rows, target, pinned)
+    if length > longest == MAX_FUSED_WGMMA_ROW_LENGTH:
+        raise ScheduleError(f"{_where(rows)}: rows of {length} are longer than {longest} columns, past which the "
+                            "product on wgmma and the row reduction run faster apart; pin tensor_cores = 2 to hold "
+                            f"rows of up to {MAX_WGMMA_ROW_LENGTH} in one kernel")
+    if length > longest:
+        raise ScheduleError(f"{_where(rows)}: rows of {length} are longer than the {longest} columns that a cluster "
+                            f"of blocks holds{' on the CUDA cores' if longest == MAX_CLUSTER_ROW_LENGTH else ''}")
+    candidates = layouts(rows, target, pinned)
+    fitting = [fixed for fixed in candidates if all(pinned.get(key, value) == value for key, value in fixed.items())]
+    if not fitting:
+        fixed = candidates[0]
+        key = next(k for k, v in fixed.items() if pinned.get(k, v) != v)
+        raise ScheduleError(f"{_where(rows)}: knob {key} = {pinned[key]} cannot apply: a block holds whole rows of "
+                            f"{length}, so {key} = {fixed[key]}. Unpin {key}, or disable the plugin "
+                            "lamina.builtin.schedules.contraction_rows to keep the product and its row "
+                            "reduction apart")
     text = ", ".join(f"{k}={v}" for k, v in pinned.items()) or "none"
-    choices, estimate, count = cost.choose(c, target, {**pinned, **fixed}, _where(rows))
-    return choices, estimate, count, text
+    found = []
+    for fixed in fitting:
+        choices, estimate, count = cost.choose(c, target, {**pinned, **fixed}, _where(rows))
+        found.append((choices, with_cluster_waits(estimate, math.ceil(length / choices.block_n)), count))
+    choices, estimate, _ = min(found, key=lambda f: f[1].total_us)
+    return choices, estimate, sum(count for _, _, count in found), text
+
+
+def with_cluster_waits(estimate: cost.Estimate, blocks: int) -> cost.Estimate:
+    """``estimate`` of a block in a cluster of ``blocks``, its compute and memory stretched by
+    the waits at the cluster's barriers (``CLUSTER_WAIT``)."""
+    stretch = 1 + CLUSTER_WAIT * (blocks - 1)
+    return attrs.evolve(estimate, total_us=estimate.launch_us + (estimate.total_us - estimate.launch_us) * stretch,
+                        compute_us=estimate.compute_us * stretch, memory_us=estimate.memory_us * stretch)
 
 
 def tile(rows: ContractionRows, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:
     choices, estimate, count, pins = choose(rows, target, knobs)
     c = rows.contraction
-    width = choices.fragment_width
+    wgmma = warpgroup_products.uses(choices)
     grid = [tile_ir.AxisBinding((c.m,), c.extents[c.m], "y", choices.threads_m, choices.thread_m, "y",
-                                contiguous=False, group=width)]
+                                contiguous=False, group=choices.fragment_width)]
     if c.batch:
         grid.append(tile_ir.AxisBinding(c.batch, math.prod(c.extents[v] for v in c.batch), "z", 1, 1, "z"))
     length = c.extents[c.n]
-    blocks = cluster_blocks(length)
-    reduction = tile_ir.ReductionPlan(rows.reduce_loops, length, "warp_shuffle", 1, LANES, blocks)
+    blocks = math.ceil(length / choices.block_n)
+    lanes = choices.threads_n
+    reduction = tile_ir.ReductionPlan(rows.reduce_loops, length, "warp_shuffle", 1, lanes, blocks)
     stages = tuple(contraction_tiling.stage_for(c, o, choices, target) for o in c.operands)
-    owned = f"runs of {width}, {LANES * width} apart" if width > 1 else f"{LANES} apart"
+    run = contraction_tiling.column_run(choices)
+    owned = f"runs of {run}, {lanes * run} apart" if run > 1 else f"{lanes} apart"
     reduced = ", ".join(f"{acc} {op}" for acc, (op, _) in rows.accumulators.items())
-    across = f"a cluster of {blocks} blocks, {choices.block_n} columns each" if blocks > 1 else "a warp"
+    across = "a warp" if lanes == LANES else f"{lanes} lanes of a warp"
+    if blocks > 1:
+        across = f"a cluster of {blocks} blocks, {choices.block_n} columns each"
     combined = "by warp shuffles" + (", then the cluster's blocks' parts through distributed shared memory"
                                      if blocks > 1 else "")
+    on = " on wgmma, the threads holding its accumulators" if wgmma else ""
     notes: list[tuple[str, object]] = [
-        ("row", f"{length} columns across {across}: {LANES} lanes x {choices.thread_n} per lane ({owned})"),
-        ("product", f"{c.acc} = sum over {c.reduce_var} ({c.reduce_extent}) in k-tiles of {choices.block_k}, "
+        ("row", f"{length} columns across {across}: {lanes} lanes x {choices.thread_n} per lane ({owned})"),
+        ("product", f"{c.acc} = sum over {c.reduce_var} ({c.reduce_extent}) in k-tiles of {choices.block_k}{on}, "
                     "computed once per element and kept in registers"),
         ("element", f"{loop_ir.format_value(rows.element)}, computed once per element in place of {c.acc}"),
         ("row_reductions", f"{reduced}, each lane's part combined {combined}"),
         ("register_tile", f"{choices.thread_m}x{choices.thread_n}"),
         ("chosen", f"{choices.summary()}; cheapest of {count} settings spanning the row, pinned: {pins}"),
-        ("estimate", estimate.text()),
+        ("estimate", estimate.text() + (f"; compute and memory {1 + CLUSTER_WAIT * (blocks - 1):.1f}x for the waits "
+                                        f"at the cluster's barriers" if blocks > 1 else "")),
     ]
     notes += [(f"copy {s.index}", copy_layout.describe(contraction_tiling.copy_order(c, s), s.dims, s.tile))
               for s in stages]
     tk = tile_ir.TileKernel(kernel=rows.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction,
-                            stages=stages, knobs=notes)
+                            stages=stages, knobs=notes, warp_patch=arrangement.warp_patch(choices),
+                            tensor_cores=warpgroup_products.NAME if wgmma else None)
     tile_ir.verify_tile_kernel(tk, target.max_threads_per_block, target.max_shared_bytes_optin)
+    tile_ir.verify_tile_kernel(product_tile(rows, tk), target.max_threads_per_block, target.max_shared_bytes_optin)
     return tk
 
 
 def product_tile(rows: ContractionRows, tile: tile_ir.TileKernel) -> tile_ir.TileKernel:
-    """``tile`` as the contraction schedule's Tile IR of the product: the row bound to a
-    block's threads along x."""
+    """``tile`` as the contraction schedule's Tile IR of the product: the block's share of
+    the row bound to its threads along x."""
     c = rows.contraction
     if tile.schedule != SCHEDULE_NAME:
         raise ScheduleError(f"the contraction_rows schedule cannot lower kernel {tile.kernel.name}: "
                             f"it was scheduled by {tile.schedule!r}")
     (m_binding, *batch) = tile.grid
-    per_lane = columns_per_lane(c.extents[c.n])
-    columns = tile_ir.AxisBinding((c.n,), c.extents[c.n], "x", LANES, per_lane, "x", contiguous=False,
-                                  group=m_binding.group)
-    block_k = tile.stages[0].tile[0]
+    n_stage = next(s for s in tile.stages if c.n in s.dims)
+    block_n = dict(zip(n_stage.dims, n_stage.tile))[c.n]
+    lanes = tile.reduction.splits
+    run = tensor_cores.COLUMN_RUN if tile.tensor_cores else m_binding.group
+    columns = tile_ir.AxisBinding((c.n,), c.extents[c.n], "x", lanes, block_n // lanes, "x", contiguous=False,
+                                  group=run)
+    block_k = dict(zip(n_stage.dims, n_stage.tile))[c.reduce_var]
     reduction = tile_ir.ReductionPlan((c.reduce_var,), c.reduce_extent, "serial", block_k, 1)
     return tile_ir.TileKernel(kernel=c.kernel, schedule=contraction_tiling.SCHEDULE_NAME,
-                              grid=[columns, m_binding, *batch], reduction=reduction, stages=tile.stages)
-
+                              grid=[columns, m_binding, *batch], reduction=reduction, stages=tile.stages,
+                              warp_patch=tile.warp_patch, tensor_cores=tile.tensor_cores)

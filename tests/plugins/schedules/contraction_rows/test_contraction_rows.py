@@ -1,4 +1,7 @@
-"""Softmax over a contraction's rows in one kernel: fusion, Tile IR, every setting on the simulator, NVRTC."""
+"""Softmax over a contraction's rows in one kernel: fusion, Tile IR, every setting on the simulator, NVRTC.
+
+Each program runs with its products on wgmma, as the schedule chooses on Hopper where they can
+run there, and on the CUDA cores (``tensor_cores = 0``), as it chooses elsewhere."""
 
 import math
 
@@ -9,6 +12,7 @@ import torch.nn.functional as F
 import lamina
 from lamina.backends.cuda.codegen import emit_cuda, kernel_symbol
 from lamina.backends.cuda.nvrtc import compile_kernel
+from lamina.backends.cuda.wgmma import kernel_arch
 from lamina.backends.reference.simulator import simulate
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.errors import ScheduleError
@@ -16,7 +20,13 @@ from lamina.core.ir import expr as ex, kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction_rows.plugin import ContractionRowsSchedule
 from lamina.plugins.schedules.contraction_rows.recognise import analyse
-from lamina.plugins.schedules.contraction_rows.tiling import MAX_CLUSTER_ROW_LENGTH, MAX_ROW_LENGTH, settings
+from lamina.plugins.schedules.contraction_rows.tiling import (
+    MAX_CLUSTER_ROW_LENGTH,
+    MAX_FUSED_WGMMA_ROW_LENGTH,
+    MAX_ROW_LENGTH,
+    MAX_WGMMA_ROW_LENGTH,
+    settings,
+)
 
 SM_90 = Target("sm_90", "sm_90")
 SCHEDULE = ContractionRowsSchedule()
@@ -53,18 +63,20 @@ PROGRAMS = {
     "scores_130_columns": (scores, lambda: (torch.randn(2, 19, 12), torch.randn(2, 130, 12))),
     "scores_longest_rows": (scores, lambda: (torch.randn(1, 3, 8), torch.randn(1, MAX_ROW_LENGTH, 8))),
     "scores_300_columns_in_a_cluster": (scores, lambda: (torch.randn(1, 2, 70, 8), torch.randn(1, 2, 300, 8))),
-    "causal_scores_600_in_a_cluster": (masked_scores, lambda: (torch.randn(1, 600, 4), torch.randn(1, 600, 4),
-                                                                causal_mask(600))),
+    "causal_scores_500_in_a_cluster": (masked_scores, lambda: (torch.randn(1, 500, 4), torch.randn(1, 500, 4),
+                                                                causal_mask(500))),
     "log_softmax_300_in_a_cluster": (log_probabilities, lambda: (torch.randn(1, 2, 40, 8), torch.randn(1, 2, 300, 8))),
     "normalised_rows_300_in_a_cluster": (normalised_rows, lambda: (torch.randn(1, 40, 8), torch.randn(1, 300, 8))),
-    "classifier_10_classes": (classifier, lambda: (torch.randn(21, 30), torch.randn(10, 30), torch.randn(10))),
+    "classifier_10_classes": (classifier, lambda: (torch.randn(21, 32), torch.randn(10, 32), torch.randn(10))),
 }
+PRODUCTS = {"wgmma": {}, "cuda_cores": {"tensor_cores": 0}}
+"""The knobs that put the products on wgmma (as chosen) and on the CUDA cores."""
 
 
-def fused_kernel(name):
+def fused_kernel(name, knobs=None):
     fn, inputs = PROGRAMS[name]
     args = inputs()
-    program = lamina.compile(fn, args)
+    program = lamina.compile(fn, args, knobs=knobs or {})
     (kernel,) = program.compilation.loop.kernels
     names = [b.name for b in program.compilation.loop.inputs]
     return program, kernel, dict(zip(names, args)), fn
@@ -78,10 +90,13 @@ def simulated(kernel, loop_kernel, inputs):
     return arrays[out.name].reshape(out.type.shape), report
 
 
+@pytest.mark.parametrize("products", PRODUCTS)
 @pytest.mark.parametrize("name", PROGRAMS)
-def test_the_product_and_its_softmax_are_one_kernel_that_matches_pytorch(name):
-    program, _, inputs, fn = fused_kernel(name)
+def test_the_product_and_its_softmax_are_one_kernel_that_matches_pytorch(name, products):
+    program, _, inputs, fn = fused_kernel(name, PRODUCTS[products])
     assert [t.schedule for t in program.compilation.tiles] == ["contraction_rows"]
+    assert [t.tensor_cores for t in program.compilation.tiles] == [None if products == "cuda_cores" else
+                                                                   "wgmma 3xtf32"]
     assert program.compilation.loop.temporaries == ()
     out = program(*inputs.values())
     assert relative_error(out, float64_reference(fn, tuple(inputs.values()))) < 1e-5
@@ -89,23 +104,26 @@ def test_the_product_and_its_softmax_are_one_kernel_that_matches_pytorch(name):
 
 SETTINGS = []
 for _name in PROGRAMS:
-    _, _kernel, _, _ = fused_kernel(_name)
-    SETTINGS += [(_name, choices) for choices in settings(analyse(_kernel), SM_90)]
+    for _products, _knobs in PRODUCTS.items():
+        _, _kernel, _, _ = fused_kernel(_name, _knobs)
+        SETTINGS += [(_name, _knobs, choices) for choices in settings(analyse(_kernel), SM_90, _knobs)]
 
 
 def _id(name, c):
-    return f"{name}-{c.block_m}x{c.block_n}x{c.block_k}-t{c.thread_m}x{c.thread_n}-b{c.buffers}-f{c.fragment_width}"
+    return (f"{name}-{c.block_m}x{c.block_n}x{c.block_k}-t{c.thread_m}x{c.thread_n}-b{c.buffers}-f{c.fragment_width}"
+            f"-tc{c.tensor_cores}")
 
 
 def test_the_settings_stay_few_enough_to_run_each():
-    assert len(SETTINGS) < 40
+    assert len(SETTINGS) < 60
 
 
-@pytest.mark.parametrize("name, choices", SETTINGS, ids=[_id(n, c) for n, c in SETTINGS])
-def test_every_setting_matches_pytorch_without_faults_or_bank_conflicts_and_compiles_without_spills(name, choices):
-    _, loop_kernel, inputs, fn = fused_kernel(name)
-    knobs = {"block_m": choices.block_m, "thread_m": choices.thread_m, "block_k": choices.block_k,
-             "buffers": choices.buffers, "fragment_width": choices.fragment_width}
+@pytest.mark.parametrize("name, knobs, choices", SETTINGS, ids=[_id(n, c) for n, _, c in SETTINGS])
+def test_every_setting_matches_pytorch_without_faults_or_bank_conflicts_and_compiles_without_spills(name, knobs,
+                                                                                                   choices):
+    _, loop_kernel, inputs, fn = fused_kernel(name, knobs)
+    knobs = {**knobs, "block_m": choices.block_m, "block_n": choices.block_n, "thread_m": choices.thread_m,
+             "block_k": choices.block_k, "buffers": choices.buffers, "fragment_width": choices.fragment_width}
     tile = SCHEDULE.schedule(loop_kernel, SM_90, knobs)
     assert f"block {choices.block_m}x{choices.block_n}x{choices.block_k}" in dict(tile.knobs)["chosen"]
     kernel = SCHEDULE.lower(tile, SM_90)
@@ -113,7 +131,7 @@ def test_every_setting_matches_pytorch_without_faults_or_bank_conflicts_and_comp
     assert relative_error(out, float64_reference(fn, tuple(inputs.values()))) < 1e-5
     assert (report.races, report.out_of_bounds, report.unwritten_reads, report.misaligned) == ([], [], [], [])
     assert report.total_bank_conflicts == 0, report.bank_conflicts
-    compiled = compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), "sm_90")
+    compiled = compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), kernel_arch(kernel, "sm_90"))
     assert (compiled.spill_stores, compiled.spill_loads) == (0, 0)
 
 
@@ -124,7 +142,8 @@ def test_the_suites_scores_at_128_tokens_compile_without_spills(heads, d, fn):
     program = lamina.compile(fn, args + ((causal_mask(128),) if fn is masked_scores else ()))
     assert [t.schedule for t in program.compilation.tiles] == ["contraction_rows"]
     (kernel,) = program.compilation.kernels.kernels
-    compiled = compile_kernel(program.compilation.sources[kernel.name], kernel.name, "sm_90")
+    assert [t.tensor_cores for t in program.compilation.tiles] == ["wgmma 3xtf32"]
+    compiled = compile_kernel(program.compilation.sources[kernel.name], kernel.name, kernel_arch(kernel, "sm_90"))
     assert (compiled.spill_stores, compiled.spill_loads) == (0, 0)
 
 
@@ -152,6 +171,29 @@ kernel softmax(q: f32[2, 12, 8], k: f32[2, 12, 8], mask: b8[12, 12]) -> (softmax
 
 CAUSAL_TILE_IR = """\
 tile softmax  schedule=contraction_rows
+  grid (1, 1, 2) blocks of 128 threads, 65536 B shared
+  parallel i1 (12): block.y tile 64 = thread.y 32 x 2 per thread (strided by 32)
+  parallel i0 (2): block.z tile 1 = thread.z 1 x 1 per thread (contiguous)
+  reduce r0 * r1 (12): warp_shuffle, 4 splits
+  shared q[i0, i1, r4] as f32[i1 64][r4 32, 128-byte swizzle], 3 buffers, copy cp.async 16 B
+  shared k[i0, i2, r4] as f32[i2 64][r4 32, 128-byte swizzle], 3 buffers, copy cp.async 16 B
+  products on tensor cores: wgmma m64n64k8 on tf32, each warpgroup 64 rows, each f32 operand as big + small tf32: \
+the rows' read from swizzled shared memory into registers and split there, the columns' split in place in swizzled \
+shared memory once a k-tile lands; 3 wgmma per product summed over each k-tile, then added in f32
+  row = 12 columns across 4 lanes of a warp: 4 lanes x 16 per lane (runs of 2, 8 apart)
+  product = bmm3 = sum over r4 (8) in k-tiles of 32 on wgmma, the threads holding its accumulators, computed once \
+per element and kept in registers
+  element = where(mask[i1, i2], -inf, bmm3 * 0.3535533905932738), computed once per element in place of bmm3
+  row_reductions = acc0 max, acc1 sum, each lane's part combined by warp shuffles
+  register_tile = 2x16
+  chosen = block 64x64x32, thread 2x16, splits 1, buffers 3, fragment width 1, padding 0, on tensor cores through \
+wgmma; cheapest of 4 settings spanning the row, pinned: none
+  estimate = 3.1 us from launch 2.0, compute 1.1 and memory 0.2, overlapped; 2 blocks, 3 per SM at once
+  copy q[i0, i1, r4] = r4 fastest across threads, 4 elements per copy
+  copy k[i0, i2, r4] = r4 fastest across threads, 4 elements per copy"""
+
+CAUSAL_TILE_IR_ON_CUDA_CORES = """\
+tile softmax  schedule=contraction_rows
   grid (1, 1, 2) blocks of 256 threads, 1696 B shared
   parallel i1 (12): block.y tile 16 = thread.y 8 x 2 per thread (strided by 8)
   parallel i0 (2): block.z tile 1 = thread.z 1 x 1 per thread (contiguous)
@@ -163,17 +205,21 @@ tile softmax  schedule=contraction_rows
   element = where(mask[i1, i2], -inf, bmm3 * 0.3535533905932738), computed once per element in place of bmm3
   row_reductions = acc0 max, acc1 sum, each lane's part combined by warp shuffles
   register_tile = 2x1
-  chosen = block 16x32x8, thread 2x1, splits 1, buffers 1, fragment width 1; cheapest of 3 settings spanning the row, pinned: none
+  chosen = block 16x32x8, thread 2x1, splits 1, buffers 1, fragment width 1; cheapest of 3 settings spanning the \
+row, pinned: tensor_cores=0
   estimate = 2.2 us from launch 2.0, compute 0.2 and memory 0.1, overlapped; 2 blocks, 6 per SM at once
   copy q[i0, i1, r4] = r4 fastest across threads
   copy k[i0, i2, r4] = r4 fastest across threads, a warp's i2 8 apart"""
 
 
-def test_causal_scores_loop_ir_and_tile_ir_golden():
-    program = lamina.compile(masked_scores, (torch.randn(2, 12, 8), torch.randn(2, 12, 8), causal_mask(12)))
+@pytest.mark.parametrize("knobs, golden", [({}, CAUSAL_TILE_IR), ({"tensor_cores": 0}, CAUSAL_TILE_IR_ON_CUDA_CORES)],
+                         ids=["wgmma", "cuda_cores"])
+def test_causal_scores_loop_ir_and_tile_ir_golden(knobs, golden):
+    args = (torch.randn(2, 12, 8), torch.randn(2, 12, 8), causal_mask(12))
+    program = lamina.compile(masked_scores, args, knobs=knobs)
     (kernel,) = program.compilation.loop.kernels
     assert loop_ir.format_kernel(kernel) == CAUSAL_LOOP_IR
-    assert tile_ir.format_tile_kernel(program.compilation.tiles[0]) == CAUSAL_TILE_IR
+    assert tile_ir.format_tile_kernel(program.compilation.tiles[0]) == golden
 
 
 def test_the_stores_multiply_by_the_reciprocal_of_the_row_sum_computed_once_per_row():
@@ -199,24 +245,47 @@ def test_a_product_that_another_kernel_also_reads_is_not_recomputed_in_the_softm
         "contraction", "row_reduction"]
 
 
-def test_rows_longer_than_a_cluster_holds_stay_a_contraction_and_a_softmax():
-    args = (torch.randn(1, 5, 8), torch.randn(1, MAX_CLUSTER_ROW_LENGTH + 1, 8))
-    assert schedules_of(scores, args) == ["contraction", "row_reduction"]
+@pytest.mark.parametrize("knobs, length", [
+    ({}, MAX_FUSED_WGMMA_ROW_LENGTH + 1),
+    ({"tensor_cores": 0}, MAX_CLUSTER_ROW_LENGTH + 1),
+    ({"tensor_cores": 2}, MAX_WGMMA_ROW_LENGTH + 1),
+], ids=["wgmma_as_chosen", "cuda_cores", "wgmma_pinned"])
+def test_rows_longer_than_one_kernel_holds_stay_a_contraction_and_a_softmax(knobs, length):
+    args = (torch.randn(1, 5, 8), torch.randn(1, length, 8))
+    assert schedules_of(scores, args, knobs=knobs) == ["contraction", "row_reduction"]
 
 
-def test_rows_longer_than_a_block_holds_are_spread_over_a_cluster():
-    _, kernel, _, _ = fused_kernel("scores_300_columns_in_a_cluster")
-    tile = SCHEDULE.schedule(kernel, SM_90, {})
+def test_pinning_wgmma_holds_the_longest_rows_in_a_cluster_of_16_blocks():
+    args = (torch.randn(1, 5, 8), torch.randn(1, MAX_WGMMA_ROW_LENGTH, 8))
+    program = lamina.compile(scores, args, knobs={"tensor_cores": 2})
+    (loop_kernel,) = program.compilation.loop.kernels
+    (kernel,) = program.compilation.kernels.kernels
+    assert kernel.launch.cluster == (16, 1, 1)
+    assert "__cluster_dims__(16, 1, 1)" in program.compilation.sources[kernel.name]
+    out, report = simulated(kernel, loop_kernel, dict(zip([b.name for b in loop_kernel.inputs], args)))
+    assert relative_error(out, float64_reference(scores, args)) < 1e-5
+    assert (report.races, report.out_of_bounds, report.unwritten_reads, report.misaligned) == ([], [], [], [])
+
+
+@pytest.mark.parametrize("knobs, row, blocks, lanes", [
+    ({"tensor_cores": 0}, "300 columns across a cluster of 2 blocks, 256 columns each: 32 lanes x 8 per lane", 2, 32),
+    ({}, "300 columns across a cluster of 5 blocks, 64 columns each: 4 lanes x 16 per lane", 5, 4),
+], ids=["cuda_cores", "wgmma"])
+def test_rows_longer_than_a_block_holds_are_spread_over_a_cluster(knobs, row, blocks, lanes):
+    _, kernel, _, _ = fused_kernel("scores_300_columns_in_a_cluster", knobs)
+    tile = SCHEDULE.schedule(kernel, SM_90, knobs)
     notes = dict(tile.knobs)
-    assert notes["row"].startswith("300 columns across a cluster of 2 blocks, 256 columns each")
+    assert notes["row"].startswith(row)
     assert notes["row_reductions"].endswith("then the cluster's blocks' parts through distributed shared memory")
     printed = tile_ir.format_tile_kernel(tile)
-    assert "  grid (2, " in printed and "warp_shuffle, 32 splits, across a cluster of 2 blocks along x" in printed
+    assert f"  grid ({blocks}, " in printed
+    assert f"warp_shuffle, {lanes} splits, across a cluster of {blocks} blocks along x" in printed
     lowered = SCHEDULE.lower(tile, SM_90)
-    assert lowered.launch.cluster == (2, 1, 1) and lowered.launch.grid[0] == 2
+    assert lowered.launch.cluster == (blocks, 1, 1) and lowered.launch.grid[0] == blocks
     barriers = [s for s in kernel_ir.statements(lowered.body) if isinstance(s, kernel_ir.ClusterBarrier)]
     assert len(barriers) == 3, "one per reduce loop of the softmax, and one before the blocks finish"
-    assert "lamina_cluster_load(" in emit_cuda(lowered) and "__cluster_dims__(2, 1, 1)" in emit_cuda(lowered)
+    source = emit_cuda(lowered)
+    assert "lamina_cluster_load(" in source and f"__cluster_dims__({blocks}, 1, 1)" in source
 
 
 def test_a_softmax_across_the_rows_of_the_product_is_not_fused():
@@ -243,16 +312,28 @@ GPU_RUNS = {
                                                             causal_mask(128))),
     "qwen_scores_128": (scores, lambda: (torch.randn(1, 28, 128, 128), torch.randn(1, 28, 128, 128))),
     "qwen_scores_300_by_250": (scores, lambda: (torch.randn(1, 28, 300, 128), torch.randn(1, 28, 250, 128))),
-    "qwen_scores_1024_in_clusters_of_4": (scores, lambda: (torch.randn(1, 4, 1024, 128), torch.randn(1, 4, 1024, 128))),
+    "qwen_scores_512_in_clusters": (scores, lambda: (torch.randn(1, 4, 512, 128), torch.randn(1, 4, 512, 128))),
 }
+GPU_PRODUCTS = {**PRODUCTS, "wgmma_clusters_of_16": {"tensor_cores": 2}}
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("products", GPU_PRODUCTS)
 @pytest.mark.parametrize("name", GPU_RUNS)
-def test_matches_pytorch_on_the_gpu(name):
+def test_matches_pytorch_on_the_gpu(name, products):
     fn, inputs = GPU_RUNS[name]
     args = tuple(t.cuda() for t in inputs())
-    program = lamina.compile(fn, args)
+    program = lamina.compile(fn, args, knobs=GPU_PRODUCTS[products])
     assert [t.schedule for t in program.compilation.tiles] == ["contraction_rows"]
     out = program(*args)
     assert relative_error(out, float64_reference(fn, args)) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fn", [scores, masked_scores], ids=["plain", "causal"])
+def test_rows_of_2048_in_clusters_of_16_match_pytorch_on_the_gpu(fn):
+    args = (torch.randn(1, 4, 2048, 128, device="cuda"), torch.randn(1, 4, 2048, 128, device="cuda"))
+    args += (causal_mask(2048).cuda(),) if fn is masked_scores else ()
+    program = lamina.compile(fn, args, knobs={"tensor_cores": 2})
+    assert [k.launch.cluster for k in program.compilation.kernels.kernels] == [(16, 1, 1)]
+    assert relative_error(program(*args), float64_reference(fn, args)) < 1e-5
