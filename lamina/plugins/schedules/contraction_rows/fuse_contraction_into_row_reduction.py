@@ -2,7 +2,7 @@
 
 When a contraction's only reader reduces each row of its result (along the
 contraction's columns, the output's contiguous axis) and the rows are short enough for
-a warp, or a cluster of blocks (on wgmma, longer ones), to hold in registers, every loop over the row computes
+a block, or a cluster of blocks, to hold in registers, every loop over the row computes
 its element, a dot product, where it used to read it. The product then never reaches
 memory: the ``contraction_rows`` schedule computes each element once and keeps the row
 on chip between the loops. Longer rows stay two kernels, the contraction and the row

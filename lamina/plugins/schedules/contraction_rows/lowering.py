@@ -1,7 +1,8 @@
 """The ``contraction_rows`` schedule's Tile IR written as Kernel IR.
 
 The product is computed exactly as the contraction schedule computes a block tile
-(``contraction.lowering``), into each thread's register tile ``acc``; each register
+(``contraction.lowering``, or ``contraction.warpgroup_lowering`` on wgmma), into each
+thread's register tile ``acc``; each register
 then becomes the row's element computed from it (``where(mask, -inf, acc * scale)``,
 read once). Then, for each of the thread's rows ``a``::
 

@@ -13,11 +13,12 @@ distributed shared memory.
 Where the product can run on wgmma (``warpgroup_products``: Hopper, float32), it does, and
 the threads hold the wgmma's accumulators: four lanes of a warp span a row of each block,
 and a block of 64 or 128 columns, or a cluster of them, spans the row. On the H200 that
-took TinyLlama's and Qwen's attention scores at S = 128 from 5.6 and 8.6 us on the CUDA
-cores to 4.9 and 6.1 (``benchmarks/results/2026-11-30_h200_scores_s128_wgmma.json``). Rows
-longer than ``MAX_FUSED_WGMMA_ROW_LENGTH`` then stay two kernels, which were measured
-faster. The contraction's cost model chooses among the settings whose block tile spans
-the row (or its cluster's share of it).
+took TinyLlama's and Qwen's attention scores at S = 128 from 5.5 and 8.5 us on the CUDA
+cores to 4.9 and 6.1 in the suite (``benchmarks/results/2026-11-30_h200_bench_float32_wgmma_rows.json``
+against ``…_bench_float32_wgmma_blocks_fitted.json``). Rows longer than
+``MAX_FUSED_WGMMA_ROW_LENGTH`` then stay two kernels, which were measured faster. The
+contraction's cost model chooses among the settings whose block tile spans the row (or its
+cluster's share of it), each block's estimate stretched by the waits at its cluster's barriers.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ contraction's estimates fell 0.5 to 2.2 times short of the measured times, more 
 blocks a cluster had: with it the model ranks first the fastest of the four blocks for both
 models' scores at S = 128, 512 and 1024, and Qwen's at 256."""
 
+
 def columns_per_lane(length: int) -> int:
     """A lane's columns of a row of ``length``: whole runs of four past two, so that they are
     read 16 bytes at a time; 8 where a cluster holds the row."""
@@ -117,8 +119,8 @@ def on_wgmma(rows: ContractionRows, target: Target, pinned: Mapping[str, int]) -
     (on Hopper, float32 operands contiguous along the reduction)."""
     if "tensor_cores" in pinned:
         return pinned["tensor_cores"] == warpgroup_products.KNOB_VALUE
-    c = rows.contraction
-    return any(cost.candidates(c, target, {**fixed, **pinned}) for fixed in _wgmma_layouts(c.extents[c.n], pinned))
+    return any(cost.candidates(rows.contraction, target, {**fixed_on_wgmma(n), **pinned})
+               for n in warpgroup_products.BLOCK_NS)
 
 
 def layouts(rows: ContractionRows, target: Target, pinned: Mapping[str, int]) -> list[dict[str, int]]:
@@ -129,11 +131,25 @@ def layouts(rows: ContractionRows, target: Target, pinned: Mapping[str, int]) ->
     return [fixed_by_the_row(rows)]
 
 
-def longest_row(rows: ContractionRows, target: Target, pinned: Mapping[str, int]) -> int:
-    """The longest row that one kernel holds under ``pinned``."""
+def too_long(rows: ContractionRows, target: Target, pinned: Mapping[str, int]) -> str | None:
+    """Why no cluster of blocks holds a row of ``rows`` under ``pinned``, or None."""
+    length = rows.contraction.extents[rows.contraction.n]
     if not on_wgmma(rows, target, pinned):
-        return MAX_CLUSTER_ROW_LENGTH
-    return MAX_WGMMA_ROW_LENGTH if "tensor_cores" in pinned else MAX_FUSED_WGMMA_ROW_LENGTH
+        if length <= MAX_CLUSTER_ROW_LENGTH:
+            return None
+        return (f"rows of {length} are longer than the {MAX_CLUSTER_ROW_LENGTH} columns that a cluster of "
+                f"{MAX_BLOCKS_PER_ROW} blocks holds on the CUDA cores")
+    if "tensor_cores" in pinned:
+        if length <= MAX_WGMMA_ROW_LENGTH:
+            return None
+        return (f"rows of {length} are longer than the {MAX_WGMMA_ROW_LENGTH} columns that a cluster of "
+                f"{kernel_ir.MAX_CLUSTER_BLOCKS} wgmma blocks holds")
+    if length <= MAX_FUSED_WGMMA_ROW_LENGTH:
+        return None
+    return (f"rows of {length} are longer than the {MAX_FUSED_WGMMA_ROW_LENGTH} columns that a cluster of "
+            f"{kernel_ir.MAX_PORTABLE_CLUSTER_BLOCKS} wgmma blocks holds, past which the product and the row "
+            f"reduction run faster apart; pin tensor_cores = 2 to hold rows of up to {MAX_WGMMA_ROW_LENGTH} in "
+            f"clusters of up to {kernel_ir.MAX_CLUSTER_BLOCKS}")
 
 
 def settings(rows: ContractionRows, target: Target, pinned: Mapping[str, int] | None = None) -> list[Choices]:
@@ -150,20 +166,15 @@ def _where(rows: ContractionRows) -> str:
 def choose(rows: ContractionRows, target: Target, knobs: Mapping[str, Any]) -> tuple[Choices, cost.Estimate, int, str]:
     """The cheapest setting whose block tile spans the row, its estimate, how many there were,
     and the pins it was chosen under. The contraction's knobs apply, but the row fixes
-    ``block_n``, ``thread_n`` and ``splits`` (``layouts``): other pinned values, and rows
-    longer than ``longest_row``, are a ``ScheduleError`` (and the fusion rule then leaves the
-    kernels apart)."""
+    ``block_n``, ``thread_n`` and ``splits`` (``layouts``): other pinned values, and rows too
+    long for a cluster (``too_long``), are a ``ScheduleError`` (and the fusion rule then leaves
+    the kernels apart)."""
     c = rows.contraction
     length = c.extents[c.n]
     pinned = read_pinned(knobs, _where(rows))
-    longest = longest_row(rows, target, pinned)
-    if length > longest == MAX_FUSED_WGMMA_ROW_LENGTH:
-        raise ScheduleError(f"{_where(rows)}: rows of {length} are longer than {longest} columns, past which the "
-                            "product on wgmma and the row reduction run faster apart; pin tensor_cores = 2 to hold "
-                            f"rows of up to {MAX_WGMMA_ROW_LENGTH} in one kernel")
-    if length > longest:
-        raise ScheduleError(f"{_where(rows)}: rows of {length} are longer than the {longest} columns that a cluster "
-                            f"of blocks holds{' on the CUDA cores' if longest == MAX_CLUSTER_ROW_LENGTH else ''}")
+    reason = too_long(rows, target, pinned)
+    if reason is not None:
+        raise ScheduleError(f"{_where(rows)}: {reason}")
     candidates = layouts(rows, target, pinned)
     fitting = [fixed for fixed in candidates if all(pinned.get(key, value) == value for key, value in fixed.items())]
     if not fitting:

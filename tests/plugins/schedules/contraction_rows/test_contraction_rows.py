@@ -255,6 +255,14 @@ def test_rows_longer_than_one_kernel_holds_stay_a_contraction_and_a_softmax(knob
     assert schedules_of(scores, args, knobs=knobs) == ["contraction", "row_reduction"]
 
 
+def test_the_schedule_says_why_it_leaves_rows_longer_than_a_cluster_of_8_wgmma_blocks_apart():
+    args = (torch.randn(1, 5, 8), torch.randn(1, MAX_FUSED_WGMMA_ROW_LENGTH + 1, 8))
+    (kernel,) = lamina.compile(scores, args, knobs={"tensor_cores": 2}).compilation.loop.kernels
+    with pytest.raises(ScheduleError, match=r"rows of 1025 are longer than the 1024 columns that a cluster of 8 wgmma "
+                                            r"blocks holds, .* pin tensor_cores = 2 to hold rows of up to 2048"):
+        SCHEDULE.schedule(kernel, SM_90, {})
+
+
 def test_pinning_wgmma_holds_the_longest_rows_in_a_cluster_of_16_blocks():
     args = (torch.randn(1, 5, 8), torch.randn(1, MAX_WGMMA_ROW_LENGTH, 8))
     program = lamina.compile(scores, args, knobs={"tensor_cores": 2})
