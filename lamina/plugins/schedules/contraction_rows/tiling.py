@@ -68,7 +68,9 @@ MAX_FUSED_WGMMA_ROW_LENGTH = kernel_ir.MAX_PORTABLE_CLUSTER_BLOCKS * max(warpgro
 of 16 lost to the two kernels: 592.8 to 674.5 us against 562.8 for TinyLlama's scores at
 S = 2048, 716.7 to 766.8 against 658.8 for Qwen's; clusters of 8 at S = 1024 won, 135.0
 against 147.9 and 163.4 against 174.5 in blocks of 64 x 128
-(``benchmarks/results/2026-11-30_h200_wgmma_rows_experiment_blocks.txt``)."""
+(``benchmarks/results/2026-11-30_h200_wgmma_rows_experiment_blocks.txt``). Clusters of 16
+of those blocks hold 85 % of the blocks the H200's SMs hold at once, clusters of 8 91 %
+(``…_cluster_occupancy_experiment.txt``)."""
 CLUSTER_WAIT = 0.1
 """How much longer a block's work takes for each further block of its cluster: every block waits
 at the row's cluster barriers (three for a softmax) for the slowest of them. Fitted to the
