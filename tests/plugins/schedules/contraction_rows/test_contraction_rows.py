@@ -321,6 +321,9 @@ GPU_RUNS = {
     "qwen_scores_128": (scores, lambda: (torch.randn(1, 28, 128, 128), torch.randn(1, 28, 128, 128))),
     "qwen_scores_300_by_250": (scores, lambda: (torch.randn(1, 28, 300, 128), torch.randn(1, 28, 250, 128))),
     "qwen_scores_512_in_clusters": (scores, lambda: (torch.randn(1, 4, 512, 128), torch.randn(1, 4, 512, 128))),
+    "tinyllama_causal_scores_1024_in_clusters": (masked_scores, lambda: (torch.randn(1, 4, 1024, 64),
+                                                                         torch.randn(1, 4, 1024, 64),
+                                                                         causal_mask(1024))),
 }
 GPU_PRODUCTS = {**PRODUCTS, "wgmma_clusters_of_16": {"tensor_cores": 2}}
 
