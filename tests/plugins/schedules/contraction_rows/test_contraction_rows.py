@@ -102,9 +102,16 @@ def test_the_product_and_its_softmax_are_one_kernel_that_matches_pytorch(name, p
     assert relative_error(out, float64_reference(fn, tuple(inputs.values()))) < 1e-5
 
 
+SWEPT_ON_WGMMA = ("scores_37_columns", "causal_scores_45", "scores_300_columns_in_a_cluster",
+                  "log_softmax_300_in_a_cluster", "classifier_10_classes")
+"""The programs whose every wgmma setting runs on the simulator: ragged rows and columns in one
+block and in a cluster, a mask, two kinds of row reduction and a bias. Every wgmma setting is
+one of four blocks, whatever the program; each other program runs its chosen one above."""
 SETTINGS = []
 for _name in PROGRAMS:
     for _products, _knobs in PRODUCTS.items():
+        if _products == "wgmma" and _name not in SWEPT_ON_WGMMA:
+            continue
         _, _kernel, _, _ = fused_kernel(_name, _knobs)
         SETTINGS += [(_name, _knobs, choices) for choices in settings(analyse(_kernel), SM_90, _knobs)]
 
@@ -115,7 +122,7 @@ def _id(name, c):
 
 
 def test_the_settings_stay_few_enough_to_run_each():
-    assert len(SETTINGS) < 60
+    assert len(SETTINGS) < 50
 
 
 @pytest.mark.parametrize("name, knobs, choices", SETTINGS, ids=[_id(n, c) for n, _, c in SETTINGS])
