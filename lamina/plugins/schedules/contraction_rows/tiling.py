@@ -180,10 +180,10 @@ def choose(rows: ContractionRows, target: Target, knobs: Mapping[str, Any]) -> t
     candidates = layouts(rows, target, pinned)
     fitting = [fixed for fixed in candidates if all(pinned.get(key, value) == value for key, value in fixed.items())]
     if not fitting:
-        fixed = candidates[0]
-        key = next(k for k, v in fixed.items() if pinned.get(k, v) != v)
+        key = next(k for k, v in candidates[0].items() if pinned.get(k, v) != v)
+        allowed = " or ".join(str(v) for v in sorted({fixed[key] for fixed in candidates}))
         raise ScheduleError(f"{_where(rows)}: knob {key} = {pinned[key]} cannot apply: a block holds whole rows of "
-                            f"{length}, so {key} = {fixed[key]}. Unpin {key}, or disable the plugin "
+                            f"{length}, so {key} = {allowed}. Unpin {key}, or disable the plugin "
                             "lamina.builtin.schedules.contraction_rows to keep the product and its row "
                             "reduction apart")
     text = ", ".join(f"{k}={v}" for k, v in pinned.items()) or "none"

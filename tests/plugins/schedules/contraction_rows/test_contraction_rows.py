@@ -315,6 +315,13 @@ def test_pinning_a_block_that_cannot_hold_the_row_keeps_the_kernels_apart():
     assert schedules_of(scores, args, knobs={"block_n": 32}) == ["contraction", "row_reduction"]
 
 
+def test_the_schedule_names_the_widths_a_wgmma_block_of_the_row_may_take():
+    _, kernel, _, _ = fused_kernel("scores_130_columns")
+    with pytest.raises(ScheduleError, match=r"knob block_n = 256 cannot apply: a block holds whole rows of 130, so "
+                                            r"block_n = 64 or 128"):
+        SCHEDULE.schedule(kernel, SM_90, {"tensor_cores": 2, "block_n": 256})
+
+
 def test_the_schedule_names_a_pinned_knob_that_the_row_fixes():
     _, kernel, _, _ = fused_kernel("scores_130_columns")
     with pytest.raises(ScheduleError, match=r"knob thread_n = 4 cannot apply: a block holds whole rows of 130, so thread_n = 8"):
