@@ -102,6 +102,14 @@ def test_the_product_and_its_softmax_are_one_kernel_that_matches_pytorch(name, p
     assert relative_error(out, float64_reference(fn, tuple(inputs.values()))) < 1e-5
 
 
+def test_a_product_wgmma_cannot_read_stays_on_the_cuda_cores():
+    """wgmma reads its operands 16 bytes at a time along the reduction: 30 features are not."""
+    args = (torch.randn(21, 30), torch.randn(10, 30), torch.randn(10))
+    program = lamina.compile(classifier, args)
+    assert [(t.schedule, t.tensor_cores) for t in program.compilation.tiles] == [("contraction_rows", None)]
+    assert relative_error(program(*args), float64_reference(classifier, args)) < 1e-5
+
+
 SWEPT_ON_WGMMA = ("scores_37_columns", "causal_scores_45", "scores_300_columns_in_a_cluster",
                   "log_softmax_300_in_a_cluster", "classifier_10_classes")
 """The programs whose every wgmma setting runs on the simulator: ragged rows and columns in one
