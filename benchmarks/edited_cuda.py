@@ -24,6 +24,9 @@ TWO_BUFFER_MAIN_LOOP = re.compile(
 """The contraction schedule's main loop with two buffers and the copies issued at once, as
 emitted: ``T`` k-tiles, the next k-tile's ``copies``, and the ``body`` of its ``K`` steps."""
 
+ROW_REDUCTION_START = "  int row = (int)blockIdx.x;\n"
+"""The first statement of a row-reduction kernel with one row per block, as emitted."""
+
 Edit = Callable[[str], str]
 """A kernel's CUDA source to the edited source (unchanged where the edit does not apply)."""
 

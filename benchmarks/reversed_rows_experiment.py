@@ -11,13 +11,11 @@ it (``edited_cuda.time_variants``: each variant twice, alternately):
     python benchmarks/reversed_rows_experiment.py
 """
 
-from edited_cuda import time_variants
-
-ROW = "  int row = (int)blockIdx.x;\n"
+from edited_cuda import ROW_REDUCTION_START, time_variants
 
 
 def rows_in_reverse(source: str) -> str:
-    return source.replace(ROW, "  int row = (int)(gridDim.x - 1 - blockIdx.x);\n")
+    return source.replace(ROW_REDUCTION_START, "  int row = (int)(gridDim.x - 1 - blockIdx.x);\n")
 
 
 if __name__ == "__main__":

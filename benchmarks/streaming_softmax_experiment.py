@@ -12,22 +12,20 @@ each variant twice, alternately):
 
 import re
 
-from edited_cuda import time_variants
+from edited_cuda import ROW_REDUCTION_START, time_variants
 
-ROW_REDUCTION = "  int row = (int)blockIdx.x;\n"
-"""The first statement of the row-reduction schedule's kernels: the softmax, not the product."""
 LOAD = re.compile(r"= \*reinterpret_cast<const uint4\*>\(&(p\d+\[[^;]*\])\);")
 STORE = re.compile(r"\*reinterpret_cast<uint4\*>\(&(p\d+\[[^;]*\])\) = \*reinterpret_cast<const uint4\*>\(&(\w+\[0\])\);")
 
 
 def streamed_loads(source: str) -> str:
-    if ROW_REDUCTION not in source:
+    if ROW_REDUCTION_START not in source:
         return source
     return LOAD.sub(r"= __ldcs(reinterpret_cast<const uint4*>(&\1));", source)
 
 
 def streamed_loads_and_stores(source: str) -> str:
-    if ROW_REDUCTION not in source:
+    if ROW_REDUCTION_START not in source:
         return source
     return STORE.sub(r"__stcs(reinterpret_cast<uint4*>(&\1), *reinterpret_cast<const uint4*>(&\2));",
                      streamed_loads(source))

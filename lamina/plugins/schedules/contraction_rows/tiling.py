@@ -125,18 +125,19 @@ def on_wgmma(rows: ContractionRows, target: Target, pinned: Mapping[str, int]) -
                for n in warpgroup_products.BLOCK_NS)
 
 
-def layouts(rows: ContractionRows, target: Target, pinned: Mapping[str, int]) -> list[dict[str, int]]:
-    """The ways a block may hold its part of each row, as the knobs each fixes: on wgmma one
-    per width of block whose cluster spans the row; on the CUDA cores one way."""
-    if on_wgmma(rows, target, pinned):
+def layouts(rows: ContractionRows, pinned: Mapping[str, int], wgmma: bool) -> list[dict[str, int]]:
+    """The ways a block may hold its part of each row, as the knobs each fixes: on wgmma
+    (``on_wgmma``) one per width of block whose cluster spans the row; on the CUDA cores one way."""
+    if wgmma:
         return _wgmma_layouts(rows.contraction.extents[rows.contraction.n], pinned)
     return [fixed_by_the_row(rows)]
 
 
-def too_long(rows: ContractionRows, target: Target, pinned: Mapping[str, int]) -> str | None:
-    """Why no cluster of blocks holds a row of ``rows`` under ``pinned``, or None."""
+def too_long(rows: ContractionRows, pinned: Mapping[str, int], wgmma: bool) -> str | None:
+    """Why no cluster of blocks, on wgmma or not (``on_wgmma``), holds a row of ``rows`` under
+    ``pinned``, or None."""
     length = rows.contraction.extents[rows.contraction.n]
-    if not on_wgmma(rows, target, pinned):
+    if not wgmma:
         if length <= MAX_CLUSTER_ROW_LENGTH:
             return None
         return (f"rows of {length} are longer than the {MAX_CLUSTER_ROW_LENGTH} columns that a cluster of "
@@ -157,7 +158,7 @@ def too_long(rows: ContractionRows, target: Target, pinned: Mapping[str, int]) -
 def settings(rows: ContractionRows, target: Target, pinned: Mapping[str, int] | None = None) -> list[Choices]:
     """Every setting the cost model chooses among for ``rows`` under ``pinned`` (none by default)."""
     pinned = dict(pinned or {})
-    return [s for fixed in layouts(rows, target, pinned)
+    return [s for fixed in layouts(rows, pinned, on_wgmma(rows, target, pinned))
             for s in cost.candidates(rows.contraction, target, {**pinned, **fixed})]
 
 
@@ -174,10 +175,11 @@ def choose(rows: ContractionRows, target: Target, knobs: Mapping[str, Any]) -> t
     c = rows.contraction
     length = c.extents[c.n]
     pinned = read_pinned(knobs, _where(rows))
-    reason = too_long(rows, target, pinned)
+    wgmma = on_wgmma(rows, target, pinned)
+    reason = too_long(rows, pinned, wgmma)
     if reason is not None:
         raise ScheduleError(f"{_where(rows)}: {reason}")
-    candidates = layouts(rows, target, pinned)
+    candidates = layouts(rows, pinned, wgmma)
     fitting = [fixed for fixed in candidates if all(pinned.get(key, value) == value for key, value in fixed.items())]
     if not fitting:
         key = next(k for k, v in candidates[0].items() if pinned.get(k, v) != v)
