@@ -1,6 +1,7 @@
 """Runs a compiled program's kernels in order over buffers held as flat tensors.
 
-Both backends share it: they differ only in how one kernel is launched. Each buffer the
+Both backends share it: they differ only in how one kernel is launched. A kernel's scratch
+parameters (``kernel_ir.Param.scratch``) are allocated, zeroed, for each of its launches. Each buffer the
 program writes is allocated right before its first kernel and, unless it is an output,
 dropped right after its last (the program's memory plan), so that the device allocator
 reuses its bytes the way it does for eager PyTorch.
@@ -57,6 +58,11 @@ class ProgramRunner:
             return torch.full((size,), math.nan, dtype=dtype, device=self.device)
         return torch.empty(size, dtype=dtype, device=self.device)
 
+    def _scratch(self, param: kernel_ir.Param) -> torch.Tensor:
+        """A kernel's own working memory, zeroed for each launch: two calls running at once on
+        different streams never share it."""
+        return torch.zeros(param.numel, dtype=torch_dtype(param.dtype), device=self.device)
+
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         buffers: dict[str, torch.Tensor] = {}
         for spec, tensor in zip(self.loop.inputs, inputs):
@@ -65,7 +71,7 @@ class ProgramRunner:
         for position, kernel in enumerate(self.kernels.kernels):
             for spec in plan.allocated_before(position):
                 buffers[spec.name] = self._empty(spec)
-            self.launch(kernel, {p.name: buffers[p.name] for p in kernel.params})
+            self.launch(kernel, {p.name: self._scratch(p) if p.scratch else buffers[p.name] for p in kernel.params})
             for name in plan.released_after(position):
                 del buffers[name]
         return [buffers[b.name].reshape(b.type.shape) for b in self.loop.outputs]

@@ -336,6 +336,12 @@ class _KernelPrinter:
             return [f"{indent}{wgmma.wait(s.pending)}"]
         if isinstance(s, kir.AsyncProxyFence):
             return [f"{indent}{wgmma.PROXY_FENCE}"]
+        if isinstance(s, kir.ThreadFence):
+            return [f"{indent}__threadfence();"]
+        if isinstance(s, kir.AtomicAdd):
+            target = self._element(s.array, (s.index,))
+            added = e.converted(s.value, dtypes.int32)
+            return [f"{indent}{self._element(s.dst, s.dst_index)} = atomicAdd(&{target}, {added});"]
         if isinstance(s, kir.Comment):
             return [f"{indent}// {line}".rstrip() for line in s.text.splitlines() or [""]]
         raise VerificationError(f"Kernel IR kernel {self.kernel.name} holds a statement the CUDA printer does not know: {s!r}")

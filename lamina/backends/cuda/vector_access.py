@@ -29,6 +29,11 @@ def register_alignments(kernel: kir.Kernel) -> dict[str, int]:
 
 
 def vector_copy(kernel: kir.Kernel, s: kir.VectorLoad | kir.VectorStore, dst: str, src: str) -> str:
-    """``dst = src`` as one access, ``dst`` and ``src`` being the printed first elements."""
+    """``dst = src`` as one access, ``dst`` and ``src`` being the printed first elements; a
+    cache hint is CUDA's ``__ldcg`` (through L2 alone) or ``__stcs`` (streaming, evict first)."""
     vector = VECTOR_TYPES[access_bytes(kernel, s)]
+    if s.cache == "l2":
+        return f"*reinterpret_cast<{vector}*>(&{dst}) = __ldcg(reinterpret_cast<const {vector}*>(&{src}));"
+    if s.cache == "evict_first":
+        return f"__stcs(reinterpret_cast<{vector}*>(&{dst}), *reinterpret_cast<const {vector}*>(&{src}));"
     return f"*reinterpret_cast<{vector}*>(&{dst}) = *reinterpret_cast<const {vector}*>(&{src});"

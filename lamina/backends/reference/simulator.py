@@ -197,7 +197,9 @@ class KernelSimulation:
             return self.mma.build(s, scope)
         if isinstance(s, _WGMMA_STATEMENTS):
             return self.wgmma.build(s, scope)
-        if isinstance(s, kernel_ir.Comment):
+        if isinstance(s, kernel_ir.AtomicAdd):
+            return self._atomic_add(s, scope)
+        if isinstance(s, (kernel_ir.Comment, kernel_ir.ThreadFence)):
             return None
         raise self._fail(f"the simulator does not know the statement {s!r}")
 
@@ -241,6 +243,34 @@ class KernelSimulation:
         def run(mask: Mask) -> None:
             value = value_of(mask)
             memory.write([f(mask) for f in indices], value, mask, site)
+
+        return run
+
+    def _atomic_add(self, s: kernel_ir.AtomicAdd, scope) -> Runner:
+        """The running threads' additions one at a time, in the order of their index in the grid:
+        one order the GPU may take. Every block reaches the statement in the same lockstep step, so
+        what each block stored before it is in memory by then, as a ``ThreadFence`` before the
+        atomic makes it on the GPU; no fence has more to do here."""
+        memory = self.exprs.memory(s.array, 1, "atomic add to")
+        register = self.exprs.memory(s.dst, len(s.dst_index), "atomic add into")
+        if not (isinstance(memory, GlobalArray) and memory.writable):
+            raise self._fail(f"atomic add to {s.array}; only writable parameters take atomics")
+        index_of = self.exprs.compile(s.index, scope)
+        value_of = self.exprs.compile(s.value, scope)
+        destination = [self.exprs.compile(i, scope) for i in s.dst_index]
+        site = next(self.sites)
+
+        def run(mask: Mask) -> None:
+            total = self.grid.total
+            offsets = per_thread(as_index(index_of(mask)), total)
+            values = per_thread(as_tensor(value_of(mask), memory.dtype), total)
+            valid = memory.valid(offsets, mask, site, 1, "atomic add to")
+            before = torch.zeros(total, dtype=memory.data.dtype)
+            for thread in valid.active.nonzero().squeeze(1).tolist():
+                at = int(offsets[thread])
+                before[thread] = memory.data[at]
+                memory.data[at] += values[thread]
+            register.write([f(mask) for f in destination], before, valid, site)
 
         return run
 

@@ -81,7 +81,7 @@ class GlobalArray:
             return self.data[int(offset)].clone()
         total = self.grid.total
         offset = per_thread(offset, total)
-        valid = self._valid(offset, mask, site, width, verb)
+        valid = self.valid(offset, mask, site, width, verb)
         if self.numel == 0:
             shape = (total,) if width == 1 else (total, width)
             return torch.zeros(shape, dtype=self.data.dtype)
@@ -101,7 +101,7 @@ class GlobalArray:
         total = self.grid.total
         offset = per_thread(as_index(indices[0]), total)
         value = per_thread(as_tensor(value, self.dtype), total)
-        valid = self._valid(offset, mask, site, 1, "store to")
+        valid = self.valid(offset, mask, site, 1, "store to")
         if not valid.full:
             lanes = valid.active.nonzero().squeeze(1)
             offset = offset.index_select(0, lanes)
@@ -109,7 +109,8 @@ class GlobalArray:
         if offset.numel():
             self.data.index_copy_(0, offset, value.contiguous())
 
-    def _valid(self, offset: torch.Tensor, mask: Mask, site: int, width: int, verb: str) -> Mask:
+    def valid(self, offset: torch.Tensor, mask: Mask, site: int, width: int = 1, verb: str = "load from") -> Mask:
+        """``mask`` less the threads whose access at ``offset`` falls outside the array, each a fault."""
         bad = out_of_bounds([offset], (self.numel,), mask, width)
         if bad is None:
             return mask

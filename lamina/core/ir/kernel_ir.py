@@ -139,12 +139,18 @@ def block_idx(axis: str = "x") -> Special:
 
 @attrs.frozen
 class Param:
-    """A pointer parameter: buffer ``name`` as a flat array of ``numel`` elements."""
+    """A pointer parameter: buffer ``name`` as a flat array of ``numel`` elements.
+
+    A ``scratch`` parameter is no buffer of the program: the kernel's own working memory
+    (counters that its blocks share), which the program's runner allocates, zeroed, for each
+    launch.
+    """
 
     name: str
     dtype: DType
     numel: int
     writable: bool = False
+    scratch: bool = False
 
 
 @attrs.frozen
@@ -286,6 +292,9 @@ class VectorLoad:
     Both sides must be aligned to the access's size (``width`` elements): the GPU
     faults on a misaligned vector access. A shared array starts aligned to 16 bytes, so
     a vector read of it is aligned where its offset in the array is.
+
+    ``cache = "l2"`` reads a global parameter through L2 alone (``ld.global.cg``), not the
+    SM's L1, which does not see what other SMs wrote during the kernel.
     """
 
     dst: str
@@ -293,18 +302,28 @@ class VectorLoad:
     src: str
     src_index: tuple[Expr, ...] = attrs.field(converter=tuple)
     width: int
+    cache: str = "default"
 
 
 @attrs.frozen
 class VectorStore:
     """Copy ``width`` adjacent elements of register array ``src`` into global parameter or
-    shared array ``dst`` from element ``dst_index`` on, in one access aligned like a ``VectorLoad``."""
+    shared array ``dst`` from element ``dst_index`` on, in one access aligned like a ``VectorLoad``.
+
+    ``cache = "evict_first"`` marks a store to a global parameter as streaming
+    (``st.global.cs``): L2 lets its lines go first, keeping room for data still to be read.
+    """
 
     dst: str
     dst_index: tuple[Expr, ...] = attrs.field(converter=tuple)
     src: str
     src_index: tuple[Expr, ...] = attrs.field(converter=tuple)
     width: int
+    cache: str = "default"
+
+
+LOAD_CACHE_HINTS = ("default", "l2")
+STORE_CACHE_HINTS = ("default", "evict_first")
 
 
 @attrs.frozen
@@ -405,6 +424,24 @@ class WgmmaWait:
 
 
 @attrs.frozen
+class ThreadFence:
+    """Order this thread's global memory accesses for every thread of the grid (``__threadfence``):
+    a block that sees a later write of this thread (an ``AtomicAdd``) also sees the earlier ones."""
+
+
+@attrs.frozen
+class AtomicAdd:
+    """Add ``value`` to element ``index`` of global parameter ``array`` in one atomic step,
+    the element's value before it going to register array ``dst`` at ``dst_index``."""
+
+    dst: str
+    dst_index: tuple[Expr, ...] = attrs.field(converter=tuple)
+    array: str
+    index: Expr
+    value: Expr
+
+
+@attrs.frozen
 class AsyncProxyFence:
     """Make this thread's earlier writes to shared memory visible to the asynchronous proxy that
     ``WgmmaTf32`` reads through (``fence.proxy.async.shared::cta``)."""
@@ -412,7 +449,7 @@ class AsyncProxyFence:
 
 Stmt = (Declare | Assign | Store | For | If | Barrier | ClusterBarrier | CpAsync | CpAsyncCommit | CpAsyncWait
         | VectorLoad | VectorStore | MmaTf32 | WgmmaTf32 | WgmmaTf32RegisterA | WgmmaFence | WgmmaCommit | WgmmaWait
-        | AsyncProxyFence | Comment)
+        | AsyncProxyFence | ThreadFence | AtomicAdd | Comment)
 
 
 @attrs.frozen
@@ -489,6 +526,8 @@ def expressions(s: Stmt) -> tuple[Expr, ...]:
         return tuple(i for place in s.acc_index for i in place) + s.a_index + s.b_index
     if isinstance(s, WgmmaTf32RegisterA):
         return tuple(i for place in s.acc_index for i in place) + s.a + s.b_index
+    if isinstance(s, AtomicAdd):
+        return s.dst_index + (s.index, s.value)
     return ()
 
 
@@ -542,6 +581,10 @@ def rename_arrays(kernel: Kernel, mapping: dict[str, str], name: str | None = No
                     s, acc=mapping.get(s.acc, s.acc), acc_index=[tuple(map(rename_expr, i)) for i in s.acc_index],
                     a=tuple(map(rename_expr, s.a)), b=mapping.get(s.b, s.b), b_index=tuple(map(rename_expr, s.b_index)),
                 )
+            elif isinstance(s, AtomicAdd):
+                s = attrs.evolve(s, dst=mapping.get(s.dst, s.dst), dst_index=tuple(map(rename_expr, s.dst_index)),
+                                 array=mapping.get(s.array, s.array), index=rename_expr(s.index),
+                                 value=rename_expr(s.value))
             out.append(s)
         return tuple(out)
 
@@ -611,9 +654,11 @@ def format_body(body, indent: str) -> list[str]:
         elif isinstance(s, CpAsyncWait):
             lines.append(f"{indent}cp.async wait (at most {s.pending} pending)")
         elif isinstance(s, VectorLoad):
-            lines.append(f"{indent}vector load x{s.width} {s.dst}{_index(s.dst_index)} <- {s.src}{_index(s.src_index)}")
+            hint = " through L2" if s.cache == "l2" else ""
+            lines.append(f"{indent}vector load x{s.width}{hint} {s.dst}{_index(s.dst_index)} <- {s.src}{_index(s.src_index)}")
         elif isinstance(s, VectorStore):
-            lines.append(f"{indent}vector store x{s.width} {s.dst}{_index(s.dst_index)} <- {s.src}{_index(s.src_index)}")
+            hint = " evict-first" if s.cache == "evict_first" else ""
+            lines.append(f"{indent}vector store x{s.width}{hint} {s.dst}{_index(s.dst_index)} <- {s.src}{_index(s.src_index)}")
         elif isinstance(s, MmaTf32):
             acc = ", ".join(s.acc + _index(i) for i in s.acc_index)
             a, b = (", ".join(map(format_expr, values)) for values in (s.a, s.b))
@@ -628,6 +673,11 @@ def format_body(body, indent: str) -> list[str]:
             lines.append(f"{indent}wgmma wait (at most {s.pending} pending)")
         elif isinstance(s, AsyncProxyFence):
             lines.append(f"{indent}fence shared memory for the async proxy")
+        elif isinstance(s, ThreadFence):
+            lines.append(f"{indent}fence global memory for the grid")
+        elif isinstance(s, AtomicAdd):
+            lines.append(f"{indent}{s.dst}{_index(s.dst_index)} = atomic add({s.array}[{format_expr(s.index)}], "
+                         f"{format_expr(s.value)})")
         elif isinstance(s, Comment):
             lines.append(f"{indent}# {s.text}")
     return lines
@@ -673,7 +723,7 @@ def format_kernel(k: Kernel) -> str:
              + (f"  cluster ({c[0]}, {c[1]}, {c[2]})" if c != (1, 1, 1) else "")
              + (f"  dynamic shared {k.launch.dynamic_shared_bytes} B" if k.launch.dynamic_shared_bytes else "")]
     for p in k.params:
-        mode = "out" if p.writable else "in"
+        mode = "scratch" if p.scratch else "out" if p.writable else "in"
         lines.append(f"  param {mode} {p.name}: {p.dtype}[{p.numel}]")
     for a in k.arrays:
         swizzle = f", {a.swizzle}-byte swizzle" if a.swizzle else ""
@@ -763,8 +813,11 @@ def verify_kernel(k: Kernel, max_threads: int = 1024, max_shared_bytes: int = 48
                 problems.extend(_mma_problems(s, arrays))
             elif isinstance(s, (WgmmaTf32, WgmmaTf32RegisterA)):
                 problems.extend(_wgmma_problems(s, arrays))
+            elif isinstance(s, AtomicAdd):
+                problems.extend(_atomic_problems(s, arrays))
 
     visit(k.body, set())
+    problems.extend(f"scratch parameter {p.name} is not writable" for p in k.params if p.scratch and not p.writable)
     cluster = k.launch.cluster
     if len(cluster) != 3 or cluster[1:] != (1, 1) or not 1 <= cluster[0] <= MAX_CLUSTER_BLOCKS:
         problems.append(f"cluster {tuple(cluster)}: clusters are 1 to {MAX_CLUSTER_BLOCKS} blocks along x")
@@ -800,6 +853,11 @@ def _vector_access_problems(s: VectorLoad | VectorStore, arrays: dict) -> list[s
         problems.append(f"{kind} of {memory} through {register}: it is not a register array")
     elif len(register_index) != len(array.shape):
         problems.append(f"{kind} through {register} with {len(register_index)} indices; it has rank {len(array.shape)}")
+    hints = LOAD_CACHE_HINTS if isinstance(s, VectorLoad) else STORE_CACHE_HINTS
+    if s.cache not in hints:
+        problems.append(f"{kind} of {memory} with cache hint {s.cache!r}; it takes {', '.join(hints)}")
+    elif s.cache != "default" and not isinstance(param, Param):
+        problems.append(f"{kind} of shared array {memory} with cache hint {s.cache!r}; hints apply to global memory")
     if problems:
         return problems
     if param.dtype != array.dtype:
@@ -820,6 +878,19 @@ def _vector_access_problems(s: VectorLoad | VectorStore, arrays: dict) -> list[s
         problems.append(f"{kind} through {register} at {int(last.value)}..{int(last.value) + s.width - 1} "
                         f"runs past its {array.shape[-1]} elements")
     return problems
+
+
+def _atomic_problems(s: AtomicAdd, arrays: dict) -> list[str]:
+    memory, register = arrays.get(s.array), arrays.get(s.dst)
+    if not isinstance(memory, Param) or not memory.writable:
+        return [f"atomic add to {s.array}: it must be a writable global parameter"]
+    if not isinstance(register, Array) or register.space != "register":
+        return [f"atomic add to {s.array} returns into {s.dst}: it must be a register array"]
+    if len(s.dst_index) != len(register.shape):
+        return [f"atomic add returns into {s.dst} with {len(s.dst_index)} indices; it has rank {len(register.shape)}"]
+    if memory.dtype != dtypes.int32 or register.dtype != dtypes.int32:
+        return [f"atomic add to {memory.dtype} {s.array} into {register.dtype} {s.dst}: both must be int32"]
+    return []
 
 
 def _accumulator_problems(kind: str, s: MmaTf32 | WgmmaTf32 | WgmmaTf32RegisterA, arrays: dict) -> list[str]:
