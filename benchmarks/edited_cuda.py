@@ -35,13 +35,34 @@ def _matches(name: str, patterns: Sequence[str]) -> bool:
     return any(re.fullmatch(p.replace(".", r"\.").replace("*", ".*"), name) for p in patterns)
 
 
+def compiled_with_edit(edit: Edit | None, fn: Callable, inputs: tuple, knobs: dict):
+    """``fn`` compiled with ``knobs`` and called once on ``inputs`` while ``edit`` applies to the
+    CUDA the backend emits (that first call loads the kernels): the compiled program, its output,
+    and whether the edit changed any kernel."""
+    original = backend.emit_cuda
+    edited = []
+
+    def emit(kernel):
+        source = original(kernel)
+        changed = edit(source) if edit is not None else source
+        edited.append(changed != source)
+        return changed
+
+    backend.emit_cuda = emit
+    try:
+        compiled = lamina.Compiler(knobs=knobs).compile(fn, inputs)
+        output = compiled(*inputs)
+    finally:
+        backend.emit_cuda = original
+    return compiled, output, any(edited)
+
+
 def time_variants(patterns: Sequence[str], variants: Sequence[tuple[str, dict, Edit | None]]) -> None:
     """For each suite case whose name matches a glob of ``patterns``, every variant (a label,
     the knobs pinned, an edit or None for the CUDA as emitted) twice, alternately, by CUDA-graph
     replay, each checked against eager PyTorch first: one line per case. A variant whose edit
     changes none of the case's kernels is reported as not edited. The first call runs while the
     edit is in place: the CUDA backend emits the CUDA it compiles when it loads the kernels."""
-    original = backend.emit_cuda
     with torch.no_grad():
         for case in builtin_suite():
             if not _matches(case.name, patterns):
@@ -51,21 +72,8 @@ def time_variants(patterns: Sequence[str], variants: Sequence[tuple[str, dict, E
             reference = fn(*inputs)
             line = [f"{case.name:36s}"]
             for label, knobs, edit in [*variants, *variants]:
-                edited = []
-
-                def emit(kernel, edit=edit, edited=edited):
-                    source = original(kernel)
-                    changed = edit(source) if edit is not None else source
-                    edited.append(changed != source)
-                    return changed
-
-                backend.emit_cuda = emit
-                try:
-                    compiled = lamina.Compiler(knobs=knobs).compile(fn, inputs)
-                    output = compiled(*inputs)
-                finally:
-                    backend.emit_cuda = original
-                if edit is not None and not any(edited):
+                compiled, output, edited = compiled_with_edit(edit, fn, inputs, knobs)
+                if edit is not None and not edited:
                     line.append(f"{label}: not edited")
                     continue
                 error = ((output - reference).abs().max() / reference.abs().max()).item()
