@@ -20,7 +20,7 @@ from lamina.core.ir.dtypes import DType
 from lamina.core.ir.kernel_ir import SWIZZLE_BYTES, WARP_SIZE
 
 BLOCK_DIMS = ("x", "y", "z")
-REDUCTION_STRATEGIES = ("serial", "warp_shuffle", "block_tree", "split_k")
+REDUCTION_STRATEGIES = ("serial", "warp_shuffle", "block_tree", "split_k", "last_block")
 COPY_KINDS = ("load_store", "cp.async")
 
 
@@ -56,7 +56,9 @@ class AxisBinding:
 class ReductionPlan:
     """How the reduction loops ``vars`` run: serially in steps of ``step`` (a k-tile),
     or split across lanes, warps or blocks; ``cluster_blocks`` blocks along x, launched
-    together as a cluster, each reduce their part and combine them."""
+    together as a cluster, each reduce their part and combine them. With the ``last_block``
+    strategy, ``band_blocks`` blocks along x each store their part of a band of rows, and
+    the last of them to finish reads the band back and reduces it."""
 
     vars: tuple[str, ...] = attrs.field(converter=tuple)
     extent: int
@@ -64,6 +66,7 @@ class ReductionPlan:
     step: int = 1
     splits: int = 1
     cluster_blocks: int = 1
+    band_blocks: int = 1
 
 
 @attrs.frozen
@@ -150,7 +153,7 @@ class TileKernel:
         if self.reduction and self.reduction.strategy == "split_k":
             shape["z"] *= self.reduction.splits
         if self.reduction:
-            shape["x"] *= self.reduction.cluster_blocks
+            shape["x"] *= self.reduction.cluster_blocks * self.reduction.band_blocks
         return shape
 
 
@@ -190,6 +193,8 @@ def format_tile_kernel(tk: TileKernel) -> str:
             text += f", {r.splits} splits"
         if r.cluster_blocks > 1:
             text += f", across a cluster of {r.cluster_blocks} blocks along x"
+        if r.band_blocks > 1:
+            text += f", across {r.band_blocks} blocks along x, the last of a band to finish reducing its rows"
         lines.append(text)
     for s in tk.stages:
         dims = "][".join(f"{d} {n}" for d, n in zip(s.dims, s.tile))
@@ -233,6 +238,9 @@ def verify_tile_kernel(tk: TileKernel, max_threads: int = 1024, max_shared_bytes
     if tk.reduction:
         if tk.reduction.strategy not in REDUCTION_STRATEGIES:
             problems.append(f"unknown reduction strategy {tk.reduction.strategy}")
+        if (tk.reduction.band_blocks > 1) != (tk.reduction.strategy == "last_block"):
+            problems.append(f"{tk.reduction.band_blocks} blocks along a band of rows with the "
+                            f"{tk.reduction.strategy} strategy: bands of several blocks are the last_block strategy's")
         for v in tk.reduction.vars:
             if v not in loops or loops[v].kind != "reduce":
                 problems.append(f"reduction plan names {v}, which is not a reduce loop of the kernel")

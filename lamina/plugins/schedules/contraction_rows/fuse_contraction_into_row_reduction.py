@@ -5,8 +5,9 @@ contraction's columns, the output's contiguous axis) and the rows are short enou
 a block, or a cluster of blocks, to hold in registers, every loop over the row computes
 its element, a dot product, where it used to read it. The product then never reaches
 memory: the ``contraction_rows`` schedule computes each element once and keeps the row
-on chip between the loops. Longer rows stay two kernels, the contraction and the row
-reduction.
+on chip between the loops. Rows of up to 2048 that no cluster holds go in bands, whose
+last block reads the elements back from L2 (``contraction_rows.last_block``). Where the
+schedule takes neither, the kernels stay two, the contraction and the row reduction.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ class FuseContractionIntoRowReduction:
 
 def _fused(c: Contraction, store: loop_ir.Store, consumer: loop_ir.Kernel) -> loop_ir.Kernel | None:
     """The consumer computing the product where it reads it, or None where it reads it otherwise."""
-    if c.extents[c.n] > tiling.MAX_WGMMA_ROW_LENGTH:
+    if c.extents[c.n] > tiling.MAX_FUSED_ROW_LENGTH:
         return None
     loops, inner = split_parallel_nest(consumer.body)
     rows = {loop.var for loop in loops}

@@ -33,10 +33,12 @@ from __future__ import annotations
 import attrs
 
 from lamina.core.ir import expr as ex, kernel_ir, loop_ir, tile_ir
+from lamina.core.ir.expr import Expr
 from lamina.core.target import Target
 from lamina.plugins.schedules import loop_to_kernel, reciprocals
 from lamina.plugins.schedules.contraction.lowering import ContractionWriter
 from lamina.plugins.schedules.contraction.warpgroup_lowering import WarpgroupWriter
+from lamina.plugins.schedules.contraction_rows.last_block import LastBlockOfBand, unneeded_where
 from lamina.plugins.schedules.contraction_rows.recognise import IDENTITY, ContractionRows, analyse
 from lamina.plugins.schedules.contraction_rows.tiling import product_tile
 
@@ -46,8 +48,9 @@ class _Rows:
     the elements, the reductions over the registers, the reciprocals, then its epilogue."""
 
     def __init__(self, tile: tile_ir.TileKernel, rows: ContractionRows):
-        super().__init__(product_tile(rows, tile), rows.contraction, frozenset(loop_to_kernel.names_in(rows.kernel)))
         self.rows_of = rows
+        self.in_bands = tile.reduction.band_blocks > 1
+        super().__init__(product_tile(rows, tile), rows.contraction, frozenset(loop_to_kernel.names_in(rows.kernel)))
         self.row_registers = {acc: self.names.fresh(f"{acc}_row") for acc in rows.accumulators}
         self.reciprocals = {acc: self.names.fresh(f"{acc}_reciprocal")
                             for acc in reciprocals.divisors(self.c.epilogue, rows.accumulators)}
@@ -57,10 +60,21 @@ class _Rows:
         self.c = attrs.evolve(self.c, epilogue=tuple(
             attrs.evolve(store, value=reciprocals.multiplying_by_reciprocals(store.value, self.reciprocals))
             for store in self.c.epilogue))
+        self.band = None
+        if self.in_bands:
+            (final,) = self.c.epilogue
+            self.band = LastBlockOfBand(self, final)
+            self.c = attrs.evolve(self.c, epilogue=(attrs.evolve(final, value=ex.Var(self.c.acc, self.c.acc_dtype)),))
 
-    def _unneeded_block(self) -> None:
-        """None: every element of the product feeds the rows' reductions, whatever the stores keep."""
-        return None
+    def _unneeded_block(self) -> Expr | None:
+        """Where the band's last block reduces the rows, true in a block whose elements do not use
+        the sum (``last_block.unneeded_where``: above a causal diagonal), which then runs no
+        k-tile; else None, every element of the product feeding the rows' reductions in registers."""
+        return self._at_every_output(unneeded_where(self.rows_of)) if self.in_bands else None
+
+    def _unread_block(self) -> Expr | None:
+        """None where the band's last block reads every element back; else the contraction's."""
+        return None if self.in_bands else super()._unread_block()
 
     def _row_value(self, acc: str, a: int) -> kernel_ir.Load:
         return kernel_ir.Load(self.row_registers[acc], (ex.const(a),), self.rows_of.accumulators[acc][1])
@@ -75,6 +89,8 @@ class _Rows:
         return env
 
     def _epilogue(self) -> list[kernel_ir.Stmt]:
+        if self.band is not None:
+            return self._elements() + super()._epilogue() + self.band.statements()
         return self._elements() + self._row_reductions() + self._reciprocals() + super()._epilogue()
 
     def _reciprocals(self) -> list[kernel_ir.Stmt]:
@@ -172,11 +188,12 @@ class _Rows:
             arrays.append(kernel_ir.Array(name, self.rows_of.accumulators[acc][1], (self.rows.per_thread,), "register"))
         for acc, name in self.cluster_parts.items():
             arrays.append(kernel_ir.Array(name, self.rows_of.accumulators[acc][1], (self.rows.block_tile,), "shared"))
-        return arrays
+        return arrays + (self.band.arrays() if self.band is not None else [])
 
     def kernel_ir(self, static_shared_bytes: int) -> kernel_ir.Kernel:
         kernel = super().kernel_ir(static_shared_bytes)
-        return attrs.evolve(kernel, launch=attrs.evolve(kernel.launch, cluster=(self.cluster, 1, 1)))
+        params = kernel.params + ((self.band.param(),) if self.band is not None else ())
+        return attrs.evolve(kernel, params=params, launch=attrs.evolve(kernel.launch, cluster=(self.cluster, 1, 1)))
 
 
 class _RowsWriter(_Rows, ContractionWriter):

@@ -16,9 +16,11 @@ and a block of 64 or 128 columns, or a cluster of them, spans the row. On the H2
 took TinyLlama's and Qwen's attention scores at S = 128 from 5.5 and 8.5 us on the CUDA
 cores to 4.9 and 6.1 in the suite (``benchmarks/results/2026-11-30_h200_bench_float32_wgmma_rows.json``
 against ``…_bench_float32_wgmma_blocks_fitted.json``). Rows longer than
-``MAX_FUSED_WGMMA_ROW_LENGTH`` then stay two kernels, which were measured faster. The
-contraction's cost model chooses among the settings whose block tile spans the row (or its
-cluster's share of it), each block's estimate stretched by the waits at its cluster's barriers.
+``MAX_FUSED_WGMMA_ROW_LENGTH``, up to ``MAX_LAST_BLOCK_ROW_LENGTH``, go in bands instead of
+clusters (``last_block``): each block stores its elements, and the last block of each band
+of rows to finish reads them back and reduces them. The contraction's cost model chooses
+among the settings whose block tile spans the row (or its cluster's or band's share of it),
+each block's estimate stretched by the waits at its cluster's barriers.
 """
 
 from __future__ import annotations
@@ -29,12 +31,14 @@ from typing import Any, Mapping
 import attrs
 
 from lamina.core.errors import ScheduleError
-from lamina.core.ir import kernel_ir, loop_ir, tile_ir
+from lamina.core.ir import expr as ex, kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import arrangement, copy_layout, cost, tensor_cores, warpgroup_products
 from lamina.plugins.schedules.contraction import tiling as contraction_tiling
 from lamina.plugins.schedules.contraction.knobs import Choices, read_pinned
+from lamina.plugins.schedules.contraction_rows import last_block
 from lamina.plugins.schedules.contraction_rows.recognise import ContractionRows
+from lamina.plugins.schedules.coordinate_conditions import decidable
 
 SCHEDULE_NAME = "contraction_rows"
 LANES = 32
@@ -64,13 +68,20 @@ MAX_WGMMA_ROW_LENGTH = kernel_ir.MAX_CLUSTER_BLOCKS * max(warpgroup_products.BLO
 rows up to this long are one kernel."""
 MAX_FUSED_WGMMA_ROW_LENGTH = kernel_ir.MAX_PORTABLE_CLUSTER_BLOCKS * max(warpgroup_products.BLOCK_NS)
 """Where the products can run on wgmma and ``tensor_cores`` is not pinned, a cluster has at most
-``MAX_PORTABLE_CLUSTER_BLOCKS`` blocks, and longer rows stay two kernels. On the H200 clusters
+``MAX_PORTABLE_CLUSTER_BLOCKS`` blocks, and longer rows go in bands (``in_bands``). On the H200 clusters
 of 16 lost to the two kernels: 592.8 to 674.5 us against 562.8 for TinyLlama's scores at
 S = 2048, 716.7 to 766.8 against 658.8 for Qwen's; clusters of 8 at S = 1024 won, 135.0
 against 147.9 and 163.4 against 174.5 in blocks of 64 x 128
 (``benchmarks/results/2026-11-30_h200_wgmma_rows_experiment_blocks.txt``). Clusters of 16
 of those blocks hold 85 % of the blocks the H200's SMs hold at once, clusters of 8 91 %
 (``…_cluster_occupancy_experiment.txt``)."""
+LAST_BLOCK_KNOB = "last_block"
+"""1: the blocks along a row store their part of it and the last of each band to finish
+reduces the band's rows (``last_block``); 0: clusters hold the rows."""
+MAX_LAST_BLOCK_ROW_LENGTH = 2048
+"""The longest rows the last block of a band reduces: a warp holds one in registers, 64 per lane."""
+MAX_FUSED_ROW_LENGTH = max(MAX_WGMMA_ROW_LENGTH, MAX_LAST_BLOCK_ROW_LENGTH)
+"""The longest rows that the fusion rule offers the schedule."""
 CLUSTER_WAIT = 0.1
 """How much longer a block's work takes for each further block of its cluster: every block waits
 at the row's cluster barriers (three for a softmax) for the slowest of them. Fitted to the
@@ -155,31 +166,100 @@ def too_long(rows: ContractionRows, pinned: Mapping[str, int], wgmma: bool) -> s
             f"clusters of up to {kernel_ir.MAX_CLUSTER_BLOCKS}")
 
 
+def band_layouts() -> list[dict[str, int]]:
+    """The ways a block may hold its part of a band's rows: any wgmma block width, as many
+    blocks along the row as it takes."""
+    return [fixed_on_wgmma(n) for n in warpgroup_products.BLOCK_NS]
+
+
+def band_problem(rows: ContractionRows, wgmma: bool) -> str | None:
+    """Why the last block of each band cannot reduce the rows of ``rows``, or None. The blocks
+    store the row's elements where the kernel's one store puts its result, and the band's last
+    block reads them back, 16 bytes at a time, and overwrites them."""
+    c = rows.contraction
+    length = c.extents[c.n]
+    if not wgmma:
+        return "the last block of a band reduces its rows only where the products run on wgmma"
+    if length > MAX_LAST_BLOCK_ROW_LENGTH:
+        return (f"rows of {length} are longer than the {MAX_LAST_BLOCK_ROW_LENGTH} columns that the last block of a "
+                "band holds, a row to a warp")
+    if length % 4:
+        return f"rows of {length} columns are not read back 16 bytes at a time: the length must be a multiple of 4"
+    if len(c.epilogue) != 1:
+        return f"the kernel stores {len(c.epilogue)} values per element; the band's elements are kept in one output"
+    (store,) = c.epilogue
+    buffer = rows.kernel.buffer(store.buffer)
+    variables = [i.name for i in store.index if isinstance(i, ex.Var)]
+    singles = all(isinstance(i, ex.Var) or (i == ex.const(0) and extent == 1)
+                  for i, extent in zip(store.index, buffer.type.shape))
+    coordinates = {*c.batch, c.m, c.n}
+    needed = {v for v in coordinates if c.extents[v] > 1}
+    distinct = len(set(variables)) == len(variables) and needed <= set(variables) <= coordinates
+    if not (singles and distinct and store.index[-1] == ex.Var(c.n)):
+        return (f"the kernel stores {store.buffer}[{', '.join(map(loop_ir.format_value, store.index))}], not one "
+                "element per row and column of the product with the row's columns last")
+    if buffer.type.dtype != rows.element.dtype:
+        return (f"the kernel stores {buffer.type.dtype} {store.buffer}, which cannot hold the row's "
+                f"{rows.element.dtype} elements until the band's last block reads them")
+    return None
+
+
+def read_last_block(knobs: Mapping[str, Any], where: str) -> int | None:
+    """The pinned value of ``LAST_BLOCK_KNOB``, checked, or None."""
+    if LAST_BLOCK_KNOB not in knobs:
+        return None
+    value = knobs[LAST_BLOCK_KNOB]
+    if value not in (0, 1) or isinstance(value, bool):
+        raise ScheduleError(f"{where}: knob {LAST_BLOCK_KNOB} = {value!r} must be 0 (clusters hold the rows) or 1 "
+                            "(the last block of each band of rows to finish reduces them)")
+    return value
+
+
+def in_bands(rows: ContractionRows, pinned: Mapping[str, int], wgmma: bool, band_pin: int | None) -> bool:
+    """Whether the band's last block reduces the rows (``last_block``): where pinned, or, unpinned,
+    where no cluster may hold a row (``too_long``), the band can (``band_problem``), and no mask
+    fixes some of the elements. Where a causal mask does, the product and the softmax apart skip
+    the masked elements' stores and reads, and on the H200 that was faster: 404.8 and 465.3 us
+    for the suite's causal scores at S = 2048 (``benchmarks/results/2026-11-30_h200_bench_float32_wgmma_rows.txt``),
+    against 455.0 and 502.9 in bands (``…_bench_float32_last_block_scores.txt``)."""
+    if band_pin is not None:
+        return bool(band_pin)
+    return (too_long(rows, pinned, wgmma) is not None and band_problem(rows, wgmma) is None
+            and last_block.unneeded_where(rows) is None)
+
+
 def settings(rows: ContractionRows, target: Target, pinned: Mapping[str, int] | None = None) -> list[Choices]:
     """Every setting the cost model chooses among for ``rows`` under ``pinned`` (none by default)."""
     pinned = dict(pinned or {})
-    return [s for fixed in layouts(rows, pinned, on_wgmma(rows, target, pinned))
-            for s in cost.candidates(rows.contraction, target, {**pinned, **fixed})]
+    wgmma = on_wgmma(rows, target, pinned)
+    found = layouts(rows, pinned, wgmma)
+    if band_problem(rows, wgmma) is None:
+        found += [fixed for fixed in band_layouts() if fixed not in found]
+    return [s for fixed in found for s in cost.candidates(rows.contraction, target, {**pinned, **fixed})]
 
 
 def _where(rows: ContractionRows) -> str:
     return f"kernel {rows.kernel.name}, contraction_rows schedule"
 
 
-def choose(rows: ContractionRows, target: Target, knobs: Mapping[str, Any]) -> tuple[Choices, cost.Estimate, int, str]:
-    """The cheapest setting whose block tile spans the row, its estimate, how many there were,
-    and the pins it was chosen under. The contraction's knobs apply, but the row fixes
-    ``block_n``, ``thread_n`` and ``splits`` (``layouts``): other pinned values, and rows too
-    long for a cluster (``too_long``), are a ``ScheduleError`` (and the fusion rule then leaves
-    the kernels apart)."""
+def choose(rows: ContractionRows, target: Target,
+           knobs: Mapping[str, Any]) -> tuple[Choices, cost.Estimate, int, str, bool]:
+    """The cheapest setting whose block tile spans the row, or a band of it (``in_bands``), its
+    estimate, how many there were, the pins it was chosen under, and whether the band's last
+    block reduces the rows. The contraction's knobs apply, but the row fixes ``block_n``,
+    ``thread_n`` and ``splits`` (``layouts``): other pinned values, and rows too long for a
+    cluster (``too_long``) or a band (``band_problem``), are a ``ScheduleError`` (and the fusion
+    rule then leaves the kernels apart)."""
     c = rows.contraction
     length = c.extents[c.n]
     pinned = read_pinned(knobs, _where(rows))
     wgmma = on_wgmma(rows, target, pinned)
-    reason = too_long(rows, pinned, wgmma)
+    band_pin = read_last_block(knobs, _where(rows))
+    bands = in_bands(rows, pinned, wgmma, band_pin)
+    reason = band_problem(rows, wgmma) if bands else too_long(rows, pinned, wgmma)
     if reason is not None:
         raise ScheduleError(f"{_where(rows)}: {reason}")
-    candidates = layouts(rows, pinned, wgmma)
+    candidates = band_layouts() if bands else layouts(rows, pinned, wgmma)
     fitting = [fixed for fixed in candidates if all(pinned.get(key, value) == value for key, value in fixed.items())]
     if not fitting:
         key = next(k for k, v in candidates[0].items() if pinned.get(k, v) != v)
@@ -188,13 +268,15 @@ def choose(rows: ContractionRows, target: Target, knobs: Mapping[str, Any]) -> t
                             f"{length}, so {key} = {allowed}. Unpin {key}, or disable the plugin "
                             "lamina.builtin.schedules.contraction_rows to keep the product and its row "
                             "reduction apart")
-    text = ", ".join(f"{k}={v}" for k, v in pinned.items()) or "none"
+    pins = {**pinned, **({LAST_BLOCK_KNOB: band_pin} if band_pin is not None else {})}
+    text = ", ".join(f"{k}={v}" for k, v in pins.items()) or "none"
     found = []
     for fixed in fitting:
         choices, estimate, count = cost.choose(c, target, {**pinned, **fixed}, _where(rows))
-        found.append((choices, with_cluster_waits(estimate, math.ceil(length / choices.block_n)), count))
+        cluster = 1 if bands else math.ceil(length / choices.block_n)
+        found.append((choices, with_cluster_waits(estimate, cluster), count))
     choices, estimate, _ = min(found, key=lambda f: f[1].total_us)
-    return choices, estimate, sum(count for _, _, count in found), text
+    return choices, estimate, sum(count for _, _, count in found), text, bands
 
 
 def with_cluster_waits(estimate: cost.Estimate, blocks: int) -> cost.Estimate:
@@ -206,7 +288,7 @@ def with_cluster_waits(estimate: cost.Estimate, blocks: int) -> cost.Estimate:
 
 
 def tile(rows: ContractionRows, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:
-    choices, estimate, count, pins = choose(rows, target, knobs)
+    choices, estimate, count, pins, bands = choose(rows, target, knobs)
     c = rows.contraction
     wgmma = warpgroup_products.uses(choices)
     grid = [tile_ir.AxisBinding((c.m,), c.extents[c.m], "y", choices.threads_m, choices.thread_m, "y",
@@ -216,27 +298,47 @@ def tile(rows: ContractionRows, target: Target, knobs: Mapping[str, Any]) -> til
     length = c.extents[c.n]
     blocks = math.ceil(length / choices.block_n)
     lanes = choices.threads_n
-    reduction = tile_ir.ReductionPlan(rows.reduce_loops, length, "warp_shuffle", 1, lanes, blocks)
+    if bands:
+        reduction = tile_ir.ReductionPlan(rows.reduce_loops, length, "last_block", 1, lanes, band_blocks=blocks)
+    else:
+        reduction = tile_ir.ReductionPlan(rows.reduce_loops, length, "warp_shuffle", 1, lanes, blocks)
     stages = tuple(contraction_tiling.stage_for(c, o, choices, target) for o in c.operands)
     run = contraction_tiling.column_run(choices)
     owned = f"runs of {run}, {lanes * run} apart" if run > 1 else f"{lanes} apart"
     reduced = ", ".join(f"{acc} {op}" for acc, (op, _) in rows.accumulators.items())
     across = "a warp" if lanes == LANES else f"{lanes} lanes of a warp"
     if blocks > 1:
-        across = f"a cluster of {blocks} blocks, {choices.block_n} columns each"
+        across = f"{'' if bands else 'a cluster of '}{blocks} blocks, {choices.block_n} columns each"
     combined = "by warp shuffles" + (", then the cluster's blocks' parts through distributed shared memory"
-                                     if blocks > 1 else "")
+                                     if blocks > 1 and not bands else "")
     on = " on wgmma, the threads holding its accumulators" if wgmma else ""
     notes: list[tuple[str, object]] = [
         ("row", f"{length} columns across {across}: {lanes} lanes x {choices.thread_n} per lane ({owned})"),
         ("product", f"{c.acc} = sum over {c.reduce_var} ({c.reduce_extent}) in k-tiles of {choices.block_k}{on}, "
                     "computed once per element and kept in registers"),
         ("element", f"{loop_ir.format_value(rows.element)}, computed once per element in place of {c.acc}"),
-        ("row_reductions", f"{reduced}, each lane's part combined {combined}"),
+    ]
+    if bands:
+        runs = math.ceil(length / (LANES * last_block.WIDTH))
+        notes += [
+            ("band", f"each block stores its elements in {c.epilogue[0].buffer} and counts itself done for its band "
+                     f"of {choices.block_m} rows; the last of the band's {blocks} blocks to finish reads the band "
+                     f"back through L2, a warp per row, {LANES} lanes x {runs * last_block.WIDTH} per lane (runs of "
+                     f"{last_block.WIDTH}, {LANES * last_block.WIDTH} apart)"),
+            ("row_reductions", f"{reduced}, each warp's row combined by warp shuffles; the stores evict-first, "
+                               "over the elements they read"),
+        ]
+        condition = last_block.unneeded_where(rows)
+        if condition is not None and decidable(condition):
+            notes.append(("unneeded_product", f"a block where {loop_ir.format_value(condition)} at every element "
+                                              "runs no k-tile: its elements do not use the sum"))
+    else:
+        notes.append(("row_reductions", f"{reduced}, each lane's part combined {combined}"))
+    notes += [
         ("register_tile", f"{choices.thread_m}x{choices.thread_n}"),
         ("chosen", f"{choices.summary()}; cheapest of {count} settings spanning the row, pinned: {pins}"),
         ("estimate", estimate.text() + (f"; compute and memory {1 + CLUSTER_WAIT * (blocks - 1):.1f}x for the waits "
-                                        f"at the cluster's barriers" if blocks > 1 else "")),
+                                        f"at the cluster's barriers" if blocks > 1 and not bands else "")),
     ]
     notes += [(f"copy {s.index}", copy_layout.describe(contraction_tiling.copy_order(c, s), s.dims, s.tile))
               for s in stages]

@@ -23,6 +23,7 @@ from lamina.plugins.schedules.contraction_rows.recognise import analyse
 from lamina.plugins.schedules.contraction_rows.tiling import (
     MAX_CLUSTER_ROW_LENGTH,
     MAX_FUSED_WGMMA_ROW_LENGTH,
+    MAX_LAST_BLOCK_ROW_LENGTH,
     MAX_ROW_LENGTH,
     MAX_WGMMA_ROW_LENGTH,
     settings,
@@ -74,7 +75,7 @@ PRODUCTS = {"wgmma": {}, "cuda_cores": {"tensor_cores": 0}}
 
 
 def fused_kernel(name, knobs=None):
-    fn, inputs = PROGRAMS[name]
+    fn, inputs = PROGRAMS[name] if name in PROGRAMS else BANDS[name]
     args = inputs()
     program = lamina.compile(fn, args, knobs=knobs or {})
     (kernel,) = program.compilation.loop.kernels
@@ -261,7 +262,7 @@ def test_a_product_that_another_kernel_also_reads_is_not_recomputed_in_the_softm
 
 
 @pytest.mark.parametrize("knobs, length", [
-    ({}, MAX_FUSED_WGMMA_ROW_LENGTH + 1),
+    ({}, MAX_LAST_BLOCK_ROW_LENGTH + 4),
     ({"tensor_cores": 0}, MAX_CLUSTER_ROW_LENGTH + 1),
     ({"tensor_cores": 2}, MAX_WGMMA_ROW_LENGTH + 1),
 ], ids=["wgmma_as_chosen", "cuda_cores", "wgmma_pinned"])
@@ -370,3 +371,134 @@ def test_rows_of_2048_in_clusters_of_16_match_pytorch_on_the_gpu(fn):
     program = lamina.compile(fn, args, knobs={"tensor_cores": 2})
     assert [k.launch.cluster for k in program.compilation.kernels.kernels] == [(16, 1, 1)]
     assert relative_error(program(*args), float64_reference(fn, args)) < 1e-5
+
+
+def causal_by_position(q, k):
+    mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).triu(1)
+    return torch.softmax((q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5).masked_fill(mask, float("-inf")), -1)
+
+
+BANDS = {name: PROGRAMS[name] for name in ("scores_300_columns_in_a_cluster", "causal_scores_500_in_a_cluster",
+                                           "log_softmax_300_in_a_cluster", "normalised_rows_300_in_a_cluster")}
+BANDS["causal_by_position_260"] = (causal_by_position, lambda: (torch.randn(1, 2, 260, 8), torch.randn(1, 2, 260, 8)))
+"""Programs whose rows span several blocks, each run with the band's last block reducing them: the
+plain scores in every wgmma block, the others in both blocks of 128 rows (the bands' largest)."""
+BAND_SETTINGS = [(name, c) for name in BANDS
+                 for c in settings(analyse(fused_kernel(name)[1]), SM_90)
+                 if name == "scores_300_columns_in_a_cluster" or c.block_m == 128]
+
+
+@pytest.mark.parametrize("name, choices", BAND_SETTINGS, ids=[_id(n, c) for n, c in BAND_SETTINGS])
+def test_the_last_block_of_each_band_reduces_its_rows_without_faults(name, choices):
+    _, loop_kernel, inputs, fn = fused_kernel(name)
+    knobs = {"last_block": 1, "block_m": choices.block_m, "block_n": choices.block_n, "buffers": choices.buffers}
+    tile = SCHEDULE.schedule(loop_kernel, SM_90, knobs)
+    assert tile.reduction.strategy == "last_block"
+    kernel = SCHEDULE.lower(tile, SM_90)
+    (counters,) = [p for p in kernel.params if p.scratch]
+    assert counters.numel == kernel.launch.grid[1] * kernel.launch.grid[2]
+    out, report = simulated(kernel, loop_kernel, {**inputs, counters.name: torch.zeros(counters.numel,
+                                                                                        dtype=torch.int32)})
+    assert relative_error(out, float64_reference(fn, tuple(inputs.values()))) < 1e-5
+    assert (report.races, report.out_of_bounds, report.unwritten_reads, report.misaligned) == ([], [], [], [])
+    assert report.total_bank_conflicts == 0, report.bank_conflicts
+    compiled = compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), kernel_arch(kernel, "sm_90"))
+    assert (compiled.spill_stores, compiled.spill_loads) == (0, 0)
+
+
+BAND_TILE_IR = """\
+tile softmax  schedule=contraction_rows
+  grid (5, 5, 2) blocks of 32 threads, 65536 B shared
+  parallel i2 (260): block.y tile 64 = thread.y 32 x 2 per thread (strided by 32)
+  parallel i0 * i1 (2): block.z tile 1 = thread.z 1 x 1 per thread (contiguous)
+  reduce r0 * r1 (260): last_block, 4 splits, across 5 blocks along x, the last of a band to finish reducing its rows
+  shared q[0, i1, i2, r4] as f32[i2 64][r4 32, 128-byte swizzle], 3 buffers, copy cp.async 16 B
+  shared k[0, i1, i3, r4] as f32[i3 64][r4 32, 128-byte swizzle], 3 buffers, copy cp.async 16 B
+  products on tensor cores: wgmma m64n64k8 on tf32, each warpgroup 64 rows, each f32 operand as big + small tf32: the rows' read from swizzled shared memory into registers and split there, the columns' split in place in swizzled shared memory once a k-tile lands; 3 wgmma per product summed over each k-tile, then added in f32
+  row = 260 columns across 5 blocks, 64 columns each: 4 lanes x 16 per lane (runs of 2, 8 apart)
+  product = bmm3 = sum over r4 (8) in k-tiles of 32 on wgmma, the threads holding its accumulators, computed once per element and kept in registers
+  element = where(i3 - i2 >= 1, -inf, bmm3 * 0.3535533905932738), computed once per element in place of bmm3
+  band = each block stores its elements in softmax and counts itself done for its band of 64 rows; the last of the band's 5 blocks to finish reads the band back through L2, a warp per row, 32 lanes x 12 per lane (runs of 4, 128 apart)
+  row_reductions = acc0 max, acc1 sum, each warp's row combined by warp shuffles; the stores evict-first, over the elements they read
+  unneeded_product = a block where i3 - i2 >= 1 at every element runs no k-tile: its elements do not use the sum
+  register_tile = 2x16
+  chosen = block 64x64x32, thread 2x16, splits 1, buffers 3, fragment width 1, padding 0, on tensor cores through wgmma; cheapest of 4 settings spanning the row, pinned: last_block=1
+  estimate = 3.7 us from launch 2.0, compute 1.1 and memory 1.4, overlapped; 50 blocks, 3 per SM at once
+  copy q[0, i1, i2, r4] = r4 fastest across threads, 4 elements per copy
+  copy k[0, i1, i3, r4] = r4 fastest across threads, 4 elements per copy
+"""
+
+
+def test_causal_scores_in_bands_tile_ir_golden():
+    _, loop_kernel, _, _ = fused_kernel("causal_by_position_260")
+    assert tile_ir.format_tile_kernel(SCHEDULE.schedule(loop_kernel, SM_90, {"last_block": 1})) + "\n" == BAND_TILE_IR
+
+
+def test_blocks_above_a_causal_diagonal_store_their_elements_without_the_product():
+    _, loop_kernel, inputs, fn = fused_kernel("causal_by_position_260")
+    tile = SCHEDULE.schedule(loop_kernel, SM_90, {"last_block": 1, "block_m": 64, "block_n": 64})
+    assert dict(tile.knobs)["unneeded_product"].startswith("a block where ")
+    kernel = SCHEDULE.lower(tile, SM_90)
+    assert any(isinstance(s, kernel_ir.Declare) and s.var.startswith("needed_k_tiles")
+               for s in kernel_ir.statements(kernel.body))
+
+
+def test_rows_too_long_for_a_cluster_of_8_are_reduced_by_the_last_block_of_each_band():
+    args = (torch.randn(1, 70, 8), torch.randn(1, 1100, 8))
+    program = lamina.compile(scores, args)
+    (tile,) = program.compilation.tiles
+    assert (tile.schedule, tile.reduction.strategy, tile.reduction.band_blocks) == ("contraction_rows", "last_block", 18)
+    assert relative_error(program(*args), float64_reference(scores, args)) < 1e-5
+    source = next(iter(program.compilation.sources.values()))
+    assert "atomicAdd(" in source and "__threadfence();" in source and "__ldcg(" in source and "__stcs(" in source
+
+
+def test_a_causal_mask_on_positions_keeps_rows_too_long_for_a_cluster_of_8_apart():
+    """Apart, the product skips the stores above the diagonal and the softmax their reads."""
+    args = (torch.randn(1, 70, 8), torch.randn(1, 1100, 8))
+    assert schedules_of(causal_by_position, args) == ["contraction", "row_reduction"]
+    assert schedules_of(causal_by_position, args, knobs={"last_block": 1}) == ["contraction_rows"]
+
+
+def test_pinning_clusters_keeps_rows_too_long_for_a_cluster_of_8_apart():
+    args = (torch.randn(1, 70, 8), torch.randn(1, 1100, 8))
+    assert schedules_of(scores, args, knobs={"last_block": 0}) == ["contraction", "row_reduction"]
+
+
+@pytest.mark.parametrize("knobs, reason", [
+    ({"last_block": 1, "tensor_cores": 0}, "only where the products run on wgmma"),
+    ({"last_block": 2}, r"knob last_block = 2 must be 0 \(clusters hold the rows\) or 1"),
+], ids=["cuda_cores", "bad_value"])
+def test_the_schedule_says_why_the_last_block_cannot_reduce_the_rows(knobs, reason):
+    _, kernel, _, _ = fused_kernel("scores_300_columns_in_a_cluster")
+    with pytest.raises(ScheduleError, match=reason):
+        SCHEDULE.schedule(kernel, SM_90, knobs)
+
+
+def test_rows_whose_length_is_not_a_multiple_of_4_stay_in_clusters():
+    _, kernel, _, _ = fused_kernel("scores_130_columns")
+    with pytest.raises(ScheduleError, match="rows of 130 columns are not read back 16 bytes at a time"):
+        SCHEDULE.schedule(kernel, SM_90, {"last_block": 1})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", [*BANDS, "tinyllama_causal_scores_1024_in_clusters"])
+def test_the_last_block_of_each_band_matches_pytorch_on_the_gpu(name):
+    fn, inputs = {**GPU_RUNS, **BANDS}[name]
+    args = tuple(t.cuda() for t in inputs())
+    program = lamina.compile(fn, args, knobs={"last_block": 1})
+    assert [t.reduction.strategy for t in program.compilation.tiles] == ["last_block"]
+    for _ in range(2):
+        assert relative_error(program(*args), float64_reference(fn, args)) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads, d", [(32, 64), (28, 128)], ids=["tinyllama", "qwen"])
+@pytest.mark.parametrize("fn", [scores, masked_scores], ids=["plain", "causal"])
+def test_the_suites_scores_at_2048_are_one_kernel_that_matches_pytorch_on_the_gpu(heads, d, fn):
+    args = (torch.randn(1, heads, 2048, d, device="cuda"), torch.randn(1, heads, 2048, d, device="cuda"))
+    args += (causal_mask(2048).cuda(),) if fn is masked_scores else ()
+    program = lamina.compile(fn, args)
+    assert [t.reduction.strategy for t in program.compilation.tiles] == ["last_block"]
+    for _ in range(2):
+        assert relative_error(program(*args), float64_reference(fn, args)) < 1e-5

@@ -1,0 +1,190 @@
+"""The last block of each band of rows reduces them, where no cluster holds a row.
+
+A cluster's blocks wait for each other at its barriers, and on the H200 clusters of 16
+filled the SMs too poorly to pay (``tiling.MAX_FUSED_WGMMA_ROW_LENGTH``). Here no block
+waits. Each block of a band (the blocks along the same rows) stores its elements of the
+product where the kernel's store puts its result, fences them, and adds one to the band's
+counter, a scratch array zeroed for each launch; the block that finds itself the band's last
+reads the band's rows back, a warp per row, through L2, where they still are, runs the
+row's reductions over the row in registers and overwrites the elements with the results,
+marked evict-first so that they leave L2 before the elements still to be read. Written by
+hand into lamina's CUDA first, this took TinyLlama's and Qwen's attention scores at S = 2048
+from 567.1 and 661.8 us as two kernels to 507.7 and 597.7 us
+(``benchmarks/last_block_softmax_experiment.py``,
+``benchmarks/results/2026-11-30_h200_last_block_softmax_experiment.txt``); without the
+evict-first stores, three quarters of the elements left L2 before their band's last block
+read them (``…_ncu_last_block_softmax.txt``). As this schedule writes it, 511.8 and 591.2 us
+(``…_last_block_softmax_experiment_lamina.txt``)::
+
+    ... the block's product, each element computed and stored in out ...
+    fence global memory for the grid; barrier
+    if tid == 0:  done[0] = atomic add(band_counters[band], 1);  last[0] = done[0] == blocks - 1
+    barrier
+    if last[0] != 0:
+      fence global memory for the grid
+      for round in 0..rows / warps:       a warp's row of the band
+        vector load x4 through L2 row_values[4 j] <- out[row, 128 j + 4 lane]  ... each reduce loop,
+        each lane's part then shuffles across the warp; the stores, evict-first
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from lamina.core.ir import dtypes, expr as ex, index, kernel_ir, loop_ir
+from lamina.core.ir.expr import Expr
+from lamina.plugins.schedules import loop_to_kernel, reciprocals
+from lamina.plugins.schedules.contraction import unneeded_blocks
+from lamina.plugins.schedules.contraction_rows.recognise import ContractionRows
+
+LANES = kernel_ir.WARP_SIZE
+WIDTH = 4
+"""Elements a lane reads and writes at a time: 16 bytes of float32."""
+
+
+def unneeded_where(rows: ContractionRows) -> Expr | None:
+    """Where the elements that the blocks store do not use the product (a causal mask's
+    ``-inf``): a block all of whose elements are such runs no k-tile, as the contraction's
+    blocks do (``contraction.unneeded_blocks``)."""
+    c = rows.contraction
+    (store,) = c.epilogue
+    return unneeded_blocks.unneeded_where(attrs.evolve(c, epilogue=(attrs.evolve(store, value=rows.element),)))
+
+
+class LastBlockOfBand:
+    """The statements and arrays that a rows writer (``lowering._Rows``) adds to finish a band."""
+
+    def __init__(self, writer, final_store: loop_ir.Store):
+        self.w = writer
+        self.final = final_store
+        names = writer.names
+        self.counters = names.fresh("band_counters")
+        self.done = names.fresh("blocks_done")
+        self.last = names.fresh("last_of_band")
+        self.values = names.fresh("row_values")
+        self.results = names.fresh("row_results")
+        self.round = ex.Var(names.fresh("band_round"))
+        grid = writer.grid
+        self.blocks = grid["x"]
+        self.bands = grid["y"] * grid["z"]
+        self.warps = writer.threads // LANES
+        self.block_rows = writer.rows.block_tile
+        self.rounds = math.ceil(self.block_rows / self.warps)
+        self.length = writer.cols.extent
+        self.chunks = math.ceil(self.length / (LANES * WIDTH))
+        writer.ranges[self.round.name] = self.rounds
+
+    def statements(self) -> list[kernel_ir.Stmt]:
+        """After the block's stores: count the block done, and finish the band if it was the last."""
+        w = self.w
+        band = w.batch * w.grid["y"] + w.block_row if w.c.batch else w.block_row
+        int32 = dtypes.int32
+        done = kernel_ir.Load(self.done, (ex.const(0),), int32)
+        was_last = ex.op("where", ex.op("eq", done, ex.const(self.blocks - 1, int32)), ex.const(1, int32),
+                         ex.const(0, int32))
+        count = [kernel_ir.AtomicAdd(self.done, (ex.const(0),), self.counters, band, ex.const(1, int32)),
+                 kernel_ir.Store(self.last, (ex.const(0),), was_last)]
+        finish = [kernel_ir.ThreadFence(),
+                  kernel_ir.For(self.round.name, ex.const(0), ex.const(self.rounds), 1, self._row())]
+        return [kernel_ir.ThreadFence(), kernel_ir.Barrier(), kernel_ir.If(ex.op("eq", w.tid, 0), count),
+                kernel_ir.Barrier(),
+                kernel_ir.If(ex.op("ne", kernel_ir.Load(self.last, (ex.const(0),), int32), ex.const(0, int32)), finish)]
+
+    def _row(self) -> list[kernel_ir.Stmt]:
+        """A warp's row of the band: read, reduced, written."""
+        w = self.w
+        band_row = self.round * self.warps + w.tid // LANES
+        row = w.block_row * self.block_rows + band_row
+        guards = []
+        if self.block_rows % self.warps:
+            guards.append(ex.op("lt", band_row, self.block_rows))
+        if w.rows.extent % self.block_rows:
+            guards.append(ex.op("lt", row, w.rows.extent))
+        body = self._loads(row) + self._reductions(row) + self._reciprocals() + self._stores(row)
+        if not guards:
+            return body
+        guard = guards[0] if len(guards) == 1 else ex.op("and", *guards)
+        return [kernel_ir.If(guard, body)]
+
+    def _column(self, j: int) -> Expr:
+        return ex.const(j * LANES * WIDTH) + self.w.tid % LANES * WIDTH
+
+    def _in_row(self, j: int, body: list[kernel_ir.Stmt]) -> list[kernel_ir.Stmt]:
+        if self.length % (LANES * WIDTH) == 0:
+            return body
+        return [kernel_ir.If(ex.op("lt", self._column(j), self.length), body)]
+
+    def _env(self, row: Expr, j: int, e: int) -> dict[str, Expr]:
+        w = self.w
+        c = w.c
+        env: dict[str, Expr] = {**w.batch_env, c.m: row, c.n: self._column(j) + e,
+                                c.acc: kernel_ir.Load(self.values, (ex.const(j * WIDTH + e),), w.rows_of.element.dtype)}
+        env.update({acc: w._row_value(acc, 0) for acc in w.row_registers})
+        env.update({name: w._reciprocal(acc, 0) for acc, name in w.reciprocals.items()})
+        return env
+
+    def _offset(self, row: Expr, j: int) -> Expr:
+        w = self.w
+        env = self._env(row, j, 0)
+        coords = tuple(loop_to_kernel.translate_expr(i, w.kernel, env) for i in self.final.index)
+        return index.linearize(coords, w.kernel.buffer(self.final.buffer).type.shape)
+
+    def _loads(self, row: Expr) -> list[kernel_ir.Stmt]:
+        out: list[kernel_ir.Stmt] = []
+        for j in range(self.chunks):
+            load = kernel_ir.VectorLoad(self.values, (ex.const(j * WIDTH),), self.final.buffer,
+                                        (self._offset(row, j),), WIDTH, cache="l2")
+            out += self._in_row(j, [load])
+        return out
+
+    def _reductions(self, row: Expr) -> list[kernel_ir.Stmt]:
+        """The row's Inits and reduce loops, each lane's part then the warp's."""
+        w = self.w
+        out: list[kernel_ir.Stmt] = []
+        for step in w.rows_of.reductions:
+            if isinstance(step, loop_ir.Init):
+                value = ex.cast(step.value, w.rows_of.accumulators[step.acc][1])
+                out.append(kernel_ir.Store(w.row_registers[step.acc], (ex.const(0),), value))
+                continue
+            for j in range(self.chunks):
+                body = [w._combined(s.acc, s.op, 0, loop_to_kernel.translate_expr(s.value, w.kernel,
+                                                                                   self._env(row, j, e)))
+                        for e in range(WIDTH) for s in step.body]
+                out += self._in_row(j, body)
+            lane_mask = LANES // 2
+            while lane_mask:
+                out += [w._combined(s.acc, s.op, 0, kernel_ir.ShuffleXor(w._row_value(s.acc, 0), lane_mask))
+                        for s in step.body]
+                lane_mask //= 2
+        return out
+
+    def _reciprocals(self) -> list[kernel_ir.Stmt]:
+        w = self.w
+        return [kernel_ir.Store(name, (ex.const(0),), reciprocals.reciprocal(w._row_value(acc, 0)))
+                for acc, name in w.reciprocals.items()]
+
+    def _stores(self, row: Expr) -> list[kernel_ir.Stmt]:
+        w = self.w
+        out: list[kernel_ir.Stmt] = []
+        for j in range(self.chunks):
+            body: list[kernel_ir.Stmt] = [
+                kernel_ir.Store(self.results, (ex.const(e),),
+                                loop_to_kernel.translate_expr(self.final.value, w.kernel, self._env(row, j, e)))
+                for e in range(WIDTH)]
+            body.append(kernel_ir.VectorStore(self.final.buffer, (self._offset(row, j),), self.results,
+                                              (ex.const(0),), WIDTH, cache="evict_first"))
+            out += self._in_row(j, body)
+        return out
+
+    def param(self) -> kernel_ir.Param:
+        """The bands' counters: zeroed for each launch, so that two launches never share them."""
+        return kernel_ir.Param(self.counters, dtypes.int32, self.bands, writable=True, scratch=True)
+
+    def arrays(self) -> list[kernel_ir.Array]:
+        dtype = self.w.kernel.buffer(self.final.buffer).type.dtype
+        return [kernel_ir.Array(self.done, dtypes.int32, (1,), "register"),
+                kernel_ir.Array(self.last, dtypes.int32, (1,), "shared"),
+                kernel_ir.Array(self.values, self.w.rows_of.element.dtype, (self.chunks * WIDTH,), "register"),
+                kernel_ir.Array(self.results, dtype, (WIDTH,), "register")]
