@@ -1,10 +1,10 @@
 """Runs a compiled program's kernels in order over buffers held as flat tensors.
 
-Both backends share it: they differ only in how one kernel is launched. A kernel's scratch
-parameters (``kernel_ir.Param.scratch``) are allocated, zeroed, for each of its launches. Each buffer the
+Both backends share it: they differ only in how one kernel is launched. Each buffer the
 program writes is allocated right before its first kernel and, unless it is an output,
 dropped right after its last (the program's memory plan), so that the device allocator
-reuses its bytes the way it does for eager PyTorch.
+reuses its bytes the way it does for eager PyTorch. A kernel's scratch parameters
+(``kernel_ir.Param.scratch``) are allocated, zeroed, for each of its launches.
 """
 
 from __future__ import annotations
