@@ -655,10 +655,12 @@ def format_body(body, indent: str) -> list[str]:
             lines.append(f"{indent}cp.async wait (at most {s.pending} pending)")
         elif isinstance(s, VectorLoad):
             hint = " through L2" if s.cache == "l2" else ""
-            lines.append(f"{indent}vector load x{s.width}{hint} {s.dst}{_index(s.dst_index)} <- {s.src}{_index(s.src_index)}")
+            lines.append(f"{indent}vector load x{s.width}{hint} {s.dst}{_index(s.dst_index)} <- "
+                         f"{s.src}{_index(s.src_index)}")
         elif isinstance(s, VectorStore):
             hint = " evict-first" if s.cache == "evict_first" else ""
-            lines.append(f"{indent}vector store x{s.width}{hint} {s.dst}{_index(s.dst_index)} <- {s.src}{_index(s.src_index)}")
+            lines.append(f"{indent}vector store x{s.width}{hint} {s.dst}{_index(s.dst_index)} <- "
+                         f"{s.src}{_index(s.src_index)}")
         elif isinstance(s, MmaTf32):
             acc = ", ".join(s.acc + _index(i) for i in s.acc_index)
             a, b = (", ".join(map(format_expr, values)) for values in (s.a, s.b))

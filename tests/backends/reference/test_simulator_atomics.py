@@ -31,13 +31,14 @@ def last_block_sums(cache_hints: bool = True) -> kir.Kernel:
               kir.For("j", const(0), const(n // 4), 1, [
                   kir.VectorLoad("chunk", (const(0),), "y", (ex.Var("j") * 4,), 4,
                                  cache="l2" if cache_hints else "default"),
-                  *[kir.Store("sum", (const(0),), kir.Load("sum", (const(0),), F32) + kir.Load("chunk", (const(e),), F32))
+                  *[kir.Store("sum", (const(0),),
+                              kir.Load("sum", (const(0),), F32) + kir.Load("chunk", (const(e),), F32))
                     for e in range(4)]]),
               kir.Store("total", (const(0),), kir.Load("sum", (const(0),), F32))]
     return kir.Kernel(
         name="last_block_sums",
-        params=[kir.Param("x", F32, n), kir.Param("y", F32, n, writable=True), kir.Param("total", F32, 1, writable=True),
-                kir.Param("counter", I32, 1, writable=True, scratch=True)],
+        params=[kir.Param("x", F32, n), kir.Param("y", F32, n, writable=True),
+                kir.Param("total", F32, 1, writable=True), kir.Param("counter", I32, 1, writable=True, scratch=True)],
         arrays=[kir.Array("done", I32, (1,), "register"), kir.Array("last", I32, (1,), "shared"),
                 kir.Array("sum", F32, (1,), "register"), kir.Array("chunk", F32, (4,), "register")],
         body=[kir.Declare("i", dtypes.index, BX * THREADS + TX),
