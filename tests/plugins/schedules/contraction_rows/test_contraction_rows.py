@@ -435,7 +435,7 @@ def test_causal_scores_in_bands_tile_ir_golden():
 
 
 def test_blocks_above_a_causal_diagonal_store_their_elements_without_the_product():
-    _, loop_kernel, inputs, fn = fused_kernel("causal_by_position_260")
+    _, loop_kernel, _, _ = fused_kernel("causal_by_position_260")
     tile = SCHEDULE.schedule(loop_kernel, SM_90, {"last_block": 1, "block_m": 64, "block_n": 64})
     assert dict(tile.knobs)["unneeded_product"].startswith("a block where ")
     kernel = SCHEDULE.lower(tile, SM_90)
@@ -475,7 +475,7 @@ def test_the_schedule_says_why_the_last_block_cannot_reduce_the_rows(knobs, reas
         SCHEDULE.schedule(kernel, SM_90, knobs)
 
 
-def test_rows_whose_length_is_not_a_multiple_of_4_stay_in_clusters():
+def test_pinning_bands_on_rows_not_a_multiple_of_4_long_says_why_it_cannot():
     _, kernel, _, _ = fused_kernel("scores_130_columns")
     with pytest.raises(ScheduleError, match="rows of 130 columns are not read back 16 bytes at a time"):
         SCHEDULE.schedule(kernel, SM_90, {"last_block": 1})
@@ -494,8 +494,8 @@ def test_the_last_block_of_each_band_matches_pytorch_on_the_gpu(name):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("heads, d", [(32, 64), (28, 128)], ids=["tinyllama", "qwen"])
-@pytest.mark.parametrize("fn", [scores, masked_scores], ids=["plain", "causal"])
-def test_the_suites_scores_at_2048_are_one_kernel_that_matches_pytorch_on_the_gpu(heads, d, fn):
+@pytest.mark.parametrize("fn", [scores, masked_scores], ids=["plain", "causal_mask_tensor"])
+def test_both_models_scores_at_2048_are_one_kernel_in_bands_that_matches_pytorch_on_the_gpu(heads, d, fn):
     args = (torch.randn(1, heads, 2048, d, device="cuda"), torch.randn(1, heads, 2048, d, device="cuda"))
     args += (causal_mask(2048).cuda(),) if fn is masked_scores else ()
     program = lamina.compile(fn, args)
