@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from lamina.backends.cuda import dependent_launch
 from lamina.backends.cuda.codegen import emit_cuda, kernel_symbol
 from lamina.backends.cuda.driver import LaunchableKernel, device_arch
 from lamina.backends.cuda.nvrtc import CompiledKernel, compile_kernel, nvrtc_version
@@ -67,7 +68,8 @@ class CudaBackend:
 
         Kernels that differ only in the names of their arrays (the same layer of a
         model, repeated) are compiled once: each is compiled under positional names.
-        A kernel that runs wgmma is compiled for ``sm_90a`` on sm_90 and refused elsewhere (``kernel_arch``).
+        A kernel that runs wgmma is compiled for ``sm_90a`` on sm_90 and refused elsewhere (``kernel_arch``),
+        as is one whose launch overlaps the previous kernel's before sm_90 (``dependent_launch.check_arch``).
         """
         by_source: dict[str, CompiledKernel] = {}
         compiled = {}
@@ -75,6 +77,7 @@ class CudaBackend:
             anonymous = anonymous_kernel(kernel)
             source = emit_cuda(anonymous)
             if source not in by_source:
+                dependent_launch.check_arch(kernel, arch)
                 target_arch = kernel_arch(kernel, arch)
                 try:
                     by_source[source] = compile_kernel(source, kernel_symbol(anonymous), target_arch, self.options,

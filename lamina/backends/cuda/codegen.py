@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import math
 
-from lamina.backends.cuda import wgmma
+from lamina.backends.cuda import dependent_launch, wgmma
 from lamina.backends.cuda.expressions import INT_LIMIT, ExpressionPrinter
 from lamina.backends.cuda.names import c_name
 from lamina.backends.cuda.vector_access import register_alignments, vector_copy
@@ -244,7 +244,8 @@ class _KernelPrinter:
         if launch.cluster != (1, 1, 1):
             text += f", clusters of {tuple(launch.cluster)}"
         dynamic = launch_shared_bytes(self.kernel)
-        return text + (f", dynamic shared memory {dynamic} B" if dynamic else "")
+        text += f", dynamic shared memory {dynamic} B" if dynamic else ""
+        return text + (", overlapping the previous kernel" if launch.overlaps_previous_kernel else "")
 
     def _signature(self) -> str:
         params = []
@@ -338,6 +339,10 @@ class _KernelPrinter:
             return [f"{indent}{wgmma.PROXY_FENCE}"]
         if isinstance(s, kir.ThreadFence):
             return [f"{indent}__threadfence();"]
+        if isinstance(s, kir.LetNextKernelLaunch):
+            return [f"{indent}{dependent_launch.LET_NEXT_KERNEL_LAUNCH}"]
+        if isinstance(s, kir.WaitForPreviousKernel):
+            return [f"{indent}{dependent_launch.WAIT_FOR_PREVIOUS_KERNEL}"]
         if isinstance(s, kir.AtomicAdd):
             target = self._element(s.array, (s.index,))
             added = e.converted(s.value, dtypes.int32)

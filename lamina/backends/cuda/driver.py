@@ -3,6 +3,8 @@
 Kernels run in PyTorch's primary context of the current device, on PyTorch's
 current stream, with tensors' device pointers as arguments: they order with
 PyTorch's own work, and CUDA-graph capture records them like any other kernel.
+A kernel whose launch overlaps the previous kernel's goes through ``cuLaunchKernelEx`` with
+the attribute that allows it (``dependent_launch``), the others through ``cuLaunchKernel``.
 A launch neither synchronises nor allocates device memory; modules are loaded
 before the first launch (``LaunchableKernel.prepare``), never while a graph is
 being captured on that device.
@@ -17,6 +19,7 @@ from typing import Mapping
 
 import torch
 
+from lamina.backends.cuda import dependent_launch
 from lamina.backends.cuda.codegen import launch_shared_bytes
 from lamina.backends.cuda.nvrtc import CompiledKernel
 from lamina.backends.program_runner import torch_dtype
@@ -110,8 +113,10 @@ class LaunchableKernel:
         self._digest = hashlib.sha256(compiled.cubin).digest()
         self._torch_dtypes = [torch_dtype(p.dtype) for p in kernel.params]
         self._functions: dict[int, object] = {}
-        driver = _driver()
-        self._launch = driver.cuLaunchKernel
+        driver = self._driver = _driver()
+        self._launch_call = "cuLaunchKernelEx" if kernel.launch.overlaps_previous_kernel else "cuLaunchKernel"
+        self._launch = self._launch_overlapping if kernel.launch.overlaps_previous_kernel else self._launch_after
+        self._configs: dict[int, object] = {}
         self._success = driver.CUresult.CUDA_SUCCESS
         self._invalid_context = driver.CUresult.CUDA_ERROR_INVALID_CONTEXT
 
@@ -153,14 +158,27 @@ class LaunchableKernel:
         base = ctypes.addressof(values)
         arguments = (ctypes.c_void_p * count)(*range(base, base + count * _POINTER_SIZE, _POINTER_SIZE))
         stream = torch.cuda.current_stream(device).cuda_stream
-        launch = (function, *self.grid, *self.block, self.dynamic_shared_bytes, stream,
-                  ctypes.addressof(arguments) if count else None, 0)
+        launch = (function, stream, ctypes.addressof(arguments) if count else None)
         (result,) = self._launch(*launch)
         if result == self._invalid_context:
             make_context_current(device)
             (result,) = self._launch(*launch)
         if result != self._success:
-            check(result, "cuLaunchKernel", self.name)
+            check(result, self._launch_call, self.name)
+
+    def _launch_after(self, function, stream: int, arguments):
+        """Launch once the previous kernel on ``stream`` has finished."""
+        return self._driver.cuLaunchKernel(function, *self.grid, *self.block, self.dynamic_shared_bytes, stream,
+                                           arguments, 0)
+
+    def _launch_overlapping(self, function, stream: int, arguments):
+        """Launch while the previous kernel on ``stream`` finishes; one launch configuration per stream."""
+        config = self._configs.get(stream)
+        if config is None:
+            config = dependent_launch.launch_config(self._driver, self.grid, self.block, self.dynamic_shared_bytes)
+            config.hStream = stream
+            self._configs[stream] = config
+        return self._driver.cuLaunchKernelEx(config, function, arguments, 0)
 
     def _pointers(self, buffers: Mapping[str, torch.Tensor], device: int) -> list[int]:
         pointers = []

@@ -9,8 +9,10 @@ another block of the same cluster (blocks launched together along x, as on Hoppe
 warpgroup mma, ``WgmmaTf32``, reads its operands from shared arrays laid out in the
 128-byte swizzle (``Array.swizzle``), or A from registers (``WgmmaTf32RegisterA``), and runs
 asynchronously between ``WgmmaFence``, ``WgmmaCommit`` and ``WgmmaWait``.
-Arrays live in one of three spaces: ``global`` (the parameters), ``shared`` and
-``register`` (per-thread arrays, indexed only by constants after unrolling).
+A kernel whose launch overlaps the previous kernel's (``Launch.overlaps_previous_kernel``,
+Hopper's programmatic dependent launch) starts with ``WaitForPreviousKernel``, after at most
+``LetNextKernelLaunch``. Arrays live in one of three spaces: ``global`` (the parameters),
+``shared`` and ``register`` (per-thread arrays, indexed only by constants after unrolling).
 
 Loop bounds must be the same for every thread of the grid; anything that varies per
 thread is an ``If``. That is how the schedules are written, and it lets the CPU
@@ -442,6 +444,19 @@ class AtomicAdd:
 
 
 @attrs.frozen
+class LetNextKernelLaunch:
+    """Let the kernel after this one on the stream launch before this one finishes
+    (``griddepcontrol.launch_dependents``), once every block of this one has run this."""
+
+
+@attrs.frozen
+class WaitForPreviousKernel:
+    """Wait until the kernel before this one on the stream has finished and its stores are
+    visible (``griddepcontrol.wait``). A kernel whose launch overlaps the previous kernel's
+    runs this before anything that touches global memory."""
+
+
+@attrs.frozen
 class AsyncProxyFence:
     """Make this thread's earlier writes to shared memory visible to the asynchronous proxy that
     ``WgmmaTf32`` reads through (``fence.proxy.async.shared::cta``)."""
@@ -449,18 +464,22 @@ class AsyncProxyFence:
 
 Stmt = (Declare | Assign | Store | For | If | Barrier | ClusterBarrier | CpAsync | CpAsyncCommit | CpAsyncWait
         | VectorLoad | VectorStore | MmaTf32 | WgmmaTf32 | WgmmaTf32RegisterA | WgmmaFence | WgmmaCommit | WgmmaWait
-        | AsyncProxyFence | ThreadFence | AtomicAdd | Comment)
+        | AsyncProxyFence | ThreadFence | AtomicAdd | LetNextKernelLaunch | WaitForPreviousKernel | Comment)
 
 
 @attrs.frozen
 class Launch:
     """Blocks of ``block`` threads in a ``grid``; ``cluster`` blocks along x run at once as a
-    cluster, (1, 1, 1) where the blocks are independent."""
+    cluster, (1, 1, 1) where the blocks are independent. With ``overlaps_previous_kernel``, the
+    kernel may launch while the kernel before it on the stream still runs, and waits for it
+    (``WaitForPreviousKernel``) before touching memory: its launch and the start of its blocks
+    are hidden behind the other kernel's last blocks."""
 
     grid: tuple[int, int, int] = attrs.field(converter=tuple)
     block: tuple[int, int, int] = attrs.field(converter=tuple)
     dynamic_shared_bytes: int = 0
     cluster: tuple[int, int, int] = attrs.field(converter=tuple, default=(1, 1, 1))
+    overlaps_previous_kernel: bool = False
 
     @property
     def threads_per_block(self) -> int:
@@ -680,6 +699,10 @@ def format_body(body, indent: str) -> list[str]:
         elif isinstance(s, AtomicAdd):
             lines.append(f"{indent}{s.dst}{_index(s.dst_index)} = atomic add({s.array}[{format_expr(s.index)}], "
                          f"{format_expr(s.value)})")
+        elif isinstance(s, LetNextKernelLaunch):
+            lines.append(f"{indent}let the next kernel launch")
+        elif isinstance(s, WaitForPreviousKernel):
+            lines.append(f"{indent}wait for the previous kernel")
         elif isinstance(s, Comment):
             lines.append(f"{indent}# {s.text}")
     return lines
@@ -723,7 +746,8 @@ def format_kernel(k: Kernel) -> str:
     c = k.launch.cluster
     lines = [f"kernel {k.name}  grid ({g[0]}, {g[1]}, {g[2]})  block ({b[0]}, {b[1]}, {b[2]})"
              + (f"  cluster ({c[0]}, {c[1]}, {c[2]})" if c != (1, 1, 1) else "")
-             + (f"  dynamic shared {k.launch.dynamic_shared_bytes} B" if k.launch.dynamic_shared_bytes else "")]
+             + (f"  dynamic shared {k.launch.dynamic_shared_bytes} B" if k.launch.dynamic_shared_bytes else "")
+             + ("  overlapping the previous kernel" if k.launch.overlaps_previous_kernel else "")]
     for p in k.params:
         mode = "scratch" if p.scratch else "out" if p.writable else "in"
         lines.append(f"  param {mode} {p.name}: {p.dtype}[{p.numel}]")
@@ -819,6 +843,7 @@ def verify_kernel(k: Kernel, max_threads: int = 1024, max_shared_bytes: int = 48
                 problems.extend(_atomic_problems(s, arrays))
 
     visit(k.body, set())
+    problems.extend(_overlap_problems(k))
     problems.extend(f"scratch parameter {p.name} is not writable" for p in k.params if p.scratch and not p.writable)
     cluster = k.launch.cluster
     if len(cluster) != 3 or cluster[1:] != (1, 1) or not 1 <= cluster[0] <= MAX_CLUSTER_BLOCKS:
@@ -831,6 +856,17 @@ def verify_kernel(k: Kernel, max_threads: int = 1024, max_shared_bytes: int = 48
         problems.append(f"{k.shared_bytes} B of shared memory exceed the limit")
     if problems:
         raise VerificationError(f"Kernel IR {k.name} is inconsistent:\n  " + "\n  ".join(problems))
+
+
+def _overlap_problems(k: Kernel) -> list[str]:
+    """A kernel launched to overlap the previous one must wait for it first; no other kernel waits."""
+    first = next((s for s in k.body if not isinstance(s, (LetNextKernelLaunch, Comment))), None)
+    if k.launch.overlaps_previous_kernel and not isinstance(first, WaitForPreviousKernel):
+        return ["its launch overlaps the previous kernel's, so its body must start by waiting for that kernel "
+                "(after at most letting the next kernel launch, and comments)"]
+    if not k.launch.overlaps_previous_kernel and any(isinstance(s, WaitForPreviousKernel) for s in statements(k.body)):
+        return ["it waits for the previous kernel, but its launch does not overlap that kernel's"]
+    return []
 
 
 def _vector_access_problems(s: VectorLoad | VectorStore, arrays: dict) -> list[str]:
