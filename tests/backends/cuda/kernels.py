@@ -93,6 +93,22 @@ def elementwise(n: int, block: int = 128, dtype: dtypes.DType = F32, name: str =
     )
 
 
+def reversed_halves(n: int, block: int = 256) -> kir.Kernel:
+    """``y[i] = x[n - 1 - i] * 0.5 + 1``, one element per thread: the first blocks read what
+    the last blocks of a kernel that wrote ``x`` wrote last."""
+    i = Var("i")
+    body = [
+        kir.Declare("i", dtypes.index, kir.block_idx() * block + kir.thread_idx()),
+        kir.If(op("lt", i, n), [kir.Store("y", (i,), op("add", op("mul", kir.Load("x", (n - 1 - i,), F32), 0.5), 1.0))]),
+    ]
+    return kir.Kernel(
+        name="reversed_halves",
+        params=[kir.Param("x", F32, n), kir.Param("y", F32, n, writable=True)],
+        arrays=[], body=body,
+        launch=kir.Launch((-(-n // block), 1, 1), (block, 1, 1)),
+    )
+
+
 def reverse_blocks(blocks: int, per_block: int, threads: int = 256) -> kir.Kernel:
     """Each block stages ``per_block`` floats of x in shared memory and writes them reversed:
     with 16384 floats (64 KiB) that needs dynamic shared memory."""

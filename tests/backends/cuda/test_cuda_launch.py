@@ -15,6 +15,7 @@ from lamina.backends.cuda.plugin import SM90
 from lamina.core.errors import LaminaError
 from lamina.core.ir import dtypes, loop_ir
 from lamina.core.ir.torch_ir import TensorType
+from lamina.plugins.kernel_passes import OverlapWithPreviousKernel
 from tests.backends.cuda import kernels
 
 pytestmark = [
@@ -84,6 +85,43 @@ def test_launch_under_cuda_graph_capture_and_replay(tmp_path):
         graph.replay()
         torch.cuda.synchronize()
         torch.testing.assert_close(y, elementwise_reference(x, w))
+
+
+@pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.get_device_capability() < (9, 0),
+                    reason="kernels overlap the previous one from Hopper on")
+def test_kernels_that_overlap_the_previous_one_read_what_it_wrote(tmp_path):
+    """A chain of launches, each reading the previous one's output backwards while its own
+    launch overlaps that kernel, directly and replayed from a CUDA graph: its first blocks read
+    what the other kernel's last blocks write, and the poisoned buffers show any early read.
+    Without the wait, 3 replays of 20 read early (``benchmarks/dependent_launch_race_check.py``)."""
+    n = (1 << 22) + 3
+    kernel = launchable(OverlapWithPreviousKernel().apply(kernels.reversed_halves(n), SM90), tmp_path)
+    kernel.prepare()
+    x = torch.randn(n, device="cuda")
+    chain = [poisoned(n) for _ in range(6)]
+
+    def run():
+        for source, result in zip([x, *chain], chain):
+            kernel({"x": source, "y": result})
+
+    def expected():
+        value = x.double()
+        for _ in chain:
+            value = value.flip(0) * 0.5 + 1
+        return value.float()
+
+    run()
+    torch.testing.assert_close(chain[-1], expected())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    for _ in range(20):
+        x.copy_(torch.randn(n, device="cuda"))
+        for result in chain:
+            result.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(chain[-1], expected())
 
 
 def test_launch_from_another_thread(tmp_path):

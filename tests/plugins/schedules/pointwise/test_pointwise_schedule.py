@@ -47,13 +47,15 @@ tile mul  schedule=pointwise
   vector_stores = mul[i0, i1]"""
 
 SILU_UP_KERNEL = """\
-kernel mul  grid (1, 1, 1)  block (128, 1, 1)
+kernel mul  grid (1, 1, 1)  block (128, 1, 1)  overlapping the previous kernel
   param in a: f32[400]
   param in b: f32[400]
   param out mul: f32[400]
   register a_vector: f32[1][4]
   register b_vector: f32[1][4]
   register mul_vector: f32[1][4]
+  wait for the previous kernel
+  let the next kernel launch
   var vector: i64 = blockIdx.x * 128 + threadIdx.x
   if vector < 100:
     vector load x4 a_vector[0][0] <- a[vector * 4]
