@@ -35,10 +35,10 @@ def _matches(name: str, patterns: Sequence[str]) -> bool:
     return any(re.fullmatch(p.replace(".", r"\.").replace("*", ".*"), name) for p in patterns)
 
 
-def compiled_with_edit(edit: Edit | None, fn: Callable, inputs: tuple, knobs: dict):
-    """``fn`` compiled with ``knobs`` and called once on ``inputs`` while ``edit`` applies to the
-    CUDA the backend emits (that first call loads the kernels): the compiled program, its output,
-    and whether the edit changed any kernel."""
+def compiled_with_edit(edit: Edit | None, fn: Callable, inputs: tuple, knobs: dict, disable: tuple[str, ...] = ()):
+    """``fn`` compiled with ``knobs`` and the plugins ``disable`` names left out, and called once on
+    ``inputs`` while ``edit`` applies to the CUDA the backend emits (that first call loads the
+    kernels): the compiled program, its output, and whether the edit changed any kernel."""
     original = backend.emit_cuda
     edited = []
 
@@ -50,7 +50,7 @@ def compiled_with_edit(edit: Edit | None, fn: Callable, inputs: tuple, knobs: di
 
     backend.emit_cuda = emit
     try:
-        compiled = lamina.Compiler(knobs=knobs).compile(fn, inputs)
+        compiled = lamina.Compiler(knobs=knobs, disable=disable).compile(fn, inputs)
         output = compiled(*inputs)
     finally:
         backend.emit_cuda = original
