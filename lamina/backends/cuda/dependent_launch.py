@@ -13,13 +13,12 @@ from lamina.core.ir import kernel_ir as kir
 
 LET_NEXT_KERNEL_LAUNCH = 'asm volatile("griddepcontrol.launch_dependents;\\n");'
 WAIT_FOR_PREVIOUS_KERNEL = 'asm volatile("griddepcontrol.wait;\\n" ::: "memory");'
-FIRST_COMPUTE_CAPABILITY = 90
 
 
 def check_arch(kernel: kir.Kernel, arch: str) -> None:
     """Refuse to compile a kernel whose launch overlaps the previous kernel's for a GPU older than Hopper."""
     capability = int("".join(ch for ch in arch if ch.isdigit()) or 0)
-    if kernel.launch.overlaps_previous_kernel and capability < FIRST_COMPUTE_CAPABILITY:
+    if kernel.launch.overlaps_previous_kernel and capability < kir.OVERLAPPING_LAUNCH_COMPUTE_CAPABILITY:
         raise LaminaError(
             f"kernel {kernel.name} was compiled to launch while the previous kernel finishes (griddepcontrol), which "
             f"only GPUs from Hopper (sm_90) on can do, so it cannot be compiled for {arch}; compile for the GPU's own "
@@ -28,7 +27,7 @@ def check_arch(kernel: kir.Kernel, arch: str) -> None:
 
 
 def launch_config(driver, grid: tuple[int, int, int], block: tuple[int, int, int], shared_bytes: int):
-    """The ``CUlaunchConfig`` of a kernel that may overlap the previous one; its stream is set at each launch."""
+    """The ``CUlaunchConfig`` of a kernel that may overlap the previous one, but for its stream (``hStream``)."""
     attribute = driver.CUlaunchAttribute()
     attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
     attribute.value.programmaticStreamSerializationAllowed = 1

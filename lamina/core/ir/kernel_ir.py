@@ -467,6 +467,10 @@ Stmt = (Declare | Assign | Store | For | If | Barrier | ClusterBarrier | CpAsync
         | AsyncProxyFence | ThreadFence | AtomicAdd | LetNextKernelLaunch | WaitForPreviousKernel | Comment)
 
 
+OVERLAPPING_LAUNCH_COMPUTE_CAPABILITY = 90
+"""The first GPUs whose kernels can overlap the previous kernel's launch (Hopper, sm_90)."""
+
+
 @attrs.frozen
 class Launch:
     """Blocks of ``block`` threads in a ``grid``; ``cluster`` blocks along x run at once as a

@@ -25,17 +25,14 @@ import attrs
 from lamina.core.ir import kernel_ir
 from lamina.core.target import Target
 
-FIRST_COMPUTE_CAPABILITY = 90
-"""Programmatic dependent launch came with Hopper (sm_90)."""
-
-
 class OverlapWithPreviousKernel:
     name = "overlap_with_previous_kernel"
     priority = -100
     """Last, so that the wait comes before whatever other passes add to the kernel."""
 
     def apply(self, kernel: kernel_ir.Kernel, target: Target) -> kernel_ir.Kernel:
-        if target.compute_capability < FIRST_COMPUTE_CAPABILITY or kernel.launch.overlaps_previous_kernel:
+        too_old = target.compute_capability < kernel_ir.OVERLAPPING_LAUNCH_COMPUTE_CAPABILITY
+        if too_old or kernel.launch.overlaps_previous_kernel:
             return kernel
         return attrs.evolve(kernel, launch=attrs.evolve(kernel.launch, overlaps_previous_kernel=True),
                             body=(kernel_ir.WaitForPreviousKernel(), kernel_ir.LetNextKernelLaunch(), *kernel.body))
