@@ -32,7 +32,10 @@ Compiled with the built-in pass, which launches them as dependents itself:
   the next one launch only once the kernel before it has finished;
 - ``built_in_trigger_first``: the trigger, then the wait, so that a chain of kernels may all launch
   while the first runs;
-- ``built_in_wait_only``: without the trigger: the next kernel launches as this one's blocks exit.
+- ``built_in_wait_only``: without the trigger: the next kernel launches as this one's blocks exit;
+- ``built_in_prefetch``: as emitted, but with the prefetches of ``prefetch`` before the wait;
+- ``built_in_first_wave_prefetch``: the same, prefetched only by the blocks of the first wave
+  (those that can start before the previous kernel ends).
 
 Beside them: torch.compile, and a ``copy_`` of the case's bytes timed cold the same way.
 """
@@ -72,25 +75,31 @@ def with_prologue(prologue: str):
     return lambda source: KERNEL_OPENING.sub(lambda m: m.group(1) + prologue, source, count=1)
 
 
-def _prefetch(address: str, size: str) -> str:
-    return (f'  if (threadIdx.x == 0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" '
+def _prefetch(address: str, size: str, guard: str) -> str:
+    return (f'  if (threadIdx.x == 0{guard}) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" '
             f':: "l"({address}), "r"({size}) : "memory");\n')
 
 
-def with_prefetch(source: str) -> str:
-    """The trigger first, the wait after the index of the block's first loads and their prefetches."""
-    source = KERNEL_OPENING.sub(lambda m: m.group(1) + TRIGGER, source, count=1)
+def _prefetched(source: str, after: str, guard: str = "") -> str | None:
+    """Prefetches of the block's first loads into L2 where their index is known, then ``after``;
+    None for a kernel that is neither a row per block nor pointwise."""
     if ROW_START in source:
         rows = dict(ROW_LOAD.findall(source))
-        prefetches = "".join(_prefetch(f"&{a}[row * {n}]", f"{int(n) * 4}") for a, n in rows.items())
-        return source.replace(ROW_START, ROW_START + prefetches + WAIT, 1)
+        prefetches = "".join(_prefetch(f"&{a}[row * {n}]", f"{int(n) * 4}", guard) for a, n in rows.items())
+        return source.replace(ROW_START, ROW_START + prefetches + after, 1)
     start = VECTOR_START.search(source)
     if start:
         block = int(start.group(1))
         arrays = dict.fromkeys(VECTOR_LOAD.findall(source))
-        prefetches = "".join(_prefetch(f"&{a}[(int)blockIdx.x * {block * 4}]", f"{block * 16}") for a in arrays)
-        return source.replace(start.group(0), start.group(0) + prefetches + WAIT, 1)
-    return source
+        prefetches = "".join(_prefetch(f"&{a}[(int)blockIdx.x * {block * 4}]", f"{block * 16}", guard)
+                             for a in arrays)
+        return source.replace(start.group(0), start.group(0) + prefetches + after, 1)
+    return None
+
+
+def with_prefetch(source: str) -> str:
+    """The trigger first, the wait after the index of the block's first loads and their prefetches."""
+    return _prefetched(KERNEL_OPENING.sub(lambda m: m.group(1) + TRIGGER, source, count=1), WAIT) or source
 
 
 def launch_as_dependent(self, buffers):
@@ -129,6 +138,21 @@ def _reordered(prologue: str):
     return edit
 
 
+LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\((\d+)\)")
+SMS = 132
+THREADS_PER_SM = 2048
+
+
+def _built_in_prefetched(first_wave_only: bool):
+    """The built-in wait and trigger after prefetches of the block's first loads, by every block
+    or only by those of the first wave (as many as the SMs hold at once, going by threads)."""
+    def edit(source: str) -> str:
+        threads = int(LAUNCH_BOUNDS.search(source).group(1))
+        guard = f" && (int)blockIdx.x < {SMS * (THREADS_PER_SM // threads)}" if first_wave_only else ""
+        return _prefetched(_reordered("")(source), BUILT_IN_WAIT + BUILT_IN_TRIGGER, guard) or source
+    return edit
+
+
 VARIANTS = {
     "plain": (BUILT_IN_OVERLAP, None, False),
     "wait": (BUILT_IN_OVERLAP, with_prologue(WAIT), True),
@@ -138,6 +162,8 @@ VARIANTS = {
     "built_in_wait_first": ((), _reordered(BUILT_IN_WAIT + BUILT_IN_TRIGGER), False),
     "built_in_trigger_first": ((), _reordered(BUILT_IN_TRIGGER + BUILT_IN_WAIT), False),
     "built_in_wait_only": ((), _reordered(BUILT_IN_WAIT), False),
+    "built_in_prefetch": ((), _built_in_prefetched(first_wave_only=False), False),
+    "built_in_first_wave_prefetch": ((), _built_in_prefetched(first_wave_only=True), False),
 }
 """Each variant: the plugins left out, the edit of the CUDA, and whether this script launches
 the kernels as dependents (the built-in pass's kernels launch so by themselves)."""
