@@ -276,7 +276,19 @@ def choose(rows: ContractionRows, target: Target,
         cluster = 1 if bands else math.ceil(length / choices.block_n)
         found.append((choices, with_cluster_waits(estimate, cluster), count))
     choices, estimate, _ = min(found, key=lambda f: f[1].total_us)
+    if bands:
+        estimate = attrs.evolve(estimate, total_us=estimate.total_us + band_read_back_us(rows, target))
     return choices, estimate, sum(count for _, _, count in found), text, bands
+
+
+def band_read_back_us(rows: ContractionRows, target: Target) -> float:
+    """The bands' last blocks' pass, after the product: every element of the product read back
+    and its result stored, at the memory's bandwidth. On the H200 the pass took 0.7 to 0.8 of
+    this (the scores at S = 2048: 200 and 156 us beyond the product alone, against 252 and 220),
+    as it overlaps other bands' products and reads some elements from L2."""
+    c = rows.contraction
+    elements = math.prod(c.extents[v] for v in (*c.batch, c.m, c.n))
+    return 2 * elements * rows.element.dtype.itemsize / target.memory_bytes_per_us
 
 
 def with_cluster_waits(estimate: cost.Estimate, blocks: int) -> cost.Estimate:
@@ -338,7 +350,9 @@ def tile(rows: ContractionRows, target: Target, knobs: Mapping[str, Any]) -> til
         ("register_tile", f"{choices.thread_m}x{choices.thread_n}"),
         ("chosen", f"{choices.summary()}; cheapest of {count} settings spanning the row, pinned: {pins}"),
         ("estimate", estimate.text() + (f"; compute and memory {1 + CLUSTER_WAIT * (blocks - 1):.1f}x for the waits "
-                                        f"at the cluster's barriers" if blocks > 1 and not bands else "")),
+                                        f"at the cluster's barriers" if blocks > 1 and not bands else "")
+                     + (f"; then {band_read_back_us(rows, target):.1f} us for the bands' last blocks to read the "
+                        "elements back and store the results" if bands else "")),
     ]
     notes += [(f"copy {s.index}", copy_layout.describe(contraction_tiling.copy_order(c, s), s.dims, s.tile))
               for s in stages]
