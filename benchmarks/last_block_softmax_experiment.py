@@ -12,7 +12,8 @@ so the scores need not reach memory before the probabilities overwrite them. The
 reset by that last block, ready for the next call.
 
 ``python last_block_softmax_experiment.py lamina`` times the schedule that lamina builds from
-this (``contraction_rows/last_block.py``) against its other ways with these scores.
+this (``contraction_rows/last_block.py``) against its other ways with these scores, and
+``python last_block_softmax_experiment.py lamina causal`` the suite's causal scores at S = 2048.
 
 This edits the CUDA that lamina emits for the product alone (``q k^T * scale``): the blocks
 take the bands row by row (``row-major``) or as emitted (column by column within a head),
@@ -98,6 +99,12 @@ def scores(q, k):
     return torch.softmax(q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5, -1)
 
 
+def causal_scores(q, k):
+    """The suite's causal scores: the mask from positions, which the schedule reads off the coordinates."""
+    mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).triu(1)
+    return torch.softmax((q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5).masked_fill(mask, float("-inf")), -1)
+
+
 def product(q, k):
     return q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
 
@@ -180,29 +187,36 @@ LAMINA_SETTINGS = {
 clusters pinned (``last_block``), and the product and the softmax apart."""
 
 
-def lamina_settings():
-    """The suite's scores at S = 1024 and 2048 in each of ``LAMINA_SETTINGS``, one line each."""
-    for model, (heads, d) in MODELS.items():
-        for length in (1024, 2048):
-            q, k = (torch.randn(1, heads, length, d, device="cuda") for _ in range(2))
-            reference = float64_reference(scores, (q, k))
-            line = [f"{model} S={length}:"]
-            for name, settings in LAMINA_SETTINGS.items():
-                compiled = lamina.Compiler(**settings).compile(scores, (q, k))
-                error = relative_error(compiled(q, k), reference)
-                tiles = compiled.specialization((q, k)).compilation.tiles
-                how = "+".join(t.schedule if t.schedule != "contraction_rows" else
-                               f"contraction_rows {t.reduction.strategy}" for t in tiles)
-                us = time_cuda_graph(compiled, (q, k), replays=50)
-                line.append(f"| {name}: {us:.1f} us ({how}, error {error:.1e})")
-            print(" ".join(line), flush=True)
+def lamina_settings(programs=(scores,), lengths=(1024, 2048)):
+    """The suite's ``programs`` at each of ``lengths`` in each of ``LAMINA_SETTINGS``, one line each."""
+    for fn in programs:
+        for model, (heads, d) in MODELS.items():
+            for length in lengths:
+                lamina_line(fn, model, heads, d, length)
+
+
+def lamina_line(fn, model: str, heads: int, d: int, length: int):
+    q, k = (torch.randn(1, heads, length, d, device="cuda") for _ in range(2))
+    reference = float64_reference(fn, (q, k))
+    line = [f"{model} {fn.__name__} S={length}:"]
+    for name, settings in LAMINA_SETTINGS.items():
+        compiled = lamina.Compiler(**settings).compile(fn, (q, k))
+        error = relative_error(compiled(q, k), reference)
+        tiles = compiled.specialization((q, k)).compilation.tiles
+        how = "+".join(t.schedule if t.schedule != "contraction_rows" else
+                       f"contraction_rows {t.reduction.strategy}" for t in tiles)
+        us = time_cuda_graph(compiled, (q, k), replays=50)
+        line.append(f"| {name}: {us:.1f} us ({how}, error {error:.1e})")
+    print(" ".join(line), flush=True)
 
 
 def main():
-    if len(sys.argv) == 3:
-        return profile(*sys.argv[1:])
     if sys.argv[1:] == ["lamina"]:
         return lamina_settings()
+    if sys.argv[1:] == ["lamina", "causal"]:
+        return lamina_settings((causal_scores,), (2048,))
+    if len(sys.argv) == 3:
+        return profile(*sys.argv[1:])
     torch.manual_seed(0)
     for model, (heads, d) in MODELS.items():
         q, k = (torch.randn(1, heads, S, d, device="cuda") for _ in range(2))

@@ -38,7 +38,7 @@ from lamina.core.target import Target
 from lamina.plugins.schedules import loop_to_kernel, reciprocals
 from lamina.plugins.schedules.contraction.lowering import ContractionWriter
 from lamina.plugins.schedules.contraction.warpgroup_lowering import WarpgroupWriter
-from lamina.plugins.schedules.contraction_rows.last_block import LastBlockOfBand, unneeded_where
+from lamina.plugins.schedules.contraction_rows.last_block import LastBlockOfBand, skipped_elements, unneeded_where
 from lamina.plugins.schedules.contraction_rows.recognise import IDENTITY, ContractionRows, analyse
 from lamina.plugins.schedules.contraction_rows.tiling import product_tile
 
@@ -73,8 +73,13 @@ class _Rows:
         return self._at_every_output(unneeded_where(self.rows_of)) if self.in_bands else None
 
     def _unread_block(self) -> Expr | None:
-        """None where the band's last block reads every element back; else the contraction's."""
-        return None if self.in_bands else super()._unread_block()
+        """Where the band's last block reduces the rows, true in a block whose elements it holds
+        without reading them back (``last_block.skipped_elements``), which then stores nothing;
+        else the contraction's."""
+        if not self.in_bands:
+            return super()._unread_block()
+        skipped = skipped_elements(self.rows_of)
+        return None if skipped is None else self._at_every_output(skipped[0])
 
     def _row_value(self, acc: str, a: int) -> kernel_ir.Load:
         return kernel_ir.Load(self.row_registers[acc], (ex.const(a),), self.rows_of.accumulators[acc][1])

@@ -217,15 +217,17 @@ def read_last_block(knobs: Mapping[str, Any], where: str) -> int | None:
 
 def in_bands(rows: ContractionRows, pinned: Mapping[str, int], wgmma: bool, band_pin: int | None) -> bool:
     """Whether the band's last block reduces the rows (``last_block``): where pinned, or, unpinned,
-    where no cluster may hold a row (``too_long``), the band can (``band_problem``), and no mask
-    fixes some of the elements. Where a causal mask does, the product and the softmax apart skip
-    the masked elements' stores and reads, and on the H200 that was faster: 404.8 and 465.3 us
-    for the suite's causal scores at S = 2048 (``benchmarks/results/2026-11-30_h200_bench_float32_wgmma_rows.txt``),
-    against 455.0 and 502.9 in bands (``…_bench_float32_last_block_scores.txt``)."""
+    where no cluster may hold a row (``too_long``), the band can (``band_problem``), and the band
+    skips whatever elements a mask fixes (``last_block.skipped_elements``). Apart, the product and
+    the softmax skip the masked elements' stores and reads; in bands that skipped only the
+    product, the suite's causal scores at S = 2048 took 455.0 and 502.9 us on the H200, against
+    404.8 and 465.3 apart (``benchmarks/results/2026-11-30_h200_bench_float32_last_block_scores.txt``,
+    ``…_bench_float32_wgmma_rows.txt``); skipping the stores and the reads too, 374.4 and 445.7,
+    against 402.6 and 457.4 apart (``…_last_block_causal_scores.txt``)."""
     if band_pin is not None:
         return bool(band_pin)
     return (too_long(rows, pinned, wgmma) is not None and band_problem(rows, wgmma) is None
-            and last_block.unneeded_where(rows) is None)
+            and (last_block.unneeded_where(rows) is None or last_block.skipped_elements(rows) is not None))
 
 
 def settings(rows: ContractionRows, target: Target, pinned: Mapping[str, int] | None = None) -> list[Choices]:
@@ -283,7 +285,8 @@ def choose(rows: ContractionRows, target: Target,
 
 def band_read_back_us(rows: ContractionRows, target: Target) -> float:
     """The bands' last blocks' pass, after the product: every element of the product read back
-    and its result stored, at the memory's bandwidth. On the H200 the pass took 0.7 to 0.8 of
+    (even those that a mask lets them skip, ``last_block.skipped_elements``) and its result
+    stored, at the memory's bandwidth. On the H200 the pass took 0.7 to 0.8 of
     this (the scores at S = 2048: 200 and 156 us beyond the product alone, against 252 and 220),
     as it overlaps other bands' products and reads some elements from L2."""
     c = rows.contraction
@@ -344,6 +347,13 @@ def tile(rows: ContractionRows, target: Target, knobs: Mapping[str, Any]) -> til
         if condition is not None and decidable(condition):
             notes.append(("unneeded_product", f"a block where {loop_ir.format_value(condition)} at every element "
                                               "runs no k-tile: its elements do not use the sum"))
+        skipped = last_block.skipped_elements(rows)
+        if skipped is not None:
+            condition, value = skipped
+            text = loop_ir.format_value(condition)
+            notes.append(("skipped_elements", f"a block where {text} at every element stores nothing; the band's "
+                                              f"last block reads back no run of {last_block.WIDTH} where {text} at "
+                                              f"all of them, and holds {loop_ir.format_value(value)} there instead"))
     else:
         notes.append(("row_reductions", f"{reduced}, each lane's part combined {combined}"))
     notes += [

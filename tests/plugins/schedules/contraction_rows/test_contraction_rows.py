@@ -421,6 +421,7 @@ tile softmax  schedule=contraction_rows
   band = each block stores its elements in softmax and counts itself done for its band of 64 rows; the last of the band's 5 blocks to finish reads the band back through L2, a warp per row, 32 lanes x 12 per lane (runs of 4, 128 apart)
   row_reductions = acc0 max, acc1 sum, each warp's row combined by warp shuffles; the stores evict-first, over the elements they read
   unneeded_product = a block where i3 - i2 >= 1 at every element runs no k-tile: its elements do not use the sum
+  skipped_elements = a block where i3 - i2 >= 1 at every element stores nothing; the band's last block reads back no run of 4 where i3 - i2 >= 1 at all of them, and holds -inf there instead
   register_tile = 2x16
   chosen = block 64x64x32, thread 2x16, splits 1, buffers 3, fragment width 1, padding 0, on tensor cores through wgmma; cheapest of 4 settings spanning the row, pinned: last_block=1
   estimate = 3.9 us from launch 2.0, compute 1.1 and memory 1.4, overlapped; 50 blocks, 3 per SM at once; then 0.3 us for the bands' last blocks to read the elements back and store the results
@@ -434,13 +435,22 @@ def test_causal_scores_in_bands_tile_ir_golden():
     assert tile_ir.format_tile_kernel(SCHEDULE.schedule(loop_kernel, SM_90, {"last_block": 1})) + "\n" == BAND_TILE_IR
 
 
-def test_blocks_above_a_causal_diagonal_store_their_elements_without_the_product():
+def test_blocks_above_a_causal_diagonal_neither_compute_nor_store_and_their_runs_are_not_read_back():
     _, loop_kernel, _, _ = fused_kernel("causal_by_position_260")
     tile = SCHEDULE.schedule(loop_kernel, SM_90, {"last_block": 1, "block_m": 64, "block_n": 64})
     assert dict(tile.knobs)["unneeded_product"].startswith("a block where ")
     kernel = SCHEDULE.lower(tile, SM_90)
-    assert any(isinstance(s, kernel_ir.Declare) and s.var.startswith("needed_k_tiles")
-               for s in kernel_ir.statements(kernel.body))
+    body = list(kernel_ir.statements(kernel.body))
+    assert any(isinstance(s, kernel_ir.Declare) and s.var.startswith("needed_k_tiles") for s in body)
+    stores = [s for s in body if isinstance(s, kernel_ir.VectorStore) and s.cache == "default" and s.dst == "softmax"]
+    read_backs = [s for s in body if isinstance(s, kernel_ir.VectorLoad) and s.cache == "l2"]
+    held = [s for s in body if isinstance(s, kernel_ir.If) and any(isinstance(t, kernel_ir.VectorLoad) for t in s.then)
+            and all(isinstance(t, kernel_ir.Store) and t.value == ex.const(float("-inf")) for t in s.orelse)]
+    skipped_blocks = [s for s in body if isinstance(s, kernel_ir.If) and s.cond.op == "not"
+                      and any(isinstance(t, kernel_ir.VectorStore) for t in kernel_ir.statements(s.then))]
+    assert read_backs and len(held) == len(read_backs)
+    assert stores and skipped_blocks and all(any(t is store for s in skipped_blocks for t in kernel_ir.statements(s.then))
+                                  for store in stores)
 
 
 def test_rows_too_long_for_a_cluster_of_8_are_reduced_by_the_last_block_of_each_band():
@@ -463,11 +473,15 @@ def test_the_estimate_of_scores_in_bands_adds_the_last_blocks_pass_over_them():
     assert estimate.endswith("; then 251.5 us for the bands' last blocks to read the elements back and store the results")
 
 
-def test_a_causal_mask_on_positions_keeps_rows_too_long_for_a_cluster_of_8_apart():
-    """Apart, the product skips the stores above the diagonal and the softmax their reads."""
+def test_causal_scores_too_long_for_a_cluster_of_8_go_in_bands_that_skip_the_masked_elements():
+    """The blocks skip the stores above the diagonal and the band's last block their reads, as
+    the product and the softmax apart do."""
     args = (torch.randn(1, 70, 8), torch.randn(1, 1100, 8))
-    assert schedules_of(causal_by_position, args) == ["contraction", "row_reduction"]
-    assert schedules_of(causal_by_position, args, knobs={"last_block": 1}) == ["contraction_rows"]
+    program = lamina.compile(causal_by_position, args)
+    (tile,) = program.compilation.tiles
+    assert (tile.schedule, tile.reduction.strategy) == ("contraction_rows", "last_block")
+    assert "skipped_elements" in dict(tile.knobs)
+    assert relative_error(program(*args), float64_reference(causal_by_position, args)) < 1e-5
 
 
 def test_pinning_clusters_keeps_rows_too_long_for_a_cluster_of_8_apart():
