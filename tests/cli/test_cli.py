@@ -96,9 +96,11 @@ def test_the_emitted_cuda_is_the_same_in_every_process():
     argv = [sys.executable, "-m", "lamina", "compile", "-c", "(lambda h: h * torch.rsqrt(h.pow(2).mean(-1, "
             "keepdim=True) + 1e-6) * w)(x + r)", "--input", "x=3,256", "--input", "r=3,256", "--input", "w=256",
             "--ir", "cuda"]
+    processes = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env={**os.environ, "PYTHONHASHSEED": seed}) for seed in ("1", "2", "3", "4")]
     outputs = set()
-    for seed in ("1", "2", "3", "4"):
-        result = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": seed})
-        assert result.returncode == 0, result.stderr
-        outputs.add(result.stdout)
+    for process in processes:
+        stdout, stderr = process.communicate()
+        assert process.returncode == 0, stderr
+        outputs.add(stdout)
     assert len(outputs) == 1
