@@ -50,10 +50,10 @@ WIDTH = 4
 
 
 def skipped_elements(rows: ContractionRows) -> tuple[Expr, Expr] | None:
-    """Where the elements do not use the product, and their value there, when that value is
-    one of the coordinates alone (a causal mask's ``-inf``): the blocks all of whose elements
-    are such store nothing, and the band's last block holds the value instead of reading
-    them back. None where the elements give no such condition and value."""
+    """Where the elements do not use the product, and their value there, when that value reads
+    no memory (a causal mask's ``-inf``): the blocks all of whose elements are such store
+    nothing, and the band's last block holds the value instead of reading them back. None
+    where the elements give no such condition and value."""
     condition = unneeded_where(rows)
     element = rows.element
     while isinstance(element, ex.Op) and element.op == "cast":
@@ -156,8 +156,8 @@ class LastBlockOfBand:
         return index.linearize(coords, w.kernel.buffer(self.final.buffer).type.shape)
 
     def _loads(self, row: Expr) -> list[kernel_ir.Stmt]:
-        """Each lane's runs of the row read back, but for a run whose elements do not use the
-        product (``unneeded_where``), which no block stored: it holds their value instead."""
+        """Each lane's runs of the row read back, but for a run whose elements the blocks need not
+        have stored (``skipped_elements``): it holds their value instead."""
         out: list[kernel_ir.Stmt] = []
         for j in range(self.chunks):
             load: list[kernel_ir.Stmt] = [kernel_ir.VectorLoad(self.values, (ex.const(j * WIDTH),), self.final.buffer,
@@ -166,6 +166,8 @@ class LastBlockOfBand:
         return out
 
     def _unless_unneeded(self, row: Expr, j: int, load: list[kernel_ir.Stmt]) -> list[kernel_ir.Stmt]:
+        """``load`` of run ``j``, or its elements' value where the condition holds over the whole
+        run, tested once from its first and last column."""
         if self.skipped is None:
             return load
         condition, value = self.skipped
@@ -176,8 +178,9 @@ class LastBlockOfBand:
         whole_run = holds_over(condition, box)
         if whole_run is None:
             return load
-        element = loop_to_kernel.translate_expr(value, w.kernel, self._env(row, j, 0))
-        held = [kernel_ir.Store(self.values, (ex.const(j * WIDTH + e),), element) for e in range(WIDTH)]
+        held = [kernel_ir.Store(self.values, (ex.const(j * WIDTH + e),),
+                                loop_to_kernel.translate_expr(value, w.kernel, self._env(row, j, e)))
+                for e in range(WIDTH)]
         return [kernel_ir.If(ex.op("not", whole_run), load, held)]
 
     def _reductions(self, row: Expr) -> list[kernel_ir.Stmt]:

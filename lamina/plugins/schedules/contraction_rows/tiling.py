@@ -286,9 +286,9 @@ def choose(rows: ContractionRows, target: Target,
 def band_read_back_us(rows: ContractionRows, target: Target) -> float:
     """The bands' last blocks' pass, after the product: every element of the product read back
     (even those that a mask lets them skip, ``last_block.skipped_elements``) and its result
-    stored, at the memory's bandwidth. On the H200 the pass took 0.7 to 0.8 of
-    this (the scores at S = 2048: 200 and 156 us beyond the product alone, against 252 and 220),
-    as it overlaps other bands' products and reads some elements from L2."""
+    stored, at the memory's bandwidth. On the H200 the pass took 0.7 to 0.8 of this (the scores
+    at S = 2048: 200 and 156 us beyond the product alone, against 252 and 220), as it overlaps
+    other bands' products and reads some elements from L2."""
     c = rows.contraction
     elements = math.prod(c.extents[v] for v in (*c.batch, c.m, c.n))
     return 2 * elements * rows.element.dtype.itemsize / target.memory_bytes_per_us
