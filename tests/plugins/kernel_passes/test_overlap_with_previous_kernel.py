@@ -72,26 +72,26 @@ def test_comments_may_come_before_the_wait():
     kir.verify_kernel(attrs.evolve(kernel, body=(kir.Comment("from a plugin"), *kernel.body)))
 
 
-def rmsnorm_then_scale(x, w):
+def rmsnorm_then_scores(x, w):
     y = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w
     return torch.softmax(y @ y.transpose(0, 1), -1)
 
 
 def test_compiled_programs_overlap_every_kernel_and_match_eager():
     inputs = (torch.randn(37, 70), torch.randn(70))
-    compiled = lamina.compile(rmsnorm_then_scale, inputs)
+    compiled = lamina.compile(rmsnorm_then_scores, inputs)
     program = compiled.compilation.kernels
     assert len(program.kernels) > 1
     assert all(k.launch.overlaps_previous_kernel for k in program.kernels)
-    torch.testing.assert_close(compiled(*inputs), rmsnorm_then_scale(*inputs), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(compiled(*inputs), rmsnorm_then_scores(*inputs), rtol=1e-5, atol=1e-5)
 
 
 def test_disabling_the_plugin_launches_each_kernel_after_the_previous_one():
     inputs = (torch.randn(37, 70), torch.randn(70))
-    compiled = lamina.compile(rmsnorm_then_scale, inputs, disable=("lamina.builtin.kernel_passes",))
+    compiled = lamina.compile(rmsnorm_then_scores, inputs, disable=("lamina.builtin.kernel_passes",))
     kernel_ir = compiled.ir("kernel")
     assert "overlapping" not in kernel_ir and "wait for the previous kernel" not in kernel_ir
-    torch.testing.assert_close(compiled(*inputs), rmsnorm_then_scale(*inputs), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(compiled(*inputs), rmsnorm_then_scores(*inputs), rtol=1e-5, atol=1e-5)
 
 
 def test_the_cuda_source_waits_before_its_first_statement_and_compiles(tmp_path):
