@@ -80,6 +80,19 @@ __device__ __forceinline__ void lamina_mma_tf32(float& d0, float& d1, float& d2,
 _CLUSTER_BARRIER = ('asm volatile("barrier.cluster.arrive.release.aligned;\\n"'
                     ' "barrier.cluster.wait.acquire.aligned;\\n" ::: "memory");')
 
+_FIXED_STATEMENTS = {
+    kir.Barrier: "__syncthreads();",
+    kir.ClusterBarrier: _CLUSTER_BARRIER,
+    kir.CpAsyncCommit: 'asm volatile("cp.async.commit_group;\\n" ::: "memory");',
+    kir.WgmmaFence: wgmma.FENCE,
+    kir.WgmmaCommit: wgmma.COMMIT,
+    kir.AsyncProxyFence: wgmma.PROXY_FENCE,
+    kir.ThreadFence: "__threadfence();",
+    kir.LetNextKernelLaunch: dependent_launch.LET_NEXT_KERNEL_LAUNCH,
+    kir.WaitForPreviousKernel: dependent_launch.WAIT_FOR_PREVIOUS_KERNEL,
+}
+"""Statements without operands, each always the same line of CUDA."""
+
 
 def emit_cuda(kernel: kir.Kernel) -> str:
     """The CUDA C++ source of ``kernel``."""
@@ -310,14 +323,10 @@ class _KernelPrinter:
             return self._for(s, indent)
         if isinstance(s, kir.If):
             return self._if(s, indent, indent)
-        if isinstance(s, kir.Barrier):
-            return [f"{indent}__syncthreads();"]
-        if isinstance(s, kir.ClusterBarrier):
-            return [f"{indent}{_CLUSTER_BARRIER}"]
+        if type(s) in _FIXED_STATEMENTS:
+            return [f"{indent}{_FIXED_STATEMENTS[type(s)]}"]
         if isinstance(s, kir.CpAsync):
             return self._cp_async(s, indent)
-        if isinstance(s, kir.CpAsyncCommit):
-            return [f'{indent}asm volatile("cp.async.commit_group;\\n" ::: "memory");']
         if isinstance(s, kir.CpAsyncWait):
             return [f'{indent}asm volatile("cp.async.wait_group {int(s.pending)};\\n" ::: "memory");']
         if isinstance(s, (kir.VectorLoad, kir.VectorStore)):
@@ -329,20 +338,8 @@ class _KernelPrinter:
             return [f"{indent}lamina_mma_tf32({', '.join(operands)});"]
         if isinstance(s, (kir.WgmmaTf32, kir.WgmmaTf32RegisterA)):
             return self._wgmma(s, indent)
-        if isinstance(s, kir.WgmmaFence):
-            return [f"{indent}{wgmma.FENCE}"]
-        if isinstance(s, kir.WgmmaCommit):
-            return [f"{indent}{wgmma.COMMIT}"]
         if isinstance(s, kir.WgmmaWait):
             return [f"{indent}{wgmma.wait(s.pending)}"]
-        if isinstance(s, kir.AsyncProxyFence):
-            return [f"{indent}{wgmma.PROXY_FENCE}"]
-        if isinstance(s, kir.ThreadFence):
-            return [f"{indent}__threadfence();"]
-        if isinstance(s, kir.LetNextKernelLaunch):
-            return [f"{indent}{dependent_launch.LET_NEXT_KERNEL_LAUNCH}"]
-        if isinstance(s, kir.WaitForPreviousKernel):
-            return [f"{indent}{dependent_launch.WAIT_FOR_PREVIOUS_KERNEL}"]
         if isinstance(s, kir.AtomicAdd):
             target = self._element(s.array, (s.index,))
             added = e.converted(s.value, dtypes.int32)
