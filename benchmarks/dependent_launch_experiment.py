@@ -111,16 +111,8 @@ def launch_as_dependent(self, buffers):
     values = (ctypes.c_void_p * len(pointers))(*pointers)
     base = ctypes.addressof(values)
     arguments = (ctypes.c_void_p * len(pointers))(*range(base, base + len(pointers) * 8, 8))
-    attribute = d.CUlaunchAttribute()
-    attribute.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-    attribute.value.programmaticStreamSerializationAllowed = 1
-    config = d.CUlaunchConfig()
-    config.gridDimX, config.gridDimY, config.gridDimZ = self.grid
-    config.blockDimX, config.blockDimY, config.blockDimZ = self.block
-    config.sharedMemBytes = self.dynamic_shared_bytes
-    config.hStream = d.CUstream(torch.cuda.current_stream(device).cuda_stream)
-    config.attrs = [attribute]
-    config.numAttrs = 1
+    config = dependent_launch.launch_config(d, self.grid, self.block, self.dynamic_shared_bytes)
+    config.hStream = torch.cuda.current_stream(device).cuda_stream
     (result,) = d.cuLaunchKernelEx(config, function, ctypes.addressof(arguments), 0)
     lamina_driver.check(result, "cuLaunchKernelEx", self.name)
 

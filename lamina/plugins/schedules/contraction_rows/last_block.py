@@ -162,10 +162,10 @@ class LastBlockOfBand:
         for j in range(self.chunks):
             load: list[kernel_ir.Stmt] = [kernel_ir.VectorLoad(self.values, (ex.const(j * WIDTH),), self.final.buffer,
                                                                (self._offset(row, j),), WIDTH, cache="l2")]
-            out += self._in_row(j, self._unless_unneeded(row, j, load))
+            out += self._in_row(j, self._unless_skipped(row, j, load))
         return out
 
-    def _unless_unneeded(self, row: Expr, j: int, load: list[kernel_ir.Stmt]) -> list[kernel_ir.Stmt]:
+    def _unless_skipped(self, row: Expr, j: int, load: list[kernel_ir.Stmt]) -> list[kernel_ir.Stmt]:
         """``load`` of run ``j``, or its elements' value where the condition holds over the whole
         run, tested once from its first and last column."""
         if self.skipped is None:

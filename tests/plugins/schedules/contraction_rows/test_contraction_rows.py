@@ -445,12 +445,13 @@ def test_blocks_above_a_causal_diagonal_neither_compute_nor_store_and_their_runs
     stores = [s for s in body if isinstance(s, kernel_ir.VectorStore) and s.cache == "default" and s.dst == "softmax"]
     read_backs = [s for s in body if isinstance(s, kernel_ir.VectorLoad) and s.cache == "l2"]
     held = [s for s in body if isinstance(s, kernel_ir.If) and any(isinstance(t, kernel_ir.VectorLoad) for t in s.then)
-            and all(isinstance(t, kernel_ir.Store) and t.value == ex.const(float("-inf")) for t in s.orelse)]
-    skipped_blocks = [s for s in body if isinstance(s, kernel_ir.If) and s.cond.op == "not"
+            and s.orelse and all(isinstance(t, kernel_ir.Store) and t.value == ex.const(float("-inf")) for t in s.orelse)]
+    skipped_blocks = [s for s in body if isinstance(s, kernel_ir.If) and isinstance(s.cond, ex.Op)
+                      and s.cond.op == "not"
                       and any(isinstance(t, kernel_ir.VectorStore) for t in kernel_ir.statements(s.then))]
+    guarded = [t for s in skipped_blocks for t in kernel_ir.statements(s.then)]
     assert read_backs and len(held) == len(read_backs)
-    assert stores and skipped_blocks and all(any(t is store for s in skipped_blocks for t in kernel_ir.statements(s.then))
-                                  for store in stores)
+    assert stores and skipped_blocks and all(any(t is store for t in guarded) for store in stores)
 
 
 def test_rows_too_long_for_a_cluster_of_8_are_reduced_by_the_last_block_of_each_band():
