@@ -24,7 +24,7 @@ COLUMNS = (("case", "<"), ("error", ">"), ("lamina us", ">"), ("eager us", ">"),
            ("lamina build s", ">"), ("t.compile build s", ">"))
 LEGEND = ("t.compile: torch.compile(dynamic=False). vs X: X's time / lamina's (above 1x, lamina is faster). "
           "GB/s, TFLOP/s: lamina's, against the H200's copy ceiling and fp32/bf16 peak. "
-          "cold: rotating among input sets that overflow L2 (memory-bound cases). "
+          "cold: rotating among input sets that overflow L2, each call writing its own output (memory-bound cases). "
           "same-size copy: a copy_ of as many bytes, timed cold the same way (what a kernel of that size can reach). "
           f"Cases whose fastest contender takes under {SHORT_CALL_US:g} us are timed {CALLS_PER_SHORT_GRAPH} "
           "calls to a graph, per call.")
@@ -184,7 +184,7 @@ def json_document(results: list[CaseResult], *, command: str, device: str, repla
         "method": {"timing": "CUDA-graph replay, median", "replays": replays, "warmup": 10,
                    "short_calls": f"a case whose fastest contender takes under {SHORT_CALL_US:g} us per call is timed "
                                   f"with {CALLS_PER_SHORT_GRAPH} back-to-back calls per graph, per call",
-                   "cold": "graph cycling through enough input sets to touch twice the L2",
+                   "cold": "graph cycling through enough input sets to touch twice the L2, each call writing its own output",
                    "l2_bytes": L2_BYTES, "speedup": "contender time / lamina time"},
         "ceilings": {"copy_bytes_per_s": COPY_BYTES_PER_SECOND,
                      "flop_per_s": {SHORT[d]: v for d, v in PEAK_FLOPS.items()}},

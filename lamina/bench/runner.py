@@ -91,9 +91,14 @@ def _repeated(fn: Callable, calls: int) -> Callable:
 
 
 def _rotating(fn: Callable, sets: list[tuple[torch.Tensor, ...]]) -> Callable:
+    """One call calls ``fn`` on every set, holding each result until the last call returns.
+
+    Each set's output thus has a buffer of its own. Dropped at once, a result's buffer would go
+    to the next call, whose stores would then land on lines the previous call left in L2, and
+    the cold figure would count as written to memory bytes that never left L2.
+    """
     def rotate():
-        for inputs in sets:
-            fn(*inputs)
+        return [fn(*inputs) for inputs in sets]
     return rotate
 
 

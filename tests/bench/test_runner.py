@@ -67,6 +67,25 @@ def test_cold_sets_exceed_l2():
     assert cold_set_count(make_case("small", "x + 1", (parse_input("x=4"),))) == 0
 
 
+def test_each_cold_call_writes_its_own_output():
+    """A result dropped at once would hand its buffer, still in L2, to the next call's stores."""
+    class HoldingTimer(FakeTimer):
+        held = {}
+
+        def __call__(self, contender, figure, fn, inputs, calls):
+            if figure == "cold":
+                self.held[contender] = fn(*inputs)
+            return super().__call__(contender, figure, fn, inputs, calls)
+
+    timer = HoldingTimer()
+    rmsnorm = run_case(tiny_cases()[0], device="cpu", timer=timer, torch_compile=no_torch_compile, l2_bytes=2000)
+    for contender in ("lamina", "eager", "torch.compile"):
+        outputs = timer.held[contender]
+        assert len(outputs) == rmsnorm.cold_sets == 4
+        assert len({out.data_ptr() for out in outputs}) == 4
+    assert not any(torch.equal(a, b) for a, b in zip(timer.held["lamina"], timer.held["lamina"][1:]))
+
+
 def test_bfloat16_case_is_checked_against_float32():
     case = make_case("tiny.silu_mul.bf16", "F.silu(gate) * up",
                      (parse_input("gate=5,33:bfloat16"), parse_input("up=5,33:bfloat16")), 5 * 5 * 33)
