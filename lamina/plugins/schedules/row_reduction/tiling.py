@@ -42,7 +42,12 @@ WARP_ROW_REGISTERS = 32
 """...if each lane keeps at most this many registers of the row: past that, a block of
 threads sharing the row holds it with fewer registers each."""
 ELEMENTS_PER_THREAD = 8
-"""A block per row is sized so that each thread owns at most this many elements."""
+"""A block per row is sized so that each thread owns at most this many elements of a row it
+keeps in registers, and at least this many of a row it reads once: there each thread has more
+loads in flight, and fewer threads wait at the block's reduction. On the H200 that took
+TinyLlama's down projection of one token (rows of 5632) from 1024 threads to 512, and from
+15.6 to 13.0 us cold; Qwen's qkv projection from 512 to 256, 21.1 to 19.4 us
+(``benchmarks/results/2026-11-30_h200_linear_s1_sweep.json``)."""
 WARP_ROWS_PER_BLOCK = 4
 """Rows (warps) per block for short rows: 128 threads, enough warps per SM to hide latency;
 fewer where that would leave SMs without a block."""
@@ -147,13 +152,16 @@ def _switch(knobs: Mapping[str, Any], name: str, chosen: bool, usable: bool, unu
 def _default_threads(row: RowReduction, target: Target, width: int) -> int:
     """With fewer rows than SMs, the thread count whose row finishes first. Otherwise a warp
     for rows up to ``WARP_ROW_MAX`` whose lanes keep at most ``WARP_ROW_REGISTERS``, else a
-    block per row."""
+    block per row of about ``ELEMENTS_PER_THREAD`` elements per thread."""
     if row.row_count < target.sm_count:
         return _fastest_threads(row, target, width)
     per_lane = math.ceil(row.length / target.warp_size) * max(1, len(row.shared_reads))
     if row.length <= WARP_ROW_MAX and per_lane <= WARP_ROW_REGISTERS:
         return target.warp_size
-    wanted = _power_of_two_at_least(math.ceil(row.length / ELEMENTS_PER_THREAD))
+    if row.shared_reads:
+        wanted = _power_of_two_at_least(math.ceil(row.length / ELEMENTS_PER_THREAD))
+    else:
+        wanted = _power_of_two_at_most(row.length // ELEMENTS_PER_THREAD)
     return max(2 * target.warp_size, min(wanted, target.max_threads_per_block))
 
 
@@ -183,6 +191,10 @@ def _default_rows_per_block(row: RowReduction, threads: int, target: Target) -> 
 
 def _power_of_two_at_least(n: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(n, 1))))
+
+
+def _power_of_two_at_most(n: int) -> int:
+    return 1 << max(0, int(n).bit_length() - 1)
 
 
 def _is_power_of_two(n: Any) -> bool:

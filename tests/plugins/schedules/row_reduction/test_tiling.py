@@ -121,6 +121,21 @@ def test_short_rows_get_a_warp_and_long_rows_a_block(rows, length, strategy, thr
     assert knobs["row_in_registers"] is True
 
 
+@pytest.mark.parametrize("length, threads, elements, kept_threads", [
+    (2048, 256, 8, 256),
+    (3584, 256, 16, 512),
+    (5632, 512, 12, 1024),
+    (18944, 1024, 20, 1024),
+])
+def test_long_rows_read_once_give_each_thread_at_least_eight_elements(length, threads, elements, kept_threads):
+    """A matrix-vector product's rows: nothing is kept, so fewer threads with more loads each,
+    where a row kept in registers (softmax's) gets at most eight elements per thread."""
+    strategy, knobs = decisions(tile("sum", 200, length))
+    assert (strategy, knobs["threads"], knobs["elements_per_thread"]) == ("block_tree", threads, elements)
+    assert knobs["row_in_registers"] is False
+    assert decisions(tile("softmax", 200, length))[1]["threads"] == kept_threads
+
+
 def test_a_row_of_two_arrays_too_many_for_one_warps_registers_gets_a_block():
     strategy, knobs = decisions(tile("add_rms_norm", 200, 1000))
     assert (strategy, knobs["threads"], knobs["elements_per_thread"]) == ("block_tree", 128, 8)
