@@ -70,7 +70,9 @@ def test_cold_sets_exceed_l2():
 def test_each_cold_call_writes_its_own_output():
     """A result dropped at once would hand its buffer, still in L2, to the next call's stores."""
     class HoldingTimer(FakeTimer):
-        held = {}
+        def __init__(self):
+            super().__init__()
+            self.held = {}
 
         def __call__(self, contender, figure, fn, inputs, calls):
             if figure == "cold":
