@@ -1,13 +1,21 @@
-"""Shared test setup: GPU tests skip without a GPU, and compiled kernels go to a private cache."""
+"""Shared test setup: GPU tests skip without a GPU, compiled kernels go to a private cache, and
+the garbage collector runs less often."""
+
+import gc
 
 import pytest
 import torch
 
 pytest_plugins = ["lamina.testing.conformance"]
 
+YOUNG_OBJECTS_PER_COLLECTION = 10_000
+"""Exports, compiles and simulations allocate objects by the million and most die young; at
+Python's default of 700, the collector's passes over the survivors take a tenth of the run."""
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped where PyTorch sees none")
+    gc.set_threshold(YOUNG_OBJECTS_PER_COLLECTION)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,6 +1,7 @@
 """Whole programs through all six levels, run on the Kernel IR simulator, against PyTorch."""
 
 import copy
+import functools
 
 import pytest
 import torch
@@ -15,18 +16,25 @@ from tests.end_to_end.programs import CASES
 SCHEDULES = [None, "generic"]
 
 
+@functools.cache
+def compiled_case(case, schedule=None):
+    """The case compiled once per schedule with its inputs: the simulator's test and NVRTC's
+    check the same program."""
+    inputs = case.inputs()
+    return lamina.compile(case.fn, inputs, schedule=schedule), inputs
+
+
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=["default", "generic"])
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_program_matches_pytorch_on_the_simulator(case, schedule):
-    inputs = case.inputs()
-    compiled = lamina.compile(case.fn, inputs, schedule=schedule)
+    compiled, inputs = compiled_case(case, schedule)
     out = compiled(*inputs)
     assert relative_error(out, float64_reference(case.fn, inputs)) < 1e-5
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_every_emitted_kernel_compiles_for_sm_90_without_spills(case):
-    compiled = lamina.compile(case.fn, case.inputs())
+    compiled, _ = compiled_case(case)
     for kernel in compiled.compilation.kernels.kernels:
         result = compile_kernel(compiled.compilation.sources[kernel.name], kernel.name, kernel_arch(kernel, "sm_90"))
         assert result.registers > 0
@@ -34,8 +42,7 @@ def test_every_emitted_kernel_compiles_for_sm_90_without_spills(case):
 
 
 def test_running_example_is_one_kernel_on_the_contraction_schedule():
-    case = CASES[0]
-    compiled = lamina.compile(case.fn, case.inputs())
+    compiled, _ = compiled_case(CASES[0])
     assert compiled.kernel_count == 1
     assert compiled.compilation.loop.temporaries == ()
     assert [t.schedule for t in compiled.compilation.tiles] == ["contraction"]
@@ -66,7 +73,7 @@ def test_a_new_dtype_compiles_once_more():
 
 def test_wrong_number_of_inputs_is_a_clear_error():
     case = CASES[0]
-    compiled = lamina.compile(case.fn, case.inputs())
+    compiled, _ = compiled_case(case)
     with pytest.raises(lamina.LaminaError, match="compiled for 3 inputs and was called with 2"):
         compiled(*case.inputs()[:2])
 

@@ -2,8 +2,6 @@
 
 import pytest
 
-from lamina.backends.cuda.codegen import emit_cuda, kernel_symbol
-from lamina.backends.cuda.nvrtc import compile_kernel
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.plugins.schedules.contraction import ContractionSchedule, analyse, candidates, lower_contraction
 from lamina.plugins.schedules.contraction import arrangement
@@ -11,6 +9,7 @@ from lamina.plugins.schedules.contraction.cost import estimate
 from lamina.plugins.schedules.contraction.tiling import tile_kernel
 
 from ..contraction_kernels import SM_90, batched, linear, matmul, simulate_case
+from ..nvrtc_in_background import start_compiling
 
 CASES = [
     matmul(17, 65, 19, name="ragged_17x65x19"),
@@ -37,12 +36,13 @@ def test_setting_matches_pytorch_and_compiles_without_spills(case, choices):
     c = analyse(case.kernel)
     arranged = arrangement.arranged(c, choices, estimate(c, choices, SM_90).resident, SM_90)
     kernel = lower_contraction(tile_kernel(c, arranged, SM_90, []), SM_90)
+    compiling = start_compiling(kernel, "sm_90")
     inputs = case.inputs()
     out, report = simulate_case(case, kernel, inputs)
     assert relative_error(out, float64_reference(case.reference, tuple(inputs.values()))) < 1e-5
     assert (report.races, report.out_of_bounds, report.unwritten_reads, report.misaligned) == ([], [], [], [])
     assert report.total_bank_conflicts == 0, report.bank_conflicts
-    compiled = compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), "sm_90")
+    compiled = compiling.result()
     assert (compiled.spill_stores, compiled.spill_loads) == (0, 0)
 
 
@@ -64,9 +64,10 @@ PINNED = {
 def test_pinned_settings_outside_the_choices_match_pytorch(case, knobs):
     schedule = ContractionSchedule()
     kernel = schedule.lower(schedule.schedule(case.kernel, SM_90, knobs), SM_90)
+    compiling = start_compiling(kernel, "sm_90")
     inputs = case.inputs()
     out, report = simulate_case(case, kernel, inputs)
     assert relative_error(out, float64_reference(case.reference, tuple(inputs.values()))) < 1e-5
     assert (report.races, report.out_of_bounds, report.unwritten_reads, report.misaligned) == ([], [], [], [])
-    compiled = compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), "sm_90")
+    compiled = compiling.result()
     assert (compiled.spill_stores, compiled.spill_loads) == (0, 0)

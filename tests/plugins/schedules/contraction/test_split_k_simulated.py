@@ -1,6 +1,8 @@
 """Split-K programs end to end on the Kernel IR simulator (which stops at any race, out-of-bounds
 access or unwritten read), against PyTorch in float64, and through NVRTC."""
 
+import functools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -54,7 +56,9 @@ CASES = {
 }
 
 
+@functools.cache
 def compiled_case(name):
+    """The case compiled once, for the simulator's test and NVRTC's."""
     fn, make_inputs, splits, tolerance = CASES[name]
     torch.manual_seed(0)
     inputs = make_inputs()

@@ -5,8 +5,6 @@ import pytest
 import torch
 
 import lamina
-from lamina.backends.cuda.codegen import emit_cuda, kernel_symbol
-from lamina.backends.cuda.nvrtc import compile_kernel
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.errors import ScheduleError, VerificationError
 from lamina.core.ir import kernel_ir, tile_ir
@@ -15,6 +13,7 @@ from lamina.plugins.schedules.contraction import ContractionSchedule, analyse, c
 from lamina.plugins.schedules.contraction.tensor_cores import padding
 
 from ..contraction_kernels import SM_90, batched, half_inputs, linear, matmul, matmul_a_transposed, running_example, simulate_case
+from ..nvrtc_in_background import start_compiling
 
 SCHEDULE = ContractionSchedule()
 ON_TENSOR_CORES = {"tensor_cores": 1}
@@ -36,12 +35,13 @@ def test_tensor_core_kernels_match_pytorch_without_faults_or_bank_conflicts(case
     assert tile.tensor_cores == "3xtf32"
     kernel = SCHEDULE.lower(tile, SM_90)
     assert any(isinstance(s, kernel_ir.MmaTf32) for s in kernel_ir.statements(kernel.body))
+    compiling = start_compiling(kernel, "sm_90")
     inputs = case.inputs()
     out, report = simulate_case(case, kernel, inputs)
     assert relative_error(out, float64_reference(case.reference, tuple(inputs.values()))) < 1e-6
     assert (report.races, report.out_of_bounds, report.unwritten_reads, report.misaligned) == ([], [], [], [])
     assert report.total_bank_conflicts == 0, report.bank_conflicts
-    compiled = compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), "sm_90")
+    compiled = compiling.result()
     assert (compiled.spill_stores, compiled.spill_loads) == (0, 0)
 
 

@@ -2,6 +2,8 @@
 reader uses what they would store; the masked programs match PyTorch on the simulator, whose
 temporaries start as NaN."""
 
+import functools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -37,7 +39,9 @@ CASES = {
 }
 
 
+@functools.cache
 def compiled_case(name):
+    """The case compiled once, for every test that reads it."""
     fn, inputs_count = CASES[name]
     torch.manual_seed(0)
     inputs = tuple(torch.randn(1, 2, 300, 24) for _ in range(inputs_count))
