@@ -1,6 +1,8 @@
 """Attention scores of one query: the softmax over one key needs no reduction of its own,
 so the dot products and the softmax are one row-reduction kernel over the features."""
 
+import functools
+
 import pytest
 import torch
 
@@ -47,7 +49,9 @@ def scores(q, k):
     return torch.softmax(q @ k.transpose(-1, -2) * SCALE, -1)
 
 
+@functools.cache
 def specialize(dtype):
+    """The scores compiled once per dtype, for every test that reads them."""
     generator = torch.Generator().manual_seed(0)
     inputs = tuple(torch.randn(1, 28, 1, 128, generator=generator).to(dtype) for _ in range(2))
     return lamina.Compiler().specialize(scores, inputs), inputs
