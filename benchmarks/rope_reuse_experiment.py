@@ -5,7 +5,7 @@ once for several heads? Hand-written kernels of the suite's RoPE cases, timed co
 - ``heads_H``: a thread owns one vector of four columns at one position and applies it to ``H``
   heads, loading that vector of ``cos`` and ``sin`` once; ``H = 1`` is lamina's layout written
   by hand;
-- ``, shuffled``: the rotated half comes from the lane that loaded it (a warp shuffle) instead
+- ``_shuffled``: the rotated half comes from the lane that loaded it (a warp shuffle) instead
   of a second load of ``q``.
 
     python benchmarks/rope_reuse_experiment.py --out benchmarks/results/DATE_GPU_rope_reuse.json
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         sets = max(1, cold_set_count(case))
         rotation = [case.program().example_inputs(seed=k, device="cuda") for k in range(sets)]
-        q, cos, _ = rotation[0]
+        q = rotation[0][0]
         _, heads, positions, head_dim = q.shape
         reference = case.program().function()(*rotation[0])
         compiled = lamina.compile(case.program().function(), rotation[0])

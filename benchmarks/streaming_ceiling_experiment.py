@@ -13,7 +13,7 @@ graph rotating among input sets that overflow L2), beside the negation lamina em
   to see which side a kernel of this size is short on.
 
 Every kernel launches while the previous one finishes (``griddepcontrol``, as lamina's do), and
-``one_vector`` and the best grid-stride design also launch plainly (``, after``).
+``one_vector`` and ``stride_4_8`` also launch plainly (``, after``).
 
     python benchmarks/streaming_ceiling_experiment.py --out benchmarks/results/DATE_GPU_streaming_ceiling.json
 """
