@@ -34,7 +34,7 @@ class InputSpec:
             return torch.randn(self.shape, generator=generator, dtype=torch.float32).to(self.dtype)
         if self.dtype == torch.bool:
             return torch.randint(0, 2, self.shape, generator=generator).bool()
-        return torch.randint(-8, 8, self.shape, generator=generator, dtype=self.dtype)
+        return torch.randint(-8 if self.dtype.is_signed else 0, 8, self.shape, generator=generator, dtype=self.dtype)
 
 
 def parse_input(text: str) -> InputSpec:

@@ -24,7 +24,7 @@ import math
 
 from lamina.backends.cuda import dependent_launch, wgmma
 from lamina.backends.cuda.expressions import INT_LIMIT, ExpressionPrinter
-from lamina.backends.cuda.names import c_name
+from lamina.backends.cuda.names import c_name, kernel_c_name
 from lamina.backends.cuda.vector_access import register_alignments, vector_copy
 from lamina.core.errors import VerificationError
 from lamina.core.ir import dtypes, expr as ex, index, kernel_ir as kir
@@ -101,7 +101,7 @@ def emit_cuda(kernel: kir.Kernel) -> str:
 
 def kernel_symbol(kernel: kir.Kernel) -> str:
     """The name of the kernel's ``__global__`` function in the source and the cubin."""
-    return c_name(kernel.name, kernel.name)
+    return kernel_c_name(kernel.name)
 
 
 def uses_dynamic_shared(kernel: kir.Kernel) -> bool:

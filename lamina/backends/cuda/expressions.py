@@ -6,6 +6,13 @@ truncates where the IR means a float division. Operands are converted explicitly
 wherever C++'s implicit conversions would do something else than the IR says, and
 nowhere else, so that the text stays readable. Parentheses follow C++ precedence.
 
+C++ computes on ``signed char``, ``unsigned char`` and ``short`` in ``int``: an
+arithmetic result of those types is converted back at once (``static_cast<unsigned
+char>(a + b)``), so that it wraps around where PyTorch's does, between two ops fused
+into one expression as much as at a store. A float becomes one of them through an
+``int`` (``long long`` for ``unsigned char``, as PyTorch converts), which wraps, where a
+direct conversion would saturate on the GPU.
+
 An element of an array in the 128-byte swizzle (``Array.swizzle``) is where
 ``lamina_swizzled_N`` (N its bytes) moves its row-major offset in the array, which is
 declared flat: every access of an array element goes through ``ExpressionPrinter.element``.
@@ -33,9 +40,16 @@ _INFIX = {
 _FLOAT_FUNCTIONS = {
     "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "tanh": "tanh", "sin": "sin",
     "cos": "cos", "erf": "erf", "abs": "fabs", "max": "fmax", "min": "fmin", "pow": "pow",
+    "floor": "floor", "ceil": "ceil", "trunc": "trunc", "round": "rint", "fmod": "fmod",
 }
+_INTEGER_INFIX = {"truncdiv": "/", "fmod": "%"}
+"""Data division of integers of any sign: C's ``/`` and ``%`` truncate, which is what these ops mean."""
 
 HALF_TYPES = (dtypes.float16, dtypes.bfloat16)
+NARROW_INTEGERS = (dtypes.int16, dtypes.int8, dtypes.uint8)
+"""Integer types that C++ promotes to ``int`` before computing on them."""
+_MAY_LEAVE_RANGE = frozenset({"add", "sub", "mul", "neg", "abs", "pow", "truncdiv"})
+"""Integer ops whose result may lie outside the range of their operands' type."""
 INT_LIMIT = 2**31
 
 Printed = tuple[str, int]
@@ -47,6 +61,18 @@ def c_type(dtype: DType) -> str:
 
 def is_integer(dtype: DType) -> bool:
     return not dtype.is_float
+
+
+def _wraps(e: Op) -> bool:
+    """Whether ``e`` is printed converted back to its narrow integer type."""
+    return e.dtype in NARROW_INTEGERS and e.op in _MAY_LEAVE_RANGE
+
+
+def _holds(source: DType, target: DType) -> bool:
+    """Whether every value of integer type ``source`` is one of ``target``."""
+    low, high = dtypes.integer_range(source)
+    target_low, target_high = dtypes.integer_range(target)
+    return target_low <= low and high <= target_high
 
 
 class ExpressionPrinter:
@@ -110,7 +136,7 @@ class ExpressionPrinter:
             kind = OPS[e.op].kind
             if kind in ("compare", "logic"):
                 return "bool"
-            if kind == "cast" or e.dtype.is_float:
+            if kind == "cast" or e.dtype.is_float or _wraps(e):
                 return c_type(e.dtype)
             operands = e.args[1:] if e.op == "where" else e.args
             return "long long" if any(self.c_type_of(a) == "long long" for a in operands) else "int"
@@ -179,7 +205,9 @@ class ExpressionPrinter:
     def _convert(self, e: Expr, dtype: DType) -> Printed:
         """``e`` converted to ``dtype`` where C++ would not convert it the IR's way by itself."""
         source = e.dtype
-        if source == dtype or (is_integer(source) and is_integer(dtype)):
+        if source == dtype:
+            return self._print(e)
+        if is_integer(source) and is_integer(dtype) and (dtype not in NARROW_INTEGERS or _holds(source, dtype)):
             return self._print(e)
         return self._cast(e, dtype)
 
@@ -197,12 +225,21 @@ class ExpressionPrinter:
         through_float = (source in HALF_TYPES or dtype in HALF_TYPES) and dtypes.float32 not in (source, dtype)
         if through_float:
             inner = f"static_cast<float>({inner})"
+        if source.is_float and dtype in NARROW_INTEGERS:
+            inner = f"static_cast<{'int' if dtype.is_signed else 'long long'}>({inner})"
         return f"static_cast<{target}>({inner})", PRIMARY
 
     def _infix(self, name: str, a: str, b: str, prec: int) -> Printed:
         return f"{a} {_INFIX[name][0]} {b}", prec
 
     def _op(self, e: Op) -> Printed:
+        printed = self._computed(e)
+        if _wraps(e):
+            return f"static_cast<{c_type(e.dtype)}>({printed[0]})", PRIMARY
+        return printed
+
+    def _computed(self, e: Op) -> Printed:
+        """``e`` as C++ computes it, in ``int`` for narrow integer types."""
         name, args, dtype = e.op, e.args, e.dtype
         if name in ("floordiv", "mod"):
             prec = MUL
@@ -210,6 +247,9 @@ class ExpressionPrinter:
         if name in ("add", "sub", "mul", "div"):
             prec = _INFIX[name][1]
             return self._infix(name, self._operand(args[0], dtype, prec), self._operand(args[1], dtype, prec + 1), prec)
+        if name in _INTEGER_INFIX and is_integer(dtype):
+            lhs, rhs = self._operand(args[0], dtype, MUL), self._operand(args[1], dtype, MUL + 1)
+            return f"{lhs} {_INTEGER_INFIX[name]} {rhs}", MUL
         if name in ("lt", "le", "gt", "ge", "eq", "ne"):
             # Comparisons never chain unparenthesised: ``(a < b) == p``.
             common = dtypes.promote(args[0].dtype, args[1].dtype)
@@ -247,6 +287,12 @@ class ExpressionPrinter:
             printed = (f"{one} / ({one} + exp{suffix}({_negate(x)}))", MUL)
         elif name == "reciprocal":
             printed = (f"{one} / {self._operand(args[0], compute, MUL + 1)}", MUL)
+        elif name == "truncdiv":
+            # The quotient rounded as IEEE division rounds it: ``--prec-div=false`` makes ``/`` approximate,
+            # and an exact quotient of 3 that comes out 2.9999998 would truncate to 2.
+            a, b = (self._operand(x, compute, 0) for x in args)
+            quotient = f"__fdiv_rn({a}, {b})" if compute == dtypes.float32 else f"{a} / {b}"
+            printed = (f"trunc{suffix}({quotient})", PRIMARY)
         elif name == "pow" and isinstance(args[1], Const) and float(args[1].value) == 2.0:
             # A square, as norms write it: powf's general path is slow and takes a stack frame.
             x = self._operand(args[0], compute, MUL + 1)
@@ -268,7 +314,9 @@ class ExpressionPrinter:
             return f"abs({self.text(args[0])})", PRIMARY
         if name == "pow":
             operands = ", ".join(f"static_cast<double>({self.text(a)})" for a in args)
-            return f"static_cast<{c_type(dtype)}>(pow({operands}))", PRIMARY
+            # A narrow result goes through long long, which wraps where a direct conversion saturates.
+            result = "long long" if dtype in NARROW_INTEGERS else c_type(dtype)
+            return f"static_cast<{result}>(pow({operands}))", PRIMARY
         raise VerificationError(
             f"Kernel IR kernel {self.kernel_name} applies {name} to {dtype.name} values; "
             "the CUDA backend computes it on floating-point values only"

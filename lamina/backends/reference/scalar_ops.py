@@ -3,13 +3,18 @@
 The interpreter and the simulator both evaluate expressions elementwise over
 tensors; this is the one place that says what each operator means, with CUDA's
 semantics where PyTorch's differ (integer division of non-negative operands rounds
-towards zero in C, which is floor division there).
+towards zero in C, which is floor division there). Integer arithmetic runs in the
+operation's own type, so that ``uint8`` and ``int8`` wrap around as in PyTorch.
+
+Integer ``truncdiv`` and ``fmod`` by zero are undefined in C (a GPU gives some value, no
+error) and an error in PyTorch: here they raise a ``LaminaError``.
 """
 
 from __future__ import annotations
 
 import torch
 
+from lamina.core.errors import LaminaError
 from lamina.core.ir import dtypes
 from lamina.core.ir.dtypes import DType
 
@@ -22,6 +27,10 @@ def _floordiv(a, b):
     return torch.div(a, b, rounding_mode="floor")
 
 
+def _truncdiv(a, b):
+    return torch.div(a, b, rounding_mode="trunc")
+
+
 _BINARY = {
     "add": torch.add,
     "sub": torch.sub,
@@ -32,6 +41,8 @@ _BINARY = {
     "pow": torch.pow,
     "floordiv": _floordiv,
     "mod": torch.remainder,
+    "truncdiv": _truncdiv,
+    "fmod": torch.fmod,
     "lt": torch.lt,
     "le": torch.le,
     "gt": torch.gt,
@@ -55,6 +66,10 @@ _UNARY = {
     "sin": torch.sin,
     "cos": torch.cos,
     "erf": torch.erf,
+    "floor": torch.floor,
+    "ceil": torch.ceil,
+    "trunc": torch.trunc,
+    "round": torch.round,
     "not": torch.logical_not,
 }
 
@@ -63,6 +78,8 @@ def as_tensor(value, dtype: DType) -> torch.Tensor:
     """A scalar or tensor as a tensor of ``dtype``."""
     if isinstance(value, torch.Tensor):
         return value if value.dtype == torch_dtype(dtype) else value.to(torch_dtype(dtype))
+    if isinstance(value, int) and not isinstance(value, bool) and dtypes.is_integer(dtype):
+        value = dtypes.wrap(value, dtype)
     return torch.tensor(value, dtype=torch_dtype(dtype))
 
 
@@ -84,6 +101,9 @@ def apply_op(name: str, args: list, dtype: DType) -> torch.Tensor:
         operands = [as_tensor(a, dtypes.bool_) for a in args]
         return (_BINARY.get(name) or _UNARY[name])(*operands)
     operands = [as_tensor(a, dtype) for a in args]
+    if name in ("truncdiv", "fmod") and not dtype.is_float and bool((operands[1] == 0).any()):
+        raise LaminaError(f"integer division by zero in {name}: PyTorch raises ZeroDivisionError here, and a GPU "
+                          "gives an unspecified value; keep integer divisors nonzero")
     if name in _BINARY:
         return _BINARY[name](*operands).to(torch_dtype(dtype))
     if name in _UNARY:

@@ -22,6 +22,9 @@ from lamina.core.ir.dtypes import DType
 
 Evaluator = Callable[[Mask], torch.Tensor]
 
+_INTEGER_DIVISIONS = ("floordiv", "mod", "truncdiv", "fmod")
+"""Operators that C leaves undefined for an integer divisor of zero."""
+
 
 class ExpressionCompiler:
     def __init__(self, kernel: str, grid: ThreadGrid, env: dict[str, torch.Tensor], memories: Mapping,
@@ -124,7 +127,7 @@ class ExpressionCompiler:
             return _lazy_where(args, dtype)
         if name in ("and", "or") and _loads(e.args[1]):
             return _short_circuit(name, args)
-        if name in ("floordiv", "mod") and not dtype.is_float and not isinstance(e.args[1], ex.Const):
+        if name in _INTEGER_DIVISIONS and not dtype.is_float and not isinstance(e.args[1], ex.Const):
             return self._integer_division(e, args)
         if len(args) == 1:
             (a,) = args

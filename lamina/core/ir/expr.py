@@ -41,6 +41,15 @@ _OPS = [
     OpInfo("abs", 1, "arith"),
     OpInfo("floordiv", 2, "int"),
     OpInfo("mod", 2, "int"),
+    # Division and rounding of data, of any sign: ``truncdiv`` rounds the quotient towards
+    # zero (C's integer ``/``), ``fmod`` is the remainder of that division (C's ``%``, the
+    # dividend's sign). ``floordiv`` and ``mod`` above are index arithmetic on non-negative values.
+    OpInfo("truncdiv", 2, "arith"),
+    OpInfo("fmod", 2, "arith"),
+    OpInfo("floor", 1, "arith"),
+    OpInfo("ceil", 1, "arith"),
+    OpInfo("trunc", 1, "arith"),
+    OpInfo("round", 1, "arith"),  # half to even, as torch.round
     OpInfo("exp", 1, "math"),
     OpInfo("log", 1, "math"),
     OpInfo("sqrt", 1, "math"),
@@ -197,11 +206,12 @@ def cast(x: Expr, dtype: DType) -> Expr:
 
 
 def _convert(value, dtype: DType):
+    """``value`` as a constant of ``dtype``; an integer out of its range wraps around, as in PyTorch."""
     if dtype == dtypes.bool_:
         return bool(value)
     if dtype.is_float:
         return float(value)
-    return int(value)
+    return dtypes.wrap(int(value), dtype)
 
 
 def _index_op(name, a, b):

@@ -16,7 +16,7 @@ import torch
 from lamina.core.ir import dtypes
 
 LAYOUTS = ("contiguous", "transposed", "sliced")
-VALUES = ("any", "positive", "nonzero", "unit", "index")
+VALUES = ("any", "positive", "nonzero", "unit", "index", "halves", "divisor")
 
 
 @attrs.frozen
@@ -24,8 +24,11 @@ class T:
     """A tensor argument: its shape as the op sees it, how it is laid out, and what values it holds.
 
     ``values``: ``any`` (normal), ``positive`` (for log, sqrt), ``nonzero`` (divisors),
-    ``unit`` (inside (-1, 1)), ``index`` (small non-negative integers). ``dtype``: a fixed
-    short name, else the case's dtype.
+    ``unit`` (inside (-1, 1)), ``index`` (small non-negative integers), ``halves``
+    (multiples of 0.5 in [-8, 8], where rounding ties and divisions come out exact),
+    ``divisor`` (nonzero of either sign, multiples of 0.5 for floats). Integers of less than
+    32 bits take every value of their type for ``any``, so that arithmetic wraps around.
+    ``dtype``: a fixed short name, else the case's dtype.
     """
 
     shape: tuple[int, ...] = attrs.field(converter=tuple)
@@ -46,15 +49,34 @@ class T:
         return base, base
 
 
+def _signs(shape: tuple[int, ...]) -> torch.Tensor:
+    return torch.where(torch.rand(shape) < 0.5, -1, 1)
+
+
+def _integers(shape: tuple[int, ...], kind: str, dtype: torch.dtype) -> torch.Tensor:
+    signed = dtype.is_signed
+    if kind in ("positive", "nonzero"):
+        return torch.randint(1, 6, shape, dtype=dtype)
+    if kind == "index":
+        return torch.randint(0, 4, shape, dtype=dtype)
+    if kind == "divisor":
+        magnitudes = torch.randint(1, 6, shape)
+        return (magnitudes * _signs(shape) if signed else magnitudes).to(dtype)
+    if kind == "any" and dtype.itemsize < 4:
+        info = torch.iinfo(dtype)
+        return torch.randint(info.min, info.max + 1, shape, dtype=dtype)
+    return torch.randint(-5 if signed else 0, 6, shape, dtype=dtype)
+
+
 def _values(shape: tuple[int, ...], kind: str, dtype: torch.dtype) -> torch.Tensor:
     if dtype == torch.bool:
         return torch.rand(shape) < 0.5
     if not dtype.is_floating_point:
-        if kind in ("positive", "nonzero"):
-            return torch.randint(1, 6, shape, dtype=dtype)
-        if kind == "index":
-            return torch.randint(0, 4, shape, dtype=dtype)
-        return torch.randint(-5, 6, shape, dtype=dtype)
+        return _integers(shape, kind, dtype)
+    if kind == "halves":
+        return (torch.randint(-16, 17, shape, dtype=torch.float64) / 2).to(dtype)
+    if kind == "divisor":
+        return (torch.randint(1, 9, shape, dtype=torch.float64) / 2 * _signs(shape)).to(dtype)
     if kind == "positive":
         values = torch.rand(shape, dtype=torch.float64) * 2 + 0.1
     elif kind == "nonzero":
