@@ -513,6 +513,46 @@ class TensorBuilder:
         total = self.reduction(self.elementwise(fn, [pairs], role="masked"), [dim + 1], "sum")
         return self.cast(total, target)
 
+    def pad(self, name: str, pads: Sequence[int], value: Scalar) -> str:
+        """``F.pad(x, pads, value=value)``: ``pads`` pairs (before, after) from the last axis back; negative crops.
+
+        An IndexMap reads the input where the output lands on it, its index clamped into
+        the input so that no read falls outside it, then a ``where`` on the output
+        coordinates puts ``value`` in the border. Only axes that grow need either.
+        """
+        src = self.shape(name)
+        if len(pads) % 2 or len(pads) // 2 > len(src):
+            raise self.fail(f"padding {list(pads)} needs one (before, after) pair per axis, at most {len(src)} pairs")
+        before = [0] * len(src)
+        after = [0] * len(src)
+        for k in range(len(pads) // 2):
+            before[-1 - k], after[-1 - k] = pads[2 * k], pads[2 * k + 1]
+        shape = [size + lo + hi for size, lo, hi in zip(src, before, after)]
+        if any(s < 0 for s in shape):
+            raise self.fail(f"padding {list(pads)} leaves {name} of shape {list(src)} with a negative size {shape}")
+        d = tensor_ir.output_vars(len(src))
+        index, inside = [], []
+        for axis, (size, lo, hi) in enumerate(zip(src, before, after)):
+            read = d[axis] - lo
+            if lo > 0:
+                read = ex.op("max", read, 0)
+                inside.append(ex.op("ge", Coord(axis), lo))
+            if hi > 0:
+                read = ex.op("min", read, size - 1)
+                inside.append(ex.op("lt", Coord(axis), lo + size))
+            index.append(read)
+        if 0 in src and 0 not in shape:
+            return self.full(value, shape, self.dtype(name), role="pad")
+        read = self._view(name, index, shape, "padded")
+        if not inside:
+            return read
+        dtype = self.dtype(name)
+        condition = inside[0]
+        for also in inside[1:]:
+            condition = ex.op("and", condition, also)
+        return self.elementwise(ex.op("where", condition, Arg(0, dtype), ex.cast(ex.const(value), dtype)), [read],
+                                role="pad")
+
     # --- reductions ------------------------------------------------------------------
 
     def _axes(self, name: str, dims: int | Sequence[int] | None) -> list[int]:
@@ -564,10 +604,12 @@ class TensorBuilder:
 
     # --- contraction -------------------------------------------------------------------
 
-    def matmul(self, a: str, b: str) -> str:
+    def matmul(self, a: str, b: str, *, rounded: bool = True) -> str:
         """``torch.matmul``: IndexMap (both sides to (..., M, K, N)) -> Elementwise(mul) -> Reduction(sum over K).
 
         Vectors drop the M or N axis; batch axes broadcast; half floats multiply and add up in float32.
+        Without ``rounded`` the float32 sums come back as they are, for a caller that adds a
+        bias first and rounds once, as cuBLAS's fused bias does.
         """
         sa, sb = self.shape(a), self.shape(b)
         if not sa or not sb:
@@ -590,7 +632,7 @@ class TensorBuilder:
         acc = compute_dtype(result)
         fn = ex.op("mul", ex.cast(Arg(0, self.dtype(a)), acc), ex.cast(Arg(1, self.dtype(b)), acc))
         total = self.reduction(self.elementwise(fn, [lhs, rhs], role="mul"), [k_axis], "sum", role="sum")
-        return self.cast(total, result)
+        return self.cast(total, result) if rounded else total
 
     # --- the program -----------------------------------------------------------------------
 

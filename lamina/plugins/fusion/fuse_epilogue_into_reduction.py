@@ -64,7 +64,7 @@ class FuseEpilogueIntoReduction:
 def _visiting_index(epilogue: analysis.Pointwise, buffer: loop_ir.Buffer) -> tuple[Expr, ...] | None:
     """The one index at which the epilogue reads ``buffer``, when its points visit every
     element of the buffer exactly once: the identity, a transpose, or a view (the same
-    row-major offset)."""
+    row-major offset, where a loop of extent 1 stands at 0)."""
     found = {load.index for load in loop_ir.loads((epilogue.store,)) if load.buffer == buffer.name}
     if len(found) != 1:
         return None
@@ -78,7 +78,7 @@ def _visiting_index(epilogue: analysis.Pointwise, buffer: loop_ir.Buffer) -> tup
         extents.get(e.name) == size for e, size in zip(at, shape)
     ):
         return at
-    own = tuple(ex.Var(v) for v in extents)
+    own = tuple(ex.const(0) if extent == 1 else ex.Var(v) for v, extent in extents.items())
     shape_of_epilogue = tuple(extents.values())
     offset = ex.op("sub", index.linearize(at, shape), index.linearize(own, shape_of_epilogue))
     return at if index.simplify(offset, extents) == ex.const(0) else None

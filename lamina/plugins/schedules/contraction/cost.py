@@ -281,8 +281,9 @@ def _fitted(c: Contraction, choices: Choices, pinned: dict[str, int], target: Ta
 def candidates(c: Contraction, target: Target, pinned: dict[str, int] | None = None) -> list[Choices]:
     """Every legal setting the cost model chooses among, in a fixed order.
 
-    Pinned knobs keep their values; where they leave no setting in the usual ranges, the
-    ranges widen to every legal setting.
+    Pinned knobs keep their values; where they, or shapes too small for the usual ranges
+    (a 1x1 convolution of 13 channels on a 2x2 image), leave no setting there, the ranges
+    widen to every legal setting.
     """
     pinned = pinned or {}
     for relaxed in (False, True):
@@ -291,7 +292,7 @@ def candidates(c: Contraction, target: Target, pinned: dict[str, int] | None = N
             fitted = _fitted(c, choices, pinned, target)
             if fitted is not None and fitted not in found:
                 found.append(fitted)
-        if found or not pinned:
+        if found:
             return found
     return []
 

@@ -19,14 +19,11 @@ SCALE = 0.088
 LOOP_IR = """\
 loop_program(q: {dtype}[1, 28, 1, 128], k: {dtype}[1, 28, 1, 128]) -> (softmax: {dtype}[1, 28, 1, 1]):
   kernel softmax(q: {dtype}[1, 28, 1, 128], k: {dtype}[1, 28, 1, 128]) -> (softmax: {dtype}[1, 28, 1, 1]):
-    for i0 in parallel(1):
-      for i1 in parallel(28):
-        for i2 in parallel(1):
-          for i3 in parallel(1):
-            acc0: f32 = 0.0
-            for r0 in reduce(128):
-              acc0 += {product}
-            softmax[0, i1, 0, 0] = {value}"""
+    for i1 in parallel(28):
+      acc0: f32 = 0.0
+      for r0 in reduce(128):
+        acc0 += {product}
+      softmax[0, i1, 0, 0] = {value}"""
 
 FP32_LOOP_IR = LOOP_IR.format(
     dtype="f32", product="q[0, i1, 0, r0] * k[0, i1, 0, r0]",
@@ -35,7 +32,7 @@ FP32_LOOP_IR = LOOP_IR.format(
 TILE_IR = """\
 tile softmax  schedule=row_reduction
   grid (28, 1, 1) blocks of 32 threads
-  parallel i0 * i1 * i2 * i3 (28): block.x tile 1 = thread.y 1 x 1 per thread (contiguous)
+  parallel i1 (28): block.x tile 1 = thread.y 1 x 1 per thread (contiguous)
   reduce r0 (128): warp_shuffle, 32 splits
   vector width {width}
   threads = 32
