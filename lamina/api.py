@@ -8,7 +8,7 @@ inputs' device: CUDA tensors on the GPU, CPU tensors on the Kernel IR simulator.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -17,7 +17,8 @@ from lamina.core.config import Config, load_config
 from lamina.core.errors import DeviceError, InputMismatchError, LaminaError
 from lamina.core.pipeline import Compilation, Pipeline
 from lamina.core.plugins import PluginManager, get_plugin_manager
-from lamina.frontends.torch.capture import DEFAULT_KEEP, Captured, capture
+from lamina.frontends.torch.capture import DEFAULT_KEEP, Captured, capture, check_argument_kinds
+from lamina.frontends.torch.containers import flatten_call, structured
 
 
 class Compiler:
@@ -49,18 +50,20 @@ class Compiler:
             raise LaminaError(f"unknown backend {name!r}; registered backends: {known}")
         return entry.provider
 
-    def compile(self, program: Callable | torch.nn.Module, example_inputs: Sequence[torch.Tensor]) -> "CompiledFunction":
-        return CompiledFunction(self, program, tuple(example_inputs))
+    def compile(self, program: Callable | torch.nn.Module, example_inputs: Sequence[Any] = (),
+                example_kwargs: Mapping[str, Any] | None = None) -> "CompiledFunction":
+        return CompiledFunction(self, program, tuple(example_inputs), dict(example_kwargs or {}))
 
-    def specialize(self, program: Callable | torch.nn.Module, example_inputs: tuple) -> "Specialization":
-        """``program`` captured and compiled for the shapes and dtypes of ``example_inputs``."""
+    def specialize(self, program: Callable | torch.nn.Module, example_inputs: tuple,
+                   example_kwargs: Mapping[str, Any] | None = None) -> "Specialization":
+        """``program`` captured and compiled for the shapes and dtypes of ``example_inputs`` and ``example_kwargs``."""
         started = time.perf_counter()
-        captured = capture(program, example_inputs, keep=self.keep)
-        return self.compile_captured(captured, example_inputs, started)
+        captured = capture(program, example_inputs, keep=self.keep, example_kwargs=example_kwargs)
+        return self.compile_captured(captured, flatten_call(example_inputs, example_kwargs or {})[0], started)
 
-    def compile_captured(self, captured: Captured, example_inputs: Sequence[torch.Tensor],
+    def compile_captured(self, captured: Captured, example_inputs: Sequence[Any],
                          started: float | None = None) -> "Specialization":
-        """An already captured program compiled for the device of ``example_inputs``."""
+        """An already captured program compiled for the device of ``example_inputs`` (the call's leaves)."""
         started = time.perf_counter() if started is None else started
         pipeline = Pipeline(self.config, self.plugins)
         target = pipeline.target(_visible_arch(example_inputs))
@@ -95,6 +98,7 @@ class Specialization:
         self.compile_seconds = compile_seconds
         self._runners: dict[tuple[str, torch.device], Any] = {}
         self._memory_plan: MemoryPlan | None = None
+        self._moved_constants: dict[tuple[str, torch.device], torch.Tensor] = {}
 
     @property
     def memory_plan(self) -> MemoryPlan:
@@ -113,34 +117,60 @@ class Specialization:
             self._runners[key] = backend.load(self.compilation, self.compilation.target)
         return self._runners[key]
 
-    def __call__(self, args: tuple, device: torch.device) -> list[torch.Tensor]:
+    def __call__(self, args: Sequence[Any], device: torch.device) -> list[torch.Tensor]:
+        """The program's flat outputs for the flattened leaves ``args`` of a call.
+
+        A constant the program made itself may live on another device than the inputs (a
+        CPU scalar tensor, which eager PyTorch mixes with CUDA tensors): it is copied to
+        the inputs' device once. Module state on another device is the user's to move."""
         inputs = []
-        for position, name in zip(self.captured.user_input_positions, (i.name for i in self.compilation.graph.inputs)):
-            tensor = args[position] if position is not None else self.captured.constants[name]
-            if tensor.device != device:
+        for position, graph_input in zip(self.captured.user_input_positions, self.compilation.graph.inputs):
+            tensor = args[position] if position is not None else self.captured.constants[graph_input.name]
+            if tensor.device != device and graph_input.kind == "constant":
+                tensor = self._constant_on(graph_input.name, tensor, device)
+            elif tensor.device != device:
                 raise InputMismatchError(
-                    f"{name} is on {tensor.device}, the inputs on {device}; move the module to {device}"
+                    f"{graph_input.name} is on {tensor.device}, the inputs on {device}; move the module to {device}"
                 )
             inputs.append(tensor.detach())
         return self.runner(device)(*inputs)
+
+    def _constant_on(self, name: str, tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+        key = (name, device)
+        if key not in self._moved_constants:
+            self._moved_constants[key] = tensor.detach().to(device)
+        return self._moved_constants[key]
+
+    def structured(self, outputs: Sequence[torch.Tensor]) -> Any:
+        """``outputs`` in what the program returns: a tensor, a tuple, a model's output with its cache."""
+        return structured(outputs, self.captured.output_structure)
+
+
+CallKey = tuple[Any, Signature]
+"""A call's structure (which arguments, nested how) and the signature of its leaves."""
 
 
 class CompiledFunction:
     """A compiled program. Call it like the original; ``ir(level)`` prints any level.
 
-    It is specialised to the shapes and dtypes of its inputs: a call with inputs of a new
-    shape or dtype compiles the program again for them, once, and keeps every
-    specialisation. The attributes describe the one for the example inputs.
+    It is specialised to the shapes and dtypes of its inputs, and to which keyword
+    arguments it is given: a call with inputs of a new shape or dtype, or with other
+    keywords, compiles the program again for them, once, and keeps every
+    specialisation. It returns what the program returns (a tensor, a tuple, a model's
+    output with its KV cache). The attributes describe the example inputs' specialisation.
     """
 
-    def __init__(self, compiler: Compiler, program: Callable | torch.nn.Module, example_inputs: tuple):
+    def __init__(self, compiler: Compiler, program: Callable | torch.nn.Module, example_inputs: tuple,
+                 example_kwargs: Mapping[str, Any] | None = None):
         self.compiler = compiler
         self.program = program
         self._arity = len(example_inputs)
-        _check_kinds(example_inputs)
-        first = compiler.specialize(program, example_inputs)
+        example_kwargs = dict(example_kwargs or {})
+        leaves, structure = flatten_call(example_inputs, example_kwargs)
+        _check_kinds(leaves)
+        first = compiler.specialize(program, example_inputs, example_kwargs)
         self._first = first
-        self._specializations: dict[Signature, Specialization] = {signature(example_inputs): first}
+        self._specializations: dict[CallKey, Specialization] = {(structure, signature(leaves)): first}
         self.captured = first.captured
         self.compilation = first.compilation
         self.compile_seconds = first.compile_seconds
@@ -159,46 +189,52 @@ class CompiledFunction:
 
     @property
     def specializations(self) -> dict[Signature, Specialization]:
-        """Every signature compiled so far, in the order they were first called."""
-        return dict(self._specializations)
+        """The signature of every call's leaves compiled so far, in the order they were first called."""
+        return {key[1]: specialization for key, specialization in self._specializations.items()}
 
-    def _check(self, args: tuple) -> torch.device:
+    def _check(self, args: tuple, leaves: list) -> torch.device:
         if len(args) != self._arity:
             raise InputMismatchError(
                 f"this function was compiled for {self._arity} inputs and was called with {len(args)}"
             )
-        _check_kinds(args)
-        devices = {arg.device for arg in args if isinstance(arg, torch.Tensor)}
+        _check_kinds(leaves)
+        devices = {leaf.device for leaf in leaves if isinstance(leaf, torch.Tensor)}
         if len(devices) > 1:
             raise InputMismatchError(f"inputs are on several devices ({', '.join(map(str, devices))}); put them on one")
         return devices.pop() if devices else torch.device("cpu")
 
-    def specialization(self, args: tuple) -> Specialization:
-        """The program compiled for the shapes and dtypes of ``args``, compiling it on first sight."""
-        key = signature(args)
+    def specialization(self, args: tuple, kwargs: Mapping[str, Any] | None = None) -> Specialization:
+        """The program compiled for the shapes and dtypes of ``args`` and ``kwargs``, compiling it on first sight."""
+        leaves, structure = flatten_call(args, kwargs or {})
+        return self._specialization(args, kwargs or {}, (structure, signature(leaves)))
+
+    def _specialization(self, args: tuple, kwargs: Mapping[str, Any], key: CallKey) -> Specialization:
         if key not in self._specializations:
-            self._specializations[key] = self.compiler.specialize(self.program, args)
+            self._specializations[key] = self.compiler.specialize(self.program, args, kwargs)
         return self._specializations[key]
 
     def runner(self, device: torch.device):
         """The example inputs' specialisation loaded on ``device``."""
         return self._first.runner(device)
 
-    def __call__(self, *args: torch.Tensor):
-        device = self._check(args)
-        outputs = self.specialization(args)(args, device)
-        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+    def __call__(self, *args: Any, **kwargs: Any):
+        leaves, structure = flatten_call(args, kwargs)
+        device = self._check(args, leaves)
+        specialization = self._specialization(args, kwargs, (structure, signature(leaves)))
+        return specialization.structured(specialization(leaves, device))
 
 
-def _check_kinds(args: tuple) -> None:
-    for position, arg in enumerate(args):
-        if not isinstance(arg, (torch.Tensor, bool, int, float)):
-            raise InputMismatchError(f"input {position} is a {type(arg).__name__}, not a tensor or a Python number")
+def _check_kinds(leaves: list) -> None:
+    try:
+        check_argument_kinds(leaves, "input")
+    except LaminaError as error:
+        raise InputMismatchError(str(error)) from None
 
 
-def compile(program: Callable | torch.nn.Module, example_inputs: Sequence[torch.Tensor], **settings: Any) -> CompiledFunction:
-    """Compile ``program`` for inputs shaped like ``example_inputs``.
+def compile(program: Callable | torch.nn.Module, example_inputs: Sequence[Any] = (),
+            example_kwargs: Mapping[str, Any] | None = None, **settings: Any) -> CompiledFunction:
+    """Compile ``program`` for a call shaped like ``program(*example_inputs, **example_kwargs)``.
 
     ``settings`` override the configuration (``schedule="generic"``, ``backend=...``).
     """
-    return Compiler(**settings).compile(program, example_inputs)
+    return Compiler(**settings).compile(program, example_inputs, example_kwargs)

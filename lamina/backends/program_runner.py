@@ -74,4 +74,6 @@ class ProgramRunner:
             self.launch(kernel, {p.name: self._scratch(p) if p.scratch else buffers[p.name] for p in kernel.params})
             for name in plan.released_after(position):
                 del buffers[name]
-        return [buffers[b.name].reshape(b.type.shape) for b in self.loop.outputs]
+        # An output of no elements has no kernel to write it, and so no buffer yet.
+        return [(buffers[b.name] if b.name in buffers else self._empty(b)).reshape(b.type.shape)
+                for b in self.loop.outputs]

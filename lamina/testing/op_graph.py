@@ -93,7 +93,10 @@ class GraphWriter:
     def _node(self, target: str, args: tuple, kwargs: tuple, result: Any) -> Value:
         name = f"{(target.split('.') + [target])[1].lstrip('_')}_{len(self.nodes)}"
         value_type = _type(result) if isinstance(result, torch.Tensor) else None
-        self.nodes.append(torch_ir.Node(name, target, args, kwargs, value_type))
+        results = ()
+        if isinstance(result, (tuple, list)):
+            results = tuple(_type(r) if isinstance(r, torch.Tensor) else None for r in result)
+        self.nodes.append(torch_ir.Node(name, target, args, kwargs, value_type, results=results))
         return Value(torch_ir.Ref(name), result)
 
     def finish(self, outputs) -> GraphSample:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import lamina
 from lamina.core.errors import LaminaError
 from lamina.core.ir import dtypes, torch_ir
 from lamina.core.ir.torch_ir import Ref
@@ -125,8 +126,16 @@ def test_a_keep_list_naming_no_aten_op_is_refused():
 
 
 def test_example_inputs_must_be_tensors_or_numbers():
-    with pytest.raises(LaminaError, match="example input 0 is a list"):
-        capture(lambda xs: xs[0], ([torch.randn(2)],))
+    with pytest.raises(LaminaError, match="example input 1 is a str"):
+        capture(lambda x, name: x * 2, (torch.randn(2), "twice"))
+
+
+def test_inputs_and_outputs_may_be_nested_in_lists_tuples_and_dicts():
+    xs, scale = [torch.randn(3), torch.randn(3)], {"by": torch.randn(3)}
+    f = lamina.compile(lambda xs, scale: {"sum": xs[0] + xs[1], "scaled": (xs[0] * scale["by"],)}, (xs, scale))
+    out = f(xs, scale)
+    assert set(out) == {"sum", "scaled"} and isinstance(out["scaled"], tuple)
+    assert torch.allclose(out["sum"], xs[0] + xs[1]) and torch.allclose(out["scaled"][0], xs[0] * scale["by"])
 
 
 def test_the_source_line_is_the_innermost_frame_of_user_code():

@@ -39,7 +39,7 @@ def test_a_wrong_number_of_inputs_is_still_an_error():
 
 def test_an_input_that_is_neither_tensor_nor_number_is_an_error():
     compiled = lamina.compile(torch.add, (torch.randn(3), torch.randn(3)))
-    with pytest.raises(lamina.LaminaError, match="input 1 is a str, not a tensor or a Python number"):
+    with pytest.raises(lamina.LaminaError, match="input 1 is a str; lamina programs take tensors and Python numbers"):
         compiled(torch.randn(3), "3")
 
 

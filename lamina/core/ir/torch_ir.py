@@ -1,7 +1,8 @@
 """Torch IR: the ATen graph as captured, one node per op.
 
 Each node carries the op's name (``aten.mm.default``), its arguments, the shape and
-dtype of its result, and the line of the user's source that produced it. Node
+dtype of its result (of each of its results, for an op with several), and the line of
+the user's source that produced it. Node
 arguments that are tensors are ``Ref``s to earlier nodes or to graph inputs; the
 rest are plain Python values (ints, floats, lists of them, dtypes by name).
 It prints like an FX graph.
@@ -64,6 +65,8 @@ class Node:
     kwargs: tuple[tuple[str, Any], ...] = attrs.field(converter=tuple, default=())
     type: TensorType | None = None
     source: SourceLocation | None = None
+    results: tuple[TensorType | None, ...] = attrs.field(converter=tuple, default=())
+    """The type of each result of an op with several (None where one is not a tensor)."""
 
     def kwarg(self, key: str, default: Any = None) -> Any:
         return dict(self.kwargs).get(key, default)
@@ -102,6 +105,8 @@ def format_graph(graph: Graph) -> str:
     for node in graph.nodes:
         args = [_fmt_arg(a) for a in node.args] + [f"{k}={_fmt_arg(v)}" for k, v in node.kwargs]
         ty = f": {node.type}" if node.type else ""
+        if node.results:
+            ty = f": ({', '.join(str(t) if t else 'None' for t in node.results)})"
         line = f"    {node.name}{ty} = {node.target}({', '.join(args)})"
         if node.source:
             line = f"{line:<60}  # {node.source.file.rsplit('/', 1)[-1]}:{node.source.line}"
@@ -110,11 +115,16 @@ def format_graph(graph: Graph) -> str:
     return "\n".join(lines)
 
 
+def node_refs(node: Node) -> list[Ref]:
+    """The tensors ``node`` reads, in argument order."""
+    return _refs(node.args) + _refs(tuple(v for _, v in node.kwargs))
+
+
 def verify_graph(graph: Graph) -> None:
     defined = {i.name for i in graph.inputs}
     problems = []
     for node in graph.nodes:
-        for ref in _refs(node.args) + _refs(tuple(v for _, v in node.kwargs)):
+        for ref in node_refs(node):
             if ref.name not in defined:
                 problems.append(f"{node.name} uses {ref.name} before it is defined")
         if node.name in defined:

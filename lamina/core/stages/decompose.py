@@ -1,6 +1,8 @@
 """Torch IR -> Tensor IR: every node rewritten by the decomposition registered for its op.
 
-Before anything is built, every node whose op has no decomposition is collected, so
+Nodes that no output depends on are dropped first: a graph from AOTAutograd keeps a
+``getitem`` for every result of an op with several, read or not, and lamina's programs
+have no side effects. Before anything is built, every node whose op has no decomposition is collected, so
 that one error lists them all, each with the user's source line. A decomposition
 that crashes is reported as a bug of that decomposition, with the node and the line
 it came from; one that returns a value of the wrong shape or dtype is caught here,
@@ -17,10 +19,21 @@ from lamina.core.ir.tensor_builder import TensorBuilder
 from lamina.core.providers import Decomposition
 
 
+def live_nodes(graph: torch_ir.Graph) -> list[torch_ir.Node]:
+    """The nodes that some output of ``graph`` depends on, in graph order."""
+    live = set(graph.outputs)
+    kept = []
+    for node in reversed(graph.nodes):
+        if node.name in live:
+            kept.append(node)
+            live.update(ref.name for ref in torch_ir.node_refs(node))
+    return kept[::-1]
+
+
 def unsupported_ops(graph: torch_ir.Graph, ops: Mapping[str, Decomposition]) -> list[tuple[str, str]]:
-    """``(op, source line)`` of every node that no decomposition handles, each once, in graph order."""
+    """``(op, source line)`` of every live node that no decomposition handles, each once, in graph order."""
     found: list[tuple[str, str]] = []
-    for node in graph.nodes:
+    for node in live_nodes(graph):
         entry = (node.target, str(node.source) if node.source else "")
         if node.target not in ops and entry not in found:
             found.append(entry)
@@ -33,7 +46,7 @@ def decompose(graph: torch_ir.Graph, ops: Mapping[str, Decomposition]) -> tensor
     if missing:
         raise UnsupportedOpError(missing)
     builder = TensorBuilder(graph.inputs, reserved=[node.name for node in graph.nodes])
-    for node in graph.nodes:
+    for node in live_nodes(graph):
         with builder.at(node):
             result = _run(ops[node.target], builder, node)
             builder.bind(node, result)
@@ -61,11 +74,13 @@ def _run(decomposition: Decomposition, builder: TensorBuilder, node: torch_ir.No
 
 def _check_type(builder: TensorBuilder, node: torch_ir.Node) -> None:
     results = builder.results(node.name)
-    if node.type is None or len(results) != 1:
-        return
-    built = builder.type(results[0])
-    if built != node.type:
-        raise LaminaError(
-            f"the decomposition of {node.target} on {_where(node)} produced {built}, "
-            f"but PyTorch computes {node.type}; this is a bug in the plugin that registered {node.target}"
-        )
+    expected = [(0, node.type)] if node.type is not None and len(results) == 1 else []
+    expected += [(k, t) for k, t in enumerate(node.results[:len(results)]) if t is not None]
+    for position, wanted in expected:
+        built = builder.type(results[position])
+        if built != wanted:
+            which = f" as result {position}" if node.results else ""
+            raise LaminaError(
+                f"the decomposition of {node.target} on {_where(node)} produced {built}{which}, "
+                f"but PyTorch computes {wanted}; this is a bug in the plugin that registered {node.target}"
+            )

@@ -9,6 +9,7 @@ buffer already uses so that the names stay distinct down to the CUDA text.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 
 from lamina.core.errors import LaminaError
@@ -19,10 +20,13 @@ from lamina.core.ir.names import fresh_name
 
 
 def lower_to_loops(program: tensor_ir.Program) -> loop_ir.Program:
-    """One kernel per Tensor IR op, plus a copy for each output that names an input or repeats."""
+    """One kernel per Tensor IR op, plus a copy for each output that names an input or repeats.
+
+    A value of no elements (the log-sum-exp that an attention op returns when asked for
+    none) gets its buffer and no kernel: there is nothing to write."""
     types = program.types()
     taken = set(types)
-    kernels = [_lower_op(o, types, taken) for o in program.ops]
+    kernels = [_lower_op(o, types, taken) for o in program.ops if math.prod(o.type.shape) > 0]
 
     inputs = tuple(loop_ir.Buffer(v.name, v.type) for v in program.inputs)
     input_names = {v.name for v in program.inputs}
@@ -160,13 +164,13 @@ def _lower_reduction(o: tensor_ir.Reduction, types, taken: set[str]) -> loop_ir.
 
 
 def _identity(op: str, dtype) -> float | int | bool:
-    """The reduction's identity, within the range of ``dtype`` (an int32 max starts at 2**31 - 1)."""
+    """The reduction's identity, within the range of ``dtype`` (an int32 min starts at 2**31 - 1, a uint8 max at 0)."""
     value = tensor_ir.reduction_identity(op, dtype)
     if dtype == dtypes.bool_:
         return op in ("prod", "min")
     if not dtype.is_float:
-        bits = 8 * dtype.itemsize
-        return max(-(2 ** (bits - 1)), min(2 ** (bits - 1) - 1, value))
+        low, high = dtypes.integer_range(dtype)
+        return max(low, min(high, value))
     return value
 
 

@@ -42,6 +42,9 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from lamina.core.errors import LaminaError
 from lamina.core.ir import dtypes, torch_ir
+from lamina.frontends.torch.containers import (
+    flatten_call, register_library_containers, returning_leaves, sorted_keywords,
+)
 from lamina.frontends.torch.folding import Folding, Triangle, fold_constants
 from lamina.frontends.torch.source import source_location
 
@@ -73,13 +76,17 @@ _INPUT_KINDS = {
 class Captured:
     """A captured program: its graph, and how to gather the graph's inputs at each call.
 
-    ``user_input_positions[i]`` is the position of the example input that feeds graph
-    input ``i``, or None for module state, which ``constants`` holds by input name.
+    ``user_input_positions[i]`` is the position, among the flattened leaves of a call's
+    arguments (``containers.flatten_call``), of the one that feeds graph input ``i``, or
+    None for module state, which ``constants`` holds by input name. ``output_structure``
+    puts the graph's outputs back into what the program returns (None: a tensor, or a
+    tuple of them).
     """
 
     graph: torch_ir.Graph
     user_input_positions: tuple[int | None, ...] = attrs.field(converter=tuple)
     constants: Mapping[str, torch.Tensor]
+    output_structure: Any = None
 
 
 class _FunctionModule(torch.nn.Module):
@@ -121,28 +128,39 @@ def _renamed(fn: types.FunctionType) -> types.FunctionType:
 
 
 def capture(program: Callable | torch.nn.Module, example_inputs: Sequence[Any],
-            keep: Sequence[str] = DEFAULT_KEEP, fold: bool = True) -> Captured:
-    """Export ``program`` for ``example_inputs`` and write it as Torch IR, keeping the ops in ``keep`` whole.
+            keep: Sequence[str] = DEFAULT_KEEP, fold: bool = True,
+            example_kwargs: Mapping[str, Any] | None = None) -> Captured:
+    """Export ``program`` for ``example_inputs`` (and ``example_kwargs``) and write it as Torch IR,
+    keeping the ops in ``keep`` whole.
 
     With ``fold``, what depends only on shapes and constants is computed here and
     enters the graph as ``constant`` inputs.
     """
     example_inputs = tuple(example_inputs)
-    for position, value in enumerate(example_inputs):
-        if not isinstance(value, (torch.Tensor, bool, int, float)):
-            raise LaminaError(
-                f"example input {position} is a {type(value).__name__}; lamina programs take tensors "
-                "and Python numbers as arguments"
-            )
+    example_kwargs = sorted_keywords(example_kwargs or {})
+    check_argument_kinds(flatten_call(example_inputs, example_kwargs)[0], "example input")
+    register_library_containers()
     module = program if isinstance(program, torch.nn.Module) else _FunctionModule(program)
     table = _decomposition_table(keep)
-    exported = _export(module, example_inputs)
+    with returning_leaves(module) as output_structure:
+        exported = _export(module, example_inputs, example_kwargs)
     try:
         with _quiet():
             exported = exported.run_decompositions(table)
     except Exception as error:
         raise LaminaError(f"lowering the exported program to core ATen failed: {_reason(error)}") from error
-    return _build(exported, fold_constants(exported) if fold else Folding({}, frozenset()))
+    captured = _build(exported, fold_constants(exported) if fold else Folding({}, frozenset()))
+    return attrs.evolve(captured, output_structure=output_structure())
+
+
+def check_argument_kinds(leaves: Sequence[Any], what: str) -> None:
+    """Every leaf of a call's arguments is a tensor or a Python number (None leaves no leaf)."""
+    for position, value in enumerate(leaves):
+        if not isinstance(value, (torch.Tensor, bool, int, float)):
+            raise LaminaError(
+                f"{what} {position} is a {type(value).__name__}; lamina programs take tensors and Python "
+                "numbers as arguments, in tuples, lists and dicts of them"
+            )
 
 
 _NOISY_LOGGERS = ("torch._subclasses.fake_tensor", "torch.export", "torch._dynamo")
@@ -189,10 +207,10 @@ def _is_aten_op(name: str) -> bool:
     return bool(overload)
 
 
-def _export(module: torch.nn.Module, example_inputs: tuple):
+def _export(module: torch.nn.Module, example_inputs: tuple, example_kwargs: dict):
     try:
         with _quiet():
-            return torch.export.export(module, example_inputs)
+            return torch.export.export(module, example_inputs, example_kwargs)
     except Exception as error:
         raise LaminaError(
             f"torch.export could not capture the program: {_reason(error)}\n"
@@ -342,6 +360,14 @@ def _static_shape(value: torch.Tensor, fx_node) -> tuple[int, ...]:
     return shape
 
 
+def _result_type(value: Any, fx_node) -> torch_ir.TensorType | None:
+    """One result of an op with several; None for one lamina cannot hold (a random-number
+    state of uint64), which is an error only where a node reads it."""
+    if not isinstance(value, torch.Tensor) or str(value.dtype).removeprefix("torch.") not in dtypes.BY_NAME:
+        return None
+    return torch_ir.TensorType(_static_shape(value, fx_node), _dtype(value.dtype, fx_node))
+
+
 _NO_ALIASES: Mapping[str, str] = types.MappingProxyType({})
 
 
@@ -351,6 +377,10 @@ def _node(fx_node, aliases: Mapping[str, str] = _NO_ALIASES) -> torch_ir.Node:
     args = tuple(_argument(a, fx_node, aliases) for a in fx_node.args)
     kwargs = tuple((k, _argument(v, fx_node, aliases)) for k, v in fx_node.kwargs.items()
                    if k not in _ALLOCATION_KWARGS)
+    value = fx_node.meta.get("val")
+    results = ()
+    if isinstance(value, (list, tuple)):
+        results = tuple(_result_type(v, fx_node) for v in value)
     return torch_ir.Node(
         name=fx_node.name,
         target=name,
@@ -358,6 +388,7 @@ def _node(fx_node, aliases: Mapping[str, str] = _NO_ALIASES) -> torch_ir.Node:
         kwargs=kwargs,
         type=_tensor_type(fx_node),
         source=source_location(fx_node.meta.get("stack_trace")),
+        results=results,
     )
 
 

@@ -23,6 +23,7 @@ from typing import Any, Sequence
 import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
+from torch.utils._python_dispatch import _disable_current_modes
 
 from lamina.api import Compiler, Specialization, signature
 from lamina.core.errors import ConfigError, InputMismatchError
@@ -88,8 +89,15 @@ class GraphRunner:
         return self._specializations[key]
 
     def __call__(self, *args: Any) -> tuple:
+        """The graph's outputs for ``args``.
+
+        lamina's kernels run outside any dispatch mode that is active: AOTAutograd runs a
+        compiled graph's first call under one that inspects every op for aliasing, and the
+        ops it would see are the simulator's own or allocations, not the program's (on the
+        simulator, it made that first call three times slower)."""
         program, compiled = self._specialization(args)
-        computed = compiled(tuple(args), _device(args)) if compiled is not None else []
+        with _disable_current_modes():
+            computed = compiled(tuple(args), _device(args)) if compiled is not None else []
         outputs = []
         for source in program.outputs:
             if isinstance(source, Computed):

@@ -1,9 +1,14 @@
 """Torch IR from an ATen-level FX graph, as ``torch.compile`` hands it to a backend.
 
 Every placeholder is an argument of the call (AOTAutograd lifts parameters and buffers
-to arguments), so the graph has no module state of its own. Outputs that the program
-does not compute (an input returned as it is, a None) are passed through at call time
-rather than compiled: ``outputs`` says where each output of the graph comes from.
+to arguments). The one state the graph holds itself is the tensors that Dynamo lifts
+from the program's code into attributes of the graph module (``torch.tensor([])``,
+which a Hugging Face cache starts from): a ``get_attr`` of such a tensor becomes a graph
+input of kind ``constant``, passed at each call like the constants of a captured
+program. Any other ``get_attr`` is a submodule (control flow), which lamina does not
+compile. Outputs that the program does not compute (an input returned as it is, a None)
+are passed through at call time rather than compiled: ``outputs`` says where each
+output of the graph comes from.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import torch
 
 from lamina.core.errors import LaminaError
 from lamina.core.ir import torch_ir
-from lamina.frontends.torch.capture import Captured, _node, _tensor_type
+from lamina.frontends.torch.capture import Captured, _dtype, _node, _tensor_type
 
 
 @attrs.frozen
@@ -47,8 +52,13 @@ class FxProgram:
 
 
 def fx_to_torch_ir(graph_module: torch.fx.GraphModule) -> FxProgram:
-    """``graph_module`` (core ATen ops, shapes in each node's ``meta['val']``) as Torch IR."""
+    """``graph_module`` (core ATen ops, shapes in each node's ``meta['val']``) as Torch IR.
+
+    Nodes that nothing reads are dropped first: AOTAutograd keeps a ``getitem`` for every
+    result of an op with several, some of types lamina has no use for."""
+    graph_module.graph.eliminate_dead_code()
     inputs, positions, nodes = [], [], []
+    constants: dict[str, torch.Tensor] = {}
     placeholders: dict[str, int] = {}
     computed: list[str] = []
     sources: list[Source] = []
@@ -58,6 +68,10 @@ def fx_to_torch_ir(graph_module: torch.fx.GraphModule) -> FxProgram:
             if isinstance(fx_node.meta.get("val"), torch.Tensor):
                 inputs.append(torch_ir.Input(fx_node.name, _tensor_type(fx_node), "user"))
                 positions.append(placeholders[fx_node.name])
+        elif fx_node.op == "get_attr" and isinstance(_attribute(graph_module, fx_node.target), torch.Tensor):
+            constants[fx_node.name] = _attribute(graph_module, fx_node.target)
+            inputs.append(torch_ir.Input(fx_node.name, _constant_type(fx_node, constants[fx_node.name]), "constant"))
+            positions.append(None)
         elif fx_node.op == "call_function":
             nodes.append(_node(fx_node))
         elif fx_node.op == "output":
@@ -68,7 +82,18 @@ def fx_to_torch_ir(graph_module: torch.fx.GraphModule) -> FxProgram:
                               "control flow and submodule calls are not supported")
     graph = torch_ir.Graph(inputs, nodes, computed)
     torch_ir.verify_graph(graph)
-    return FxProgram(Captured(graph, positions, {}), sources)
+    return FxProgram(Captured(graph, positions, constants), sources)
+
+
+def _attribute(graph_module: torch.fx.GraphModule, target: str):
+    value = graph_module
+    for part in target.split("."):
+        value = getattr(value, part, None)
+    return value
+
+
+def _constant_type(fx_node, value: torch.Tensor) -> torch_ir.TensorType:
+    return torch_ir.TensorType(tuple(value.shape), _dtype(value.dtype, fx_node))
 
 
 def _flat_outputs(value: Any) -> tuple:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+import attrs
+
 from lamina.core.ir import dtypes, expr as ex
 from lamina.core.ir.tensor_builder import TensorBuilder, compute_dtype
 from lamina.core.ir.tensor_ir import Arg
@@ -40,18 +42,44 @@ def decompose_gelu(b: TensorBuilder, node: Node) -> str:
     return _pointwise(b, tensor(b, node), formula)
 
 
+@attrs.frozen
+class Softmax:
+    """The pieces of a numerically stable softmax along ``axis``, each kept along it with size 1."""
+
+    builder: TensorBuilder = attrs.field(eq=False, repr=False)
+    axis: int
+    maximum: str
+    shifted: str
+    exponentials: str
+    total: str
+
+    def probabilities(self) -> str:
+        return self.builder.binary("div", self.exponentials, self.total, role="softmax")
+
+    def logarithm(self) -> str:
+        return self.builder.binary("sub", self.shifted, self.builder.unary("log", self.total), role="log_softmax")
+
+    def log_sum_exp(self) -> str:
+        """``log(sum(exp(x)))`` along the axis, which goes away."""
+        b = self.builder
+        return b.squeeze(b.binary("add", self.maximum, b.unary("log", self.total), role="log_sum_exp"), self.axis)
+
+
+def softmax_of(b: TensorBuilder, x: str, dim: int) -> Softmax:
+    """``exp(x - max) / sum(exp(x - max))`` along ``dim``, in pieces, in ``x``'s compute type."""
+    x = b.cast(x, compute_dtype(b.dtype(x)), role="acc")
+    axis = b.axis(dim, len(b.shape(x)))
+    maximum = b.max(x, axis, keepdim=True)
+    shifted = b.binary("sub", x, maximum, role="shifted")
+    exps = b.unary("exp", shifted)
+    return Softmax(b, axis, maximum, shifted, exps, b.sum(exps, axis, keepdim=True))
+
+
 def stable_softmax(b: TensorBuilder, x: str, dim: int, dtype: dtypes.DType | None, log: bool) -> str:
     """``exp(x - max) / sum(exp(x - max))`` along ``dim``, or its logarithm, as ``dtype``."""
     out = dtype or b.dtype(x)
-    x = b.cast(x, compute_dtype(out), role="acc")
-    shifted = b.binary("sub", x, b.max(x, dim, keepdim=True), role="shifted")
-    exps = b.unary("exp", shifted)
-    total = b.sum(exps, dim, keepdim=True)
-    if log:
-        result = b.binary("sub", shifted, b.unary("log", total), role="log_softmax")
-    else:
-        result = b.binary("div", exps, total, role="softmax")
-    return b.cast(result, out)
+    softmax = softmax_of(b, b.cast(x, compute_dtype(out), role="acc"), dim)
+    return b.cast(softmax.logarithm() if log else softmax.probabilities(), out)
 
 
 def decompose_softmax(b: TensorBuilder, node: Node) -> str:

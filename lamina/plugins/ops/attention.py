@@ -1,4 +1,4 @@
-"""``scaled_dot_product_attention`` kept whole, as lamina decomposes it.
+"""``scaled_dot_product_attention`` kept whole, and the fused attention ops PyTorch picks for it.
 
 ``softmax(q @ k^T * scale + mask) @ v``, with the scores, the softmax and the second
 product in float32 (half inputs included) and the maximum subtracted. Grouped key and
@@ -7,17 +7,26 @@ reads key head ``h // group``, an IndexMap that folds into the product's operand
 read, so the keys are never repeated in memory. ``is_causal`` lets position ``l``
 see keys ``s <= l``; ``attn_mask`` is a boolean mask (true: attend) or added to the
 scores.
+
+On CUDA, Dynamo and AOTAutograd turn ``scaled_dot_product_attention`` into the kernel
+PyTorch would run (flash, memory-efficient, cuDNN; on the CPU, its flash kernel), an
+op with several results. Each decomposes as the op it stands for; of its other
+results, the log-sum-exp of each query's scores (what a backward pass reads) is
+computed where something reads it, and the rest (the random-number state of dropout,
+sequence offsets), which only training reads, are left out.
 """
 
 from __future__ import annotations
 
 import math
 
+import attrs
+
 from lamina.core.ir import dtypes, expr as ex, tensor_ir
 from lamina.core.ir.tensor_builder import TensorBuilder, compute_dtype
 from lamina.core.ir.tensor_ir import Arg, Coord
 from lamina.core.ir.torch_ir import Node
-from lamina.plugins.ops.activations import stable_softmax
+from lamina.plugins.ops.activations import softmax_of
 from lamina.plugins.ops.arguments import argument, tensor
 
 
@@ -36,14 +45,34 @@ def _grouped_heads(b: TensorBuilder, x: str, heads: int) -> str:
     return b.index_map(x, index, out, role="heads")
 
 
-def _masked(b: TensorBuilder, scores: str, node: Node) -> str:
+@attrs.frozen
+class AttentionArguments:
+    """Where an attention op's schema puts each argument: a position, or None for keyword-only."""
+
+    mask: tuple[int | None, str] | None
+    dropout: int
+    causal: int
+
+
+SDPA = AttentionArguments(mask=(3, "attn_mask"), dropout=4, causal=5)
+FLASH = AttentionArguments(mask=None, dropout=3, causal=4)
+FLASH_FOR_CPU = AttentionArguments(mask=(None, "attn_mask"), dropout=3, causal=4)
+WITH_BIAS = AttentionArguments(mask=(3, "attn_bias"), dropout=5, causal=6)
+"""The efficient and cuDNN kernels: ``(q, k, v, attn_bias, compute_log_sumexp, dropout_p, is_causal, ...)``."""
+OVERRIDEABLE = AttentionArguments(mask=(3, "attn_bias"), dropout=4, causal=5)
+
+
+def _masked(b: TensorBuilder, scores: str, node: Node, schema: AttentionArguments) -> str:
     rank = len(b.shape(scores))
     acc = b.dtype(scores)
-    if argument(node, 5, "is_causal", False):
+    if argument(node, schema.causal, "is_causal", False):
         visible = ex.op("le", Coord(rank - 1), Coord(rank - 2))
         fn = ex.op("where", visible, Arg(0, acc), ex.Const(-math.inf, acc))
         scores = b.elementwise(fn, [scores], role="causal")
-    mask = argument(node, 3, "attn_mask")
+    if schema.mask is None:
+        return scores
+    position, name = schema.mask
+    mask = node.kwarg(name) if position is None else argument(node, position, name)
     if mask is None:
         return scores
     mask = b.value(mask)
@@ -52,9 +81,10 @@ def _masked(b: TensorBuilder, scores: str, node: Node) -> str:
     return b.binary("add", scores, b.cast(mask, acc, role="mask"), role="masked")
 
 
-def decompose_sdpa(b: TensorBuilder, node: Node) -> str:
+def attention(b: TensorBuilder, node: Node, schema: AttentionArguments) -> tuple[str, str]:
+    """The attention output and the float32 log-sum-exp of each query's scores, (..., L)."""
     q, k, v = tensor(b, node, 0, "query"), tensor(b, node, 1, "key"), tensor(b, node, 2, "value")
-    if argument(node, 4, "dropout_p", 0.0):
+    if argument(node, schema.dropout, "dropout_p", 0.0):
         raise b.fail("dropout in attention is not supported; compile the model in eval mode with dropout_p=0")
     for name in (q, k, v):
         if len(b.shape(name)) < 2:
@@ -69,10 +99,52 @@ def decompose_sdpa(b: TensorBuilder, node: Node) -> str:
     if scale is None:
         scale = 1.0 / math.sqrt(b.shape(q)[-1])
     scores = b.binary("mul", b.matmul(q, b.transpose(k, -2, -1)), float(scale), role="scores")
-    probs = stable_softmax(b, _masked(b, scores, node), -1, None, log=False)
-    return b.cast(b.matmul(probs, v), out_dtype)
+    softmax = softmax_of(b, _masked(b, scores, node, schema), -1)
+    return b.cast(b.matmul(softmax.probabilities(), v), out_dtype), softmax.log_sum_exp()
+
+
+def decompose_sdpa(b: TensorBuilder, node: Node) -> str:
+    return attention(b, node, SDPA)[0]
+
+
+def decompose_flash(b: TensorBuilder, node: Node) -> tuple[str, ...]:
+    """``(output, logsumexp (B, H, L), ...)``."""
+    return attention(b, node, FLASH)
+
+
+def decompose_flash_for_cpu(b: TensorBuilder, node: Node) -> tuple[str, ...]:
+    return attention(b, node, FLASH_FOR_CPU)
+
+
+def decompose_efficient(b: TensorBuilder, node: Node) -> tuple[str, ...]:
+    """``(output, log_sumexp, ...)``: the log-sum-exp of (B, H, L) padded to a multiple of 32 queries
+    (with +inf, where PyTorch leaves what memory held), or (B, H, 0) without ``compute_log_sumexp``."""
+    output, log_sum_exp = attention(b, node, WITH_BIAS)
+    queries = b.shape(log_sum_exp)[-1]
+    padded = -(-queries // 32) * 32 if argument(node, 4, "compute_log_sumexp") else 0
+    if padded == 0:
+        return output, b.full(0.0, b.shape(log_sum_exp)[:-1] + (0,), dtypes.float32)
+    if padded > queries:
+        filler = b.full(math.inf, b.shape(log_sum_exp)[:-1] + (padded - queries,), dtypes.float32, role="padding")
+        log_sum_exp = b.concat([log_sum_exp, filler], -1)
+    return output, log_sum_exp
+
+
+def decompose_cudnn(b: TensorBuilder, node: Node) -> tuple[str, ...]:
+    """``(output, logsumexp (B, H, L, 1), ...)``."""
+    output, log_sum_exp = attention(b, node, WITH_BIAS)
+    return output, b.unsqueeze(log_sum_exp, -1)
+
+
+def decompose_overrideable(b: TensorBuilder, node: Node) -> tuple[str, ...]:
+    return attention(b, node, OVERRIDEABLE)
 
 
 DECOMPOSITIONS = {
     "aten.scaled_dot_product_attention.default": decompose_sdpa,
+    "aten._scaled_dot_product_flash_attention.default": decompose_flash,
+    "aten._scaled_dot_product_flash_attention_for_cpu.default": decompose_flash_for_cpu,
+    "aten._scaled_dot_product_efficient_attention.default": decompose_efficient,
+    "aten._scaled_dot_product_cudnn_attention.default": decompose_cudnn,
+    "aten._scaled_dot_product_fused_attention_overrideable.default": decompose_overrideable,
 }

@@ -75,8 +75,23 @@ def decompose_index_select(b: TensorBuilder, node: Node) -> str:
     return b.index_map(x, index, shape, gathers=[ids], role="gather")
 
 
+def decompose_gather(b: TensorBuilder, node: Node) -> str:
+    """``gather(x, dim, index)``: ``out[..., j, ...] = x[..., index[..., j, ...], ...]`` along ``dim``, of
+    ``index``'s shape; on the other axes ``index`` may be smaller than ``x``, never larger."""
+    x, ids = tensor(b, node), tensor(b, node, 2, "index")
+    src, shape = b.shape(x), b.shape(ids)
+    dim = b.axis(argument(node, 1, "dim"), len(src))
+    if len(shape) != len(src) or any(k != dim and s > src[k] for k, s in enumerate(shape)):
+        raise b.fail(f"gather's index of shape {list(shape)} does not fit {x} of shape {list(src)} along {dim}")
+    d = tensor_ir.output_vars(len(shape))
+    index = list(d)
+    index[dim] = Gathered(0, tuple(d))
+    return b.index_map(x, index, shape, gathers=[ids], role="gather")
+
+
 DECOMPOSITIONS = {
     "aten.embedding.default": decompose_embedding,
+    "aten.gather.default": decompose_gather,
     "aten.index.Tensor": decompose_index,
     "aten.index_select.default": decompose_index_select,
 }

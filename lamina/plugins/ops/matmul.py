@@ -15,30 +15,39 @@ def decompose_mm(b: TensorBuilder, node: Node) -> str:
     return b.matmul(tensor(b, node), tensor(b, node, 1, "mat2"))
 
 
+def _plus_bias(b: TensorBuilder, product: str, bias: str, dtype) -> str:
+    """``product`` (float32 sums) plus ``bias``, rounded to ``dtype`` once: a half-precision bias is added
+    before the sums are rounded, as cuBLAS adds it, not after."""
+    bias = b.broadcast_to(b.cast(bias, b.dtype(product), role="bias_acc"), b.shape(product), role="bias")
+    return b.cast(b.binary("add", product, bias), dtype)
+
+
 def decompose_addmm(b: TensorBuilder, node: Node) -> str:
     """``beta * input + alpha * (mat1 @ mat2)``; with beta 0 the input is not read, as in PyTorch."""
-    product = b.matmul(tensor(b, node, 1, "mat1"), tensor(b, node, 2, "mat2"))
+    mat1, mat2 = tensor(b, node, 1, "mat1"), tensor(b, node, 2, "mat2")
+    dtype = b.result_type(mat1, mat2)
+    product = b.matmul(mat1, mat2, rounded=False)
     beta, alpha = node.kwarg("beta", 1), node.kwarg("alpha", 1)
     if alpha != 1:
         product = b.binary("mul", product, alpha, role="alpha")
     if beta == 0:
-        return product
-    bias = b.broadcast_to(b.value(node.args[0]), b.shape(product), role="bias")
+        return b.cast(product, dtype)
+    bias = b.value(node.args[0])
     if beta != 1:
         bias = b.binary("mul", bias, beta, role="beta")
-    return b.binary("add", product, bias)
+    return _plus_bias(b, product, bias, b.result_type(mat1, mat2, bias))
 
 
 def decompose_linear(b: TensorBuilder, node: Node) -> str:
     """``input @ weight.T + bias``."""
-    weight = tensor(b, node, 1, "weight")
+    x, weight = tensor(b, node, 0, "input"), tensor(b, node, 1, "weight")
     if len(b.shape(weight)) == 2:
         weight = b.transpose(weight, 0, 1)
-    product = b.matmul(tensor(b, node, 0, "input"), weight)
     bias = argument(node, 2, "bias")
     if bias is None:
-        return product
-    return b.binary("add", product, b.broadcast_to(b.value(bias), b.shape(product), role="bias"))
+        return b.matmul(x, weight)
+    bias = b.value(bias)
+    return _plus_bias(b, b.matmul(x, weight, rounded=False), bias, b.result_type(x, weight, bias))
 
 
 DECOMPOSITIONS = {

@@ -1,4 +1,11 @@
-"""``rms_norm`` kept whole: ``x * rsqrt(mean(x^2) + eps) * weight``, in float32 for half inputs."""
+"""Normalisations over the last axes of a row, in float32 for half inputs.
+
+``rms_norm`` (kept whole): ``x * rsqrt(mean(x^2) + eps) * weight``. ``native_layer_norm``
+(LayerNorm, what every ``nn.LayerNorm`` lowers to): ``(x - mean) * rsqrt(var + eps) * weight
++ bias`` with the population variance of the deviations, the mean and the reciprocal
+standard deviation as its other two results. Like softmax, each is a row's reductions and
+the elementwise work around them, which the fusion rules make one kernel.
+"""
 
 from __future__ import annotations
 
@@ -36,6 +43,33 @@ def decompose_rms_norm(b: TensorBuilder, node: Node) -> str:
     return b.cast(result, node.type.dtype if node.type else dtype)
 
 
+def decompose_native_layer_norm(b: TensorBuilder, node: Node) -> tuple[str, str, str]:
+    """``(output, mean, rstd)``; the statistics keep the normalised axes with size 1, in the
+    dtype PyTorch gives them (float32 on CUDA, the input's own on the CPU)."""
+    x = tensor(b, node, 0, "input")
+    dtype = b.dtype(x)
+    if not dtype.is_float:
+        raise b.fail(f"layer_norm needs a floating-point tensor, {x} is {dtype.name}")
+    normalized = argument(node, 1, "normalized_shape")
+    rank = len(b.shape(x))
+    if tuple(b.shape(x)[rank - len(normalized):]) != tuple(normalized):
+        raise b.fail(f"layer_norm over {list(normalized)} does not fit {x} of shape {list(b.shape(x))}")
+    axes = list(range(rank - len(normalized), rank))
+    wide = b.cast(x, compute_dtype(dtype), role="acc")
+    mean = b.mean(wide, axes, keepdim=True)
+    deviation = b.binary("sub", wide, mean, role="deviation")
+    variance = b.mean(b.binary("mul", deviation, deviation, role="square"), axes, keepdim=True)
+    rstd = b.unary("rsqrt", b.binary("add", variance, float(argument(node, 4, "eps")), role="eps"))
+    result = b.binary("mul", deviation, rstd, role="normalized")
+    for role, opname, position, name in (("weighted", "mul", 2, "weight"), ("shifted", "add", 3, "bias")):
+        parameter = argument(node, position, name)
+        if parameter is not None:
+            result = b.binary(opname, result, b.value(parameter), role=role)
+    statistics = [t.dtype if t is not None else b.dtype(mean) for t in (node.results + (None,) * 3)[1:3]]
+    return b.cast(result, dtype), b.cast(mean, statistics[0]), b.cast(rstd, statistics[1])
+
+
 DECOMPOSITIONS = {
     "aten.rms_norm.default": decompose_rms_norm,
+    "aten.native_layer_norm.default": decompose_native_layer_norm,
 }

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from lamina.core.hookspecs import hookimpl
 from lamina.plugins.ops import (
-    activations, attention, concat, elementwise, gather, iota, masks, matmul, norms, reductions, structural, views,
+    activations, attention, concat, convolution, division, elementwise, gather, iota, masks, matmul, norms, padding,
+    pooling, reductions, structural, views,
 )
 
 DECOMPOSITIONS = {
@@ -20,6 +21,10 @@ DECOMPOSITIONS = {
     **masks.DECOMPOSITIONS,
     **attention.DECOMPOSITIONS,
     **norms.DECOMPOSITIONS,
+    **padding.DECOMPOSITIONS,
+    **convolution.DECOMPOSITIONS,
+    **pooling.DECOMPOSITIONS,
+    **division.DECOMPOSITIONS,
 }
 """Every built-in decomposition, by the ATen op name that Torch IR prints."""
 

@@ -55,14 +55,23 @@ def decompose_new_full(b: TensorBuilder, node: Node) -> str:
 
 
 def decompose_getitem(b: TensorBuilder, node: Node) -> str:
-    """One result of an op with several (``var_mean``, ``aminmax``)."""
-    return b.results(node.args[0])[node.args[1]]
+    """One result of an op with several (``var_mean``, ``aminmax``).
+
+    A decomposition may leave out results that a compiled program never reads (the
+    random-number state of attention's dropout): reading one is an error that says so."""
+    source, position = node.args[:2]
+    results = b.results(source)
+    if not 0 <= position < len(results):
+        raise b.fail(f"lamina computes {len(results)} result(s) of {source.name}, not result {position}; "
+                     "read only the results listed in the op's decomposition, or keep the op out of the program")
+    return results[position]
 
 
 DECOMPOSITIONS = {
     "aten.clone.default": decompose_identity,
     "aten.alias.default": decompose_identity,
     "aten.detach.default": decompose_identity,
+    "aten.lift_fresh_copy.default": decompose_identity,
     "aten._assert_tensor_metadata.default": decompose_check,
     "aten._to_copy.default": decompose_to_copy,
     "aten.full.default": decompose_full,

@@ -1,4 +1,8 @@
-"""Views: each is one IndexMap that reads the input at an affine function of the output coordinates."""
+"""Views: each is one IndexMap that reads the input at an affine function of the output coordinates.
+
+``split``, ``split_with_sizes`` and ``unbind`` (what ``chunk`` and a fused projection's
+``split`` lower to) give one view per piece: slices, never copies.
+"""
 
 from __future__ import annotations
 
@@ -51,7 +55,36 @@ def decompose_select(b: TensorBuilder, node: Node) -> str:
     return b.select(tensor(b, node), argument(node, 1, "dim"), argument(node, 2, "index"))
 
 
+def _pieces(b: TensorBuilder, x: str, dim: int, sizes) -> tuple[str, ...]:
+    total = b.shape(x)[b.axis(dim, len(b.shape(x)))]
+    if sum(sizes) != total or any(size < 0 for size in sizes):
+        raise b.fail(f"cannot split an axis of {total} into pieces of {list(sizes)}")
+    starts = [sum(sizes[:k]) for k in range(len(sizes))]
+    return tuple(b.slice(x, dim, start, start + size) for start, size in zip(starts, sizes))
+
+
+def decompose_split_with_sizes(b: TensorBuilder, node: Node) -> tuple[str, ...]:
+    return _pieces(b, tensor(b, node), argument(node, 2, "dim", 0), list(argument(node, 1, "split_sizes")))
+
+
+def decompose_split(b: TensorBuilder, node: Node) -> tuple[str, ...]:
+    """Pieces of ``split_size`` along ``dim``, the last one shorter if the size does not divide."""
+    x, size, dim = tensor(b, node), argument(node, 1, "split_size"), argument(node, 2, "dim", 0)
+    total = b.shape(x)[b.axis(dim, len(b.shape(x)))]
+    if size <= 0 and total:
+        raise b.fail(f"split needs a positive piece size, not {size}")
+    return _pieces(b, x, dim, [min(size, total - start) for start in range(0, total, size)] or [0])
+
+
+def decompose_unbind(b: TensorBuilder, node: Node) -> tuple[str, ...]:
+    x, dim = tensor(b, node), argument(node, 1, "dim", 0)
+    return tuple(b.select(x, dim, k) for k in range(b.shape(x)[b.axis(dim, len(b.shape(x)))]))
+
+
 DECOMPOSITIONS = {
+    "aten.split_with_sizes.default": decompose_split_with_sizes,
+    "aten.split.Tensor": decompose_split,
+    "aten.unbind.int": decompose_unbind,
     "aten.view.default": decompose_view,
     "aten._unsafe_view.default": decompose_view,
     "aten.permute.default": decompose_permute,

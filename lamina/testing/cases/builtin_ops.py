@@ -15,7 +15,7 @@ from lamina.testing.cases.database import aten_op, register_cases
 from lamina.testing.cases.samples import Case, T, unary_cases
 
 INTEGERS = ("i32", "i64")
-NUMBERS = FLOAT_DTYPES + INTEGERS
+NUMBERS = FLOAT_DTYPES + INTEGERS + ("i16", "i8", "u8")
 
 
 def binary_cases(rhs: str = "any", number=3, tensors: bool = True, lhs: str = "any", numbers: bool = False) -> list[Case]:
@@ -292,3 +292,5 @@ register_cases("aten.scaled_dot_product_attention.default", [
     Case("cross", (T((2, 3, 17, 8)), T((2, 3, 19, 8)), T((2, 3, 19, 8))), compiled=True),
     Case("causal", (T((1, 2, 9, 16)), T((1, 2, 9, 16)), T((1, 2, 9, 16))), {"is_causal": True}),
 ], dtypes=("f32", "f16", "bf16"))
+
+from lamina.testing.cases import attention_ops, image_ops, integer_ops, model_ops  # noqa: E402,F401 - their cases register on import

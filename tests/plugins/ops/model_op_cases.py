@@ -57,6 +57,22 @@ def norms(x, w, h, hw):
             F.rms_norm(x, (64,)))
 
 
+def layer_norms(x, w, bias, h, hw):
+    return (F.layer_norm(x, (64,), w, bias), F.layer_norm(x, (5, 64), eps=1e-6), F.layer_norm(h, (64,), hw, None))
+
+
+def splits(x, fused, picks):
+    q, k, v = fused.split(16, dim=-1)
+    heads = x.unbind(1)
+    first, rest = x.split([1, 4], dim=1)
+    return (q, k * 2, v, *x.chunk(2, -1), heads[0], heads[1] + heads[4], first, rest, torch.gather(x, 2, picks))
+
+
+def flash_attention_on_the_cpu(q, k, v, bias):
+    return (torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True)[0],
+            *torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=bias, scale=0.5))
+
+
 def fills(s):
     return (torch.zeros(3, 4) + s, torch.ones(3, 4, dtype=torch.int32) + s, torch.zeros_like(s), torch.ones_like(s),
             s.new_zeros(2, 3), s.new_ones((4,)), s.new_full((2, 2), 3.5), torch.full_like(s, 7))
@@ -89,4 +105,12 @@ MODEL_OP_CASES = [
     Case("norms", norms, lambda: (torch.randn(3, 5, 64), torch.randn(64), torch.randn(7, 64, dtype=torch.bfloat16),
                                   torch.randn(64, dtype=torch.bfloat16))),
     Case("fills", fills, lambda: (torch.randn(3, 4),), keep=KEEP_CREATION),
+    Case("layer-norms", layer_norms, lambda: (torch.randn(3, 5, 64), torch.randn(64), torch.randn(64),
+                                              torch.randn(7, 64, dtype=torch.bfloat16),
+                                              torch.randn(64, dtype=torch.bfloat16))),
+    Case("splits", splits, lambda: (torch.randn(3, 5, 6), torch.randn(2, 13, 48), torch.randint(0, 6, (3, 5, 4))),
+         keep=DEFAULT_KEEP + ("aten.split.Tensor", "aten.unbind.int")),
+    Case("flash-attention-on-the-cpu", flash_attention_on_the_cpu, lambda: (
+        torch.randn(2, 4, 13, 16), torch.randn(2, 4, 13, 16), torch.randn(2, 4, 13, 16), torch.randn(13, 13)),
+         keep=DEFAULT_KEEP + ("aten._scaled_dot_product_flash_attention_for_cpu.default",)),
 ]

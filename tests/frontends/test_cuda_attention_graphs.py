@@ -1,0 +1,107 @@
+"""The attention graphs that AOTAutograd writes on CUDA, compiled without a GPU.
+
+On CUDA, ``scaled_dot_product_attention`` reaches a backend as the fused kernel PyTorch
+would run: ``_scaled_dot_product_efficient_attention`` in float32, the cuDNN kernel in
+bfloat16 (what torch 2.11 picked on an H200 for every model of the matrix), the flash
+kernel elsewhere; each with several results, of which the graph reads the first and
+keeps a ``getitem`` for every other. The graphs here are traced as AOTAutograd traces
+them, with fake CUDA tensors, the way Hugging Face's attention calls these ops (keys and
+values repeated per query head, the efficient kernel's mask padded to a multiple of 16
+and sliced back), then compiled by lamina's torch.compile backend and run on the
+simulator with CPU tensors.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from lamina.api import Compiler
+from lamina.bench.measure import relative_error
+from lamina.frontends.torch.dynamo_backend import GraphRunner
+
+aten = torch.ops.aten
+SCALE = 0.25
+
+
+def repeated(kv: torch.Tensor, group: int) -> torch.Tensor:
+    """Hugging Face's ``repeat_kv``: each key/value head repeated for the query heads that share it."""
+    b, heads, length, dim = kv.shape
+    expanded = aten.expand(aten.unsqueeze(kv, 2), [b, heads, group, length, dim])
+    return aten.view(aten.clone(expanded), [b, heads * group, length, dim])
+
+
+def efficient(q, k, v, mask):
+    padded = aten.slice(aten.constant_pad_nd(mask, [0, -mask.shape[-1] % 16]), -1, 0, mask.shape[-1])
+    return aten._scaled_dot_product_efficient_attention(q, repeated(k, 2), repeated(v, 2), padded, False,
+                                                        scale=SCALE)[0]
+
+
+def cudnn(q, k, v, mask):
+    return aten._scaled_dot_product_cudnn_attention(q, repeated(k, 2), repeated(v, 2), mask, False, 0.0, False,
+                                                    False, scale=SCALE)[0]
+
+
+def flash(q, k, v, mask):
+    return aten._scaled_dot_product_flash_attention(q, repeated(k, 2), repeated(v, 2), 0.0, True, scale=SCALE)[0]
+
+
+def with_log_sum_exp(q, k, v, mask):
+    """A graph that reads the log-sum-exp too, as a backward pass would."""
+    results = aten._scaled_dot_product_efficient_attention(q, repeated(k, 2), repeated(v, 2), mask, True,
+                                                           scale=SCALE)
+    return results[0], results[1]
+
+
+def reference(q, k, v, mask, causal=False):
+    q, k, v = (t.double() for t in (q, k, v))
+    k, v = repeated(k, 2), repeated(v, 2)
+    scores = q @ k.transpose(-2, -1) * SCALE + (0 if causal else mask.double())
+    if causal:
+        scores = scores.masked_fill(~torch.ones(scores.shape[-2:], dtype=torch.bool).tril(), -math.inf)
+    return torch.softmax(scores, -1) @ v, torch.logsumexp(scores, -1)
+
+
+def traced_on_cuda(fn, inputs):
+    """``fn`` as AOTAutograd records it for CUDA tensors like ``inputs``."""
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        fakes = [torch.empty(t.shape, dtype=t.dtype, device="cuda") for t in inputs]
+        return make_fx(fn)(*fakes)
+
+
+def attention_inputs(dtype):
+    q = torch.randn(2, 4, 13, 16, dtype=dtype)
+    k, v = torch.randn(2, 2, 13, 16, dtype=dtype), torch.randn(2, 2, 13, 16, dtype=dtype)
+    visible = torch.rand(2, 1, 13, 13) > 0.3
+    visible[..., 0] = True
+    mask = torch.zeros(2, 1, 13, 13, dtype=dtype).masked_fill(~visible, -math.inf)
+    return q, k, v, mask
+
+
+@pytest.mark.parametrize("fn,dtype", [(efficient, torch.float32), (cudnn, torch.bfloat16), (flash, torch.bfloat16),
+                                      (cudnn, torch.float32)], ids=["efficient-f32", "cudnn-bf16", "flash-bf16",
+                                                                    "cudnn-f32"])
+def test_the_fused_attention_ops_compile_as_attention(fn, dtype):
+    inputs = attention_inputs(dtype)
+    graph = traced_on_cuda(fn, inputs)
+    op = {str(n.target) for n in graph.graph.nodes if "attention" in str(n.target)}.pop()
+    assert sum(1 for n in graph.graph.nodes if n.target is operator.getitem) > 1, \
+        f"the traced graph keeps a getitem for every result of {op}"
+    (out,) = GraphRunner(Compiler(), graph, inputs)(*inputs)
+    expected = reference(*inputs, causal=fn is flash)[0]
+    assert out.dtype == dtype and out.shape == expected.shape
+    assert relative_error(out, expected) < (1e-5 if dtype == torch.float32 else 1e-2), op
+
+
+def test_a_graph_that_reads_the_log_sum_exp_gets_it_padded_as_pytorch_pads_it():
+    inputs = attention_inputs(torch.float32)
+    out, lse = GraphRunner(Compiler(), traced_on_cuda(with_log_sum_exp, inputs), inputs)(*inputs)
+    expected_out, expected_lse = reference(*inputs)
+    assert lse.shape == (2, 4, 32) and torch.isinf(lse[..., 13:]).all()
+    assert relative_error(out, expected_out) < 1e-5
+    assert relative_error(lse[..., :13], expected_lse) < 1e-5
