@@ -1,14 +1,22 @@
-"""What a model's forward pass is checked and measured against: eager logits at a wider
+"""What a model's forward pass is checked and measured against: eager results at a wider
 type on the same weights, and the GPU memory that the pass allocates."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 import attrs
 import torch
 
 from lamina.models.builder import CausalLMLogits, cast_floating_state
+
+
+def eager_at(model: torch.nn.Module, inputs: Mapping[str, Any], dtype: torch.dtype) -> Any:
+    """``model(**inputs)`` run eagerly with its floating state and floating inputs cast to
+    ``dtype`` (the model is left as it was)."""
+    wide = {k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in inputs.items()}
+    with cast_floating_state(model, dtype), torch.no_grad():
+        return model(**wide)
 
 
 def reference_dtype(model: CausalLMLogits, dtype: torch.dtype, device: torch.device) -> torch.dtype:

@@ -104,3 +104,13 @@ def test_the_emitted_cuda_is_the_same_in_every_process():
         assert process.returncode == 0, stderr
         outputs.add(stdout)
     assert len(outputs) == 1
+
+
+def test_models_lists_every_architecture_and_prints_the_readme_table(capsys):
+    from lamina.models.architectures import ARCHITECTURES, markdown_table
+
+    assert main(["models"]) == 0
+    listing = capsys.readouterr().out
+    assert all(name in listing for name in ARCHITECTURES)
+    assert main(["models", "--markdown"]) == 0
+    assert capsys.readouterr().out.strip() == markdown_table()
