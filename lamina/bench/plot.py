@@ -1,4 +1,4 @@
-"""``lamina bench --plot``: lamina's speedup per case against each contender, as a PNG.
+"""``lamina bench --plot``: lamina's speedup per case against each contender, as a PNG (kernels and models).
 
 matplotlib is an optional extra (``pip install "lamina[plot]"``).
 """
@@ -27,24 +27,29 @@ def _pyplot():
 
 
 def plot_speedups(results: list[CaseResult], path: Path) -> None:
-    """Horizontal bars from 1x (parity), one group per timed case, on a log axis: losses point left."""
-    plt = _pyplot()
-    from matplotlib.ticker import FuncFormatter
+    """lamina's speedup against each contender, one group of bars per timed case."""
     timed = [r for r in results if r.status == "ok"]
     if not timed:
         raise LaminaError(f"--plot {path}: no case was timed, so there is nothing to draw")
-    contenders = CONTENDERS[1:]
-    height = 0.8 / len(contenders)
-    figure, axes = plt.subplots(figsize=(9, 1.2 + 0.3 * len(timed) * len(contenders)))
-    for k, contender in enumerate(contenders):
-        values = [r.speedup(contender) or float("nan") for r in timed]
-        positions = [row + k * height for row in range(len(timed))]
-        axes.barh(positions, [v - 1.0 for v in values], left=1.0, height=height, label=f"vs {contender}")
-    axes.set_yticks([row + height * (len(contenders) - 1) / 2 for row in range(len(timed))])
-    axes.set_yticklabels([r.case.name for r in timed], fontsize=7)
+    plot_speedup_bars([r.case.name for r in timed],
+                      {f"vs {contender}": [r.speedup(contender) for r in timed] for contender in CONTENDERS[1:]}, path)
+
+
+def plot_speedup_bars(names: list[str], series: dict[str, list[float | None]], path: Path) -> None:
+    """Horizontal bars from 1x (parity), a group per name and a bar per series, on a log axis: losses point left."""
+    plt = _pyplot()
+    from matplotlib.ticker import FuncFormatter
+    height = 0.8 / len(series)
+    figure, axes = plt.subplots(figsize=(9, 1.2 + 0.3 * len(names) * len(series)))
+    for k, (label, speedups) in enumerate(series.items()):
+        values = [v or float("nan") for v in speedups]
+        positions = [row + k * height for row in range(len(names))]
+        axes.barh(positions, [v - 1.0 for v in values], left=1.0, height=height, label=label)
+    axes.set_yticks([row + height * (len(series) - 1) / 2 for row in range(len(names))])
+    axes.set_yticklabels(names, fontsize=7)
     axes.invert_yaxis()
     axes.set_xscale("log")
-    shown = [v for r in timed for c in contenders if (v := r.speedup(c)) is not None] + [1.0]
+    shown = [v for speedups in series.values() for v in speedups if v is not None] + [1.0]
     axes.set_xticks([2.0**k for k in range(-10, 11) if min(shown) / 2 <= 2.0**k <= max(shown) * 2])
     axes.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}x"))
     axes.xaxis.set_minor_formatter(FuncFormatter(lambda x, _: ""))

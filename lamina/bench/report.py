@@ -130,9 +130,9 @@ def gpu_slug(name: str) -> str:
     return known.group(1) if known else re.sub(r"[^a-z0-9]+", "-", plain).strip("-") or "gpu"
 
 
-def default_output(gpu_name: str, today: datetime.date | None = None) -> Path:
+def default_output(gpu_name: str, today: datetime.date | None = None, suite: str = "bench") -> Path:
     today = today or datetime.date.today()
-    return Path("benchmarks") / "results" / f"{today.isoformat()}_{gpu_slug(gpu_name)}_bench.json"
+    return Path("benchmarks") / "results" / f"{today.isoformat()}_{gpu_slug(gpu_name)}_{suite}.json"
 
 
 def reproducing_command(argv: list[str]) -> str:

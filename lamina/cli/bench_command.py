@@ -1,4 +1,5 @@
-"""``lamina bench``: the suite of lamina vs eager PyTorch vs torch.compile, by PERFORMANCE.md's method.
+"""``lamina bench``: the suites of lamina vs eager PyTorch vs torch.compile, by PERFORMANCE.md's method:
+kernels by default, whole models with ``--models``.
 
 ``--list`` works anywhere; running cases needs a CUDA GPU (times are CUDA-graph replays).
 """
@@ -11,8 +12,14 @@ import sys
 from pathlib import Path
 from typing import IO, Callable
 
+import attrs
 import torch
 
+from lamina.bench.model_report import format_model_listing, format_model_table, plot_model_speedups, write_document
+from lamina.bench.model_report import json_document as model_json_document
+from lamina.bench.model_runner import (PLAIN_CALLS, Compilers, Instruments, ModelResult, gpu_instruments,
+                                       run_model_suite)
+from lamina.bench.model_suite import ModelCase, bench_layers, model_cases, parse_layer_overrides
 from lamina.bench.report import ProgressLine, default_output, format_table, json_document, reproducing_command
 from lamina.bench.runner import Timer, cuda_graph_timer, run_suite
 from lamina.bench.suite import DTYPES, SHORT, Case, builtin_suite, check_unique, load_suite_file
@@ -66,6 +73,13 @@ def command_words(args) -> list[str]:
 
 
 def bench_command(args) -> int:
+    if args.models:
+        return models_command(args)
+    only_models = [option for option, given in (("--layers", args.layers), ("--measure-lock", args.measure_lock),
+                                                ("--no-torch-compile", args.no_torch_compile),
+                                                ("--no-per-layer", args.no_per_layer)) if given]
+    if only_models:
+        raise LaminaError(f"{', '.join(only_models)} apply to the model suite: add --models")
     cases = select_cases(args)
     if args.list:
         print(format_listing(cases))
@@ -108,3 +122,78 @@ def execute(args, cases: list[Case], *, device: str, device_name: str, timer: Ti
         plot_speedups(results, Path(args.plot))
         stdout.write(f"plotted {args.plot}\n")
     return 0
+
+
+def select_model_cases(args) -> list[ModelCase]:
+    cases = model_cases(bench_layers(parse_layer_overrides(args.layers or ())))
+    if args.dtype:
+        cases = [c for c in cases if c.dtype == DTYPES[args.dtype]]
+    if args.filter:
+        cases = [c for c in cases if any(matches(c.name, p) for p in args.filter)]
+    if not cases:
+        raise LaminaError("no model case matches --filter/--dtype; lamina bench --models --list shows the cases")
+    return cases
+
+
+def model_command_words(args) -> list[str]:
+    """The options of a --models run, in a canonical order, for the JSON record."""
+    words = ["--models"] + [w for pattern in args.filter or () for w in ("--filter", pattern)]
+    words += [w for item in args.layers or () for w in ("--layers", item)]
+    for option, value in (("--dtype", args.dtype), ("--out", args.out), ("--plot", args.plot)):
+        if value is not None:
+            words += [option, str(value)]
+    if args.replays != DEFAULT_REPLAYS:
+        words += ["--replays", str(args.replays)]
+    if args.measure_lock:
+        words += ["--measure-lock", args.measure_lock]
+    return words + [flag for flag, given in (("--no-torch-compile", args.no_torch_compile),
+                                             ("--no-per-layer", args.no_per_layer)) if given]
+
+
+def models_command(args) -> int:
+    if args.suite_file:
+        raise LaminaError("--suite-file adds kernel cases and does not apply to --models; pick model cases "
+                          "with --filter")
+    cases = select_model_cases(args)
+    if args.list:
+        print(format_model_listing(cases))
+        return 0
+    if args.replays < 1:
+        raise LaminaError(f"--replays {args.replays}: give at least 1 (PERFORMANCE.md's method uses 100 or more)")
+    if args.plot:
+        from lamina.bench.plot import require_matplotlib
+        require_matplotlib()
+    if not torch.cuda.is_available():
+        raise DeviceError("lamina bench --models times models with CUDA graphs and needs a CUDA GPU, but PyTorch sees "
+                          "none; lamina bench --models --list shows the cases, and torch.compile(model, "
+                          "backend=\"lamina\") on CPU tensors runs a model on the simulator")
+    return execute_models(args, cases, device="cuda", device_name=torch.cuda.get_device_name(),
+                          instruments=gpu_instruments(args.replays, args.measure_lock))
+
+
+def execute_models(args, cases: list[ModelCase], *, device: str, device_name: str, instruments: Instruments,
+                   compilers: Compilers = Compilers(), stdout: IO[str] = sys.stdout,
+                   stderr: IO[str] = sys.stderr) -> int:
+    """Run the model ``cases``, print the table, write the JSON record (and the plot); 1 if any failed or mismatched.
+
+    The record is rewritten after every case, so that a run cut short keeps what it measured."""
+    if args.no_torch_compile:
+        compilers = attrs.evolve(compilers, torch_compile=None)
+    contenders = "lamina vs eager" + ("" if compilers.torch_compile is None else " vs torch.compile")
+    stdout.write(f"lamina bench --models: {len(cases)} case(s) on {device_name}: {contenders}, prefill, CUDA-graph "
+                 f"replay (median of {args.replays}) and plain calls (median of {PLAIN_CALLS})\n")
+    out = Path(args.out) if args.out else default_output(device_name, suite="models")
+
+    def record(results: list[ModelResult]) -> None:
+        write_document(out, model_json_document(
+            results, command=reproducing_command(model_command_words(args)), device=device_name, replays=args.replays,
+            per_layer=not args.no_per_layer, torch_compile=compilers.torch_compile is not None))
+
+    results = run_model_suite(cases, device=device, instruments=instruments, compilers=compilers,
+                              per_layer=not args.no_per_layer, progress=ProgressLine(stderr), measured=record)
+    stdout.write(format_model_table(results) + "\n")
+    stdout.write(f"wrote {out}\n")
+    if args.plot:
+        plot_model_speedups(results, Path(args.plot))
+        stdout.write(f"plotted {args.plot}\n")
+    return 0 if all(r.status == "ok" for r in results) else 1

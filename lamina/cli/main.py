@@ -64,16 +64,26 @@ def build_parser() -> argparse.ArgumentParser:
     plugins_parser.add_argument("--stages", action="store_true",
                                 help="only which provider each stage will use under the current config")
     _add_bench_parser(commands)
+    models_parser = commands.add_parser(
+        "models", help="list the architectures lamina compiles whole",
+        description="List the architectures of the model matrix: each one is checked in CI through lamina.compile "
+                    "and torch.compile(backend=\"lamina\"), scaled down, against eager PyTorch.")
+    models_parser.add_argument("--markdown", action="store_true", help="print the README's table of them")
     return parser
 
 
 def _add_bench_parser(commands) -> None:
+    from lamina.bench.model_suite import BENCH_LAYERS  # here: lamina.bench imports lamina.cli's program_spec
+
     bench = commands.add_parser(
         "bench", help="benchmark lamina against eager PyTorch and torch.compile",
-        description="Run the benchmark suite (the kernels of TinyLlama-1.1B and Qwen2.5-7B, and the running "
-                    "example) on the GPU: each case checked against PyTorch in a wider dtype, then timed by "
-                    "CUDA-graph replay against eager PyTorch and torch.compile.",
-        epilog="example: lamina bench --filter 'qwen.*.s2048.fp32' --plot speedups.png",
+        description="Run a benchmark suite on the GPU: each case checked against PyTorch in a wider dtype, then "
+                    "timed against eager PyTorch and torch.compile. By default the kernel suite (the kernels of "
+                    "TinyLlama-1.1B and Qwen2.5-7B, and the running example), timed by CUDA-graph replay; with "
+                    "--models the whole-model suite: prefill of every architecture of the model matrix through "
+                    "torch.compile(model, backend=\"lamina\"), timed by CUDA-graph replay and by plain calls.",
+        epilog="examples: lamina bench --filter 'qwen.*.s2048.fp32' --plot speedups.png; "
+               "lamina bench --models --filter 'llama.b1.*.bf16' --layers llama=4",
     )
     bench.add_argument("--filter", action="append", metavar="PATTERN",
                        help="only cases whose name contains PATTERN, or matches it as a glob (*, ?); repeatable")
@@ -84,8 +94,24 @@ def _add_bench_parser(commands) -> None:
     bench.add_argument("--list", action="store_true", help="print the selected cases and exit (needs no GPU)")
     bench.add_argument("--replays", type=int, default=200, metavar="N", help="CUDA-graph replays per figure (default: 200)")
     bench.add_argument("--out", metavar="PATH",
-                       help="the JSON record (default: benchmarks/results/<date>_<gpu>_bench.json)")
+                       help="the JSON record (default: benchmarks/results/<date>_<gpu>_bench.json, "
+                            "with --models <date>_<gpu>_models.json)")
     bench.add_argument("--plot", metavar="PATH", help="also draw the speedups as a PNG (needs lamina[plot])")
+    models = bench.add_argument_group(
+        "whole models", "prefill of ARCH.bBATCH.sLENGTH.DTYPE cases: every architecture of lamina's model matrix at "
+                        "batch 1 and 8, bf16 and fp32, with random weights (needs pip install \"lamina[models]\")")
+    models.add_argument("--models", action="store_true",
+                        help="run the whole-model suite instead of the kernel suite")
+    models.add_argument("--layers", action="append", metavar="ARCH=N",
+                        help="build N layers of ARCH (default: all of them, except "
+                             f"{', '.join(f'{arch}={n}' for arch, n in BENCH_LAYERS.items())}); repeatable")
+    models.add_argument("--no-torch-compile", action="store_true",
+                        help="leave torch.compile out (its compiles take minutes on big models)")
+    models.add_argument("--no-per-layer", action="store_true",
+                        help="skip the kernels per layer, which compile each contender once more at 1 layer")
+    models.add_argument("--measure-lock", metavar="FILE",
+                        help="hold an exclusive lock on FILE while measuring, so that several bench processes can "
+                             "share one GPU: they compile at once and measure one at a time")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             from lamina.cli.run_command import run_command
             return run_command(args)
+        if args.command == "models":
+            from lamina.cli.models_command import models_command
+            return models_command(args)
         if args.command == "bench":
             from lamina.cli.bench_command import bench_command
             return bench_command(args)
