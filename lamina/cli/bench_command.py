@@ -72,6 +72,15 @@ def command_words(args) -> list[str]:
     return words
 
 
+def check_run_options(args) -> None:
+    """What either suite needs before a long run starts, rather than after it."""
+    if args.replays < 1:
+        raise LaminaError(f"--replays {args.replays}: give at least 1 (PERFORMANCE.md's method uses 100 or more)")
+    if args.plot:
+        from lamina.bench.plot import require_matplotlib
+        require_matplotlib()
+
+
 def bench_command(args) -> int:
     if args.models:
         return models_command(args)
@@ -84,11 +93,7 @@ def bench_command(args) -> int:
     if args.list:
         print(format_listing(cases))
         return 0
-    if args.replays < 1:
-        raise LaminaError(f"--replays {args.replays}: give at least 1 (PERFORMANCE.md's method uses 100 or more)")
-    if args.plot:
-        from lamina.bench.plot import require_matplotlib
-        require_matplotlib()
+    check_run_options(args)
     if not torch.cuda.is_available():
         raise DeviceError("lamina bench times kernels with CUDA graphs and needs a CUDA GPU, but PyTorch sees none; "
                           "lamina bench --list shows the cases, and lamina run --device cpu checks one program "
@@ -158,11 +163,7 @@ def models_command(args) -> int:
     if args.list:
         print(format_model_listing(cases))
         return 0
-    if args.replays < 1:
-        raise LaminaError(f"--replays {args.replays}: give at least 1 (PERFORMANCE.md's method uses 100 or more)")
-    if args.plot:
-        from lamina.bench.plot import require_matplotlib
-        require_matplotlib()
+    check_run_options(args)
     if not torch.cuda.is_available():
         raise DeviceError("lamina bench --models times models with CUDA graphs and needs a CUDA GPU, but PyTorch sees "
                           "none; lamina bench --models --list shows the cases, and torch.compile(model, "

@@ -1,12 +1,12 @@
 """Torch IR -> Tensor IR: every node rewritten by the decomposition registered for its op.
 
-Nodes that no output depends on are dropped first: a graph from AOTAutograd keeps a
-``getitem`` for every result of an op with several, read or not, and lamina's programs
-have no side effects. Before anything is built, every node whose op has no decomposition is collected, so
-that one error lists them all, each with the user's source line. A decomposition
-that crashes is reported as a bug of that decomposition, with the node and the line
-it came from; one that returns a value of the wrong shape or dtype is caught here,
-before any later stage can be misled by it.
+Nodes that no output depends on are dropped first: lamina's programs have no side
+effects, and a graph may keep a ``getitem`` for every result of an op with several,
+read or not. Before anything is built, every node whose op has no decomposition is
+collected, so that one error lists them all, each with the user's source line. A
+decomposition that crashes is reported as a bug of that decomposition, with the node
+and the line it came from; one that returns a value of the wrong shape or dtype is
+caught here, before any later stage can be misled by it.
 """
 
 from __future__ import annotations

@@ -4,12 +4,11 @@ the libraries models come from.
 lamina's programs work on flat lists of tensors; a call's positional and keyword
 arguments are flattened into one (keywords in name order, so that the order a caller
 writes them in does not matter), and the flat outputs are put back into what the
-program returned (a tuple, a ``ModelOutput``, a Hugging Face ``DynamicCache``) with the
-structure that torch.export recorded.
+program returned (a tuple, a ``ModelOutput``, a Hugging Face ``DynamicCache``).
 
-The program is exported returning the leaves of what it returns, and the structure is
-kept aside (``returning_leaves``): rebuilding some containers inside the trace would
-run their own code there (a ``DynamicCache`` creates tensors as it is built, which
+The program is exported returning the leaves of what it returns, and the structure they
+came in is kept aside (``returning_leaves``): rebuilding some containers inside the
+trace would run their own code there (a ``DynamicCache`` creates tensors as it is built, which
 ``run_decompositions`` then fails to account for). Flattening needs the types
 registered with PyTorch's pytree. A Hugging Face language model returns its KV cache
 in a ``DynamicCache``, which ``transformers`` registers only when asked: it is asked

@@ -19,9 +19,6 @@ from lamina.core.ir import dtypes, tensor_ir
 from lamina.core.ir.tensor_builder import TensorBuilder
 from lamina.core.ir.torch_ir import Input, TensorType
 from lamina.models import cast_floating_state
-from lamina.plugins.ops import convolution, padding, pooling
-from tests.plugins.ops.image_op_cases import IMAGE_OP_CASES
-from tests.plugins.ops.lowering import assert_matches, flatten, lower, run
 
 SIDES = (13, 16)
 """13 pixels is a multiple of no tile and odd against the pooling's stride of 2; 16 is a multiple of most."""
@@ -132,24 +129,6 @@ def test_every_kernel_of_the_cnn_compiles_with_nvrtc_for_sm_90():
     compiled = CudaBackend().compile(kernels, "sm_90")
     assert set(compiled) == {k.name for k in kernels.kernels}
     assert all(k.cubin for k in compiled.values())
-
-
-@pytest.mark.parametrize("case", IMAGE_OP_CASES, ids=lambda c: c.id)
-def test_captured_image_ops_match_eager_pytorch(case):
-    captured, program = lower(case.program, case.inputs(), keep=case.keep)
-    inputs = case.inputs()
-    with torch.no_grad():
-        expected = flatten(case.program(*inputs))
-    actual = run(captured, program, inputs)
-    assert len(actual) == len(expected)
-    for k, (a, e) in enumerate(zip(actual, expected)):
-        assert_matches(a, e, f"{case.id} output {k}")
-
-
-def test_the_captured_cases_exercise_every_image_op():
-    used = {node.target for case in IMAGE_OP_CASES for node in lower(case.program, case.inputs())[0].graph.nodes}
-    ours = {**padding.DECOMPOSITIONS, **convolution.DECOMPOSITIONS, **pooling.DECOMPOSITIONS}
-    assert set(ours) - used == set()
 
 
 def _builder(shape) -> TensorBuilder:
