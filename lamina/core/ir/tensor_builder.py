@@ -513,46 +513,6 @@ class TensorBuilder:
         total = self.reduction(self.elementwise(fn, [pairs], role="masked"), [dim + 1], "sum")
         return self.cast(total, target)
 
-    def pad(self, name: str, pads: Sequence[int], value: Scalar) -> str:
-        """``F.pad(x, pads, value=value)``: ``pads`` pairs (before, after) from the last axis back; negative crops.
-
-        An IndexMap reads the input where the output lands on it, its index clamped into
-        the input so that no read falls outside it, then a ``where`` on the output
-        coordinates puts ``value`` in the border. Only axes that grow need either.
-        """
-        src = self.shape(name)
-        if len(pads) % 2 or len(pads) // 2 > len(src):
-            raise self.fail(f"padding {list(pads)} needs one (before, after) pair per axis, at most {len(src)} pairs")
-        before = [0] * len(src)
-        after = [0] * len(src)
-        for k in range(len(pads) // 2):
-            before[-1 - k], after[-1 - k] = pads[2 * k], pads[2 * k + 1]
-        shape = [size + lo + hi for size, lo, hi in zip(src, before, after)]
-        if any(s < 0 for s in shape):
-            raise self.fail(f"padding {list(pads)} leaves {name} of shape {list(src)} with a negative size {shape}")
-        d = tensor_ir.output_vars(len(src))
-        index, inside = [], []
-        for axis, (size, lo, hi) in enumerate(zip(src, before, after)):
-            read = d[axis] - lo
-            if lo > 0:
-                read = ex.op("max", read, 0)
-                inside.append(ex.op("ge", Coord(axis), lo))
-            if hi > 0:
-                read = ex.op("min", read, size - 1)
-                inside.append(ex.op("lt", Coord(axis), lo + size))
-            index.append(read)
-        if 0 in src and 0 not in shape:
-            return self.full(value, shape, self.dtype(name), role="pad")
-        read = self._view(name, index, shape, "padded")
-        if not inside:
-            return read
-        dtype = self.dtype(name)
-        condition = inside[0]
-        for also in inside[1:]:
-            condition = ex.op("and", condition, also)
-        return self.elementwise(ex.op("where", condition, Arg(0, dtype), ex.cast(ex.const(value), dtype)), [read],
-                                role="pad")
-
     # --- reductions ------------------------------------------------------------------
 
     def _axes(self, name: str, dims: int | Sequence[int] | None) -> list[int]:

@@ -26,6 +26,7 @@ from lamina.core.ir.tensor_builder import TensorBuilder, compute_dtype
 from lamina.core.ir.tensor_ir import Arg
 from lamina.core.ir.torch_ir import Node
 from lamina.plugins.ops.arguments import argument, tensor
+from lamina.plugins.ops.padding import pad
 
 
 def per_axis(b: TensorBuilder, values, rank: int, what: str) -> list[int]:
@@ -88,7 +89,7 @@ def decompose_convolution(b: TensorBuilder, node: Node) -> str:
     dtype = b.dtype(x)
     acc = compute_dtype(dtype)
     pads = [p for size in reversed(padding) for p in (size, size)]
-    padded = b.pad(b.cast(x, acc, role="acc"), pads, 0)
+    padded = pad(b, b.cast(x, acc, role="acc"), pads, 0)
     patches = _patches(b, padded, groups, kernel, out_sizes, stride, dilation)
     matrix = b.reshape(b.cast(weight, acc, role="weight_acc"), (groups, *(1,) * (rank - 1), sw[0] // groups, -1))
     product = b.matmul(matrix, patches)

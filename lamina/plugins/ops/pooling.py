@@ -30,6 +30,7 @@ from lamina.core.ir.tensor_ir import Arg, Coord
 from lamina.core.ir.torch_ir import Node
 from lamina.plugins.ops.arguments import argument, tensor
 from lamina.plugins.ops.convolution import per_axis
+from lamina.plugins.ops.padding import pad
 
 
 def _image(b: TensorBuilder, x: str, what: str) -> tuple[int, int]:
@@ -74,7 +75,7 @@ def _windows(b: TensorBuilder, x: str, kernel, stride, padding, dilation, out, f
     pads = []
     for size, k, s, p, d, o in reversed(list(zip(shape[-2:], kernel, stride, padding, dilation, out))):
         pads += [p, (o - 1) * s + (k - 1) * d + 1 - size - p]
-    padded = b.pad(x, pads, fill)
+    padded = pad(b, x, pads, fill)
     lead = len(shape) - 2
     windows = shape[:-2] + tuple(out) + (math.prod(kernel),)
     v = tensor_ir.output_vars(len(windows))

@@ -19,6 +19,7 @@ from lamina.core.ir import dtypes, tensor_ir
 from lamina.core.ir.tensor_builder import TensorBuilder
 from lamina.core.ir.torch_ir import Input, TensorType
 from lamina.models import cast_floating_state
+from lamina.plugins.ops.padding import pad
 
 SIDES = (13, 16)
 """13 pixels is a multiple of no tile and odd against the pooling's stride of 2; 16 is a multiple of most."""
@@ -137,7 +138,7 @@ def _builder(shape) -> TensorBuilder:
 
 def test_padding_reads_in_bounds_and_fills_the_border_from_coordinates():
     b = _builder((4, 5))
-    padded = b.pad("x", [1, 2, 0, -1], 0.5)
+    padded = pad(b, "x", [1, 2, 0, -1], 0.5)
     program = b.program([padded])
     read, fill = (tensor_ir.format_op(o).split(" = ", 1)[1] for o in program.ops)
     assert read == "index_map (d0, d1) -> x[d0, min(max(d1 - 1, 0), 4)]"
@@ -149,8 +150,8 @@ def test_padding_reads_in_bounds_and_fills_the_border_from_coordinates():
 
 def test_a_crop_is_a_view_and_no_padding_is_the_value_itself():
     b = _builder((4, 5))
-    assert b.pad("x", [0, 0, 0, 0], 1.0) == "x"
-    cropped = b.pad("x", [-1, -2], 1.0)
+    assert pad(b, "x", [0, 0, 0, 0], 1.0) == "x"
+    cropped = pad(b, "x", [-1, -2], 1.0)
     assert [type(o).__name__ for o in b.program([cropped]).ops] == ["IndexMap"]
 
 
