@@ -128,9 +128,9 @@ def _transformers_version() -> str | None:
         return None
 
 
-def method(replays: int, per_layer: bool, torch_compile: bool) -> dict[str, Any]:
-    """How every number of the record was measured, in words."""
-    return {
+def method(replays: int, per_layer: bool, torch_compile: bool, shared: bool = False) -> dict[str, Any]:
+    """How every number of the record was measured, in words; ``shared``: under ``--measure-lock``."""
+    found = {
         "prefill": f"one forward pass over the whole input, model(**inputs) as users call it (KV cache on where the "
                    f"model has one), random weights and inputs (seed {SEED})",
         "contenders": "lamina: torch.compile(model, backend='lamina', dynamic=False); eager: the model itself; "
@@ -158,6 +158,11 @@ def method(replays: int, per_layer: bool, torch_compile: bool) -> dict[str, Any]
                    "were measured",
         "replays": replays, "plain_calls": PLAIN_CALLS, "seed": SEED,
     }
+    if shared:
+        found["measure_lock"] = ("other bench processes shared the GPU and the host: each measurement held the lock, "
+                                 "so no time, kernel count or memory peak saw their work, but compile times may "
+                                 "include their competing for the host's cores")
+    return found
 
 
 def _case_record(result: ModelResult) -> dict[str, Any]:
@@ -181,7 +186,7 @@ def _case_record(result: ModelResult) -> dict[str, Any]:
 
 
 def json_document(results: list[ModelResult], *, command: str, device: str, replays: int, per_layer: bool = True,
-                  torch_compile: bool = True, date: str | None = None) -> dict[str, Any]:
+                  torch_compile: bool = True, shared: bool = False, date: str | None = None) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "suite": "models",
@@ -192,7 +197,7 @@ def json_document(results: list[ModelResult], *, command: str, device: str, repl
         "torch": torch.__version__,
         "transformers": _transformers_version(),
         "python": platform.python_version(),
-        "method": method(replays, per_layer, torch_compile),
+        "method": method(replays, per_layer, torch_compile, shared),
         "geomean_speedup": {figure: {c: {"speedup": mean, "cases": cases} for c, (mean, cases) in means.items()}
                             for figure, means in geomean_speedups(results).items()},
         "cases": [_case_record(r) for r in results],

@@ -188,7 +188,8 @@ def execute_models(args, cases: list[ModelCase], *, device: str, device_name: st
     def record(results: list[ModelResult]) -> None:
         write_document(out, model_json_document(
             results, command=reproducing_command(model_command_words(args)), device=device_name, replays=args.replays,
-            per_layer=not args.no_per_layer, torch_compile=compilers.torch_compile is not None))
+            per_layer=not args.no_per_layer, torch_compile=compilers.torch_compile is not None,
+            shared=args.measure_lock is not None))
 
     results = run_model_suite(cases, device=device, instruments=instruments, compilers=compilers,
                               per_layer=not args.no_per_layer, progress=ProgressLine(stderr), measured=record)

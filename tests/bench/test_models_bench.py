@@ -268,6 +268,13 @@ def test_the_record_holds_the_method_versions_and_every_number():
     assert mistral["speedup"]["graph_us"] == {} and "under 0.0001" in mistral["judged_by"]
     assert mismatch["status"] == "mismatch" and mismatch["graph_us"] == {} and mismatch["error_ratio"] == 2.0
     assert failed["status"] == "failed" and failed["message"].endswith("aten.fancy.default")
+    assert "measure_lock" not in document["method"]
+
+
+def test_a_record_of_processes_sharing_the_gpu_says_what_that_means_for_its_compile_times():
+    document = json_document(results(), command="lamina bench --models --measure-lock l", device="NVIDIA H200",
+                             replays=100, shared=True)
+    assert "compile times may include" in document["method"]["measure_lock"]
 
 
 def test_the_plot_has_a_bar_per_contender_and_figure_for_each_timed_case(monkeypatch, tmp_path):

@@ -23,14 +23,21 @@ _MACHINE_EPSILON = {
 """``torch.finfo(dtype).eps``: what ``rms_norm`` adds when no ``eps`` is given."""
 
 
-def decompose_rms_norm(b: TensorBuilder, node: Node) -> str:
+def _normalized(b: TensorBuilder, node: Node, what: str) -> tuple[str, list[int]]:
+    """The input of a norm and the axes it normalises: the last ones, as ``normalized_shape`` says."""
     x = tensor(b, node, 0, "input")
-    dtype = b.dtype(x)
-    if not dtype.is_float:
-        raise b.fail(f"rms_norm needs a floating-point tensor, {x} is {dtype.name}")
-    normalized = argument(node, 1, "normalized_shape")
+    if not b.dtype(x).is_float:
+        raise b.fail(f"{what} needs a floating-point tensor, {x} is {b.dtype(x).name}")
+    normalized = tuple(argument(node, 1, "normalized_shape"))
     rank = len(b.shape(x))
-    axes = list(range(rank - len(normalized), rank))
+    if len(normalized) > rank or tuple(b.shape(x)[rank - len(normalized):]) != normalized:
+        raise b.fail(f"{what} over {list(normalized)} does not fit {x} of shape {list(b.shape(x))}")
+    return x, list(range(rank - len(normalized), rank))
+
+
+def decompose_rms_norm(b: TensorBuilder, node: Node) -> str:
+    x, axes = _normalized(b, node, "rms_norm")
+    dtype = b.dtype(x)
     eps = argument(node, 3, "eps")
     eps = _MACHINE_EPSILON[dtype] if eps is None else eps
     wide = b.cast(x, compute_dtype(dtype), role="acc")
@@ -46,15 +53,8 @@ def decompose_rms_norm(b: TensorBuilder, node: Node) -> str:
 def decompose_native_layer_norm(b: TensorBuilder, node: Node) -> tuple[str, str, str]:
     """``(output, mean, rstd)``; the statistics keep the normalised axes with size 1, in the
     dtype PyTorch gives them (float32 on CUDA, the input's own on the CPU)."""
-    x = tensor(b, node, 0, "input")
+    x, axes = _normalized(b, node, "layer_norm")
     dtype = b.dtype(x)
-    if not dtype.is_float:
-        raise b.fail(f"layer_norm needs a floating-point tensor, {x} is {dtype.name}")
-    normalized = argument(node, 1, "normalized_shape")
-    rank = len(b.shape(x))
-    if tuple(b.shape(x)[rank - len(normalized):]) != tuple(normalized):
-        raise b.fail(f"layer_norm over {list(normalized)} does not fit {x} of shape {list(b.shape(x))}")
-    axes = list(range(rank - len(normalized), rank))
     wide = b.cast(x, compute_dtype(dtype), role="acc")
     mean = b.mean(wide, axes, keepdim=True)
     deviation = b.binary("sub", wide, mean, role="deviation")
