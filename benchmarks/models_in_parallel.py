@@ -1,0 +1,79 @@
+"""The whole-model suite as many ``lamina bench --models`` processes sharing one GPU, then one record.
+
+    python benchmarks/models_in_parallel.py --processes 12 --out MERGED.json \\
+        --filter '*.s128.*' --filter 'vit.b8.*' [--parts DIR] [--replays 100]
+
+Each selected case runs in a process of its own (a crash loses that case alone), at most
+``--processes`` at once: the cases of the first ``--filter`` first, and within each filter's
+cases the costliest first, so that the last to finish are short. The processes
+compile at once and take turns to measure (``--measure-lock``): no timing, kernel count or memory
+peak sees another process's work. Each case's record lands in ``--parts`` as it finishes, and the
+merged record (``merge_model_results.py``) is rewritten after every case, so a run cut short keeps
+what it measured. A GPU test run can share the turns: ``flock PARTS/lock python -m pytest -m gpu``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import fnmatch
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from merge_model_results import merge
+
+from lamina.bench.model_suite import bench_layers, model_cases
+
+COMPILE_WEIGHT = {"qwen3": 6.0, "llama": 3.5}
+"""How much longer than a typical architecture each takes to compile (measured: Qwen3's 28 layers
+about 6x GPT-2's 12)."""
+
+
+def cost(case) -> float:
+    """A rough order for the queue: compile work, plus the measured work of long, wide inputs."""
+    return COMPILE_WEIGHT.get(case.arch.name, 1.0) + case.batch * case.length / 4096
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--filter", action="append", required=True, metavar="PATTERN")
+    parser.add_argument("--processes", type=int, default=8)
+    parser.add_argument("--replays", type=int, default=100)
+    parser.add_argument("--parts", default=None, help="where each case's record goes (default: beside --out)")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    def tier(case) -> int:
+        return next((k for k, p in enumerate(args.filter) if fnmatch.fnmatchcase(case.name, p)), -1)
+
+    cases = [c for c in model_cases(bench_layers()) if tier(c) >= 0]
+    cases.sort(key=lambda c: (tier(c), -cost(c)))
+    parts = Path(args.parts or Path(args.out).with_suffix(".parts"))
+    parts.mkdir(parents=True, exist_ok=True)
+    lock = parts / "lock"
+    merging = threading.Lock()
+    start = time.time()
+
+    def run(case) -> str:
+        record = parts / f"{case.name}.json"
+        command = ["lamina", "bench", "--models", "--filter", case.name, "--replays", str(args.replays),
+                   "--measure-lock", str(lock), "--out", str(record)]
+        with open(parts / f"{case.name}.txt", "w") as log:
+            code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
+        with merging:
+            found = [json.loads(p.read_text()) for p in sorted(parts.glob("*.json"))]
+            if found:
+                Path(args.out).write_text(json.dumps(merge(found), indent=2) + "\n")
+        return f"{time.time() - start:7.0f} s  {case.name}: exit {code}"
+
+    print(f"{len(cases)} case(s) in {args.processes} processes", flush=True)
+    with concurrent.futures.ThreadPoolExecutor(args.processes) as pool:
+        for done in concurrent.futures.as_completed([pool.submit(run, case) for case in cases]):
+            print(done.result(), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
