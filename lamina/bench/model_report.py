@@ -160,8 +160,8 @@ def method(replays: int, per_layer: bool, torch_compile: bool, shared: bool = Fa
     }
     if shared:
         found["measure_lock"] = ("other bench processes shared the GPU and the host: each measurement held the lock, "
-                                 "so no time, kernel count or memory peak saw their work, but compile times may "
-                                 "include their competing for the host's cores")
+                                 "so no CUDA-graph time, kernel count or memory peak saw their work, but plain-call "
+                                 "and compile times may include their competing for the host's cores")
     return found
 
 
