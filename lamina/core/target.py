@@ -24,7 +24,7 @@ class Target:
     """fp32 multiply-add throughput on the CUDA cores, as cuBLAS SGEMM reaches it (FLOP per microsecond)."""
     tf32_tensor_flops_per_us: float = 318e6
     """tf32 multiply-add throughput on the tensor cores through ``mma.sync`` m16n8k8 with
-    operands in registers (FLOP per microsecond), as ``benchmarks/mma_rate_experiment.py``
+    operands in registers (FLOP per microsecond), as ``experiments/tensor_cores/mma_rate_experiment.py``
     measured it on the H200."""
     tf32_wgmma_flops_per_us: float = 355e6
     """tf32 multiply-add throughput on the tensor cores through Hopper's ``wgmma`` (FLOP per

@@ -24,9 +24,9 @@ DIVISION_OPTIONS = ("--prec-div=false",)
 """fp32 division and reciprocals as the fast approximations ``div.full.f32`` (within 2 ulp)
 and ``rcp.approx.f32`` (within 1 ulp), as Triton, and so torch.compile, emits them, rather
 than IEEE round-to-nearest, whose sequence checks its operands and branches to a slow path.
-On the H200 that sequence made the S = 1 silu(gate) * up, a reciprocal per element, take 1.6
-us in a CUDA graph where torch.compile's took 1.4; with this option 1.4 and 1.5
-(``benchmarks/results/2026-11-30_h200_nvrtc_division_options.txt``). Subnormals are kept.
+On the H200 that sequence made the S = 1 silu(gate) * up, a reciprocal per element, slower
+than torch.compile's; with this option it is as fast (``experiments/division/``). Subnormals
+are kept.
 Options a backend is built with come later and win: ``--prec-div=true`` restores IEEE division."""
 
 INSTALL_NVRTC = "pip install nvidia-cuda-nvrtc cuda-python (nvidia-cuda-nvrtc-cu12 for CUDA 12)"

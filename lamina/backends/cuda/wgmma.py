@@ -6,8 +6,7 @@ from the address where the operand's first row starts; the hardware applies the 
 the addresses itself, so a descriptor takes the first element's unswizzled place, while
 every ordinary access of a swizzled array goes to the swizzled one (``lamina_swizzled_N``).
 With A from registers, each thread passes its four values of A as 32-bit registers.
-The inline PTX is that of ``benchmarks/wgmma_experiment.py`` and
-``benchmarks/score_sweep_experiment.py``, measured on the H200.
+The inline PTX is that of ``experiments/tensor_cores/wgmma_experiment.py``, measured on the H200.
 
 wgmma and its fence, commit and wait exist only in ``sm_90a``, Hopper's architecture-specific
 target, whose cubins run on sm_90 GPUs and no others: ``kernel_arch`` picks it for the kernels

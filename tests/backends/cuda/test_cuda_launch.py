@@ -93,7 +93,7 @@ def test_kernels_that_overlap_the_previous_one_read_what_it_wrote(tmp_path):
     """A chain of launches, each reading the previous one's output backwards while its own
     launch overlaps that kernel, directly and replayed from a CUDA graph: its first blocks read
     what the other kernel's last blocks write, and the poisoned buffers show any early read.
-    Without the wait, 3 replays of 20 read early (``benchmarks/dependent_launch_race_check.py``)."""
+    Without the wait, 3 replays of 20 read early (``experiments/dependent_launch/``)."""
     n = (1 << 22) + 3
     kernel = launchable(OverlapWithPreviousKernel().apply(kernels.reversed_halves(n), SM90), tmp_path)
     kernel.prepare()

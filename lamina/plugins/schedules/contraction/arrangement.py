@@ -10,7 +10,7 @@ elements, so the squarest patch reads the fewest. CUDA numbers threads x fastest
 block 16 threads wide makes warps of 2 x 16 threads, which read 16 + 128 elements with
 8 x 8 tiles where 4 x 8 patches read 32 + 64. On the H200, TinyLlama's o projection at
 M = 2048 had no shared-memory bank conflicts in 4 x 8 patches (64 thousand in 2 x 16) and
-fewer warps waiting on shared loads (``benchmarks/results/2026-11-30_h200_ncu_linear_o_s2048_warp_patches.txt``).
+fewer warps waiting on shared loads.
 
 Blocks resident at once share operand tiles in L2 only where they share block rows or
 columns. In CUDA's order a wave of blocks spans few rows of the grid and many columns, so
@@ -19,8 +19,7 @@ first makes a wave a squarer patch of the grid.
 
 Together the two made seven of the eight M = 2048 linears of the benchmark suite 0.3 to
 2.6 % faster (Qwen2.5-7B's gate/up projection, 4736 blocks in 18 waves, the most) and
-Qwen's down projection 0.3 % slower (``…_bench_float32_arranged.json`` against
-``…_bench_linears_s2048_cuda_order.json``, both 2026-11-30).
+Qwen's down projection 0.3 % slower (``experiments/contraction_tiling/``).
 """
 
 from __future__ import annotations

@@ -10,13 +10,11 @@ On the H200, spread over the first half of the steps, the twelve fp32 linears of
 benchmark suite that were tried, whose blocks run 16 k-tiles or more, took 0.4 to 9 % less
 time than with the copies issued at once; spread over every step, ten of them 19 to 31 % more,
 over a quarter of the steps up to 6 % more; and the attention scores' products, of 4 and 8
-k-tiles, 1.8 and 2.7 % more spread over half
-(``benchmarks/spread_copies_experiment.py``,
-``benchmarks/results/2026-11-30_h200_spread_copies_experiment.txt``). With the rule in place,
-of the three linears whose split-K slices differ in length, which the experiment could not
-edit, Qwen's o and down projections at 128 rows ran as fast and 1.5 % faster, and
-TinyLlama's gate and up projections 2 % slower (``…_spread_copies_unequal_slices.txt``,
-alternating with ``LAMINA_KNOB_COPY_STEPS=0``).
+k-tiles, 1.8 and 2.7 % more spread over half. With the rule in place, of the three
+linears whose split-K slices differ in length, which the experiment could not edit, Qwen's
+o and down projections at 128 rows ran as fast and 1.5 % faster, and TinyLlama's gate and
+up projections 2 % slower, alternating with ``LAMINA_KNOB_COPY_STEPS=0``
+(``experiments/contraction_tiling/``).
 """
 
 from __future__ import annotations

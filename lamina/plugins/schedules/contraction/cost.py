@@ -11,8 +11,7 @@ rule, and any knob may be pinned instead. On Hopper, a float32 product of two op
 stored K-major also gets the settings of Hopper's ``wgmma`` (``warpgroup_products``: blocks
 of 64 or 128 by 64 or 128), which on the H200 ran every linear of the suite and both
 attention-score products faster than the FMA kernels (those took 1.14 to 1.41x as long), the
-linears closer to float64 than cuBLAS
-(``benchmarks/results/2026-11-30_h200_tensor_core_experiment_wgmma.json``).
+linears closer to float64 than cuBLAS (``experiments/tensor_cores/``).
 ``tensor_cores = 0`` keeps FMAs; ``tensor_cores = 1`` runs ``mma.sync`` (``tensor_cores``),
 whose three tf32 products ran no faster than the FMA kernels, as
 ``TENSOR_CORE_EFFICIENCY`` records, and which the model uses only where it is pinned.
@@ -82,7 +81,7 @@ TENSOR_CORE_EFFICIENCY = {4: 0.12, 16: 0.28, 64: 0.43}
 """Fraction of a third of ``Target.tf32_tensor_flops_per_us`` (three products per multiply-add)
 that tensor-core products reach, by the outputs in a thread's register tile. On the H200,
 8 x 8 tiles in 64 x 128 blocks ran the suite's M = 2048 linears at about 46 TFLOP/s and 4 x 4
-tiles at about 30 (``benchmarks/results/2026-11-30_h200_tensor_core_experiment*.json``);
+tiles at about 30 (``experiments/tensor_cores/``);
 2 x 2 was not measured and is put at the same share of 4 x 4 as with FMAs."""
 WGMMA_EFFICIENCY = {(128, 64): 0.77, (128, 128): 0.95, (64, 64): 0.65, (64, 128): 0.77}
 """Fraction of a third of ``Target.tf32_wgmma_flops_per_us`` that a block's k-tiles reach, by
@@ -91,9 +90,7 @@ and two score products in each of the four blocks on the H200. The model gives t
 within 4.4 % on average; on eight of the ten products it ranks the fastest measured block
 first, on Qwen's scores one that took 1.2 % longer, and on TinyLlama's qkv projection, where it
 puts the two 128-row blocks within 0.5 % of each other, one that took 5.0 % longer
-(``benchmarks/wgmma_cost_check.py`` on
-``benchmarks/results/2026-11-30_h200_wgmma_blocks_overlapped_b_split.json`` and
-``…_tensor_core_experiment_wgmma_overlapped_b_split.json``). A block of two warpgroups shares
+(``experiments/tensor_cores/wgmma_cost_check.py`` prints the comparison). A block of two warpgroups shares
 each k-tile of B between them, and a wider wgmma reads each value of A for more columns."""
 WGMMA_BLOCK_US = 1.25
 """What a wgmma block costs besides its k-tiles, per 128 x 64 of its tile, which blocks
@@ -145,7 +142,7 @@ def warps_to_feed_fma(choices: Choices) -> int:
 
     On the H200, M = 128 linears in blocks of four warps with 8 x 8 register tiles, one
     block per SM, ran about 90 % as fast per SM as blocks of eight warps, where eight were
-    assumed to be needed (``benchmarks/results/2026-11-29_h200_split_k_tiling_sweep.json``).
+    assumed to be needed (``experiments/contraction_tiling/``).
     """
     return 4 if choices.thread_m * choices.thread_n >= 64 else WARPS_TO_FEED_FMA
 
@@ -156,7 +153,7 @@ def block_reuse_efficiency(choices: Choices) -> float:
 
     With 8 x 8 register tiles on the H200, 64 x 64 blocks (in two k-splits) ran ~15 % slower
     per SM than 128 x 64 and 128 x 128 blocks, which ran alike
-    (``benchmarks/results/2026-11-29_h200_split_k_tiling_sweep.json``): 7 % from here, the
+    (``experiments/contraction_tiling/``): 7 % from here, the
     rest from ``K_SPLIT_COST``.
     """
     reuse = choices.block_m * choices.block_n / (choices.block_m + choices.block_n)
@@ -195,10 +192,9 @@ def default_buffers(c: Contraction, block_m: int, block_n: int, block_k: int, ta
     On the H200, in two alternating runs of each, two buffers instead of three made the sixteen
     fp32 linears of the benchmark suite 1.1 % faster in the geomean (0 to 5 % faster on
     fourteen, 1.3 and 0.2 % slower on two) and the attention scores at S = 2048 0.6 to 1.0 %
-    faster (``benchmarks/results/2026-11-30_h200_buffers_sweep.json``, ``…_buffers_scores.txt``):
-    a k-tile of those blocks' arithmetic takes microseconds, longer than a copy's trip to memory.
+    faster: a k-tile of those blocks' arithmetic takes longer than a copy's trip to memory.
     The bf16 ones, whose 2-byte elements are copied through registers, ran 2 to 9 % slower
-    with two (``…_bench_bfloat16_two_buffers.json`` against ``…_bench_bfloat16_early_reads.json``).
+    with two (``experiments/contraction_tiling/``).
     """
     k_tiles = math.ceil(c.reduce_extent / block_k)
     if k_tiles == 1:

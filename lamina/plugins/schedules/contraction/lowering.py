@@ -482,7 +482,7 @@ class ContractionWriter:
         shifts every k-tile. On the H200 the counters and the copies' folded address offsets
         (``lamina.backends.cuda.codegen``) together made M = 2048 linears 3 to 4 % faster;
         the counters alone made two of them 9 % slower, so measure both before changing
-        either (``benchmarks/results/2026-11-30_h200_copy_addressing_*.json``).
+        either (``experiments/contraction_tiling/``).
         """
         buffers = self._buffers
         if buffers & (buffers - 1) == 0:

@@ -48,13 +48,12 @@ underrate splits: Qwen's gate and up projections at 128 rows are estimated 9 % f
 split and measured 29 % faster; its qkv, o and down projections at 2048 rows, in two
 slices of 128 x 128 blocks, are estimated 1.7 to 3.4 % faster than the unsplit 64 x 128
 blocks and measured 4 to 6 % faster, where TinyLlama's down projection, estimated slower
-split, measured 1 % slower (``benchmarks/results/2026-11-30_h200_split_k_sweep_m2048*.json``)."""
+split, measured 1 % slower (``experiments/contraction_tiling/``)."""
 MAX_PARTIAL_BYTES = 80 * 1024 * 1024
 """The partial sums are memory the unsplit program never needs. Qwen2.5-7B's gate and up
 projections at 128 rows take 4 slices, 74 MiB of partial sums, and run 1.29x faster than
-unsplit on the H200 (846 against 1090 us; the model's fp32 weights take 30 GB); a split
-that needs more than this bound takes fewer slices, or none
-(``benchmarks/results/2026-11-29_h200_split_k_tiling_sweep.json``)."""
+unsplit on the H200 (the model's fp32 weights take 30 GB); a split that needs more than this
+bound takes fewer slices, or none (``experiments/contraction_tiling/``)."""
 COMBINE = UnrolledReductionSchedule()
 
 

@@ -10,8 +10,7 @@ with the k-steps' products added into the accumulators on the tensor cores, the 
 linears came out 10 to 100 times further from a float64 product than cuBLAS's float32
 ones (K = 2048 to 18944). Each step's three products are therefore summed from zero on
 the tensor cores and added to the accumulators with float32 additions, which round to
-nearest; then they came out as close as cuBLAS's or closer
-(``benchmarks/results/2026-11-30_h200_tensor_core_experiment*.json``).
+nearest; then they came out as close as cuBLAS's or closer.
 
 A warp computes its threads' register tiles as PTX lays out an m16n8k8 accumulator: a
 warp is a patch of 8 x 4 threads, thread (g, t) owning rows ``g`` and ``g + 8`` of each
@@ -27,9 +26,8 @@ products, but the kernels reached about 46, as fast as the FMA kernels and no fa
 Nsight Compute found the warps waiting on fixed-latency results (the mma's chain into each
 step's sum, the pieces' arithmetic) and on the fragments' shared-memory reads, not on the
 tensor cores. Capping registers for more warps, deeper k-tiles and interleaving the mma of
-several accumulators made them no faster (``benchmarks/tensor_core_occupancy_experiment.py``,
-``…_tensor_core_experiment_k32.json``, ``…_interleaved.json``). So the cost model uses them
-only where ``tensor_cores = 1`` is pinned (``docs/performance.md`` has the figures).
+several accumulators made them no faster. So the cost model uses them only where
+``tensor_cores = 1`` is pinned (``experiments/tensor_cores/`` has the figures).
 """
 
 from __future__ import annotations

@@ -18,13 +18,12 @@ than cuBLAS's FMAs do.
 
 A from registers keeps shared memory's traffic down: A's split pieces are neither written
 back nor read by the tensor cores from there, so a k-tile moves about 40 % fewer bytes
-through shared memory in a 128 x 64 block (112 KB against 192, counted). On the H200 it took 5 to 25 % off every product of
-the suite (``benchmarks/results/2026-11-30_h200_tensor_core_experiment_wgmma_a_in_registers.json``
-against ``…_wgmma_vector_split.json``). B's split of each k-tile runs while the wgmma of the
-k-tile before still run, its small pieces in two halves of their array taken in turn: in
+through shared memory in a 128 x 64 block (112 KB against 192, counted). On the H200 it
+took 5 to 25 % off every product of the suite. B's split of each k-tile runs while the wgmma
+of the k-tile before still run, its small pieces in two halves of their array taken in turn: in
 128 x 64 blocks that took another 2.5 to 7 % off the M = 2048 linears and up to 2 % off the
-scores' products (``…_tensor_core_experiment_wgmma_overlapped_b_split.json``), and made
-128 x 128 blocks, one per SM, the fastest for the linears (87 to 98 TFLOP/s in the suite).
+scores' products, and made 128 x 128 blocks, one per SM, the fastest for the linears (87 to
+98 TFLOP/s in the suite).
 
 The accumulators of a warpgroup lie in its threads as in ``mma.sync``'s m16n8 tiles, so
 the block's threads are the same 8 x 4 warp patches with 2 x (BN / 4) register tiles, and
@@ -34,8 +33,8 @@ m-side operand's rows are staged in that order (``staged_row``), so the wgmma's 
 is the block's row ``staged_row(r)``.
 
 A hand-written kernel of this design, with both operands split in shared memory, ran the
-suite's M = 2048 linears at 1.39 to 1.77x cuBLAS SGEMM, each closer to float64
-(``benchmarks/wgmma_experiment.py``, ``benchmarks/results/2026-11-30_h200_wgmma_experiment.json``).
+suite's M = 2048 linears at 1.39 to 1.77x cuBLAS SGEMM, each closer to float64; every
+measurement of this design is in ``experiments/tensor_cores/``.
 """
 
 from __future__ import annotations

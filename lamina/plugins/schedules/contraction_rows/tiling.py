@@ -13,9 +13,8 @@ distributed shared memory.
 Where the product can run on wgmma (``warpgroup_products``: Hopper, float32), it does, and
 the threads hold the wgmma's accumulators: four lanes of a warp span a row of each block,
 and a block of 64 or 128 columns, or a cluster of them, spans the row. On the H200 that
-took TinyLlama's and Qwen's attention scores at S = 128 from 5.5 and 8.5 us on the CUDA
-cores to 4.9 and 6.1 in the suite (``benchmarks/results/2026-11-30_h200_bench_float32_wgmma_rows.json``
-against ``…_bench_float32_wgmma_blocks_fitted.json``). Rows longer than
+took 11 and 28 % off TinyLlama's and Qwen's attention scores at S = 128 in the suite
+(``experiments/attention_scores/``). Rows longer than
 ``MAX_FUSED_WGMMA_ROW_LENGTH``, up to ``MAX_LAST_BLOCK_ROW_LENGTH``, go in bands instead of
 clusters (``last_block``): each block stores its elements, and the last block of each band
 of rows to finish reads them back and reduces them. The contraction's cost model chooses
@@ -45,21 +44,16 @@ LANES = 32
 MAX_ROW_LENGTH = 256
 """Rows up to this long are kept in the registers of one block, 8 columns per lane. On the
 H200 one kernel beat the contraction and the softmax apart by 1.3-1.4x at 256 columns for
-both models' attention scores; at 512 in one block it won for TinyLlama's (d = 64: 44.9
-against 53.8 us) but lost for Qwen's (d = 128: 79.4 against 70.3 us), each at its fastest
-block (``benchmarks/results/2026-11-29_h200_scores_rows_*.json``)."""
+both models' attention scores; at 512 in one block it won for TinyLlama's (d = 64) but lost
+for Qwen's (d = 128), each at its fastest block (``experiments/attention_scores/``)."""
 CLUSTER_COLUMNS = 256
 """Past ``MAX_ROW_LENGTH``, each block of a cluster holds this many columns of a row, 8 per lane."""
 MAX_BLOCKS_PER_ROW = 4
-"""Rows are spread over clusters of up to this many blocks. Against the contraction and the
-softmax apart on the H200 (``…_scores_rows_cluster_shuffled.json``,
-``…_scores_rows_cluster_two_kernels.json``): 512 columns in 2 blocks, 42.7 against 52.2 us
-(TinyLlama) and 74.6 against 70.7 (Qwen); 1024 in 4, 173.6 against 192.9 and 255.1 against
-264.6. 2048 in 8 took 721.7 against 715.6 and 1004.9 against 978.7 us
-(``…_scores_s2048_cluster_shuffled.json``, two kernels in ``…_bench_float32_split_k_model.json``),
-and no other block was faster (``…_scores_s2048_cluster_block_m*.json``): the softmax and the
-cluster's exchanges add a third to the product's instructions, and every block waits at each
-of three cluster barriers for the slowest of eight (``…_ncu_scores_s2048_*.txt``)."""
+"""Rows are spread over clusters of up to this many blocks. On the H200, against the
+contraction and the softmax apart, 1024 columns in clusters of 4 were faster for both models'
+scores; 2048 in clusters of 8 were slower in every block size: the softmax and the cluster's
+exchanges add a third to the product's instructions, and every block waits at each of three
+cluster barriers for the slowest of eight (``experiments/attention_scores/``)."""
 MAX_CLUSTER_ROW_LENGTH = MAX_BLOCKS_PER_ROW * CLUSTER_COLUMNS
 """Longer rows stay two kernels, the contraction and the row reduction, unless their products
 run on wgmma."""
@@ -69,12 +63,9 @@ rows up to this long are one kernel."""
 MAX_FUSED_WGMMA_ROW_LENGTH = kernel_ir.MAX_PORTABLE_CLUSTER_BLOCKS * max(warpgroup_products.BLOCK_NS)
 """Where the products can run on wgmma and ``tensor_cores`` is not pinned, a cluster has at most
 ``MAX_PORTABLE_CLUSTER_BLOCKS`` blocks, and longer rows go in bands (``in_bands``). On the H200 clusters
-of 16 lost to the two kernels: 592.8 to 674.5 us against 562.8 for TinyLlama's scores at
-S = 2048, 716.7 to 766.8 against 658.8 for Qwen's; clusters of 8 at S = 1024 won, 135.0
-against 147.9 and 163.4 against 174.5 in blocks of 64 x 128
-(``benchmarks/results/2026-11-30_h200_wgmma_rows_experiment_blocks.txt``). Clusters of 16
-of those blocks hold 85 % of the blocks the H200's SMs hold at once, clusters of 8 91 %
-(``…_cluster_occupancy_experiment.txt``)."""
+of 16 lost to the two kernels by 5 to 20 % on both models' scores at S = 2048; clusters of 8
+at S = 1024 won by 6 to 9 % in blocks of 64 x 128. Clusters of 16 of those blocks hold 85 %
+of the blocks the H200's SMs hold at once, clusters of 8 91 % (``experiments/attention_scores/``)."""
 LAST_BLOCK_KNOB = "last_block"
 """1: the blocks along a row store their part of it and the last of each band to finish
 reduces the band's rows (``last_block``); 0: clusters hold the rows."""
@@ -85,7 +76,7 @@ MAX_FUSED_ROW_LENGTH = max(MAX_WGMMA_ROW_LENGTH, MAX_LAST_BLOCK_ROW_LENGTH)
 CLUSTER_WAIT = 0.1
 """How much longer a block's work takes for each further block of its cluster: every block waits
 at the row's cluster barriers (three for a softmax) for the slowest of them. Fitted to the
-scores' rows on wgmma on the H200 (``…_wgmma_rows_experiment_blocks.txt``), where the
+scores' rows on wgmma on the H200 (``experiments/attention_scores/``), where the
 contraction's estimates fell 0.5 to 2.2 times short of the measured times, more the more
 blocks a cluster had: with it the model ranks first the fastest of the four blocks for both
 models' scores at S = 128, 512 and 1024, and Qwen's at 256."""
@@ -220,10 +211,8 @@ def in_bands(rows: ContractionRows, pinned: Mapping[str, int], wgmma: bool, band
     where no cluster may hold a row (``too_long``), the band can (``band_problem``), and the band
     skips whatever elements a mask fixes (``last_block.skipped_elements``). Apart, the product and
     the softmax skip the masked elements' stores and reads; in bands that skipped only the
-    product, the suite's causal scores at S = 2048 took 455.0 and 502.9 us on the H200, against
-    404.8 and 465.3 apart (``benchmarks/results/2026-11-30_h200_bench_float32_last_block_scores.txt``,
-    ``…_bench_float32_wgmma_rows.txt``); skipping the stores and the reads too, 374.4 and 445.7,
-    against 402.6 and 457.4 apart (``…_last_block_causal_scores.txt``)."""
+    product, the suite's causal scores at S = 2048 took 8 to 12 % longer on the H200 than
+    apart; skipping the stores and the reads too, 3 to 7 % less (``experiments/attention_scores/``)."""
     if band_pin is not None:
         return bool(band_pin)
     return (too_long(rows, pinned, wgmma) is not None and band_problem(rows, wgmma) is None
@@ -287,8 +276,7 @@ def band_read_back_us(rows: ContractionRows, target: Target) -> float:
     """The bands' last blocks' pass, after the product: every element of the product read back
     (even those that a mask lets them skip, ``last_block.skipped_elements``) and its result
     stored, at the memory's bandwidth. On the H200 the pass took 0.7 to 0.8 of this (the scores
-    at S = 2048: 200 and 156 us beyond the product alone, against 252 and 220), as it overlaps
-    other bands' products and reads some elements from L2."""
+    at S = 2048), as it overlaps other bands' products and reads some elements from L2."""
     c = rows.contraction
     elements = math.prod(c.extents[v] for v in (*c.batch, c.m, c.n))
     return 2 * elements * rows.element.dtype.itemsize / target.memory_bytes_per_us

@@ -8,7 +8,7 @@ coalesced access per warp). By default a thread handles one vector in one step a
 grid has a block for every ``threads`` vectors: on the H200 that beat the grid capped at
 what the SMs hold at once, with several vectors per thread, by 10% on fp32 silu(gate) * up
 at 2048 tokens and 5% on RoPE, cold
-(``benchmarks/results/2026-11-29_h200_memory_bound_sweep.json``).
+(``experiments/memory_bound/``).
 
 Knobs the user may pin: ``vector_width`` (a power of two dividing the innermost
 extent), ``vectors_per_thread`` (1 to 8), ``threads`` (a multiple of the warp, at

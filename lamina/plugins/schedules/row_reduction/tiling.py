@@ -11,10 +11,9 @@ block to itself. A row read by more than one loop is kept in registers when it f
 one pass over memory instead of one per loop. With fewer rows than SMs, the reads that
 only the loops after a reduction make (RMSNorm's weight) are then loaded with the row
 where they fit too (``early_reads``), so that the row does not wait for memory twice. On
-the H200 that took the RMSNorms of one row 2 to 10 % faster (TinyLlama's from 1.76 to 1.58
-us); with a row per SM or more, other rows hide that wait, and loading early made
-TinyLlama's S = 2048 norms 3 to 4 % slower, 9 % cold for add + RMSNorm
-(``benchmarks/results/2026-11-30_h200_rmsnorm_early_reads*``).
+the H200 that took the RMSNorms of one row 2 to 10 % faster; with a row per SM or more,
+other rows hide that wait, and loading early made TinyLlama's S = 2048 norms 3 to 4 %
+slower, 9 % cold for add + RMSNorm (``experiments/memory_bound/``).
 
 Knobs the user may pin: ``threads`` (per row), ``rows_per_block``, ``row_in_registers``,
 ``early_reads`` and ``vector_width`` (a power of two up to 16 that divides the row, 1 for
@@ -45,9 +44,8 @@ ELEMENTS_PER_THREAD = 8
 """A block per row is sized so that each thread owns at most this many elements of a row it
 keeps in registers, and at least this many of a row it reads once: there each thread has more
 loads in flight, and fewer threads wait at the block's reduction. On the H200 that took
-TinyLlama's down projection of one token (rows of 5632) from 1024 threads to 512, and from
-15.6 to 13.0 us cold; Qwen's qkv projection from 512 to 256, 21.1 to 19.4 us
-(``benchmarks/results/2026-11-30_h200_linear_s1_sweep.json``)."""
+TinyLlama's down projection of one token (rows of 5632) from 1024 threads to 512, and 17 %
+off its time cold; Qwen's qkv projection from 512 to 256, 8 % (``experiments/memory_bound/``)."""
 WARP_ROWS_PER_BLOCK = 4
 """Rows (warps) per block for short rows: 128 threads, enough warps per SM to hide latency;
 fewer where that would leave SMs without a block."""
