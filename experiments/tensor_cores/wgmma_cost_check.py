@@ -1,7 +1,8 @@
 """How well the contraction cost model's wgmma estimates match measured times, and whether it ranks
 the blocks as the GPU does.
 
-    python experiments/tensor_cores/wgmma_cost_check.py experiments/tensor_cores/2026-11-30_h200_wgmma_blocks_overlapped_b_split.json \\
+    python experiments/tensor_cores/wgmma_cost_check.py \\
+        experiments/tensor_cores/2026-11-30_h200_wgmma_blocks_overlapped_b_split.json \\
         experiments/tensor_cores/2026-11-30_h200_tensor_core_experiment_wgmma_overlapped_b_split.json
 
 Reads records of ``experiments/tensor_cores/tensor_core_experiment.py`` with settings ``wgmma 128x64``,
