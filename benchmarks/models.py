@@ -1,4 +1,4 @@
-"""Whole models on the GPU: TinyLlama-1.1B and Qwen2.5-7B with random weights, by PERFORMANCE.md's method.
+"""Whole models on the GPU: TinyLlama-1.1B and Qwen2.5-7B with random weights, timed by CUDA-graph replay.
 
     python benchmarks/models.py --out benchmarks/results/DATE_GPU_models.json
     python benchmarks/models.py --out benchmarks/results/DATE_GPU_models_quick.json --quick
