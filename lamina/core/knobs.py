@@ -92,14 +92,14 @@ def sort_out(pinned: Mapping[str, Any], providers: Mapping[str, Sequence[Any]]) 
     ``pinned`` maps ``schedule.knob`` (or, deprecated, a bare knob name) to its value. A knob
     pinned with a schedule's name wins over the same knob pinned without one."""
     taken: dict[str, set[str]] = {}
-    declared: dict[str, list[str]] = {}
+    undeclared: dict[str, list[str]] = {}
     for kind, members in providers.items():
         for provider in members:
             names = knob_names(provider)
             taken.setdefault(knob_namespace(provider), set()).update(names or ())
             if names is None:
-                declared.setdefault(knob_namespace(provider), []).append(f"{KINDS[kind]} {provider.name}")
-    _check_namespaced(pinned, taken, declared)
+                undeclared.setdefault(knob_namespace(provider), []).append(f"{KINDS[kind]} {provider.name}")
+    _check_namespaced(pinned, taken, undeclared)
     _warn_unnamespaced(pinned, taken)
     return {
         kind: {provider.name: _knobs_of(provider, pinned) for provider in members}
@@ -109,10 +109,11 @@ def sort_out(pinned: Mapping[str, Any], providers: Mapping[str, Sequence[Any]]) 
 
 def _knobs_of(provider: Any, pinned: Mapping[str, Any]) -> dict[str, Any]:
     names = knob_names(provider)
+    if names is None:
+        return {k: v for k, v in pinned.items() if SEPARATOR not in k}
     prefix = knob_namespace(provider) + SEPARATOR
-    knobs = {k: v for k, v in pinned.items() if SEPARATOR not in k and (names is None or k in names)}
-    knobs.update({k[len(prefix):]: v for k, v in pinned.items() if k.startswith(prefix) and names is not None
-                  and k[len(prefix):] in names})
+    knobs = {k: v for k, v in pinned.items() if k in names}
+    knobs.update({k[len(prefix):]: v for k, v in pinned.items() if k.startswith(prefix) and k[len(prefix):] in names})
     return knobs
 
 
@@ -129,7 +130,8 @@ def _check_namespaced(pinned: Mapping[str, Any], taken: Mapping[str, set[str]],
             )
         if knob not in taken[namespace]:
             own = ", ".join(sorted(taken[namespace])) or "none"
-            why = f" ({' and '.join(undeclared[namespace])} declares none)" if namespace in undeclared else ""
+            why = (f" ({' and '.join(undeclared[namespace])} declares no knob_names, and receives only knobs "
+                   "pinned without a schedule's name)") if namespace in undeclared else ""
             raise ConfigError(f"knob {name}: {namespace} takes no knob {knob!r}; its knobs: {own}{why}")
 
 

@@ -69,6 +69,7 @@ class Pipeline:
         return entry.provider
 
     def compile(self, graph: torch_ir.Graph, target: Target) -> Compilation:
+        knobs = self.knobs()
         c = Compilation(target=target, graph=graph)
         torch_ir.verify_graph(graph)
         self._observe("torch", graph, c)
@@ -79,7 +80,6 @@ class Pipeline:
         self._observe("tensor", c.tensor, c)
 
         rules = [e.provider for e in self.registry.ranked("fusion_rule")]
-        knobs = self.knobs()
         c.loop = fuse(lower_to_loops(c.tensor), rules, target, knobs["fusion_rule"])
         loop_ir.verify_program(c.loop)
         self._observe("loop", c.loop, c)
