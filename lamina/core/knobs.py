@@ -20,7 +20,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Iterable, Mapping, Sequence
 
-from lamina.core.errors import ConfigError
+from lamina.core.errors import ConfigError, PluginError
 
 SEPARATOR = "."
 """Between a schedule's name and its knob's: ``contraction.block_k``."""
@@ -34,7 +34,16 @@ def knob_names(provider: Any) -> tuple[str, ...] | None:
     """The knobs ``provider`` declares it takes; None where it declares none (it then receives
     the knobs pinned without a schedule, until that spelling goes)."""
     names = getattr(provider, "knob_names", None)
-    return None if names is None else tuple(names)
+    if names is None:
+        return None
+    if isinstance(names, str) or not all(
+        isinstance(n, str) and n and SEPARATOR not in n and ENVIRONMENT_SEPARATOR not in n for n in names
+    ):
+        raise PluginError(
+            f"{provider.name}: knob_names must be a tuple of knob names, each without '{SEPARATOR}' or "
+            f"'{ENVIRONMENT_SEPARATOR}', not {names!r}"
+        )
+    return tuple(names)
 
 
 def knob_namespace(provider: Any) -> str:

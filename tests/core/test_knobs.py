@@ -5,7 +5,7 @@ import warnings
 import pytest
 
 from lamina.core.config import Config, load_config
-from lamina.core.errors import ConfigError
+from lamina.core.errors import ConfigError, PluginError
 from lamina.core.knobs import environment_name, sort_out
 
 
@@ -113,3 +113,9 @@ def test_a_table_nested_too_deep_is_an_error_that_names_the_file(tmp_path):
 def test_python_callers_may_pass_tables_or_dotted_names():
     assert Config(knobs={"contraction": {"block_k": 32}, "pointwise.threads": 64}).knobs == {
         "contraction.block_k": 32, "pointwise.threads": 64}
+
+
+@pytest.mark.parametrize("names", ["threads", ("tiled.threads",), ("block__k",), (32,)])
+def test_a_provider_must_declare_a_tuple_of_plain_knob_names(names):
+    with pytest.raises(PluginError, match=r"broken: knob_names must be a tuple of knob names"):
+        sort_out({}, {"schedule": [Provider("broken", names)]})
