@@ -15,6 +15,7 @@ from typing import Any, Mapping
 import attrs
 
 from lamina.core.errors import ConfigError
+from lamina.core.knobs import ENVIRONMENT_PREFIX, from_environment_name, namespaced
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -43,8 +44,10 @@ class Config:
     schedule: str | None = None
     #: Name of the selection policy.
     selection: str = "cost_model"
-    #: Decisions pinned for schedules (``block_k = 32``): every schedule sees them.
-    knobs: Mapping[str, Any] = attrs.field(factory=dict, converter=dict)
+    #: Decisions pinned for schedules and fusion rules, by ``schedule.knob`` (``contraction.block_k``);
+    #: tables per schedule are read as dotted names. A name without a schedule (deprecated) pins
+    #: every schedule that takes it (``lamina.core.knobs``).
+    knobs: Mapping[str, Any] = attrs.field(factory=dict, converter=namespaced)
     #: Composite ATen ops kept whole by the frontend (None: the frontend's default).
     keep: tuple[str, ...] | None = None
     #: Where compiled kernels are cached.
@@ -67,7 +70,6 @@ _ENV = {
     "LAMINA_KEEP": "keep",
     "LAMINA_CACHE_DIR": "cache_dir",
 }
-_KNOB_PREFIX = "LAMINA_KNOB_"
 
 
 def find_config_file(start: Path | None = None) -> tuple[Path, Mapping[str, Any]] | None:
@@ -108,10 +110,19 @@ def _from_mapping(values: Mapping[str, Any], where: str) -> dict[str, Any]:
             raise ConfigError(f"{where}: {key} must be true or false")
         elif key in _STR_KEYS and not isinstance(value, str):
             raise ConfigError(f"{where}: {key} must be a string")
-        elif key == "knobs" and not isinstance(value, dict):
-            raise ConfigError(f"{where}: knobs must be a table of name = value")
+        elif key == "knobs":
+            value = _knobs_from(value, where)
         settings[key] = value
     return settings
+
+
+def _knobs_from(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: knobs must be a table of schedule.knob = value")
+    try:
+        return namespaced(value)
+    except ConfigError as error:
+        raise ConfigError(f"{where}: {error}") from None
 
 
 def _parse_env_value(key: str, raw: str) -> Any:
@@ -150,10 +161,10 @@ def load_config(start: Path | None = None, environ: Mapping[str, str] | None = N
     for var, key in _ENV.items():
         if var in environ:
             settings[key] = _parse_env_value(key, environ[var])
-    knobs = dict(settings.get("knobs", {}))
+    knobs = namespaced(settings.get("knobs", {}))
     for var, raw in environ.items():
-        if var.startswith(_KNOB_PREFIX):
-            knobs[var[len(_KNOB_PREFIX):].lower()] = _parse_knob(raw)
+        if var.startswith(ENVIRONMENT_PREFIX):
+            knobs[from_environment_name(var[len(ENVIRONMENT_PREFIX):])] = _parse_knob(raw)
     settings["knobs"] = knobs
     settings.update({k: v for k, v in overrides.items() if v is not None})
     return Config(**settings)

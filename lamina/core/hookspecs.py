@@ -42,7 +42,10 @@ def lamina_register_fusion_rules(register):
     Called once when the plugin manager is set up. ``register(rule)`` takes an object
     with ``name``, ``priority`` and ``apply(program, target, knobs) -> program | None``
     (see ``lamina.core.providers.FusionRule``): ``target`` is the device compiled for
-    and ``knobs`` the decisions the user pinned. The pipeline applies rules, highest
+    and ``knobs`` the decisions the user pinned for this rule. A rule that reads knobs
+    declares them as a tuple ``knob_names``; the user pins them as ``<rule name>.<knob>``,
+    or under the schedule the rule names in ``knob_namespace`` (``contraction.split_k``),
+    and the rule receives only those. The pipeline applies rules, highest
     priority first, until none changes the program. A rule must preserve the
     program's results and must never duplicate a reduction per use. Any plugin may
     implement it. Returns nothing.
@@ -57,7 +60,11 @@ def lamina_register_schedules(register):
     object with ``name``, ``priority``, ``applies``, ``schedule`` and ``lower`` (see
     ``lamina.core.providers.Schedule``). For each kernel the pipeline takes the
     schedule that the config names, if it applies; otherwise the selection policy
-    chooses among the applicable ones. Any plugin may implement it. Returns nothing.
+    chooses among the applicable ones. A schedule that reads knobs declares them as a
+    tuple ``knob_names``: the user pins them as ``<schedule name>.<knob>``
+    (``contraction.block_k = 32``), the schedule receives only those in
+    ``schedule(kernel, target, knobs)``, and a pinned knob that no schedule of that name
+    declares is a ``ConfigError``. Any plugin may implement it. Returns nothing.
     """
 
 

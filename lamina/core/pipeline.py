@@ -14,6 +14,7 @@ import attrs
 from lamina.core.config import Config
 from lamina.core.errors import ConfigError, LaminaError, ScheduleError
 from lamina.core.ir import kernel_ir, loop_ir, tensor_ir, tile_ir, torch_ir
+from lamina.core.knobs import sort_out
 from lamina.core.plugins import PluginManager
 from lamina.core.stages.decompose import decompose
 from lamina.core.stages.fuse import fuse
@@ -68,6 +69,7 @@ class Pipeline:
         return entry.provider
 
     def compile(self, graph: torch_ir.Graph, target: Target) -> Compilation:
+        knobs = self.knobs()
         c = Compilation(target=target, graph=graph)
         torch_ir.verify_graph(graph)
         self._observe("torch", graph, c)
@@ -78,12 +80,12 @@ class Pipeline:
         self._observe("tensor", c.tensor, c)
 
         rules = [e.provider for e in self.registry.ranked("fusion_rule")]
-        c.loop = fuse(lower_to_loops(c.tensor), rules, target, self.config.knobs)
+        c.loop = fuse(lower_to_loops(c.tensor), rules, target, knobs["fusion_rule"])
         loop_ir.verify_program(c.loop)
         self._observe("loop", c.loop, c)
 
         chosen = [self.choose_schedule(k, target) for k in c.loop.kernels]
-        c.tiles = tuple(s.schedule(k, target, self.config.knobs) for s, k in zip(chosen, c.loop.kernels))
+        c.tiles = tuple(s.schedule(k, target, knobs["schedule"][s.name]) for s, k in zip(chosen, c.loop.kernels))
         for t in c.tiles:
             tile_ir.verify_tile_kernel(t, target.max_threads_per_block, target.max_shared_bytes_optin)
         self._observe("tile", c.tiles, c)
@@ -104,6 +106,12 @@ class Pipeline:
             c.sources = dict(cuda.provider.emit(c.kernels, target) or {})
             self._observe("cuda", c.sources, c)
         return c
+
+    def knobs(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """The configured knobs that each schedule and fusion rule receives, by kind and name;
+        a ``ConfigError`` for a knob that no schedule or fusion rule of that name takes."""
+        kinds = ("schedule", "fusion_rule")
+        return sort_out(self.config.knobs, {kind: [e.provider for e in self.registry.ranked(kind)] for kind in kinds})
 
     def choose_schedule(self, kernel: loop_ir.Kernel, target: Target) -> Any:
         ranked = [e.provider for e in self.registry.ranked("schedule")]

@@ -5,6 +5,18 @@ callable a provider, and the pipeline later calls the provider through the metho
 below. Every provider has a ``name`` (unique within its kind) and a ``priority``
 (higher wins when several could serve; ties are broken by name, never by the order
 in which plugins were loaded).
+
+Schedules and fusion rules that read knobs declare them (``lamina.core.knobs``):
+
+- ``knob_names``: a tuple of the knob names it takes. The user pins them as
+  ``<name>.<knob>`` (``contraction.block_k = 32``, ``LAMINA_KNOB_CONTRACTION__BLOCK_K=32``),
+  and the provider receives only those, as a mapping from knob name to value; pinning a
+  knob it does not declare is a ``ConfigError``. A provider that declares no
+  ``knob_names`` receives only knobs pinned without a schedule's name (deprecated).
+- ``knob_namespace`` (optional): the name its knobs are pinned under, where it is not
+  its own ``name``; a fusion rule that decides for a schedule shares that schedule's
+  (the rule that splits contractions across blocks takes ``contraction.split_k`` and the
+  contraction's tiling knobs, to estimate the kernels it would make).
 """
 
 from __future__ import annotations
@@ -28,6 +40,8 @@ result (a tuple of names for ops with several results).
 
 @runtime_checkable
 class FusionRule(Protocol):
+    """A rewrite of Loop IR programs; one that reads knobs also declares ``knob_names`` (above)."""
+
     name: str
     priority: int
 
@@ -38,7 +52,8 @@ class FusionRule(Protocol):
 
         ``target`` is the device the program is compiled for, for rules whose answer
         depends on it (whether splitting a reduction across blocks pays depends on the
-        number of SMs); ``knobs`` are the decisions the user pinned in the config.
+        number of SMs); ``knobs`` are the decisions the user pinned for this rule, its
+        declared ``knob_names`` only (empty where none are pinned).
         """
 
 
@@ -50,6 +65,9 @@ class Schedule(Protocol):
     microseconds it expects ``kernel`` to take with the knob settings it would choose,
     computed without running anything. The ``cost_model`` selection policy takes the
     cheapest estimate; schedules without one rank after those with one, by priority.
+
+    A schedule that reads knobs declares ``knob_names`` (a tuple), and may declare
+    ``knob_namespace`` (see the top of this module).
     """
 
     name: str
@@ -59,7 +77,8 @@ class Schedule(Protocol):
         """Whether this schedule can run ``kernel`` correctly."""
 
     def schedule(self, kernel: "loop_ir.Kernel", target: "Target", knobs: Mapping[str, Any]) -> "tile_ir.TileKernel":
-        """Decide how ``kernel`` runs; ``knobs`` pins decisions the user fixed in the config."""
+        """Decide how ``kernel`` runs; ``knobs`` are the decisions the user pinned for this
+        schedule (``<name>.<knob>``), its declared ``knob_names`` only, by knob name."""
 
     def lower(self, tile: "tile_ir.TileKernel", target: "Target") -> "kernel_ir.Kernel":
         """Write the scheduled kernel as Kernel IR."""

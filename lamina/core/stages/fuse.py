@@ -19,15 +19,16 @@ from lamina.core.target import Target
 
 
 def fuse(
-    program: loop_ir.Program, rules: Sequence[FusionRule], target: Target, knobs: Mapping[str, Any]
+    program: loop_ir.Program, rules: Sequence[FusionRule], target: Target, knobs: Mapping[str, Mapping[str, Any]]
 ) -> loop_ir.Program:
     """``program`` with ``rules`` applied, in order and repeatedly, until none applies, for
-    ``target`` and with the user's pinned ``knobs``."""
+    ``target``; each rule receives its own pinned knobs from ``knobs``, by rule name (none
+    where absent)."""
     limit = 8 * (len(program.kernels) + len(program.temporaries) + 1) * max(len(rules), 1)
     changes: Counter[str] = Counter()
     while True:
         for rule in rules:
-            result = rule.apply(program, target, knobs)
+            result = rule.apply(program, target, knobs.get(rule.name, {}))
             if result is None or result == program:
                 continue
             _check(rule, result)

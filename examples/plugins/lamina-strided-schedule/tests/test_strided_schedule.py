@@ -85,7 +85,7 @@ RAGGED = [
 @pytest.mark.parametrize("shape, knobs", RAGGED, ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
 def test_ragged_shapes_match_pytorch_on_the_simulator(shape, knobs):
     x, y = torch.randn(*shape), torch.randn(shape[-1])
-    compiled = lamina.compile(pointwise, (x, y), schedule="strided", knobs=knobs)
+    compiled = lamina.compile(pointwise, (x, y), schedule="strided", knobs={"strided": knobs})
     assert schedules(compiled) == ["strided"]
     torch.testing.assert_close(compiled(x, y), pointwise(x, y))
 
@@ -100,7 +100,7 @@ def test_other_dtypes(dtype):
 @pytest.mark.parametrize("knobs", KNOBS, ids=lambda k: ",".join(f"{n}={v}" for n, v in k.items()) or "default")
 def test_kernels_compile_for_sm_90_without_spills(knobs):
     x, y = torch.randn(100, 33), torch.randn(33)
-    compiled = lamina.compile(pointwise, (x, y), schedule="strided", knobs=knobs, target="sm_90")
+    compiled = lamina.compile(pointwise, (x, y), schedule="strided", knobs={"strided": knobs}, target="sm_90")
     for kernel in compiled.compilation.kernels.kernels:
         result = compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), "sm_90")
         assert result.registers > 0
@@ -113,4 +113,4 @@ def test_kernels_compile_for_sm_90_without_spills(knobs):
 ])
 def test_unusable_knobs_are_explained(knobs, message):
     with pytest.raises(ScheduleError, match=message.replace("(", r"\(")):
-        lamina.compile(lambda x: x + 1.0, (torch.randn(40),), schedule="strided", knobs=knobs)
+        lamina.compile(lambda x: x + 1.0, (torch.randn(40),), schedule="strided", knobs={"strided": knobs})

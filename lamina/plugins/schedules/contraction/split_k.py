@@ -32,7 +32,7 @@ import attrs
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction.knobs import read_pinned
+from lamina.plugins.schedules.contraction.knobs import KNOB_NAMES, read_pinned
 from lamina.plugins.schedules.contraction.partial_sums import partial_of, slices_fit, split
 from lamina.plugins.schedules.contraction.recognise import NotAContraction, analyse
 from lamina.plugins.schedules.contraction.schedule import cheapest_estimate
@@ -169,6 +169,8 @@ class SplitContractionsAcrossBlocks:
 
     name = "split_contractions_across_blocks"
     priority = 5
+    knob_namespace = "contraction"
+    knob_names = (KNOB, *KNOB_NAMES)
 
     def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
         taken = {b.name for b in program.inputs + program.outputs + program.temporaries}

@@ -82,6 +82,7 @@ class UnrolledReductionSchedule:
 
     name = "unrolled_reduction"
     priority = 15
+    knob_names = PointwiseSchedule.knob_names
 
     def applies(self, kernel: loop_ir.Kernel, target: Target) -> bool:
         return short_reductions(kernel) is not None

@@ -22,6 +22,7 @@ from lamina.core.ir.expr import Expr
 from lamina.core.ir.names import fresh_name
 from lamina.core.target import Target
 from lamina.plugins.fusion import analysis
+from lamina.plugins.schedules.contraction.knobs import KNOB_NAMES
 from lamina.plugins.schedules.contraction.recognise import Contraction, NotAContraction, analyse as analyse_contraction
 from lamina.plugins.schedules.contraction_rows import tiling
 from lamina.plugins.schedules.contraction_rows.recognise import NotContractionRows, analyse
@@ -31,6 +32,8 @@ from lamina.plugins.schedules.loop_to_kernel import split_parallel_nest
 class FuseContractionIntoRowReduction:
     name = "fuse_contraction_into_row_reduction"
     priority = 30
+    knob_namespace = tiling.SCHEDULE_NAME
+    knob_names = (*KNOB_NAMES, tiling.LAST_BLOCK_KNOB)
 
     def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
         outputs = {b.name for b in program.outputs}

@@ -8,6 +8,7 @@ from lamina.core.errors import ScheduleError
 from lamina.core.hookspecs import hookimpl
 from lamina.core.ir import kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
+from lamina.plugins.schedules.contraction.knobs import KNOB_NAMES
 from lamina.plugins.schedules.contraction_rows import tiling
 from lamina.plugins.schedules.contraction_rows.fuse_contraction_into_row_reduction import (
     FuseContractionIntoRowReduction,
@@ -21,6 +22,7 @@ class ContractionRowsSchedule:
 
     name = tiling.SCHEDULE_NAME
     priority = 10
+    knob_names = (*KNOB_NAMES, tiling.LAST_BLOCK_KNOB)
 
     def applies(self, kernel: loop_ir.Kernel, target: Target) -> bool:
         try:

@@ -16,6 +16,7 @@ from lamina.plugins.schedules.generic import lowering, tiling
 class GenericSchedule:
     name = "generic"
     priority = 0
+    knob_names = ("threads",)
 
     def applies(self, kernel: loop_ir.Kernel, target: Target) -> bool:
         """Always: loops inside the parallel nest, of any kind, run serially in the thread."""

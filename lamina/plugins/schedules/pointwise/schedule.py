@@ -20,6 +20,7 @@ from lamina.plugins.schedules.pointwise.analysis import pointwise_nest
 class PointwiseSchedule:
     name = "pointwise"
     priority = 20
+    knob_names = ("threads", "vector_width", "vectors_per_thread", "steps")
 
     def applies(self, kernel: loop_ir.Kernel, target: Target) -> bool:
         """Kernels of parallel loops around stores only: no reduction, no accumulator."""

@@ -38,6 +38,7 @@ def _knob(knobs: Mapping[str, Any], name: str, default: int, limit: int, multipl
 class StridedSchedule:
     name = "strided"
     priority = -10
+    knob_names = ("threads", "per_thread")
 
     def applies(self, kernel: loop_ir.Kernel, target: Target) -> bool:
         """Pointwise kernels only: parallel loops around nothing but stores."""

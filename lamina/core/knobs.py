@@ -1,0 +1,168 @@
+"""Knobs: decisions the user pins, each for the schedule or fusion rule that takes it.
+
+A knob is pinned under the name of the schedule that takes it, ``contraction.block_k = 32``,
+so that pinning ``threads`` for the pointwise schedule leaves the row-reduction and generic
+schedules free. Each schedule and fusion rule declares the knobs it takes (``knob_names``,
+see ``lamina.core.providers``) and receives only those, as a mapping from knob name to value.
+A fusion rule that decides for a schedule (splitting a contraction across blocks) may share
+that schedule's namespace (``knob_namespace``), so that ``contraction.split_k`` sits beside
+``contraction.block_k``. A knob pinned for a schedule that does not exist, or that the
+schedule does not take, is a ``ConfigError``: a typo never silently does nothing.
+
+A knob pinned without a schedule (``block_k = 32``, ``LAMINA_KNOB_BLOCK_K``), the spelling
+before namespaces, still pins every schedule and fusion rule that takes that name, and every
+one that declares no knobs, with a ``DeprecationWarning`` naming the spellings to use. It stops
+working in the next release.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Iterable, Mapping, Sequence
+
+from lamina.core.errors import ConfigError, PluginError
+
+SEPARATOR = "."
+"""Between a schedule's name and its knob's: ``contraction.block_k``."""
+ENVIRONMENT_PREFIX = "LAMINA_KNOB_"
+ENVIRONMENT_SEPARATOR = "__"
+"""Between them in a variable's name, where a dot cannot go: ``LAMINA_KNOB_CONTRACTION__BLOCK_K``."""
+KINDS = {"schedule": "schedule", "fusion_rule": "fusion rule"}
+
+
+def knob_names(provider: Any) -> tuple[str, ...] | None:
+    """The knobs ``provider`` declares it takes; None where it declares none (it then receives
+    the knobs pinned without a schedule, until that spelling goes)."""
+    names = getattr(provider, "knob_names", None)
+    if names is None:
+        return None
+    if isinstance(names, str) or not all(
+        isinstance(n, str) and n and SEPARATOR not in n and ENVIRONMENT_SEPARATOR not in n for n in names
+    ):
+        raise PluginError(
+            f"{provider.name}: knob_names must be a tuple of knob names, each without '{SEPARATOR}' or "
+            f"'{ENVIRONMENT_SEPARATOR}', not {names!r}"
+        )
+    return tuple(names)
+
+
+def knob_namespace(provider: Any) -> str:
+    """The name its knobs are pinned under: its ``knob_namespace``, else its own name."""
+    return getattr(provider, "knob_namespace", None) or provider.name
+
+
+def environment_name(knob: str) -> str:
+    """The variable that pins ``knob`` (``contraction.block_k``) in the environment."""
+    return ENVIRONMENT_PREFIX + knob.replace(SEPARATOR, ENVIRONMENT_SEPARATOR).upper()
+
+
+def from_environment_name(suffix: str) -> str:
+    """The knob a variable's name after ``LAMINA_KNOB_`` pins: ``CONTRACTION__BLOCK_K`` is ``contraction.block_k``."""
+    parts = suffix.lower().split(ENVIRONMENT_SEPARATOR)
+    if len(parts) > 2 or not all(parts):
+        raise ConfigError(
+            f"{ENVIRONMENT_PREFIX}{suffix}: expected {ENVIRONMENT_PREFIX}<SCHEDULE>{ENVIRONMENT_SEPARATOR}<KNOB>, "
+            f"for example {environment_name('contraction.block_k')}"
+        )
+    return SEPARATOR.join(parts)
+
+
+def namespaced(knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """``knobs`` as one mapping from ``schedule.knob`` to value.
+
+    Takes what TOML and Python callers write: a table per schedule (``{"contraction":
+    {"block_k": 32}}``, which a TOML dotted key ``contraction.block_k = 32`` also reads as),
+    dotted names, and names without a schedule, which stay as they are."""
+    if not isinstance(knobs, Mapping):
+        raise ConfigError(f"knobs must be a table of schedule.knob = value, not {knobs!r}")
+    flat: dict[str, Any] = {}
+    for key, value in knobs.items():
+        if isinstance(value, Mapping):
+            for knob, inner in value.items():
+                flat[_checked(f"{key}{SEPARATOR}{knob}", inner)] = inner
+        else:
+            flat[_checked(key, value)] = value
+    return flat
+
+
+def _checked(name: str, value: Any) -> str:
+    parts = name.split(SEPARATOR)
+    if isinstance(value, Mapping) or len(parts) > 2 or not all(p.strip() for p in parts):
+        raise ConfigError(
+            f"knob {name!r}: a knob is pinned as schedule.knob = value (contraction.block_k = 32), "
+            "in a [tool.lamina.knobs.<schedule>] table, or with a dotted name"
+        )
+    return name
+
+
+def sort_out(pinned: Mapping[str, Any], providers: Mapping[str, Sequence[Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """The knobs each provider receives, by kind (``schedule``, ``fusion_rule``) and name.
+
+    ``pinned`` maps ``schedule.knob`` (or, deprecated, a bare knob name) to its value. A knob
+    pinned with a schedule's name wins over the same knob pinned without one."""
+    taken: dict[str, set[str]] = {}
+    undeclared: dict[str, list[str]] = {}
+    for kind, members in providers.items():
+        for provider in members:
+            names = knob_names(provider)
+            taken.setdefault(knob_namespace(provider), set()).update(names or ())
+            if names is None:
+                undeclared.setdefault(knob_namespace(provider), []).append(f"{KINDS[kind]} {provider.name}")
+    _check_namespaced(pinned, taken, undeclared)
+    _warn_unnamespaced(pinned, taken)
+    return {
+        kind: {provider.name: _knobs_of(provider, pinned) for provider in members}
+        for kind, members in providers.items()
+    }
+
+
+def _knobs_of(provider: Any, pinned: Mapping[str, Any]) -> dict[str, Any]:
+    names = knob_names(provider)
+    if names is None:
+        return {k: v for k, v in pinned.items() if SEPARATOR not in k}
+    prefix = knob_namespace(provider) + SEPARATOR
+    knobs = {k: v for k, v in pinned.items() if k in names}
+    knobs.update({k[len(prefix):]: v for k, v in pinned.items() if k.startswith(prefix) and k[len(prefix):] in names})
+    return knobs
+
+
+def _check_namespaced(pinned: Mapping[str, Any], taken: Mapping[str, set[str]],
+                      undeclared: Mapping[str, list[str]]) -> None:
+    for name in pinned:
+        if SEPARATOR not in name:
+            continue
+        namespace, knob = name.split(SEPARATOR)
+        if namespace not in taken:
+            raise ConfigError(
+                f"knob {name}: no schedule or fusion rule is named {namespace!r}. "
+                f"Knobs are pinned as {_every_knob(taken)}"
+            )
+        if knob not in taken[namespace]:
+            own = ", ".join(sorted(taken[namespace])) or "none"
+            why = (f" ({' and '.join(undeclared[namespace])} declares no knob_names, and receives only knobs "
+                   "pinned without a schedule's name)") if namespace in undeclared else ""
+            raise ConfigError(f"knob {name}: {namespace} takes no knob {knob!r}; its knobs: {own}{why}")
+
+
+def _warn_unnamespaced(pinned: Mapping[str, Any], taken: Mapping[str, set[str]]) -> None:
+    for name in pinned:
+        if SEPARATOR in name:
+            continue
+        owners = sorted(namespace for namespace, names in taken.items() if name in names)
+        if owners:
+            spellings = ", ".join(f"{o}{SEPARATOR}{name}" for o in owners)
+            variables = ", ".join(environment_name(f"{o}{SEPARATOR}{name}") for o in owners)
+            advice = f"pin it for the schedule that should take it: {spellings} (in the environment {variables})"
+        else:
+            advice = f"no schedule or fusion rule declares a knob {name!r}; knobs are pinned as {_every_knob(taken)}"
+        warnings.warn(
+            f"the knob {name}, pinned without a schedule, pins every schedule that takes it; this spelling "
+            f"goes in the next release: {advice}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+
+
+def _every_knob(taken: Mapping[str, Iterable[str]]) -> str:
+    listed = [f"{namespace}.{{{', '.join(sorted(names))}}}" for namespace, names in sorted(taken.items()) if names]
+    return "; ".join(listed) or "nothing: no schedule or fusion rule takes knobs"
