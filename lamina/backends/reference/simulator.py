@@ -43,8 +43,8 @@ from lamina.core.ir import dtypes, kernel_ir
 from lamina.core.ir.dtypes import DType
 
 Runner = Callable[[Mask], None]
-_WGMMA_STATEMENTS = (kernel_ir.WgmmaTf32, kernel_ir.WgmmaTf32RegisterA, kernel_ir.WgmmaFence, kernel_ir.WgmmaCommit,
-                     kernel_ir.WgmmaWait, kernel_ir.AsyncProxyFence)
+_WGMMA_STATEMENTS = (kernel_ir.WgmmaTf32, kernel_ir.WgmmaFence, kernel_ir.WgmmaCommit, kernel_ir.WgmmaWait,
+                     kernel_ir.AsyncProxyFence)
 
 
 def simulate(kernel: kernel_ir.Kernel, arrays: Mapping[str, torch.Tensor], *,

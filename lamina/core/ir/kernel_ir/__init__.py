@@ -12,6 +12,7 @@ from lamina.core.ir.kernel_ir.hopper import (
     SWIZZLE_ALIGNMENT,
     SWIZZLE_BYTES,
     WARPGROUP_SIZE,
+    WGMMA_A_SOURCES,
     WGMMA_K,
     WGMMA_M,
     AsyncProxyFence,
@@ -22,7 +23,6 @@ from lamina.core.ir.kernel_ir.hopper import (
     WgmmaCommit,
     WgmmaFence,
     WgmmaTf32,
-    WgmmaTf32RegisterA,
     WgmmaWait,
     swizzled_offset,
 )
@@ -68,12 +68,12 @@ from lamina.core.ir.kernel_ir.verifier import verify_kernel, verify_program
 __all__ = [
     "LOAD_CACHE_HINTS", "MAX_CLUSTER_BLOCKS", "MAX_PORTABLE_CLUSTER_BLOCKS", "OVERLAPPING_LAUNCH_COMPUTE_CAPABILITY",
     "SPACES", "SPECIALS", "STORE_CACHE_HINTS", "SWIZZLE_ALIGNMENT", "SWIZZLE_BYTES", "VECTOR_BYTES", "WARP_SIZE",
-    "WARPGROUP_SIZE", "WGMMA_K", "WGMMA_M",
+    "WARPGROUP_SIZE", "WGMMA_A_SOURCES", "WGMMA_K", "WGMMA_M",
     "Array", "Assign", "AsyncProxyFence", "AtomicAdd", "Barrier", "ClusterBarrier", "ClusterLoad", "Comment",
     "CpAsync", "CpAsyncCommit", "CpAsyncWait", "Declare", "For", "If", "Kernel", "Launch", "LetNextKernelLaunch",
     "Load", "MmaTf32", "Param", "Program", "ShuffleXor", "Special", "Stmt", "Store", "Tf32", "ThreadFence",
     "VectorLoad", "VectorStore", "WaitForPreviousKernel", "WgmmaCommit", "WgmmaFence", "WgmmaTf32",
-    "WgmmaTf32RegisterA", "WgmmaWait",
+    "WgmmaWait",
     "block_idx", "expressions", "format_body", "format_expr", "format_kernel", "format_program", "rename_arrays",
     "statements", "swizzled_offset", "thread_idx", "verify_kernel", "verify_program",
 ]

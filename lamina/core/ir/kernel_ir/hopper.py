@@ -3,10 +3,10 @@
 ``ClusterLoad`` reads the shared memory of another block of the same cluster (blocks
 launched together along x), after a ``ClusterBarrier``. Hopper's warpgroup mma,
 ``WgmmaTf32``, reads its operands from shared arrays laid out in the 128-byte swizzle
-(``Array.swizzle``), or A from registers (``WgmmaTf32RegisterA``), and runs asynchronously
-between ``WgmmaFence``, ``WgmmaCommit`` and ``WgmmaWait``. A kernel whose launch overlaps
-the previous kernel's (``Launch.overlaps_previous_kernel``, programmatic dependent launch)
-starts with ``WaitForPreviousKernel``, after at most ``LetNextKernelLaunch``.
+(``Array.swizzle``), or A from registers (``a_from``), and runs asynchronously between
+``WgmmaFence``, ``WgmmaCommit`` and ``WgmmaWait``. A kernel whose launch overlaps the previous
+kernel's (``Launch.overlaps_previous_kernel``, programmatic dependent launch) starts with
+``WaitForPreviousKernel``, after at most ``LetNextKernelLaunch``.
 """
 
 from __future__ import annotations
@@ -80,21 +80,38 @@ OVERLAPPING_LAUNCH_COMPUTE_CAPABILITY = 90
 
 WGMMA_M, WGMMA_K = 64, 8
 WARPGROUP_SIZE = 128
+WGMMA_A_SOURCES = ("shared", "registers")
+"""Where a ``WgmmaTf32`` reads operand A from."""
+
+
+def _array_or_values(a):
+    """A shared array's name stays a name; the values of A from registers become a tuple."""
+    return a if isinstance(a, str) else tuple(a)
 
 
 @attrs.frozen
 class WgmmaTf32:
     """One warpgroup-wide asynchronous tensor-core product, PTX's ``wgmma.mma_async`` m64nNk8
-    with tf32 operands read from shared memory: ``D[64][n] += A[64][8] @ B[n][8]^T`` in
-    float32, or ``D = A @ B^T`` without ``accumulate``.
+    with tf32 operands: ``D[64][n] += A[64][8] @ B[n][8]^T`` in float32, or ``D = A @ B^T``
+    without ``accumulate``.
 
-    A is rows ``r .. r + 63`` and columns ``k .. k + 7`` of the last two axes of shared array
-    ``a``, where ``a_index`` = (leading indices..., r, k); B is ``n`` rows of ``b`` from
-    ``b_index`` likewise. Both arrays are float32 and swizzled (``Array.swizzle``), with rows of
-    32 elements; ``r`` is a multiple of 8 and ``k`` of 8. The tensor cores read the tf32 part
-    of each value. Lane ``4 g + t`` of warp ``w`` of the warpgroup holds
-    ``D[16 w + g + 8 h][8 j + 2 t + e]`` in element ``acc_index[4 j + 2 h + e]`` of its f32
-    register array ``acc``.
+    B is ``n`` rows from row ``r`` and columns ``k .. k + 7`` of the last two axes of shared
+    array ``b``, where ``b_index`` = (leading indices..., r, k). A is read from where
+    ``a_from`` says:
+
+    - ``"shared"``: rows ``r .. r + 63`` of shared array ``a`` from ``a_index``, as B.
+      Both arrays are float32 and swizzled (``Array.swizzle``), with rows of 32 elements;
+      ``r`` is a multiple of 8 and ``k`` of 8.
+    - ``"registers"`` (PTX's register-sourced form): ``a`` is the four f32 values each
+      thread gives, each an element of an f32 register array, and ``a_index`` is empty.
+      Lane ``4 g + t`` of warp ``w`` of the warpgroup gives ``A[16 w + g][t]``,
+      ``A[16 w + g + 8][t]``, ``A[16 w + g][t + 4]`` and ``A[16 w + g + 8][t + 4]``, as in
+      ``MmaTf32``. A's registers are under the accumulators' rules: written before a
+      ``WgmmaFence``, and left alone until a ``WgmmaWait`` covers the wgmma.
+
+    The tensor cores read the tf32 part of each value. Lane ``4 g + t`` of warp ``w`` of the
+    warpgroup holds ``D[16 w + g + 8 h][8 j + 2 t + e]`` in element ``acc_index[4 j + 2 h + e]``
+    of its f32 register array ``acc``.
 
     The 128 threads of a warpgroup (``threadIdx`` flattened, 128 apart) run it together,
     with the same operands. It runs asynchronously: it may start only after a
@@ -106,32 +123,13 @@ class WgmmaTf32:
 
     acc: str
     acc_index: tuple[tuple[Expr, ...], ...] = attrs.field(converter=lambda v: tuple(tuple(i) for i in v))
-    a: str
+    a: str | tuple[Expr, ...] = attrs.field(converter=_array_or_values)
     a_index: tuple[Expr, ...] = attrs.field(converter=tuple)
     b: str
     b_index: tuple[Expr, ...] = attrs.field(converter=tuple)
     n: int
     accumulate: bool = True
-
-
-@attrs.frozen
-class WgmmaTf32RegisterA:
-    """``WgmmaTf32`` with A from registers (PTX's register-sourced form): each thread gives its
-    part of A as four f32 values ``a``, each read from an f32 register array, which the tensor
-    cores read the tf32 part of. Lane ``4 g + t`` of warp ``w`` of the warpgroup gives
-    ``A[16 w + g][t]``, ``A[16 w + g + 8][t]``, ``A[16 w + g][t + 4]`` and
-    ``A[16 w + g + 8][t + 4]``, as in ``MmaTf32``. B, the accumulators and the asynchronous
-    protocol are ``WgmmaTf32``'s, and A's registers are under the accumulators' rules: written
-    before a ``WgmmaFence``, and left alone until a ``WgmmaWait`` covers the wgmma.
-    """
-
-    acc: str
-    acc_index: tuple[tuple[Expr, ...], ...] = attrs.field(converter=lambda v: tuple(tuple(i) for i in v))
-    a: tuple[Expr, ...] = attrs.field(converter=tuple)
-    b: str
-    b_index: tuple[Expr, ...] = attrs.field(converter=tuple)
-    n: int
-    accumulate: bool = True
+    a_from: str = "shared"
 
 
 @attrs.frozen

@@ -32,7 +32,6 @@ from lamina.core.ir.kernel_ir.hopper import (
     WgmmaCommit,
     WgmmaFence,
     WgmmaTf32,
-    WgmmaTf32RegisterA,
     WgmmaWait,
 )
 
@@ -325,7 +324,7 @@ class AtomicAdd:
 
 
 Stmt = (Declare | Assign | Store | For | If | Barrier | ClusterBarrier | CpAsync | CpAsyncCommit | CpAsyncWait
-        | VectorLoad | VectorStore | MmaTf32 | WgmmaTf32 | WgmmaTf32RegisterA | WgmmaFence | WgmmaCommit | WgmmaWait
+        | VectorLoad | VectorStore | MmaTf32 | WgmmaTf32 | WgmmaFence | WgmmaCommit | WgmmaWait
         | AsyncProxyFence | ThreadFence | AtomicAdd | LetNextKernelLaunch | WaitForPreviousKernel | Comment)
 
 

@@ -15,7 +15,6 @@ from lamina.core.ir.kernel_ir.hopper import (
     WgmmaCommit,
     WgmmaFence,
     WgmmaTf32,
-    WgmmaTf32RegisterA,
     WgmmaWait,
 )
 from lamina.core.ir.kernel_ir.nodes import (
@@ -109,7 +108,7 @@ def format_body(body, indent: str) -> list[str]:
             acc = ", ".join(s.acc + _index(i) for i in s.acc_index)
             a, b = (", ".join(map(format_expr, values)) for values in (s.a, s.b))
             lines.append(f"{indent}mma m16n8k8 tf32 ({acc}) += ({a}) x ({b})")
-        elif isinstance(s, (WgmmaTf32, WgmmaTf32RegisterA)):
+        elif isinstance(s, WgmmaTf32):
             lines.append(f"{indent}{_format_wgmma(s)}")
         elif isinstance(s, WgmmaFence):
             lines.append(f"{indent}wgmma fence")
@@ -154,11 +153,11 @@ def _register_values(values: tuple[Expr, ...]) -> str:
     return f"({', '.join(map(format_expr, values))})"
 
 
-def _format_wgmma(s: WgmmaTf32 | WgmmaTf32RegisterA) -> str:
+def _format_wgmma(s: WgmmaTf32) -> str:
     first, last = s.acc_index[0], s.acc_index[-1]
     acc = f"{s.acc}{_index(first)}..{s.acc}{_index(last)}"
     sign = "+=" if s.accumulate else "="
-    if isinstance(s, WgmmaTf32RegisterA):
+    if s.a_from == "registers":
         a = _register_values(s.a)
     else:
         a = _operand_rows(s.a, s.a_index, WGMMA_M)

@@ -9,7 +9,7 @@ import attrs
 
 from lamina.core.ir import expr as ex
 from lamina.core.ir.expr import Expr
-from lamina.core.ir.kernel_ir.hopper import ClusterLoad, WgmmaTf32, WgmmaTf32RegisterA
+from lamina.core.ir.kernel_ir.hopper import ClusterLoad, WgmmaTf32
 from lamina.core.ir.kernel_ir.nodes import (
     AtomicAdd,
     Assign,
@@ -55,9 +55,8 @@ def expressions(s: Stmt) -> tuple[Expr, ...]:
     if isinstance(s, MmaTf32):
         return tuple(i for place in s.acc_index for i in place) + s.a + s.b
     if isinstance(s, WgmmaTf32):
-        return tuple(i for place in s.acc_index for i in place) + s.a_index + s.b_index
-    if isinstance(s, WgmmaTf32RegisterA):
-        return tuple(i for place in s.acc_index for i in place) + s.a + s.b_index
+        a_values = s.a if isinstance(s.a, tuple) else ()
+        return tuple(i for place in s.acc_index for i in place) + a_values + s.a_index + s.b_index
     if isinstance(s, AtomicAdd):
         return s.dst_index + (s.index, s.value)
     return ()
@@ -105,13 +104,9 @@ def rename_arrays(kernel: Kernel, mapping: dict[str, str], name: str | None = No
             elif isinstance(s, WgmmaTf32):
                 s = attrs.evolve(
                     s, acc=mapping.get(s.acc, s.acc), acc_index=[tuple(map(rename_expr, i)) for i in s.acc_index],
-                    a=mapping.get(s.a, s.a), a_index=tuple(map(rename_expr, s.a_index)),
+                    a=mapping.get(s.a, s.a) if isinstance(s.a, str) else tuple(map(rename_expr, s.a)),
+                    a_index=tuple(map(rename_expr, s.a_index)),
                     b=mapping.get(s.b, s.b), b_index=tuple(map(rename_expr, s.b_index)),
-                )
-            elif isinstance(s, WgmmaTf32RegisterA):
-                s = attrs.evolve(
-                    s, acc=mapping.get(s.acc, s.acc), acc_index=[tuple(map(rename_expr, i)) for i in s.acc_index],
-                    a=tuple(map(rename_expr, s.a)), b=mapping.get(s.b, s.b), b_index=tuple(map(rename_expr, s.b_index)),
                 )
             elif isinstance(s, AtomicAdd):
                 s = attrs.evolve(s, dst=mapping.get(s.dst, s.dst), dst_index=tuple(map(rename_expr, s.dst_index)),

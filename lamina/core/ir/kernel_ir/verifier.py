@@ -11,11 +11,11 @@ from lamina.core.ir import dtypes, expr as ex
 from lamina.core.ir.kernel_ir.hopper import (
     MAX_CLUSTER_BLOCKS,
     SWIZZLE_BYTES,
+    WGMMA_A_SOURCES,
     ClusterLoad,
     LetNextKernelLaunch,
     WaitForPreviousKernel,
     WgmmaTf32,
-    WgmmaTf32RegisterA,
 )
 from lamina.core.ir.kernel_ir.nodes import (
     LOAD_CACHE_HINTS,
@@ -120,7 +120,7 @@ def verify_kernel(k: Kernel, max_threads: int = 1024, max_shared_bytes: int = 48
                 problems.extend(_vector_access_problems(s, arrays))
             elif isinstance(s, MmaTf32):
                 problems.extend(_mma_problems(s, arrays))
-            elif isinstance(s, (WgmmaTf32, WgmmaTf32RegisterA)):
+            elif isinstance(s, WgmmaTf32):
                 problems.extend(_wgmma_problems(s, arrays))
             elif isinstance(s, AtomicAdd):
                 problems.extend(_atomic_problems(s, arrays))
@@ -214,7 +214,7 @@ def _atomic_problems(s: AtomicAdd, arrays: dict) -> list[str]:
     return []
 
 
-def _accumulator_problems(kind: str, s: MmaTf32 | WgmmaTf32 | WgmmaTf32RegisterA, arrays: dict) -> list[str]:
+def _accumulator_problems(kind: str, s: MmaTf32 | WgmmaTf32, arrays: dict) -> list[str]:
     acc = arrays.get(s.acc)
     if not isinstance(acc, Array) or acc.space != "register" or acc.dtype != dtypes.float32:
         return [f"{kind} accumulates into {s.acc}: it must be an f32 register array"]
@@ -250,15 +250,19 @@ def _swizzle_problems(a: Array) -> list[str]:
     return []
 
 
-def _wgmma_problems(s: WgmmaTf32 | WgmmaTf32RegisterA, arrays: dict) -> list[str]:
+def _wgmma_problems(s: WgmmaTf32, arrays: dict) -> list[str]:
     problems = _accumulator_problems("wgmma", s, arrays)
     if s.n % 8 or not 8 <= s.n <= 256:
         problems.append(f"wgmma m64nNk8 takes n a multiple of 8 from 8 to 256, not {s.n}")
     elif len(s.acc_index) != s.n // 2:
         problems.append(f"wgmma m64n{s.n}k8 takes {s.n // 2} accumulators per thread, not {len(s.acc_index)}")
     operands = [(s.b, s.b_index)]
-    if isinstance(s, WgmmaTf32RegisterA):
+    if s.a_from not in WGMMA_A_SOURCES:
+        problems.append(f"wgmma reads A from {s.a_from!r}; it reads A from {' or '.join(WGMMA_A_SOURCES)}")
+    elif s.a_from == "registers":
         problems.extend(_register_a_problems(s, arrays))
+    elif not isinstance(s.a, str):
+        problems.append("wgmma with A from shared memory takes the name of A's shared array, not values of A")
     else:
         operands.insert(0, (s.a, s.a_index))
     for name, idx in operands:
@@ -275,7 +279,9 @@ def _wgmma_problems(s: WgmmaTf32 | WgmmaTf32RegisterA, arrays: dict) -> list[str
     return problems
 
 
-def _register_a_problems(s: WgmmaTf32RegisterA, arrays: dict) -> list[str]:
+def _register_a_problems(s: WgmmaTf32, arrays: dict) -> list[str]:
+    if isinstance(s.a, str) or s.a_index:
+        return ["wgmma with A from registers takes four values of A per thread, not an array and an index"]
     if len(s.a) != 4:
         return [f"wgmma with A from registers takes 4 values of A per thread, not {len(s.a)}"]
     for value in s.a:
