@@ -29,9 +29,9 @@ from typing import Callable
 import attrs
 import torch
 
-from lamina.backends.reference.simulator_expressions import ExpressionCompiler
-from lamina.backends.reference.simulator_grid import Mask, ThreadGrid
-from lamina.backends.reference.simulator_memory import (
+from lamina.backends.reference.simulator.expressions import ExpressionCompiler
+from lamina.backends.reference.simulator.grid import Mask, ThreadGrid
+from lamina.backends.reference.simulator.memory import (
     RegisterArray,
     as_index,
     format_index,
@@ -39,8 +39,8 @@ from lamina.backends.reference.simulator_memory import (
     out_of_bounds,
     per_thread,
 )
-from lamina.backends.reference.simulator_report import ASYNC_PROTOCOL, RACES, FaultLog
-from lamina.backends.reference.simulator_shared import Lanes, SharedArray
+from lamina.backends.reference.simulator.report import ASYNC_PROTOCOL, RACES, FaultLog
+from lamina.backends.reference.simulator.shared import Lanes, SharedArray
 from lamina.backends.reference.tf32 import truncated
 from lamina.core.errors import SimulationError, VerificationError
 from lamina.core.ir import dtypes, kernel_ir
