@@ -21,6 +21,9 @@ from lamina.core.ir.expr import Expr
 if TYPE_CHECKING:
     from lamina.core.ir.kernel_ir.nodes import Array
 
+
+# --- clusters ----------------------------------------------------------------
+
 MAX_PORTABLE_CLUSTER_BLOCKS = 8
 """The largest cluster every Hopper GPU can launch."""
 MAX_CLUSTER_BLOCKS = 16
@@ -52,6 +55,14 @@ class ClusterLoad(Expr):
         return attrs.evolve(self, index=tuple(children[:-1]), rank=children[-1])
 
 
+@attrs.frozen
+class ClusterBarrier:
+    """All threads of every block of the cluster wait here; shared-memory stores before it
+    are visible to ``ClusterLoad`` of the cluster's blocks after it."""
+
+
+# --- the warpgroup mma's swizzle ---------------------------------------------
+
 SWIZZLE_BYTES = 128
 """The one swizzle Kernel IR knows: rows of 128 bytes in 16-byte chunks, over 8 rows."""
 SWIZZLE_ALIGNMENT = 1024
@@ -68,15 +79,7 @@ def swizzled_offset(array: Array, element: int) -> int:
     return moved // array.dtype.itemsize
 
 
-@attrs.frozen
-class ClusterBarrier:
-    """All threads of every block of the cluster wait here; shared-memory stores before it
-    are visible to ``ClusterLoad`` of the cluster's blocks after it."""
-
-
-OVERLAPPING_LAUNCH_COMPUTE_CAPABILITY = 90
-"""The first GPUs whose kernels can overlap the previous kernel's launch (Hopper, sm_90)."""
-
+# --- the warpgroup mma -------------------------------------------------------
 
 WGMMA_M, WGMMA_K = 64, 8
 WARPGROUP_SIZE = 128
@@ -150,6 +153,18 @@ class WgmmaWait:
 
 
 @attrs.frozen
+class AsyncProxyFence:
+    """Make this thread's earlier writes to shared memory visible to the asynchronous proxy that
+    ``WgmmaTf32`` reads through (``fence.proxy.async.shared::cta``)."""
+
+
+# --- overlapping launches ----------------------------------------------------
+
+OVERLAPPING_LAUNCH_COMPUTE_CAPABILITY = 90
+"""The first GPUs whose kernels can overlap the previous kernel's launch (Hopper, sm_90)."""
+
+
+@attrs.frozen
 class LetNextKernelLaunch:
     """Let the kernel after this one on the stream launch before this one finishes
     (``griddepcontrol.launch_dependents``), once every block of this one has run this."""
@@ -160,9 +175,3 @@ class WaitForPreviousKernel:
     """Wait until the kernel before this one on the stream has finished and its stores are
     visible (``griddepcontrol.wait``). A kernel whose launch overlaps the previous kernel's
     runs this before anything that touches global memory."""
-
-
-@attrs.frozen
-class AsyncProxyFence:
-    """Make this thread's earlier writes to shared memory visible to the asynchronous proxy that
-    ``WgmmaTf32`` reads through (``fence.proxy.async.shared::cta``)."""
