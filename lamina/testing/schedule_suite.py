@@ -25,7 +25,7 @@ import torch
 
 from lamina.backends.program_runner import ProgramRunner
 from lamina.backends.reference.simulator import simulate
-from lamina.backends.reference.simulator_report import SimulationReport
+from lamina.backends.reference.simulator import SimulationReport
 from lamina.core.config import Config
 from lamina.core.errors import LaminaError
 from lamina.core.ir import kernel_ir

@@ -4,7 +4,7 @@
 n x K ``b``: every thread copies its share of both into swizzled shared arrays, fences them
 for the asynchronous proxy, and each warpgroup runs one wgmma per eight k on its 64 rows,
 reading A from shared memory or, with ``a_from_registers``, from the values of A each thread
-reads into its registers first (``WgmmaTf32RegisterA``).
+reads into its registers first (``a_from = "registers"``).
 Its keyword arguments leave out one piece of that protocol each, for the tests that check
 the simulator notices.
 """
@@ -64,9 +64,9 @@ def warpgroup_product(warpgroups: int = 2, n: int = 32, k: int = 16, *, proxy_fe
             for v in range(4):
                 at = (group * 64 + warp * 16 + g + 8 * (v % 2), t + s + 4 * (v // 2))
                 body.append(kir.Store("a_values", (const(s // 8), const(v)), kir.Load("a_tile", at, F32)))
-        steps = [kir.WgmmaTf32RegisterA("acc", accumulators,
-                                        [kir.Load("a_values", (const(s // 8), const(v)), F32) for v in range(4)],
-                                        "b_tile", (const(0), const(s)), n, accumulate or s > 0)
+        steps = [kir.WgmmaTf32("acc", accumulators,
+                               [kir.Load("a_values", (const(s // 8), const(v)), F32) for v in range(4)], (),
+                               "b_tile", (const(0), const(s)), n, accumulate or s > 0, a_from="registers")
                  for s in range(0, k, kir.WGMMA_K)]
     else:
         steps = [kir.WgmmaTf32("acc", accumulators, "a_tile", (row, const(s)), "b_tile", (const(0), const(s)), n,

@@ -336,7 +336,7 @@ class _KernelPrinter:
             self.mma_used = True
             operands = [self._element(s.acc, i) for i in s.acc_index] + [e.converted(v, dtypes.float32) for v in s.a + s.b]
             return [f"{indent}lamina_mma_tf32({', '.join(operands)});"]
-        if isinstance(s, (kir.WgmmaTf32, kir.WgmmaTf32RegisterA)):
+        if isinstance(s, kir.WgmmaTf32):
             return self._wgmma(s, indent)
         if isinstance(s, kir.WgmmaWait):
             return [f"{indent}{wgmma.wait(s.pending)}"]
@@ -351,8 +351,8 @@ class _KernelPrinter:
     def _element(self, array: str, at) -> str:
         return self.expr.element(array, at)
 
-    def _wgmma(self, s: kir.WgmmaTf32 | kir.WgmmaTf32RegisterA, indent: str) -> list[str]:
-        registers = isinstance(s, kir.WgmmaTf32RegisterA)
+    def _wgmma(self, s: kir.WgmmaTf32, indent: str) -> list[str]:
+        registers = s.a_from == "registers"
         self.wgmma_sizes.add((s.n, registers))
         accumulators = [self._element(s.acc, i) for i in s.acc_index]
         if registers:

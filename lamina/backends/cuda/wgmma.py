@@ -1,5 +1,4 @@
-"""Hopper's warpgroup mma (``WgmmaTf32``, ``WgmmaTf32RegisterA``) and the 128-byte swizzle of its
-operands, as CUDA.
+"""Hopper's warpgroup mma (``WgmmaTf32``) and the 128-byte swizzle of its operands, as CUDA.
 
 A wgmma reads A and B from shared memory through two 64-bit matrix descriptors, each built
 from the address where the operand's first row starts; the hardware applies the swizzle to
@@ -21,7 +20,7 @@ from lamina.core.ir import kernel_ir as kir
 WGMMA_ARCH = "sm_90a"
 HOPPER_ARCHES = ("sm_90", WGMMA_ARCH)
 
-_STATEMENTS = (kir.WgmmaTf32, kir.WgmmaTf32RegisterA, kir.WgmmaFence, kir.WgmmaCommit, kir.WgmmaWait)
+_STATEMENTS = (kir.WgmmaTf32, kir.WgmmaFence, kir.WgmmaCommit, kir.WgmmaWait)
 _PER_LINE = 8
 """Accumulators per line of a helper or a call, so that a person can read them."""
 

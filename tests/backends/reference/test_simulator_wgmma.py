@@ -81,9 +81,17 @@ def test_registers_of_a_written_without_a_wgmma_fence_are_a_fault():
 
 def test_a_from_anything_but_a_register_array_is_refused():
     kernel = warpgroup_product(a_from_registers=True)
-    first = next(s for s in kernel.body if isinstance(s, kir.WgmmaTf32RegisterA))
+    first = next(s for s in kernel.body if isinstance(s, kir.WgmmaTf32) and s.a_from == "registers")
     bad = attrs.evolve(first, a=(kir.Load("a_tile", (const(0), const(0)), F32),) * 4)
     with pytest.raises(VerificationError, match="each value of A must be an element of an f32 register array"):
+        kir.verify_kernel(edited(kernel, lambda s: [bad] if s is first else [s]))
+
+
+def test_a_read_from_anywhere_but_shared_memory_or_registers_is_refused():
+    kernel = warpgroup_product()
+    first = wgmma_steps(kernel)[0]
+    bad = attrs.evolve(first, a_from="global")
+    with pytest.raises(VerificationError, match="wgmma reads A from 'global'; it reads A from shared or registers"):
         kir.verify_kernel(edited(kernel, lambda s: [bad] if s is first else [s]))
 
 

@@ -57,7 +57,7 @@ class WarpgroupWriter(ContractionWriter):
         """Each thread's values of A for the k-tile's wgmma, read from the m side's staged rows
         and split in registers: for the eight k from ``8 j``, value ``i`` of lane ``4 g + t`` of
         the warpgroup's warp ``w`` is row ``16 w + g + 8 (i % 2)``, column ``8 j + t + 4 (i // 2)``
-        (``kernel_ir.WgmmaTf32RegisterA``). A warp's 32 reads of one value are eight rows of four
+        (``kernel_ir.WgmmaTf32`` with A from registers). A warp's 32 reads of one value are eight rows of four
         columns, one 16-byte chunk of each row; the swizzle puts the eight in different banks."""
         warp = self.tid % kernel_ir.WARPGROUP_SIZE // 32
         first_row = self.warpgroup * kernel_ir.WGMMA_M + warp * 16 + self.tid % 32 // 4
@@ -119,7 +119,8 @@ class WarpgroupWriter(ContractionWriter):
                 a = [kernel_ir.Load(self.fragments[a_piece], (ex.const(j), ex.const(i)), dtype) for i in range(4)]
                 b, b_index = self._b_operand(b_piece, slot, half, k)
                 accumulate = bool(k) or (a_piece, b_piece) != PIECE_PAIRS[0]
-                out.append(kernel_ir.WgmmaTf32RegisterA(self.step_sum, accumulators, a, b, b_index, n, accumulate))
+                out.append(kernel_ir.WgmmaTf32(self.step_sum, accumulators, a, (), b, b_index, n, accumulate,
+                                               a_from="registers"))
         return out + [kernel_ir.WgmmaCommit()]
 
     def _add_step_sum(self) -> list[kernel_ir.Stmt]:

@@ -27,7 +27,8 @@ def test_wgmma_kernels_match_pytorch_without_faults(case, knobs):
     tile = SCHEDULE.schedule(case.kernel, SM_90, {**ON_WGMMA, **knobs})
     assert tile.tensor_cores == "wgmma 3xtf32"
     kernel = SCHEDULE.lower(tile, SM_90)
-    assert any(isinstance(s, kernel_ir.WgmmaTf32RegisterA) for s in kernel_ir.statements(kernel.body))
+    assert any(isinstance(s, kernel_ir.WgmmaTf32) and s.a_from == "registers"
+               for s in kernel_ir.statements(kernel.body))
     compiling = start_compiling(kernel, "sm_90a")
     inputs = case.inputs()
     out, report = simulate_case(case, kernel, inputs)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 
 from lamina.backends.reference.scalar_ops import as_tensor, torch_dtype
-from lamina.backends.reference.simulator_grid import Mask, ThreadGrid
-from lamina.backends.reference.simulator_report import OUT_OF_BOUNDS, FaultLog
+from lamina.backends.reference.simulator.grid import Mask, ThreadGrid
+from lamina.backends.reference.simulator.report import OUT_OF_BOUNDS, FaultLog
 from lamina.core.ir import kernel_ir
 
 

@@ -15,9 +15,9 @@ from typing import Callable
 
 import torch
 
-from lamina.backends.reference.simulator_expressions import ExpressionCompiler
-from lamina.backends.reference.simulator_grid import Mask, ThreadGrid
-from lamina.backends.reference.simulator_memory import (
+from lamina.backends.reference.simulator.expressions import ExpressionCompiler
+from lamina.backends.reference.simulator.grid import Mask, ThreadGrid
+from lamina.backends.reference.simulator.memory import (
     GlobalArray,
     RegisterArray,
     as_index,
@@ -25,8 +25,8 @@ from lamina.backends.reference.simulator_memory import (
     out_of_bounds,
     per_thread,
 )
-from lamina.backends.reference.simulator_report import MISALIGNED, OUT_OF_BOUNDS, FaultLog
-from lamina.backends.reference.simulator_shared import SharedArray
+from lamina.backends.reference.simulator.report import MISALIGNED, OUT_OF_BOUNDS, FaultLog
+from lamina.backends.reference.simulator.shared import SharedArray
 from lamina.core.errors import VerificationError
 from lamina.core.ir import kernel_ir
 from lamina.core.ir.dtypes import DType

@@ -11,8 +11,8 @@ from __future__ import annotations
 import attrs
 import torch
 
-from lamina.backends.reference.simulator_grid import Mask, ThreadGrid
-from lamina.backends.reference.simulator_shared import Lanes, SharedArray, select_lanes
+from lamina.backends.reference.simulator.grid import Mask, ThreadGrid
+from lamina.backends.reference.simulator.shared import Lanes, SharedArray, select_lanes
 
 
 @attrs.define

@@ -7,16 +7,16 @@ narrows the mask of running threads instead of branching. The kernel is first tu
 into closures (one per statement and expression), so that loops cost no re-analysis.
 
 It reports, as faults: accesses out of bounds, misaligned wide ``cp.async`` copies and
-vector accesses (see ``simulator_vectors``), reads of shared memory that no thread wrote,
+vector accesses (see ``vectors``), reads of shared memory that no thread wrote,
 races on shared memory between two barriers (and between the blocks of a cluster, across
 cluster barriers), reads of ``cp.async`` data before its wait, barriers that only part
 of a block (or cluster) reaches, and misuses of the asynchronous warpgroup mma: operands
 written with no proxy fence, accumulators or registers of A touched with no ``WgmmaFence``
 before it or no ``WgmmaWait`` after it, shared memory overwritten while it reads, and a kernel that ends with
-one pending (see ``simulator_wgmma``). A warp-wide mma that only part of a warp runs, and a
+one pending (see ``wgmma``). A warp-wide mma that only part of a warp runs, and a
 wgmma that only part of a warpgroup runs or whose threads disagree on its operands, are
-errors (see ``simulator_mma`` and ``simulator_wgmma``).
-Shared-memory bank conflicts are counted per array (see ``simulator_banks``), where a
+errors (see ``mma`` and ``wgmma``).
+Shared-memory bank conflicts are counted per array (see ``banks``), where a
 swizzled array stores its elements.
 """
 
@@ -29,22 +29,22 @@ from typing import Callable, Iterator, Mapping
 import torch
 
 from lamina.backends.reference.scalar_ops import as_tensor, torch_dtype
-from lamina.backends.reference.simulator_cp_async import CpAsyncGroups
-from lamina.backends.reference.simulator_expressions import ExpressionCompiler
-from lamina.backends.reference.simulator_grid import Mask, ThreadGrid
-from lamina.backends.reference.simulator_memory import GlobalArray, RegisterArray, as_index, per_thread
-from lamina.backends.reference.simulator_mma import MmaRunner
-from lamina.backends.reference.simulator_report import MISALIGNED, RACES, FaultLog, SimulationReport
-from lamina.backends.reference.simulator_shared import Lanes, SharedArray
-from lamina.backends.reference.simulator_vectors import VectorAccesses
-from lamina.backends.reference.simulator_wgmma import WgmmaRunner
+from lamina.backends.reference.simulator.cp_async import CpAsyncGroups
+from lamina.backends.reference.simulator.expressions import ExpressionCompiler
+from lamina.backends.reference.simulator.grid import Mask, ThreadGrid
+from lamina.backends.reference.simulator.memory import GlobalArray, RegisterArray, as_index, per_thread
+from lamina.backends.reference.simulator.mma import MmaRunner
+from lamina.backends.reference.simulator.report import MISALIGNED, RACES, FaultLog, SimulationReport
+from lamina.backends.reference.simulator.shared import Lanes, SharedArray
+from lamina.backends.reference.simulator.vectors import VectorAccesses
+from lamina.backends.reference.simulator.wgmma import WgmmaRunner
 from lamina.core.errors import SimulationError, VerificationError
 from lamina.core.ir import dtypes, kernel_ir
 from lamina.core.ir.dtypes import DType
 
 Runner = Callable[[Mask], None]
-_WGMMA_STATEMENTS = (kernel_ir.WgmmaTf32, kernel_ir.WgmmaTf32RegisterA, kernel_ir.WgmmaFence, kernel_ir.WgmmaCommit,
-                     kernel_ir.WgmmaWait, kernel_ir.AsyncProxyFence)
+_WGMMA_STATEMENTS = (kernel_ir.WgmmaTf32, kernel_ir.WgmmaFence, kernel_ir.WgmmaCommit, kernel_ir.WgmmaWait,
+                     kernel_ir.AsyncProxyFence)
 
 
 def simulate(kernel: kernel_ir.Kernel, arrays: Mapping[str, torch.Tensor], *,

@@ -15,7 +15,7 @@ import torch
 
 from lamina.backends.reference import tf32
 from lamina.backends.reference.scalar_ops import apply_op, as_tensor
-from lamina.backends.reference.simulator_grid import Mask, ThreadGrid
+from lamina.backends.reference.simulator.grid import Mask, ThreadGrid
 from lamina.core.errors import SimulationError, VerificationError
 from lamina.core.ir import dtypes, expr as ex, kernel_ir
 from lamina.core.ir.dtypes import DType

@@ -9,7 +9,7 @@ Besides bounds, every element tracks:
 - the ``cp.async`` copy still in flight into it, if any;
 - for arrays that other blocks of a cluster read (``ClusterLoad``), whether it was
   stored since the last cluster barrier and whether another block read it since then.
-For arrays that a wgmma reads, ``async_proxy`` (``simulator_wgmma.AsyncProxy``) hears of
+For arrays that a wgmma reads, ``async_proxy`` (``wgmma.AsyncProxy``) hears of
 every write before it lands (``overwriting``), and of ordinary stores and of ``cp.async``
 data once waited for (``stored``).
 
@@ -25,10 +25,10 @@ import attrs
 import torch
 
 from lamina.backends.reference.scalar_ops import as_tensor, torch_dtype
-from lamina.backends.reference.simulator_banks import count_conflicts, lanes_per_phase
-from lamina.backends.reference.simulator_grid import WARP_SIZE, Mask, ThreadGrid
-from lamina.backends.reference.simulator_memory import format_index, linear_index, out_of_bounds, per_thread
-from lamina.backends.reference.simulator_report import MISALIGNED, OUT_OF_BOUNDS, RACES, UNWRITTEN_READS, FaultLog
+from lamina.backends.reference.simulator.banks import count_conflicts, lanes_per_phase
+from lamina.backends.reference.simulator.grid import WARP_SIZE, Mask, ThreadGrid
+from lamina.backends.reference.simulator.memory import format_index, linear_index, out_of_bounds, per_thread
+from lamina.backends.reference.simulator.report import MISALIGNED, OUT_OF_BOUNDS, RACES, UNWRITTEN_READS, FaultLog
 from lamina.core.ir import kernel_ir
 
 _NO_THREAD_LOW = 1 << 62

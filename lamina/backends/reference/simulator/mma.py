@@ -13,9 +13,9 @@ from typing import Callable
 
 import torch
 
-from lamina.backends.reference.simulator_expressions import ExpressionCompiler
-from lamina.backends.reference.simulator_grid import WARP_SIZE, Mask, ThreadGrid
-from lamina.backends.reference.simulator_memory import RegisterArray, per_thread
+from lamina.backends.reference.simulator.expressions import ExpressionCompiler
+from lamina.backends.reference.simulator.grid import WARP_SIZE, Mask, ThreadGrid
+from lamina.backends.reference.simulator.memory import RegisterArray, per_thread
 from lamina.backends.reference.tf32 import truncated
 from lamina.core.errors import SimulationError, VerificationError
 from lamina.core.ir import dtypes, kernel_ir

@@ -1,5 +1,4 @@
-"""Hopper's warpgroup mma (``WgmmaTf32``, ``WgmmaTf32RegisterA``) and its asynchronous protocol
-in the Kernel IR simulator.
+"""Hopper's warpgroup mma (``WgmmaTf32``) and its asynchronous protocol in the Kernel IR simulator.
 
 A warpgroup is 128 consecutive threads of a block (``threadIdx`` flattened). Its wgmma runs
 at issue: A and B are read through their shared arrays, the reads spread over the
@@ -30,9 +29,9 @@ from typing import Callable
 import attrs
 import torch
 
-from lamina.backends.reference.simulator_expressions import ExpressionCompiler
-from lamina.backends.reference.simulator_grid import Mask, ThreadGrid
-from lamina.backends.reference.simulator_memory import (
+from lamina.backends.reference.simulator.expressions import ExpressionCompiler
+from lamina.backends.reference.simulator.grid import Mask, ThreadGrid
+from lamina.backends.reference.simulator.memory import (
     RegisterArray,
     as_index,
     format_index,
@@ -40,8 +39,8 @@ from lamina.backends.reference.simulator_memory import (
     out_of_bounds,
     per_thread,
 )
-from lamina.backends.reference.simulator_report import ASYNC_PROTOCOL, RACES, FaultLog
-from lamina.backends.reference.simulator_shared import Lanes, SharedArray
+from lamina.backends.reference.simulator.report import ASYNC_PROTOCOL, RACES, FaultLog
+from lamina.backends.reference.simulator.shared import Lanes, SharedArray
 from lamina.backends.reference.tf32 import truncated
 from lamina.core.errors import SimulationError, VerificationError
 from lamina.core.ir import dtypes, kernel_ir
@@ -341,7 +340,7 @@ class _Operand:
 
 
 class _RegisterOperand:
-    """A of a ``WgmmaTf32RegisterA``: four elements of f32 register arrays per thread, read
+    """A of a ``WgmmaTf32`` from registers: four elements of f32 register arrays per thread, read
     as the tensor cores read them and watched like the accumulators until the wgmma is done."""
 
     def __init__(self, runner: WgmmaRunner, values: tuple, scope: dict[str, DType], text: str):
@@ -418,7 +417,7 @@ class WgmmaRunner:
 
         return run
 
-    def _wgmma(self, s: kernel_ir.WgmmaTf32 | kernel_ir.WgmmaTf32RegisterA, scope: dict[str, DType]) -> Runner:
+    def _wgmma(self, s: kernel_ir.WgmmaTf32, scope: dict[str, DType]) -> Runner:
         acc = self.memories.get(s.acc)
         if not isinstance(acc, RegisterArray) or acc.dtype != dtypes.float32:
             raise VerificationError(f"kernel {self.kernel}: wgmma accumulates into {s.acc}, which is not an f32 "
@@ -430,7 +429,7 @@ class WgmmaRunner:
             raise SimulationError(f"kernel {self.kernel}: wgmma in blocks of {self.grid.threads_per_block} threads; "
                                   f"a wgmma needs blocks of whole warpgroups of {WARPGROUP_SIZE} threads")
         text = kernel_ir.format_body((s,), "")[0]
-        if isinstance(s, kernel_ir.WgmmaTf32RegisterA):
+        if s.a_from == "registers":
             a = _RegisterOperand(self, s.a, scope, text)
         else:
             a = _Operand(self, s.a, s.a_index, WGMMA_M, scope, text)

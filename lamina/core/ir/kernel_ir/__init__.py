@@ -1,0 +1,79 @@
+"""Kernel IR: the CUDA program as data.
+
+``nodes`` holds what every GPU runs, ``hopper`` what only Hopper runs (clusters, the
+warpgroup mma, overlapping launches); ``traversal`` walks a kernel, ``printer`` prints it and
+``verifier`` checks it.
+"""
+
+from lamina.core.ir.kernel_ir.hopper import (
+    MAX_CLUSTER_BLOCKS,
+    MAX_PORTABLE_CLUSTER_BLOCKS,
+    OVERLAPPING_LAUNCH_COMPUTE_CAPABILITY,
+    SWIZZLE_ALIGNMENT,
+    SWIZZLE_BYTES,
+    WARPGROUP_SIZE,
+    WGMMA_A_SOURCES,
+    WGMMA_K,
+    WGMMA_M,
+    AsyncProxyFence,
+    ClusterBarrier,
+    ClusterLoad,
+    LetNextKernelLaunch,
+    WaitForPreviousKernel,
+    WgmmaCommit,
+    WgmmaFence,
+    WgmmaTf32,
+    WgmmaWait,
+    swizzled_offset,
+)
+from lamina.core.ir.kernel_ir.nodes import (
+    LOAD_CACHE_HINTS,
+    SPACES,
+    SPECIALS,
+    STORE_CACHE_HINTS,
+    VECTOR_BYTES,
+    WARP_SIZE,
+    Array,
+    Assign,
+    AtomicAdd,
+    Barrier,
+    Comment,
+    CpAsync,
+    CpAsyncCommit,
+    CpAsyncWait,
+    Declare,
+    For,
+    If,
+    Kernel,
+    Launch,
+    Load,
+    MmaTf32,
+    Param,
+    Program,
+    ShuffleXor,
+    Special,
+    Stmt,
+    Store,
+    Tf32,
+    ThreadFence,
+    VectorLoad,
+    VectorStore,
+    block_idx,
+    thread_idx,
+)
+from lamina.core.ir.kernel_ir.printer import format_body, format_expr, format_kernel, format_program
+from lamina.core.ir.kernel_ir.traversal import expressions, rename_arrays, statements
+from lamina.core.ir.kernel_ir.verifier import verify_kernel, verify_program
+
+__all__ = [
+    "LOAD_CACHE_HINTS", "MAX_CLUSTER_BLOCKS", "MAX_PORTABLE_CLUSTER_BLOCKS", "OVERLAPPING_LAUNCH_COMPUTE_CAPABILITY",
+    "SPACES", "SPECIALS", "STORE_CACHE_HINTS", "SWIZZLE_ALIGNMENT", "SWIZZLE_BYTES", "VECTOR_BYTES", "WARP_SIZE",
+    "WARPGROUP_SIZE", "WGMMA_A_SOURCES", "WGMMA_K", "WGMMA_M",
+    "Array", "Assign", "AsyncProxyFence", "AtomicAdd", "Barrier", "ClusterBarrier", "ClusterLoad", "Comment",
+    "CpAsync", "CpAsyncCommit", "CpAsyncWait", "Declare", "For", "If", "Kernel", "Launch", "LetNextKernelLaunch",
+    "Load", "MmaTf32", "Param", "Program", "ShuffleXor", "Special", "Stmt", "Store", "Tf32", "ThreadFence",
+    "VectorLoad", "VectorStore", "WaitForPreviousKernel", "WgmmaCommit", "WgmmaFence", "WgmmaTf32",
+    "WgmmaWait",
+    "block_idx", "expressions", "format_body", "format_expr", "format_kernel", "format_program", "rename_arrays",
+    "statements", "swizzled_offset", "thread_idx", "verify_kernel", "verify_program",
+]

@@ -1,0 +1,373 @@
+"""Kernel IR's nodes: the CUDA program as data.
+
+A ``Kernel`` has pointer parameters (one per buffer, flat, row-major), shared arrays
+with their padded shapes, a body of statements, and its launch configuration. Its
+expressions are those of ``lamina.core.ir.expr`` plus ``Load`` from an array, the
+thread and block indices, warp shuffles, and ``Tf32`` rounding for the warp-wide
+tensor-core statement ``MmaTf32``. Arrays live in one of three spaces: ``global`` (the
+parameters), ``shared`` and ``register`` (per-thread arrays, indexed only by constants
+after unrolling). The nodes that only Hopper runs are in ``hopper``; ``Stmt`` names them
+all.
+
+Loop bounds must be the same for every thread of the grid; anything that varies per
+thread is an ``If``. That is how the schedules are written, and it lets the CPU
+simulator run a whole grid in lockstep.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from lamina.core.ir import dtypes
+from lamina.core.ir.dtypes import DType
+from lamina.core.ir.expr import Expr
+from lamina.core.ir.kernel_ir.hopper import (
+    SWIZZLE_ALIGNMENT,
+    AsyncProxyFence,
+    ClusterBarrier,
+    LetNextKernelLaunch,
+    WaitForPreviousKernel,
+    WgmmaCommit,
+    WgmmaFence,
+    WgmmaTf32,
+    WgmmaWait,
+)
+
+SPACES = ("global", "shared", "register")
+SPECIALS = ("threadIdx", "blockIdx")
+
+
+@attrs.frozen(eq=True)
+class Special(Expr):
+    """``threadIdx.x``, ``blockIdx.y`` ..."""
+
+    kind: str
+    axis: str
+    dtype: DType = dtypes.index
+
+
+@attrs.frozen(eq=True)
+class Load(Expr):
+    array: str
+    index: tuple[Expr, ...] = attrs.field(converter=tuple)
+    dtype: DType
+
+    def children(self):
+        return self.index
+
+    def rebuild(self, children):
+        return attrs.evolve(self, index=tuple(children))
+
+
+WARP_SIZE = 32
+
+
+@attrs.frozen(eq=True)
+class ShuffleXor(Expr):
+    """``value`` as computed by lane ``lane ^ lane_mask`` of the same warp.
+
+    Every lane of the warp must evaluate it together (never under a branch that only
+    part of the warp takes): it is how partial results of a warp are combined.
+    """
+
+    value: Expr
+    lane_mask: int
+
+    @property
+    def dtype(self) -> DType:
+        return self.value.dtype
+
+    def children(self):
+        return (self.value,)
+
+    def rebuild(self, children):
+        return attrs.evolve(self, value=children[0])
+
+
+@attrs.frozen(eq=True)
+class Tf32(Expr):
+    """The float32 ``value`` rounded to the nearest tf32 (10 mantissa bits, ties away from
+    zero), still a float32: half the weight of the 13 dropped bits is added to the bits,
+    then they are cleared. Infinities and NaNs stay what they are, except a NaN whose
+    payload lies wholly in the dropped bits, which becomes an infinity."""
+
+    value: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return dtypes.float32
+
+    def children(self):
+        return (self.value,)
+
+    def rebuild(self, children):
+        return attrs.evolve(self, value=children[0])
+
+
+def thread_idx(axis: str = "x") -> Special:
+    return Special("threadIdx", axis)
+
+
+def block_idx(axis: str = "x") -> Special:
+    return Special("blockIdx", axis)
+
+
+@attrs.frozen
+class Param:
+    """A pointer parameter: buffer ``name`` as a flat array of ``numel`` elements.
+
+    A ``scratch`` parameter is no buffer of the program: the kernel's own working memory
+    (counters that its blocks share), which the program's runner allocates, zeroed, for each
+    launch.
+    """
+
+    name: str
+    dtype: DType
+    numel: int
+    writable: bool = False
+    scratch: bool = False
+
+
+@attrs.frozen
+class Array:
+    """A shared or register array. ``shape`` includes padding; ``space`` is shared or register.
+
+    A shared array with ``swizzle = 128`` is stored as Hopper's ``wgmma`` reads its operands
+    in the 128-byte swizzle: in rows of 128 bytes (its last axis), each row's 16-byte chunk
+    ``c`` at chunk ``c XOR (row mod 8)``, counting rows over the whole array, which starts
+    1024-byte aligned. Its indices stay logical: only the backends place the elements
+    (``swizzled_offset``), so the copies into it and the reads from it are written as for
+    any array.
+    """
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...] = attrs.field(converter=tuple)
+    space: str
+    swizzle: int = 0
+
+    @property
+    def bytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    @property
+    def alignment(self) -> int:
+        """The bytes its start must be aligned to in shared memory."""
+        return SWIZZLE_ALIGNMENT if self.swizzle else 16
+
+
+# --- statements --------------------------------------------------------------
+
+@attrs.frozen
+class Declare:
+    """A per-thread scalar ``var`` of ``dtype``, optionally initialised."""
+
+    var: str
+    dtype: DType
+    init: Expr | None = None
+
+
+@attrs.frozen
+class Assign:
+    var: str
+    value: Expr
+
+
+@attrs.frozen
+class Store:
+    array: str
+    index: tuple[Expr, ...] = attrs.field(converter=tuple)
+    value: Expr
+
+
+@attrs.frozen
+class For:
+    """``for var in range(start, stop, step)``; bounds are the same in every thread."""
+
+    var: str
+    start: Expr
+    stop: Expr
+    step: int
+    body: tuple["Stmt", ...] = attrs.field(converter=tuple)
+    unroll: bool = False
+
+
+@attrs.frozen
+class If:
+    cond: Expr
+    then: tuple["Stmt", ...] = attrs.field(converter=tuple)
+    orelse: tuple["Stmt", ...] = attrs.field(converter=tuple, default=())
+
+
+@attrs.frozen
+class Barrier:
+    """All threads of the block wait here; shared-memory writes before it are visible after it."""
+
+
+@attrs.frozen
+class CpAsync:
+    """Asynchronous copy of one element (``bytes`` wide) from global to shared memory.
+
+    Where ``predicate`` is false the destination is filled with zeros and the source is
+    not read. The data may be read only after a ``CpAsyncWait`` that covers its group
+    and a ``Barrier``.
+    """
+
+    dst: str
+    dst_index: tuple[Expr, ...] = attrs.field(converter=tuple)
+    src: str
+    src_index: tuple[Expr, ...] = attrs.field(converter=tuple)
+    bytes: int = 4
+    predicate: Expr | None = None
+
+
+@attrs.frozen
+class CpAsyncCommit:
+    """Close the current group of asynchronous copies."""
+
+
+@attrs.frozen
+class CpAsyncWait:
+    """Wait until at most ``pending`` groups of this thread's copies are still in flight."""
+
+    pending: int = 0
+
+
+VECTOR_BYTES = (2, 4, 8, 16)
+"""The sizes of one vector access: what a single load or store instruction moves."""
+
+
+@attrs.frozen
+class VectorLoad:
+    """Copy ``width`` adjacent elements of global parameter or shared array ``src``, from
+    element ``src_index``, into register array ``dst`` from ``dst_index`` on, in one access.
+
+    Both sides must be aligned to the access's size (``width`` elements): the GPU
+    faults on a misaligned vector access. A shared array starts aligned to 16 bytes, so
+    a vector read of it is aligned where its offset in the array is.
+
+    ``cache = "l2"`` reads a global parameter through L2 alone (``ld.global.cg``), not the
+    SM's L1, which does not see what other SMs wrote during the kernel.
+    """
+
+    dst: str
+    dst_index: tuple[Expr, ...] = attrs.field(converter=tuple)
+    src: str
+    src_index: tuple[Expr, ...] = attrs.field(converter=tuple)
+    width: int
+    cache: str = "default"
+
+
+@attrs.frozen
+class VectorStore:
+    """Copy ``width`` adjacent elements of register array ``src`` into global parameter or
+    shared array ``dst`` from element ``dst_index`` on, in one access aligned like a ``VectorLoad``.
+
+    ``cache = "evict_first"`` marks a store to a global parameter as streaming
+    (``st.global.cs``): L2 lets its lines go first, keeping room for data still to be read.
+    """
+
+    dst: str
+    dst_index: tuple[Expr, ...] = attrs.field(converter=tuple)
+    src: str
+    src_index: tuple[Expr, ...] = attrs.field(converter=tuple)
+    width: int
+    cache: str = "default"
+
+
+LOAD_CACHE_HINTS = ("default", "l2")
+STORE_CACHE_HINTS = ("default", "evict_first")
+
+
+@attrs.frozen
+class Comment:
+    text: str
+
+
+@attrs.frozen
+class MmaTf32:
+    """One warp-wide tensor-core multiply-add, PTX's ``mma.sync`` m16n8k8 with tf32 operands:
+    ``D[16][8] += A[16][8] @ B[8][8]`` in float32, each lane holding pieces of A, B and D.
+
+    Lane ``4 g + t`` of the warp supplies ``a`` = A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4]
+    and ``b`` = B[t][g], B[t+4][g], and accumulates into the elements ``acc_index`` of its
+    register array ``acc`` holding D[g][2t], D[g][2t+1], D[g+8][2t], D[g+8][2t+1]. Operands
+    are float32 values of which the tensor cores read the tf32 part (``Tf32`` rounds them).
+    Every lane of the warp runs it together, never under a branch that only part of the warp
+    takes.
+    """
+
+    acc: str
+    acc_index: tuple[tuple[Expr, ...], ...] = attrs.field(converter=lambda v: tuple(tuple(i) for i in v))
+    a: tuple[Expr, ...] = attrs.field(converter=tuple)
+    b: tuple[Expr, ...] = attrs.field(converter=tuple)
+
+
+@attrs.frozen
+class ThreadFence:
+    """Order this thread's global memory accesses for every thread of the grid (``__threadfence``):
+    a block that sees a later write of this thread (an ``AtomicAdd``) also sees the earlier ones."""
+
+
+@attrs.frozen
+class AtomicAdd:
+    """Add ``value`` to element ``index`` of global parameter ``array`` in one atomic step,
+    the element's value before it going to register array ``dst`` at ``dst_index``."""
+
+    dst: str
+    dst_index: tuple[Expr, ...] = attrs.field(converter=tuple)
+    array: str
+    index: Expr
+    value: Expr
+
+
+Stmt = (Declare | Assign | Store | For | If | Barrier | ClusterBarrier | CpAsync | CpAsyncCommit | CpAsyncWait
+        | VectorLoad | VectorStore | MmaTf32 | WgmmaTf32 | WgmmaFence | WgmmaCommit | WgmmaWait
+        | AsyncProxyFence | ThreadFence | AtomicAdd | LetNextKernelLaunch | WaitForPreviousKernel | Comment)
+
+
+@attrs.frozen
+class Launch:
+    """Blocks of ``block`` threads in a ``grid``; ``cluster`` blocks along x run at once as a
+    cluster, (1, 1, 1) where the blocks are independent. With ``overlaps_previous_kernel``, the
+    kernel may launch while the kernel before it on the stream still runs, and waits for it
+    (``WaitForPreviousKernel``) before touching memory: its launch and the start of its blocks
+    are hidden behind the other kernel's last blocks."""
+
+    grid: tuple[int, int, int] = attrs.field(converter=tuple)
+    block: tuple[int, int, int] = attrs.field(converter=tuple)
+    dynamic_shared_bytes: int = 0
+    cluster: tuple[int, int, int] = attrs.field(converter=tuple, default=(1, 1, 1))
+    overlaps_previous_kernel: bool = False
+
+    @property
+    def threads_per_block(self) -> int:
+        return math.prod(self.block)
+
+
+@attrs.frozen
+class Kernel:
+    name: str
+    params: tuple[Param, ...] = attrs.field(converter=tuple)
+    arrays: tuple[Array, ...] = attrs.field(converter=tuple)
+    body: tuple[Stmt, ...] = attrs.field(converter=tuple)
+    launch: Launch
+
+    def array(self, name: str) -> Param | Array:
+        for a in self.params + self.arrays:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+    @property
+    def shared_bytes(self) -> int:
+        return sum(a.bytes for a in self.arrays if a.space == "shared")
+
+
+@attrs.frozen
+class Program:
+    """Kernel IR kernels in launch order; parameter names are the Loop IR buffer names."""
+
+    kernels: tuple[Kernel, ...] = attrs.field(converter=tuple)

@@ -1,0 +1,124 @@
+"""Walking Kernel IR: every statement of a body, the expressions of a statement, and
+renaming a kernel's arrays."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import attrs
+
+from lamina.core.ir import expr as ex
+from lamina.core.ir.expr import Expr
+from lamina.core.ir.kernel_ir.hopper import ClusterLoad, WgmmaTf32
+from lamina.core.ir.kernel_ir.nodes import (
+    AtomicAdd,
+    Assign,
+    CpAsync,
+    Declare,
+    For,
+    If,
+    Kernel,
+    Load,
+    MmaTf32,
+    Stmt,
+    Store,
+    VectorLoad,
+    VectorStore,
+)
+
+
+def statements(body: tuple[Stmt, ...]) -> Iterator[Stmt]:
+    for s in body:
+        yield s
+        if isinstance(s, For):
+            yield from statements(s.body)
+        elif isinstance(s, If):
+            yield from statements(s.then)
+            yield from statements(s.orelse)
+
+
+def expressions(s: Stmt) -> tuple[Expr, ...]:
+    if isinstance(s, Declare):
+        return (s.init,) if s.init is not None else ()
+    if isinstance(s, Assign):
+        return (s.value,)
+    if isinstance(s, Store):
+        return s.index + (s.value,)
+    if isinstance(s, For):
+        return (s.start, s.stop)
+    if isinstance(s, If):
+        return (s.cond,)
+    if isinstance(s, CpAsync):
+        return s.dst_index + s.src_index + ((s.predicate,) if s.predicate is not None else ())
+    if isinstance(s, (VectorLoad, VectorStore)):
+        return s.dst_index + s.src_index
+    if isinstance(s, MmaTf32):
+        return tuple(i for place in s.acc_index for i in place) + s.a + s.b
+    if isinstance(s, WgmmaTf32):
+        a_values = s.a if isinstance(s.a, tuple) else ()
+        return tuple(i for place in s.acc_index for i in place) + a_values + s.a_index + s.b_index
+    if isinstance(s, AtomicAdd):
+        return s.dst_index + (s.index, s.value)
+    return ()
+
+
+def rename_arrays(kernel: Kernel, mapping: dict[str, str], name: str | None = None) -> Kernel:
+    """The same kernel with arrays (parameters, shared and register arrays) renamed by
+    ``mapping``, and the kernel itself renamed to ``name`` if given."""
+
+    def rename(n: Expr) -> Expr | None:
+        return attrs.evolve(n, array=mapping[n.array]) if isinstance(n, (Load, ClusterLoad)) and n.array in mapping else None
+
+    def rename_expr(e: Expr) -> Expr:
+        return ex.transform(e, rename)
+
+    def rename_body(body):
+        out = []
+        for s in body:
+            if isinstance(s, For):
+                s = attrs.evolve(s, start=rename_expr(s.start), stop=rename_expr(s.stop), body=rename_body(s.body))
+            elif isinstance(s, If):
+                s = attrs.evolve(s, cond=rename_expr(s.cond), then=rename_body(s.then), orelse=rename_body(s.orelse))
+            elif isinstance(s, Declare) and s.init is not None:
+                s = attrs.evolve(s, init=rename_expr(s.init))
+            elif isinstance(s, Assign):
+                s = attrs.evolve(s, value=rename_expr(s.value))
+            elif isinstance(s, Store):
+                s = attrs.evolve(s, array=mapping.get(s.array, s.array), index=tuple(map(rename_expr, s.index)), value=rename_expr(s.value))
+            elif isinstance(s, CpAsync):
+                s = attrs.evolve(
+                    s, dst=mapping.get(s.dst, s.dst), src=mapping.get(s.src, s.src),
+                    dst_index=tuple(map(rename_expr, s.dst_index)), src_index=tuple(map(rename_expr, s.src_index)),
+                    predicate=None if s.predicate is None else rename_expr(s.predicate),
+                )
+            elif isinstance(s, (VectorLoad, VectorStore)):
+                s = attrs.evolve(
+                    s, dst=mapping.get(s.dst, s.dst), src=mapping.get(s.src, s.src),
+                    dst_index=tuple(map(rename_expr, s.dst_index)), src_index=tuple(map(rename_expr, s.src_index)),
+                )
+            elif isinstance(s, MmaTf32):
+                s = attrs.evolve(
+                    s, acc=mapping.get(s.acc, s.acc), acc_index=[tuple(map(rename_expr, i)) for i in s.acc_index],
+                    a=tuple(map(rename_expr, s.a)), b=tuple(map(rename_expr, s.b)),
+                )
+            elif isinstance(s, WgmmaTf32):
+                s = attrs.evolve(
+                    s, acc=mapping.get(s.acc, s.acc), acc_index=[tuple(map(rename_expr, i)) for i in s.acc_index],
+                    a=mapping.get(s.a, s.a) if isinstance(s.a, str) else tuple(map(rename_expr, s.a)),
+                    a_index=tuple(map(rename_expr, s.a_index)),
+                    b=mapping.get(s.b, s.b), b_index=tuple(map(rename_expr, s.b_index)),
+                )
+            elif isinstance(s, AtomicAdd):
+                s = attrs.evolve(s, dst=mapping.get(s.dst, s.dst), dst_index=tuple(map(rename_expr, s.dst_index)),
+                                 array=mapping.get(s.array, s.array), index=rename_expr(s.index),
+                                 value=rename_expr(s.value))
+            out.append(s)
+        return tuple(out)
+
+    return attrs.evolve(
+        kernel,
+        name=kernel.name if name is None else name,
+        params=tuple(attrs.evolve(p, name=mapping.get(p.name, p.name)) for p in kernel.params),
+        arrays=tuple(attrs.evolve(a, name=mapping.get(a.name, a.name)) for a in kernel.arrays),
+        body=rename_body(kernel.body),
+    )
