@@ -22,8 +22,8 @@ from pathlib import Path
 import attrs
 import torch
 
-from lamina.cli.program_spec import RUNNING_EXAMPLE, RUNNING_EXAMPLE_INPUTS, InputSpec, ProgramSpec, parse_input
 from lamina.core.errors import LaminaError
+from lamina.program_spec import RUNNING_EXAMPLE, RUNNING_EXAMPLE_INPUTS, InputSpec, ProgramSpec, parse_input
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -7,8 +7,8 @@ from lamina.bench import runner
 from lamina.bench.runner import (SAME_SIZE_COPY, CaseResult, cold_set_count, copy_each, geomean_speedups, run_case,
                                  run_suite, same_size_pairs)
 from lamina.bench.suite import L2_BYTES, make_case
-from lamina.cli.program_spec import parse_input
 from lamina.core.errors import UnsupportedOpError
+from lamina.program_spec import parse_input
 
 from tests.bench.fakes import COLD_US, COPY_COLD_US, HOT_US, FakeTimer, no_torch_compile, tiny_cases
 
