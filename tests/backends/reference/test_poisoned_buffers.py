@@ -4,9 +4,9 @@ kernel wrote cannot pass for a computed one."""
 import torch
 
 import lamina
-from lamina.backends.program_runner import ProgramRunner
 from lamina.backends.reference.backend import ReferenceBackend
 from lamina.core.target import Target
+from lamina.runtime.program_runner import ProgramRunner
 
 
 def scaled_row_sums(x):

@@ -8,10 +8,10 @@ from typing import Callable
 import attrs
 import torch
 
-from lamina.backends.program_runner import torch_dtype
 from lamina.core.ir import dtypes, expr as ex, loop_ir
 from lamina.core.ir.torch_ir import TensorType
 from lamina.core.target import Target
+from lamina.runtime.program_runner import torch_dtype
 
 F32 = dtypes.float32
 SM_90 = Target("sm_90", "sm_90")

@@ -3,7 +3,6 @@
 import pytest
 import torch
 
-from lamina.backends.program_runner import ProgramRunner
 from lamina.backends.reference.simulator import simulate
 from lamina.core.ir import kernel_ir
 from lamina.core.stages.fuse import fuse
@@ -11,6 +10,7 @@ from lamina.core.stages.lower_to_loops import lower_to_loops
 from lamina.core.target import Target
 from lamina.plugins.fusion import FuseEpilogueIntoReduction, InlinePointwiseProducers, RemoveDeadBuffers
 from lamina.plugins.schedules.generic import GenericSchedule
+from lamina.runtime.program_runner import ProgramRunner
 from tests.core.stages import tensor_programs as tp
 
 TARGET = Target("sm_90", "sm_90")

@@ -4,10 +4,10 @@ transformer shapes too large to simulate. Their speed is measured by ``lamina be
 import pytest
 import torch
 
-from lamina.backends.program_runner import torch_dtype
 from lamina.bench.measure import relative_error
 from lamina.core.target import Target
 from lamina.plugins.schedules.pointwise import PointwiseSchedule
+from lamina.runtime.program_runner import torch_dtype
 
 from .kernels import BF16, F32, broadcast_row, cast, rope, silu_up, tolerance, transpose
 
