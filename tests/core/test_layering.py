@@ -1,4 +1,5 @@
-"""The shape of the tree is the architecture: each package of lamina imports only the packages below it.
+"""The shape of the tree is the architecture: each package of lamina imports only the packages below it,
+and the core's modules import one another without a cycle.
 
 ``ALLOWED`` is the architecture as a table (docs: DESIGN's layout). Every module's imports
 are read from its source, those inside functions included, so a lazy import is a
@@ -112,6 +113,48 @@ def test_the_layers_have_no_cycle():
 
 def test_nothing_imports_the_command_line():
     assert [package for package, allowed in ALLOWED.items() if "cli" in allowed] == []
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def core_module_imports() -> dict[str, set[str]]:
+    """For each module of the core, the core's modules it imports (a package's own parts left out)."""
+    modules = {module_name(p): p for p in sources() if package_of(p) == "core"}
+    graph = {}
+    for module, path in modules.items():
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
+            else:
+                continue
+            imported |= {name for name in names if name in modules}
+        graph[module] = {other for other in imported - {module}
+                         if not other.startswith(module + ".") and not module.startswith(other + ".")}
+    return graph
+
+
+def test_the_core_modules_import_one_another_without_a_cycle():
+    graph = core_module_imports()
+    cycles, finished = [], set()
+
+    def visit(module: str, path: list[str]) -> None:
+        for other in sorted(graph[module]):
+            if other in path:
+                cycles.append(" -> ".join(path[path.index(other):] + [other]))
+            elif other not in finished:
+                visit(other, path + [other])
+        finished.add(module)
+
+    for module in sorted(graph):
+        if module not in finished:
+            visit(module, [module])
+    assert cycles == []
 
 
 def test_builtin_plugins_are_named_not_imported_by_the_core():
