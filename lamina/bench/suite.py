@@ -70,7 +70,7 @@ def measured_target() -> Target:
     entry = get_plugin_manager(load_config()).registry.get("target", MEASURED_TARGET)
     if entry is None:
         raise LaminaError(f"lamina bench reads its ceilings from the {MEASURED_TARGET} target, and no loaded "
-                          "plugin registers it: enable the built-in CUDA plugin")
+                          "plugin registers it: take lamina.builtin.backends.cuda off the disabled plugins")
     return entry.provider
 
 
