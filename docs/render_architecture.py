@@ -15,7 +15,7 @@ DOC = Path(__file__).with_name("architecture.md")
 
 def printed_levels() -> dict[str, str]:
     import lamina
-    from lamina.cli.program_spec import program_spec
+    from lamina.program_spec import program_spec
 
     spec = program_spec(None, None)
     compiled = lamina.compile(spec.function(), spec.example_inputs())

@@ -12,13 +12,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from lamina.backends.memory_plan import MemoryPlan, plan_memory
 from lamina.core.config import Config, load_config
 from lamina.core.errors import DeviceError, InputMismatchError, LaminaError
 from lamina.core.pipeline import Compilation, Pipeline
 from lamina.core.plugins import PluginManager, get_plugin_manager
 from lamina.frontends.torch.capture import DEFAULT_KEEP, Captured, capture, check_argument_kinds
 from lamina.frontends.torch.containers import flatten_call, structured
+from lamina.runtime.memory_plan import MemoryPlan, plan_memory
 
 
 class Compiler:

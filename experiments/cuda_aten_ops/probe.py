@@ -17,10 +17,10 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
-from lamina.core.plugins import get_plugin_manager
 from lamina.core.config import load_config
+from lamina.core.plugins import get_plugin_manager
 from lamina.frontends.torch.capture import DEFAULT_KEEP
-from lamina.frontends.torch.dynamo_backend import decompositions
+from lamina.integrations.torch_compile import decompositions
 from lamina.models.architectures import ARCHITECTURES, build, example_inputs
 
 

@@ -22,7 +22,7 @@ import torch
 import lamina
 from lamina.bench.measure import time_cuda_graph
 from lamina.bench.runner import _rotating, cold_set_count, copy_each
-from lamina.bench.suite import L2_BYTES, builtin_suite
+from lamina.bench.suite import builtin_suite, measured_target
 
 COPY_CEILING_BYTES_PER_US = 4.27e6
 LARGE_BYTES = (256 << 20, 1 << 30)
@@ -39,7 +39,7 @@ def cold_us(fn, rotation: list[tuple], replays: int) -> float:
 
 def negation_and_copy(bytes_moved: int, replays: int) -> dict:
     elements = bytes_moved // 8
-    sets = max(2, math.ceil(2 * L2_BYTES / bytes_moved))
+    sets = max(2, math.ceil(2 * measured_target().l2_bytes / bytes_moved))
     sources = [(torch.randn(elements, device="cuda"),) for _ in range(sets)]
     compiled = lamina.compile(negate, sources[0])
     assert torch.equal(compiled(*sources[0]), -sources[0][0])

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from lamina.bench.measure import time_cuda_graph
-from lamina.bench.suite import L2_BYTES, builtin_suite
+from lamina.bench.suite import builtin_suite, measured_target
 from raw_kernel import OVERLAP_PROLOGUE as PROLOGUE, RawKernel
 
 COPY_CEILING_BYTES_PER_US = 4.27e6
@@ -199,7 +199,7 @@ def designs(floats: int) -> dict[str, tuple[RawKernel, int]]:
 def measure(bytes_moved: int, replays: int) -> dict:
     floats = max(BULK_CHUNK_FLOATS, bytes_moved // 8 // BULK_CHUNK_FLOATS * BULK_CHUNK_FLOATS)
     moved = floats * 8
-    sets = max(2, math.ceil(2 * L2_BYTES / moved))
+    sets = max(2, math.ceil(2 * measured_target().l2_bytes / moved))
     pairs = [(torch.randn(floats, device="cuda"), torch.empty(floats, device="cuda")) for _ in range(sets)]
     row = {"bytes": moved, "sets": sets, "designs": {}}
     for name, (kernel, count) in designs(floats).items():

@@ -19,14 +19,13 @@ from __future__ import annotations
 import json
 import sys
 
-from lamina.core.target import Target
+from lamina.backends.cuda.targets import SM90 as SM_90
 from lamina.plugins.schedules.contraction import analyse, cost, warpgroup_products
 from lamina.plugins.schedules.contraction.recognise import Contraction
 
 sys.path.insert(0, ".")
 from tests.plugins.schedules.contraction_kernels import batched_scores, linear  # noqa: E402
 
-SM_90 = Target("sm_90", "sm_90")
 BLOCKS = {"wgmma 128x64": (128, 64), "wgmma 128x128": (128, 128), "wgmma 64x64": (64, 64),
           "wgmma 64x128": (64, 128)}
 LINEARS = {"tl.qkv": (2560, 2048), "tl.o": (2048, 2048), "tl.gate_up": (11264, 2048), "tl.down": (2048, 5632),

@@ -13,7 +13,7 @@ from typing import IO, Any
 import torch
 
 from lamina.bench.runner import CALLS_PER_SHORT_GRAPH, CONTENDERS, SHORT_CALL_US, CaseResult, geomean_speedups
-from lamina.bench.suite import COPY_BYTES_PER_SECOND, L2_BYTES, PEAK_FLOPS, SHORT
+from lamina.bench.suite import SHORT, copy_bytes_per_second, measured_target, peak_flops_per_second
 from lamina.core.version import __version__
 
 SCHEMA = "lamina-bench/1"
@@ -73,14 +73,14 @@ def _row(result: CaseResult) -> tuple[str, ...]:
         return (case.name, _error(result), result.status.upper() + ": " + result.message)
     lamina_us, cold_us = times.get("lamina"), cold.get("lamina")
     rate, flops, cold_rate = bandwidth(result, lamina_us), throughput(result, lamina_us), bandwidth(result, cold_us)
-    peak = PEAK_FLOPS.get(case.dtype, PEAK_FLOPS[torch.float32])
+    peak, copy = peak_flops_per_second(case.dtype), copy_bytes_per_second()
     return (case.name, _error(result), _us(lamina_us), _us(times.get("eager")), _us(times.get("torch.compile")),
             _ratio(result.speedup("eager")), _ratio(result.speedup("torch.compile")),
-            f"{rate / 1e9:.0f}", _percent(rate / COPY_BYTES_PER_SECOND),
+            f"{rate / 1e9:.0f}", _percent(rate / copy),
             f"{flops / 1e12:.2f}", _percent(flops / peak),
-            _us(cold_us), _percent(None if cold_rate is None else cold_rate / COPY_BYTES_PER_SECOND),
+            _us(cold_us), _percent(None if cold_rate is None else cold_rate / copy),
             _percent(None if result.copy_cold_us is None else bandwidth(result, result.copy_cold_us)
-                     / COPY_BYTES_PER_SECOND),
+                     / copy),
             _ratio(result.speedup("torch.compile", "cold")),
             f"{result.compile_seconds['lamina']:.2f}", f"{result.compile_seconds['torch.compile']:.2f}")
 
@@ -185,9 +185,9 @@ def json_document(results: list[CaseResult], *, command: str, device: str, repla
                    "short_calls": f"a case whose fastest contender takes under {SHORT_CALL_US:g} us per call is timed "
                                   f"with {CALLS_PER_SHORT_GRAPH} back-to-back calls per graph, per call",
                    "cold": "graph cycling through enough input sets to touch twice the L2, each call writing its own output",
-                   "l2_bytes": L2_BYTES, "speedup": "contender time / lamina time"},
-        "ceilings": {"copy_bytes_per_s": COPY_BYTES_PER_SECOND,
-                     "flop_per_s": {SHORT[d]: v for d, v in PEAK_FLOPS.items()}},
+                   "l2_bytes": measured_target().l2_bytes, "speedup": "contender time / lamina time"},
+        "ceilings": {"copy_bytes_per_s": copy_bytes_per_second(),
+                     "flop_per_s": {short: peak_flops_per_second(dtype) for dtype, short in SHORT.items()}},
         "geomean_speedup": geomean_speedups(results),
         "geomean_cold_speedup": geomean_speedups(results, "cold"),
         "cases": [_case_record(r) for r in results],

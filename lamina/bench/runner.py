@@ -17,7 +17,7 @@ import torch
 
 import lamina
 from lamina.bench.measure import relative_error, time_cuda_graph
-from lamina.bench.suite import L2_BYTES, Case
+from lamina.bench.suite import Case, measured_target
 from lamina.core.errors import LaminaError
 
 CONTENDERS = ("lamina", "eager", "torch.compile")
@@ -73,8 +73,10 @@ class CaseResult:
         return times[contender] / times["lamina"]
 
 
-def cold_set_count(case: Case, l2_bytes: int = L2_BYTES) -> int:
-    """Input sets to rotate among so that the data touched between two uses of a set exceeds L2; 0 if too many."""
+def cold_set_count(case: Case, l2_bytes: int | None = None) -> int:
+    """Input sets to rotate among so that the data touched between two uses of a set exceeds L2
+    (the measured target's, unless ``l2_bytes`` is given); 0 if too many."""
+    l2_bytes = measured_target().l2_bytes if l2_bytes is None else l2_bytes
     sets = max(2, math.ceil(2 * l2_bytes / case.bytes_moved))
     return sets if sets <= MAX_COLD_SETS else 0
 
@@ -125,7 +127,7 @@ def _synchronize(device: str) -> None:
 
 
 def run_case(case: Case, *, device: str, timer: Timer, torch_compile: Callable = torch.compile,
-             seed: int = 0, l2_bytes: int = L2_BYTES) -> CaseResult:
+             seed: int = 0, l2_bytes: int | None = None) -> CaseResult:
     fn = case.program().function()
     inputs = _random_inputs(case, device, seed)
     start = time.perf_counter()
@@ -173,7 +175,7 @@ def run_case(case: Case, *, device: str, timer: Timer, torch_compile: Callable =
 def run_suite(cases: list[Case], *, device: str, timer: Timer, torch_compile: Callable = torch.compile,
               progress: Callable[[int, int, str], None] = lambda index, total, name: None,
               measured: Callable[[list[CaseResult]], None] = lambda results: None,
-              l2_bytes: int = L2_BYTES) -> list[CaseResult]:
+              l2_bytes: int | None = None) -> list[CaseResult]:
     """Run ``cases`` in order; ``measured`` sees the results so far after each case."""
     results = []
     for index, case in enumerate(cases):

@@ -15,6 +15,7 @@ Users add cases with a TOML file passed as ``lamina bench --suite-file FILE.toml
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from pathlib import Path
@@ -22,18 +23,19 @@ from pathlib import Path
 import attrs
 import torch
 
-from lamina.cli.program_spec import RUNNING_EXAMPLE, RUNNING_EXAMPLE_INPUTS, InputSpec, ProgramSpec, parse_input
+from lamina.core.config import load_config
 from lamina.core.errors import LaminaError
+from lamina.core.plugins import get_plugin_manager
+from lamina.core.target import Target
+from lamina.program_spec import RUNNING_EXAMPLE, RUNNING_EXAMPLE_INPUTS, InputSpec, ProgramSpec, parse_input
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:
     import tomli as tomllib
 
-#: H200 ceilings measured with PyTorch (PERFORMANCE.md).
-COPY_BYTES_PER_SECOND = 4.27e12
-PEAK_FLOPS = {torch.float32: 51e12, torch.bfloat16: 684e12}
-L2_BYTES = 50 * 2**20
+MEASURED_TARGET = "sm_90"
+"""The target whose ceilings the suite's figures are read against: the H200's."""
 
 SEQUENCE_LENGTHS = (1, 128, 2048)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -56,11 +58,30 @@ class Case:
     @property
     def memory_bound(self) -> bool:
         """Below the roofline's ridge point: fewer FLOPs per byte than the device can do per byte."""
-        peak = PEAK_FLOPS.get(self.dtype, PEAK_FLOPS[torch.float32])
-        return self.flops / self.bytes_moved < peak / COPY_BYTES_PER_SECOND
+        return self.flops / self.bytes_moved < peak_flops_per_second(self.dtype) / copy_bytes_per_second()
 
     def program(self) -> ProgramSpec:
         return ProgramSpec(self.expression, self.inputs, origin=f"<lamina bench {self.name}>")
+
+
+@functools.cache
+def measured_target() -> Target:
+    """The registered target named ``MEASURED_TARGET``: its bandwidth, FLOP rates and L2 are the ceilings."""
+    entry = get_plugin_manager(load_config()).registry.get("target", MEASURED_TARGET)
+    if entry is None:
+        raise LaminaError(f"lamina bench reads its ceilings from the {MEASURED_TARGET} target, and no loaded "
+                          "plugin registers it: take lamina.builtin.backends.cuda off the disabled plugins")
+    return entry.provider
+
+
+def copy_bytes_per_second() -> float:
+    return measured_target().memory_bytes_per_us * 1e6
+
+
+def peak_flops_per_second(dtype: torch.dtype) -> float:
+    """bfloat16 on the tensor cores; every other dtype on the CUDA cores, as float32."""
+    target = measured_target()
+    return (target.bf16_tensor_flops_per_us if dtype == torch.bfloat16 else target.fp32_flops_per_us) * 1e6
 
 
 def _nbytes(shape: tuple[int, ...], dtype: torch.dtype) -> int:

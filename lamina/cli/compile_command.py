@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import lamina
-from lamina.cli.program_spec import program_spec
 from lamina.core.pipeline import LEVELS
+from lamina.program_spec import program_spec
 
 
 def compile_command(args) -> int:

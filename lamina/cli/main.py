@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lamina.bench.model_suite import BENCH_LAYERS
 from lamina.core.errors import LaminaError
 from lamina.core.pipeline import LEVELS
-from lamina.cli.program_spec import INPUT_HELP, RUNNING_EXAMPLE
 from lamina.models.configs import MODELS
+from lamina.program_spec import INPUT_HELP, RUNNING_EXAMPLE
 
 
 def _add_program_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,8 +74,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_bench_parser(commands) -> None:
-    from lamina.bench.model_suite import BENCH_LAYERS  # here: lamina.bench imports lamina.cli's program_spec
-
     bench = commands.add_parser(
         "bench", help="benchmark lamina against eager PyTorch and torch.compile",
         description="Run a benchmark suite on the GPU: each case checked against PyTorch in a wider dtype, then "

@@ -6,8 +6,8 @@ import torch
 
 import lamina
 from lamina.bench.measure import float64_reference, relative_error, time_cuda_graph
-from lamina.cli.program_spec import program_spec
 from lamina.core.errors import DeviceError, LaminaError
+from lamina.program_spec import program_spec
 
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12, torch.bfloat16: 1e-2, torch.float16: 1e-2}
 

@@ -17,13 +17,13 @@ from typing import ClassVar, Sequence
 
 import torch
 
-from lamina.backends.program_runner import ProgramRunner
 from lamina.backends.reference.backend import launch
 from lamina.core.ir import kernel_ir, loop_ir
 from lamina.core.registry import Registry
 from lamina.core.stages.decompose import decompose
 from lamina.core.stages.fuse import fuse
 from lamina.core.stages.lower_to_loops import lower_to_loops
+from lamina.runtime.program_runner import ProgramRunner
 from lamina.testing.check import Check, check_id
 from lamina.testing.numerics import assert_close
 from lamina.testing.op_graph import GraphSample

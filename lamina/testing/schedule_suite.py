@@ -23,13 +23,13 @@ import attrs
 import pytest
 import torch
 
-from lamina.backends.program_runner import ProgramRunner
 from lamina.backends.reference.simulator import simulate
 from lamina.backends.reference.simulator import SimulationReport
 from lamina.core.config import Config
 from lamina.core.errors import LaminaError
 from lamina.core.ir import kernel_ir
 from lamina.core.pipeline import Compilation
+from lamina.runtime.program_runner import ProgramRunner
 from lamina.testing.check import Check, check_id
 from lamina.testing.compiled_run import compile_graph
 from lamina.testing.numerics import assert_close

@@ -2,7 +2,7 @@
 
 from lamina.bench.runner import SAME_SIZE_COPY
 from lamina.bench.suite import make_case
-from lamina.cli.program_spec import parse_input
+from lamina.program_spec import parse_input
 
 HOT_US = {"lamina": 10.0, "eager": 40.0, "torch.compile": 20.0}
 COLD_US = {"lamina": 12.0, "eager": 48.0, "torch.compile": 12.0}

@@ -10,8 +10,8 @@ from lamina.bench.report import (ProgressLine, default_output, format_table, gpu
                                  reproducing_command)
 from lamina.bench.runner import CaseResult
 from lamina.bench.suite import make_case
-from lamina.cli.program_spec import parse_input
 from lamina.core.errors import LaminaError
+from lamina.program_spec import parse_input
 
 ADD = make_case("demo.add", "x + y", (parse_input("x=1000,1000"), parse_input("y=1000,1000")))
 MATMUL = make_case("demo.matmul", "x @ y", (parse_input("x=500,500:bfloat16"), parse_input("y=500,500:bfloat16")),

@@ -6,9 +6,9 @@ import torch
 from lamina.bench import runner
 from lamina.bench.runner import (SAME_SIZE_COPY, CaseResult, cold_set_count, copy_each, geomean_speedups, run_case,
                                  run_suite, same_size_pairs)
-from lamina.bench.suite import L2_BYTES, make_case
-from lamina.cli.program_spec import parse_input
+from lamina.bench.suite import make_case, measured_target
 from lamina.core.errors import UnsupportedOpError
+from lamina.program_spec import parse_input
 
 from tests.bench.fakes import COLD_US, COPY_COLD_US, HOT_US, FakeTimer, no_torch_compile, tiny_cases
 
@@ -61,7 +61,7 @@ def test_compute_bound_cases_get_no_cold_figure():
 
 def test_cold_sets_exceed_l2():
     big = make_case("big", "x + 1", (parse_input("x=1024,1024"),))  # 8 MiB
-    assert cold_set_count(big) * big.bytes_moved >= 2 * L2_BYTES
+    assert cold_set_count(big) * big.bytes_moved >= 2 * measured_target().l2_bytes
     huge = make_case("huge", "x + 1", (parse_input("x=8192,8192"),))
     assert cold_set_count(huge) == 2
     assert cold_set_count(make_case("small", "x + 1", (parse_input("x=4"),))) == 0

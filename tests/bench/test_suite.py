@@ -3,8 +3,8 @@ import torch
 
 from lamina.bench.suite import (DTYPES, MODELS, SEQUENCE_LENGTHS, builtin_suite, check_unique, load_suite_file,
                                 make_case)
-from lamina.cli.program_spec import parse_input
 from lamina.core.errors import LaminaError
+from lamina.program_spec import parse_input
 
 KERNELS = ("rmsnorm", "add_rmsnorm", "silu_mul", "rope_q", "scores", "scores_causal",
            "linear_qkv", "linear_o", "linear_gate_up", "linear_down")

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import lamina
-from lamina.backends.memory_plan import MemoryPlan, plan_memory
 from lamina.bench.measure import float64_reference, relative_error
+from lamina.runtime.memory_plan import MemoryPlan, plan_memory
 
 
 def chain(x, w1, w2, w3, w4):

@@ -1,8 +1,8 @@
 """Lifetimes on hand-written programs: first and last kernel, outputs kept, the peak, the printed plan."""
 
-from lamina.backends.memory_plan import plan_memory
 from lamina.core.ir import dtypes, kernel_ir, loop_ir
 from lamina.core.ir.torch_ir import TensorType
+from lamina.runtime.memory_plan import plan_memory
 
 
 def buffer(name, shape, dtype=dtypes.float32):

@@ -12,10 +12,10 @@ from lamina.backends.cuda.codegen import emit_cuda, kernel_symbol
 from lamina.backends.cuda.driver import LaunchableKernel, device_arch
 from lamina.backends.cuda.nvrtc import CompiledKernel, compile_kernel, nvrtc_version
 from lamina.backends.cuda.wgmma import kernel_arch
-from lamina.backends.program_runner import ProgramRunner
 from lamina.core.errors import CompileError, LaminaError
 from lamina.core.ir import kernel_ir
 from lamina.core.target import Target
+from lamina.runtime.program_runner import ProgramRunner
 
 
 def anonymous_kernel(kernel: kernel_ir.Kernel) -> kernel_ir.Kernel:

@@ -22,9 +22,9 @@ import torch
 from lamina.backends.cuda import dependent_launch
 from lamina.backends.cuda.codegen import launch_shared_bytes
 from lamina.backends.cuda.nvrtc import CompiledKernel
-from lamina.backends.program_runner import torch_dtype
 from lamina.core.errors import DeviceError, LaminaError
 from lamina.core.ir import kernel_ir as kir
+from lamina.runtime.program_runner import torch_dtype
 
 _POINTER_SIZE = ctypes.sizeof(ctypes.c_void_p)
 _lock = threading.Lock()

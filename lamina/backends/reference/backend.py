@@ -12,10 +12,10 @@ from typing import Any
 
 import torch
 
-from lamina.backends.program_runner import ProgramRunner
 from lamina.backends.reference.simulator import simulate
 from lamina.core.ir import kernel_ir
 from lamina.core.target import Target
+from lamina.runtime.program_runner import ProgramRunner
 
 
 def launch(kernel: kernel_ir.Kernel, buffers: dict[str, torch.Tensor]) -> None:

@@ -6,7 +6,9 @@ buffer). The set of operators is closed and listed in ``OPS``: it is the surface
 that backends must implement, so a new op is added here, never in a plugin.
 
 Integer expressions built with the Python operators (``i * 64 + k``) are simplified
-as they are built (see ``lamina.core.ir.index``).
+as they are built, by the simplifier of ``lamina.core.ir.index``: that module builds on
+this one and hands its simplifier over when it is imported (``set_operator_simplifier``),
+so that this one never imports it back.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ class Expr:
     def rebuild(self, children: tuple["Expr", ...]) -> "Expr":
         return self
 
-    # Integer index arithmetic reads naturally with operators; see lamina.core.ir.index.
+    # Integer index arithmetic reads naturally with operators; see set_operator_simplifier.
     def __add__(self, other): return _index_op("add", self, other)
     def __radd__(self, other): return _index_op("add", other, self)
     def __sub__(self, other): return _index_op("sub", self, other)
@@ -214,10 +216,21 @@ def _convert(value, dtype: DType):
     return dtypes.wrap(int(value), dtype)
 
 
-def _index_op(name, a, b):
-    from lamina.core.ir import index
+_operator_simplifier: Callable[[Expr], Expr] | None = None
 
-    return index.simplify(op(name, a, b))
+
+def set_operator_simplifier(simplify: Callable[[Expr], Expr]) -> None:
+    """Make ``simplify`` what the Python operators apply to the expression they build.
+
+    ``lamina.core.ir.index`` gives its ``simplify`` when it is imported, and ``lamina.core.ir``
+    imports it with this module, so no expression is built before it is set.
+    """
+    global _operator_simplifier
+    _operator_simplifier = simplify
+
+
+def _index_op(name, a, b):
+    return _operator_simplifier(op(name, a, b))
 
 
 # --- traversal ---------------------------------------------------------------

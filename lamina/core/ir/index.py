@@ -5,7 +5,8 @@ They are kept in a canonical affine form: a sum of ``coefficient * atom`` plus a
 constant, where an atom is a variable or a ``//`` / ``%`` that could not be removed.
 ``simplify`` uses the ranges of loop variables (0 <= v < extent) to drop divisions
 and remainders that cannot matter, so that views of views print as people expect:
-``(i * 16 + j) // 16`` becomes ``i`` when ``j < 16``.
+``(i * 16 + j) // 16`` becomes ``i`` when ``j < 16``. Importing this module makes
+``simplify`` what the Python operators on expressions apply (``i * 64 + k``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import functools
 from typing import Mapping
 
 from lamina.core.ir import dtypes
-from lamina.core.ir.expr import Const, Expr, Op, Var, const, op
+from lamina.core.ir.expr import Const, Expr, Op, Var, const, op, set_operator_simplifier
 
 Ranges = Mapping[str, int]
 """Extents of variables: ``{"i": 16}`` means 0 <= i < 16."""
@@ -203,6 +204,9 @@ def simplify(expr: Expr, ranges: Ranges = _NO_RANGES) -> Expr:
 def _simplify(expr: Expr, ranges: tuple[tuple[str, int], ...]) -> Expr:
     """Schedules simplify the same index expressions many times over; they are immutable."""
     return affine(expr, dict(ranges)).to_expr()
+
+
+set_operator_simplifier(simplify)
 
 
 def coefficient(expr: Expr, var: str) -> int | None:

@@ -4,9 +4,9 @@ kernel wrote cannot pass for a computed one."""
 import torch
 
 import lamina
-from lamina.backends.program_runner import ProgramRunner
+from lamina.backends.cuda.targets import SM90
 from lamina.backends.reference.backend import ReferenceBackend
-from lamina.core.target import Target
+from lamina.runtime.program_runner import ProgramRunner
 
 
 def scaled_row_sums(x):
@@ -16,7 +16,7 @@ def scaled_row_sums(x):
 def test_buffers_written_by_a_program_start_as_nan_until_a_kernel_writes_them():
     x = torch.randn(5, 7)
     compilation = lamina.compile(scaled_row_sums, (x,)).compilation
-    runner = ReferenceBackend().load(compilation, Target("sm_90", "sm_90"))
+    runner = ReferenceBackend().load(compilation, SM90)
     assert runner.poison
     idle = ProgramRunner(compilation.loop, compilation.kernels, lambda kernel, buffers: None, torch.device("cpu"),
                          poison=True)

@@ -7,11 +7,11 @@ import torch
 
 from lamina.backends.cuda.codegen import emit_cuda, kernel_symbol
 from lamina.backends.cuda.nvrtc import compile_kernel
-from lamina.backends.program_runner import ProgramRunner
 from lamina.backends.reference.simulator import simulate
 from lamina.core.errors import VerificationError
 from lamina.core.ir import dtypes, expr as ex, kernel_ir as kir, loop_ir
 from lamina.core.ir.expr import const, op
+from lamina.runtime.program_runner import ProgramRunner
 
 F32, I32 = dtypes.float32, dtypes.int32
 TX, BX = kir.thread_idx("x"), kir.block_idx("x")

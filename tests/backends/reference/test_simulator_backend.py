@@ -8,6 +8,7 @@ import pluggy
 import pytest
 import torch
 
+from lamina.backends.cuda.targets import SM90 as TARGET
 from lamina.backends.reference import plugin
 from lamina.backends.reference.backend import ReferenceBackend
 from lamina.core import hookspecs
@@ -15,7 +16,6 @@ from lamina.core.errors import SimulationError
 from lamina.core.ir import dtypes, kernel_ir as kir, loop_ir
 from lamina.core.ir.expr import Var, op
 from lamina.core.ir.torch_ir import TensorType
-from lamina.core.target import Target
 
 F32 = dtypes.float32
 ROWS, COLS = 5, 37
@@ -47,9 +47,6 @@ def compilation(limit: int = N):
         pointwise("add", ["t", "x"], "y", lambda t, x: op("add", t, x), limit),
     ])
     return types.SimpleNamespace(loop=loop, kernels=kernels)
-
-
-TARGET = Target("test", "sm_90")
 
 
 def test_load_runs_every_kernel_in_order_on_the_cpu():

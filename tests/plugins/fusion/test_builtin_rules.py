@@ -1,11 +1,11 @@
 import attrs
 import pytest
 
+from lamina.backends.cuda.targets import SM90 as SM_90
 from lamina.core.ir import dtypes, expr as ex, loop_ir
 from lamina.core.ir.torch_ir import TensorType
 from lamina.core.stages.fuse import fuse
 from lamina.core.stages.lower_to_loops import lower_to_loops
-from lamina.core.target import Target
 from lamina.plugins.fusion import (
     FuseEpilogueIntoReduction, FuseReadersFunctionIntoReduction, InlinePointwiseProducers, RemoveDeadBuffers,
 )
@@ -13,7 +13,6 @@ from lamina.plugins.fusion import plugin
 from lamina.plugins.fusion.analysis import MAX_EXPRESSION_NODES
 from tests.core.stages import tensor_programs as tp
 
-SM_90 = Target("sm_90", "sm_90")
 
 RUNNING_EXAMPLE_FUSED = """\
 loop_program(x: f32[16, 64], bias: f32[64], w: f32[64, 16]) -> (relu: f32[16, 16]):

@@ -1,15 +1,13 @@
 import attrs
 import pytest
 
+from lamina.backends.cuda.targets import SM90 as SM_90
 from lamina.core.errors import LaminaError, VerificationError
 from lamina.core.ir import loop_ir
 from lamina.core.stages.fuse import fuse
 from lamina.core.stages.lower_to_loops import lower_to_loops
-from lamina.core.target import Target
 from lamina.plugins.fusion import FuseEpilogueIntoReduction, InlinePointwiseProducers, RemoveDeadBuffers
 from tests.core.stages import tensor_programs as tp
-
-SM_90 = Target("sm_90", "sm_90")
 
 
 class Recorder:

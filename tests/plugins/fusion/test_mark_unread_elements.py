@@ -5,12 +5,11 @@ import pytest
 import torch
 
 import lamina
+from lamina.backends.cuda.targets import SM90 as SM_90
 from lamina.core.errors import VerificationError
 from lamina.core.ir import expr as ex, loop_ir
-from lamina.core.target import Target
 from lamina.plugins.fusion.mark_unread_elements import MarkUnreadElements
 
-SM_90 = Target("sm_90", "sm_90")
 TWO_KERNELS = {"block_m": 32, "block_n": 32, "thread_m": 4, "thread_n": 4}
 """Pinned product tiles keep the scores of 300 columns a product and a softmax."""
 

@@ -5,11 +5,11 @@ its shape."""
 import torch
 
 import lamina
+from lamina.backends.cuda.targets import SM90
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.stages.fuse import fuse
 from lamina.core.stages.lower_to_loops import lower_to_loops
-from lamina.core.target import Target
 from lamina.plugins.fusion import plugin
 from tests.core.stages import tensor_programs as tp
 
@@ -17,7 +17,7 @@ from tests.core.stages import tensor_programs as tp
 def fused(program):
     rules = []
     plugin.lamina_register_fusion_rules(rules.append)
-    return fuse(lower_to_loops(program), sorted(rules, key=lambda r: (-r.priority, r.name)), Target("sm_90", "sm_90"), {})
+    return fuse(lower_to_loops(program), sorted(rules, key=lambda r: (-r.priority, r.name)), SM90, {})
 
 
 def reduce_loops(program):
@@ -98,7 +98,6 @@ def test_a_residual_stream_read_again_later_is_stored_by_the_norm_and_read_from_
     assert [b.name for b in norm.outputs] == ["h", "normed"]
     assert "h" in {b.name for b in projection.inputs}
     assert len(reduce_loops(program)) == 2
-
 
 
 def test_a_lookup_read_by_several_kernels_is_written_once_and_a_matmul_reads_it_as_an_operand():

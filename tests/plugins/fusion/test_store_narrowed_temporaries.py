@@ -4,12 +4,10 @@ import torch
 import torch.nn.functional as F
 
 import lamina
+from lamina.backends.cuda.targets import SM90 as SM_90
 from lamina.backends.reference.interpreter import interpret
 from lamina.core.ir import dtypes
-from lamina.core.target import Target
 from lamina.plugins.fusion.store_narrowed_temporaries import StoreNarrowedTemporaries
-
-SM_90 = Target("sm_90", "sm_90")
 
 
 def gated(x, w, v):

@@ -13,12 +13,12 @@ import torch.nn.functional as F
 
 import lamina
 from lamina.backends.cuda.nvrtc import compile_kernel
+from lamina.backends.cuda.targets import SM90 as SM_90
 from lamina.backends.cuda.wgmma import kernel_arch
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.ir import loop_ir
 from lamina.core.stages.fuse import fuse
 from lamina.core.stages.lower_to_loops import lower_to_loops
-from lamina.core.target import Target
 from lamina.plugins.fusion import plugin
 from lamina.plugins.fusion.analysis import parallel_nest
 from lamina.plugins.schedules.contraction_rows.tiling import MAX_CLUSTER_ROW_LENGTH
@@ -255,8 +255,6 @@ def test_rotated_operands_are_stored_before_the_matmul_reads_them():
 
 
 # --- golden Loop IR, from Tensor IR written by hand ----------------------------
-
-SM_90 = Target("sm_90", "sm_90")
 
 
 def builtin_rules():

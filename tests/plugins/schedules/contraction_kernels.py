@@ -8,13 +8,12 @@ from typing import Callable
 import attrs
 import torch
 
-from lamina.backends.program_runner import torch_dtype
+from lamina.backends.cuda.targets import SM90 as SM_90
 from lamina.core.ir import dtypes, expr as ex, loop_ir
 from lamina.core.ir.torch_ir import TensorType
-from lamina.core.target import Target
+from lamina.runtime.program_runner import torch_dtype
 
 F32 = dtypes.float32
-SM_90 = Target("sm_90", "sm_90")
 FMA = {"tensor_cores": 0}
 """Pins the products to FMAs on the CUDA cores, where a test is about those kernels' rules:
 on Hopper the cost model runs K-major float32 products on wgmma."""

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from lamina.backends.program_runner import torch_dtype
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.ir import dtypes
 from lamina.plugins.schedules.contraction import ContractionSchedule
+from lamina.runtime.program_runner import torch_dtype
 
 from .contraction_kernels import (
     SM_90,

@@ -1,10 +1,10 @@
 """Contraction kernels run by the Kernel IR simulator against eager PyTorch, with their faults and bank conflicts."""
 
+import attrs
 import pytest
 
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.ir import dtypes
-from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import ContractionSchedule
 
 from .contraction_kernels import (
@@ -74,7 +74,7 @@ def test_matches_pytorch_with_pinned_decisions(case, knobs):
 COPIES = {
     "float64_cp_async_8_bytes": (matmul(19, 37, 21, dtype=dtypes.float64), SM_90, ("cp.async", 8)),
     "float16_loads_and_stores": (half_inputs(19, 37, 21), SM_90, ("load_store", 2)),
-    "sm_75_loads_and_stores": (matmul(19, 37, 21), Target("sm_75", "sm_75"), ("load_store", 4)),
+    "sm_75_loads_and_stores": (matmul(19, 37, 21), attrs.evolve(SM_90, name="sm_75", arch="sm_75"), ("load_store", 4)),
 }
 
 

@@ -2,11 +2,11 @@
 
 import pytest
 
+from lamina.backends.cuda.targets import SM90
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import dtypes, expr as ex, kernel_ir, loop_ir
 from lamina.core.stages.fuse import fuse
 from lamina.core.stages.lower_to_loops import lower_to_loops
-from lamina.core.target import Target
 from lamina.plugins.fusion import FuseEpilogueIntoReduction, InlinePointwiseProducers, RemoveDeadBuffers
 from lamina.plugins.schedules import loop_to_kernel
 from tests.core.stages import tensor_programs as tp
@@ -16,7 +16,7 @@ f32 = dtypes.float32
 
 def running_example_kernel():
     rules = [InlinePointwiseProducers(), FuseEpilogueIntoReduction(), RemoveDeadBuffers()]
-    (kernel,) = fuse(lower_to_loops(tp.running_example()), rules, Target("sm_90", "sm_90"), {}).kernels
+    (kernel,) = fuse(lower_to_loops(tp.running_example()), rules, SM90, {}).kernels
     return kernel
 
 

@@ -3,17 +3,16 @@
 import pytest
 import torch
 
-from lamina.backends.program_runner import ProgramRunner
+from lamina.backends.cuda.targets import SM90 as TARGET
 from lamina.backends.reference.simulator import simulate
 from lamina.core.ir import kernel_ir
 from lamina.core.stages.fuse import fuse
 from lamina.core.stages.lower_to_loops import lower_to_loops
-from lamina.core.target import Target
 from lamina.plugins.fusion import FuseEpilogueIntoReduction, InlinePointwiseProducers, RemoveDeadBuffers
 from lamina.plugins.schedules.generic import GenericSchedule
+from lamina.runtime.program_runner import ProgramRunner
 from tests.core.stages import tensor_programs as tp
 
-TARGET = Target("sm_90", "sm_90")
 RULES = [InlinePointwiseProducers(), FuseEpilogueIntoReduction(), RemoveDeadBuffers()]
 
 

@@ -1,17 +1,16 @@
 import attrs
 import pytest
 
+from lamina.backends.cuda.targets import SM90 as TARGET
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import kernel_ir, tile_ir
 from lamina.core.stages.fuse import fuse
 from lamina.core.stages.lower_to_loops import lower_to_loops
-from lamina.core.target import Target
 from lamina.plugins.fusion import FuseEpilogueIntoReduction, InlinePointwiseProducers, RemoveDeadBuffers
 from lamina.plugins.schedules.generic import GenericSchedule, plugin
 from lamina.plugins.schedules.generic.tiling import choose_threads
 from tests.core.stages import tensor_programs as tp
 
-TARGET = Target("sm_90", "sm_90")
 RULES = [InlinePointwiseProducers(), FuseEpilogueIntoReduction(), RemoveDeadBuffers()]
 
 RUNNING_EXAMPLE_TILE = """\

@@ -1,5 +1,6 @@
 """Split-K: which contractions the rule splits, and how the two kernels read in Loop IR and Tile IR."""
 
+import attrs
 import pytest
 import torch
 import torch.nn.functional as F
@@ -8,7 +9,6 @@ import lamina
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import loop_ir
 from lamina.core.stages.fuse import fuse
-from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import split_k
 from lamina.plugins.schedules.contraction.partial_sums import PartialOf, partial_of
 from lamina.plugins.schedules.contraction.split_k import (
@@ -21,8 +21,9 @@ from lamina.plugins.schedules.contraction.split_k import (
 from ..contraction_kernels import FMA, SM_90, linear
 
 RULE = SplitContractionsAcrossBlocks()
-FOUR_SMS = Target("four_sms", "sm_90", sm_count=4, fp32_flops_per_us=51e6 * 4 / 132, memory_bytes_per_us=4.27e6 * 4 / 132,
-                  tf32_tensor_flops_per_us=318e6 * 4 / 132, tf32_wgmma_flops_per_us=355e6 * 4 / 132)
+FOUR_SMS = attrs.evolve(SM_90, name="four_sms", sm_count=4, **{
+    rate: getattr(SM_90, rate) * 4 / SM_90.sm_count
+    for rate in ("fp32_flops_per_us", "memory_bytes_per_us", "tf32_tensor_flops_per_us", "tf32_wgmma_flops_per_us")})
 """Four SMs of an H200: small shapes leave most of it idle, as M = 128 leaves the whole H200."""
 
 

@@ -8,7 +8,6 @@ import lamina
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.errors import ScheduleError, VerificationError
 from lamina.core.ir import kernel_ir, tile_ir
-from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import ContractionSchedule, analyse, candidates
 from lamina.plugins.schedules.contraction.tensor_cores import padding
 
@@ -122,10 +121,10 @@ def test_the_tile_ir_verifier_refuses_copies_spread_among_tensor_core_steps():
 
 def test_the_target_reads_its_architecture_as_a_number():
     assert SM_90.compute_capability == 90
-    assert Target("old", "sm_75").compute_capability == 75
+    assert attrs.evolve(SM_90, name="old", arch="sm_75").compute_capability == 75
     with pytest.raises(ScheduleError, match=r"needs tf32 tensor cores \(sm_80 or later\); old is sm_75"):
-        SCHEDULE.schedule(matmul(64, 64, 64).kernel, Target("old", "sm_75"), {**ON_TENSOR_CORES, "block_m": 32,
-                                                                               "block_n": 32})
+        SCHEDULE.schedule(matmul(64, 64, 64).kernel, attrs.evolve(SM_90, name="old", arch="sm_75"),
+                          {**ON_TENSOR_CORES, "block_m": 32, "block_n": 32})
 
 
 def test_pinned_tensor_cores_keep_a_product_and_its_row_softmax_apart():

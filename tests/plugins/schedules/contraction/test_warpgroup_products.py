@@ -1,5 +1,6 @@
 """Float32 products on Hopper's wgmma (``tensor_cores = 2``): the pins, the Tile IR, the kernels."""
 
+import attrs
 import pytest
 import torch
 
@@ -7,7 +8,6 @@ import lamina
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import expr as ex, kernel_ir, tile_ir
-from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import ContractionSchedule, analyse, candidates
 from lamina.plugins.schedules.contraction.warpgroup_products import staged_row
 
@@ -101,7 +101,7 @@ def test_on_hopper_the_cost_model_runs_k_major_float32_products_on_wgmma():
     tile = SCHEDULE.schedule(c.kernel, SM_90, {})
     assert tile.tensor_cores == "wgmma 3xtf32"
     assert dict(tile.knobs)["chosen"].startswith("block 128x128x32, thread 2x32, splits 1, buffers 3")
-    assert SCHEDULE.schedule(c.kernel, Target("ampere", "sm_80"), {}).tensor_cores is None
+    assert SCHEDULE.schedule(c.kernel, attrs.evolve(SM_90, name="ampere", arch="sm_80"), {}).tensor_cores is None
 
 
 def test_short_products_take_two_blocks_an_sm_and_long_ones_one_block_twice_as_wide():
@@ -141,7 +141,7 @@ def test_settings_wgmma_cannot_run_are_refused_with_the_reason(case, knobs, reas
 
 def test_wgmma_needs_hopper():
     with pytest.raises(ScheduleError, match=r"needs Hopper's wgmma \(sm_90\); ampere is sm_80"):
-        SCHEDULE.schedule(linear(64, 64, 64).kernel, Target("ampere", "sm_80"), ON_WGMMA)
+        SCHEDULE.schedule(linear(64, 64, 64).kernel, attrs.evolve(SM_90, name="ampere", arch="sm_80"), ON_WGMMA)
 
 
 def test_causal_scores_on_wgmma_skip_unneeded_blocks_and_match_pytorch_on_the_simulator():

@@ -13,12 +13,12 @@ import torch.nn.functional as F
 import lamina
 from lamina.backends.cuda.codegen import emit_cuda
 from lamina.backends.cuda.nvrtc import compile_kernel
+from lamina.backends.cuda.targets import SM90 as SM_90
 from lamina.backends.cuda.wgmma import kernel_arch
 from lamina.backends.reference.simulator import simulate
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import expr as ex, kernel_ir, loop_ir, tile_ir
-from lamina.core.target import Target
 from lamina.frontends.torch import capture
 from lamina.plugins.schedules.contraction_rows.plugin import ContractionRowsSchedule
 from lamina.plugins.schedules.contraction_rows.recognise import analyse
@@ -33,7 +33,6 @@ from lamina.plugins.schedules.contraction_rows.tiling import (
 
 from ..nvrtc_in_background import start_compiling
 
-SM_90 = Target("sm_90", "sm_90")
 SCHEDULE = ContractionRowsSchedule()
 
 

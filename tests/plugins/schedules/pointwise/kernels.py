@@ -9,11 +9,11 @@ from typing import Callable
 import attrs
 import torch
 
-from lamina.backends.program_runner import ProgramRunner, torch_dtype
 from lamina.backends.reference.simulator import simulate
 from lamina.core.ir import dtypes, expr as ex, kernel_ir, loop_ir
 from lamina.core.ir.dtypes import DType
 from lamina.core.ir.torch_ir import TensorType
+from lamina.runtime.program_runner import ProgramRunner, torch_dtype
 
 F32, BF16 = dtypes.float32, dtypes.bfloat16
 

@@ -3,7 +3,7 @@ the schedule can take: results match, and no access is out of bounds, misaligned
 
 import pytest
 
-from lamina.core.target import Target
+from lamina.backends.cuda.targets import SM90 as SM_90
 from lamina.plugins.schedules.pointwise import PointwiseSchedule
 
 from .kernels import (
@@ -24,7 +24,6 @@ from .kernels import (
 )
 
 SCHEDULE = PointwiseSchedule()
-SM_90 = Target("sm_90", "sm_90")
 
 SHAPES = [(3, 5), (7, 100), (2, 130), (5, 48)]
 """Rows of 5 (no vector fits), 100 (4 but not 8), 130 (2 only) and 48 (up to 16); none a

@@ -6,15 +6,14 @@ import itertools
 import pytest
 
 from lamina.backends.cuda import compile_kernel, emit_cuda
+from lamina.backends.cuda.targets import SM90 as SM_90
 from lamina.core.errors import ScheduleError
-from lamina.core.target import Target
 from lamina.plugins.schedules.pointwise import PointwiseSchedule
 
 from .kernels import BF16, F32, cast, cat_last, rope, silu_up
 from .test_pointwise_numerics import CASES
 
 SCHEDULE = PointwiseSchedule()
-SM_90 = Target("sm_90", "sm_90")
 
 
 def assert_in_registers(kernel):

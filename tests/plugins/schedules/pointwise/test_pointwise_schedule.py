@@ -5,10 +5,10 @@ import pytest
 import torch
 
 import lamina
+from lamina.backends.cuda.targets import SM90 as SM_90
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import expr as ex, kernel_ir, loop_ir, tile_ir
 from lamina.core.ir.torch_ir import TensorType
-from lamina.core.target import Target
 from lamina.plugins.schedules.pointwise import PointwiseSchedule
 from lamina.plugins.schedules.pointwise.cost import SCALAR_EFFICIENCY, VECTOR_EFFICIENCY
 
@@ -27,7 +27,6 @@ from .kernels import (
 )
 
 SCHEDULE = PointwiseSchedule()
-SM_90 = Target("sm_90", "sm_90")
 
 
 @pytest.fixture(scope="module")

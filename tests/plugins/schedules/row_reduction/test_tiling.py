@@ -2,15 +2,14 @@
 
 import pytest
 
+from lamina.backends.cuda.targets import SM90 as SM_90
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import tile_ir
-from lamina.core.target import Target
 from lamina.plugins.schedules.row_reduction import RowReductionSchedule, analyse, decide, latency
 from lamina.plugins.schedules.row_reduction.tiling import RowDecisions
 
 from .programs import BY_ID, compile_program, loop_kernel
 
-SM_90 = Target("sm_90", "sm_90")
 SCHEDULE = RowReductionSchedule()
 
 RMS_NORM_TILE = """\

@@ -14,8 +14,8 @@ from typing import Callable
 
 import torch
 
-from lamina.backends.memory_plan import MemoryPlan, plan_memory
 from lamina.core.ir import kernel_ir, loop_ir
+from lamina.runtime.memory_plan import MemoryPlan, plan_memory
 
 Launch = Callable[[kernel_ir.Kernel, dict[str, torch.Tensor]], None]
 

@@ -13,7 +13,7 @@ import torch
 
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.errors import ConfigError, UnsupportedOpError
-from lamina.frontends.torch.dynamo_backend import decompositions, lamina_backend
+from lamina.integrations.torch_compile import decompositions, lamina_backend
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 

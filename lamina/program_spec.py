@@ -1,4 +1,9 @@
-"""The program a CLI command works on: ``-c EXPR`` with ``--input NAME=SHAPE[:DTYPE]``, or the built-in example."""
+"""A program written as one PyTorch expression of named inputs, with each input's shape and dtype.
+
+It is what ``lamina compile`` and ``lamina run`` work on (``-c EXPR`` with ``--input
+NAME=SHAPE[:DTYPE]``, or the built-in example), and how a case of ``lamina bench`` is
+written; it lives outside both so that neither imports the other for it.
+"""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from lamina.api import Compiler
 from lamina.bench.measure import relative_error
-from lamina.frontends.torch.dynamo_backend import GraphRunner
+from lamina.integrations.torch_compile import GraphRunner
 
 aten = torch.ops.aten
 SCALE = 0.25
