@@ -120,13 +120,32 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _type_checking_block(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and (
+        (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+        or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING"))
+
+
+def run_time_nodes(node: ast.AST):
+    """Every node under ``node`` but those of ``if TYPE_CHECKING:`` blocks, which never run."""
+    for child in ast.iter_child_nodes(node):
+        if _type_checking_block(child):
+            for other in child.orelse:
+                yield other
+                yield from run_time_nodes(other)
+            continue
+        yield child
+        yield from run_time_nodes(child)
+
+
 def core_module_imports() -> dict[str, set[str]]:
-    """For each module of the core, the core's modules it imports (a package's own parts left out)."""
+    """For each module of the core, the core's modules it imports when it runs (a package's own parts left
+    out): an import only for type annotations makes no cycle."""
     modules = {module_name(p): p for p in sources() if package_of(p) == "core"}
     graph = {}
     for module, path in modules.items():
         imported = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in run_time_nodes(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module:
