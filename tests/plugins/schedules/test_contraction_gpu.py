@@ -79,7 +79,7 @@ def test_tensor_core_products_are_as_close_to_float64_as_cublas():
     x, w = torch.randn(256, 4096, device="cuda"), torch.randn(320, 4096, device="cuda")
     compiled = lamina.Compiler(knobs={"tensor_cores": 1}).compile(F.linear, (x, w))
     out = compiled(x, w)
-    assert [t.tensor_cores for t in compiled.compilation.tiles] == ["3xtf32", None]  # split-K partials, then their sum
+    assert [t.settings.products if t.settings else None for t in compiled.compilation.tiles] == ["3xtf32", None]  # split-K partials, then their sum
     reference = F.linear(x.double(), w.double())
     assert relative_error(out, reference) < 2 * relative_error(F.linear(x, w), reference)
 
@@ -93,6 +93,6 @@ def test_wgmma_products_are_as_close_to_float64_as_cublas():
     x, w = torch.randn(256, 4096, device="cuda"), torch.randn(320, 4096, device="cuda")
     compiled = lamina.Compiler(knobs={"tensor_cores": 2}).compile(F.linear, (x, w))
     out = compiled(x, w)
-    assert "wgmma 3xtf32" in [t.tensor_cores for t in compiled.compilation.tiles]
+    assert "wgmma 3xtf32" in [t.settings.products if t.settings else None for t in compiled.compilation.tiles]
     reference = F.linear(x.double(), w.double())
     assert relative_error(out, reference) < 2 * relative_error(F.linear(x, w), reference)

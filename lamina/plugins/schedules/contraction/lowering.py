@@ -21,6 +21,7 @@ from lamina.core.ir.expr import Expr
 from lamina.plugins.schedules import coordinate_conditions, loop_to_kernel
 from lamina.plugins.schedules.contraction import copy_issue, copy_layout, tensor_cores, unneeded_blocks, unread_outputs
 from lamina.plugins.schedules.contraction.recognise import Contraction
+from lamina.plugins.schedules.contraction.settings import MMA_PRODUCTS, settings_of
 from lamina.plugins.schedules.contraction.tensor_core_steps import TensorCoreSteps
 from lamina.plugins.schedules.contraction.tiling import copy_order, partial_sums_shape, store_width
 
@@ -90,6 +91,7 @@ class ContractionWriter:
 
     def __init__(self, tile: tile_ir.TileKernel, c: Contraction, taken: frozenset[str] = frozenset()):
         self.tile, self.c, self.kernel = tile, c, c.kernel
+        self.settings = settings_of(tile)
         bindings = {b.block_dim: b for b in tile.grid}
         self.cols, self.rows = bindings["x"], bindings["y"]
         self.block_k = tile.reduction.step
@@ -109,7 +111,7 @@ class ContractionWriter:
         self.tiles = {s.index: names.fresh(f"{s.buffer}_tile") for s in tile.stages}
         self.regs = {s.index: names.fresh(f"{s.buffer}_reg") for s in tile.stages}
         self.invariants = {load: names.fresh(f"{load.buffer}_value") for load in c.invariant_loads()}
-        self.mma = TensorCoreSteps(self, tensor_cores.factors(c)) if tile.tensor_cores == tensor_cores.NAME else None
+        self.mma = TensorCoreSteps(self, tensor_cores.factors(c)) if self.settings.products == MMA_PRODUCTS else None
         self.store_width = store_width(c, self.cols.group)
         self.outputs = [names.fresh(f"{s.buffer}_out") for s in c.epilogue] if self.store_width > 1 else []
         self.ranges = {
@@ -119,9 +121,9 @@ class ContractionWriter:
         self.batch_env = self._batch_coordinates()
         self.grid = tile.grid_shape()
         self.thread_col, self.thread_row = self._coordinates(
-            "thread", (self.cols.threads, self.rows.threads), tile.warp_patch is not None)
+            "thread", (self.cols.threads, self.rows.threads), self.settings.warp_patch is not None)
         self.block_col, self.block_row = self._coordinates(
-            "block", (self.grid["x"], self.grid["y"]), tile.grouped_rows > 1)
+            "block", (self.grid["x"], self.grid["y"]), self.settings.grouped_rows > 1)
         self.unread = self._unread_block()
         self.unneeded = self._unneeded_block()
         self.k_tiles_here = self._k_tiles_of_block()
@@ -141,7 +143,7 @@ class ContractionWriter:
 
     def _warp_patches(self) -> list[kernel_ir.Stmt]:
         """Each warp a patch of ``rows`` x ``columns`` threads, the patches in row-major order."""
-        rows, columns = self.tile.warp_patch
+        rows, columns = self.settings.warp_patch
         flat = kernel_ir.thread_idx("y") * self.cols.threads + kernel_ir.thread_idx("x")
         lane, warp = flat % kernel_ir.WARP_SIZE, flat // kernel_ir.WARP_SIZE
         across = self.cols.threads // columns
@@ -154,7 +156,7 @@ class ContractionWriter:
         """Blocks in CUDA's order renumbered to run down groups of ``grouped_rows`` grid rows,
         column by column (the last group holds the rows that are left)."""
         columns, rows = self.grid["x"], self.grid["y"]
-        group = min(self.tile.grouped_rows, rows)
+        group = min(self.settings.grouped_rows, rows)
         flat = kernel_ir.block_idx("y") * columns + kernel_ir.block_idx("x")
         per_group = group * columns
         first = flat // per_group * group
@@ -389,7 +391,7 @@ class ContractionWriter:
                   for stage in self.tile.stages for r in range(self._rounds(stage))]
         at: dict[int, list[kernel_ir.Stmt]] = {}
         for i, copy in enumerate(rounds):
-            at.setdefault(copy_issue.step_of_copy(i, len(rounds), self.tile.copy_steps), []).extend(copy)
+            at.setdefault(copy_issue.step_of_copy(i, len(rounds), self.settings.copy_steps), []).extend(copy)
         at[max(at)].append(kernel_ir.CpAsyncCommit())
         return [kernel_ir.If(ex.op("eq", self.kk, step), copies) for step, copies in sorted(at.items())]
 
@@ -401,9 +403,9 @@ class ContractionWriter:
     def _prologue(self) -> list[kernel_ir.Stmt]:
         tx, ty = kernel_ir.thread_idx("x"), kernel_ir.thread_idx("y")
         out: list[kernel_ir.Stmt] = []
-        if self.tile.warp_patch is not None:
+        if self.settings.warp_patch is not None:
             out += self._warp_patches()
-        if self.tile.grouped_rows > 1:
+        if self.settings.grouped_rows > 1:
             out += self._grouped_blocks()
         flat_row = ty
         if self.splits > 1:
@@ -448,7 +450,7 @@ class ContractionWriter:
                 waits = [kernel_ir.If(ex.op("lt", kt + j, k_tiles), self._wait(j), waits)]
         ahead = kt + (self._buffers - 1)
         slot, fill, start, advance = self._slots(ahead)
-        if self.tile.copy_steps:
+        if self.settings.copy_steps:
             issued = (kernel_ir.If(ex.op("lt", ahead, k_tiles), self._spread_copies(ahead, fill)),)
             body = [*waits, kernel_ir.Barrier(), self._compute(slot, issued), *advance]
         else:

@@ -34,6 +34,7 @@ from lamina.plugins.schedules.contraction import (
 )
 from lamina.plugins.schedules.contraction.knobs import Choices
 from lamina.plugins.schedules.contraction.recognise import Contraction, Operand
+from lamina.plugins.schedules.contraction.settings import ContractionSettings
 
 SCHEDULE_NAME = "contraction"
 MAX_GRID_YZ = 65535
@@ -336,8 +337,8 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
     recorded += [(f"copy {s.index}", copy_layout.describe(copy_order(c, s), s.dims, s.tile)) for s in stages]
     tile = tile_ir.TileKernel(
         kernel=c.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction, stages=stages, knobs=recorded,
-        warp_patch=arrangement.warp_patch(choices), grouped_rows=choices.grouped_rows or 1,
-        copy_steps=choices.copy_steps or 0, tensor_cores=_products_name(choices),
+        settings=ContractionSettings(arrangement.warp_patch(choices), choices.grouped_rows or 1,
+                                     choices.copy_steps or 0, _products_name(choices)),
     )
     tile_ir.verify_tile_kernel(tile, target.max_threads_per_block, target.max_shared_bytes_optin)
     return tile

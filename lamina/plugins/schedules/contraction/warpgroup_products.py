@@ -40,13 +40,14 @@ suite's M = 2048 linears at 1.39 to 1.77x cuBLAS SGEMM, each closer to float64
 
 from __future__ import annotations
 
-from lamina.core.ir import dtypes, expr as ex, kernel_ir, tile_ir
+from lamina.core.ir import dtypes, expr as ex, kernel_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import tensor_cores
 from lamina.plugins.schedules.contraction.knobs import Choices
 from lamina.plugins.schedules.contraction.recognise import Contraction, Operand
+from lamina.plugins.schedules.contraction.settings import WGMMA_PRODUCTS
 
-NAME = tile_ir.WGMMA_PRODUCTS
+NAME = WGMMA_PRODUCTS
 KNOB_VALUE = 2
 """``tensor_cores = 2`` runs the products on wgmma."""
 BLOCK_K = kernel_ir.SWIZZLE_BYTES // 4

@@ -37,6 +37,7 @@ from lamina.core.ir.expr import Expr
 from lamina.core.target import Target
 from lamina.plugins.schedules import loop_to_kernel, reciprocals
 from lamina.plugins.schedules.contraction.lowering import ContractionWriter
+from lamina.plugins.schedules.contraction.settings import WGMMA_PRODUCTS, settings_of
 from lamina.plugins.schedules.contraction.warpgroup_lowering import WarpgroupWriter
 from lamina.plugins.schedules.contraction_rows.last_block import LastBlockOfBand, skipped_elements, unneeded_where
 from lamina.plugins.schedules.contraction_rows.recognise import IDENTITY, ContractionRows, analyse
@@ -49,7 +50,7 @@ class _Rows:
 
     def __init__(self, tile: tile_ir.TileKernel, rows: ContractionRows):
         self.rows_of = rows
-        self.in_bands = tile.reduction.band_blocks > 1
+        self.in_bands = tile.reduction.strategy == "last_block"
         super().__init__(product_tile(rows, tile), rows.contraction, frozenset(loop_to_kernel.names_in(rows.kernel)))
         self.row_registers = {acc: self.names.fresh(f"{acc}_row") for acc in rows.accumulators}
         self.reciprocals = {acc: self.names.fresh(f"{acc}_reciprocal")
@@ -210,7 +211,7 @@ class _WarpgroupRowsWriter(_Rows, WarpgroupWriter):
 
 
 def lower_contraction_rows(tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Kernel:
-    writer = _WarpgroupRowsWriter if tile.tensor_cores == tile_ir.WGMMA_PRODUCTS else _RowsWriter
+    writer = _WarpgroupRowsWriter if settings_of(tile).products == WGMMA_PRODUCTS else _RowsWriter
     kernel = writer(tile, analyse(tile.kernel)).kernel_ir(target.max_shared_bytes_per_block)
     kernel_ir.verify_kernel(kernel, target.max_threads_per_block, target.max_shared_bytes_optin)
     return kernel

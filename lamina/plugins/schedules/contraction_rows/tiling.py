@@ -36,7 +36,9 @@ from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import arrangement, copy_layout, cost, tensor_cores, warpgroup_products
 from lamina.plugins.schedules.contraction import tiling as contraction_tiling
 from lamina.plugins.schedules.contraction.knobs import Choices, read_pinned
+from lamina.plugins.schedules.contraction.settings import ContractionSettings, settings_of
 from lamina.plugins.schedules.contraction_rows import last_block
+from lamina.plugins.schedules.contraction_rows.settings import RowSettings
 from lamina.plugins.schedules.contraction_rows.recognise import ContractionRows
 from lamina.plugins.schedules.coordinate_conditions import decidable
 
@@ -314,7 +316,7 @@ def tile(rows: ContractionRows, target: Target, knobs: Mapping[str, Any]) -> til
     blocks = math.ceil(length / choices.block_n)
     lanes = choices.threads_n
     if bands:
-        reduction = tile_ir.ReductionPlan(rows.reduce_loops, length, "last_block", 1, lanes, band_blocks=blocks)
+        reduction = tile_ir.ReductionPlan(rows.reduce_loops, length, "last_block", 1, lanes)
     else:
         reduction = tile_ir.ReductionPlan(rows.reduce_loops, length, "warp_shuffle", 1, lanes, blocks)
     stages = tuple(contraction_tiling.stage_for(c, o, choices, target) for o in c.operands)
@@ -367,8 +369,10 @@ def tile(rows: ContractionRows, target: Target, knobs: Mapping[str, Any]) -> til
     notes += [(f"copy {s.index}", copy_layout.describe(contraction_tiling.copy_order(c, s), s.dims, s.tile))
               for s in stages]
     tk = tile_ir.TileKernel(kernel=rows.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction,
-                            stages=stages, knobs=notes, warp_patch=arrangement.warp_patch(choices),
-                            tensor_cores=warpgroup_products.NAME if wgmma else None)
+                            stages=stages, knobs=notes,
+                            settings=RowSettings(arrangement.warp_patch(choices),
+                                                 products=warpgroup_products.NAME if wgmma else None,
+                                                 blocks_combined_by_last_block=blocks if bands else 1))
     tile_ir.verify_tile_kernel(tk, target.max_threads_per_block, target.max_shared_bytes_optin)
     tile_ir.verify_tile_kernel(product_tile(rows, tk), target.max_threads_per_block, target.max_shared_bytes_optin)
     return tk
@@ -385,11 +389,12 @@ def product_tile(rows: ContractionRows, tile: tile_ir.TileKernel) -> tile_ir.Til
     n_stage = next(s for s in tile.stages if c.n in s.dims)
     block_n = dict(zip(n_stage.dims, n_stage.tile))[c.n]
     lanes = tile.reduction.splits
-    run = tensor_cores.COLUMN_RUN if tile.tensor_cores else m_binding.group
+    settings = settings_of(tile)
+    run = tensor_cores.COLUMN_RUN if settings.products else m_binding.group
     columns = tile_ir.AxisBinding((c.n,), c.extents[c.n], "x", lanes, block_n // lanes, "x", contiguous=False,
                                   group=run)
     block_k = dict(zip(n_stage.dims, n_stage.tile))[c.reduce_var]
     reduction = tile_ir.ReductionPlan((c.reduce_var,), c.reduce_extent, "serial", block_k, 1)
     return tile_ir.TileKernel(kernel=c.kernel, schedule=contraction_tiling.SCHEDULE_NAME,
                               grid=[columns, m_binding, *batch], reduction=reduction, stages=tile.stages,
-                              warp_patch=tile.warp_patch, tensor_cores=tile.tensor_cores)
+                              settings=ContractionSettings(settings.warp_patch, products=settings.products))

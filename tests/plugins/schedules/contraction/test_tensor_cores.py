@@ -11,6 +11,7 @@ from lamina.core.ir import kernel_ir, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import ContractionSchedule, analyse, candidates
 from lamina.plugins.schedules.contraction.tensor_cores import padding
+from lamina.plugins.schedules.contraction.settings import ContractionSettings
 
 from ..contraction_kernels import SM_90, batched, half_inputs, linear, matmul, matmul_a_transposed, running_example, simulate_case
 from ..nvrtc_in_background import start_compiling
@@ -32,7 +33,7 @@ SETTINGS = {
 @pytest.mark.parametrize("case", RAGGED, ids=[c.id for c in RAGGED])
 def test_tensor_core_kernels_match_pytorch_without_faults_or_bank_conflicts(case, knobs):
     tile = SCHEDULE.schedule(case.kernel, SM_90, {**ON_TENSOR_CORES, **knobs})
-    assert tile.tensor_cores == "3xtf32"
+    assert tile.settings.products == "3xtf32"
     kernel = SCHEDULE.lower(tile, SM_90)
     assert any(isinstance(s, kernel_ir.MmaTf32) for s in kernel_ir.statements(kernel.body))
     compiling = start_compiling(kernel, "sm_90")
@@ -75,7 +76,7 @@ def test_the_cost_model_keeps_to_fma_unless_tensor_cores_are_pinned():
     c = analyse(matmul(256, 256, 256).kernel)
     assert {s.tensor_cores for s in candidates(c, SM_90)} == {0}
     assert {s.tensor_cores for s in candidates(c, SM_90, ON_TENSOR_CORES)} == {1}
-    assert SCHEDULE.schedule(matmul(256, 256, 256).kernel, SM_90, {}).tensor_cores is None
+    assert SCHEDULE.schedule(matmul(256, 256, 256).kernel, SM_90, {}).settings.products is None
 
 
 @pytest.mark.parametrize("row", [16, 32, 64, 128, 40])
@@ -110,14 +111,14 @@ def test_the_tile_ir_verifier_checks_the_tensor_core_layout():
                                                                "thread_n": 2, "splits": 1})
     with pytest.raises(VerificationError, match="tensor-core products need warps of 8 x 4 threads"):
         tile_ir.verify_tile_kernel(tile_ir.TileKernel(tile.kernel, tile.schedule, tile.grid, tile.reduction,
-                                                      tile.stages, tensor_cores="3xtf32"))
+                                                      tile.stages, settings=ContractionSettings(products="3xtf32")))
 
 
 def test_the_tile_ir_verifier_refuses_copies_spread_among_tensor_core_steps():
     tile = SCHEDULE.schedule(matmul(64, 64, 64).kernel, SM_90, {**ON_TENSOR_CORES, "block_m": 32, "block_n": 32})
     tile_ir.verify_tile_kernel(tile)
     with pytest.raises(VerificationError, match="issue each k-tile's copies at once, not over 1 steps"):
-        tile_ir.verify_tile_kernel(attrs.evolve(tile, copy_steps=1))
+        tile_ir.verify_tile_kernel(attrs.evolve(tile, settings=attrs.evolve(tile.settings, copy_steps=1)))
 
 
 def test_the_target_reads_its_architecture_as_a_number():
@@ -134,4 +135,4 @@ def test_pinned_tensor_cores_keep_a_product_and_its_row_softmax_apart():
 
     q, k = torch.randn(1, 4, 128, 64), torch.randn(1, 4, 128, 64)
     tiles = lamina.Compiler(knobs=ON_TENSOR_CORES, target="sm_90").compile(scores, (q, k)).compilation.tiles
-    assert [(t.schedule, t.tensor_cores) for t in tiles] == [("contraction", "3xtf32"), ("row_reduction", None)]
+    assert [(t.schedule, t.settings.products if t.settings else None) for t in tiles] == [("contraction", "3xtf32"), ("row_reduction", None)]

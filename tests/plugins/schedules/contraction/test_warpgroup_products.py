@@ -25,7 +25,7 @@ BLOCKS = {f"{m}x{n}": {"block_m": m, "block_n": n} for m in (64, 128) for n in (
 @pytest.mark.parametrize("case", RAGGED, ids=[c.id for c in RAGGED])
 def test_wgmma_kernels_match_pytorch_without_faults(case, knobs):
     tile = SCHEDULE.schedule(case.kernel, SM_90, {**ON_WGMMA, **knobs})
-    assert tile.tensor_cores == "wgmma 3xtf32"
+    assert tile.settings.products == "wgmma 3xtf32"
     kernel = SCHEDULE.lower(tile, SM_90)
     assert any(isinstance(s, kernel_ir.WgmmaTf32RegisterA) for s in kernel_ir.statements(kernel.body))
     compiling = start_compiling(kernel, "sm_90a")
@@ -98,9 +98,9 @@ def test_on_hopper_the_cost_model_runs_k_major_float32_products_on_wgmma():
     assert {(s.block_m, s.block_n) for s in candidates(c, SM_90) if s.tensor_cores == 2} == {
         (m, n) for m in (64, 128) for n in (64, 128)}
     tile = SCHEDULE.schedule(c.kernel, SM_90, {})
-    assert tile.tensor_cores == "wgmma 3xtf32"
+    assert tile.settings.products == "wgmma 3xtf32"
     assert dict(tile.knobs)["chosen"].startswith("block 128x128x32, thread 2x32, splits 1, buffers 3")
-    assert SCHEDULE.schedule(c.kernel, Target("ampere", "sm_80"), {}).tensor_cores is None
+    assert SCHEDULE.schedule(c.kernel, Target("ampere", "sm_80"), {}).settings.products is None
 
 
 def test_short_products_take_two_blocks_an_sm_and_long_ones_one_block_twice_as_wide():
@@ -121,7 +121,7 @@ def test_pinning_a_knob_that_wgmma_fixes_keeps_to_fmas():
 
 
 def test_products_wgmma_cannot_read_stay_on_fmas():
-    assert SCHEDULE.schedule(matmul(256, 256, 256).kernel, SM_90, {}).tensor_cores is None
+    assert SCHEDULE.schedule(matmul(256, 256, 256).kernel, SM_90, {}).settings.products is None
 
 
 @pytest.mark.parametrize("case, knobs, reason", [
@@ -154,5 +154,5 @@ def test_causal_scores_on_wgmma_skip_unneeded_blocks_and_match_pytorch_on_the_si
     apart = ("lamina.builtin.schedules.contraction_rows",)
     compiled = lamina.compile(scores_causal, inputs, knobs={**ON_WGMMA, "block_m": 64, "block_n": 64}, disable=apart)
     (product,) = [t for t in compiled.compilation.tiles if t.schedule == "contraction"]
-    assert product.tensor_cores == "wgmma 3xtf32" and "unneeded_product" in dict(product.knobs)
+    assert product.settings.products == "wgmma 3xtf32" and "unneeded_product" in dict(product.knobs)
     assert relative_error(compiled(*inputs), float64_reference(scores_causal, inputs)) < 1e-5

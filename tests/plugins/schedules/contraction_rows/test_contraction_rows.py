@@ -115,7 +115,7 @@ def simulated(kernel, loop_kernel, inputs):
 def test_the_product_and_its_softmax_are_one_kernel_that_matches_pytorch(name, products):
     program, _, inputs, fn = fused_kernel(name, PRODUCTS[products])
     assert [t.schedule for t in program.compilation.tiles] == ["contraction_rows"]
-    assert [t.tensor_cores for t in program.compilation.tiles] == [None if products == "cuda_cores" else
+    assert [t.settings.products for t in program.compilation.tiles] == [None if products == "cuda_cores" else
                                                                    "wgmma 3xtf32"]
     assert program.compilation.loop.temporaries == ()
     (out,) = program(tuple(inputs.values()), torch.device("cpu"))
@@ -126,7 +126,7 @@ def test_a_product_wgmma_cannot_read_stays_on_the_cuda_cores():
     """wgmma reads its operands 16 bytes at a time along the reduction: 30 features are not."""
     args = (torch.randn(21, 30), torch.randn(10, 30), torch.randn(10))
     program = lamina.compile(classifier, args)
-    assert [(t.schedule, t.tensor_cores) for t in program.compilation.tiles] == [("contraction_rows", None)]
+    assert [(t.schedule, t.settings.products) for t in program.compilation.tiles] == [("contraction_rows", None)]
     assert relative_error(program(*args), float64_reference(classifier, args)) < 1e-5
 
 
@@ -178,7 +178,7 @@ def test_the_suites_scores_at_128_tokens_compile_without_spills(heads, d, fn):
     program = lamina.compile(fn, args + ((causal_mask(128),) if fn is masked_scores else ()))
     assert [t.schedule for t in program.compilation.tiles] == ["contraction_rows"]
     (kernel,) = program.compilation.kernels.kernels
-    assert [t.tensor_cores for t in program.compilation.tiles] == ["wgmma 3xtf32"]
+    assert [t.settings.products for t in program.compilation.tiles] == ["wgmma 3xtf32"]
     compiled = compile_kernel(program.compilation.sources[kernel.name], kernel.name, kernel_arch(kernel, "sm_90"))
     assert (compiled.spill_stores, compiled.spill_loads) == (0, 0)
 
@@ -479,7 +479,7 @@ def test_rows_too_long_for_a_cluster_of_8_are_reduced_by_the_last_block_of_each_
     args = (torch.randn(1, 70, 8), torch.randn(1, 1100, 8))
     program = lamina.compile(scores, args)
     (tile,) = program.compilation.tiles
-    assert (tile.schedule, tile.reduction.strategy, tile.reduction.band_blocks) == ("contraction_rows", "last_block", 18)
+    assert (tile.schedule, tile.reduction.strategy, tile.settings.blocks_combined_by_last_block) == ("contraction_rows", "last_block", 18)
     assert relative_error(program(*args), float64_reference(scores, args)) < 1e-5
     source = next(iter(program.compilation.sources.values()))
     assert "atomicAdd(" in source and "__threadfence();" in source and "__ldcg(" in source and "__stcs(" in source
