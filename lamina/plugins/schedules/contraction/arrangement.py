@@ -94,7 +94,7 @@ def arranged(c: Contraction, choices: Choices, resident_per_sm: int, target: Tar
     if choices.warp_columns is not None:
         columns = choices.warp_columns
     else:
-        columns = tensor_cores.PATCH_COLUMNS if choices.tensor_cores else choose_warp_columns(choices)
+        columns = tensor_cores.PATCH_COLUMNS if choices.on_tensor_cores else choose_warp_columns(choices)
     grouped = choices.grouped_rows if choices.grouped_rows is not None else choose_grouped_rows(
         c, choices, resident_per_sm * target.sm_count)
     return attrs.evolve(choices, warp_columns=columns, grouped_rows=grouped)

@@ -13,7 +13,7 @@ of 64 or 128 by 64 or 128), which on the H200 ran every linear of the suite and 
 attention-score products faster than the FMA kernels (those took 1.14 to 1.41x as long), the
 linears closer to float64 than cuBLAS
 (``benchmarks/results/2026-11-30_h200_tensor_core_experiment_wgmma.json``).
-``tensor_cores = 0`` keeps FMAs; ``tensor_cores = 1`` runs ``mma.sync`` (``tensor_cores``),
+``products = fma`` keeps FMAs; ``products = mma_sync`` runs ``mma.sync`` (``tensor_cores``),
 whose three tf32 products ran no faster than the FMA kernels, as
 ``TENSOR_CORE_EFFICIENCY`` records, and which the model uses only where it is pinned.
 
@@ -60,7 +60,7 @@ import attrs
 from lamina.core.errors import ScheduleError
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import tensor_cores, tiling, warpgroup_products
-from lamina.plugins.schedules.contraction.knobs import FRAGMENT_WIDTHS, Choices
+from lamina.plugins.schedules.contraction.knobs import FMA, FRAGMENT_WIDTHS, WGMMA, Choices, pins_text
 from lamina.plugins.schedules.contraction.recognise import Contraction
 
 BLOCK_TILES = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -103,7 +103,7 @@ products (2 and 4 k-tiles) run faster in 128 x 64 blocks, two per SM, than in 12
 per SM, and the linears (64 k-tiles and more) the other way round."""
 FIXED_BY_WGMMA = ("block_k", "thread_m", "thread_n", "splits", "padding", "fragment_width", "warp_columns",
                   "copy_steps")
-"""Knobs whose values wgmma fixes: pinning one without ``tensor_cores`` keeps to FMAs."""
+"""Knobs whose values wgmma fixes: pinning one without ``products`` keeps to FMAs."""
 REGISTERS_PER_SM = 65536
 SHARED_BYTES_PER_SM = 228 * 1024
 BLOCKS_PER_SM = 32
@@ -240,8 +240,8 @@ def _settings(c: Contraction, pinned: dict[str, int], relaxed: bool, target: Tar
                         continue
                     block_k = pinned.get("block_k", default_block_k(c, splits))
                     buffers = pinned.get("buffers", default_buffers(c, block_m, block_n, block_k, target))
-                    for products in values("tensor_cores", [0]):
-                        if warpgroup_products.uses_value(products):
+                    for products in values("products", [FMA]):
+                        if products == WGMMA:
                             continue
                         yield Choices(block_m, block_n, block_k, thread_m, thread_n, splits, buffers,
                                       pinned.get("padding"), pinned.get("fragment_width", 1),
@@ -250,12 +250,12 @@ def _settings(c: Contraction, pinned: dict[str, int], relaxed: bool, target: Tar
 
 
 def _wgmma_settings(c: Contraction, pinned: dict[str, int], target: Target):
-    """The wgmma settings (``tensor_cores = 2``), each block shape with its one setting of the
+    """The wgmma settings (``products = wgmma``), each block shape with its one setting of the
     other knobs, three buffers where shared memory allows (``_fitted`` lowers them): wherever
-    ``tensor_cores = 2`` is pinned, and on Hopper where neither it nor a knob that wgmma fixes
+    ``products = wgmma`` is pinned, and on Hopper where neither it nor a knob that wgmma fixes
     is (``tiling.illegal`` drops them where the product cannot run on wgmma)."""
-    if "tensor_cores" in pinned:
-        if pinned["tensor_cores"] != warpgroup_products.KNOB_VALUE:
+    if "products" in pinned:
+        if pinned["products"] != WGMMA:
             return
     elif target.compute_capability != warpgroup_products.ARCH or any(k in pinned for k in FIXED_BY_WGMMA):
         return
@@ -325,7 +325,7 @@ def estimate(c: Contraction, choices: Choices, target: Target) -> Estimate:
     else:
         block_flops = 2 * choices.block_m * choices.block_n * k_tiles * choices.block_k
         outputs = choices.thread_m * choices.thread_n
-        if choices.tensor_cores:
+        if choices.on_tensor_cores:
             tile_efficiency = register_tile_efficiency(outputs, TENSOR_CORE_EFFICIENCY)
             flops_per_us = target.tf32_tensor_flops_per_us / tensor_cores.PRODUCTS
         else:
@@ -367,7 +367,7 @@ def choose(c: Contraction, target: Target, pinned: dict[str, int], where: str) -
 
 
 def _nothing_legal(c: Contraction, target: Target, pinned: dict[str, int], where: str) -> str:
-    pins = ", ".join(f"{k} = {v}" for k, v in pinned.items())
+    pins = pins_text(pinned, " = ")
     settings = itertools.chain(_settings(c, pinned, relaxed=True, target=target), _wgmma_settings(c, pinned, target))
     reasons = sorted({tiling.illegal(c, s, target) or "" for s in settings} - {""})
     why = "; ".join(reasons) if reasons else "no block tile is a whole number of register tiles"

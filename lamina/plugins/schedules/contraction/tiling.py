@@ -122,7 +122,7 @@ def stage_for(c: Contraction, operand: Operand, choices: Choices, target: Target
     alignment = choices.fragment_width if operand.side in ("m", "n") else 1
     if choices.padding is not None:
         padding = choices.padding
-    elif choices.tensor_cores:
+    elif choices.on_tensor_cores:
         padding = tensor_cores.padding(tile[-1])
     else:
         padding = copy_layout.choose_padding(tile, dtype.itemsize, contiguous, widest, alignment)
@@ -196,7 +196,7 @@ def registers(c: Contraction, choices: Choices) -> int:
     sums of the products in flight (NVRTC gave 2 x 2, 4 x 4 and 8 x 8 tiles 40, 62 and 164
     to 167 registers on mma.sync, a 2 x 32 tile 158 on wgmma)."""
     tile = choices.thread_m * choices.thread_n
-    if choices.tensor_cores:
+    if choices.on_tensor_cores:
         return 2 * tile + ADDRESS_REGISTERS
     fragments = sum({"m": choices.thread_m, "n": choices.thread_n, "k": 1}[o.side] for o in c.operands)
     return tile * (1 + len(c.invariant_loads())) + fragments + ADDRESS_REGISTERS
@@ -232,12 +232,12 @@ def illegal(c: Contraction, choices: Choices, target: Target) -> str | None:
     if products is not None:
         return products
     if choices.block_k % choices.splits:
-        return f"block_k = {choices.block_k} must be a multiple of splits = {choices.splits}"
+        return f"block_k = {choices.block_k} must be a multiple of in_block_k_splits = {choices.splits}"
     if c.slice_bound is not None and c.slice_bound.multiple % choices.block_k:
         return (f"block_k = {choices.block_k} must divide {c.slice_bound.multiple}, which every split-K slice's "
                 "length is a multiple of, so that each slice is whole k-tiles")
     if choices.splits > MAX_THREADS_Z:
-        return f"splits = {choices.splits} exceeds the {MAX_THREADS_Z} threads a block may have along z"
+        return f"in_block_k_splits = {choices.splits} exceeds the {MAX_THREADS_Z} threads a block may have along z"
     if choices.threads > target.max_threads_per_block:
         return f"{choices.threads} threads per block exceed {target.name}'s {target.max_threads_per_block}"
     if not grid_fits(c, choices.block_m):
@@ -285,7 +285,7 @@ def _fragment_text(c: Contraction, choices: Choices) -> str:
 
 def column_run(choices: Choices) -> int:
     """The adjacent columns a thread owns in a run: its fragments' width, or an mma accumulator's."""
-    return tensor_cores.COLUMN_RUN if choices.tensor_cores else choices.fragment_width
+    return tensor_cores.COLUMN_RUN if choices.on_tensor_cores else choices.fragment_width
 
 
 def _store_text(c: Contraction, choices: Choices) -> str:
@@ -298,7 +298,7 @@ def _store_text(c: Contraction, choices: Choices) -> str:
 def _products_name(choices: Choices) -> str | None:
     if warpgroup_products.uses(choices):
         return warpgroup_products.NAME
-    return tensor_cores.NAME if choices.tensor_cores else None
+    return tensor_cores.NAME if choices.on_tensor_cores else None
 
 
 def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tuple[str, object]]) -> tile_ir.TileKernel:
@@ -317,7 +317,7 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
     stages = tuple(stage_for(c, o, choices, target) for o in c.operands)
     recorded: list[tuple[str, object]] = [
         ("register_tile", f"{choices.thread_m}x{choices.thread_n}"),
-        *([] if choices.tensor_cores else [("fragment_width", _fragment_text(c, choices))]),
+        *([] if choices.on_tensor_cores else [("fragment_width", _fragment_text(c, choices))]),
         ("epilogue_stores", _store_text(c, choices)),
     ]
     if choices.splits > 1:

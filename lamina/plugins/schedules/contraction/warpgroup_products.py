@@ -43,13 +43,11 @@ from __future__ import annotations
 from lamina.core.ir import dtypes, expr as ex, kernel_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import tensor_cores
-from lamina.plugins.schedules.contraction.knobs import Choices
+from lamina.plugins.schedules.contraction.knobs import WGMMA, Choices, pins_text
 from lamina.plugins.schedules.contraction.recognise import Contraction, Operand
 from lamina.plugins.schedules.contraction.settings import WGMMA_PRODUCTS
 
 NAME = WGMMA_PRODUCTS
-KNOB_VALUE = 2
-"""``tensor_cores = 2`` runs the products on wgmma."""
 BLOCK_K = kernel_ir.SWIZZLE_BYTES // 4
 """A k-tile is one swizzled row of float32: 32 deep."""
 BLOCK_MS = (64, 128)
@@ -63,17 +61,13 @@ ARCH = 90
 
 
 def uses(choices: Choices) -> bool:
-    return uses_value(choices.tensor_cores)
-
-
-def uses_value(tensor_cores_knob: int) -> bool:
-    return tensor_cores_knob == KNOB_VALUE
+    return choices.products == WGMMA
 
 
 def choices_for(block_m: int, block_n: int, buffers: int) -> Choices:
     """The one setting of the other knobs that a wgmma block of ``block_m`` x ``block_n`` takes."""
     return Choices(block_m, block_n, BLOCK_K, 2, block_n // tensor_cores.PATCH_COLUMNS, 1, buffers, 0, 1,
-                   tensor_cores.PATCH_COLUMNS, None, 0, KNOB_VALUE)
+                   tensor_cores.PATCH_COLUMNS, None, 0, WGMMA)
 
 
 def staged_row(row: ex.Expr, block_m: int) -> ex.Expr:
@@ -84,30 +78,30 @@ def staged_row(row: ex.Expr, block_m: int) -> ex.Expr:
 
 
 def problem(c: Contraction, choices: Choices, target: Target) -> str | None:
-    """Why ``tensor_cores = 2`` cannot apply to ``choices``, or None."""
+    """Why ``products = wgmma`` cannot apply to ``choices``, or None."""
     if target.compute_capability != ARCH:
-        return f"tensor_cores = 2 needs Hopper's wgmma (sm_90); {target.name} is {target.arch}"
+        return f"products = wgmma needs Hopper's wgmma (sm_90); {target.name} is {target.arch}"
     if c.acc_dtype != dtypes.float32 or tensor_cores.factors(c) is None:
-        return ("tensor_cores = 2 needs a float32 sum of products of one operand along the rows and one along "
+        return ("products = wgmma needs a float32 sum of products of one operand along the rows and one along "
                 "the columns")
     expected = choices_for(choices.block_m, choices.block_n, choices.buffers)
     if choices.block_m not in BLOCK_MS or choices.block_n not in BLOCK_NS:
-        return (f"tensor_cores = 2 takes blocks of {' or '.join(map(str, BLOCK_MS))} rows by "
+        return (f"products = wgmma takes blocks of {' or '.join(map(str, BLOCK_MS))} rows by "
                 f"{' or '.join(map(str, BLOCK_NS))} columns, not {choices.block_m}x{choices.block_n}")
     differing = [name for name in ("block_k", "thread_m", "thread_n", "splits", "padding", "fragment_width",
                                    "warp_columns", "copy_steps")
                  if getattr(choices, name) not in (getattr(expected, name), None)]
     if differing:
-        wanted = ", ".join(f"{name} = {getattr(expected, name)}" for name in differing)
-        return f"tensor_cores = 2 in {choices.block_m}x{choices.block_n} blocks takes {wanted}"
+        wanted = pins_text({name: getattr(expected, name) for name in differing}, " = ")
+        return f"products = wgmma in {choices.block_m}x{choices.block_n} blocks takes {wanted}"
     if choices.buffers < 2:
-        return "tensor_cores = 2 copies the next k-tile while the wgmma run: buffers must be 2 or 3"
+        return "products = wgmma copies the next k-tile while the wgmma run: buffers must be 2 or 3"
     return None
 
 
 def unaligned_operand(c: Contraction, operand: Operand) -> str:
     """Why ``operand``, not read in aligned 16-byte runs along the reduction, cannot be staged."""
-    return (f"tensor_cores = 2 copies {operand.text} in 16-byte runs along {c.reduce_var}: it must be contiguous "
+    return (f"products = wgmma copies {operand.text} in 16-byte runs along {c.reduce_var}: it must be contiguous "
             f"along {c.reduce_var}, with {c.reduce_var}'s extent and every other stride a multiple of "
             f"{COPY_ELEMENTS} (tf32 wgmma reads its operands K-major and cannot transpose them)")
 

@@ -35,12 +35,13 @@ from lamina.core.ir import expr as ex, kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import arrangement, copy_layout, cost, tensor_cores, warpgroup_products
 from lamina.plugins.schedules.contraction import tiling as contraction_tiling
-from lamina.plugins.schedules.contraction.knobs import Choices, read_pinned
+from lamina.plugins.schedules.contraction.knobs import FMA, KNOBS, WGMMA, Choices, pins_text, read_pinned
 from lamina.plugins.schedules.contraction.settings import ContractionSettings, settings_of
 from lamina.plugins.schedules.contraction_rows import last_block
 from lamina.plugins.schedules.contraction_rows.settings import RowSettings
 from lamina.plugins.schedules.contraction_rows.recognise import ContractionRows
 from lamina.plugins.schedules.coordinate_conditions import decidable
+from lamina.plugins.schedules.renamed_knobs import Renamed, with_new_spellings
 
 SCHEDULE_NAME = "contraction_rows"
 LANES = 32
@@ -66,10 +67,10 @@ MAX_CLUSTER_ROW_LENGTH = MAX_BLOCKS_PER_ROW * CLUSTER_COLUMNS
 """Longer rows stay two kernels, the contraction and the row reduction, unless their products
 run on wgmma."""
 MAX_WGMMA_ROW_LENGTH = kernel_ir.MAX_CLUSTER_BLOCKS * max(warpgroup_products.BLOCK_NS)
-"""The longest rows that a cluster of wgmma blocks holds: where ``tensor_cores = 2`` is pinned,
+"""The longest rows that a cluster of wgmma blocks holds: where ``products = wgmma`` is pinned,
 rows up to this long are one kernel."""
 MAX_FUSED_WGMMA_ROW_LENGTH = kernel_ir.MAX_PORTABLE_CLUSTER_BLOCKS * max(warpgroup_products.BLOCK_NS)
-"""Where the products can run on wgmma and ``tensor_cores`` is not pinned, a cluster has at most
+"""Where the products can run on wgmma and ``products`` is not pinned, a cluster has at most
 ``MAX_PORTABLE_CLUSTER_BLOCKS`` blocks, and longer rows go in bands (``in_bands``). On the H200 clusters
 of 16 lost to the two kernels: 592.8 to 674.5 us against 562.8 for TinyLlama's scores at
 S = 2048, 716.7 to 766.8 against 658.8 for Qwen's; clusters of 8 at S = 1024 won, 135.0
@@ -77,9 +78,13 @@ against 147.9 and 163.4 against 174.5 in blocks of 64 x 128
 (``benchmarks/results/2026-11-30_h200_wgmma_rows_experiment_blocks.txt``). Clusters of 16
 of those blocks hold 85 % of the blocks the H200's SMs hold at once, clusters of 8 91 %
 (``…_cluster_occupancy_experiment.txt``)."""
-LAST_BLOCK_KNOB = "last_block"
-"""1: the blocks along a row store their part of it and the last of each band to finish
-reduces the band's rows (``last_block``); 0: clusters hold the rows."""
+ROW_COMBINE_KNOB = "row_combine"
+ROW_COMBINES = CLUSTER, LAST_BLOCK = ("cluster", "last_block")
+"""How the blocks along a row combine their parts of it: ``last_block``, each stores its part and
+the last of them to finish reduces the rows (``last_block``); ``cluster``, a cluster of blocks
+holds each row and combines it through distributed shared memory."""
+RENAMED = (Renamed("last_block", ROW_COMBINE_KNOB, lambda v: dict(enumerate(ROW_COMBINES)).get(v, v),
+                   "0, 1 are cluster, last_block"),)
 MAX_LAST_BLOCK_ROW_LENGTH = 2048
 """The longest rows the last block of a band reduces: a warp holds one in registers, 64 per lane."""
 MAX_FUSED_ROW_LENGTH = max(MAX_WGMMA_ROW_LENGTH, MAX_LAST_BLOCK_ROW_LENGTH)
@@ -108,7 +113,7 @@ def fixed_by_the_row(rows: ContractionRows) -> dict[str, int]:
     on the CUDA cores."""
     per_lane = columns_per_lane(rows.contraction.extents[rows.contraction.n])
     return {"block_n": LANES * per_lane, "thread_n": per_lane, "splits": 1, "warp_columns": LANES, "grouped_rows": 1,
-            "copy_steps": 0, "tensor_cores": 0}
+            "copy_steps": 0, "products": FMA}
 
 
 def fixed_on_wgmma(block_n: int) -> dict[str, int]:
@@ -117,23 +122,23 @@ def fixed_on_wgmma(block_n: int) -> dict[str, int]:
     wgmma = warpgroup_products.choices_for(warpgroup_products.BLOCK_MS[0], block_n, 2)
     return {"block_n": block_n, "thread_n": wgmma.thread_n, "splits": 1, "fragment_width": wgmma.fragment_width,
             "warp_columns": wgmma.warp_columns, "grouped_rows": 1, "copy_steps": 0,
-            "tensor_cores": warpgroup_products.KNOB_VALUE}
+            "products": WGMMA}
 
 
 def _wgmma_layouts(length: int, pinned: Mapping[str, int]) -> list[dict[str, int]]:
     """One wgmma block width for each cluster of blocks that can span a row of ``length``: of up
-    to ``MAX_PORTABLE_CLUSTER_BLOCKS`` blocks, or ``MAX_CLUSTER_BLOCKS`` where ``tensor_cores``
+    to ``MAX_PORTABLE_CLUSTER_BLOCKS`` blocks, or ``MAX_CLUSTER_BLOCKS`` where ``products``
     is pinned."""
-    most = kernel_ir.MAX_CLUSTER_BLOCKS if "tensor_cores" in pinned else kernel_ir.MAX_PORTABLE_CLUSTER_BLOCKS
+    most = kernel_ir.MAX_CLUSTER_BLOCKS if "products" in pinned else kernel_ir.MAX_PORTABLE_CLUSTER_BLOCKS
     return [fixed_on_wgmma(n) for n in warpgroup_products.BLOCK_NS if math.ceil(length / n) <= most]
 
 
 def on_wgmma(rows: ContractionRows, target: Target, pinned: Mapping[str, int]) -> bool:
-    """Whether the products run on wgmma: where ``tensor_cores = 2`` is pinned, or where
-    ``tensor_cores`` is not pinned and a wgmma block can run the product with the knobs pinned
+    """Whether the products run on wgmma: where ``products = wgmma`` is pinned, or where
+    ``products`` is not pinned and a wgmma block can run the product with the knobs pinned
     (on Hopper, float32 operands contiguous along the reduction)."""
-    if "tensor_cores" in pinned:
-        return pinned["tensor_cores"] == warpgroup_products.KNOB_VALUE
+    if "products" in pinned:
+        return pinned["products"] == WGMMA
     return any(cost.candidates(rows.contraction, target, {**fixed_on_wgmma(n), **pinned})
                for n in warpgroup_products.BLOCK_NS)
 
@@ -155,7 +160,7 @@ def too_long(rows: ContractionRows, pinned: Mapping[str, int], wgmma: bool) -> s
             return None
         return (f"rows of {length} are longer than the {MAX_CLUSTER_ROW_LENGTH} columns that a cluster of "
                 f"{MAX_BLOCKS_PER_ROW} blocks holds on the CUDA cores")
-    if "tensor_cores" in pinned:
+    if "products" in pinned:
         if length <= MAX_WGMMA_ROW_LENGTH:
             return None
         return (f"rows of {length} are longer than the {MAX_WGMMA_ROW_LENGTH} columns that a cluster of "
@@ -164,7 +169,7 @@ def too_long(rows: ContractionRows, pinned: Mapping[str, int], wgmma: bool) -> s
         return None
     return (f"rows of {length} are longer than the {MAX_FUSED_WGMMA_ROW_LENGTH} columns that a cluster of "
             f"{kernel_ir.MAX_PORTABLE_CLUSTER_BLOCKS} wgmma blocks holds, past which the product and the row "
-            f"reduction run faster apart; pin tensor_cores = 2 to hold rows of up to {MAX_WGMMA_ROW_LENGTH} in "
+            f"reduction run faster apart; pin products = wgmma to hold rows of up to {MAX_WGMMA_ROW_LENGTH} in "
             f"clusters of up to {kernel_ir.MAX_CLUSTER_BLOCKS}")
 
 
@@ -206,18 +211,21 @@ def band_problem(rows: ContractionRows, wgmma: bool) -> str | None:
     return None
 
 
-def read_last_block(knobs: Mapping[str, Any], where: str) -> int | None:
-    """The pinned value of ``LAST_BLOCK_KNOB``, checked, or None."""
-    if LAST_BLOCK_KNOB not in knobs:
+def read_row_combine(knobs: Mapping[str, Any], where: str) -> str | None:
+    """The pinned value of ``ROW_COMBINE_KNOB``, checked, or None (its old spelling ``last_block``
+    read with a warning)."""
+    knobs = with_new_spellings(knobs, RENAMED)
+    if ROW_COMBINE_KNOB not in knobs:
         return None
-    value = knobs[LAST_BLOCK_KNOB]
-    if value not in (0, 1) or isinstance(value, bool):
-        raise ScheduleError(f"{where}: knob {LAST_BLOCK_KNOB} = {value!r} must be 0 (clusters hold the rows) or 1 "
-                            "(the last block of each band of rows to finish reduces them)")
+    value = knobs[ROW_COMBINE_KNOB]
+    if value not in ROW_COMBINES:
+        raise ScheduleError(f"{where}: knob {ROW_COMBINE_KNOB} = {value!r} must be cluster (clusters of blocks hold "
+                            "the rows) or last_block (the last block along each block's rows to finish reduces "
+                            "them)")
     return value
 
 
-def in_bands(rows: ContractionRows, pinned: Mapping[str, int], wgmma: bool, band_pin: int | None) -> bool:
+def in_bands(rows: ContractionRows, pinned: Mapping[str, int], wgmma: bool, band_pin: str | None) -> bool:
     """Whether the band's last block reduces the rows (``last_block``): where pinned, or, unpinned,
     where no cluster may hold a row (``too_long``), the band can (``band_problem``), and the band
     skips whatever elements a mask fixes (``last_block.skipped_elements``). Apart, the product and
@@ -227,7 +235,7 @@ def in_bands(rows: ContractionRows, pinned: Mapping[str, int], wgmma: bool, band
     ``…_bench_float32_wgmma_rows.txt``); skipping the stores and the reads too, 374.4 and 445.7,
     against 402.6 and 457.4 apart (``…_last_block_causal_scores.txt``)."""
     if band_pin is not None:
-        return bool(band_pin)
+        return band_pin == LAST_BLOCK
     return (too_long(rows, pinned, wgmma) is not None and band_problem(rows, wgmma) is None
             and (last_block.unneeded_where(rows) is None or last_block.skipped_elements(rows) is not None))
 
@@ -258,7 +266,7 @@ def choose(rows: ContractionRows, target: Target,
     length = c.extents[c.n]
     pinned = read_pinned(knobs, _where(rows))
     wgmma = on_wgmma(rows, target, pinned)
-    band_pin = read_last_block(knobs, _where(rows))
+    band_pin = read_row_combine(knobs, _where(rows))
     bands = in_bands(rows, pinned, wgmma, band_pin)
     reason = band_problem(rows, wgmma) if bands else too_long(rows, pinned, wgmma)
     if reason is not None:
@@ -268,12 +276,13 @@ def choose(rows: ContractionRows, target: Target,
     if not fitting:
         key = next(k for k, v in candidates[0].items() if pinned.get(k, v) != v)
         allowed = " or ".join(str(v) for v in sorted({fixed[key] for fixed in candidates}))
-        raise ScheduleError(f"{_where(rows)}: knob {key} = {pinned[key]} cannot apply: a block holds whole rows of "
-                            f"{length}, so {key} = {allowed}. Unpin {key}, or disable the plugin "
+        knob = KNOBS.get(key, key)
+        raise ScheduleError(f"{_where(rows)}: knob {knob} = {pinned[key]} cannot apply: a block holds whole rows of "
+                            f"{length}, so {knob} = {allowed}. Unpin {knob}, or disable the plugin "
                             "lamina.builtin.schedules.contraction_rows to keep the product and its row "
                             "reduction apart")
-    pins = {**pinned, **({LAST_BLOCK_KNOB: band_pin} if band_pin is not None else {})}
-    text = ", ".join(f"{k}={v}" for k, v in pins.items()) or "none"
+    pins = {**pinned, **({ROW_COMBINE_KNOB: band_pin} if band_pin is not None else {})}
+    text = pins_text(pins) or "none"
     found = []
     for fixed in fitting:
         choices, estimate, count = cost.choose(c, target, {**pinned, **fixed}, _where(rows))
