@@ -18,7 +18,7 @@ import torch
 import lamina
 from lamina.backends.cuda import backend
 from lamina.bench.measure import float64_reference, relative_error, time_cuda_graph
-from lamina.plugins.schedules.contraction_rows import tiling
+from lamina.plugins.schedules.matmul_row_reduction import tiling
 
 FULL = 'asm volatile("barrier.cluster.arrive.release.aligned;\\n" "barrier.cluster.wait.acquire.aligned;\\n" ::: "memory");'
 RELAXED_FULL = 'asm volatile("barrier.cluster.arrive.relaxed.aligned;\\n" "barrier.cluster.wait.aligned;\\n" ::: "memory");'

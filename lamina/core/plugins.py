@@ -36,7 +36,7 @@ BUILTIN_PLUGINS = {
     "lamina.builtin.fusion": "lamina.plugins.fusion.plugin",
     "lamina.builtin.schedules.generic": "lamina.plugins.schedules.generic.plugin",
     "lamina.builtin.schedules.contraction": "lamina.plugins.schedules.contraction.plugin",
-    "lamina.builtin.schedules.contraction_rows": "lamina.plugins.schedules.contraction_rows.plugin",
+    "lamina.builtin.schedules.matmul_row_reduction": "lamina.plugins.schedules.matmul_row_reduction.plugin",
     "lamina.builtin.schedules.pointwise": "lamina.plugins.schedules.pointwise.plugin",
     "lamina.builtin.schedules.row_reduction": "lamina.plugins.schedules.row_reduction.plugin",
     "lamina.builtin.selection": "lamina.plugins.selection.plugin",

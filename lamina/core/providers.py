@@ -50,6 +50,8 @@ class Schedule(Protocol):
     microseconds it expects ``kernel`` to take with the knob settings it would choose,
     computed without running anything. The ``cost_model`` selection policy takes the
     cheapest estimate; schedules without one rank after those with one, by priority.
+    A renamed schedule may list its old names in ``former_names``: the configuration may
+    still name it by them for one release, with a ``DeprecationWarning``.
     """
 
     name: str

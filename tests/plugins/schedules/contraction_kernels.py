@@ -15,7 +15,7 @@ from lamina.core.target import Target
 
 F32 = dtypes.float32
 SM_90 = Target("sm_90", "sm_90")
-FMA = {"tensor_cores": 0}
+FMA = {"products": "fma"}
 """Pins the products to FMAs on the CUDA cores, where a test is about those kernels' rules:
 on Hopper the cost model runs K-major float32 products on wgmma."""
 

@@ -59,7 +59,9 @@ import attrs
 
 from lamina.core.errors import ScheduleError
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction import tensor_cores, tiling, warpgroup_products
+from lamina.plugins.schedules.contraction import tiling
+from lamina.plugins.schedules.contraction.mma_sync import products as mma_sync
+from lamina.plugins.schedules.contraction.wgmma import products as wgmma_products
 from lamina.plugins.schedules.contraction.knobs import FMA, FRAGMENT_WIDTHS, WGMMA, Choices, pins_text
 from lamina.plugins.schedules.contraction.recognise import Contraction
 
@@ -257,10 +259,10 @@ def _wgmma_settings(c: Contraction, pinned: dict[str, int], target: Target):
     if "products" in pinned:
         if pinned["products"] != WGMMA:
             return
-    elif target.compute_capability != warpgroup_products.ARCH or any(k in pinned for k in FIXED_BY_WGMMA):
+    elif target.compute_capability != wgmma_products.ARCH or any(k in pinned for k in FIXED_BY_WGMMA):
         return
-    for block_m, block_n in itertools.product(warpgroup_products.BLOCK_MS, warpgroup_products.BLOCK_NS):
-        choices = warpgroup_products.choices_for(block_m, block_n, pinned.get("buffers", 3))
+    for block_m, block_n in itertools.product(wgmma_products.BLOCK_MS, wgmma_products.BLOCK_NS):
+        choices = wgmma_products.choices_for(block_m, block_n, pinned.get("buffers", 3))
         yield attrs.evolve(choices, **{k: v for k, v in pinned.items() if k != "buffers"})
 
 
@@ -268,7 +270,7 @@ def _fitted(c: Contraction, choices: Choices, pinned: dict[str, int], target: Ta
     """``choices`` with the widest legal fragments, and fewer buffers than the rule asks where
     shared memory is short, if legal."""
     widths = [pinned["fragment_width"]] if "fragment_width" in pinned else FRAGMENT_WIDTHS
-    if warpgroup_products.uses(choices):
+    if wgmma_products.uses(choices):
         widths = [choices.fragment_width]
     counts = [choices.buffers] if "buffers" in pinned else range(choices.buffers, 0, -1)
     for width, buffers in itertools.product(widths, counts):
@@ -318,7 +320,7 @@ def estimate(c: Contraction, choices: Choices, target: Target) -> Estimate:
 
     written = sum(math.prod(c.kernel.buffer(s.buffer).type.shape) * c.kernel.buffer(s.buffer).type.dtype.itemsize
                   for s in c.epilogue)
-    if warpgroup_products.uses(choices):
+    if wgmma_products.uses(choices):
         compute_us = wgmma_compute_us(choices, target, deepest, resident, k_tiles)
         moved = sum(math.prod(c.kernel.buffer(o.load.buffer).type.shape) * o.load.dtype.itemsize
                     for o in c.operands) + written
@@ -327,7 +329,7 @@ def estimate(c: Contraction, choices: Choices, target: Target) -> Estimate:
         outputs = choices.thread_m * choices.thread_n
         if choices.on_tensor_cores:
             tile_efficiency = register_tile_efficiency(outputs, TENSOR_CORE_EFFICIENCY)
-            flops_per_us = target.tf32_tensor_flops_per_us / tensor_cores.PRODUCTS
+            flops_per_us = target.tf32_tensor_flops_per_us / mma_sync.PRODUCTS
         else:
             tile_efficiency = min(MAX_EFFICIENCY,
                                   register_tile_efficiency(outputs) * FRAGMENT_GAIN[choices.fragment_width])
@@ -350,7 +352,7 @@ def wgmma_compute_us(choices: Choices, target: Target, deepest: int, resident: i
     on its tensor cores, and each block's fixed cost (``WGMMA_BLOCK_US``), which the blocks
     resident at once overlap."""
     efficiency = WGMMA_EFFICIENCY[choices.block_m, choices.block_n]
-    sm_flops_per_us = target.tf32_wgmma_flops_per_us / tensor_cores.PRODUCTS / target.sm_count * efficiency
+    sm_flops_per_us = target.tf32_wgmma_flops_per_us / mma_sync.PRODUCTS / target.sm_count * efficiency
     k_tile_us = 2 * choices.block_m * choices.block_n * choices.block_k / sm_flops_per_us
     block_us = WGMMA_BLOCK_US * choices.block_m * choices.block_n / (128 * 64)
     return deepest * k_tiles * k_tile_us + deepest * block_us / min(resident, deepest)

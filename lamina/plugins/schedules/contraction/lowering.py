@@ -19,67 +19,24 @@ import math
 from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
 from lamina.core.ir.expr import Expr
 from lamina.plugins.schedules import coordinate_conditions, loop_to_kernel
-from lamina.plugins.schedules.contraction import copy_issue, copy_layout, tensor_cores, unneeded_blocks, unread_outputs
+from lamina.plugins.schedules.contraction import copy_issue, copy_layout, tiling, unneeded_blocks, unread_outputs
+from lamina.plugins.schedules.contraction.mma_sync import products as mma_sync
+from lamina.plugins.schedules.contraction.layout import (
+    BlockLayout,
+    KernelNames,
+    all_of,
+    any_of,
+    below,
+    first_owned,
+    owned,
+)
 from lamina.plugins.schedules.contraction.recognise import Contraction
 from lamina.plugins.schedules.contraction.settings import MMA_PRODUCTS, settings_of
-from lamina.plugins.schedules.contraction.tensor_core_steps import TensorCoreSteps
-from lamina.plugins.schedules.contraction.tiling import copy_order, partial_sums_shape, store_width
-
-
-def _and(parts: list[Expr | None]) -> Expr | None:
-    """The conjunction of the guards that are not None (None: no guard at all)."""
-    result = None
-    for p in parts:
-        if p is not None:
-            result = p if result is None else ex.op("and", result, p)
-    return result
-
-
-def _or(parts: list[Expr | None]) -> Expr | None:
-    """The disjunction of the distinct conditions that are not None (None: there are none)."""
-    found = list(dict.fromkeys(p for p in parts if p is not None))
-    result = found[0] if found else None
-    for p in found[1:]:
-        result = ex.op("or", result, p)
-    return result
-
-
-def _lt(a: Expr, bound: int, ranges: index.Ranges) -> Expr | None:
-    """The guard ``a < bound``, or None where the variables' ranges already keep it true."""
-    _, highest = index.bounds(index.affine(a, ranges), ranges)
-    return None if highest is not None and highest < bound else ex.op("lt", a, bound)
-
-
-def _first(thread: Expr, binding: tile_ir.AxisBinding) -> Expr:
-    """The first row or column of the block tile that ``thread`` owns along ``binding``."""
-    return thread * binding.group if binding.group > 1 else thread
-
-
-def _owned(first: Expr, binding: tile_ir.AxisBinding, i: int) -> Expr:
-    """Where the ``i``-th row or column that a thread owns along ``binding`` lies, from its first
-    one: runs of ``group`` adjacent ones, ``threads * group`` apart."""
-    run, step = divmod(i, binding.group)
-    offset = run * binding.threads * binding.group + step
-    return first + offset if offset else first
+from lamina.plugins.schedules.contraction.mma_sync.steps import TensorCoreSteps
 
 
 SHARED_ALIGNMENT = 16
 """Each shared array starts on a 16-byte boundary, as 16-byte copies into it need."""
-
-
-class _Names:
-    """Kernel IR names that differ from the kernel's buffers and Loop IR variables."""
-
-    def __init__(self, taken: set[str]):
-        self.taken = set(taken)
-
-    def fresh(self, base: str) -> str:
-        name, n = base, 0
-        while name in self.taken:
-            n += 1
-            name = f"{base}_{n}"
-        self.taken.add(name)
-        return name
 
 
 class ContractionWriter:
@@ -100,7 +57,7 @@ class ContractionWriter:
         self.threads = self.cols.threads * self.rows.threads * self.splits
         self.k_tiles = math.ceil(c.reduce_extent / self.block_k)
         loop_vars = {s.var for s in loop_ir.statements(self.kernel.body) if isinstance(s, loop_ir.Loop)}
-        self.names = names = _Names({b.name for b in self.kernel.inputs + self.kernel.outputs} | loop_vars | {c.acc}
+        self.names = names = KernelNames({b.name for b in self.kernel.inputs + self.kernel.outputs} | loop_vars | {c.acc}
                                     | taken)
         self.tid, self.row, self.col, self.batch, self.split = (
             ex.Var(names.fresh(n)) for n in ("tid", "row", "col", "batch", "split")
@@ -111,8 +68,9 @@ class ContractionWriter:
         self.tiles = {s.index: names.fresh(f"{s.buffer}_tile") for s in tile.stages}
         self.regs = {s.index: names.fresh(f"{s.buffer}_reg") for s in tile.stages}
         self.invariants = {load: names.fresh(f"{load.buffer}_value") for load in c.invariant_loads()}
-        self.mma = TensorCoreSteps(self, tensor_cores.factors(c)) if self.settings.products == MMA_PRODUCTS else None
-        self.store_width = store_width(c, self.cols.group)
+        self.mma = (TensorCoreSteps(self.names, mma_sync.factors(c), c.acc_dtype)
+                    if self.settings.products == MMA_PRODUCTS else None)
+        self.store_width = tiling.store_width(c, self.cols.group)
         self.outputs = [names.fresh(f"{s.buffer}_out") for s in c.epilogue] if self.store_width > 1 else []
         self.ranges = {
             self.tid.name: self.threads, self.kt.name: self.k_tiles, self.kk.name: self.k_slice,
@@ -127,6 +85,10 @@ class ContractionWriter:
         self.unread = self._unread_block()
         self.unneeded = self._unneeded_block()
         self.k_tiles_here = self._k_tiles_of_block()
+        self.layout = BlockLayout(
+            c, self.rows, self.cols, self.grid, self.threads, self.block_k, self.k_slice, self.tid, self.kk,
+            self.batch, self.thread_row, self.thread_col, self.block_row, self.block_col, self.batch_env, self.acc,
+            self.tiles, self.names)
 
     # --- coordinates ---------------------------------------------------------
 
@@ -181,7 +143,7 @@ class ContractionWriter:
     def _unneeded_block(self) -> Expr | None:
         """True in a block that need not run the product: none of its outputs uses the sum
         (``unneeded_blocks``) or is read at all; else None."""
-        return _or([self._at_every_output(unneeded_blocks.unneeded_where(self.c)), self.unread])
+        return any_of([self._at_every_output(unneeded_blocks.unneeded_where(self.c)), self.unread])
 
     def _at_every_output(self, condition: Expr | None) -> Expr | None:
         """True in a block where ``condition`` on the output coordinates holds at every output;
@@ -222,14 +184,10 @@ class ContractionWriter:
         return [kernel_ir.Declare(self.k_tiles_here.name, self.k_tiles_here.dtype, k_tiles)]
 
     def _row(self, a: int) -> Expr:
-        return _owned(self.row, self.rows, a)
+        return owned(self.row, self.rows, a)
 
     def _col(self, b: int) -> Expr:
-        return _owned(self.col, self.cols, b)
-
-    def _row_in_block(self, a: int) -> Expr:
-        """The block tile's row that holds the thread's ``a``-th row."""
-        return _owned(_first(self.thread_row, self.rows), self.rows, a)
+        return owned(self.col, self.cols, b)
 
     def _thread_env(self, a: int, b: int) -> dict[str, Expr]:
         return {**self.batch_env, self.c.m: self._row(a), self.c.n: self._col(b)}
@@ -238,11 +196,11 @@ class ContractionWriter:
         parts = []
         for binding, coord in ((self.rows, self._row(a)), (self.cols, self._col(b))):
             if binding.extent % binding.block_tile:
-                parts.append(_lt(coord, binding.extent, self.ranges))
-        return _and(parts)
+                parts.append(below(coord, binding.extent, self.ranges))
+        return all_of(parts)
 
     def _k_guard(self, k: Expr, ranges: index.Ranges) -> Expr | None:
-        return _lt(k, self.c.reduce_extent, ranges) if self.c.reduce_extent % self.block_k else None
+        return below(k, self.c.reduce_extent, ranges) if self.c.reduce_extent % self.block_k else None
 
     # --- copies into shared memory ------------------------------------------
 
@@ -255,12 +213,12 @@ class ContractionWriter:
                               self._copy_round(stage, kt, slot, self.round), unroll=True)]
 
     def _rounds(self, stage: tile_ir.SharedStage) -> int:
-        return math.ceil(copy_layout.copies(copy_order(self.c, stage), stage.tile) / self.threads)
+        return math.ceil(copy_layout.copies(tiling.copy_order(self.c, stage), stage.tile) / self.threads)
 
     def _copy_round(self, stage: tile_ir.SharedStage, kt: Expr, slot: Expr, round_: Expr) -> list[kernel_ir.Stmt]:
         """Each thread's copy of element ``tid + round_ * threads`` of the stage's k-tile ``kt``."""
         operand = self.c.operand(stage.index)
-        order = copy_order(self.c, stage)
+        order = tiling.copy_order(self.c, stage)
         count = copy_layout.copies(order, stage.tile)
         rounds = self._rounds(stage)
         e = self.tid + round_ * self.threads if rounds > 1 else self.tid
@@ -276,9 +234,9 @@ class ContractionWriter:
             position = block * binding.block_tile + self._tile_row_of(operand.side, coords[1 - self.K_AXIS])
             env[stage.dims[1 - self.K_AXIS]] = position
             if binding.extent % binding.block_tile:
-                guards.append(_lt(position, binding.extent, ranges))
+                guards.append(below(position, binding.extent, ranges))
         source = loop_to_kernel.translate_expr(operand.load, self.kernel, env)
-        copy = self._copy_element(stage, (slot, *coords), source, _and(guards))
+        copy = self._copy_element(stage, (slot, *coords), source, all_of(guards))
         if count % self.threads:
             copy = [kernel_ir.If(ex.op("lt", e, count), copy)]
         return copy
@@ -339,9 +297,9 @@ class ContractionWriter:
                 out.append(kernel_ir.Store(reg, (ex.const(0),), value))
                 continue
             binding = self.rows if side == "m" else self.cols
-            first = _first(self.thread_row if side == "m" else self.thread_col, binding)
+            first = first_owned(self.thread_row if side == "m" else self.thread_col, binding)
             for i in range(0, binding.per_thread, binding.group):
-                at = (slot, self._k_in_tile(), _owned(first, binding, i))
+                at = (slot, self._k_in_tile(), owned(first, binding, i))
                 if binding.group > 1:
                     out.append(kernel_ir.VectorLoad(reg, (ex.const(i),), tile, at, binding.group))
                 else:
@@ -369,7 +327,7 @@ class ContractionWriter:
         """The steps of k-tile ``kt`` from ``slot``, each step starting with ``issued`` (the
         next k-tile's copies that it issues, ``_spread_copies``)."""
         if self.mma is not None:
-            return self.mma.k_tile(slot)
+            return self.mma.k_tile(self.layout, slot)
         value = self._placeholders()
         k = self.kt * self.block_k + self._k_in_tile()
         body = self._fill_registers(slot)
@@ -411,7 +369,7 @@ class ContractionWriter:
         if self.splits > 1:
             out.append(kernel_ir.Declare(self.split.name, self.split.dtype, kernel_ir.thread_idx("z")))
             flat_row = self.split * self.rows.threads + ty
-        first_row, first_col = _first(self.thread_row, self.rows), _first(self.thread_col, self.cols)
+        first_row, first_col = first_owned(self.thread_row, self.rows), first_owned(self.thread_col, self.cols)
         out += [
             kernel_ir.Declare(self.tid.name, self.tid.dtype, flat_row * self.cols.threads + tx),
             kernel_ir.Declare(self.row.name, self.row.dtype, self.block_row * self.rows.block_tile + first_row),
@@ -527,7 +485,7 @@ class ContractionWriter:
             for b in range(0, self.cols.per_thread, self.store_width):
                 guard = self._output_guard(a, b)
                 if self.splits > 1:
-                    guard = _and([ex.op("eq", self.split, 0), guard])
+                    guard = all_of([ex.op("eq", self.split, 0), guard])
                 if self.store_width > 1:
                     out += self._vector_stores(a, b, guard)
                     continue
@@ -571,7 +529,7 @@ class ContractionWriter:
             kernel_ir.Array(self.tiles[s.index], s.dtype, s.padded_shape, "shared") for s in self.tile.stages
         ]
         if self.splits > 1:
-            shape = partial_sums_shape(self.rows.per_thread, self.cols.per_thread, self.threads)
+            shape = tiling.partial_sums_shape(self.rows.per_thread, self.cols.per_thread, self.threads)
             arrays.append(kernel_ir.Array(self.partial, self.c.acc_dtype, shape, "shared"))
         return arrays
 
@@ -579,7 +537,7 @@ class ContractionWriter:
         """The registers that a step of k reads the operands into: a thread's rows and columns
         of each staged operand, or on tensor cores the mma's (``TensorCoreSteps.arrays``)."""
         if self.mma is not None:
-            return self.mma.arrays()
+            return self.mma.arrays(self.layout)
         arrays = []
         for stage in self.tile.stages:
             side = self.c.operand(stage.index).side

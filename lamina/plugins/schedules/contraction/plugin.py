@@ -11,9 +11,9 @@ from lamina.core.target import Target
 from lamina.plugins.schedules.contraction.writers import lower_contraction
 from lamina.plugins.schedules.contraction.recognise import NotAContraction, analyse
 from lamina.plugins.schedules.contraction.schedule import estimate_contraction, schedule_contraction
-from lamina.plugins.schedules.contraction.split_k import SplitContractionsAcrossBlocks
+from lamina.plugins.schedules.contraction.split_k.fusion_rule import SplitContractionsAcrossBlocks
 from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME, grid_fits
-from lamina.plugins.schedules.contraction.unrolled_reduction import UnrolledReductionSchedule
+from lamina.plugins.schedules.contraction.split_k.unrolled_reduction import UnrolledReductionSchedule
 
 
 class ContractionSchedule:

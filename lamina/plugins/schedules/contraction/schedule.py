@@ -12,7 +12,7 @@ from lamina.core.ir import loop_ir, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import arrangement, copy_issue, cost, tiling
 from lamina.plugins.schedules.contraction.knobs import pins_text, read_pinned
-from lamina.plugins.schedules.contraction.partial_sums import partial_of
+from lamina.plugins.schedules.contraction.split_k.partial_sums import partial_of
 from lamina.plugins.schedules.contraction.recognise import analyse
 
 

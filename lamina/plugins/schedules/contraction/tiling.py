@@ -23,15 +23,9 @@ import math
 
 from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction import (
-    arrangement,
-    copy_issue,
-    copy_layout,
-    tensor_cores,
-    unneeded_blocks,
-    unread_outputs,
-    warpgroup_products,
-)
+from lamina.plugins.schedules.contraction import arrangement, copy_issue, copy_layout, unneeded_blocks, unread_outputs
+from lamina.plugins.schedules.contraction.mma_sync import products as mma_sync
+from lamina.plugins.schedules.contraction.wgmma import products as wgmma_products
 from lamina.plugins.schedules.contraction.knobs import Choices
 from lamina.plugins.schedules.contraction.recognise import Contraction, Operand
 from lamina.plugins.schedules.contraction.settings import ContractionSettings
@@ -106,7 +100,7 @@ def copies_asynchronously(c: Contraction, target: Target) -> bool:
 
 
 def stage_for(c: Contraction, operand: Operand, choices: Choices, target: Target) -> tile_ir.SharedStage:
-    if warpgroup_products.uses(choices):
+    if wgmma_products.uses(choices):
         return _swizzled_stage(c, operand, choices)
     r = c.reduce_var
     if operand.side == "m":
@@ -123,7 +117,7 @@ def stage_for(c: Contraction, operand: Operand, choices: Choices, target: Target
     if choices.padding is not None:
         padding = choices.padding
     elif choices.on_tensor_cores:
-        padding = tensor_cores.padding(tile[-1])
+        padding = mma_sync.padding(tile[-1])
     else:
         padding = copy_layout.choose_padding(tile, dtype.itemsize, contiguous, widest, alignment)
     padding = padding if len(tile) == 2 else 0
@@ -151,9 +145,9 @@ def _swizzled_stage(c: Contraction, operand: Operand, choices: Choices) -> tile_
     block = choices.block_m if operand.side == "m" else choices.block_n
     dtype = operand.load.dtype
     return tile_ir.SharedStage(
-        buffer=operand.load.buffer, index=operand.text, dims=dims, tile=(block, warpgroup_products.BLOCK_K),
+        buffer=operand.load.buffer, index=operand.text, dims=dims, tile=(block, wgmma_products.BLOCK_K),
         dtype=dtype, padding=0, buffers=choices.buffers, copy="cp.async",
-        copy_bytes=warpgroup_products.COPY_ELEMENTS * dtype.itemsize, swizzle=kernel_ir.SWIZZLE_BYTES)
+        copy_bytes=wgmma_products.COPY_ELEMENTS * dtype.itemsize, swizzle=kernel_ir.SWIZZLE_BYTES)
 
 
 def _wgmma_operand_problem(c: Contraction) -> str | None:
@@ -161,8 +155,8 @@ def _wgmma_operand_problem(c: Contraction) -> str | None:
     for operand in c.operands:
         dims = _k_major_dims(c, operand)
         widest = _widest_copy(c, operand, dims, _contiguous_dim(c, operand, dims))
-        if widest < warpgroup_products.COPY_ELEMENTS:
-            return warpgroup_products.unaligned_operand(c, operand)
+        if widest < wgmma_products.COPY_ELEMENTS:
+            return wgmma_products.unaligned_operand(c, operand)
     return None
 
 
@@ -181,8 +175,8 @@ def partial_sums_shape(thread_m: int, thread_n: int, threads: int) -> tuple[int,
 
 
 def shared_bytes(c: Contraction, choices: Choices, target: Target) -> int:
-    if warpgroup_products.uses(choices):
-        return warpgroup_products.shared_bytes(choices)
+    if wgmma_products.uses(choices):
+        return wgmma_products.shared_bytes(choices)
     staged = sum(stage_for(c, o, choices, target).bytes for o in c.operands)
     if choices.splits == 1:
         return staged
@@ -225,10 +219,10 @@ def illegal(c: Contraction, choices: Choices, target: Target) -> str | None:
     fragments = _fragment_problem(c, choices)
     if fragments is not None:
         return fragments
-    if warpgroup_products.uses(choices):
-        products = warpgroup_products.problem(c, choices, target) or _wgmma_operand_problem(c)
+    if wgmma_products.uses(choices):
+        products = wgmma_products.problem(c, choices, target) or _wgmma_operand_problem(c)
     else:
-        products = tensor_cores.problem(c, choices, target)
+        products = mma_sync.problem(c, choices, target)
     if products is not None:
         return products
     if choices.block_k % choices.splits:
@@ -285,7 +279,7 @@ def _fragment_text(c: Contraction, choices: Choices) -> str:
 
 def column_run(choices: Choices) -> int:
     """The adjacent columns a thread owns in a run: its fragments' width, or an mma accumulator's."""
-    return tensor_cores.COLUMN_RUN if choices.on_tensor_cores else choices.fragment_width
+    return mma_sync.COLUMN_RUN if choices.on_tensor_cores else choices.fragment_width
 
 
 def _store_text(c: Contraction, choices: Choices) -> str:
@@ -296,9 +290,9 @@ def _store_text(c: Contraction, choices: Choices) -> str:
 
 
 def _products_name(choices: Choices) -> str | None:
-    if warpgroup_products.uses(choices):
-        return warpgroup_products.NAME
-    return tensor_cores.NAME if choices.on_tensor_cores else None
+    if wgmma_products.uses(choices):
+        return wgmma_products.NAME
+    return mma_sync.NAME if choices.on_tensor_cores else None
 
 
 def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tuple[str, object]]) -> tile_ir.TileKernel:

@@ -10,7 +10,7 @@ from lamina.plugins.schedules.contraction.lowering import ContractionWriter
 from lamina.plugins.schedules.contraction.recognise import analyse
 from lamina.plugins.schedules.contraction.settings import WGMMA_PRODUCTS, settings_of
 from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME
-from lamina.plugins.schedules.contraction.warpgroup_lowering import WarpgroupWriter
+from lamina.plugins.schedules.contraction.wgmma.writer import WarpgroupWriter
 
 
 def lower_contraction(tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Kernel:

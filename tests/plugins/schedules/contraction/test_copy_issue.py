@@ -45,7 +45,7 @@ def test_copies_are_dealt_in_order_to_the_first_steps():
 
 
 def test_each_step_issues_its_copies_and_the_last_commits_them():
-    knobs = {"copy_steps": 3, "block_m": 64, "block_n": 64, "thread_m": 4, "thread_n": 4, "block_k": 8, "splits": 1}
+    knobs = {"copy_steps": 3, "block_m": 64, "block_n": 64, "thread_m": 4, "thread_n": 4, "block_k": 8, "in_block_k_splits": 1}
     tile = SCHEDULE.schedule(matmul(64, 100, 64).kernel, SM_90, knobs)
     text = kernel_ir.format_kernel(SCHEDULE.lower(tile, SM_90))
     loop = text[text.index("unrolled for kk"):]
@@ -56,9 +56,9 @@ def test_each_step_issues_its_copies_and_the_last_commits_them():
 
 @pytest.mark.parametrize("knobs", [
     {"copy_steps": 1},
-    {"copy_steps": 3, "block_k": 8, "splits": 1},
-    {"copy_steps": 8, "block_k": 8, "splits": 1},
-    {"copy_steps": 2, "block_k": 8, "splits": 4, "thread_m": 2, "thread_n": 2},
+    {"copy_steps": 3, "block_k": 8, "in_block_k_splits": 1},
+    {"copy_steps": 8, "block_k": 8, "in_block_k_splits": 1},
+    {"copy_steps": 2, "block_k": 8, "in_block_k_splits": 4, "thread_m": 2, "thread_n": 2},
 ], ids=["one_step", "three_of_eight", "every_step", "with_k_splits"])
 @pytest.mark.parametrize("case", [matmul(17, 100, 19, name="ragged_17x100x19"), batched(3, 9, 45, 20),
                                   linear(5, 300, 33, bias_relu=True)], ids=lambda c: c.id)
@@ -87,7 +87,7 @@ def test_a_negative_copy_steps_is_refused():
 
 def test_more_steps_than_a_k_tile_has_are_refused_with_the_reason():
     with pytest.raises(ScheduleError, match="copy_steps = 9 exceeds the 8 steps of k of a k-tile"):
-        SCHEDULE.schedule(matmul(64, 64, 64).kernel, SM_90, {"copy_steps": 9, "block_k": 8, "splits": 1})
+        SCHEDULE.schedule(matmul(64, 64, 64).kernel, SM_90, {"copy_steps": 9, "block_k": 8, "in_block_k_splits": 1})
 
 
 def test_copies_through_registers_or_into_three_buffers_cannot_be_spread():
@@ -98,7 +98,7 @@ def test_copies_through_registers_or_into_three_buffers_cannot_be_spread():
 
 
 def test_the_tile_ir_verifier_checks_the_copy_steps():
-    tile = SCHEDULE.schedule(matmul(64, 64, 64).kernel, SM_90, {"block_k": 16, "splits": 1})
+    tile = SCHEDULE.schedule(matmul(64, 64, 64).kernel, SM_90, {"block_k": 16, "in_block_k_splits": 1})
     with pytest.raises(VerificationError, match="copies spread over 17 steps, where a k-tile has 16"):
         tile_ir.verify_tile_kernel(tile_ir.TileKernel(tile.kernel, tile.schedule, tile.grid, tile.reduction,
                                                       tile.stages, settings=ContractionSettings(copy_steps=17)))
@@ -111,5 +111,5 @@ def test_pinned_copy_steps_keep_a_product_and_its_row_softmax_apart():
     q, k = torch.randn(1, 4, 128, 64), torch.randn(1, 4, 128, 64)
     fused = lamina.Compiler(target="sm_90").compile(scores, (q, k)).compilation.tiles
     apart = lamina.Compiler(knobs={"copy_steps": 2}, target="sm_90").compile(scores, (q, k)).compilation.tiles
-    assert [t.schedule for t in fused] == ["contraction_rows"]
+    assert [t.schedule for t in fused] == ["matmul_row_reduction"]
     assert [(t.schedule, t.settings.copy_steps if t.settings else 0) for t in apart] == [("contraction", 2), ("row_reduction", 0)]

@@ -33,11 +33,11 @@ from lamina.core.errors import ScheduleError
 from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction.knobs import read_pinned
-from lamina.plugins.schedules.contraction.partial_sums import partial_of, slices_fit, split
+from lamina.plugins.schedules.contraction.split_k.partial_sums import partial_of, slices_fit, split
 from lamina.plugins.schedules.contraction.recognise import NotAContraction, analyse
-from lamina.plugins.schedules.contraction.schedule import cheapest_estimate
+from lamina.plugins.schedules.contraction import schedule as contraction_schedule
 from lamina.plugins.schedules.contraction.slices import SLICE_MULTIPLE, slice_length
-from lamina.plugins.schedules.contraction.unrolled_reduction import MAX_UNROLLED, UnrolledReductionSchedule
+from lamina.plugins.schedules.contraction.split_k.unrolled_reduction import MAX_UNROLLED, UnrolledReductionSchedule
 
 KNOB = "split_k"
 MAX_SPLITS = MAX_UNROLLED
@@ -142,7 +142,7 @@ def _choose(
     c = analyse(kernel)
     settings = dict(tiling)
     try:
-        whole = cheapest_estimate(kernel, target, settings)
+        whole = contraction_schedule.cheapest_estimate(kernel, target, settings)
     except ScheduleError:
         return None
     best = None
@@ -152,7 +152,7 @@ def _choose(
             continue
         parts = split(c, splits, set())
         try:
-            partial_us = cheapest_estimate(parts.partial, target, settings).total_us
+            partial_us = contraction_schedule.cheapest_estimate(parts.partial, target, settings).total_us
         except ScheduleError:
             if pinned is not None:
                 raise

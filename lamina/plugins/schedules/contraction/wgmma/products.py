@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from lamina.core.ir import dtypes, expr as ex, kernel_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction import tensor_cores
+from lamina.plugins.schedules.contraction.mma_sync import products as mma_sync
 from lamina.plugins.schedules.contraction.knobs import WGMMA, Choices, pins_text
 from lamina.plugins.schedules.contraction.recognise import Contraction, Operand
 from lamina.plugins.schedules.contraction.settings import WGMMA_PRODUCTS
@@ -66,8 +66,8 @@ def uses(choices: Choices) -> bool:
 
 def choices_for(block_m: int, block_n: int, buffers: int) -> Choices:
     """The one setting of the other knobs that a wgmma block of ``block_m`` x ``block_n`` takes."""
-    return Choices(block_m, block_n, BLOCK_K, 2, block_n // tensor_cores.PATCH_COLUMNS, 1, buffers, 0, 1,
-                   tensor_cores.PATCH_COLUMNS, None, 0, WGMMA)
+    return Choices(block_m, block_n, BLOCK_K, 2, block_n // mma_sync.PATCH_COLUMNS, 1, buffers, 0, 1,
+                   mma_sync.PATCH_COLUMNS, None, 0, WGMMA)
 
 
 def staged_row(row: ex.Expr, block_m: int) -> ex.Expr:
@@ -81,7 +81,7 @@ def problem(c: Contraction, choices: Choices, target: Target) -> str | None:
     """Why ``products = wgmma`` cannot apply to ``choices``, or None."""
     if target.compute_capability != ARCH:
         return f"products = wgmma needs Hopper's wgmma (sm_90); {target.name} is {target.arch}"
-    if c.acc_dtype != dtypes.float32 or tensor_cores.factors(c) is None:
+    if c.acc_dtype != dtypes.float32 or mma_sync.factors(c) is None:
         return ("products = wgmma needs a float32 sum of products of one operand along the rows and one along "
                 "the columns")
     expected = choices_for(choices.block_m, choices.block_n, choices.buffers)

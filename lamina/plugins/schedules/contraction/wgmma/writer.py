@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from lamina.core.ir import expr as ex, kernel_ir
 from lamina.core.ir.expr import Expr
-from lamina.plugins.schedules.contraction import tensor_cores, warpgroup_products
+from lamina.plugins.schedules.contraction.mma_sync import products as mma_sync
+from lamina.plugins.schedules.contraction.wgmma import products as wgmma_products
 from lamina.plugins.schedules.contraction.lowering import ContractionWriter
 
 PIECE_PAIRS = (("small", "big"), ("big", "small"), ("big", "big"))
@@ -32,7 +33,7 @@ class WarpgroupWriter(ContractionWriter):
 
     def __init__(self, tile, c, taken=frozenset()):
         super().__init__(tile, c, taken)
-        self.m_side, self.n_side = tensor_cores.factors(c)
+        self.m_side, self.n_side = mma_sync.factors(c)
         self.m_stage = next(s for s in tile.stages if s.index == self.m_side.text)
         self.n_stage = next(s for s in tile.stages if s.index == self.n_side.text)
         self.n_small = self.names.fresh(f"{self.n_stage.buffer}_small")
@@ -42,14 +43,14 @@ class WarpgroupWriter(ContractionWriter):
         self.step = ex.Var(self.names.fresh("step"))
         self.pieces = {p: self.names.fresh(f"{p}_piece") for p in ("raw", "big", "small")}
         self.ranges[self.warpgroup.name] = self.threads // kernel_ir.WARPGROUP_SIZE
-        self.ranges[self.step.name] = warpgroup_products.BLOCK_K // kernel_ir.WGMMA_K
+        self.ranges[self.step.name] = wgmma_products.BLOCK_K // kernel_ir.WGMMA_K
 
     # --- copies ------------------------------------------------------------------
 
     def _tile_row_of(self, side: str, staged: Expr) -> Expr:
         """On the m side a staged row holds the block row that the wgmma's accumulators put
-        there (``warpgroup_products.staged_row``); on the n side, the same column."""
-        return warpgroup_products.staged_row(staged, self.rows.block_tile) if side == "m" else staged
+        there (``wgmma_products.staged_row``); on the n side, the same column."""
+        return wgmma_products.staged_row(staged, self.rows.block_tile) if side == "m" else staged
 
     # --- a k-tile ------------------------------------------------------------------
 
@@ -73,7 +74,7 @@ class WarpgroupWriter(ContractionWriter):
                      kernel_ir.Store(big, at, kernel_ir.Tf32(kernel_ir.Load(small, at, dtype))),
                      kernel_ir.Store(small, at, ex.op("sub", kernel_ir.Load(small, at, dtype),
                                                       kernel_ir.Load(big, at, dtype)))]
-        steps = warpgroup_products.BLOCK_K // kernel_ir.WGMMA_K
+        steps = wgmma_products.BLOCK_K // kernel_ir.WGMMA_K
         return [kernel_ir.For(self.step.name, ex.const(0), ex.const(steps), 1, body, unroll=True)]
 
     def _split(self, slot: Expr, half: Expr) -> list[kernel_ir.Stmt]:
@@ -81,8 +82,8 @@ class WarpgroupWriter(ContractionWriter):
         what is left to the small pieces, 16 bytes a thread at a time: a warp's 32 chunks are
         four whole rows, which its 16-byte reads and writes cover without a bank conflict,
         swizzled or not."""
-        width = warpgroup_products.COPY_ELEMENTS
-        chunks = warpgroup_products.BLOCK_K // width
+        width = wgmma_products.COPY_ELEMENTS
+        chunks = wgmma_products.BLOCK_K // width
         lanes = [(ex.const(i),) for i in range(width)]
         first = (ex.const(0),)
         stage = self.n_stage
@@ -166,8 +167,8 @@ class WarpgroupWriter(ContractionWriter):
         and small, four for each eight k; and a 16-byte chunk of the n side's split as read, its
         big pieces and its small ones."""
         tile = (self.rows.per_thread, self.cols.per_thread)
-        values = (warpgroup_products.BLOCK_K // kernel_ir.WGMMA_K, 4)
-        chunk = (warpgroup_products.COPY_ELEMENTS,)
+        values = (wgmma_products.BLOCK_K // kernel_ir.WGMMA_K, 4)
+        chunk = (wgmma_products.COPY_ELEMENTS,)
         return [kernel_ir.Array(self.step_sum, self.c.acc_dtype, tile, "register"),
                 *(kernel_ir.Array(name, self.c.acc_dtype, values, "register") for name in self.fragments.values()),
                 *(kernel_ir.Array(name, self.c.acc_dtype, chunk, "register") for name in self.pieces.values())]

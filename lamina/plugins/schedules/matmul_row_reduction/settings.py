@@ -7,7 +7,7 @@ from __future__ import annotations
 import attrs
 
 from lamina.core.ir import tile_ir
-from lamina.plugins.schedules.contraction.settings import ContractionSettings
+from lamina.plugins.schedules.contraction import ContractionSettings
 
 
 @attrs.frozen
@@ -25,13 +25,13 @@ class RowSettings(ContractionSettings):
         blocks = self.blocks_combined_by_last_block
         if blocks == 1:
             return ""
-        return f", across {blocks} blocks along x, the last of a band to finish reducing its rows"
+        return f", across {blocks} blocks along x, the rows combined by the last block to finish"
 
     def problems(self, tk: tile_ir.TileKernel) -> list[str]:
         problems = super().problems(tk)
         last_block = tk.reduction is not None and tk.reduction.strategy == "last_block"
         if (self.blocks_combined_by_last_block > 1) != last_block:
             strategy = tk.reduction.strategy if tk.reduction is not None else "no"
-            problems.insert(0, f"{self.blocks_combined_by_last_block} blocks along a band of rows with the {strategy} "
-                               "strategy: bands of several blocks are the last_block strategy's")
+            problems.insert(0, f"{self.blocks_combined_by_last_block} blocks combined by the last block with the "
+                               f"{strategy} strategy: rows combined by the last block are the last_block strategy's")
         return problems
