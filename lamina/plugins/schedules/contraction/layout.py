@@ -104,5 +104,10 @@ class BlockLayout:
         """The block tile's row that holds the thread's ``a``-th row."""
         return owned(first_owned(self.thread_row, self.rows), self.rows, a)
 
+    def k_guard(self, k: Expr, ranges: index.Ranges) -> Expr | None:
+        """The guard ``k < K`` where the last k-tile runs past the reduction, else None."""
+        c = self.contraction
+        return below(k, c.reduce_extent, ranges) if c.reduce_extent % self.block_k else None
+
     def accumulator(self, a: int, b: int) -> kernel_ir.Load:
         return kernel_ir.Load(self.acc, (ex.const(a), ex.const(b)), self.contraction.acc_dtype)

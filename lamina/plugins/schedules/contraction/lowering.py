@@ -19,8 +19,9 @@ import math
 from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
 from lamina.core.ir.expr import Expr
 from lamina.plugins.schedules import coordinate_conditions, loop_to_kernel
-from lamina.plugins.schedules.contraction import copy_issue, copy_layout, tiling, unneeded_blocks, unread_outputs
+from lamina.plugins.schedules.contraction import tiling, unneeded_blocks, unread_outputs
 from lamina.plugins.schedules.contraction.mma_sync import products as mma_sync
+from lamina.plugins.schedules.contraction.copies import SharedCopies, same_position
 from lamina.plugins.schedules.contraction.layout import (
     BlockLayout,
     KernelNames,
@@ -45,6 +46,8 @@ class ContractionWriter:
 
     K_AXIS = 0
     """The axis of a staged operand tile that runs along k: the first, the tile k-major."""
+    staged_position = staticmethod(same_position)
+    """The block's row or column that each staged row holds (``SharedCopies``)."""
 
     def __init__(self, tile: tile_ir.TileKernel, c: Contraction, taken: frozenset[str] = frozenset()):
         self.tile, self.c, self.kernel = tile, c, c.kernel
@@ -89,6 +92,7 @@ class ContractionWriter:
             c, self.rows, self.cols, self.grid, self.threads, self.block_k, self.k_slice, self.tid, self.kk,
             self.batch, self.thread_row, self.thread_col, self.block_row, self.block_col, self.batch_env, self.acc,
             self.tiles, self.names)
+        self.copies = SharedCopies(self.layout, tile.stages, self.round, self.ranges, self.K_AXIS, self.staged_position)
 
     # --- coordinates ---------------------------------------------------------
 
@@ -200,78 +204,7 @@ class ContractionWriter:
         return all_of(parts)
 
     def _k_guard(self, k: Expr, ranges: index.Ranges) -> Expr | None:
-        return below(k, self.c.reduce_extent, ranges) if self.c.reduce_extent % self.block_k else None
-
-    # --- copies into shared memory ------------------------------------------
-
-    def _copy_stage(self, stage: tile_ir.SharedStage, kt: Expr, slot: Expr) -> list[kernel_ir.Stmt]:
-        """Every thread copies elements ``tid + round * threads`` of the stage's k-tile ``kt``."""
-        rounds = self._rounds(stage)
-        if rounds == 1:
-            return self._copy_round(stage, kt, slot, ex.const(0))
-        return [kernel_ir.For(self.round.name, ex.const(0), ex.const(rounds), 1,
-                              self._copy_round(stage, kt, slot, self.round), unroll=True)]
-
-    def _rounds(self, stage: tile_ir.SharedStage) -> int:
-        return math.ceil(copy_layout.copies(tiling.copy_order(self.c, stage), stage.tile) / self.threads)
-
-    def _copy_round(self, stage: tile_ir.SharedStage, kt: Expr, slot: Expr, round_: Expr) -> list[kernel_ir.Stmt]:
-        """Each thread's copy of element ``tid + round_ * threads`` of the stage's k-tile ``kt``."""
-        operand = self.c.operand(stage.index)
-        order = tiling.copy_order(self.c, stage)
-        count = copy_layout.copies(order, stage.tile)
-        rounds = self._rounds(stage)
-        e = self.tid + round_ * self.threads if rounds > 1 else self.tid
-        ranges = {**self.ranges, self.round.name: rounds}
-        layout = copy_layout.coordinates(order, stage.tile, e)
-        coords = tuple(index.simplify(x, ranges) for x in layout)
-        k = kt * self.block_k + coords[self.K_AXIS]
-        env = {**self.batch_env, self.c.reduce_var: k}
-        guards = [self._k_guard(k, ranges)]
-        if len(coords) == 2:
-            binding = self.rows if operand.side == "m" else self.cols
-            block = self.block_row if operand.side == "m" else self.block_col
-            position = block * binding.block_tile + self._tile_row_of(operand.side, coords[1 - self.K_AXIS])
-            env[stage.dims[1 - self.K_AXIS]] = position
-            if binding.extent % binding.block_tile:
-                guards.append(below(position, binding.extent, ranges))
-        source = loop_to_kernel.translate_expr(operand.load, self.kernel, env)
-        copy = self._copy_element(stage, (slot, *coords), source, all_of(guards))
-        if count % self.threads:
-            copy = [kernel_ir.If(ex.op("lt", e, count), copy)]
-        return copy
-
-    def _tile_row_of(self, side: str, staged: Expr) -> Expr:
-        """The row (``side`` m) or column (n) of the block tile that a staged tile's position
-        ``staged`` across its k-tile holds: the same one."""
-        return staged
-
-    def _copy_element(self, stage, dst_index, source: kernel_ir.Load, predicate) -> list[kernel_ir.Stmt]:
-        name = self.tiles[stage.index]
-        if stage.copy == "cp.async":
-            return [kernel_ir.CpAsync(name, dst_index, source.array, source.index, stage.copy_bytes, predicate)]
-        store = kernel_ir.Store(name, dst_index, source)
-        if predicate is None:
-            return [store]
-        zero = kernel_ir.Store(name, dst_index, ex.cast(ex.const(0), stage.dtype))
-        return [kernel_ir.If(predicate, (store,), (zero,))]
-
-    def _issue(self, kt: Expr, slot: Expr) -> list[kernel_ir.Stmt]:
-        out = [s for stage in self.tile.stages for s in self._copy_stage(stage, kt, slot)]
-        if self._asynchronous:
-            out.append(kernel_ir.CpAsyncCommit())
-        return out
-
-    def _wait(self, pending: int) -> list[kernel_ir.Stmt]:
-        return [kernel_ir.CpAsyncWait(pending)] if self._asynchronous else []
-
-    @property
-    def _asynchronous(self) -> bool:
-        return any(s.copy == "cp.async" for s in self.tile.stages)
-
-    @property
-    def _buffers(self) -> int:
-        return self.tile.stages[0].buffers
+        return self.layout.k_guard(k, ranges)
 
     # --- arithmetic ------------------------------------------------------------
 
@@ -325,7 +258,7 @@ class ContractionWriter:
 
     def _compute(self, slot: Expr, issued: tuple[kernel_ir.Stmt, ...] = ()) -> kernel_ir.For:
         """The steps of k-tile ``kt`` from ``slot``, each step starting with ``issued`` (the
-        next k-tile's copies that it issues, ``_spread_copies``)."""
+        next k-tile's copies that it issues, ``SharedCopies.spread``)."""
         if self.mma is not None:
             return self.mma.k_tile(self.layout, slot)
         value = self._placeholders()
@@ -340,18 +273,6 @@ class ContractionWriter:
         if guard is not None:
             body = [kernel_ir.If(guard, body)]
         return kernel_ir.For(self.kk.name, ex.const(0), ex.const(self.k_slice), 1, [*issued, *body], unroll=True)
-
-    def _spread_copies(self, kt: Expr, slot: Expr) -> list[kernel_ir.Stmt]:
-        """The copies of k-tile ``kt`` into ``slot``, round by round, each at the step of k
-        that ``copy_issue`` gives it among the first ``copy_steps``, and the commit after the
-        last: statements for the start of every step of the k-tile before."""
-        rounds = [self._copy_round(stage, kt, slot, ex.const(r))
-                  for stage in self.tile.stages for r in range(self._rounds(stage))]
-        at: dict[int, list[kernel_ir.Stmt]] = {}
-        for i, copy in enumerate(rounds):
-            at.setdefault(copy_issue.step_of_copy(i, len(rounds), self.settings.copy_steps), []).extend(copy)
-        at[max(at)].append(kernel_ir.CpAsyncCommit())
-        return [kernel_ir.If(ex.op("eq", self.kk, step), copies) for step, copies in sorted(at.items())]
 
     def _register_tile(self):
         return [(a, b) for a in range(self.rows.per_thread) for b in range(self.cols.per_thread)]
@@ -398,25 +319,25 @@ class ContractionWriter:
         of k-tile ``kt + buffers - 1`` into that slot starts there: all of it before the
         arithmetic, or a few rounds at each of the first ``copy_steps`` steps of k."""
         kt, k_tiles = self.kt, self.k_tiles_here
-        if self._buffers == 1:
+        if self.copies.buffers == 1:
             zero = ex.const(0)
-            body = self._issue(kt, zero) + self._wait(0) + [kernel_ir.Barrier(), self._compute(zero), kernel_ir.Barrier()]
+            body = self.copies.issue(kt, zero) + self.copies.wait(0) + [kernel_ir.Barrier(), self._compute(zero), kernel_ir.Barrier()]
             return [self._k_tile_loop(body)]
-        waits = self._wait(0)
-        if self._asynchronous:
-            for j in range(1, self._buffers - 1):
-                waits = [kernel_ir.If(ex.op("lt", kt + j, k_tiles), self._wait(j), waits)]
-        ahead = kt + (self._buffers - 1)
+        waits = self.copies.wait(0)
+        if self.copies.asynchronous:
+            for j in range(1, self.copies.buffers - 1):
+                waits = [kernel_ir.If(ex.op("lt", kt + j, k_tiles), self.copies.wait(j), waits)]
+        ahead = kt + (self.copies.buffers - 1)
         slot, fill, start, advance = self._slots(ahead)
         if self.settings.copy_steps:
-            issued = (kernel_ir.If(ex.op("lt", ahead, k_tiles), self._spread_copies(ahead, fill)),)
+            issued = (kernel_ir.If(ex.op("lt", ahead, k_tiles), self.copies.spread(ahead, fill, self.settings.copy_steps)),)
             body = [*waits, kernel_ir.Barrier(), self._compute(slot, issued), *advance]
         else:
-            refill = kernel_ir.If(ex.op("lt", ahead, k_tiles), self._issue(ahead, fill))
+            refill = kernel_ir.If(ex.op("lt", ahead, k_tiles), self.copies.issue(ahead, fill))
             body = [*self._k_tile(waits, refill, slot), *advance]
         first = []
-        for j in range(min(self._buffers - 1, self.k_tiles)):
-            issue = self._issue(ex.const(j), ex.const(j))
+        for j in range(min(self.copies.buffers - 1, self.k_tiles)):
+            issue = self.copies.issue(ex.const(j), ex.const(j))
             first += [kernel_ir.If(ex.op("lt", ex.const(j), k_tiles), issue)] if self._k_tiles_vary else issue
         return first + start + [self._k_tile_loop(body)]
 
@@ -444,7 +365,7 @@ class ContractionWriter:
         the counters alone made two of them 9 % slower, so measure both before changing
         either (``benchmarks/results/2026-11-30_h200_copy_addressing_*.json``).
         """
-        buffers = self._buffers
+        buffers = self.copies.buffers
         if buffers & (buffers - 1) == 0:
             return self.kt % buffers, ahead % buffers, [], []
         slot, fill = (ex.Var(self.names.fresh(n)) for n in ("slot", "fill_slot"))

@@ -77,6 +77,12 @@ def staged_row(row: ex.Expr, block_m: int) -> ex.Expr:
     return row // 16 * 8 + row % 8 + row // 8 % 2 * (block_m // 2)
 
 
+def staged_position(side: str, staged: ex.Expr, block_m: int) -> ex.Expr:
+    """The block row that the m side's staged row ``staged`` holds (``staged_row``); on the n
+    side, the same column."""
+    return staged_row(staged, block_m) if side == "m" else staged
+
+
 def problem(c: Contraction, choices: Choices, target: Target) -> str | None:
     """Why ``products = wgmma`` cannot apply to ``choices``, or None."""
     if target.compute_capability != ARCH:

@@ -30,6 +30,8 @@ class WarpgroupWriter(ContractionWriter):
 
     K_AXIS = 1
     """Staged tiles are K-major, row by row, as wgmma reads them."""
+    staged_position = staticmethod(wgmma_products.staged_position)
+    """The m side's staged rows in the order of the wgmma's accumulators."""
 
     def __init__(self, tile, c, taken=frozenset()):
         super().__init__(tile, c, taken)
@@ -44,13 +46,6 @@ class WarpgroupWriter(ContractionWriter):
         self.pieces = {p: self.names.fresh(f"{p}_piece") for p in ("raw", "big", "small")}
         self.ranges[self.warpgroup.name] = self.threads // kernel_ir.WARPGROUP_SIZE
         self.ranges[self.step.name] = wgmma_products.BLOCK_K // kernel_ir.WGMMA_K
-
-    # --- copies ------------------------------------------------------------------
-
-    def _tile_row_of(self, side: str, staged: Expr) -> Expr:
-        """On the m side a staged row holds the block row that the wgmma's accumulators put
-        there (``wgmma_products.staged_row``); on the n side, the same column."""
-        return wgmma_products.staged_row(staged, self.rows.block_tile) if side == "m" else staged
 
     # --- a k-tile ------------------------------------------------------------------
 
