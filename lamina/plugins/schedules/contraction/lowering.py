@@ -85,8 +85,8 @@ class ContractionWriter:
             "thread", (self.cols.threads, self.rows.threads), self.settings.warp_patch is not None)
         self.block_col, self.block_row = self._coordinates(
             "block", (self.grid["x"], self.grid["y"]), self.settings.grouped_rows > 1)
-        self.unread = self._unread_block()
-        self.unneeded = self._unneeded_block()
+        self.unread = self.unread_block()
+        self.unneeded = self.unneeded_block()
         self.k_tiles_here = self._k_tiles_of_block()
         self.layout = BlockLayout(
             c, self.rows, self.cols, self.grid, self.threads, self.block_k, self.k_slice, self.tid, self.kk,
@@ -140,16 +140,16 @@ class ContractionWriter:
         coords = index.delinearize(self.batch, extents, {self.batch.name: math.prod(extents)})
         return dict(zip(self.c.batch, coords))
 
-    def _unread_block(self) -> Expr | None:
+    def unread_block(self) -> Expr | None:
         """True in a block none of whose outputs any kernel reads (``unread_outputs``), else None."""
-        return self._at_every_output(unread_outputs.unread_where(self.c))
+        return self.at_every_output(unread_outputs.unread_where(self.c))
 
-    def _unneeded_block(self) -> Expr | None:
+    def unneeded_block(self) -> Expr | None:
         """True in a block that need not run the product: none of its outputs uses the sum
         (``unneeded_blocks``) or is read at all; else None."""
-        return any_of([self._at_every_output(unneeded_blocks.unneeded_where(self.c)), self.unread])
+        return any_of([self.at_every_output(unneeded_blocks.unneeded_where(self.c)), self.unread])
 
-    def _at_every_output(self, condition: Expr | None) -> Expr | None:
+    def at_every_output(self, condition: Expr | None) -> Expr | None:
         """True in a block where ``condition`` on the output coordinates holds at every output;
         None where there is no condition or the block's bounds cannot decide it."""
         if condition is None:
@@ -193,10 +193,10 @@ class ContractionWriter:
     def _col(self, b: int) -> Expr:
         return owned(self.col, self.cols, b)
 
-    def _thread_env(self, a: int, b: int) -> dict[str, Expr]:
+    def thread_env(self, a: int, b: int) -> dict[str, Expr]:
         return {**self.batch_env, self.c.m: self._row(a), self.c.n: self._col(b)}
 
-    def _output_guard(self, a: int, b: int) -> Expr | None:
+    def output_guard(self, a: int, b: int) -> Expr | None:
         parts = []
         for binding, coord in ((self.rows, self._row(a)), (self.cols, self._col(b))):
             if binding.extent % binding.block_tile:
@@ -249,7 +249,7 @@ class ContractionWriter:
             env[name] = kernel_ir.Load(name, (ex.const(a), ex.const(b)), load.dtype)
         return env
 
-    def _acc(self, a: int, b: int) -> kernel_ir.Load:
+    def accumulator(self, a: int, b: int) -> kernel_ir.Load:
         return kernel_ir.Load(self.acc, (ex.const(a), ex.const(b)), self.c.acc_dtype)
 
     def _k_in_tile(self) -> Expr:
@@ -264,22 +264,22 @@ class ContractionWriter:
         value = self._placeholders()
         k = self.kt * self.block_k + self._k_in_tile()
         body = self._fill_registers(slot)
-        for a, b in self._register_tile():
-            env = {**self._thread_env(a, b), **self._register_env(a, b), self.c.reduce_var: k}
+        for a, b in self.register_tile():
+            env = {**self.thread_env(a, b), **self._register_env(a, b), self.c.reduce_var: k}
             term = loop_to_kernel.translate_expr(value, self.kernel, env)
-            total = loop_to_kernel.combine("sum", self._acc(a, b), term)
+            total = loop_to_kernel.combine("sum", self.accumulator(a, b), term)
             body.append(kernel_ir.Store(self.acc, (ex.const(a), ex.const(b)), total))
         guard = self._k_guard(k, self.ranges)
         if guard is not None:
             body = [kernel_ir.If(guard, body)]
         return kernel_ir.For(self.kk.name, ex.const(0), ex.const(self.k_slice), 1, [*issued, *body], unroll=True)
 
-    def _register_tile(self):
+    def register_tile(self):
         return [(a, b) for a in range(self.rows.per_thread) for b in range(self.cols.per_thread)]
 
     # --- the kernel --------------------------------------------------------------
 
-    def _prologue(self) -> list[kernel_ir.Stmt]:
+    def prologue(self) -> list[kernel_ir.Stmt]:
         tx, ty = kernel_ir.thread_idx("x"), kernel_ir.thread_idx("y")
         out: list[kernel_ir.Stmt] = []
         if self.settings.warp_patch is not None:
@@ -300,12 +300,12 @@ class ContractionWriter:
             out.append(kernel_ir.Declare(self.batch.name, self.batch.dtype, kernel_ir.block_idx("z")))
         out += self._k_tiles_prologue()
         init = ex.cast(self.c.init, self.c.acc_dtype)
-        out += [kernel_ir.Store(self.acc, (ex.const(a), ex.const(b)), init) for a, b in self._register_tile()]
+        out += [kernel_ir.Store(self.acc, (ex.const(a), ex.const(b)), init) for a, b in self.register_tile()]
         for load, name in self.invariants.items():
-            for a, b in self._register_tile():
-                read = loop_to_kernel.translate_expr(load, self.kernel, self._thread_env(a, b))
+            for a, b in self.register_tile():
+                read = loop_to_kernel.translate_expr(load, self.kernel, self.thread_env(a, b))
                 store = kernel_ir.Store(name, (ex.const(a), ex.const(b)), read)
-                guard = self._output_guard(a, b)
+                guard = self.output_guard(a, b)
                 if guard is None:
                     out.append(store)
                 else:
@@ -313,7 +313,7 @@ class ContractionWriter:
                     out.append(kernel_ir.If(guard, (store,), (zero,)))
         return out
 
-    def _main_loop(self) -> list[kernel_ir.Stmt]:
+    def main_loop(self) -> list[kernel_ir.Stmt]:
         """With several buffers, one barrier per k-tile: after it, k-tile ``kt`` has landed for
         every thread and every thread has finished reading the slot of ``kt - 1``, so the copy
         of k-tile ``kt + buffers - 1`` into that slot starts there: all of it before the
@@ -334,14 +334,14 @@ class ContractionWriter:
             body = [*waits, kernel_ir.Barrier(), self._compute(slot, issued), *advance]
         else:
             refill = kernel_ir.If(ex.op("lt", ahead, k_tiles), self.copies.issue(ahead, fill))
-            body = [*self._k_tile(waits, refill, slot), *advance]
+            body = [*self.k_tile(waits, refill, slot), *advance]
         first = []
         for j in range(min(self.copies.buffers - 1, self.k_tiles)):
             issue = self.copies.issue(ex.const(j), ex.const(j))
             first += [kernel_ir.If(ex.op("lt", ex.const(j), k_tiles), issue)] if self._k_tiles_vary else issue
         return first + start + [self._k_tile_loop(body)]
 
-    def _k_tile(self, waits: list[kernel_ir.Stmt], refill: kernel_ir.Stmt, slot: Expr) -> list[kernel_ir.Stmt]:
+    def k_tile(self, waits: list[kernel_ir.Stmt], refill: kernel_ir.Stmt, slot: Expr) -> list[kernel_ir.Stmt]:
         """K-tile ``kt`` from ``slot``, once ``waits`` and a barrier have it landed for every
         thread, the copy of a k-tile ahead (``refill``) started first."""
         return [*waits, kernel_ir.Barrier(), refill, self._compute(slot)]
@@ -383,13 +383,13 @@ class ContractionWriter:
         while half:
             giving = ex.op("and", ex.op("ge", self.split, half), ex.op("lt", self.split, 2 * half))
             partner = self.tid + half * self.threads // self.splits
-            hand = [kernel_ir.Store(self.partial, self._partial_index(self.tid, a, b), self._acc(a, b))
-                    for a, b in self._register_tile()]
+            hand = [kernel_ir.Store(self.partial, self._partial_index(self.tid, a, b), self.accumulator(a, b))
+                    for a, b in self.register_tile()]
             take = [
                 kernel_ir.Store(self.acc, (ex.const(a), ex.const(b)), loop_to_kernel.combine(
-                    "sum", self._acc(a, b),
+                    "sum", self.accumulator(a, b),
                     kernel_ir.Load(self.partial, self._partial_index(partner, a, b), self.c.acc_dtype)))
-                for a, b in self._register_tile()
+                for a, b in self.register_tile()
             ]
             out += [kernel_ir.If(giving, hand), kernel_ir.Barrier(), kernel_ir.If(ex.op("lt", self.split, half), take)]
             half //= 2
@@ -400,17 +400,17 @@ class ContractionWriter:
     def _partial_index(self, thread: Expr, a: int, b: int) -> tuple[Expr, ...]:
         return (ex.const(a * self.cols.per_thread + b), thread)
 
-    def _epilogue(self) -> list[kernel_ir.Stmt]:
+    def epilogue(self) -> list[kernel_ir.Stmt]:
         out: list[kernel_ir.Stmt] = []
         for a in range(self.rows.per_thread):
             for b in range(0, self.cols.per_thread, self.store_width):
-                guard = self._output_guard(a, b)
+                guard = self.output_guard(a, b)
                 if self.splits > 1:
                     guard = all_of([ex.op("eq", self.split, 0), guard])
                 if self.store_width > 1:
                     out += self._vector_stores(a, b, guard)
                     continue
-                env = {**self._thread_env(a, b), self.c.acc: self._acc(a, b)}
+                env = {**self.thread_env(a, b), self.c.acc: self.accumulator(a, b)}
                 out += loop_to_kernel.translate_body(self.c.epilogue, self.kernel, env, guard=guard)
         if self.unread is not None:
             return [kernel_ir.If(ex.op("not", self.unread), out)]
@@ -422,19 +422,19 @@ class ContractionWriter:
         body: list[kernel_ir.Stmt] = []
         for store, register in zip(self.c.epilogue, self.outputs):
             for j in range(self.store_width):
-                env = {**self._thread_env(a, b + j), self.c.acc: self._acc(a, b + j)}
+                env = {**self.thread_env(a, b + j), self.c.acc: self.accumulator(a, b + j)}
                 body.append(kernel_ir.Store(register, (ex.const(j),),
                                             loop_to_kernel.translate_expr(store.value, self.kernel, env)))
-            env = self._thread_env(a, b)
+            env = self.thread_env(a, b)
             coords = tuple(loop_to_kernel.translate_expr(i, self.kernel, env) for i in store.index)
             offset = index.linearize(coords, self.kernel.buffer(store.buffer).type.shape)
             body.append(kernel_ir.VectorStore(store.buffer, (offset,), register, (ex.const(0),), self.store_width))
         return [kernel_ir.If(guard, body)] if guard is not None else body
 
-    def _arrays(self) -> list[kernel_ir.Array]:
-        arrays = self._shared_arrays()
+    def arrays(self) -> list[kernel_ir.Array]:
+        arrays = self.shared_arrays()
         arrays.append(kernel_ir.Array(self.acc, self.c.acc_dtype, (self.rows.per_thread, self.cols.per_thread), "register"))
-        arrays += self._fragment_arrays()
+        arrays += self.fragment_arrays()
         for load, name in self.invariants.items():
             arrays.append(
                 kernel_ir.Array(name, load.dtype, (self.rows.per_thread, self.cols.per_thread), "register")
@@ -444,7 +444,7 @@ class ContractionWriter:
             arrays.append(kernel_ir.Array(name, dtype, (self.store_width,), "register"))
         return arrays
 
-    def _shared_arrays(self) -> list[kernel_ir.Array]:
+    def shared_arrays(self) -> list[kernel_ir.Array]:
         """The staged k-tiles, and the k-splits' partial sums."""
         arrays = [
             kernel_ir.Array(self.tiles[s.index], s.dtype, s.padded_shape, "shared") for s in self.tile.stages
@@ -454,7 +454,7 @@ class ContractionWriter:
             arrays.append(kernel_ir.Array(self.partial, self.c.acc_dtype, shape, "shared"))
         return arrays
 
-    def _fragment_arrays(self) -> list[kernel_ir.Array]:
+    def fragment_arrays(self) -> list[kernel_ir.Array]:
         """The registers that a step of k reads the operands into: a thread's rows and columns
         of each staged operand, or on tensor cores the mma's (``TensorCoreSteps.arrays``)."""
         if self.mma is not None:
@@ -469,13 +469,13 @@ class ContractionWriter:
     def kernel_ir(self, static_shared_bytes: int) -> kernel_ir.Kernel:
         """The kernel; past ``static_shared_bytes`` its shared arrays come from dynamic shared memory."""
         shape = self.grid
-        arrays = self._arrays()
+        arrays = self.arrays()
         shared = sum(-(-a.bytes // SHARED_ALIGNMENT) * SHARED_ALIGNMENT for a in arrays if a.space == "shared")
         return kernel_ir.Kernel(
             name=self.kernel.name,
             params=loop_to_kernel.params(self.kernel),
             arrays=arrays,
-            body=self._prologue() + self._main_loop() + self._combine_splits() + self._epilogue(),
+            body=self.prologue() + self.main_loop() + self._combine_splits() + self.epilogue(),
             launch=kernel_ir.Launch(
                 (shape["x"], shape["y"], shape["z"]),
                 (self.cols.threads, self.rows.threads, self.splits),

@@ -69,28 +69,28 @@ class _Rows:
             self.ranges[self.last_block.round.name] = self.last_block.rounds
             self.c = attrs.evolve(self.c, epilogue=(attrs.evolve(final, value=ex.Var(self.c.acc, self.c.acc_dtype)),))
 
-    def _unneeded_block(self) -> Expr | None:
+    def unneeded_block(self) -> Expr | None:
         """Where the band's last block reduces the rows, true in a block whose elements do not use
         the sum (``last_block.unneeded_where``: above a causal diagonal), which then runs no
         k-tile; else None, every element of the product feeding the rows' reductions in registers."""
-        return self._at_every_output(unneeded_where(self.rows_of)) if self.combined_by_last_block else None
+        return self.at_every_output(unneeded_where(self.rows_of)) if self.combined_by_last_block else None
 
-    def _unread_block(self) -> Expr | None:
+    def unread_block(self) -> Expr | None:
         """Where the band's last block reduces the rows, true in a block whose elements it holds
         without reading them back (``last_block.skipped_elements``), which then stores nothing;
         else the contraction's."""
         if not self.combined_by_last_block:
-            return super()._unread_block()
+            return super().unread_block()
         skipped = skipped_elements(self.rows_of)
-        return None if skipped is None else self._at_every_output(skipped[0])
+        return None if skipped is None else self.at_every_output(skipped[0])
 
-    def _thread_env(self, a: int, b: int) -> dict:
-        return {**super()._thread_env(a, b), **self.registers.environment(a)}
+    def thread_env(self, a: int, b: int) -> dict:
+        return {**super().thread_env(a, b), **self.registers.environment(a)}
 
-    def _epilogue(self) -> list[kernel_ir.Stmt]:
+    def epilogue(self) -> list[kernel_ir.Stmt]:
         if self.last_block is not None:
-            return self._elements() + super()._epilogue() + self.last_block.statements()
-        return self._elements() + self._row_reductions() + self._reciprocals() + super()._epilogue()
+            return self._elements() + super().epilogue() + self.last_block.statements()
+        return self._elements() + self._row_reductions() + self._reciprocals() + super().epilogue()
 
     def _reciprocals(self) -> list[kernel_ir.Stmt]:
         """``1 / acc`` once per row for each row accumulator that the stores divide by."""
@@ -107,11 +107,11 @@ class _Rows:
         if element == ex.Var(self.c.acc, self.c.acc_dtype):
             return []
         out: list[kernel_ir.Stmt] = []
-        for a, b in self._register_tile():
-            env = {**self._thread_env(a, b), self.c.acc: self._acc(a, b)}
+        for a, b in self.register_tile():
+            env = {**self.thread_env(a, b), self.c.acc: self.accumulator(a, b)}
             store = kernel_ir.Store(self.acc, (ex.const(a), ex.const(b)),
                                     loop_to_kernel.translate_expr(element, self.kernel, env))
-            guard = self._output_guard(a, b)
+            guard = self.output_guard(a, b)
             out.append(kernel_ir.If(guard, (store,)) if guard is not None else store)
         return out
 
@@ -165,10 +165,10 @@ class _Rows:
         """This thread's part of row ``a``, then that of the row's lanes together."""
         out: list[kernel_ir.Stmt] = []
         for b in range(self.cols.per_thread):
-            env = {**self._thread_env(a, b), self.c.acc: self._acc(a, b)}
+            env = {**self.thread_env(a, b), self.c.acc: self.accumulator(a, b)}
             body = [self.registers.combined(s.acc, s.op, a, loop_to_kernel.translate_expr(s.value, self.kernel, env))
                     for s in loop.body]
-            guard = self._output_guard(a, b)
+            guard = self.output_guard(a, b)
             out += [kernel_ir.If(guard, body)] if guard is not None else body
         lane_mask = self.cols.threads // 2
         while lane_mask:
@@ -177,8 +177,8 @@ class _Rows:
             lane_mask //= 2
         return out
 
-    def _arrays(self) -> list[kernel_ir.Array]:
-        arrays = super()._arrays()
+    def arrays(self) -> list[kernel_ir.Array]:
+        arrays = super().arrays()
         for acc, name in [*self.row_registers.items(), *self.reciprocals.items()]:
             arrays.append(kernel_ir.Array(name, self.rows_of.accumulators[acc][1], (self.rows.per_thread,), "register"))
         for acc, name in self.cluster_parts.items():

@@ -121,13 +121,13 @@ class WarpgroupWriter(ContractionWriter):
     def _add_step_sum(self) -> list[kernel_ir.Stmt]:
         """Wait for the last k-tile's wgmma, and add their sum to the accumulators."""
         out: list[kernel_ir.Stmt] = [kernel_ir.WgmmaWait(0)]
-        for a, b in self._register_tile():
+        for a, b in self.register_tile():
             at = (ex.const(a), ex.const(b))
-            total = ex.op("add", self._acc(a, b), kernel_ir.Load(self.step_sum, at, self.c.acc_dtype))
+            total = ex.op("add", self.accumulator(a, b), kernel_ir.Load(self.step_sum, at, self.c.acc_dtype))
             out.append(kernel_ir.Store(self.acc, at, total))
         return out
 
-    def _k_tile(self, waits: list[kernel_ir.Stmt], refill: kernel_ir.Stmt, slot: Expr) -> list[kernel_ir.Stmt]:
+    def k_tile(self, waits: list[kernel_ir.Stmt], refill: kernel_ir.Stmt, slot: Expr) -> list[kernel_ir.Stmt]:
         """K-tile ``kt`` from ``slot``: landed; B split in place while the last k-tile's wgmma
         still run, its small pieces to the half of their array that those do not read; then
         the last k-tile's sum added, A read into registers and split there, the splits fenced
@@ -138,26 +138,26 @@ class WarpgroupWriter(ContractionWriter):
                 *self._fragments(slot), kernel_ir.AsyncProxyFence(), kernel_ir.Barrier(), refill,
                 *self._products(slot, half)]
 
-    def _main_loop(self) -> list[kernel_ir.Stmt]:
+    def main_loop(self) -> list[kernel_ir.Stmt]:
         """The k-tiles, then the last one's sum, once its wgmma are done."""
-        return super()._main_loop() + self._add_step_sum()
+        return super().main_loop() + self._add_step_sum()
 
-    def _prologue(self) -> list[kernel_ir.Stmt]:
+    def prologue(self) -> list[kernel_ir.Stmt]:
         warpgroup = kernel_ir.Declare(self.warpgroup.name, self.warpgroup.dtype, self.tid // kernel_ir.WARPGROUP_SIZE)
         zero = ex.cast(ex.const(0), self.c.acc_dtype)
-        no_sum_yet = [kernel_ir.Store(self.step_sum, (ex.const(a), ex.const(b)), zero) for a, b in self._register_tile()]
-        return super()._prologue() + [warpgroup, *no_sum_yet]
+        no_sum_yet = [kernel_ir.Store(self.step_sum, (ex.const(a), ex.const(b)), zero) for a, b in self.register_tile()]
+        return super().prologue() + [warpgroup, *no_sum_yet]
 
     # --- arrays --------------------------------------------------------------------
 
-    def _shared_arrays(self) -> list[kernel_ir.Array]:
+    def shared_arrays(self) -> list[kernel_ir.Array]:
         """The staged k-tiles and the n side's small pieces, swizzled."""
         arrays = [kernel_ir.Array(self.tiles[s.index], s.dtype, s.padded_shape, "shared", swizzle=s.swizzle)
                   for s in self.tile.stages]
         stage = self.n_stage
         return arrays + [kernel_ir.Array(self.n_small, stage.dtype, (2, *stage.tile), "shared", swizzle=stage.swizzle)]
 
-    def _fragment_arrays(self) -> list[kernel_ir.Array]:
+    def fragment_arrays(self) -> list[kernel_ir.Array]:
         """The k-tile's sum of products, beside the accumulators; the thread's values of A, big
         and small, four for each eight k; and a 16-byte chunk of the n side's split as read, its
         big pieces and its small ones."""
