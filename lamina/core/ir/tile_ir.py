@@ -3,8 +3,9 @@
 It says which loops bind to blocks and threads and how many iterations each thread
 owns (its register tile), how reduction loops are split and combined, which operands
 are staged in shared memory (tile shape, layout, padding against bank conflicts,
-number of buffers, copy mechanism), how wide memory accesses are, and how threads form
-warps and blocks follow one another. It is still written without CUDA syntax: the
+number of buffers, copy mechanism) and how wide memory accesses are; a schedule's own
+decisions beyond these (how threads form warps, where products run, ...) travel in a record
+the schedule defines (``ScheduleSettings``). It is still written without CUDA syntax: the
 schedule's lowering turns it into Kernel IR.
 """
 

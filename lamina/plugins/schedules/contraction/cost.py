@@ -8,12 +8,12 @@ and, where a block's threads would be one or two warps, enough k-splits inside t
 (each whole warps) to bring it to 128 threads. ``block_k``, ``buffers``, the
 padding and the fragment width (4 wherever it is legal, else 1) follow from those by
 rule, and any knob may be pinned instead. On Hopper, a float32 product of two operands
-stored K-major also gets the settings of Hopper's ``wgmma`` (``warpgroup_products``: blocks
+stored K-major also gets the settings of Hopper's ``wgmma`` (``wgmma.products``: blocks
 of 64 or 128 by 64 or 128), which on the H200 ran every linear of the suite and both
 attention-score products faster than the FMA kernels (those took 1.14 to 1.41x as long), the
 linears closer to float64 than cuBLAS
 (``benchmarks/results/2026-11-30_h200_tensor_core_experiment_wgmma.json``).
-``products = fma`` keeps FMAs; ``products = mma_sync`` runs ``mma.sync`` (``tensor_cores``),
+``products = fma`` keeps FMAs; ``products = mma_sync`` runs ``mma.sync`` (``mma_sync.products``),
 whose three tf32 products ran no faster than the FMA kernels, as
 ``TENSOR_CORE_EFFICIENCY`` records, and which the model uses only where it is pinned.
 

@@ -4,7 +4,7 @@ Per block: each thread clears its register tile of accumulators; the k-tiles of 
 staged operand are copied into shared memory (zero-filled outside the tensors), the
 next ones in flight while the threads combine the current one, reading each run of
 register-tile rows or columns that the Tile IR groups with one vector load (or, on tensor
-cores, the fragments of each warp's mma, ``tensor_core_steps``); k-split thread groups
+cores, the fragments of each warp's mma, ``mma_sync.steps``); k-split thread groups
 add up their register tiles through shared memory; then each thread (of the first
 group) writes its register tile through the kernel's epilogue, guarded at the ragged edges,
 a run of adjacent outputs in one store where the output's layout allows. Where the Tile
@@ -92,7 +92,8 @@ class ContractionWriter:
             c, self.rows, self.cols, self.grid, self.threads, self.block_k, self.k_slice, self.tid, self.kk,
             self.batch, self.thread_row, self.thread_col, self.block_row, self.block_col, self.batch_env, self.acc,
             self.tiles, self.names)
-        self.copies = SharedCopies(self.layout, tile.stages, self.round, self.ranges, self.K_AXIS, self.staged_position)
+        self.copies = SharedCopies(self.layout, tile.stages, self.round, self.ranges, self.K_AXIS,
+                                   self.staged_position)
 
     # --- coordinates ---------------------------------------------------------
 

@@ -10,10 +10,10 @@ conflicts. A run of four is one 16-byte read, a quarter of the load instructions
 single elements take, which is what limits the inner loop. The reduction runs in k-tiles of BK: each operand's BK-deep strip is copied into
 shared memory, stored k-major so that the inner loop reads a row of it, padded against
 bank conflicts and multi-buffered so that copies of later k-tiles overlap the arithmetic
-on this one. With ``splits`` > 1 the thread groups take equal slices of each k-tile and
-add up their register tiles through shared memory, a tree, before one epilogue. With
-``tensor_cores`` the products run as mma on the tensor cores instead, each warp an 8 x 4
-patch of threads whose register tiles are the mma's accumulators (``tensor_cores``).
+on this one. With ``in_block_k_splits`` > 1 the thread groups take equal slices of each
+k-tile and add up their register tiles through shared memory, a tree, before one epilogue. With
+``products = mma_sync`` the products run as mma on the tensor cores instead, each warp an 8 x 4
+patch of threads whose register tiles are the mma's accumulators (``mma_sync.products``).
 """
 
 from __future__ import annotations

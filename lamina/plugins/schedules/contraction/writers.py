@@ -1,5 +1,5 @@
 """Which writer turns a contraction's Tile IR into Kernel IR: the FMA and ``mma.sync``
-kernels' (``lowering``) or, where the products run on wgmma, ``warpgroup_lowering``'s."""
+kernels' (``lowering``) or, where the products run on wgmma, ``wgmma.writer``'s."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ reciprocal, computed once per row (``reciprocals``). Every lane of a warp holds 
 shuffles combine whole rows; they run in every lane, outside the guards.
 
 The lanes that share a row are a whole warp on the CUDA cores, and four lanes where the
-products run on wgmma (``warpgroup_lowering``), whose accumulators give each row of a block
+products run on wgmma (``contraction.wgmma``), whose accumulators give each row of a block
 to four lanes of one warp; the shuffles run over those lanes alone.
 
 Where a cluster of blocks holds each row, every reduce loop ends with an exchange: the

@@ -10,7 +10,7 @@ a block holds (``MAX_ROW_LENGTH``) is spread over a cluster of blocks along it, 
 columns each: after each reduce loop the blocks exchange their parts of the row through
 distributed shared memory.
 
-Where the product can run on wgmma (``warpgroup_products``: Hopper, float32), it does, and
+Where the product can run on wgmma (``contraction.wgmma``: Hopper, float32), it does, and
 the threads hold the wgmma's accumulators: four lanes of a warp span a row of each block,
 and a block of 64 or 128 columns, or a cluster of them, spans the row. On the H200 that
 took TinyLlama's and Qwen's attention scores at S = 128 from 5.5 and 8.5 us on the CUDA

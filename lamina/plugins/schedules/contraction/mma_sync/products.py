@@ -102,7 +102,8 @@ def problem(c: Contraction, choices: Choices, target: Target) -> str | None:
         return (f"products = mma_sync makes each warp {PATCH_ROWS} x {PATCH_COLUMNS} threads, which do not tile the "
                 f"block's {choices.threads_m} x {choices.threads_n}")
     if choices.warp_columns not in (None, PATCH_COLUMNS):
-        return f"products = mma_sync makes warps {PATCH_COLUMNS} threads wide, not warp_columns = {choices.warp_columns}"
+        return (f"products = mma_sync makes warps {PATCH_COLUMNS} threads wide, not warp_columns = "
+                f"{choices.warp_columns}")
     if choices.fragment_width != 1:
         return "products = mma_sync reads the mma's own fragments: fragment_width must be 1"
     if choices.copy_steps:

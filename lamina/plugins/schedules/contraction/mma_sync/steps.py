@@ -3,7 +3,7 @@
 Each step of eight k, each thread reads its pieces of the mma fragments from the staged
 k-tiles, splits each into big and small tf32 parts, and for each pair of its rows and run
 of its columns sums the three products from zero on the tensor cores before adding them to
-its accumulators in float32 (``tensor_cores`` says why).
+its accumulators in float32 (``products`` says why).
 """
 
 from __future__ import annotations

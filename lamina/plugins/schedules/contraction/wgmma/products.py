@@ -2,7 +2,7 @@
 
 ``mma.sync`` reads its operands from registers, which each thread must first load from
 shared memory and split; on the H200 that kept the tensor cores under half busy, no faster
-than FMAs (``tensor_cores``). ``wgmma`` reads B from shared memory, and A from shared memory
+than FMAs (``mma_sync.products``). ``wgmma`` reads B from shared memory, and A from shared memory
 or from the registers of its warpgroup's threads. The schedule stages each 32-deep k-tile of
 both operands row by row (K-major, 128 bytes a row) in the 128-byte swizzle the descriptors
 name. Once a k-tile has landed, each thread reads its values of A (the m side, the block's

@@ -1,6 +1,6 @@
 """The contraction's Tile IR written as Kernel IR where its products run on wgmma.
 
-Per k-tile (``warpgroup_products`` says why each piece is there): wait for its copies and
+Per k-tile (``products`` says why each piece is there): wait for its copies and
 meet at a barrier; split the n side's k-tile in place, 16 bytes a thread at a time, its
 small pieces to the half of their array that the last k-tile's wgmma, still running, do not
 read; wait for those wgmma and add their sum to the accumulators; read each thread's values
@@ -9,7 +9,7 @@ and what is left); fence the splits for the asynchronous proxy that wgmma reads 
 meet again; start copying the k-tile ``buffers - 1`` ahead into the slot the last k-tile's
 wgmma read; then start the warpgroup's three wgmma per eight k into the k-tile's sum. After
 the last k-tile, wait for its wgmma and add their sum. The prologue, the copies' guards and
-the epilogue are the FMA kernels' (``lowering.ContractionWriter``), the register tile being
+the epilogue are the FMA kernels' (``contraction.lowering.ContractionWriter``), the register tile being
 the wgmma's accumulators.
 """
 
