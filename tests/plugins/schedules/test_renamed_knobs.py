@@ -44,3 +44,13 @@ def test_the_schedule_contraction_rows_is_now_matmul_row_reduction():
     with pytest.warns(DeprecationWarning, match="'contraction_rows' is now 'matmul_row_reduction'"):
         assert registry.get("schedule", "contraction_rows").provider is schedule
     assert registry.get("schedule", "no_such_schedule") is None
+
+
+def test_disabling_the_plugin_by_its_old_name_still_disables_it():
+    from lamina.core.config import load_config
+    from lamina.core.plugins import PluginManager
+
+    with pytest.warns(DeprecationWarning, match="plugin lamina.builtin.schedules.contraction_rows is now"):
+        manager = PluginManager(load_config(environ={}, disable=("lamina.builtin.schedules.contraction_rows",)),
+                                entry_points=lambda: [])
+    assert "matmul_row_reduction" not in manager.registry.names("schedule")
