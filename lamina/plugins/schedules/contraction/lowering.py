@@ -20,7 +20,6 @@ from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
 from lamina.core.ir.expr import Expr
 from lamina.plugins.schedules import coordinate_conditions, loop_to_kernel
 from lamina.plugins.schedules.contraction import tiling, unneeded_blocks, unread_outputs
-from lamina.plugins.schedules.contraction.mma_sync import products as mma_sync
 from lamina.plugins.schedules.contraction.copies import SharedCopies, same_position
 from lamina.plugins.schedules.contraction.layout import (
     BlockLayout,
@@ -31,10 +30,10 @@ from lamina.plugins.schedules.contraction.layout import (
     first_owned,
     owned,
 )
+from lamina.plugins.schedules.contraction.mma_sync import products as mma_sync
+from lamina.plugins.schedules.contraction.mma_sync.steps import TensorCoreSteps
 from lamina.plugins.schedules.contraction.recognise import Contraction
 from lamina.plugins.schedules.contraction.settings import MMA_PRODUCTS, settings_of
-from lamina.plugins.schedules.contraction.mma_sync.steps import TensorCoreSteps
-
 
 SHARED_ALIGNMENT = 16
 """Each shared array starts on a 16-byte boundary, as 16-byte copies into it need."""
@@ -60,8 +59,8 @@ class ContractionWriter:
         self.threads = self.cols.threads * self.rows.threads * self.splits
         self.k_tiles = math.ceil(c.reduce_extent / self.block_k)
         loop_vars = {s.var for s in loop_ir.statements(self.kernel.body) if isinstance(s, loop_ir.Loop)}
-        self.names = names = KernelNames({b.name for b in self.kernel.inputs + self.kernel.outputs} | loop_vars | {c.acc}
-                                    | taken)
+        self.names = names = KernelNames({b.name for b in self.kernel.inputs + self.kernel.outputs} | loop_vars
+                                         | {c.acc} | taken)
         self.tid, self.row, self.col, self.batch, self.split = (
             ex.Var(names.fresh(n)) for n in ("tid", "row", "col", "batch", "split")
         )

@@ -1,4 +1,4 @@
-"""The last block of each band of rows reduces them, where no cluster holds a row.
+"""The last block along a block's rows to finish reduces them, where no cluster holds a row.
 
 A cluster's blocks wait for each other at its barriers, and on the H200 clusters of 16
 filled the SMs too poorly to pay (``tiling.MAX_FUSED_WGMMA_ROW_LENGTH``). Here no block

@@ -70,13 +70,13 @@ class _Rows:
             self.c = attrs.evolve(self.c, epilogue=(attrs.evolve(final, value=ex.Var(self.c.acc, self.c.acc_dtype)),))
 
     def unneeded_block(self) -> Expr | None:
-        """Where the band's last block reduces the rows, true in a block whose elements do not use
+        """Where the last block combines the rows, true in a block whose elements do not use
         the sum (``last_block.unneeded_where``: above a causal diagonal), which then runs no
         k-tile; else None, every element of the product feeding the rows' reductions in registers."""
         return self.at_every_output(unneeded_where(self.rows_of)) if self.combined_by_last_block else None
 
     def unread_block(self) -> Expr | None:
-        """Where the band's last block reduces the rows, true in a block whose elements it holds
+        """Where the last block combines the rows, true in a block whose elements it holds
         without reading them back (``last_block.skipped_elements``), which then stores nothing;
         else the contraction's."""
         if not self.combined_by_last_block:
