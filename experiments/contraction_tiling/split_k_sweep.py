@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 import lamina
 from lamina.bench.measure import relative_error, time_cuda_graph
-from lamina.plugins.schedules.contraction.split_k import usable_splits
+from lamina.plugins.schedules.contraction.split_k.fusion_rule import usable_splits
 
 SHAPES = {
     "tinyllama.qkv": (2560, 2048), "tinyllama.o": (2048, 2048), "tinyllama.gate_up": (11264, 2048),

@@ -12,7 +12,9 @@ schedule does not take, is a ``ConfigError``: a typo never silently does nothing
 A knob pinned without a schedule (``block_k = 32``, ``LAMINA_KNOB_BLOCK_K``), the spelling
 before namespaces, still pins every schedule and fusion rule that takes that name, and every
 one that declares no knobs, with a ``DeprecationWarning`` naming the spellings to use. It stops
-working in the next release.
+working in the next release. A provider that renames a knob lists the old name in
+``former_knob_names`` for a release: pins of it still reach the provider, which reads them as the
+new name and warns, and error messages list only the current names.
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ def knob_names(provider: Any) -> tuple[str, ...] | None:
             f"'{ENVIRONMENT_SEPARATOR}', not {names!r}"
         )
     return tuple(names)
+
+
+def former_knob_names(provider: Any) -> tuple[str, ...]:
+    """The renamed knobs ``provider`` still accepts under their old names, for one release."""
+    return tuple(getattr(provider, "former_knob_names", ()))
 
 
 def knob_namespace(provider: Any) -> str:
@@ -101,15 +108,17 @@ def sort_out(pinned: Mapping[str, Any], providers: Mapping[str, Sequence[Any]]) 
     ``pinned`` maps ``schedule.knob`` (or, deprecated, a bare knob name) to its value. A knob
     pinned with a schedule's name wins over the same knob pinned without one."""
     taken: dict[str, set[str]] = {}
+    former: dict[str, set[str]] = {}
     undeclared: dict[str, list[str]] = {}
     for kind, members in providers.items():
         for provider in members:
             names = knob_names(provider)
             taken.setdefault(knob_namespace(provider), set()).update(names or ())
+            former.setdefault(knob_namespace(provider), set()).update(former_knob_names(provider))
             if names is None:
                 undeclared.setdefault(knob_namespace(provider), []).append(f"{KINDS[kind]} {provider.name}")
-    _check_namespaced(pinned, taken, undeclared)
-    _warn_unnamespaced(pinned, taken)
+    _check_namespaced(pinned, taken, former, undeclared)
+    _warn_unnamespaced(pinned, {n: taken[n] | former[n] for n in taken}, taken)
     return {
         kind: {provider.name: _knobs_of(provider, pinned) for provider in members}
         for kind, members in providers.items()
@@ -120,13 +129,14 @@ def _knobs_of(provider: Any, pinned: Mapping[str, Any]) -> dict[str, Any]:
     names = knob_names(provider)
     if names is None:
         return {k: v for k, v in pinned.items() if SEPARATOR not in k}
+    names = (*names, *former_knob_names(provider))
     prefix = knob_namespace(provider) + SEPARATOR
     knobs = {k: v for k, v in pinned.items() if k in names}
     knobs.update({k[len(prefix):]: v for k, v in pinned.items() if k.startswith(prefix) and k[len(prefix):] in names})
     return knobs
 
 
-def _check_namespaced(pinned: Mapping[str, Any], taken: Mapping[str, set[str]],
+def _check_namespaced(pinned: Mapping[str, Any], taken: Mapping[str, set[str]], former: Mapping[str, set[str]],
                       undeclared: Mapping[str, list[str]]) -> None:
     for name in pinned:
         if SEPARATOR not in name:
@@ -137,18 +147,19 @@ def _check_namespaced(pinned: Mapping[str, Any], taken: Mapping[str, set[str]],
                 f"knob {name}: no schedule or fusion rule is named {namespace!r}. "
                 f"Knobs are pinned as {_every_knob(taken)}"
             )
-        if knob not in taken[namespace]:
+        if knob not in taken[namespace] | former[namespace]:
             own = ", ".join(sorted(taken[namespace])) or "none"
             why = (f" ({' and '.join(undeclared[namespace])} declares no knob_names, and receives only knobs "
                    "pinned without a schedule's name)") if namespace in undeclared else ""
             raise ConfigError(f"knob {name}: {namespace} takes no knob {knob!r}; its knobs: {own}{why}")
 
 
-def _warn_unnamespaced(pinned: Mapping[str, Any], taken: Mapping[str, set[str]]) -> None:
+def _warn_unnamespaced(pinned: Mapping[str, Any], accepted: Mapping[str, set[str]],
+                       taken: Mapping[str, set[str]]) -> None:
     for name in pinned:
         if SEPARATOR in name:
             continue
-        owners = sorted(namespace for namespace, names in taken.items() if name in names)
+        owners = sorted(namespace for namespace, names in accepted.items() if name in names)
         if owners:
             spellings = ", ".join(f"{o}{SEPARATOR}{name}" for o in owners)
             variables = ", ".join(environment_name(f"{o}{SEPARATOR}{name}") for o in owners)

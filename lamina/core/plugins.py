@@ -36,7 +36,7 @@ BUILTIN_PLUGINS = {
     "lamina.builtin.fusion": "lamina.plugins.fusion.plugin",
     "lamina.builtin.schedules.generic": "lamina.plugins.schedules.generic.plugin",
     "lamina.builtin.schedules.contraction": "lamina.plugins.schedules.contraction.plugin",
-    "lamina.builtin.schedules.contraction_rows": "lamina.plugins.schedules.contraction_rows.plugin",
+    "lamina.builtin.schedules.matmul_row_reduction": "lamina.plugins.schedules.matmul_row_reduction.plugin",
     "lamina.builtin.schedules.pointwise": "lamina.plugins.schedules.pointwise.plugin",
     "lamina.builtin.schedules.row_reduction": "lamina.plugins.schedules.row_reduction.plugin",
     "lamina.builtin.selection": "lamina.plugins.selection.plugin",
@@ -44,6 +44,8 @@ BUILTIN_PLUGINS = {
     "lamina.builtin.backends.reference": "lamina.backends.reference.plugin",
     "lamina.builtin.backends.cuda": "lamina.backends.cuda.plugin",
 }
+#: Built-in plugins renamed in this release: new name -> old name, still honoured in ``disable``.
+FORMER_BUILTIN_NAMES = {"lamina.builtin.schedules.matmul_row_reduction": "lamina.builtin.schedules.contraction_rows"}
 
 
 class PluginWarning(UserWarning):
@@ -93,6 +95,11 @@ class PluginManager:
 
     def _wanted(self, name: str, builtin: bool) -> bool:
         if name in self.config.disable:
+            return False
+        former = FORMER_BUILTIN_NAMES.get(name)
+        if former is not None and former in self.config.disable:
+            warnings.warn(f"the plugin {former} is now {name}; the old name will be refused in the next release",
+                          DeprecationWarning, stacklevel=2)
             return False
         if self.config.plugins is not None and not builtin:
             return name in self.config.plugins

@@ -17,6 +17,8 @@ Schedules and fusion rules that read knobs declare them (``lamina.core.knobs``):
   its own ``name``; a fusion rule that decides for a schedule shares that schedule's
   (the rule that splits contractions across blocks takes ``contraction.split_k`` and the
   contraction's tiling knobs, to estimate the kernels it would make).
+- ``former_knob_names`` (optional): knobs it renamed, under their old names, still accepted
+  for one release; the provider reads each as its new name and warns.
 """
 
 from __future__ import annotations
@@ -68,6 +70,9 @@ class Schedule(Protocol):
 
     A schedule that reads knobs declares ``knob_names`` (a tuple), and may declare
     ``knob_namespace`` (see the top of this module).
+
+    A renamed schedule may list its old names in ``former_names``: the configuration may
+    still name it by them for one release, with a ``DeprecationWarning``.
     """
 
     name: str

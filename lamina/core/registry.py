@@ -8,6 +8,7 @@ then by plugin name.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Iterable
 
 import attrs
@@ -63,9 +64,20 @@ class Registry:
         return list(self._entries[kind].get(name, []))
 
     def get(self, kind: str, name: str, plugin: str | None = None) -> Entry | None:
-        """The winning provider for ``name`` (or the one from ``plugin``)."""
+        """The winning provider for ``name`` (or the one from ``plugin``); a provider renamed
+        from ``name`` (its ``former_names``) where none has that name, with a warning."""
         for entry in self._entries[kind].get(name, []):
             if plugin is None or entry.plugin == plugin:
+                return entry
+        if name not in self._entries[kind]:
+            return self._renamed(kind, name, plugin)
+        return None
+
+    def _renamed(self, kind: str, name: str, plugin: str | None) -> Entry | None:
+        for entry in self.ranked(kind):
+            if name in getattr(entry.provider, "former_names", ()) and plugin in (None, entry.plugin):
+                warnings.warn(f"the {kind} {name!r} is now {entry.name!r}; the old name will be refused in the next "
+                              "release", DeprecationWarning, stacklevel=3)
                 return entry
         return None
 

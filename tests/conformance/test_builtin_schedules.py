@@ -1,7 +1,7 @@
 """lamina's own schedules, checked by the conformance kit like any schedule plugin."""
 
 from lamina.plugins.schedules.contraction import plugin as contraction
-from lamina.plugins.schedules.contraction_rows import plugin as contraction_rows
+from lamina.plugins.schedules.matmul_row_reduction import plugin as matmul_row_reduction
 from lamina.plugins.schedules.generic import plugin as generic
 from lamina.testing import SchedulePluginSuite
 
@@ -15,6 +15,6 @@ class TestContractionSchedule(SchedulePluginSuite):
     programs = ("matmul", "ragged_matmul", "batched_matmul", "linear_silu")
 
 
-class TestContractionRowsSchedule(SchedulePluginSuite):
-    plugin = contraction_rows
+class TestMatmulRowReductionSchedule(SchedulePluginSuite):
+    plugin = matmul_row_reduction
     programs = ("attention_scores",)

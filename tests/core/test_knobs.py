@@ -90,12 +90,12 @@ def test_the_pyproject_table_takes_a_subtable_per_schedule(tmp_path):
 
 def test_the_environment_separates_schedule_and_knob_with_a_double_underscore(tmp_path):
     (tmp_path / "lamina.toml").write_text("[knobs.contraction]\nblock_k = 32\nblock_m = 64\n")
-    env = {"LAMINA_KNOB_CONTRACTION__BLOCK_K": "16", "LAMINA_KNOB_CONTRACTION_ROWS__LAST_BLOCK": "1",
+    env = {"LAMINA_KNOB_CONTRACTION__BLOCK_K": "16", "LAMINA_KNOB_MATMUL_ROW_REDUCTION__ROW_COMBINE": "cluster",
            "LAMINA_KNOB_THREADS": "128"}
     knobs = load_config(start=tmp_path, environ=env).knobs
-    assert knobs == {"contraction.block_k": 16, "contraction.block_m": 64, "contraction_rows.last_block": 1,
+    assert knobs == {"contraction.block_k": 16, "contraction.block_m": 64, "matmul_row_reduction.row_combine": "cluster",
                      "threads": 128}
-    assert environment_name("contraction_rows.last_block") == "LAMINA_KNOB_CONTRACTION_ROWS__LAST_BLOCK"
+    assert environment_name("matmul_row_reduction.row_combine") == "LAMINA_KNOB_MATMUL_ROW_REDUCTION__ROW_COMBINE"
 
 
 @pytest.mark.parametrize("variable", ["LAMINA_KNOB_A__B__C", "LAMINA_KNOB_CONTRACTION__", "LAMINA_KNOB___BLOCK_K"])

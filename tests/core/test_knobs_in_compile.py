@@ -42,7 +42,7 @@ def test_the_environment_pins_a_knob_for_a_schedule(tmp_path):
 
 
 def test_a_knob_pinned_for_another_schedule_leaves_the_contraction_alone():
-    assert chosen(lamina.Compiler(knobs={"contraction_rows.block_k": 8})).endswith("pinned: none")
+    assert chosen(lamina.Compiler(knobs={"matmul_row_reduction.block_k": 8})).endswith("pinned: none")
 
 
 def test_threads_pinned_for_one_schedule_stay_out_of_the_others():

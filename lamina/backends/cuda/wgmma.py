@@ -120,6 +120,6 @@ def kernel_arch(kernel: kir.Kernel, arch: str) -> str:
         return WGMMA_ARCH
     raise LaminaError(
         f"kernel {kernel.name} runs Hopper's warpgroup mma (wgmma), which only Hopper GPUs (sm_90) have, so it "
-        f"cannot be compiled for {arch}; pin the knob tensor_cores of the contraction schedule to 0 or 1 to compile "
-        f"its products for {arch} with FMAs or mma.sync"
+        f"cannot be compiled for {arch}; pin contraction.products = \"fma\" or \"mma_sync\" to compile its "
+        f"products for {arch} with FMAs or mma.sync"
     )

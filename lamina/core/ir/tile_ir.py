@@ -3,8 +3,9 @@
 It says which loops bind to blocks and threads and how many iterations each thread
 owns (its register tile), how reduction loops are split and combined, which operands
 are staged in shared memory (tile shape, layout, padding against bank conflicts,
-number of buffers, copy mechanism), how wide memory accesses are, and how threads form
-warps and blocks follow one another. It is still written without CUDA syntax: the
+number of buffers, copy mechanism) and how wide memory accesses are; a schedule's own
+decisions beyond these (how threads form warps, where products run, ...) travel in a record
+the schedule defines (``ScheduleSettings``). It is still written without CUDA syntax: the
 schedule's lowering turns it into Kernel IR.
 """
 
@@ -17,7 +18,6 @@ import attrs
 from lamina.core.errors import VerificationError
 from lamina.core.ir import loop_ir
 from lamina.core.ir.dtypes import DType
-from lamina.core.ir.kernel_ir import SWIZZLE_BYTES, WARP_SIZE
 
 BLOCK_DIMS = ("x", "y", "z")
 REDUCTION_STRATEGIES = ("serial", "warp_shuffle", "block_tree", "split_k", "last_block")
@@ -56,9 +56,7 @@ class AxisBinding:
 class ReductionPlan:
     """How the reduction loops ``vars`` run: serially in steps of ``step`` (a k-tile),
     or split across lanes, warps or blocks; ``cluster_blocks`` blocks along x, launched
-    together as a cluster, each reduce their part and combine them. With the ``last_block``
-    strategy, ``band_blocks`` blocks along x each store their part of a band of rows, and
-    the last of them to finish reads the band back and reduces it."""
+    together as a cluster, each reduce their part and combine them."""
 
     vars: tuple[str, ...] = attrs.field(converter=tuple)
     extent: int
@@ -66,7 +64,6 @@ class ReductionPlan:
     step: int = 1
     splits: int = 1
     cluster_blocks: int = 1
-    band_blocks: int = 1
 
 
 @attrs.frozen
@@ -100,23 +97,36 @@ class SharedStage:
         return math.prod(self.padded_shape) * self.dtype.itemsize
 
 
+class ScheduleSettings:
+    """A schedule's own decisions beyond the fields every schedule shares, carried by
+    ``TileKernel.settings``: the schedule subclasses this (an attrs class) and answers the
+    few questions that the core asks of any Tile IR, so that the core knows no schedule."""
+
+    def blocks_along_x(self, tk: TileKernel) -> int:
+        """How many blocks along x the grid holds for each block that the bindings give."""
+        return 1
+
+    def shared_bytes(self, tk: TileKernel) -> int:
+        """Shared memory that the block uses beyond its staged tiles."""
+        return 0
+
+    def reduction_text(self, tk: TileKernel) -> str:
+        """What the printed reduction line adds (``, ...``), or nothing."""
+        return ""
+
+    def lines(self, tk: TileKernel) -> list[str]:
+        """The printed lines of these settings, before the knobs."""
+        return []
+
+    def problems(self, tk: TileKernel) -> list[str]:
+        """How the Tile IR breaks what these settings need."""
+        return []
+
+
 @attrs.frozen
 class TileKernel:
-    """A loop kernel's schedule.
-
-    ``warp_patch`` (rows, columns): each warp is that patch of the block's y by x threads,
-    not 32 threads in CUDA's order (x fastest), so that it reads fewer distinct operand
-    elements from shared memory. ``grouped_rows``: blocks run down ``grouped_rows`` rows of the grid before
-    the next column, not along x first, so that the blocks resident at once share
-    operand tiles in L2. ``copy_steps``: the next k-tile's copies into shared memory are
-    issued over the first ``copy_steps`` steps of the reduction within each k-tile, a few
-    at each, rather than all at once before them (0). ``tensor_cores``: how the products run
-    on the tensor cores (``"3xtf32"``: each float32 operand as two tf32 pieces, three
-    m16n8k8 mma per product, warps of 8 x 4 threads holding the mma's accumulators;
-    ``"wgmma 3xtf32"``: the same pieces, three wgmma m64nNk8 per product by each warpgroup, a
-    64-row slice of the block, the rows' operand from registers and the columns' from swizzled
-    shared memory), or None for FMAs on the CUDA cores.
-    """
+    """A loop kernel's schedule; ``settings``: the schedule's own decisions, if it has any
+    beyond these fields (``ScheduleSettings``)."""
 
     kernel: loop_ir.Kernel
     schedule: str
@@ -125,10 +135,7 @@ class TileKernel:
     stages: tuple[SharedStage, ...] = attrs.field(converter=tuple, default=())
     vector_width: int = 1
     knobs: tuple[tuple[str, object], ...] = attrs.field(converter=tuple, default=())
-    warp_patch: tuple[int, int] | None = None
-    grouped_rows: int = 1
-    copy_steps: int = 0
-    tensor_cores: str | None = None
+    settings: ScheduleSettings | None = None
 
     @property
     def threads_per_block(self) -> int:
@@ -138,13 +145,9 @@ class TileKernel:
 
     @property
     def shared_bytes(self) -> int:
-        """The staged tiles, and on wgmma two k-tiles of the small tf32 pieces of the operand along
-        the columns (the one along the rows, bound to y, is split in registers)."""
+        """The staged tiles, and whatever else the schedule's settings keep in shared memory."""
         staged = sum(s.bytes for s in self.stages)
-        if self.tensor_cores == WGMMA_PRODUCTS:
-            columns = _column_stage(self)
-            staged += 2 * math.prod(columns.tile) * columns.dtype.itemsize
-        return staged
+        return staged + (self.settings.shared_bytes(self) if self.settings is not None else 0)
 
     def grid_shape(self) -> dict[str, int]:
         shape = {d: 1 for d in BLOCK_DIMS}
@@ -153,15 +156,10 @@ class TileKernel:
         if self.reduction and self.reduction.strategy == "split_k":
             shape["z"] *= self.reduction.splits
         if self.reduction:
-            shape["x"] *= self.reduction.cluster_blocks * self.reduction.band_blocks
+            shape["x"] *= self.reduction.cluster_blocks
+        if self.settings is not None:
+            shape["x"] *= self.settings.blocks_along_x(self)
         return shape
-
-
-def _column_stage(tk: TileKernel) -> SharedStage:
-    """The staged operand of wgmma products along the columns: the one whose rows are not the
-    block's rows (those bound to y)."""
-    rows = next((b.vars for b in tk.grid if b.thread_dim == "y"), ())
-    return next(s for s in tk.stages if s.dims[0] not in rows)
 
 
 def format_tile_kernel(tk: TileKernel) -> str:
@@ -193,8 +191,8 @@ def format_tile_kernel(tk: TileKernel) -> str:
             text += f", {r.splits} splits"
         if r.cluster_blocks > 1:
             text += f", across a cluster of {r.cluster_blocks} blocks along x"
-        if r.band_blocks > 1:
-            text += f", across {r.band_blocks} blocks along x, the last of a band to finish reducing its rows"
+        if tk.settings is not None:
+            text += tk.settings.reduction_text(tk)
         lines.append(text)
     for s in tk.stages:
         dims = "][".join(f"{d} {n}" for d, n in zip(s.dims, s.tile))
@@ -205,22 +203,8 @@ def format_tile_kernel(tk: TileKernel) -> str:
         )
     if tk.vector_width > 1:
         lines.append(f"  vector width {tk.vector_width}")
-    if tk.warp_patch is not None:
-        rows, columns = tk.warp_patch
-        lines.append(f"  warps of {rows} x {columns} threads (y by x)")
-    if tk.grouped_rows > 1:
-        lines.append(f"  blocks run down groups of {tk.grouped_rows} grid rows, column by column")
-    if tk.copy_steps:
-        lines.append(f"  the next k-tile's copies issued over the first {tk.copy_steps} steps of each k-tile")
-    if tk.tensor_cores == MMA_PRODUCTS:
-        lines.append("  products on tensor cores: mma m16n8k8 on tf32, each f32 operand as big + small tf32, "
-                     "3 mma per product")
-    if tk.tensor_cores == WGMMA_PRODUCTS:
-        columns = _column_stage(tk).tile[0]
-        lines.append(f"  products on tensor cores: wgmma m64n{columns}k8 on tf32, each warpgroup 64 rows, each f32 "
-                     "operand as big + small tf32: the rows' read from swizzled shared memory into registers and split "
-                     "there, the columns' split in place in swizzled shared memory once a k-tile lands; 3 wgmma per "
-                     "product summed over each k-tile, then added in f32")
+    if tk.settings is not None:
+        lines += tk.settings.lines(tk)
     for key, value in tk.knobs:
         lines.append(f"  {key} = {value}")
     return "\n".join(lines)
@@ -238,97 +222,17 @@ def verify_tile_kernel(tk: TileKernel, max_threads: int = 1024, max_shared_bytes
     if tk.reduction:
         if tk.reduction.strategy not in REDUCTION_STRATEGIES:
             problems.append(f"unknown reduction strategy {tk.reduction.strategy}")
-        if (tk.reduction.band_blocks > 1) != (tk.reduction.strategy == "last_block"):
-            problems.append(f"{tk.reduction.band_blocks} blocks along a band of rows with the "
-                            f"{tk.reduction.strategy} strategy: bands of several blocks are the last_block strategy's")
         for v in tk.reduction.vars:
             if v not in loops or loops[v].kind != "reduce":
                 problems.append(f"reduction plan names {v}, which is not a reduce loop of the kernel")
     for s in tk.stages:
         if s.copy not in COPY_KINDS:
             problems.append(f"shared stage of {s.buffer} uses unknown copy {s.copy}")
-    problems += _arrangement_problems(tk) + _copy_issue_problems(tk) + _tensor_core_problems(tk)
+    if tk.settings is not None:
+        problems += tk.settings.problems(tk)
     if tk.threads_per_block > max_threads:
         problems.append(f"{tk.threads_per_block} threads per block exceed the limit of {max_threads}")
     if tk.shared_bytes > max_shared_bytes:
         problems.append(f"{tk.shared_bytes} B of shared memory exceed the limit of {max_shared_bytes} B")
     if problems:
         raise VerificationError(f"Tile IR of {tk.kernel.name} is inconsistent:\n  " + "\n  ".join(problems))
-
-
-def _arrangement_problems(tk: TileKernel) -> list[str]:
-    problems = []
-    threads = {d: 1 for d in BLOCK_DIMS}
-    for b in tk.grid:
-        threads[b.thread_dim] *= b.threads
-    if tk.warp_patch is not None:
-        rows, columns = tk.warp_patch
-        if rows * columns != WARP_SIZE:
-            problems.append(f"a warp patch of {rows} x {columns} threads is not {WARP_SIZE} threads")
-        elif threads["x"] % columns or threads["y"] % rows:
-            problems.append(f"warps of {rows} x {columns} threads do not tile the block's "
-                            f"{threads['y']} x {threads['x']} threads")
-    if tk.grouped_rows < 1:
-        problems.append(f"blocks grouped by {tk.grouped_rows} grid rows: at least 1 is needed")
-    return problems
-
-
-def _copy_issue_problems(tk: TileKernel) -> list[str]:
-    if not tk.copy_steps:
-        return []
-    steps = tk.reduction.step // tk.reduction.splits if tk.reduction else 0
-    if not tk.stages or any(s.buffers != 2 for s in tk.stages):
-        return [f"copies spread over {tk.copy_steps} steps need operands staged in two buffers"]
-    if not 0 < tk.copy_steps <= steps:
-        return [f"copies spread over {tk.copy_steps} steps, where a k-tile has {steps}"]
-    return []
-
-
-MMA_WARP = (8, 4)
-"""The rows by columns of threads (y by x) of a warp holding m16n8k8 accumulators."""
-MMA_PRODUCTS, WGMMA_PRODUCTS = "3xtf32", "wgmma 3xtf32"
-WGMMA_ROW = 32
-"""Elements of a swizzled float32 row: a k-tile of wgmma products is this deep."""
-
-
-def _tensor_core_problems(tk: TileKernel) -> list[str]:
-    """How the threads and k-tiles of a product's Tile IR fail its tensor-core products. Where
-    no binding puts the products' columns along x (a row reduction whose lanes spread them),
-    the schedule checks the Tile IR of its products as a contraction instead."""
-    if tk.tensor_cores is None:
-        return []
-    if tk.tensor_cores not in (MMA_PRODUCTS, WGMMA_PRODUCTS):
-        return [f"unknown tensor-core products {tk.tensor_cores!r}; the kinds are {MMA_PRODUCTS!r} and "
-                f"{WGMMA_PRODUCTS!r}"]
-    by_dim = {b.thread_dim: b for b in tk.grid}
-    if "x" not in by_dim:
-        return []
-    problems = _wgmma_problems(tk) if tk.tensor_cores == WGMMA_PRODUCTS else []
-    columns, rows = by_dim.get("x"), by_dim.get("y")
-    across = min(columns.threads, WARP_SIZE) if columns else WARP_SIZE
-    patch = tk.warp_patch or (WARP_SIZE // across, across)
-    if patch != MMA_WARP:
-        problems.append(f"tensor-core products need warps of {MMA_WARP[0]} x {MMA_WARP[1]} threads, not {patch}")
-    if columns is None or rows is None or columns.group != 2 or rows.group != 1 or rows.per_thread % 2:
-        problems.append("tensor-core products need each thread's rows in pairs, one by one, and its columns in runs of 2")
-    if tk.reduction is None or tk.reduction.splits != 1 or tk.reduction.step % 8:
-        problems.append("tensor-core products need whole k-tiles per warp, in steps of 8")
-    if tk.copy_steps:
-        problems.append(f"tensor-core products issue each k-tile's copies at once, not over {tk.copy_steps} steps")
-    return problems
-
-
-def _wgmma_problems(tk: TileKernel) -> list[str]:
-    problems = []
-    by_dim = {b.thread_dim: b for b in tk.grid}
-    columns, rows = by_dim.get("x"), by_dim.get("y")
-    if rows is None or rows.block_tile % 64 or rows.per_thread != 2 or columns is None or columns.threads != 4:
-        problems.append("wgmma products need blocks of whole warpgroups of 64 rows, 2 rows and 4 threads across "
-                        "per warp's row of threads")
-    if tk.reduction is None or tk.reduction.step != WGMMA_ROW:
-        problems.append(f"wgmma products take k-tiles of {WGMMA_ROW}: one swizzled row of float32")
-    if len(tk.stages) != 2 or any(s.swizzle != SWIZZLE_BYTES or s.tile[-1] != WGMMA_ROW or s.copy != "cp.async"
-                                  or s.buffers < 2 for s in tk.stages):
-        problems.append("wgmma products read two operands staged K-major by cp.async in the 128-byte swizzle, "
-                        "at least two buffers each")
-    return problems

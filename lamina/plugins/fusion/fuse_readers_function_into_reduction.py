@@ -32,7 +32,7 @@ from lamina.plugins.fusion import analysis
 class FuseReadersFunctionIntoReduction:
     name = "fuse_readers_function_into_reduction"
     priority = 25
-    """After the rules that fuse a reduction into its reader (the contraction_rows plugin's at
+    """After the rules that fuse a reduction into its reader (the matmul_row_reduction plugin's at
     30 among them): a reduction they can fuse is better fused than stored."""
 
     def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:

@@ -180,7 +180,7 @@ def test_the_backend_compiles_wgmma_kernels_for_sm_90a_and_the_others_for_the_ta
 def test_a_wgmma_kernel_for_another_architecture_is_refused_with_what_to_do(tmp_path, arch):
     program = kir.Program([warpgroup_product(1, 32, 8)])
     with pytest.raises(LaminaError, match=rf"kernel wgmma runs Hopper's warpgroup mma .* Hopper GPUs \(sm_90\) .* "
-                                          rf"cannot be compiled for {arch}; pin the knob tensor_cores"):
+                                          rf"cannot be compiled for {arch}; pin contraction.products"):
         CudaBackend(cache_dir=tmp_path).compile(program, arch)
 
 

@@ -64,5 +64,5 @@ def test_scores_that_fit_in_rows_are_fused_before_their_mask_moves():
 
     _, compiled = loop_program(scores_causal, (1, 2, 128, 16), (1, 2, 128, 16))
     (tile,) = compiled.compilation.tiles
-    assert tile.schedule == "contraction_rows"
+    assert tile.schedule == "matmul_row_reduction"
     assert dict(tile.knobs)["element"].count("where") == 1

@@ -21,7 +21,7 @@ from lamina.core.stages.fuse import fuse
 from lamina.core.stages.lower_to_loops import lower_to_loops
 from lamina.plugins.fusion import plugin
 from lamina.plugins.fusion.analysis import parallel_nest
-from lamina.plugins.schedules.contraction_rows.tiling import MAX_CLUSTER_ROW_LENGTH
+from lamina.plugins.schedules.matmul_row_reduction.tiling import MAX_CLUSTER_ROW_LENGTH
 from tests.plugins.fusion import row_programs
 
 S, H, F_, D = 13, 72, 40, 24
@@ -176,10 +176,10 @@ def test_linear_with_bias_and_residual_is_one_contraction():
 
 def test_causal_scores_are_one_kernel_that_computes_each_score_where_the_softmax_reads_it():
     """Every loop of the softmax over a row computes its score (a dot product over d), which
-    the contraction_rows schedule computes once and keeps in registers."""
+    the matmul_row_reduction schedule computes once and keeps in registers."""
     program = compiled("causal_scores")
     (probabilities,) = program.compilation.loop.kernels
-    assert schedules(program) == ["contraction_rows"]
+    assert schedules(program) == ["matmul_row_reduction"]
     row_loops = [s for s in parallel_nest(probabilities)[1] if isinstance(s, loop_ir.Loop)]
     dots = [[s for s in loop_ir.statements(loop.body) if isinstance(s, loop_ir.Loop)] for loop in row_loops]
     assert [loop.kind for loop in row_loops] == ["reduce", "reduce", "serial"]

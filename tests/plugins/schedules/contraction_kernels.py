@@ -14,7 +14,7 @@ from lamina.core.ir.torch_ir import TensorType
 from lamina.runtime.program_runner import torch_dtype
 
 F32 = dtypes.float32
-FMA = {"tensor_cores": 0}
+FMA = {"products": "fma"}
 """Pins the products to FMAs on the CUDA cores, where a test is about those kernels' rules:
 on Hopper the cost model runs K-major float32 products on wgmma."""
 

@@ -36,14 +36,14 @@ RUNS = {
     "one_buffer": (matmul(517, 1031, 389), {"buffers": 1}),
     "register_tile_4x4": (matmul(517, 1031, 389), {"block_m": 64, "block_n": 64}),
     "dynamic_shared_memory": (matmul(517, 1031, 389), {"block_m": 128, "block_n": 128, "block_k": 32}),
-    "tensor_cores": (matmul(517, 1031, 389), {"tensor_cores": 1}),
-    "tensor_cores_linear_bias_relu": (linear(300, 520, 700, bias_relu=True), {"tensor_cores": 1}),
-    "tensor_cores_batched_64x64_blocks": (batched(4, 200, 300, 250), {"tensor_cores": 1, "block_m": 64,
+    "tensor_cores": (matmul(517, 1031, 389), {"products": "mma_sync"}),
+    "tensor_cores_linear_bias_relu": (linear(300, 520, 700, bias_relu=True), {"products": "mma_sync"}),
+    "tensor_cores_batched_64x64_blocks": (batched(4, 200, 300, 250), {"products": "mma_sync", "block_m": 64,
                                                                        "block_n": 64}),
-    "wgmma_linear_bias_relu": (linear(300, 520, 700, bias_relu=True), {"tensor_cores": 2}),
-    "wgmma_128x128_two_buffers": (linear(517, 1032, 389), {"tensor_cores": 2, "block_m": 128, "block_n": 128,
+    "wgmma_linear_bias_relu": (linear(300, 520, 700, bias_relu=True), {"products": "wgmma"}),
+    "wgmma_128x128_two_buffers": (linear(517, 1032, 389), {"products": "wgmma", "block_m": 128, "block_n": 128,
                                                             "buffers": 2}),
-    "wgmma_batched_scores_64x64_blocks": (batched_scores(4, 200, 300, 250), {"tensor_cores": 2, "block_m": 64,
+    "wgmma_batched_scores_64x64_blocks": (batched_scores(4, 200, 300, 250), {"products": "wgmma", "block_m": 64,
                                                                               "block_n": 64}),
 }
 
@@ -77,9 +77,9 @@ def test_tensor_core_products_are_as_close_to_float64_as_cublas():
     import lamina
 
     x, w = torch.randn(256, 4096, device="cuda"), torch.randn(320, 4096, device="cuda")
-    compiled = lamina.Compiler(knobs={"tensor_cores": 1}).compile(F.linear, (x, w))
+    compiled = lamina.Compiler(knobs={"products": "mma_sync"}).compile(F.linear, (x, w))
     out = compiled(x, w)
-    assert [t.tensor_cores for t in compiled.compilation.tiles] == ["3xtf32", None]  # split-K partials, then their sum
+    assert [t.settings.products if t.settings else None for t in compiled.compilation.tiles] == ["3xtf32", None]  # split-K partials, then their sum
     reference = F.linear(x.double(), w.double())
     assert relative_error(out, reference) < 2 * relative_error(F.linear(x, w), reference)
 
@@ -91,8 +91,8 @@ def test_wgmma_products_are_as_close_to_float64_as_cublas():
     import lamina
 
     x, w = torch.randn(256, 4096, device="cuda"), torch.randn(320, 4096, device="cuda")
-    compiled = lamina.Compiler(knobs={"tensor_cores": 2}).compile(F.linear, (x, w))
+    compiled = lamina.Compiler(knobs={"products": "wgmma"}).compile(F.linear, (x, w))
     out = compiled(x, w)
-    assert "wgmma 3xtf32" in [t.tensor_cores for t in compiled.compilation.tiles]
+    assert "wgmma 3xtf32" in [t.settings.products if t.settings else None for t in compiled.compilation.tiles]
     reference = F.linear(x.double(), w.double())
     assert relative_error(out, reference) < 2 * relative_error(F.linear(x, w), reference)

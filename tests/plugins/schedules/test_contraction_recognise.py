@@ -166,7 +166,7 @@ def test_batches_beyond_the_grid_are_left_to_other_schedules():
 
 
 def test_a_split_k_slice_that_ends_early_is_read_as_the_plain_sum_and_its_end():
-    from lamina.plugins.schedules.contraction.partial_sums import split
+    from lamina.plugins.schedules.contraction.split_k.partial_sums import split
 
     parts = split(analyse(linear(5, 80, 24).kernel), 2, set())
     c = analyse(parts.partial)

@@ -82,7 +82,7 @@ BAD_KNOBS = {
     "not_an_integer": ({"block_k": "16"}, r"block_k must be an integer, not '16'"),
     "boolean": ({"padding": True}, r"padding must be an integer"),
     "too_much_shared_memory": (
-        {"block_m": 128, "block_n": 256, "block_k": 64, "buffers": 3, "thread_m": 8, "thread_n": 8, "splits": 1,
+        {"block_m": 128, "block_n": 256, "block_k": 64, "buffers": 3, "thread_m": 8, "thread_n": 8, "in_block_k_splits": 1,
          "fragment_width": 4},
         r"can run: 298752 B of shared memory exceed the 232448 B sm_90 allows per block. "
         r"Pin other values, or unpin some of these knobs",
@@ -154,7 +154,7 @@ def test_one_buffer_waits_for_every_copy():
 
 
 def test_ragged_reduction_guards_the_last_k_tile():
-    kernel = SCHEDULE.lower(SCHEDULE.schedule(matmul(17, 65, 19).kernel, SM_90, {"splits": 1}), SM_90)
+    kernel = SCHEDULE.lower(SCHEDULE.schedule(matmul(17, 65, 19).kernel, SM_90, {"in_block_k_splits": 1}), SM_90)
     (compute,) = [s for s in statements(kernel) if isinstance(s, kernel_ir.For) and s.var == "kk"]
     assert [kernel_ir.format_expr(s.cond) for s in compute.body] == ["kt * 16 + kk < 65"]
 

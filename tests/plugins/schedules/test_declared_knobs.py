@@ -16,7 +16,7 @@ PROGRAMS = {
     "generic": (lambda x: x + 1, (torch.randn(8, 128),)),
     "row_reduction": (lambda x: torch.softmax(x, -1), (torch.randn(8, 128),)),
     "contraction": (lambda x, w: x @ w, (torch.randn(16, 64), torch.randn(64, 16))),
-    "contraction_rows": (lambda q, k: torch.softmax(q @ k.transpose(-1, -2), -1),
+    "matmul_row_reduction": (lambda q, k: torch.softmax(q @ k.transpose(-1, -2), -1),
                          (torch.randn(64, 32), torch.randn(64, 32))),
     "unrolled_reduction": (lambda x: x.sum(0), (torch.randn(3, 128),)),
 }
@@ -53,7 +53,7 @@ def test_split_k_reads_every_knob_it_declares(knob):
 @pytest.mark.parametrize("knob", REGISTRY.get("fusion_rule", "fuse_contraction_into_row_reduction").provider.knob_names)
 def test_the_rows_fusion_reads_every_knob_it_declares(knob):
     """An unusable pin keeps the contraction apart from the softmax instead of failing the compile."""
-    function, inputs = PROGRAMS["contraction_rows"]
-    assert len(compiled("contraction_rows").kernels.kernels) == 1
-    pinned = lamina.compile(function, inputs, target="sm_90", knobs={f"contraction_rows.{knob}": "not a value"})
+    function, inputs = PROGRAMS["matmul_row_reduction"]
+    assert len(compiled("matmul_row_reduction").kernels.kernels) == 1
+    pinned = lamina.compile(function, inputs, target="sm_90", knobs={f"matmul_row_reduction.{knob}": "not a value"})
     assert pinned.kernel_count == 2

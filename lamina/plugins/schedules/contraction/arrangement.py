@@ -30,7 +30,7 @@ import attrs
 
 from lamina.core.ir.kernel_ir import WARP_SIZE
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction import tensor_cores
+from lamina.plugins.schedules.contraction.mma_sync import products as mma_sync
 from lamina.plugins.schedules.contraction.knobs import WARP_COLUMNS, Choices
 from lamina.plugins.schedules.contraction.recognise import Contraction
 
@@ -93,7 +93,7 @@ def arranged(c: Contraction, choices: Choices, resident_per_sm: int, target: Tar
     if choices.warp_columns is not None:
         columns = choices.warp_columns
     else:
-        columns = tensor_cores.PATCH_COLUMNS if choices.tensor_cores else choose_warp_columns(choices)
+        columns = mma_sync.PATCH_COLUMNS if choices.on_tensor_cores else choose_warp_columns(choices)
     grouped = choices.grouped_rows if choices.grouped_rows is not None else choose_grouped_rows(
         c, choices, resident_per_sm * target.sm_count)
     return attrs.evolve(choices, warp_columns=columns, grouped_rows=grouped)

@@ -43,7 +43,7 @@ def default_copy_steps(c: Contraction, choices: Choices, asynchronous: bool) -> 
     least ``MIN_K_TILES`` k-tiles and ``MIN_REGISTER_TILE`` outputs per thread, multiplied
     with FMAs; else 0, all at once."""
     k_tiles = math.ceil(c.reduce_extent / choices.block_k)
-    if choices.tensor_cores or not asynchronous or choices.buffers != 2 or k_tiles < MIN_K_TILES:
+    if choices.on_tensor_cores or not asynchronous or choices.buffers != 2 or k_tiles < MIN_K_TILES:
         return 0
     if choices.thread_m * choices.thread_n < MIN_REGISTER_TILE:
         return 0

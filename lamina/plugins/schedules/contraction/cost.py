@@ -8,11 +8,11 @@ and, where a block's threads would be one or two warps, enough k-splits inside t
 (each whole warps) to bring it to 128 threads. ``block_k``, ``buffers``, the
 padding and the fragment width (4 wherever it is legal, else 1) follow from those by
 rule, and any knob may be pinned instead. On Hopper, a float32 product of two operands
-stored K-major also gets the settings of Hopper's ``wgmma`` (``warpgroup_products``: blocks
+stored K-major also gets the settings of Hopper's ``wgmma`` (``wgmma.products``: blocks
 of 64 or 128 by 64 or 128), which on the H200 ran every linear of the suite and both
 attention-score products faster than the FMA kernels (those took 1.14 to 1.41x as long), the
 linears closer to float64 than cuBLAS (``experiments/tensor_cores/``).
-``tensor_cores = 0`` keeps FMAs; ``tensor_cores = 1`` runs ``mma.sync`` (``tensor_cores``),
+``products = fma`` keeps FMAs; ``products = mma_sync`` runs ``mma.sync`` (``mma_sync.products``),
 whose three tf32 products ran no faster than the FMA kernels, as
 ``TENSOR_CORE_EFFICIENCY`` records, and which the model uses only where it is pinned.
 
@@ -58,8 +58,10 @@ import attrs
 
 from lamina.core.errors import ScheduleError
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction import tensor_cores, tiling, warpgroup_products
-from lamina.plugins.schedules.contraction.knobs import FRAGMENT_WIDTHS, Choices
+from lamina.plugins.schedules.contraction import tiling
+from lamina.plugins.schedules.contraction.mma_sync import products as mma_sync
+from lamina.plugins.schedules.contraction.wgmma import products as wgmma_products
+from lamina.plugins.schedules.contraction.knobs import FMA, FRAGMENT_WIDTHS, WGMMA, Choices, pins_text
 from lamina.plugins.schedules.contraction.recognise import Contraction
 
 BLOCK_TILES = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -100,7 +102,7 @@ products (2 and 4 k-tiles) run faster in 128 x 64 blocks, two per SM, than in 12
 per SM, and the linears (64 k-tiles and more) the other way round."""
 FIXED_BY_WGMMA = ("block_k", "thread_m", "thread_n", "splits", "padding", "fragment_width", "warp_columns",
                   "copy_steps")
-"""Knobs whose values wgmma fixes: pinning one without ``tensor_cores`` keeps to FMAs."""
+"""Knobs whose values wgmma fixes: pinning one without ``products`` keeps to FMAs."""
 REGISTERS_PER_SM = 65536
 SHARED_BYTES_PER_SM = 228 * 1024
 BLOCKS_PER_SM = 32
@@ -236,8 +238,8 @@ def _settings(c: Contraction, pinned: dict[str, int], relaxed: bool, target: Tar
                         continue
                     block_k = pinned.get("block_k", default_block_k(c, splits))
                     buffers = pinned.get("buffers", default_buffers(c, block_m, block_n, block_k, target))
-                    for products in values("tensor_cores", [0]):
-                        if warpgroup_products.uses_value(products):
+                    for products in values("products", [FMA]):
+                        if products == WGMMA:
                             continue
                         yield Choices(block_m, block_n, block_k, thread_m, thread_n, splits, buffers,
                                       pinned.get("padding"), pinned.get("fragment_width", 1),
@@ -246,17 +248,17 @@ def _settings(c: Contraction, pinned: dict[str, int], relaxed: bool, target: Tar
 
 
 def _wgmma_settings(c: Contraction, pinned: dict[str, int], target: Target):
-    """The wgmma settings (``tensor_cores = 2``), each block shape with its one setting of the
+    """The wgmma settings (``products = wgmma``), each block shape with its one setting of the
     other knobs, three buffers where shared memory allows (``_fitted`` lowers them): wherever
-    ``tensor_cores = 2`` is pinned, and on Hopper where neither it nor a knob that wgmma fixes
+    ``products = wgmma`` is pinned, and on Hopper where neither it nor a knob that wgmma fixes
     is (``tiling.illegal`` drops them where the product cannot run on wgmma)."""
-    if "tensor_cores" in pinned:
-        if pinned["tensor_cores"] != warpgroup_products.KNOB_VALUE:
+    if "products" in pinned:
+        if pinned["products"] != WGMMA:
             return
-    elif target.compute_capability != warpgroup_products.ARCH or any(k in pinned for k in FIXED_BY_WGMMA):
+    elif target.compute_capability != wgmma_products.ARCH or any(k in pinned for k in FIXED_BY_WGMMA):
         return
-    for block_m, block_n in itertools.product(warpgroup_products.BLOCK_MS, warpgroup_products.BLOCK_NS):
-        choices = warpgroup_products.choices_for(block_m, block_n, pinned.get("buffers", 3))
+    for block_m, block_n in itertools.product(wgmma_products.BLOCK_MS, wgmma_products.BLOCK_NS):
+        choices = wgmma_products.choices_for(block_m, block_n, pinned.get("buffers", 3))
         yield attrs.evolve(choices, **{k: v for k, v in pinned.items() if k != "buffers"})
 
 
@@ -264,7 +266,7 @@ def _fitted(c: Contraction, choices: Choices, pinned: dict[str, int], target: Ta
     """``choices`` with the widest legal fragments, and fewer buffers than the rule asks where
     shared memory is short, if legal."""
     widths = [pinned["fragment_width"]] if "fragment_width" in pinned else FRAGMENT_WIDTHS
-    if warpgroup_products.uses(choices):
+    if wgmma_products.uses(choices):
         widths = [choices.fragment_width]
     counts = [choices.buffers] if "buffers" in pinned else range(choices.buffers, 0, -1)
     for width, buffers in itertools.product(widths, counts):
@@ -314,16 +316,16 @@ def estimate(c: Contraction, choices: Choices, target: Target) -> Estimate:
 
     written = sum(math.prod(c.kernel.buffer(s.buffer).type.shape) * c.kernel.buffer(s.buffer).type.dtype.itemsize
                   for s in c.epilogue)
-    if warpgroup_products.uses(choices):
+    if wgmma_products.uses(choices):
         compute_us = wgmma_compute_us(choices, target, deepest, resident, k_tiles)
         moved = sum(math.prod(c.kernel.buffer(o.load.buffer).type.shape) * o.load.dtype.itemsize
                     for o in c.operands) + written
     else:
         block_flops = 2 * choices.block_m * choices.block_n * k_tiles * choices.block_k
         outputs = choices.thread_m * choices.thread_n
-        if choices.tensor_cores:
+        if choices.on_tensor_cores:
             tile_efficiency = register_tile_efficiency(outputs, TENSOR_CORE_EFFICIENCY)
-            flops_per_us = target.tf32_tensor_flops_per_us / tensor_cores.PRODUCTS
+            flops_per_us = target.tf32_tensor_flops_per_us / mma_sync.PRODUCTS
         else:
             tile_efficiency = min(MAX_EFFICIENCY,
                                   register_tile_efficiency(outputs) * FRAGMENT_GAIN[choices.fragment_width])
@@ -346,7 +348,7 @@ def wgmma_compute_us(choices: Choices, target: Target, deepest: int, resident: i
     on its tensor cores, and each block's fixed cost (``WGMMA_BLOCK_US``), which the blocks
     resident at once overlap."""
     efficiency = WGMMA_EFFICIENCY[choices.block_m, choices.block_n]
-    sm_flops_per_us = target.tf32_wgmma_flops_per_us / tensor_cores.PRODUCTS / target.sm_count * efficiency
+    sm_flops_per_us = target.tf32_wgmma_flops_per_us / mma_sync.PRODUCTS / target.sm_count * efficiency
     k_tile_us = 2 * choices.block_m * choices.block_n * choices.block_k / sm_flops_per_us
     block_us = WGMMA_BLOCK_US * choices.block_m * choices.block_n / (128 * 64)
     return deepest * k_tiles * k_tile_us + deepest * block_us / min(resident, deepest)
@@ -363,7 +365,7 @@ def choose(c: Contraction, target: Target, pinned: dict[str, int], where: str) -
 
 
 def _nothing_legal(c: Contraction, target: Target, pinned: dict[str, int], where: str) -> str:
-    pins = ", ".join(f"{k} = {v}" for k, v in pinned.items())
+    pins = pins_text(pinned, " = ")
     settings = itertools.chain(_settings(c, pinned, relaxed=True, target=target), _wgmma_settings(c, pinned, target))
     reasons = sorted({tiling.illegal(c, s, target) or "" for s in settings} - {""})
     why = "; ".join(reasons) if reasons else "no block tile is a whole number of register tiles"

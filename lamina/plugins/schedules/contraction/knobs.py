@@ -7,11 +7,24 @@ from typing import Any, Mapping
 import attrs
 
 from lamina.core.errors import ScheduleError
+from lamina.plugins.schedules.renamed_knobs import Renamed, with_new_spellings
 
 KNOB_NAMES = (
-    "block_m", "block_n", "block_k", "thread_m", "thread_n", "splits", "buffers", "padding", "fragment_width",
-    "warp_columns", "grouped_rows", "copy_steps", "tensor_cores",
+    "block_m", "block_n", "block_k", "thread_m", "thread_n", "in_block_k_splits", "buffers", "padding",
+    "fragment_width", "warp_columns", "grouped_rows", "copy_steps", "products",
 )
+PRODUCTS = FMA, MMA_SYNC, WGMMA = ("fma", "mma_sync", "wgmma")
+"""Where the products run: FMAs on the CUDA cores, warp-wide ``mma.sync`` on the tensor cores, or
+Hopper's warpgroup ``wgmma``; on the tensor cores each float32 operand as two tf32 pieces."""
+FIELDS = {"in_block_k_splits": "splits"}
+"""The ``Choices`` field of each knob whose name differs from it."""
+KNOBS = {field: knob for knob, field in FIELDS.items()}
+RENAMED = (
+    Renamed("splits", "in_block_k_splits"),
+    Renamed("tensor_cores", "products", lambda v: dict(enumerate(PRODUCTS)).get(v, v),
+            "0, 1, 2 are fma, mma_sync, wgmma"),
+)
+FORMER_KNOB_NAMES = tuple(r.old for r in RENAMED)
 MAX_BUFFERS = 3
 FRAGMENT_WIDTHS = (4, 1)
 """The widths a thread's register-tile rows and columns may be grouped by, the preferred first."""
@@ -40,9 +53,10 @@ class Choices:
     yet chosen): over the first ``copy_steps`` steps of k of each k-tile, a few at each, or
     all at once after the k-tile's barrier (0).
 
-    ``tensor_cores`` (1) multiplies on the tensor cores, each float32 operand split into
-    two tf32 pieces, with warp-wide ``mma.sync`` (``tensor_cores``) or (2) with Hopper's
-    warpgroup ``wgmma`` (``warpgroup_products``), instead of with FMAs on the CUDA cores (0).
+    ``products`` (``PRODUCTS``) multiplies on the tensor cores, each float32 operand split into
+    two tf32 pieces, with warp-wide ``mma.sync`` (``mma_sync``) or with Hopper's warpgroup
+    ``wgmma`` (``wgmma``), instead of with FMAs on the CUDA cores (``fma``). ``splits`` is
+    the knob ``in_block_k_splits``.
     """
 
     block_m: int
@@ -57,7 +71,7 @@ class Choices:
     warp_columns: int | None = None
     grouped_rows: int | None = None
     copy_steps: int | None = None
-    tensor_cores: int = 0
+    products: str = FMA
 
     @property
     def threads_m(self) -> int:
@@ -78,16 +92,31 @@ class Choices:
         )
         text += f", padding {self.padding}" if self.padding is not None else ""
         text += f", copies over {self.copy_steps} steps" if self.copy_steps else ""
-        return text + {0: "", 1: ", on tensor cores", 2: ", on tensor cores through wgmma"}[self.tensor_cores]
+        return text + {FMA: "", MMA_SYNC: ", on tensor cores", WGMMA: ", on tensor cores through wgmma"}[self.products]
+
+    @property
+    def on_tensor_cores(self) -> bool:
+        return self.products != FMA
 
 
 def read_pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
-    """The knobs of this schedule that ``knobs`` pins, checked one by one."""
+    """The knobs of this schedule that ``knobs`` pins, checked one by one, keyed by their
+    ``Choices`` field (old spellings read as the new ones, with a warning)."""
+    knobs = with_new_spellings(knobs, RENAMED)
     pinned = {}
     for key in KNOB_NAMES:
         if key not in knobs:
             continue
         value = knobs[key]
+        if key == "products":
+            if value not in PRODUCTS:
+                raise ScheduleError(
+                    f"{where}: knob products = {value!r} must be fma (FMAs on the CUDA cores), mma_sync (mma on the "
+                    "tensor cores, each float32 operand as two tf32 pieces) or wgmma (Hopper's wgmma on the same "
+                    "pieces)"
+                )
+            pinned["products"] = value
+            continue
         if isinstance(value, bool) or not isinstance(value, int):
             raise ScheduleError(f"{where}: knob {key} must be an integer, not {value!r}")
         if key == "padding" and value < 0:
@@ -111,12 +140,12 @@ def read_pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
                 f"{where}: knob copy_steps = {value} must be 0 (each k-tile's copies at once) or the steps of k "
                 "over which they are spread"
             )
-        if key == "tensor_cores" and value not in (0, 1, 2):
-            raise ScheduleError(
-                f"{where}: knob tensor_cores = {value} must be 0 (FMAs on the CUDA cores), 1 (mma on the tensor "
-                "cores, each float32 operand as two tf32 pieces) or 2 (Hopper's wgmma on the same pieces)"
-            )
-        if key not in ("padding", "buffers", "copy_steps", "tensor_cores") and value <= 0:
+        if key not in ("padding", "buffers", "copy_steps") and value <= 0:
             raise ScheduleError(f"{where}: knob {key} = {value} must be positive")
-        pinned[key] = value
+        pinned[FIELDS.get(key, key)] = value
     return pinned
+
+
+def pins_text(pinned: Mapping[str, Any], separator: str = "=") -> str:
+    """The pinned knobs as a user spells them."""
+    return ", ".join(f"{KNOBS.get(k, k)}{separator}{v}" for k, v in pinned.items())

@@ -4,7 +4,7 @@ Per block: each thread clears its register tile of accumulators; the k-tiles of 
 staged operand are copied into shared memory (zero-filled outside the tensors), the
 next ones in flight while the threads combine the current one, reading each run of
 register-tile rows or columns that the Tile IR groups with one vector load (or, on tensor
-cores, the fragments of each warp's mma, ``tensor_core_steps``); k-split thread groups
+cores, the fragments of each warp's mma, ``mma_sync.steps``); k-split thread groups
 add up their register tiles through shared memory; then each thread (of the first
 group) writes its register tile through the kernel's epilogue, guarded at the ragged edges,
 a run of adjacent outputs in one store where the output's layout allows. Where the Tile
@@ -19,66 +19,24 @@ import math
 from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
 from lamina.core.ir.expr import Expr
 from lamina.plugins.schedules import coordinate_conditions, loop_to_kernel
-from lamina.plugins.schedules.contraction import copy_issue, copy_layout, tensor_cores, unneeded_blocks, unread_outputs
+from lamina.plugins.schedules.contraction import tiling, unneeded_blocks, unread_outputs
+from lamina.plugins.schedules.contraction.copies import SharedCopies, same_position
+from lamina.plugins.schedules.contraction.layout import (
+    BlockLayout,
+    KernelNames,
+    all_of,
+    any_of,
+    below,
+    first_owned,
+    owned,
+)
+from lamina.plugins.schedules.contraction.mma_sync import products as mma_sync
+from lamina.plugins.schedules.contraction.mma_sync.steps import TensorCoreSteps
 from lamina.plugins.schedules.contraction.recognise import Contraction
-from lamina.plugins.schedules.contraction.tensor_core_steps import TensorCoreSteps
-from lamina.plugins.schedules.contraction.tiling import copy_order, partial_sums_shape, store_width
-
-
-def _and(parts: list[Expr | None]) -> Expr | None:
-    """The conjunction of the guards that are not None (None: no guard at all)."""
-    result = None
-    for p in parts:
-        if p is not None:
-            result = p if result is None else ex.op("and", result, p)
-    return result
-
-
-def _or(parts: list[Expr | None]) -> Expr | None:
-    """The disjunction of the distinct conditions that are not None (None: there are none)."""
-    found = list(dict.fromkeys(p for p in parts if p is not None))
-    result = found[0] if found else None
-    for p in found[1:]:
-        result = ex.op("or", result, p)
-    return result
-
-
-def _lt(a: Expr, bound: int, ranges: index.Ranges) -> Expr | None:
-    """The guard ``a < bound``, or None where the variables' ranges already keep it true."""
-    _, highest = index.bounds(index.affine(a, ranges), ranges)
-    return None if highest is not None and highest < bound else ex.op("lt", a, bound)
-
-
-def _first(thread: Expr, binding: tile_ir.AxisBinding) -> Expr:
-    """The first row or column of the block tile that ``thread`` owns along ``binding``."""
-    return thread * binding.group if binding.group > 1 else thread
-
-
-def _owned(first: Expr, binding: tile_ir.AxisBinding, i: int) -> Expr:
-    """Where the ``i``-th row or column that a thread owns along ``binding`` lies, from its first
-    one: runs of ``group`` adjacent ones, ``threads * group`` apart."""
-    run, step = divmod(i, binding.group)
-    offset = run * binding.threads * binding.group + step
-    return first + offset if offset else first
-
+from lamina.plugins.schedules.contraction.settings import MMA_PRODUCTS, settings_of
 
 SHARED_ALIGNMENT = 16
 """Each shared array starts on a 16-byte boundary, as 16-byte copies into it need."""
-
-
-class _Names:
-    """Kernel IR names that differ from the kernel's buffers and Loop IR variables."""
-
-    def __init__(self, taken: set[str]):
-        self.taken = set(taken)
-
-    def fresh(self, base: str) -> str:
-        name, n = base, 0
-        while name in self.taken:
-            n += 1
-            name = f"{base}_{n}"
-        self.taken.add(name)
-        return name
 
 
 class ContractionWriter:
@@ -87,9 +45,12 @@ class ContractionWriter:
 
     K_AXIS = 0
     """The axis of a staged operand tile that runs along k: the first, the tile k-major."""
+    staged_position = staticmethod(same_position)
+    """The block's row or column that each staged row holds (``SharedCopies``)."""
 
     def __init__(self, tile: tile_ir.TileKernel, c: Contraction, taken: frozenset[str] = frozenset()):
         self.tile, self.c, self.kernel = tile, c, c.kernel
+        self.settings = settings_of(tile)
         bindings = {b.block_dim: b for b in tile.grid}
         self.cols, self.rows = bindings["x"], bindings["y"]
         self.block_k = tile.reduction.step
@@ -98,8 +59,8 @@ class ContractionWriter:
         self.threads = self.cols.threads * self.rows.threads * self.splits
         self.k_tiles = math.ceil(c.reduce_extent / self.block_k)
         loop_vars = {s.var for s in loop_ir.statements(self.kernel.body) if isinstance(s, loop_ir.Loop)}
-        self.names = names = _Names({b.name for b in self.kernel.inputs + self.kernel.outputs} | loop_vars | {c.acc}
-                                    | taken)
+        self.names = names = KernelNames({b.name for b in self.kernel.inputs + self.kernel.outputs} | loop_vars
+                                         | {c.acc} | taken)
         self.tid, self.row, self.col, self.batch, self.split = (
             ex.Var(names.fresh(n)) for n in ("tid", "row", "col", "batch", "split")
         )
@@ -109,8 +70,9 @@ class ContractionWriter:
         self.tiles = {s.index: names.fresh(f"{s.buffer}_tile") for s in tile.stages}
         self.regs = {s.index: names.fresh(f"{s.buffer}_reg") for s in tile.stages}
         self.invariants = {load: names.fresh(f"{load.buffer}_value") for load in c.invariant_loads()}
-        self.mma = TensorCoreSteps(self, tensor_cores.factors(c)) if tile.tensor_cores == tensor_cores.NAME else None
-        self.store_width = store_width(c, self.cols.group)
+        self.mma = (TensorCoreSteps(self.names, mma_sync.factors(c), c.acc_dtype)
+                    if self.settings.products == MMA_PRODUCTS else None)
+        self.store_width = tiling.store_width(c, self.cols.group)
         self.outputs = [names.fresh(f"{s.buffer}_out") for s in c.epilogue] if self.store_width > 1 else []
         self.ranges = {
             self.tid.name: self.threads, self.kt.name: self.k_tiles, self.kk.name: self.k_slice,
@@ -119,12 +81,18 @@ class ContractionWriter:
         self.batch_env = self._batch_coordinates()
         self.grid = tile.grid_shape()
         self.thread_col, self.thread_row = self._coordinates(
-            "thread", (self.cols.threads, self.rows.threads), tile.warp_patch is not None)
+            "thread", (self.cols.threads, self.rows.threads), self.settings.warp_patch is not None)
         self.block_col, self.block_row = self._coordinates(
-            "block", (self.grid["x"], self.grid["y"]), tile.grouped_rows > 1)
-        self.unread = self._unread_block()
-        self.unneeded = self._unneeded_block()
+            "block", (self.grid["x"], self.grid["y"]), self.settings.grouped_rows > 1)
+        self.unread = self.unread_block()
+        self.unneeded = self.unneeded_block()
         self.k_tiles_here = self._k_tiles_of_block()
+        self.layout = BlockLayout(
+            c, self.rows, self.cols, self.grid, self.threads, self.block_k, self.k_slice, self.tid, self.kk,
+            self.batch, self.thread_row, self.thread_col, self.block_row, self.block_col, self.batch_env, self.acc,
+            self.tiles, self.names)
+        self.copies = SharedCopies(self.layout, tile.stages, self.round, self.ranges, self.K_AXIS,
+                                   self.staged_position)
 
     # --- coordinates ---------------------------------------------------------
 
@@ -141,7 +109,7 @@ class ContractionWriter:
 
     def _warp_patches(self) -> list[kernel_ir.Stmt]:
         """Each warp a patch of ``rows`` x ``columns`` threads, the patches in row-major order."""
-        rows, columns = self.tile.warp_patch
+        rows, columns = self.settings.warp_patch
         flat = kernel_ir.thread_idx("y") * self.cols.threads + kernel_ir.thread_idx("x")
         lane, warp = flat % kernel_ir.WARP_SIZE, flat // kernel_ir.WARP_SIZE
         across = self.cols.threads // columns
@@ -154,7 +122,7 @@ class ContractionWriter:
         """Blocks in CUDA's order renumbered to run down groups of ``grouped_rows`` grid rows,
         column by column (the last group holds the rows that are left)."""
         columns, rows = self.grid["x"], self.grid["y"]
-        group = min(self.tile.grouped_rows, rows)
+        group = min(self.settings.grouped_rows, rows)
         flat = kernel_ir.block_idx("y") * columns + kernel_ir.block_idx("x")
         per_group = group * columns
         first = flat // per_group * group
@@ -172,16 +140,16 @@ class ContractionWriter:
         coords = index.delinearize(self.batch, extents, {self.batch.name: math.prod(extents)})
         return dict(zip(self.c.batch, coords))
 
-    def _unread_block(self) -> Expr | None:
+    def unread_block(self) -> Expr | None:
         """True in a block none of whose outputs any kernel reads (``unread_outputs``), else None."""
-        return self._at_every_output(unread_outputs.unread_where(self.c))
+        return self.at_every_output(unread_outputs.unread_where(self.c))
 
-    def _unneeded_block(self) -> Expr | None:
+    def unneeded_block(self) -> Expr | None:
         """True in a block that need not run the product: none of its outputs uses the sum
         (``unneeded_blocks``) or is read at all; else None."""
-        return _or([self._at_every_output(unneeded_blocks.unneeded_where(self.c)), self.unread])
+        return any_of([self.at_every_output(unneeded_blocks.unneeded_where(self.c)), self.unread])
 
-    def _at_every_output(self, condition: Expr | None) -> Expr | None:
+    def at_every_output(self, condition: Expr | None) -> Expr | None:
         """True in a block where ``condition`` on the output coordinates holds at every output;
         None where there is no condition or the block's bounds cannot decide it."""
         if condition is None:
@@ -220,98 +188,23 @@ class ContractionWriter:
         return [kernel_ir.Declare(self.k_tiles_here.name, self.k_tiles_here.dtype, k_tiles)]
 
     def _row(self, a: int) -> Expr:
-        return _owned(self.row, self.rows, a)
+        return owned(self.row, self.rows, a)
 
     def _col(self, b: int) -> Expr:
-        return _owned(self.col, self.cols, b)
+        return owned(self.col, self.cols, b)
 
-    def _row_in_block(self, a: int) -> Expr:
-        """The block tile's row that holds the thread's ``a``-th row."""
-        return _owned(_first(self.thread_row, self.rows), self.rows, a)
-
-    def _thread_env(self, a: int, b: int) -> dict[str, Expr]:
+    def thread_env(self, a: int, b: int) -> dict[str, Expr]:
         return {**self.batch_env, self.c.m: self._row(a), self.c.n: self._col(b)}
 
-    def _output_guard(self, a: int, b: int) -> Expr | None:
+    def output_guard(self, a: int, b: int) -> Expr | None:
         parts = []
         for binding, coord in ((self.rows, self._row(a)), (self.cols, self._col(b))):
             if binding.extent % binding.block_tile:
-                parts.append(_lt(coord, binding.extent, self.ranges))
-        return _and(parts)
+                parts.append(below(coord, binding.extent, self.ranges))
+        return all_of(parts)
 
     def _k_guard(self, k: Expr, ranges: index.Ranges) -> Expr | None:
-        return _lt(k, self.c.reduce_extent, ranges) if self.c.reduce_extent % self.block_k else None
-
-    # --- copies into shared memory ------------------------------------------
-
-    def _copy_stage(self, stage: tile_ir.SharedStage, kt: Expr, slot: Expr) -> list[kernel_ir.Stmt]:
-        """Every thread copies elements ``tid + round * threads`` of the stage's k-tile ``kt``."""
-        rounds = self._rounds(stage)
-        if rounds == 1:
-            return self._copy_round(stage, kt, slot, ex.const(0))
-        return [kernel_ir.For(self.round.name, ex.const(0), ex.const(rounds), 1,
-                              self._copy_round(stage, kt, slot, self.round), unroll=True)]
-
-    def _rounds(self, stage: tile_ir.SharedStage) -> int:
-        return math.ceil(copy_layout.copies(copy_order(self.c, stage), stage.tile) / self.threads)
-
-    def _copy_round(self, stage: tile_ir.SharedStage, kt: Expr, slot: Expr, round_: Expr) -> list[kernel_ir.Stmt]:
-        """Each thread's copy of element ``tid + round_ * threads`` of the stage's k-tile ``kt``."""
-        operand = self.c.operand(stage.index)
-        order = copy_order(self.c, stage)
-        count = copy_layout.copies(order, stage.tile)
-        rounds = self._rounds(stage)
-        e = self.tid + round_ * self.threads if rounds > 1 else self.tid
-        ranges = {**self.ranges, self.round.name: rounds}
-        layout = copy_layout.coordinates(order, stage.tile, e)
-        coords = tuple(index.simplify(x, ranges) for x in layout)
-        k = kt * self.block_k + coords[self.K_AXIS]
-        env = {**self.batch_env, self.c.reduce_var: k}
-        guards = [self._k_guard(k, ranges)]
-        if len(coords) == 2:
-            binding = self.rows if operand.side == "m" else self.cols
-            block = self.block_row if operand.side == "m" else self.block_col
-            position = block * binding.block_tile + self._tile_row_of(operand.side, coords[1 - self.K_AXIS])
-            env[stage.dims[1 - self.K_AXIS]] = position
-            if binding.extent % binding.block_tile:
-                guards.append(_lt(position, binding.extent, ranges))
-        source = loop_to_kernel.translate_expr(operand.load, self.kernel, env)
-        copy = self._copy_element(stage, (slot, *coords), source, _and(guards))
-        if count % self.threads:
-            copy = [kernel_ir.If(ex.op("lt", e, count), copy)]
-        return copy
-
-    def _tile_row_of(self, side: str, staged: Expr) -> Expr:
-        """The row (``side`` m) or column (n) of the block tile that a staged tile's position
-        ``staged`` across its k-tile holds: the same one."""
-        return staged
-
-    def _copy_element(self, stage, dst_index, source: kernel_ir.Load, predicate) -> list[kernel_ir.Stmt]:
-        name = self.tiles[stage.index]
-        if stage.copy == "cp.async":
-            return [kernel_ir.CpAsync(name, dst_index, source.array, source.index, stage.copy_bytes, predicate)]
-        store = kernel_ir.Store(name, dst_index, source)
-        if predicate is None:
-            return [store]
-        zero = kernel_ir.Store(name, dst_index, ex.cast(ex.const(0), stage.dtype))
-        return [kernel_ir.If(predicate, (store,), (zero,))]
-
-    def _issue(self, kt: Expr, slot: Expr) -> list[kernel_ir.Stmt]:
-        out = [s for stage in self.tile.stages for s in self._copy_stage(stage, kt, slot)]
-        if self._asynchronous:
-            out.append(kernel_ir.CpAsyncCommit())
-        return out
-
-    def _wait(self, pending: int) -> list[kernel_ir.Stmt]:
-        return [kernel_ir.CpAsyncWait(pending)] if self._asynchronous else []
-
-    @property
-    def _asynchronous(self) -> bool:
-        return any(s.copy == "cp.async" for s in self.tile.stages)
-
-    @property
-    def _buffers(self) -> int:
-        return self.tile.stages[0].buffers
+        return self.layout.k_guard(k, ranges)
 
     # --- arithmetic ------------------------------------------------------------
 
@@ -337,9 +230,9 @@ class ContractionWriter:
                 out.append(kernel_ir.Store(reg, (ex.const(0),), value))
                 continue
             binding = self.rows if side == "m" else self.cols
-            first = _first(self.thread_row if side == "m" else self.thread_col, binding)
+            first = first_owned(self.thread_row if side == "m" else self.thread_col, binding)
             for i in range(0, binding.per_thread, binding.group):
-                at = (slot, self._k_in_tile(), _owned(first, binding, i))
+                at = (slot, self._k_in_tile(), owned(first, binding, i))
                 if binding.group > 1:
                     out.append(kernel_ir.VectorLoad(reg, (ex.const(i),), tile, at, binding.group))
                 else:
@@ -356,7 +249,7 @@ class ContractionWriter:
             env[name] = kernel_ir.Load(name, (ex.const(a), ex.const(b)), load.dtype)
         return env
 
-    def _acc(self, a: int, b: int) -> kernel_ir.Load:
+    def accumulator(self, a: int, b: int) -> kernel_ir.Load:
         return kernel_ir.Load(self.acc, (ex.const(a), ex.const(b)), self.c.acc_dtype)
 
     def _k_in_tile(self) -> Expr:
@@ -365,51 +258,39 @@ class ContractionWriter:
 
     def _compute(self, slot: Expr, issued: tuple[kernel_ir.Stmt, ...] = ()) -> kernel_ir.For:
         """The steps of k-tile ``kt`` from ``slot``, each step starting with ``issued`` (the
-        next k-tile's copies that it issues, ``_spread_copies``)."""
+        next k-tile's copies that it issues, ``SharedCopies.spread``)."""
         if self.mma is not None:
-            return self.mma.k_tile(slot)
+            return self.mma.k_tile(self.layout, slot)
         value = self._placeholders()
         k = self.kt * self.block_k + self._k_in_tile()
         body = self._fill_registers(slot)
-        for a, b in self._register_tile():
-            env = {**self._thread_env(a, b), **self._register_env(a, b), self.c.reduce_var: k}
+        for a, b in self.register_tile():
+            env = {**self.thread_env(a, b), **self._register_env(a, b), self.c.reduce_var: k}
             term = loop_to_kernel.translate_expr(value, self.kernel, env)
-            total = loop_to_kernel.combine("sum", self._acc(a, b), term)
+            total = loop_to_kernel.combine("sum", self.accumulator(a, b), term)
             body.append(kernel_ir.Store(self.acc, (ex.const(a), ex.const(b)), total))
         guard = self._k_guard(k, self.ranges)
         if guard is not None:
             body = [kernel_ir.If(guard, body)]
         return kernel_ir.For(self.kk.name, ex.const(0), ex.const(self.k_slice), 1, [*issued, *body], unroll=True)
 
-    def _spread_copies(self, kt: Expr, slot: Expr) -> list[kernel_ir.Stmt]:
-        """The copies of k-tile ``kt`` into ``slot``, round by round, each at the step of k
-        that ``copy_issue`` gives it among the first ``copy_steps``, and the commit after the
-        last: statements for the start of every step of the k-tile before."""
-        rounds = [self._copy_round(stage, kt, slot, ex.const(r))
-                  for stage in self.tile.stages for r in range(self._rounds(stage))]
-        at: dict[int, list[kernel_ir.Stmt]] = {}
-        for i, copy in enumerate(rounds):
-            at.setdefault(copy_issue.step_of_copy(i, len(rounds), self.tile.copy_steps), []).extend(copy)
-        at[max(at)].append(kernel_ir.CpAsyncCommit())
-        return [kernel_ir.If(ex.op("eq", self.kk, step), copies) for step, copies in sorted(at.items())]
-
-    def _register_tile(self):
+    def register_tile(self):
         return [(a, b) for a in range(self.rows.per_thread) for b in range(self.cols.per_thread)]
 
     # --- the kernel --------------------------------------------------------------
 
-    def _prologue(self) -> list[kernel_ir.Stmt]:
+    def prologue(self) -> list[kernel_ir.Stmt]:
         tx, ty = kernel_ir.thread_idx("x"), kernel_ir.thread_idx("y")
         out: list[kernel_ir.Stmt] = []
-        if self.tile.warp_patch is not None:
+        if self.settings.warp_patch is not None:
             out += self._warp_patches()
-        if self.tile.grouped_rows > 1:
+        if self.settings.grouped_rows > 1:
             out += self._grouped_blocks()
         flat_row = ty
         if self.splits > 1:
             out.append(kernel_ir.Declare(self.split.name, self.split.dtype, kernel_ir.thread_idx("z")))
             flat_row = self.split * self.rows.threads + ty
-        first_row, first_col = _first(self.thread_row, self.rows), _first(self.thread_col, self.cols)
+        first_row, first_col = first_owned(self.thread_row, self.rows), first_owned(self.thread_col, self.cols)
         out += [
             kernel_ir.Declare(self.tid.name, self.tid.dtype, flat_row * self.cols.threads + tx),
             kernel_ir.Declare(self.row.name, self.row.dtype, self.block_row * self.rows.block_tile + first_row),
@@ -419,12 +300,12 @@ class ContractionWriter:
             out.append(kernel_ir.Declare(self.batch.name, self.batch.dtype, kernel_ir.block_idx("z")))
         out += self._k_tiles_prologue()
         init = ex.cast(self.c.init, self.c.acc_dtype)
-        out += [kernel_ir.Store(self.acc, (ex.const(a), ex.const(b)), init) for a, b in self._register_tile()]
+        out += [kernel_ir.Store(self.acc, (ex.const(a), ex.const(b)), init) for a, b in self.register_tile()]
         for load, name in self.invariants.items():
-            for a, b in self._register_tile():
-                read = loop_to_kernel.translate_expr(load, self.kernel, self._thread_env(a, b))
+            for a, b in self.register_tile():
+                read = loop_to_kernel.translate_expr(load, self.kernel, self.thread_env(a, b))
                 store = kernel_ir.Store(name, (ex.const(a), ex.const(b)), read)
-                guard = self._output_guard(a, b)
+                guard = self.output_guard(a, b)
                 if guard is None:
                     out.append(store)
                 else:
@@ -432,35 +313,35 @@ class ContractionWriter:
                     out.append(kernel_ir.If(guard, (store,), (zero,)))
         return out
 
-    def _main_loop(self) -> list[kernel_ir.Stmt]:
+    def main_loop(self) -> list[kernel_ir.Stmt]:
         """With several buffers, one barrier per k-tile: after it, k-tile ``kt`` has landed for
         every thread and every thread has finished reading the slot of ``kt - 1``, so the copy
         of k-tile ``kt + buffers - 1`` into that slot starts there: all of it before the
         arithmetic, or a few rounds at each of the first ``copy_steps`` steps of k."""
         kt, k_tiles = self.kt, self.k_tiles_here
-        if self._buffers == 1:
+        if self.copies.buffers == 1:
             zero = ex.const(0)
-            body = self._issue(kt, zero) + self._wait(0) + [kernel_ir.Barrier(), self._compute(zero), kernel_ir.Barrier()]
+            body = self.copies.issue(kt, zero) + self.copies.wait(0) + [kernel_ir.Barrier(), self._compute(zero), kernel_ir.Barrier()]
             return [self._k_tile_loop(body)]
-        waits = self._wait(0)
-        if self._asynchronous:
-            for j in range(1, self._buffers - 1):
-                waits = [kernel_ir.If(ex.op("lt", kt + j, k_tiles), self._wait(j), waits)]
-        ahead = kt + (self._buffers - 1)
+        waits = self.copies.wait(0)
+        if self.copies.asynchronous:
+            for j in range(1, self.copies.buffers - 1):
+                waits = [kernel_ir.If(ex.op("lt", kt + j, k_tiles), self.copies.wait(j), waits)]
+        ahead = kt + (self.copies.buffers - 1)
         slot, fill, start, advance = self._slots(ahead)
-        if self.tile.copy_steps:
-            issued = (kernel_ir.If(ex.op("lt", ahead, k_tiles), self._spread_copies(ahead, fill)),)
+        if self.settings.copy_steps:
+            issued = (kernel_ir.If(ex.op("lt", ahead, k_tiles), self.copies.spread(ahead, fill, self.settings.copy_steps)),)
             body = [*waits, kernel_ir.Barrier(), self._compute(slot, issued), *advance]
         else:
-            refill = kernel_ir.If(ex.op("lt", ahead, k_tiles), self._issue(ahead, fill))
-            body = [*self._k_tile(waits, refill, slot), *advance]
+            refill = kernel_ir.If(ex.op("lt", ahead, k_tiles), self.copies.issue(ahead, fill))
+            body = [*self.k_tile(waits, refill, slot), *advance]
         first = []
-        for j in range(min(self._buffers - 1, self.k_tiles)):
-            issue = self._issue(ex.const(j), ex.const(j))
+        for j in range(min(self.copies.buffers - 1, self.k_tiles)):
+            issue = self.copies.issue(ex.const(j), ex.const(j))
             first += [kernel_ir.If(ex.op("lt", ex.const(j), k_tiles), issue)] if self._k_tiles_vary else issue
         return first + start + [self._k_tile_loop(body)]
 
-    def _k_tile(self, waits: list[kernel_ir.Stmt], refill: kernel_ir.Stmt, slot: Expr) -> list[kernel_ir.Stmt]:
+    def k_tile(self, waits: list[kernel_ir.Stmt], refill: kernel_ir.Stmt, slot: Expr) -> list[kernel_ir.Stmt]:
         """K-tile ``kt`` from ``slot``, once ``waits`` and a barrier have it landed for every
         thread, the copy of a k-tile ahead (``refill``) started first."""
         return [*waits, kernel_ir.Barrier(), refill, self._compute(slot)]
@@ -484,7 +365,7 @@ class ContractionWriter:
         the counters alone made two of them 9 % slower, so measure both before changing
         either (``experiments/contraction_tiling/``).
         """
-        buffers = self._buffers
+        buffers = self.copies.buffers
         if buffers & (buffers - 1) == 0:
             return self.kt % buffers, ahead % buffers, [], []
         slot, fill = (ex.Var(self.names.fresh(n)) for n in ("slot", "fill_slot"))
@@ -502,13 +383,13 @@ class ContractionWriter:
         while half:
             giving = ex.op("and", ex.op("ge", self.split, half), ex.op("lt", self.split, 2 * half))
             partner = self.tid + half * self.threads // self.splits
-            hand = [kernel_ir.Store(self.partial, self._partial_index(self.tid, a, b), self._acc(a, b))
-                    for a, b in self._register_tile()]
+            hand = [kernel_ir.Store(self.partial, self._partial_index(self.tid, a, b), self.accumulator(a, b))
+                    for a, b in self.register_tile()]
             take = [
                 kernel_ir.Store(self.acc, (ex.const(a), ex.const(b)), loop_to_kernel.combine(
-                    "sum", self._acc(a, b),
+                    "sum", self.accumulator(a, b),
                     kernel_ir.Load(self.partial, self._partial_index(partner, a, b), self.c.acc_dtype)))
-                for a, b in self._register_tile()
+                for a, b in self.register_tile()
             ]
             out += [kernel_ir.If(giving, hand), kernel_ir.Barrier(), kernel_ir.If(ex.op("lt", self.split, half), take)]
             half //= 2
@@ -519,17 +400,17 @@ class ContractionWriter:
     def _partial_index(self, thread: Expr, a: int, b: int) -> tuple[Expr, ...]:
         return (ex.const(a * self.cols.per_thread + b), thread)
 
-    def _epilogue(self) -> list[kernel_ir.Stmt]:
+    def epilogue(self) -> list[kernel_ir.Stmt]:
         out: list[kernel_ir.Stmt] = []
         for a in range(self.rows.per_thread):
             for b in range(0, self.cols.per_thread, self.store_width):
-                guard = self._output_guard(a, b)
+                guard = self.output_guard(a, b)
                 if self.splits > 1:
-                    guard = _and([ex.op("eq", self.split, 0), guard])
+                    guard = all_of([ex.op("eq", self.split, 0), guard])
                 if self.store_width > 1:
                     out += self._vector_stores(a, b, guard)
                     continue
-                env = {**self._thread_env(a, b), self.c.acc: self._acc(a, b)}
+                env = {**self.thread_env(a, b), self.c.acc: self.accumulator(a, b)}
                 out += loop_to_kernel.translate_body(self.c.epilogue, self.kernel, env, guard=guard)
         if self.unread is not None:
             return [kernel_ir.If(ex.op("not", self.unread), out)]
@@ -541,19 +422,19 @@ class ContractionWriter:
         body: list[kernel_ir.Stmt] = []
         for store, register in zip(self.c.epilogue, self.outputs):
             for j in range(self.store_width):
-                env = {**self._thread_env(a, b + j), self.c.acc: self._acc(a, b + j)}
+                env = {**self.thread_env(a, b + j), self.c.acc: self.accumulator(a, b + j)}
                 body.append(kernel_ir.Store(register, (ex.const(j),),
                                             loop_to_kernel.translate_expr(store.value, self.kernel, env)))
-            env = self._thread_env(a, b)
+            env = self.thread_env(a, b)
             coords = tuple(loop_to_kernel.translate_expr(i, self.kernel, env) for i in store.index)
             offset = index.linearize(coords, self.kernel.buffer(store.buffer).type.shape)
             body.append(kernel_ir.VectorStore(store.buffer, (offset,), register, (ex.const(0),), self.store_width))
         return [kernel_ir.If(guard, body)] if guard is not None else body
 
-    def _arrays(self) -> list[kernel_ir.Array]:
-        arrays = self._shared_arrays()
+    def arrays(self) -> list[kernel_ir.Array]:
+        arrays = self.shared_arrays()
         arrays.append(kernel_ir.Array(self.acc, self.c.acc_dtype, (self.rows.per_thread, self.cols.per_thread), "register"))
-        arrays += self._fragment_arrays()
+        arrays += self.fragment_arrays()
         for load, name in self.invariants.items():
             arrays.append(
                 kernel_ir.Array(name, load.dtype, (self.rows.per_thread, self.cols.per_thread), "register")
@@ -563,21 +444,21 @@ class ContractionWriter:
             arrays.append(kernel_ir.Array(name, dtype, (self.store_width,), "register"))
         return arrays
 
-    def _shared_arrays(self) -> list[kernel_ir.Array]:
+    def shared_arrays(self) -> list[kernel_ir.Array]:
         """The staged k-tiles, and the k-splits' partial sums."""
         arrays = [
             kernel_ir.Array(self.tiles[s.index], s.dtype, s.padded_shape, "shared") for s in self.tile.stages
         ]
         if self.splits > 1:
-            shape = partial_sums_shape(self.rows.per_thread, self.cols.per_thread, self.threads)
+            shape = tiling.partial_sums_shape(self.rows.per_thread, self.cols.per_thread, self.threads)
             arrays.append(kernel_ir.Array(self.partial, self.c.acc_dtype, shape, "shared"))
         return arrays
 
-    def _fragment_arrays(self) -> list[kernel_ir.Array]:
+    def fragment_arrays(self) -> list[kernel_ir.Array]:
         """The registers that a step of k reads the operands into: a thread's rows and columns
         of each staged operand, or on tensor cores the mma's (``TensorCoreSteps.arrays``)."""
         if self.mma is not None:
-            return self.mma.arrays()
+            return self.mma.arrays(self.layout)
         arrays = []
         for stage in self.tile.stages:
             side = self.c.operand(stage.index).side
@@ -588,13 +469,13 @@ class ContractionWriter:
     def kernel_ir(self, static_shared_bytes: int) -> kernel_ir.Kernel:
         """The kernel; past ``static_shared_bytes`` its shared arrays come from dynamic shared memory."""
         shape = self.grid
-        arrays = self._arrays()
+        arrays = self.arrays()
         shared = sum(-(-a.bytes // SHARED_ALIGNMENT) * SHARED_ALIGNMENT for a in arrays if a.space == "shared")
         return kernel_ir.Kernel(
             name=self.kernel.name,
             params=loop_to_kernel.params(self.kernel),
             arrays=arrays,
-            body=self._prologue() + self._main_loop() + self._combine_splits() + self._epilogue(),
+            body=self.prologue() + self.main_loop() + self._combine_splits() + self.epilogue(),
             launch=kernel_ir.Launch(
                 (shape["x"], shape["y"], shape["z"]),
                 (self.cols.threads, self.rows.threads, self.splits),

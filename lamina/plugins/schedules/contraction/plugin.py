@@ -8,13 +8,13 @@ from typing import Any, Mapping
 from lamina.core.hookspecs import hookimpl
 from lamina.core.ir import kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction.knobs import KNOB_NAMES
+from lamina.plugins.schedules.contraction.knobs import FORMER_KNOB_NAMES, KNOB_NAMES
 from lamina.plugins.schedules.contraction.writers import lower_contraction
 from lamina.plugins.schedules.contraction.recognise import NotAContraction, analyse
 from lamina.plugins.schedules.contraction.schedule import estimate_contraction, schedule_contraction
-from lamina.plugins.schedules.contraction.split_k import SplitContractionsAcrossBlocks
+from lamina.plugins.schedules.contraction.split_k.fusion_rule import SplitContractionsAcrossBlocks
 from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME, grid_fits
-from lamina.plugins.schedules.contraction.unrolled_reduction import UnrolledReductionSchedule
+from lamina.plugins.schedules.contraction.split_k.unrolled_reduction import UnrolledReductionSchedule
 
 
 class ContractionSchedule:
@@ -23,6 +23,7 @@ class ContractionSchedule:
     name = SCHEDULE_NAME
     priority = 10
     knob_names = KNOB_NAMES
+    former_knob_names = FORMER_KNOB_NAMES
 
     def applies(self, kernel: loop_ir.Kernel, target: Target) -> bool:
         try:

@@ -11,8 +11,8 @@ from lamina.core.errors import ScheduleError
 from lamina.core.ir import loop_ir, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import arrangement, copy_issue, cost, tiling
-from lamina.plugins.schedules.contraction.knobs import read_pinned
-from lamina.plugins.schedules.contraction.partial_sums import partial_of
+from lamina.plugins.schedules.contraction.knobs import pins_text, read_pinned
+from lamina.plugins.schedules.contraction.split_k.partial_sums import partial_of
 from lamina.plugins.schedules.contraction.recognise import analyse
 
 
@@ -31,7 +31,7 @@ def _cheapest(kernel: loop_ir.Kernel, target: Target, pinned: tuple[tuple[str, i
 def schedule_contraction(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:
     pinned = read_pinned(knobs, _where(kernel))
     c, (choices, estimate, count) = _cheapest(kernel, target, tuple(pinned.items()))
-    pins = ", ".join(f"{k}={v}" for k, v in pinned.items()) or "none"
+    pins = pins_text(pinned) or "none"
     choices = arrangement.arranged(c, choices, estimate.resident, target)
     choices = copy_issue.chosen(c, choices, tiling.copies_asynchronously(c, target))
     notes = [

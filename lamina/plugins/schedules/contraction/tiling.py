@@ -10,10 +10,10 @@ conflicts. A run of four is one 16-byte read, a quarter of the load instructions
 single elements take, which is what limits the inner loop. The reduction runs in k-tiles of BK: each operand's BK-deep strip is copied into
 shared memory, stored k-major so that the inner loop reads a row of it, padded against
 bank conflicts and multi-buffered so that copies of later k-tiles overlap the arithmetic
-on this one. With ``splits`` > 1 the thread groups take equal slices of each k-tile and
-add up their register tiles through shared memory, a tree, before one epilogue. With
-``tensor_cores`` the products run as mma on the tensor cores instead, each warp an 8 x 4
-patch of threads whose register tiles are the mma's accumulators (``tensor_cores``).
+on this one. With ``in_block_k_splits`` > 1 the thread groups take equal slices of each
+k-tile and add up their register tiles through shared memory, a tree, before one epilogue. With
+``products = mma_sync`` the products run as mma on the tensor cores instead, each warp an 8 x 4
+patch of threads whose register tiles are the mma's accumulators (``mma_sync.products``).
 """
 
 from __future__ import annotations
@@ -23,17 +23,12 @@ import math
 
 from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction import (
-    arrangement,
-    copy_issue,
-    copy_layout,
-    tensor_cores,
-    unneeded_blocks,
-    unread_outputs,
-    warpgroup_products,
-)
+from lamina.plugins.schedules.contraction import arrangement, copy_issue, copy_layout, unneeded_blocks, unread_outputs
+from lamina.plugins.schedules.contraction.mma_sync import products as mma_sync
+from lamina.plugins.schedules.contraction.wgmma import products as wgmma_products
 from lamina.plugins.schedules.contraction.knobs import Choices
 from lamina.plugins.schedules.contraction.recognise import Contraction, Operand
+from lamina.plugins.schedules.contraction.settings import ContractionSettings
 
 SCHEDULE_NAME = "contraction"
 MAX_GRID_YZ = 65535
@@ -105,7 +100,7 @@ def copies_asynchronously(c: Contraction, target: Target) -> bool:
 
 
 def stage_for(c: Contraction, operand: Operand, choices: Choices, target: Target) -> tile_ir.SharedStage:
-    if warpgroup_products.uses(choices):
+    if wgmma_products.uses(choices):
         return _swizzled_stage(c, operand, choices)
     r = c.reduce_var
     if operand.side == "m":
@@ -121,8 +116,8 @@ def stage_for(c: Contraction, operand: Operand, choices: Choices, target: Target
     alignment = choices.fragment_width if operand.side in ("m", "n") else 1
     if choices.padding is not None:
         padding = choices.padding
-    elif choices.tensor_cores:
-        padding = tensor_cores.padding(tile[-1])
+    elif choices.on_tensor_cores:
+        padding = mma_sync.padding(tile[-1])
     else:
         padding = copy_layout.choose_padding(tile, dtype.itemsize, contiguous, widest, alignment)
     padding = padding if len(tile) == 2 else 0
@@ -150,9 +145,9 @@ def _swizzled_stage(c: Contraction, operand: Operand, choices: Choices) -> tile_
     block = choices.block_m if operand.side == "m" else choices.block_n
     dtype = operand.load.dtype
     return tile_ir.SharedStage(
-        buffer=operand.load.buffer, index=operand.text, dims=dims, tile=(block, warpgroup_products.BLOCK_K),
+        buffer=operand.load.buffer, index=operand.text, dims=dims, tile=(block, wgmma_products.BLOCK_K),
         dtype=dtype, padding=0, buffers=choices.buffers, copy="cp.async",
-        copy_bytes=warpgroup_products.COPY_ELEMENTS * dtype.itemsize, swizzle=kernel_ir.SWIZZLE_BYTES)
+        copy_bytes=wgmma_products.COPY_ELEMENTS * dtype.itemsize, swizzle=kernel_ir.SWIZZLE_BYTES)
 
 
 def _wgmma_operand_problem(c: Contraction) -> str | None:
@@ -160,8 +155,8 @@ def _wgmma_operand_problem(c: Contraction) -> str | None:
     for operand in c.operands:
         dims = _k_major_dims(c, operand)
         widest = _widest_copy(c, operand, dims, _contiguous_dim(c, operand, dims))
-        if widest < warpgroup_products.COPY_ELEMENTS:
-            return warpgroup_products.unaligned_operand(c, operand)
+        if widest < wgmma_products.COPY_ELEMENTS:
+            return wgmma_products.unaligned_operand(c, operand)
     return None
 
 
@@ -180,8 +175,8 @@ def partial_sums_shape(thread_m: int, thread_n: int, threads: int) -> tuple[int,
 
 
 def shared_bytes(c: Contraction, choices: Choices, target: Target) -> int:
-    if warpgroup_products.uses(choices):
-        return warpgroup_products.shared_bytes(choices)
+    if wgmma_products.uses(choices):
+        return wgmma_products.shared_bytes(choices)
     staged = sum(stage_for(c, o, choices, target).bytes for o in c.operands)
     if choices.splits == 1:
         return staged
@@ -195,7 +190,7 @@ def registers(c: Contraction, choices: Choices) -> int:
     sums of the products in flight (NVRTC gave 2 x 2, 4 x 4 and 8 x 8 tiles 40, 62 and 164
     to 167 registers on mma.sync, a 2 x 32 tile 158 on wgmma)."""
     tile = choices.thread_m * choices.thread_n
-    if choices.tensor_cores:
+    if choices.on_tensor_cores:
         return 2 * tile + ADDRESS_REGISTERS
     fragments = sum({"m": choices.thread_m, "n": choices.thread_n, "k": 1}[o.side] for o in c.operands)
     return tile * (1 + len(c.invariant_loads())) + fragments + ADDRESS_REGISTERS
@@ -224,19 +219,19 @@ def illegal(c: Contraction, choices: Choices, target: Target) -> str | None:
     fragments = _fragment_problem(c, choices)
     if fragments is not None:
         return fragments
-    if warpgroup_products.uses(choices):
-        products = warpgroup_products.problem(c, choices, target) or _wgmma_operand_problem(c)
+    if wgmma_products.uses(choices):
+        products = wgmma_products.problem(c, choices, target) or _wgmma_operand_problem(c)
     else:
-        products = tensor_cores.problem(c, choices, target)
+        products = mma_sync.problem(c, choices, target)
     if products is not None:
         return products
     if choices.block_k % choices.splits:
-        return f"block_k = {choices.block_k} must be a multiple of splits = {choices.splits}"
+        return f"block_k = {choices.block_k} must be a multiple of in_block_k_splits = {choices.splits}"
     if c.slice_bound is not None and c.slice_bound.multiple % choices.block_k:
         return (f"block_k = {choices.block_k} must divide {c.slice_bound.multiple}, which every split-K slice's "
                 "length is a multiple of, so that each slice is whole k-tiles")
     if choices.splits > MAX_THREADS_Z:
-        return f"splits = {choices.splits} exceeds the {MAX_THREADS_Z} threads a block may have along z"
+        return f"in_block_k_splits = {choices.splits} exceeds the {MAX_THREADS_Z} threads a block may have along z"
     if choices.threads > target.max_threads_per_block:
         return f"{choices.threads} threads per block exceed {target.name}'s {target.max_threads_per_block}"
     if not grid_fits(c, choices.block_m):
@@ -284,7 +279,7 @@ def _fragment_text(c: Contraction, choices: Choices) -> str:
 
 def column_run(choices: Choices) -> int:
     """The adjacent columns a thread owns in a run: its fragments' width, or an mma accumulator's."""
-    return tensor_cores.COLUMN_RUN if choices.tensor_cores else choices.fragment_width
+    return mma_sync.COLUMN_RUN if choices.on_tensor_cores else choices.fragment_width
 
 
 def _store_text(c: Contraction, choices: Choices) -> str:
@@ -295,9 +290,9 @@ def _store_text(c: Contraction, choices: Choices) -> str:
 
 
 def _products_name(choices: Choices) -> str | None:
-    if warpgroup_products.uses(choices):
-        return warpgroup_products.NAME
-    return tensor_cores.NAME if choices.tensor_cores else None
+    if wgmma_products.uses(choices):
+        return wgmma_products.NAME
+    return mma_sync.NAME if choices.on_tensor_cores else None
 
 
 def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tuple[str, object]]) -> tile_ir.TileKernel:
@@ -316,7 +311,7 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
     stages = tuple(stage_for(c, o, choices, target) for o in c.operands)
     recorded: list[tuple[str, object]] = [
         ("register_tile", f"{choices.thread_m}x{choices.thread_n}"),
-        *([] if choices.tensor_cores else [("fragment_width", _fragment_text(c, choices))]),
+        *([] if choices.on_tensor_cores else [("fragment_width", _fragment_text(c, choices))]),
         ("epilogue_stores", _store_text(c, choices)),
     ]
     if choices.splits > 1:
@@ -336,8 +331,8 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
     recorded += [(f"copy {s.index}", copy_layout.describe(copy_order(c, s), s.dims, s.tile)) for s in stages]
     tile = tile_ir.TileKernel(
         kernel=c.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction, stages=stages, knobs=recorded,
-        warp_patch=arrangement.warp_patch(choices), grouped_rows=choices.grouped_rows or 1,
-        copy_steps=choices.copy_steps or 0, tensor_cores=_products_name(choices),
+        settings=ContractionSettings(arrangement.warp_patch(choices), choices.grouped_rows or 1,
+                                     choices.copy_steps or 0, _products_name(choices)),
     )
     tile_ir.verify_tile_kernel(tile, target.max_threads_per_block, target.max_shared_bytes_optin)
     return tile

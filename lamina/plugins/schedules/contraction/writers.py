@@ -1,5 +1,5 @@
 """Which writer turns a contraction's Tile IR into Kernel IR: the FMA and ``mma.sync``
-kernels' (``lowering``) or, where the products run on wgmma, ``warpgroup_lowering``'s."""
+kernels' (``lowering``) or, where the products run on wgmma, ``wgmma.writer``'s."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from lamina.core.ir import kernel_ir, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction.lowering import ContractionWriter
 from lamina.plugins.schedules.contraction.recognise import analyse
+from lamina.plugins.schedules.contraction.settings import WGMMA_PRODUCTS, settings_of
 from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME
-from lamina.plugins.schedules.contraction.warpgroup_lowering import WarpgroupWriter
+from lamina.plugins.schedules.contraction.wgmma.writer import WarpgroupWriter
 
 
 def lower_contraction(tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Kernel:
@@ -17,7 +18,7 @@ def lower_contraction(tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Ker
         raise ScheduleError(
             f"the contraction schedule cannot lower kernel {tile.kernel.name}: it was scheduled by {tile.schedule!r}"
         )
-    writer = WarpgroupWriter if tile.tensor_cores == tile_ir.WGMMA_PRODUCTS else ContractionWriter
+    writer = WarpgroupWriter if settings_of(tile).products == WGMMA_PRODUCTS else ContractionWriter
     kernel = writer(tile, analyse(tile.kernel)).kernel_ir(target.max_shared_bytes_per_block)
     kernel_ir.verify_kernel(kernel, target.max_threads_per_block, target.max_shared_bytes_optin)
     return kernel

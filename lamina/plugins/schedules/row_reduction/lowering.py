@@ -6,7 +6,7 @@ Block (threads, rows_per_block): ``threadIdx.y`` picks the row of the block,
 
     var row = blockIdx.x * rows_per_block + threadIdx.y
     unrolled for j in 0..elements_per_thread:           one pass over memory
-      if row < rows and column < n: row_x[j] = x[...]     (and row_w[j] = w[...]: early_reads)
+      if row < rows and column < n: row_x[j] = x[...]     (and row_w[j] = w[...]: prefetch_epilogue_reads)
     var acc0 = identity
     unrolled for j ...: if ...: acc0 = max(acc0, row_x[j])
     acc0 = max(acc0, shuffle_xor(acc0, 16)) ... 1        the warp's partial, in every lane
@@ -58,7 +58,7 @@ class _RowLowering:
         self.threads = decisions.threads
         self.rows_per_block = decisions.rows_per_block
         self.in_registers = decisions.row_in_registers
-        self.early_reads = row.reads_after_a_reduction if decisions.early_reads else ()
+        self.prefetched_reads = row.reads_after_a_reduction if decisions.prefetch_epilogue_reads else ()
         self.width = decisions.vector_width
         self.slots = decisions.vectors_per_thread(row.length)
         self.blocks = max(1, math.ceil(row.row_count / self.rows_per_block))
@@ -156,7 +156,7 @@ class _RowLowering:
         loaded early, loaded once into a register array."""
         column = {self.row.column_name: self._column()}
         loads = []
-        for key in self.row.shared_reads + self.early_reads:
+        for key in self.row.shared_reads + self.prefetched_reads:
             buffer, idx, dtype = key
             name = fresh_name(f"row_{buffer}", self.taken | {a.name for a in self.arrays})
             self.registers[key] = name

@@ -19,7 +19,8 @@ from lamina.plugins.schedules.row_reduction.recognise import NotARowReduction, a
 class RowReductionSchedule:
     name = tiling.SCHEDULE_NAME
     priority = 20
-    knob_names = ("vector_width", "threads", "rows_per_block", "row_in_registers", "early_reads")
+    knob_names = ("vector_width", "threads", "rows_per_block", "row_in_registers", "prefetch_epilogue_reads")
+    former_knob_names = tuple(r.old for r in tiling.RENAMED)
 
     def applies(self, kernel: loop_ir.Kernel, target: Target) -> bool:
         try:

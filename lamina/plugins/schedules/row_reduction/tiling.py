@@ -10,13 +10,13 @@ the number of threads that makes its critical path shortest (see ``latency``), a
 block to itself. A row read by more than one loop is kept in registers when it fits:
 one pass over memory instead of one per loop. With fewer rows than SMs, the reads that
 only the loops after a reduction make (RMSNorm's weight) are then loaded with the row
-where they fit too (``early_reads``), so that the row does not wait for memory twice. On
-the H200 that took the RMSNorms of one row 2 to 10 % faster; with a row per SM or more,
-other rows hide that wait, and loading early made TinyLlama's S = 2048 norms 3 to 4 %
+where they fit too (``prefetch_epilogue_reads``), so that the row does not wait for memory
+twice. On the H200 that took the RMSNorms of one row 2 to 10 % faster; with a row per SM or
+more, other rows hide that wait, and loading early made TinyLlama's S = 2048 norms 3 to 4 %
 slower, 9 % cold for add + RMSNorm (``experiments/memory_bound/``).
 
 Knobs the user may pin: ``threads`` (per row), ``rows_per_block``, ``row_in_registers``,
-``early_reads`` and ``vector_width`` (a power of two up to 16 that divides the row, 1 for
+``prefetch_epilogue_reads`` and ``vector_width`` (a power of two up to 16 that divides the row, 1 for
 single elements).
 """
 
@@ -30,6 +30,7 @@ import attrs
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import loop_ir, tile_ir
 from lamina.core.target import Target
+from lamina.plugins.schedules.renamed_knobs import Renamed, with_new_spellings
 from lamina.plugins.schedules.row_reduction import latency, masked_reads, vectors
 from lamina.plugins.schedules.row_reduction.recognise import RowReduction, analyse
 
@@ -60,6 +61,9 @@ MAX_ROW_REGISTERS = 48
 unrolled loops over the row need room for their addresses and temporaries too."""
 
 
+RENAMED = (Renamed("early_reads", "prefetch_epilogue_reads"),)
+
+
 @attrs.frozen
 class RowDecisions:
     threads: int
@@ -68,7 +72,7 @@ class RowDecisions:
     row_in_registers: bool
     vector_width: int
     """Adjacent elements a thread owns together and moves as one access where it can."""
-    early_reads: bool = False
+    prefetch_epilogue_reads: bool = False
     """Whether the reads after a reduction are loaded with the row kept in registers."""
 
     @property
@@ -99,6 +103,7 @@ def register_budget(threads_per_block: int) -> int:
 
 def decide(row: RowReduction, target: Target, knobs: Mapping[str, Any]) -> RowDecisions:
     """The pinned knobs, and for the others what suits the row length and row count."""
+    knobs = with_new_spellings(knobs, RENAMED)
     width = _pinned_width(knobs, row)
     if width is None:
         width = vectors.default_width(row)
@@ -116,21 +121,22 @@ def decide(row: RowReduction, target: Target, knobs: Mapping[str, Any]) -> RowDe
         f"kernel {row.kernel.name}: the knob row_in_registers = true needs {needed} "
         f"registers per thread for a row of {row.length} with {threads} threads per row, more than the "
         f"{budget} a block of {threads * rows_per_block} threads leaves; pin more threads or leave it false")
-    early = _early_reads(row, knobs, in_registers, row.row_count < target.sm_count, budget - needed, threads, width)
+    early = _prefetch_epilogue_reads(row, knobs, in_registers, row.row_count < target.sm_count, budget - needed,
+                                     threads, width)
     return RowDecisions(threads, rows_per_block, in_registers, width, early)
 
 
-def _early_reads(row: RowReduction, knobs: Mapping[str, Any], in_registers: bool, few_rows: bool, left: int,
-                 threads: int, width: int) -> bool:
+def _prefetch_epilogue_reads(row: RowReduction, knobs: Mapping[str, Any], in_registers: bool, few_rows: bool,
+                             left: int, threads: int, width: int) -> bool:
     """Whether the reads after a reduction are loaded with the row: for few rows, where the
     row is kept in registers and they fit in the registers it leaves; pinned, wherever they can."""
     needed = early_registers(row, threads, width)
     fits = in_registers and bool(row.reads_after_a_reduction) and needed <= left
     return _switch(
-        knobs, "early_reads", fits and few_rows, fits,
-        f"kernel {row.kernel.name}: the knob early_reads = true needs the row kept in registers, reads after "
-        f"a reduction, and {needed} more registers per thread than the row's, within the {left} it leaves; "
-        "pin row_in_registers = true with more threads, or leave early_reads false")
+        knobs, "prefetch_epilogue_reads", fits and few_rows, fits,
+        f"kernel {row.kernel.name}: the knob prefetch_epilogue_reads = true needs the row kept in registers, reads "
+        f"after a reduction, and {needed} more registers per thread than the row's, within the {left} it leaves; "
+        "pin row_in_registers = true with more threads, or leave prefetch_epilogue_reads false")
 
 
 def _switch(knobs: Mapping[str, Any], name: str, chosen: bool, usable: bool, unusable: str) -> bool:
@@ -243,7 +249,7 @@ def knobs_of(tile: tile_ir.TileKernel) -> RowDecisions:
     """The decisions a tile records, for its lowering."""
     values = dict(tile.knobs)
     return RowDecisions(values["threads"], values["rows_per_block"], values["row_in_registers"], tile.vector_width,
-                        "early_reads" in values)
+                        "prefetch_epilogue_reads" in values)
 
 
 def tile(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:
@@ -264,18 +270,18 @@ def tile(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> ti
             ("rows_per_block", decisions.rows_per_block),
             ("elements_per_thread", decisions.elements_per_thread(row.length)),
             ("row_in_registers", decisions.row_in_registers),
-        ) + _describe_early_reads(row, decisions) + _describe_vectors(row, decisions.vector_width)
+        ) + _describe_prefetched_reads(row, decisions) + _describe_vectors(row, decisions.vector_width)
         + _describe_masked_loads(row, decisions),
     )
     tile_ir.verify_tile_kernel(result, target.max_threads_per_block, target.max_shared_bytes_optin)
     return result
 
 
-def _describe_early_reads(row: RowReduction, decisions: RowDecisions) -> tuple[tuple[str, str], ...]:
+def _describe_prefetched_reads(row: RowReduction, decisions: RowDecisions) -> tuple[tuple[str, str], ...]:
     """The reads after a reduction that are loaded with the row."""
-    if not decisions.early_reads:
+    if not decisions.prefetch_epilogue_reads:
         return ()
-    return (("early_reads", ", ".join(_key_text(key) for key in row.reads_after_a_reduction)
+    return (("prefetch_epilogue_reads", ", ".join(_key_text(key) for key in row.reads_after_a_reduction)
              + ", loaded with the row"),)
 
 

@@ -9,6 +9,7 @@ from lamina.plugins.schedules.contraction.arrangement import (
     choose_grouped_rows, choose_warp_columns, elements_read, warp_patch,
 )
 from lamina.plugins.schedules.contraction.knobs import Choices
+from lamina.plugins.schedules.contraction.settings import ContractionSettings
 
 from ..contraction_kernels import SM_90, linear, matmul
 
@@ -39,7 +40,7 @@ def test_pinned_arrangement_reaches_the_tile_ir_and_the_kernel():
     case = matmul(17, 19, 65)
     knobs = {"warp_columns": 4, "grouped_rows": 2, "block_m": 8, "block_n": 64, "thread_m": 1, "thread_n": 2}
     tile = SCHEDULE.schedule(case.kernel, SM_90, knobs)
-    assert (tile.warp_patch, tile.grouped_rows) == ((8, 4), 2)
+    assert (tile.settings.warp_patch, tile.settings.grouped_rows) == ((8, 4), 2)
     text = tile_ir.format_tile_kernel(tile)
     assert "  warps of 8 x 4 threads (y by x)\n" in text
     assert "  blocks run down groups of 2 grid rows, column by column\n" in text
@@ -63,4 +64,4 @@ def test_the_tile_ir_verifier_checks_the_warp_patch():
     tile = SCHEDULE.schedule(matmul(64, 16, 64).kernel, SM_90, {})
     with pytest.raises(VerificationError, match="a warp patch of 4 x 4 threads is not 32 threads"):
         tile_ir.verify_tile_kernel(tile_ir.TileKernel(tile.kernel, tile.schedule, tile.grid, tile.reduction,
-                                                      tile.stages, warp_patch=(4, 4)))
+                                                      tile.stages, settings=ContractionSettings(warp_patch=(4, 4))))

@@ -12,7 +12,7 @@ RAGGED = matmul(37, 83, 29)
 
 
 def _kernel(buffers: int) -> kernel_ir.Kernel:
-    knobs = {"buffers": buffers, "block_m": 32, "block_n": 32, "thread_m": 4, "thread_n": 4, "splits": 1}
+    knobs = {"buffers": buffers, "block_m": 32, "block_n": 32, "thread_m": 4, "thread_n": 4, "in_block_k_splits": 1}
     return SCHEDULE.lower(SCHEDULE.schedule(RAGGED.kernel, SM_90, knobs), SM_90)
 
 

@@ -10,6 +10,7 @@ from lamina.core.ir import kernel_ir, tile_ir
 from lamina.plugins.schedules.contraction import ContractionSchedule, analyse
 from lamina.plugins.schedules.contraction.copy_issue import default_copy_steps, step_of_copy
 from lamina.plugins.schedules.contraction.knobs import Choices
+from lamina.plugins.schedules.contraction.settings import ContractionSettings
 
 from ..contraction_kernels import FMA, SM_90, batched, half_inputs, linear, matmul, simulate_case
 
@@ -21,7 +22,7 @@ def test_long_reductions_spread_their_copies_over_half_of_a_k_tiles_steps():
     tinyllama_o = analyse(linear(2048, 2048, 2048).kernel)
     assert default_copy_steps(tinyllama_o, BLOCK_OF_8X8_TILES, asynchronous=True) == 8
     tile = SCHEDULE.schedule(tinyllama_o.kernel, SM_90, FMA)
-    assert tile.copy_steps == 8
+    assert tile.settings.copy_steps == 8
     assert "  the next k-tile's copies issued over the first 8 steps of each k-tile\n" in \
         tile_ir.format_tile_kernel(tile) + "\n"
 
@@ -33,7 +34,7 @@ def test_short_reductions_register_copies_three_buffers_and_small_tiles_issue_co
     assert default_copy_steps(long, BLOCK_OF_8X8_TILES, asynchronous=False) == 0
     three_buffers = Choices(128, 128, 16, 8, 8, buffers=3, fragment_width=4)
     assert default_copy_steps(long, three_buffers, asynchronous=True) == 0
-    assert SCHEDULE.schedule(half_inputs(64, 512, 64).kernel, SM_90, {}).copy_steps == 0
+    assert SCHEDULE.schedule(half_inputs(64, 512, 64).kernel, SM_90, {}).settings.copy_steps == 0
     small_tiles = Choices(8, 128, 16, 4, 4, fragment_width=4)
     assert default_copy_steps(long, small_tiles, asynchronous=True) == 0
 
@@ -44,7 +45,7 @@ def test_copies_are_dealt_in_order_to_the_first_steps():
 
 
 def test_each_step_issues_its_copies_and_the_last_commits_them():
-    knobs = {"copy_steps": 3, "block_m": 64, "block_n": 64, "thread_m": 4, "thread_n": 4, "block_k": 8, "splits": 1}
+    knobs = {"copy_steps": 3, "block_m": 64, "block_n": 64, "thread_m": 4, "thread_n": 4, "block_k": 8, "in_block_k_splits": 1}
     tile = SCHEDULE.schedule(matmul(64, 100, 64).kernel, SM_90, knobs)
     text = kernel_ir.format_kernel(SCHEDULE.lower(tile, SM_90))
     loop = text[text.index("unrolled for kk"):]
@@ -55,9 +56,9 @@ def test_each_step_issues_its_copies_and_the_last_commits_them():
 
 @pytest.mark.parametrize("knobs", [
     {"copy_steps": 1},
-    {"copy_steps": 3, "block_k": 8, "splits": 1},
-    {"copy_steps": 8, "block_k": 8, "splits": 1},
-    {"copy_steps": 2, "block_k": 8, "splits": 4, "thread_m": 2, "thread_n": 2},
+    {"copy_steps": 3, "block_k": 8, "in_block_k_splits": 1},
+    {"copy_steps": 8, "block_k": 8, "in_block_k_splits": 1},
+    {"copy_steps": 2, "block_k": 8, "in_block_k_splits": 4, "thread_m": 2, "thread_n": 2},
 ], ids=["one_step", "three_of_eight", "every_step", "with_k_splits"])
 @pytest.mark.parametrize("case", [matmul(17, 100, 19, name="ragged_17x100x19"), batched(3, 9, 45, 20),
                                   linear(5, 300, 33, bias_relu=True)], ids=lambda c: c.id)
@@ -72,7 +73,7 @@ def test_spread_copies_match_pytorch_without_races(case, knobs):
 def test_the_rule_spreads_the_copies_of_a_ragged_long_reduction_correctly():
     case = linear(70, 300, 130, bias_relu=True)
     tile = SCHEDULE.schedule(case.kernel, SM_90, {"block_m": 64, "block_n": 64, "thread_m": 8, "thread_n": 8})
-    assert (tile.reduction.splits, tile.copy_steps) == (2, 4)  # two k-splits of 8 steps each
+    assert (tile.reduction.splits, tile.settings.copy_steps) == (2, 4)  # two k-splits of 8 steps each
     inputs = case.inputs()
     out, report = simulate_case(case, SCHEDULE.lower(tile, SM_90), inputs)
     assert relative_error(out, float64_reference(case.reference, tuple(inputs.values()))) < 1e-5
@@ -86,7 +87,7 @@ def test_a_negative_copy_steps_is_refused():
 
 def test_more_steps_than_a_k_tile_has_are_refused_with_the_reason():
     with pytest.raises(ScheduleError, match="copy_steps = 9 exceeds the 8 steps of k of a k-tile"):
-        SCHEDULE.schedule(matmul(64, 64, 64).kernel, SM_90, {"copy_steps": 9, "block_k": 8, "splits": 1})
+        SCHEDULE.schedule(matmul(64, 64, 64).kernel, SM_90, {"copy_steps": 9, "block_k": 8, "in_block_k_splits": 1})
 
 
 def test_copies_through_registers_or_into_three_buffers_cannot_be_spread():
@@ -97,10 +98,10 @@ def test_copies_through_registers_or_into_three_buffers_cannot_be_spread():
 
 
 def test_the_tile_ir_verifier_checks_the_copy_steps():
-    tile = SCHEDULE.schedule(matmul(64, 64, 64).kernel, SM_90, {"block_k": 16, "splits": 1})
+    tile = SCHEDULE.schedule(matmul(64, 64, 64).kernel, SM_90, {"block_k": 16, "in_block_k_splits": 1})
     with pytest.raises(VerificationError, match="copies spread over 17 steps, where a k-tile has 16"):
         tile_ir.verify_tile_kernel(tile_ir.TileKernel(tile.kernel, tile.schedule, tile.grid, tile.reduction,
-                                                      tile.stages, copy_steps=17))
+                                                      tile.stages, settings=ContractionSettings(copy_steps=17)))
 
 
 def test_pinned_copy_steps_keep_a_product_and_its_row_softmax_apart():
@@ -110,5 +111,5 @@ def test_pinned_copy_steps_keep_a_product_and_its_row_softmax_apart():
     q, k = torch.randn(1, 4, 128, 64), torch.randn(1, 4, 128, 64)
     fused = lamina.Compiler(target="sm_90").compile(scores, (q, k)).compilation.tiles
     apart = lamina.Compiler(knobs={"copy_steps": 2}, target="sm_90").compile(scores, (q, k)).compilation.tiles
-    assert [t.schedule for t in fused] == ["contraction_rows"]
-    assert [(t.schedule, t.copy_steps) for t in apart] == [("contraction", 2), ("row_reduction", 0)]
+    assert [t.schedule for t in fused] == ["matmul_row_reduction"]
+    assert [(t.schedule, t.settings.copy_steps if t.settings else 0) for t in apart] == [("contraction", 2), ("row_reduction", 0)]

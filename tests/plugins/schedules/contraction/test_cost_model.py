@@ -63,7 +63,7 @@ def test_pins_that_leave_nothing_legal_say_why():
 
 def test_blocks_whose_threads_together_need_more_registers_than_a_block_has_are_not_chosen():
     """1024 threads may hold 64 registers each; a 4x16 register tile needs about twice that."""
-    pins = {"block_m": 128, "block_n": 512, "thread_m": 4, "thread_n": 16, "splits": 1}
+    pins = {"block_m": 128, "block_n": 512, "thread_m": 4, "thread_n": 16, "in_block_k_splits": 1}
     with pytest.raises(ScheduleError, match="about .* registers for each of 1024 threads exceed the 65536 a block may have"):
         chosen(QWEN_QKV, pins)
     assert chosen(QWEN_QKV, {**pins, "block_m": 64}).threads == 512
@@ -73,8 +73,8 @@ def test_tile_ir_prints_the_choice_and_its_estimate():
     knobs = dict(SCHEDULE.schedule(QWEN_QKV.kernel, SM_90, {}).knobs)
     assert knobs["chosen"].endswith("pinned: none")
     assert knobs["estimate"].startswith(f"{SCHEDULE.estimate_cost(QWEN_QKV.kernel, SM_90):.1f} us from launch 2.0")
-    tile = SCHEDULE.schedule(QWEN_QKV.kernel, SM_90, {"splits": 1})
-    assert dict(tile.knobs)["chosen"].endswith("pinned: splits=1")
+    tile = SCHEDULE.schedule(QWEN_QKV.kernel, SM_90, {"in_block_k_splits": 1})
+    assert dict(tile.knobs)["chosen"].endswith("pinned: in_block_k_splits=1")
     assert "dynamic" not in tile_ir.format_tile_kernel(tile)
 
 
@@ -122,7 +122,7 @@ tile linear  schedule=contraction
   register_tile = 8x8
   fragment_width = 4 (16-byte shared-memory reads)
   epilogue_stores = 4 adjacent outputs per store (16 B)
-  chosen = block 64x128x16, thread 8x8, splits 1, buffers 2, fragment width 4, copies over 8 steps; cheapest of 41 settings, pinned: tensor_cores=0
+  chosen = block 64x128x16, thread 8x8, splits 1, buffers 2, fragment width 4, copies over 8 steps; cheapest of 41 settings, pinned: products=fma
   estimate = 1629.7 us from launch 2.0, compute 1439.8 and memory 751.4, overlapped; 1152 blocks, 4 per SM at once
   warp_tile = 4x8 threads, reading 96 operand elements per step of k (CUDA's 2x16: 144)
   block_order = 32x36 blocks, 528 at once: down groups of 22 rows

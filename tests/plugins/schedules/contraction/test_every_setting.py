@@ -48,8 +48,8 @@ def test_setting_matches_pytorch_and_compiles_without_spills(case, choices):
 
 PINNED = {
     "three_buffers": {"buffers": 3},
-    "three_buffers_shallow_k": {"buffers": 3, "block_k": 8, "splits": 1},
-    "four_splits_of_a_shallow_k_tile": {"block_k": 8, "splits": 4, "thread_m": 2, "thread_n": 2},
+    "three_buffers_shallow_k": {"buffers": 3, "block_k": 8, "in_block_k_splits": 1},
+    "four_splits_of_a_shallow_k_tile": {"block_k": 8, "in_block_k_splits": 4, "thread_m": 2, "thread_n": 2},
     "register_tile_8x4": {"thread_m": 8, "thread_n": 4, "block_m": 32, "block_n": 32},
     "single_reads_of_a_4x4_tile": {"fragment_width": 1, "thread_m": 4, "thread_n": 4, "block_m": 32, "block_n": 32},
     "reads_in_fours_with_padding_8": {"fragment_width": 4, "padding": 8, "block_m": 32, "block_n": 32},

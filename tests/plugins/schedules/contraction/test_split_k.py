@@ -9,9 +9,9 @@ import lamina
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import loop_ir
 from lamina.core.stages.fuse import fuse
-from lamina.plugins.schedules.contraction import split_k
-from lamina.plugins.schedules.contraction.partial_sums import PartialOf, partial_of
-from lamina.plugins.schedules.contraction.split_k import (
+from lamina.plugins.schedules.contraction.split_k import fusion_rule as split_k
+from lamina.plugins.schedules.contraction.split_k.partial_sums import PartialOf, partial_of
+from lamina.plugins.schedules.contraction.split_k.fusion_rule import (
     MAX_PARTIAL_BYTES,
     SplitContractionsAcrossBlocks,
     choose,

@@ -27,7 +27,7 @@ KNOBS = {
     "warp_per_row": ({"threads": 32, "rows_per_block": 1}, (5, 100)),
     "four_warps_four_rows": ({"threads": 32, "rows_per_block": 4}, (5, 100)),
     "block_of_64": ({"threads": 64}, (3, 300)),
-    "block_of_64_reading_late": ({"threads": 64, "early_reads": False}, (3, 300)),
+    "block_of_64_reading_late": ({"threads": 64, "prefetch_epilogue_reads": False}, (3, 300)),
     "two_rows_of_128": ({"threads": 128, "rows_per_block": 2}, (3, 300)),
     "block_of_256_short_row": ({"threads": 256}, (3, 100)),
     "warp_rereading_the_row": ({"threads": 32, "rows_per_block": 2, "row_in_registers": False}, (5, 100)),
@@ -68,7 +68,7 @@ def test_pinned_decisions_match_pytorch(program, setting):
 @pytest.mark.parametrize("program_id", ["rms_norm", "add_rms_norm", "rms_norm_bf16"])
 @pytest.mark.parametrize("knobs", [{"threads": 32, "rows_per_block": 2}, {"threads": 64}], ids=["warps", "blocks"])
 def test_many_rows_pinned_to_read_the_weight_early_match_pytorch(program_id, knobs):
-    check(BY_ID[program_id], 201, 136, knobs={**knobs, "early_reads": True})
+    check(BY_ID[program_id], 201, 136, knobs={**knobs, "prefetch_epilogue_reads": True})
 
 
 @pytest.mark.parametrize("program", PROGRAMS, ids=[p.id for p in PROGRAMS])

@@ -35,7 +35,7 @@ tile mul_1  schedule=row_reduction
   rows_per_block = 1
   elements_per_thread = 4
   row_in_registers = True
-  early_reads = w[column], loaded with the row
+  prefetch_epilogue_reads = w[column], loaded with the row
   vector_loads = x[0, column], w[column]
   vector_stores = mul_1[0, column]"""
 
@@ -182,18 +182,18 @@ def test_pinned_knobs_are_taken_and_shown():
 
 
 def test_the_weight_of_few_rows_is_loaded_with_a_row_kept_in_registers_unless_pinned_not_to_be():
-    assert dict(tile("rms_norm", 1, 2048).knobs)["early_reads"] == "w[column], loaded with the row"
-    assert "early_reads" not in dict(tile("rms_norm", 1, 2048, {"early_reads": False}).knobs)
-    assert "early_reads" not in dict(tile("rms_norm", 1, 2048, {"row_in_registers": False}).knobs)
+    assert dict(tile("rms_norm", 1, 2048).knobs)["prefetch_epilogue_reads"] == "w[column], loaded with the row"
+    assert "prefetch_epilogue_reads" not in dict(tile("rms_norm", 1, 2048, {"prefetch_epilogue_reads": False}).knobs)
+    assert "prefetch_epilogue_reads" not in dict(tile("rms_norm", 1, 2048, {"row_in_registers": False}).knobs)
 
 
 def test_the_weight_of_many_rows_is_read_after_the_reduction_unless_pinned():
-    assert "early_reads" not in dict(tile("rms_norm", 2048, 2048).knobs)
-    assert "early_reads" in dict(tile("rms_norm", 2048, 2048, {"early_reads": True}).knobs)
+    assert "prefetch_epilogue_reads" not in dict(tile("rms_norm", 2048, 2048).knobs)
+    assert "prefetch_epilogue_reads" in dict(tile("rms_norm", 2048, 2048, {"prefetch_epilogue_reads": True}).knobs)
 
 
 def test_a_softmax_has_no_reads_to_load_early():
-    assert "early_reads" not in dict(tile("softmax", 9, 300).knobs)
+    assert "prefetch_epilogue_reads" not in dict(tile("softmax", 9, 300).knobs)
 
 
 @pytest.mark.parametrize("width, elements", [(2, 6), (8, 8)])
@@ -222,14 +222,14 @@ def test_unusable_knobs_are_schedule_errors(knobs, message):
 
 
 @pytest.mark.parametrize("knobs, message", [
-    ({"early_reads": 1}, "early_reads = 1 .* true or false"),
-    ({"early_reads": True, "row_in_registers": False}, "early_reads = true needs the row kept in registers"),
+    ({"prefetch_epilogue_reads": 1}, "prefetch_epilogue_reads = 1 .* true or false"),
+    ({"prefetch_epilogue_reads": True, "row_in_registers": False}, "prefetch_epilogue_reads = true needs the row kept in registers"),
 ])
-def test_unusable_early_reads_are_schedule_errors(knobs, message):
+def test_unusable_prefetch_epilogue_reads_are_schedule_errors(knobs, message):
     with pytest.raises(ScheduleError, match=message):
         tile("rms_norm", 1, 2048, knobs)
 
 
 def test_a_softmax_pinned_to_load_early_is_a_schedule_error():
-    with pytest.raises(ScheduleError, match="early_reads = true needs .* reads after a reduction"):
-        tile("softmax", 9, 300, {"early_reads": True})
+    with pytest.raises(ScheduleError, match="prefetch_epilogue_reads = true needs .* reads after a reduction"):
+        tile("softmax", 9, 300, {"prefetch_epilogue_reads": True})

@@ -27,14 +27,14 @@ Nsight Compute found the warps waiting on fixed-latency results (the mma's chain
 step's sum, the pieces' arithmetic) and on the fragments' shared-memory reads, not on the
 tensor cores. Capping registers for more warps, deeper k-tiles and interleaving the mma of
 several accumulators made them no faster. So the cost model uses them only where
-``tensor_cores = 1`` is pinned (``experiments/tensor_cores/`` has the figures).
+``products = mma_sync`` is pinned (``experiments/tensor_cores/`` has the figures).
 """
 
 from __future__ import annotations
 
 from lamina.core.ir import dtypes, expr as ex
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction.knobs import Choices
+from lamina.plugins.schedules.contraction.knobs import MMA_SYNC, Choices
 from lamina.plugins.schedules.contraction.recognise import Contraction, Operand
 
 NAME = "3xtf32"
@@ -77,33 +77,34 @@ def padding(row: int) -> int:
 
 
 def problem(c: Contraction, choices: Choices, target: Target) -> str | None:
-    """Why ``tensor_cores = 1`` cannot apply to ``choices``, or None."""
-    if not choices.tensor_cores:
+    """Why ``products = mma_sync`` cannot apply to ``choices``, or None."""
+    if choices.products != MMA_SYNC:
         return None
     if target.compute_capability < 80:
-        return f"tensor_cores = 1 needs tf32 tensor cores (sm_80 or later); {target.name} is {target.arch}"
+        return f"products = mma_sync needs tf32 tensor cores (sm_80 or later); {target.name} is {target.arch}"
     if c.acc_dtype != dtypes.float32 or factors(c) is None:
-        return ("tensor_cores = 1 needs a float32 sum of products of one operand along the rows and one along "
+        return ("products = mma_sync needs a float32 sum of products of one operand along the rows and one along "
                 "the columns")
     if min(choices.block_m, choices.block_n) < MIN_BLOCK_TILE:
-        return (f"tensor_cores = 1 needs block tiles of at least {MIN_BLOCK_TILE} along each axis, not "
+        return (f"products = mma_sync needs block tiles of at least {MIN_BLOCK_TILE} along each axis, not "
                 f"{choices.block_m}x{choices.block_n}: narrower staged rows cannot be padded so that both their "
                 "copies and the mma's fragment reads are free of bank conflicts")
     if choices.splits != 1:
-        return f"tensor_cores = 1 takes whole k-tiles per warp; splits = {choices.splits} must be 1"
+        return f"products = mma_sync takes whole k-tiles per warp; in_block_k_splits = {choices.splits} must be 1"
     if choices.block_k % MMA_K:
-        return f"tensor_cores = 1 takes k in steps of {MMA_K}; block_k = {choices.block_k} is not a multiple"
+        return f"products = mma_sync takes k in steps of {MMA_K}; block_k = {choices.block_k} is not a multiple"
     if choices.thread_m % 2 or choices.thread_n % COLUMN_RUN:
-        return (f"tensor_cores = 1 gives threads rows in pairs and columns in runs of {COLUMN_RUN}; "
+        return (f"products = mma_sync gives threads rows in pairs and columns in runs of {COLUMN_RUN}; "
                 f"a {choices.thread_m}x{choices.thread_n} register tile has an odd side")
     if choices.threads_m % PATCH_ROWS or choices.threads_n % PATCH_COLUMNS:
-        return (f"tensor_cores = 1 makes each warp {PATCH_ROWS} x {PATCH_COLUMNS} threads, which do not tile the "
+        return (f"products = mma_sync makes each warp {PATCH_ROWS} x {PATCH_COLUMNS} threads, which do not tile the "
                 f"block's {choices.threads_m} x {choices.threads_n}")
     if choices.warp_columns not in (None, PATCH_COLUMNS):
-        return f"tensor_cores = 1 makes warps {PATCH_COLUMNS} threads wide, not warp_columns = {choices.warp_columns}"
+        return (f"products = mma_sync makes warps {PATCH_COLUMNS} threads wide, not warp_columns = "
+                f"{choices.warp_columns}")
     if choices.fragment_width != 1:
-        return "tensor_cores = 1 reads the mma's own fragments: fragment_width must be 1"
+        return "products = mma_sync reads the mma's own fragments: fragment_width must be 1"
     if choices.copy_steps:
-        return f"copy_steps = {choices.copy_steps} spreads copies over FMA steps; with tensor_cores = 1 pin 0"
+        return f"copy_steps = {choices.copy_steps} spreads copies over FMA steps; with products = mma_sync pin 0"
     return None
 

@@ -1,4 +1,4 @@
-"""The last block of each band of rows reduces them, where no cluster holds a row.
+"""The last block along a block's rows to finish reduces them, where no cluster holds a row.
 
 A cluster's blocks wait for each other at its barriers, and on the H200 clusters of 16
 filled the SMs too poorly to pay (``tiling.MAX_FUSED_WGMMA_ROW_LENGTH``). Here no block
@@ -37,8 +37,10 @@ from lamina.core.ir import dtypes, expr as ex, index, kernel_ir, loop_ir
 from lamina.core.ir.expr import Expr
 from lamina.plugins.schedules import loop_to_kernel, reciprocals
 from lamina.plugins.schedules.coordinate_conditions import decidable, holds_over
-from lamina.plugins.schedules.contraction import unneeded_blocks
-from lamina.plugins.schedules.contraction_rows.recognise import ContractionRows
+from lamina.plugins.schedules.contraction import unneeded_where as contraction_unneeded_where
+from lamina.plugins.schedules.contraction import BlockLayout
+from lamina.plugins.schedules.matmul_row_reduction.recognise import ContractionRows
+from lamina.plugins.schedules.matmul_row_reduction.row_registers import RowRegisters
 
 LANES = kernel_ir.WARP_SIZE
 WIDTH = 4
@@ -69,37 +71,41 @@ def unneeded_where(rows: ContractionRows) -> Expr | None:
     blocks do (``contraction.unneeded_blocks``)."""
     c = rows.contraction
     (store,) = c.epilogue
-    return unneeded_blocks.unneeded_where(attrs.evolve(c, epilogue=(attrs.evolve(store, value=rows.element),)))
+    return contraction_unneeded_where(attrs.evolve(c, epilogue=(attrs.evolve(store, value=rows.element),)))
 
 
-class LastBlockOfBand:
-    """The statements and arrays that a rows writer (``lowering._Rows``) adds to finish a band."""
+class LastBlockOfRows:
+    """The statements and arrays that the rows writer adds, for a block laid out as ``layout``
+    whose rows' reductions run in ``registers``, so that the last block along each block's rows
+    to finish reduces them and overwrites ``final_store``'s elements with the results."""
 
-    def __init__(self, writer, final_store: loop_ir.Store):
-        self.w = writer
+    def __init__(self, layout: BlockLayout, registers: RowRegisters, rows: ContractionRows,
+                 final_store: loop_ir.Store):
+        self.w = layout
+        self.registers = registers
+        self.rows_of = rows
         self.final = final_store
-        names = writer.names
+        names = layout.names
         self.counters = names.fresh("band_counters")
         self.done = names.fresh("blocks_done")
         self.last = names.fresh("last_of_band")
         self.values = names.fresh("row_values")
         self.results = names.fresh("row_results")
         self.round = ex.Var(names.fresh("band_round"))
-        grid = writer.grid
+        grid = layout.grid
         self.blocks = grid["x"]
         self.bands = grid["y"] * grid["z"]
-        self.warps = writer.threads // LANES
-        self.block_rows = writer.rows.block_tile
+        self.warps = layout.threads // LANES
+        self.block_rows = layout.rows.block_tile
         self.rounds = math.ceil(self.block_rows / self.warps)
-        self.length = writer.cols.extent
+        self.length = layout.cols.extent
         self.chunks = math.ceil(self.length / (LANES * WIDTH))
-        self.skipped = skipped_elements(writer.rows_of)
-        writer.ranges[self.round.name] = self.rounds
+        self.skipped = skipped_elements(rows)
 
     def statements(self) -> list[kernel_ir.Stmt]:
         """After the block's stores: count the block done, and finish the band if it was the last."""
         w = self.w
-        band = w.batch * w.grid["y"] + w.block_row if w.c.batch else w.block_row
+        band = w.batch * w.grid["y"] + w.block_row if w.contraction.batch else w.block_row
         int32 = dtypes.int32
         done = kernel_ir.Load(self.done, (ex.const(0),), int32)
         was_last = ex.op("where", ex.op("eq", done, ex.const(self.blocks - 1, int32)), ex.const(1, int32),
@@ -138,18 +144,17 @@ class LastBlockOfBand:
 
     def _env(self, row: Expr, j: int, e: int) -> dict[str, Expr]:
         w = self.w
-        c = w.c
+        c = w.contraction
         env: dict[str, Expr] = {**w.batch_env, c.m: row, c.n: self._column(j) + e,
-                                c.acc: kernel_ir.Load(self.values, (ex.const(j * WIDTH + e),), w.rows_of.element.dtype)}
-        env.update({acc: w._row_value(acc, 0) for acc in w.row_registers})
-        env.update({name: w._reciprocal(acc, 0) for acc, name in w.reciprocals.items()})
+                                c.acc: kernel_ir.Load(self.values, (ex.const(j * WIDTH + e),), self.rows_of.element.dtype)}
+        env.update(self.registers.environment(0))
         return env
 
     def _offset(self, row: Expr, j: int) -> Expr:
         w = self.w
         env = self._env(row, j, 0)
-        coords = tuple(loop_to_kernel.translate_expr(i, w.kernel, env) for i in self.final.index)
-        return index.linearize(coords, w.kernel.buffer(self.final.buffer).type.shape)
+        coords = tuple(loop_to_kernel.translate_expr(i, w.contraction.kernel, env) for i in self.final.index)
+        return index.linearize(coords, w.contraction.kernel.buffer(self.final.buffer).type.shape)
 
     def _loads(self, row: Expr) -> list[kernel_ir.Stmt]:
         """Each lane's runs of the row read back, but for a run whose elements the blocks need not
@@ -169,13 +174,13 @@ class LastBlockOfBand:
         condition, value = self.skipped
         w = self.w
         first = self._column(j)
-        box = {**{name: (e, e) for name, e in w.batch_env.items()}, w.c.m: (row, row),
-               w.c.n: (first, index.simplify(first + (WIDTH - 1)))}
+        box = {**{name: (e, e) for name, e in w.batch_env.items()}, w.contraction.m: (row, row),
+               w.contraction.n: (first, index.simplify(first + (WIDTH - 1)))}
         whole_run = holds_over(condition, box)
         if whole_run is None:
             return load
         held = [kernel_ir.Store(self.values, (ex.const(j * WIDTH + e),),
-                                loop_to_kernel.translate_expr(value, w.kernel, self._env(row, j, e)))
+                                loop_to_kernel.translate_expr(value, w.contraction.kernel, self._env(row, j, e)))
                 for e in range(WIDTH)]
         return [kernel_ir.If(ex.op("not", whole_run), load, held)]
 
@@ -183,27 +188,27 @@ class LastBlockOfBand:
         """The row's Inits and reduce loops, each lane's part then the warp's."""
         w = self.w
         out: list[kernel_ir.Stmt] = []
-        for step in w.rows_of.reductions:
+        for step in self.rows_of.reductions:
             if isinstance(step, loop_ir.Init):
-                value = ex.cast(step.value, w.rows_of.accumulators[step.acc][1])
-                out.append(kernel_ir.Store(w.row_registers[step.acc], (ex.const(0),), value))
+                value = ex.cast(step.value, self.rows_of.accumulators[step.acc][1])
+                out.append(kernel_ir.Store(self.registers.registers[step.acc], (ex.const(0),), value))
                 continue
             for j in range(self.chunks):
-                body = [w._combined(s.acc, s.op, 0, loop_to_kernel.translate_expr(s.value, w.kernel,
+                body = [self.registers.combined(s.acc, s.op, 0, loop_to_kernel.translate_expr(s.value, w.contraction.kernel,
                                                                                    self._env(row, j, e)))
                         for e in range(WIDTH) for s in step.body]
                 out += self._in_row(j, body)
             lane_mask = LANES // 2
             while lane_mask:
-                out += [w._combined(s.acc, s.op, 0, kernel_ir.ShuffleXor(w._row_value(s.acc, 0), lane_mask))
+                out += [self.registers.combined(s.acc, s.op, 0, kernel_ir.ShuffleXor(self.registers.value(s.acc, 0), lane_mask))
                         for s in step.body]
                 lane_mask //= 2
         return out
 
     def _reciprocals(self) -> list[kernel_ir.Stmt]:
         w = self.w
-        return [kernel_ir.Store(name, (ex.const(0),), reciprocals.reciprocal(w._row_value(acc, 0)))
-                for acc, name in w.reciprocals.items()]
+        return [kernel_ir.Store(name, (ex.const(0),), reciprocals.reciprocal(self.registers.value(acc, 0)))
+                for acc, name in self.registers.reciprocals.items()]
 
     def _stores(self, row: Expr) -> list[kernel_ir.Stmt]:
         w = self.w
@@ -211,7 +216,7 @@ class LastBlockOfBand:
         for j in range(self.chunks):
             body: list[kernel_ir.Stmt] = [
                 kernel_ir.Store(self.results, (ex.const(e),),
-                                loop_to_kernel.translate_expr(self.final.value, w.kernel, self._env(row, j, e)))
+                                loop_to_kernel.translate_expr(self.final.value, w.contraction.kernel, self._env(row, j, e)))
                 for e in range(WIDTH)]
             body.append(kernel_ir.VectorStore(self.final.buffer, (self._offset(row, j),), self.results,
                                               (ex.const(0),), WIDTH, cache="evict_first"))
@@ -223,8 +228,8 @@ class LastBlockOfBand:
         return kernel_ir.Param(self.counters, dtypes.int32, self.bands, writable=True, scratch=True)
 
     def arrays(self) -> list[kernel_ir.Array]:
-        dtype = self.w.kernel.buffer(self.final.buffer).type.dtype
+        dtype = self.w.contraction.kernel.buffer(self.final.buffer).type.dtype
         return [kernel_ir.Array(self.done, dtypes.int32, (1,), "register"),
                 kernel_ir.Array(self.last, dtypes.int32, (1,), "shared"),
-                kernel_ir.Array(self.values, self.w.rows_of.element.dtype, (self.chunks * WIDTH,), "register"),
+                kernel_ir.Array(self.values, self.rows_of.element.dtype, (self.chunks * WIDTH,), "register"),
                 kernel_ir.Array(self.results, dtype, (WIDTH,), "register")]

@@ -1,6 +1,6 @@
 """The contraction's Tile IR written as Kernel IR where its products run on wgmma.
 
-Per k-tile (``warpgroup_products`` says why each piece is there): wait for its copies and
+Per k-tile (``products`` says why each piece is there): wait for its copies and
 meet at a barrier; split the n side's k-tile in place, 16 bytes a thread at a time, its
 small pieces to the half of their array that the last k-tile's wgmma, still running, do not
 read; wait for those wgmma and add their sum to the accumulators; read each thread's values
@@ -9,7 +9,7 @@ and what is left); fence the splits for the asynchronous proxy that wgmma reads 
 meet again; start copying the k-tile ``buffers - 1`` ahead into the slot the last k-tile's
 wgmma read; then start the warpgroup's three wgmma per eight k into the k-tile's sum. After
 the last k-tile, wait for its wgmma and add their sum. The prologue, the copies' guards and
-the epilogue are the FMA kernels' (``lowering.ContractionWriter``), the register tile being
+the epilogue are the FMA kernels' (``contraction.lowering.ContractionWriter``), the register tile being
 the wgmma's accumulators.
 """
 
@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from lamina.core.ir import expr as ex, kernel_ir
 from lamina.core.ir.expr import Expr
-from lamina.plugins.schedules.contraction import tensor_cores, warpgroup_products
+from lamina.plugins.schedules.contraction.mma_sync import products as mma_sync
+from lamina.plugins.schedules.contraction.wgmma import products as wgmma_products
 from lamina.plugins.schedules.contraction.lowering import ContractionWriter
 
 PIECE_PAIRS = (("small", "big"), ("big", "small"), ("big", "big"))
@@ -29,10 +30,12 @@ class WarpgroupWriter(ContractionWriter):
 
     K_AXIS = 1
     """Staged tiles are K-major, row by row, as wgmma reads them."""
+    staged_position = staticmethod(wgmma_products.staged_position)
+    """The m side's staged rows in the order of the wgmma's accumulators."""
 
     def __init__(self, tile, c, taken=frozenset()):
         super().__init__(tile, c, taken)
-        self.m_side, self.n_side = tensor_cores.factors(c)
+        self.m_side, self.n_side = mma_sync.factors(c)
         self.m_stage = next(s for s in tile.stages if s.index == self.m_side.text)
         self.n_stage = next(s for s in tile.stages if s.index == self.n_side.text)
         self.n_small = self.names.fresh(f"{self.n_stage.buffer}_small")
@@ -42,14 +45,7 @@ class WarpgroupWriter(ContractionWriter):
         self.step = ex.Var(self.names.fresh("step"))
         self.pieces = {p: self.names.fresh(f"{p}_piece") for p in ("raw", "big", "small")}
         self.ranges[self.warpgroup.name] = self.threads // kernel_ir.WARPGROUP_SIZE
-        self.ranges[self.step.name] = warpgroup_products.BLOCK_K // kernel_ir.WGMMA_K
-
-    # --- copies ------------------------------------------------------------------
-
-    def _tile_row_of(self, side: str, staged: Expr) -> Expr:
-        """On the m side a staged row holds the block row that the wgmma's accumulators put
-        there (``warpgroup_products.staged_row``); on the n side, the same column."""
-        return warpgroup_products.staged_row(staged, self.rows.block_tile) if side == "m" else staged
+        self.ranges[self.step.name] = wgmma_products.BLOCK_K // kernel_ir.WGMMA_K
 
     # --- a k-tile ------------------------------------------------------------------
 
@@ -73,7 +69,7 @@ class WarpgroupWriter(ContractionWriter):
                      kernel_ir.Store(big, at, kernel_ir.Tf32(kernel_ir.Load(small, at, dtype))),
                      kernel_ir.Store(small, at, ex.op("sub", kernel_ir.Load(small, at, dtype),
                                                       kernel_ir.Load(big, at, dtype)))]
-        steps = warpgroup_products.BLOCK_K // kernel_ir.WGMMA_K
+        steps = wgmma_products.BLOCK_K // kernel_ir.WGMMA_K
         return [kernel_ir.For(self.step.name, ex.const(0), ex.const(steps), 1, body, unroll=True)]
 
     def _split(self, slot: Expr, half: Expr) -> list[kernel_ir.Stmt]:
@@ -81,8 +77,8 @@ class WarpgroupWriter(ContractionWriter):
         what is left to the small pieces, 16 bytes a thread at a time: a warp's 32 chunks are
         four whole rows, which its 16-byte reads and writes cover without a bank conflict,
         swizzled or not."""
-        width = warpgroup_products.COPY_ELEMENTS
-        chunks = warpgroup_products.BLOCK_K // width
+        width = wgmma_products.COPY_ELEMENTS
+        chunks = wgmma_products.BLOCK_K // width
         lanes = [(ex.const(i),) for i in range(width)]
         first = (ex.const(0),)
         stage = self.n_stage
@@ -126,13 +122,13 @@ class WarpgroupWriter(ContractionWriter):
     def _add_step_sum(self) -> list[kernel_ir.Stmt]:
         """Wait for the last k-tile's wgmma, and add their sum to the accumulators."""
         out: list[kernel_ir.Stmt] = [kernel_ir.WgmmaWait(0)]
-        for a, b in self._register_tile():
+        for a, b in self.register_tile():
             at = (ex.const(a), ex.const(b))
-            total = ex.op("add", self._acc(a, b), kernel_ir.Load(self.step_sum, at, self.c.acc_dtype))
+            total = ex.op("add", self.accumulator(a, b), kernel_ir.Load(self.step_sum, at, self.c.acc_dtype))
             out.append(kernel_ir.Store(self.acc, at, total))
         return out
 
-    def _k_tile(self, waits: list[kernel_ir.Stmt], refill: kernel_ir.Stmt, slot: Expr) -> list[kernel_ir.Stmt]:
+    def k_tile(self, waits: list[kernel_ir.Stmt], refill: kernel_ir.Stmt, slot: Expr) -> list[kernel_ir.Stmt]:
         """K-tile ``kt`` from ``slot``: landed; B split in place while the last k-tile's wgmma
         still run, its small pieces to the half of their array that those do not read; then
         the last k-tile's sum added, A read into registers and split there, the splits fenced
@@ -143,32 +139,32 @@ class WarpgroupWriter(ContractionWriter):
                 *self._fragments(slot), kernel_ir.AsyncProxyFence(), kernel_ir.Barrier(), refill,
                 *self._products(slot, half)]
 
-    def _main_loop(self) -> list[kernel_ir.Stmt]:
+    def main_loop(self) -> list[kernel_ir.Stmt]:
         """The k-tiles, then the last one's sum, once its wgmma are done."""
-        return super()._main_loop() + self._add_step_sum()
+        return super().main_loop() + self._add_step_sum()
 
-    def _prologue(self) -> list[kernel_ir.Stmt]:
+    def prologue(self) -> list[kernel_ir.Stmt]:
         warpgroup = kernel_ir.Declare(self.warpgroup.name, self.warpgroup.dtype, self.tid // kernel_ir.WARPGROUP_SIZE)
         zero = ex.cast(ex.const(0), self.c.acc_dtype)
-        no_sum_yet = [kernel_ir.Store(self.step_sum, (ex.const(a), ex.const(b)), zero) for a, b in self._register_tile()]
-        return super()._prologue() + [warpgroup, *no_sum_yet]
+        no_sum_yet = [kernel_ir.Store(self.step_sum, (ex.const(a), ex.const(b)), zero) for a, b in self.register_tile()]
+        return super().prologue() + [warpgroup, *no_sum_yet]
 
     # --- arrays --------------------------------------------------------------------
 
-    def _shared_arrays(self) -> list[kernel_ir.Array]:
+    def shared_arrays(self) -> list[kernel_ir.Array]:
         """The staged k-tiles and the n side's small pieces, swizzled."""
         arrays = [kernel_ir.Array(self.tiles[s.index], s.dtype, s.padded_shape, "shared", swizzle=s.swizzle)
                   for s in self.tile.stages]
         stage = self.n_stage
         return arrays + [kernel_ir.Array(self.n_small, stage.dtype, (2, *stage.tile), "shared", swizzle=stage.swizzle)]
 
-    def _fragment_arrays(self) -> list[kernel_ir.Array]:
+    def fragment_arrays(self) -> list[kernel_ir.Array]:
         """The k-tile's sum of products, beside the accumulators; the thread's values of A, big
         and small, four for each eight k; and a 16-byte chunk of the n side's split as read, its
         big pieces and its small ones."""
         tile = (self.rows.per_thread, self.cols.per_thread)
-        values = (warpgroup_products.BLOCK_K // kernel_ir.WGMMA_K, 4)
-        chunk = (warpgroup_products.COPY_ELEMENTS,)
+        values = (wgmma_products.BLOCK_K // kernel_ir.WGMMA_K, 4)
+        chunk = (wgmma_products.COPY_ELEMENTS,)
         return [kernel_ir.Array(self.step_sum, self.c.acc_dtype, tile, "register"),
                 *(kernel_ir.Array(name, self.c.acc_dtype, values, "register") for name in self.fragments.values()),
                 *(kernel_ir.Array(name, self.c.acc_dtype, chunk, "register") for name in self.pieces.values())]

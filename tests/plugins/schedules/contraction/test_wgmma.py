@@ -1,4 +1,4 @@
-"""Float32 products on Hopper's wgmma (``tensor_cores = 2``): the pins, the Tile IR, the kernels."""
+"""Float32 products on Hopper's wgmma (``products = wgmma``): the pins, the Tile IR, the kernels."""
 
 import attrs
 import pytest
@@ -9,13 +9,13 @@ from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import expr as ex, kernel_ir, tile_ir
 from lamina.plugins.schedules.contraction import ContractionSchedule, analyse, candidates
-from lamina.plugins.schedules.contraction.warpgroup_products import staged_row
+from lamina.plugins.schedules.contraction.wgmma.products import staged_row
 
 from ..contraction_kernels import SM_90, batched_scores, half_inputs, linear, matmul, running_example, simulate_case
 from ..nvrtc_in_background import start_compiling
 
 SCHEDULE = ContractionSchedule()
-ON_WGMMA = {"tensor_cores": 2}
+ON_WGMMA = {"products": "wgmma"}
 RAGGED = [linear(37, 68, 70, bias_relu=True), linear(130, 100, 72), batched_scores(2, 70, 36, 65)]
 BLOCKS = {f"{m}x{n}": {"block_m": m, "block_n": n} for m in (64, 128) for n in (64, 128)}
 
@@ -25,7 +25,7 @@ BLOCKS = {f"{m}x{n}": {"block_m": m, "block_n": n} for m in (64, 128) for n in (
 @pytest.mark.parametrize("case", RAGGED, ids=[c.id for c in RAGGED])
 def test_wgmma_kernels_match_pytorch_without_faults(case, knobs):
     tile = SCHEDULE.schedule(case.kernel, SM_90, {**ON_WGMMA, **knobs})
-    assert tile.tensor_cores == "wgmma 3xtf32"
+    assert tile.settings.products == "wgmma 3xtf32"
     kernel = SCHEDULE.lower(tile, SM_90)
     assert any(isinstance(s, kernel_ir.WgmmaTf32) and s.a_from == "registers"
                for s in kernel_ir.statements(kernel.body))
@@ -96,12 +96,12 @@ def test_the_rows_are_staged_in_the_order_the_warpgroups_hold_their_accumulators
 
 def test_on_hopper_the_cost_model_runs_k_major_float32_products_on_wgmma():
     c = analyse(linear(2048, 3584, 4608).kernel)
-    assert {(s.block_m, s.block_n) for s in candidates(c, SM_90) if s.tensor_cores == 2} == {
+    assert {(s.block_m, s.block_n) for s in candidates(c, SM_90) if s.products == "wgmma"} == {
         (m, n) for m in (64, 128) for n in (64, 128)}
     tile = SCHEDULE.schedule(c.kernel, SM_90, {})
-    assert tile.tensor_cores == "wgmma 3xtf32"
+    assert tile.settings.products == "wgmma 3xtf32"
     assert dict(tile.knobs)["chosen"].startswith("block 128x128x32, thread 2x32, splits 1, buffers 3")
-    assert SCHEDULE.schedule(c.kernel, attrs.evolve(SM_90, name="ampere", arch="sm_80"), {}).tensor_cores is None
+    assert SCHEDULE.schedule(c.kernel, attrs.evolve(SM_90, name="ampere", arch="sm_80"), {}).settings.products is None
 
 
 def test_short_products_take_two_blocks_an_sm_and_long_ones_one_block_twice_as_wide():
@@ -116,13 +116,13 @@ def test_short_products_take_two_blocks_an_sm_and_long_ones_one_block_twice_as_w
 
 def test_pinning_a_knob_that_wgmma_fixes_keeps_to_fmas():
     c = analyse(linear(2048, 3584, 4608).kernel)
-    assert {s.tensor_cores for s in candidates(c, SM_90, {"thread_m": 8})} == {0}
-    assert {s.tensor_cores for s in candidates(c, SM_90, {"tensor_cores": 0})} == {0}
-    assert {s.tensor_cores for s in candidates(c, SM_90, ON_WGMMA)} == {2}
+    assert {s.products for s in candidates(c, SM_90, {"thread_m": 8})} == {"fma"}
+    assert {s.products for s in candidates(c, SM_90, {"products": "fma"})} == {"fma"}
+    assert {s.products for s in candidates(c, SM_90, ON_WGMMA)} == {"wgmma"}
 
 
 def test_products_wgmma_cannot_read_stay_on_fmas():
-    assert SCHEDULE.schedule(matmul(256, 256, 256).kernel, SM_90, {}).tensor_cores is None
+    assert SCHEDULE.schedule(matmul(256, 256, 256).kernel, SM_90, {}).settings.products is None
 
 
 @pytest.mark.parametrize("case, knobs, reason", [
@@ -152,8 +152,8 @@ def test_causal_scores_on_wgmma_skip_unneeded_blocks_and_match_pytorch_on_the_si
 
     torch.manual_seed(0)
     inputs = (torch.randn(1, 2, 300, 24), torch.randn(1, 2, 300, 24))
-    apart = ("lamina.builtin.schedules.contraction_rows",)
+    apart = ("lamina.builtin.schedules.matmul_row_reduction",)
     compiled = lamina.compile(scores_causal, inputs, knobs={**ON_WGMMA, "block_m": 64, "block_n": 64}, disable=apart)
     (product,) = [t for t in compiled.compilation.tiles if t.schedule == "contraction"]
-    assert product.tensor_cores == "wgmma 3xtf32" and "unneeded_product" in dict(product.knobs)
+    assert product.settings.products == "wgmma 3xtf32" and "unneeded_product" in dict(product.knobs)
     assert relative_error(compiled(*inputs), float64_reference(scores_causal, inputs)) < 1e-5

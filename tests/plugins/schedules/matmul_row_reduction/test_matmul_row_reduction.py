@@ -1,7 +1,7 @@
 """Softmax over a contraction's rows in one kernel: fusion, Tile IR, every setting on the simulator, NVRTC.
 
 Each program runs with its products on wgmma, as the schedule chooses on Hopper where they can
-run there, and on the CUDA cores (``tensor_cores = 0``), as it chooses elsewhere."""
+run there, and on the CUDA cores (``products = fma``), as it chooses elsewhere."""
 
 import functools
 import math
@@ -20,9 +20,9 @@ from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import expr as ex, kernel_ir, loop_ir, tile_ir
 from lamina.frontends.torch import capture
-from lamina.plugins.schedules.contraction_rows.plugin import ContractionRowsSchedule
-from lamina.plugins.schedules.contraction_rows.recognise import analyse
-from lamina.plugins.schedules.contraction_rows.tiling import (
+from lamina.plugins.schedules.matmul_row_reduction.plugin import MatmulRowReductionSchedule
+from lamina.plugins.schedules.matmul_row_reduction.recognise import analyse
+from lamina.plugins.schedules.matmul_row_reduction.tiling import (
     MAX_CLUSTER_ROW_LENGTH,
     MAX_FUSED_WGMMA_ROW_LENGTH,
     MAX_LAST_BLOCK_ROW_LENGTH,
@@ -33,7 +33,7 @@ from lamina.plugins.schedules.contraction_rows.tiling import (
 
 from ..nvrtc_in_background import start_compiling
 
-SCHEDULE = ContractionRowsSchedule()
+SCHEDULE = MatmulRowReductionSchedule()
 
 
 def scores(q, k):
@@ -73,7 +73,7 @@ PROGRAMS = {
     "normalised_rows_300_in_a_cluster": (normalised_rows, lambda: (torch.randn(1, 40, 8), torch.randn(1, 300, 8))),
     "classifier_10_classes": (classifier, lambda: (torch.randn(21, 32), torch.randn(10, 32), torch.randn(10))),
 }
-PRODUCTS = {"wgmma": {}, "cuda_cores": {"tensor_cores": 0}}
+PRODUCTS = {"wgmma": {}, "cuda_cores": {"products": "fma"}}
 """The knobs that put the products on wgmma (as chosen) and on the CUDA cores."""
 
 
@@ -113,8 +113,8 @@ def simulated(kernel, loop_kernel, inputs):
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_the_product_and_its_softmax_are_one_kernel_that_matches_pytorch(name, products):
     program, _, inputs, fn = fused_kernel(name, PRODUCTS[products])
-    assert [t.schedule for t in program.compilation.tiles] == ["contraction_rows"]
-    assert [t.tensor_cores for t in program.compilation.tiles] == [None if products == "cuda_cores" else
+    assert [t.schedule for t in program.compilation.tiles] == ["matmul_row_reduction"]
+    assert [t.settings.products for t in program.compilation.tiles] == [None if products == "cuda_cores" else
                                                                    "wgmma 3xtf32"]
     assert program.compilation.loop.temporaries == ()
     (out,) = program(tuple(inputs.values()), torch.device("cpu"))
@@ -125,7 +125,7 @@ def test_a_product_wgmma_cannot_read_stays_on_the_cuda_cores():
     """wgmma reads its operands 16 bytes at a time along the reduction: 30 features are not."""
     args = (torch.randn(21, 30), torch.randn(10, 30), torch.randn(10))
     program = lamina.compile(classifier, args)
-    assert [(t.schedule, t.tensor_cores) for t in program.compilation.tiles] == [("contraction_rows", None)]
+    assert [(t.schedule, t.settings.products) for t in program.compilation.tiles] == [("matmul_row_reduction", None)]
     assert relative_error(program(*args), float64_reference(classifier, args)) < 1e-5
 
 
@@ -145,7 +145,7 @@ for _name in PROGRAMS:
 
 def _id(name, c):
     return (f"{name}-{c.block_m}x{c.block_n}x{c.block_k}-t{c.thread_m}x{c.thread_n}-b{c.buffers}-f{c.fragment_width}"
-            f"-tc{c.tensor_cores}")
+            f"-{c.products}")
 
 
 def test_the_settings_stay_few_enough_to_run_each():
@@ -175,9 +175,9 @@ def test_every_setting_matches_pytorch_without_faults_or_bank_conflicts_and_comp
 def test_the_suites_scores_at_128_tokens_compile_without_spills(heads, d, fn):
     args = (torch.randn(1, heads, 128, d), torch.randn(1, heads, 128, d))
     program = lamina.compile(fn, args + ((causal_mask(128),) if fn is masked_scores else ()))
-    assert [t.schedule for t in program.compilation.tiles] == ["contraction_rows"]
+    assert [t.schedule for t in program.compilation.tiles] == ["matmul_row_reduction"]
     (kernel,) = program.compilation.kernels.kernels
-    assert [t.tensor_cores for t in program.compilation.tiles] == ["wgmma 3xtf32"]
+    assert [t.settings.products for t in program.compilation.tiles] == ["wgmma 3xtf32"]
     compiled = compile_kernel(program.compilation.sources[kernel.name], kernel.name, kernel_arch(kernel, "sm_90"))
     assert (compiled.spill_stores, compiled.spill_loads) == (0, 0)
 
@@ -205,7 +205,7 @@ kernel softmax(q: f32[2, 12, 8], k: f32[2, 12, 8], mask: b8[12, 12]) -> (softmax
         softmax[i0, i1, i2] = exp(where(mask[i1, i2], -inf, bmm3 * 0.3535533905932738) - acc0) / acc1"""
 
 CAUSAL_TILE_IR = """\
-tile softmax  schedule=contraction_rows
+tile softmax  schedule=matmul_row_reduction
   grid (1, 1, 2) blocks of 128 threads, 65536 B shared
   parallel i1 (12): block.y tile 64 = thread.y 32 x 2 per thread (strided by 32)
   parallel i0 (2): block.z tile 1 = thread.z 1 x 1 per thread (contiguous)
@@ -228,7 +228,7 @@ wgmma; cheapest of 4 settings spanning the row, pinned: none
   copy k[i0, i2, r4] = r4 fastest across threads, 4 elements per copy"""
 
 CAUSAL_TILE_IR_ON_CUDA_CORES = """\
-tile softmax  schedule=contraction_rows
+tile softmax  schedule=matmul_row_reduction
   grid (1, 1, 2) blocks of 256 threads, 1696 B shared
   parallel i1 (12): block.y tile 16 = thread.y 8 x 2 per thread (strided by 8)
   parallel i0 (2): block.z tile 1 = thread.z 1 x 1 per thread (contiguous)
@@ -241,13 +241,13 @@ tile softmax  schedule=contraction_rows
   row_reductions = acc0 max, acc1 sum, each lane's part combined by warp shuffles
   register_tile = 2x1
   chosen = block 16x32x8, thread 2x1, splits 1, buffers 1, fragment width 1; cheapest of 3 settings spanning the \
-row, pinned: tensor_cores=0
+row, pinned: products=fma
   estimate = 2.2 us from launch 2.0, compute 0.2 and memory 0.1, overlapped; 2 blocks, 6 per SM at once
   copy q[i0, i1, r4] = r4 fastest across threads
   copy k[i0, i2, r4] = r4 fastest across threads, a warp's i2 8 apart"""
 
 
-@pytest.mark.parametrize("knobs, golden", [({}, CAUSAL_TILE_IR), ({"tensor_cores": 0}, CAUSAL_TILE_IR_ON_CUDA_CORES)],
+@pytest.mark.parametrize("knobs, golden", [({}, CAUSAL_TILE_IR), ({"products": "fma"}, CAUSAL_TILE_IR_ON_CUDA_CORES)],
                          ids=["wgmma", "cuda_cores"])
 def test_causal_scores_loop_ir_and_tile_ir_golden(knobs, golden):
     args = (torch.randn(2, 12, 8), torch.randn(2, 12, 8), causal_mask(12))
@@ -282,8 +282,8 @@ def test_a_product_that_another_kernel_also_reads_is_not_recomputed_in_the_softm
 
 @pytest.mark.parametrize("knobs, length", [
     ({}, MAX_LAST_BLOCK_ROW_LENGTH + 4),
-    ({"tensor_cores": 0}, MAX_CLUSTER_ROW_LENGTH + 1),
-    ({"tensor_cores": 2}, MAX_WGMMA_ROW_LENGTH + 1),
+    ({"products": "fma"}, MAX_CLUSTER_ROW_LENGTH + 1),
+    ({"products": "wgmma"}, MAX_WGMMA_ROW_LENGTH + 1),
 ], ids=["wgmma_as_chosen", "cuda_cores", "wgmma_pinned"])
 def test_rows_longer_than_one_kernel_holds_stay_a_contraction_and_a_softmax(knobs, length):
     args = (torch.randn(1, 5, 8), torch.randn(1, length, 8))
@@ -292,15 +292,15 @@ def test_rows_longer_than_one_kernel_holds_stay_a_contraction_and_a_softmax(knob
 
 def test_the_schedule_says_why_it_leaves_rows_longer_than_a_cluster_of_8_wgmma_blocks_apart():
     args = (torch.randn(1, 5, 8), torch.randn(1, MAX_FUSED_WGMMA_ROW_LENGTH + 1, 8))
-    (kernel,) = lamina.compile(scores, args, knobs={"tensor_cores": 2}).compilation.loop.kernels
+    (kernel,) = lamina.compile(scores, args, knobs={"products": "wgmma"}).compilation.loop.kernels
     with pytest.raises(ScheduleError, match=r"rows of 1025 are longer than the 1024 columns that a cluster of 8 wgmma "
-                                            r"blocks holds, .* pin tensor_cores = 2 to hold rows of up to 2048"):
+                                            r"blocks holds, .* pin products = wgmma to hold rows of up to 2048"):
         SCHEDULE.schedule(kernel, SM_90, {})
 
 
 def test_pinning_wgmma_holds_the_longest_rows_in_a_cluster_of_16_blocks():
     args = (torch.randn(1, 5, 8), torch.randn(1, MAX_WGMMA_ROW_LENGTH, 8))
-    program = lamina.compile(scores, args, knobs={"tensor_cores": 2})
+    program = lamina.compile(scores, args, knobs={"products": "wgmma"})
     (loop_kernel,) = program.compilation.loop.kernels
     (kernel,) = program.compilation.kernels.kernels
     assert kernel.launch.cluster == (16, 1, 1)
@@ -311,7 +311,7 @@ def test_pinning_wgmma_holds_the_longest_rows_in_a_cluster_of_16_blocks():
 
 
 @pytest.mark.parametrize("knobs, row, blocks, lanes", [
-    ({"tensor_cores": 0}, "300 columns across a cluster of 2 blocks, 256 columns each: 32 lanes x 8 per lane", 2, 32),
+    ({"products": "fma"}, "300 columns across a cluster of 2 blocks, 256 columns each: 32 lanes x 8 per lane", 2, 32),
     ({}, "300 columns across a cluster of 5 blocks, 64 columns each: 4 lanes x 16 per lane", 5, 4),
 ], ids=["cuda_cores", "wgmma"])
 def test_rows_longer_than_a_block_holds_are_spread_over_a_cluster(knobs, row, blocks, lanes):
@@ -335,7 +335,7 @@ def test_a_softmax_across_the_rows_of_the_product_is_not_fused():
     def column_softmax(q, k):
         return torch.softmax(q @ k.transpose(-1, -2), -2)
 
-    assert "contraction_rows" not in schedules_of(column_softmax, (torch.randn(2, 9, 8), torch.randn(2, 11, 8)))
+    assert "matmul_row_reduction" not in schedules_of(column_softmax, (torch.randn(2, 9, 8), torch.randn(2, 11, 8)))
 
 
 def test_pinning_a_block_that_cannot_hold_the_row_keeps_the_kernels_apart():
@@ -347,7 +347,7 @@ def test_the_schedule_names_the_widths_a_wgmma_block_of_the_row_may_take():
     _, kernel, _, _ = fused_kernel("scores_130_columns")
     with pytest.raises(ScheduleError, match=r"knob block_n = 256 cannot apply: a block holds whole rows of 130, so "
                                             r"block_n = 64 or 128"):
-        SCHEDULE.schedule(kernel, SM_90, {"tensor_cores": 2, "block_n": 256})
+        SCHEDULE.schedule(kernel, SM_90, {"products": "wgmma", "block_n": 256})
 
 
 def test_the_schedule_names_a_pinned_knob_that_the_row_fixes():
@@ -367,7 +367,7 @@ GPU_RUNS = {
                                                                          torch.randn(1, 4, 1024, 64),
                                                                          causal_mask(1024))),
 }
-GPU_PRODUCTS = {**PRODUCTS, "wgmma_clusters_of_16": {"tensor_cores": 2}}
+GPU_PRODUCTS = {**PRODUCTS, "wgmma_clusters_of_16": {"products": "wgmma"}}
 
 
 @pytest.mark.gpu
@@ -377,7 +377,7 @@ def test_matches_pytorch_on_the_gpu(name, products):
     fn, inputs = GPU_RUNS[name]
     args = tuple(t.cuda() for t in inputs())
     program = lamina.compile(fn, args, knobs=GPU_PRODUCTS[products])
-    assert [t.schedule for t in program.compilation.tiles] == ["contraction_rows"]
+    assert [t.schedule for t in program.compilation.tiles] == ["matmul_row_reduction"]
     out = program(*args)
     assert relative_error(out, float64_reference(fn, args)) < 1e-5
 
@@ -387,7 +387,7 @@ def test_matches_pytorch_on_the_gpu(name, products):
 def test_rows_of_2048_in_clusters_of_16_match_pytorch_on_the_gpu(fn):
     args = (torch.randn(1, 4, 2048, 128, device="cuda"), torch.randn(1, 4, 2048, 128, device="cuda"))
     args += (causal_mask(2048).cuda(),) if fn is masked_scores else ()
-    program = lamina.compile(fn, args, knobs={"tensor_cores": 2})
+    program = lamina.compile(fn, args, knobs={"products": "wgmma"})
     assert [k.launch.cluster for k in program.compilation.kernels.kernels] == [(16, 1, 1)]
     assert relative_error(program(*args), float64_reference(fn, args)) < 1e-5
 
@@ -400,17 +400,17 @@ def causal_by_position(q, k):
 BANDS = {name: PROGRAMS[name] for name in ("scores_300_columns_in_a_cluster", "causal_scores_500_in_a_cluster",
                                            "log_softmax_300_in_a_cluster", "normalised_rows_300_in_a_cluster")}
 BANDS["causal_by_position_260"] = (causal_by_position, lambda: (torch.randn(1, 2, 260, 8), torch.randn(1, 2, 260, 8)))
-"""Programs whose rows span several blocks, each run with the band's last block reducing them: the
-plain scores in every wgmma block, the others in both blocks of 128 rows (the bands' largest)."""
+"""Programs whose rows span several blocks, each run with the last block along the rows reducing them: the
+plain scores in every wgmma block, the others in both blocks of 128 rows (the largest)."""
 BAND_SETTINGS = [(name, c) for name in BANDS
                  for c in settings(analyse(fused_kernel(name)[1]), SM_90)
                  if name == "scores_300_columns_in_a_cluster" or c.block_m == 128]
 
 
 @pytest.mark.parametrize("name, choices", BAND_SETTINGS, ids=[_id(n, c) for n, c in BAND_SETTINGS])
-def test_the_last_block_of_each_band_reduces_its_rows_without_faults(name, choices):
+def test_the_last_block_along_the_rows_reduces_its_rows_without_faults(name, choices):
     _, loop_kernel, inputs, fn = fused_kernel(name)
-    knobs = {"last_block": 1, "block_m": choices.block_m, "block_n": choices.block_n, "buffers": choices.buffers}
+    knobs = {"row_combine": "last_block", "block_m": choices.block_m, "block_n": choices.block_n, "buffers": choices.buffers}
     tile = SCHEDULE.schedule(loop_kernel, SM_90, knobs)
     assert tile.reduction.strategy == "last_block"
     kernel = SCHEDULE.lower(tile, SM_90)
@@ -426,38 +426,38 @@ def test_the_last_block_of_each_band_reduces_its_rows_without_faults(name, choic
     assert (compiled.spill_stores, compiled.spill_loads) == (0, 0)
 
 
-BAND_TILE_IR = """\
-tile softmax  schedule=contraction_rows
+LAST_BLOCK_TILE_IR = """\
+tile softmax  schedule=matmul_row_reduction
   grid (5, 5, 2) blocks of 32 threads, 65536 B shared
   parallel i2 (260): block.y tile 64 = thread.y 32 x 2 per thread (strided by 32)
   parallel i0 * i1 (2): block.z tile 1 = thread.z 1 x 1 per thread (contiguous)
-  reduce r0 * r1 (260): last_block, 4 splits, across 5 blocks along x, the last of a band to finish reducing its rows
+  reduce r0 * r1 (260): last_block, 4 splits, across 5 blocks along x, the rows combined by the last block to finish
   shared q[0, i1, i2, r4] as f32[i2 64][r4 32, 128-byte swizzle], 3 buffers, copy cp.async 16 B
   shared k[0, i1, i3, r4] as f32[i3 64][r4 32, 128-byte swizzle], 3 buffers, copy cp.async 16 B
   products on tensor cores: wgmma m64n64k8 on tf32, each warpgroup 64 rows, each f32 operand as big + small tf32: the rows' read from swizzled shared memory into registers and split there, the columns' split in place in swizzled shared memory once a k-tile lands; 3 wgmma per product summed over each k-tile, then added in f32
   row = 260 columns across 5 blocks, 64 columns each: 4 lanes x 16 per lane (runs of 2, 8 apart)
   product = bmm3 = sum over r4 (8) in k-tiles of 32 on wgmma, the threads holding its accumulators, computed once per element and kept in registers
   element = where(i3 - i2 >= 1, -inf, bmm3 * 0.3535533905932738), computed once per element in place of bmm3
-  band = each block stores its elements in softmax and counts itself done for its band of 64 rows; the last of the band's 5 blocks to finish reads the band back through L2, a warp per row, 32 lanes x 12 per lane (runs of 4, 128 apart)
+  last_block = each block stores its elements in softmax and counts itself done for its 64 rows; the last of the 5 blocks along those rows to finish reads them back through L2, a warp per row, 32 lanes x 12 per lane (runs of 4, 128 apart)
   row_reductions = acc0 max, acc1 sum, each warp's row combined by warp shuffles; the stores evict-first, over the elements they read
   unneeded_product = a block where i3 - i2 >= 1 at every element runs no k-tile: its elements do not use the sum
-  skipped_elements = a block where i3 - i2 >= 1 at every element stores nothing; the band's last block reads back no run of 4 where i3 - i2 >= 1 at all of them, and holds -inf there instead
+  skipped_elements = a block where i3 - i2 >= 1 at every element stores nothing; the last block reads back no run of 4 where i3 - i2 >= 1 at all of them, and holds -inf there instead
   register_tile = 2x16
-  chosen = block 64x64x32, thread 2x16, splits 1, buffers 3, fragment width 1, padding 0, on tensor cores through wgmma; cheapest of 4 settings spanning the row, pinned: last_block=1
-  estimate = 3.9 us from launch 2.0, compute 1.1 and memory 1.4, overlapped; 50 blocks, 3 per SM at once; then 0.3 us for the bands' last blocks to read the elements back and store the results
+  chosen = block 64x64x32, thread 2x16, splits 1, buffers 3, fragment width 1, padding 0, on tensor cores through wgmma; cheapest of 4 settings spanning the row, pinned: row_combine=last_block
+  estimate = 3.9 us from launch 2.0, compute 1.1 and memory 1.4, overlapped; 50 blocks, 3 per SM at once; then 0.3 us for the last blocks to read the elements back and store the results
   copy q[0, i1, i2, r4] = r4 fastest across threads, 4 elements per copy
   copy k[0, i1, i3, r4] = r4 fastest across threads, 4 elements per copy
 """
 
 
-def test_causal_scores_in_bands_tile_ir_golden():
+def test_causal_scores_combined_by_the_last_block_tile_ir_golden():
     _, loop_kernel, _, _ = fused_kernel("causal_by_position_260")
-    assert tile_ir.format_tile_kernel(SCHEDULE.schedule(loop_kernel, SM_90, {"last_block": 1})) + "\n" == BAND_TILE_IR
+    assert tile_ir.format_tile_kernel(SCHEDULE.schedule(loop_kernel, SM_90, {"row_combine": "last_block"})) + "\n" == LAST_BLOCK_TILE_IR
 
 
 def test_blocks_above_a_causal_diagonal_neither_compute_nor_store_and_their_runs_are_not_read_back():
     _, loop_kernel, _, _ = fused_kernel("causal_by_position_260")
-    tile = SCHEDULE.schedule(loop_kernel, SM_90, {"last_block": 1, "block_m": 64, "block_n": 64})
+    tile = SCHEDULE.schedule(loop_kernel, SM_90, {"row_combine": "last_block", "block_m": 64, "block_n": 64})
     assert dict(tile.knobs)["unneeded_product"].startswith("a block where ")
     kernel = SCHEDULE.lower(tile, SM_90)
     body = list(kernel_ir.statements(kernel.body))
@@ -474,45 +474,45 @@ def test_blocks_above_a_causal_diagonal_neither_compute_nor_store_and_their_runs
     assert stores and skipped_blocks and all(any(t is store for t in guarded) for store in stores)
 
 
-def test_rows_too_long_for_a_cluster_of_8_are_reduced_by_the_last_block_of_each_band():
+def test_rows_too_long_for_a_cluster_of_8_are_reduced_by_the_last_block_along_the_rows():
     args = (torch.randn(1, 70, 8), torch.randn(1, 1100, 8))
     program = lamina.compile(scores, args)
     (tile,) = program.compilation.tiles
-    assert (tile.schedule, tile.reduction.strategy, tile.reduction.band_blocks) == ("contraction_rows", "last_block", 18)
+    assert (tile.schedule, tile.reduction.strategy, tile.settings.blocks_combined_by_last_block) == ("matmul_row_reduction", "last_block", 18)
     assert relative_error(program(*args), float64_reference(scores, args)) < 1e-5
     source = next(iter(program.compilation.sources.values()))
     assert "atomicAdd(" in source and "__threadfence();" in source and "__ldcg(" in source and "__stcs(" in source
 
 
-def test_the_estimate_of_scores_in_bands_adds_the_last_blocks_pass_over_them():
+def test_the_estimate_of_scores_combined_by_the_last_block_adds_the_last_blocks_pass_over_them():
     """TinyLlama's scores at S = 2048: 0.54 GB of scores read back and their results stored,
     251.5 us at the H200's 4.27 TB/s, after the product's 303.4 (both measured 504 us)."""
     args = (torch.randn(1, 32, 2048, 64), torch.randn(1, 32, 2048, 64))
     (tile,) = lamina.compile(scores, args).compilation.tiles
     estimate = dict(tile.knobs)["estimate"]
     assert estimate.startswith("554.9 us from launch 2.0")
-    assert estimate.endswith("; then 251.5 us for the bands' last blocks to read the elements back and store the results")
+    assert estimate.endswith("; then 251.5 us for the last blocks to read the elements back and store the results")
 
 
-def test_causal_scores_too_long_for_a_cluster_of_8_go_in_bands_that_skip_the_masked_elements():
-    """The blocks skip the stores above the diagonal and the band's last block their reads, as
+def test_causal_scores_too_long_for_a_cluster_of_8_go_combined_by_the_last_block_that_skip_the_masked_elements():
+    """The blocks skip the stores above the diagonal and the last block their reads, as
     the product and the softmax apart do."""
     args = (torch.randn(1, 70, 8), torch.randn(1, 1100, 8))
     program = lamina.compile(causal_by_position, args)
     (tile,) = program.compilation.tiles
-    assert (tile.schedule, tile.reduction.strategy) == ("contraction_rows", "last_block")
+    assert (tile.schedule, tile.reduction.strategy) == ("matmul_row_reduction", "last_block")
     assert "skipped_elements" in dict(tile.knobs)
     assert relative_error(program(*args), float64_reference(causal_by_position, args)) < 1e-5
 
 
 def test_pinning_clusters_keeps_rows_too_long_for_a_cluster_of_8_apart():
     args = (torch.randn(1, 70, 8), torch.randn(1, 1100, 8))
-    assert schedules_of(scores, args, knobs={"last_block": 0}) == ["contraction", "row_reduction"]
+    assert schedules_of(scores, args, knobs={"row_combine": "cluster"}) == ["contraction", "row_reduction"]
 
 
 @pytest.mark.parametrize("knobs, reason", [
-    ({"last_block": 1, "tensor_cores": 0}, "only where the products run on wgmma"),
-    ({"last_block": 2}, r"knob last_block = 2 must be 0 \(clusters hold the rows\) or 1"),
+    ({"row_combine": "last_block", "products": "fma"}, "only where the products run on wgmma"),
+    ({"row_combine": "bands"}, r"knob row_combine = 'bands' must be cluster \(clusters of blocks hold the rows\)"),
 ], ids=["cuda_cores", "bad_value"])
 def test_the_schedule_says_why_the_last_block_cannot_reduce_the_rows(knobs, reason):
     _, kernel, _, _ = fused_kernel("scores_300_columns_in_a_cluster")
@@ -520,18 +520,18 @@ def test_the_schedule_says_why_the_last_block_cannot_reduce_the_rows(knobs, reas
         SCHEDULE.schedule(kernel, SM_90, knobs)
 
 
-def test_pinning_bands_on_rows_not_a_multiple_of_4_long_says_why_it_cannot():
+def test_pinning_the_last_block_on_rows_not_a_multiple_of_4_long_says_why_it_cannot():
     _, kernel, _, _ = fused_kernel("scores_130_columns")
     with pytest.raises(ScheduleError, match="rows of 130 columns are not read back 16 bytes at a time"):
-        SCHEDULE.schedule(kernel, SM_90, {"last_block": 1})
+        SCHEDULE.schedule(kernel, SM_90, {"row_combine": "last_block"})
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", [*BANDS, "tinyllama_causal_scores_1024_in_clusters"])
-def test_the_last_block_of_each_band_matches_pytorch_on_the_gpu(name):
+def test_the_last_block_along_the_rows_matches_pytorch_on_the_gpu(name):
     fn, inputs = {**GPU_RUNS, **BANDS}[name]
     args = tuple(t.cuda() for t in inputs())
-    program = lamina.compile(fn, args, knobs={"last_block": 1})
+    program = lamina.compile(fn, args, knobs={"row_combine": "last_block"})
     assert [t.reduction.strategy for t in program.compilation.tiles] == ["last_block"]
     for _ in range(2):
         assert relative_error(program(*args), float64_reference(fn, args)) < 1e-5
@@ -540,7 +540,7 @@ def test_the_last_block_of_each_band_matches_pytorch_on_the_gpu(name):
 @pytest.mark.gpu
 @pytest.mark.parametrize("heads, d", [(32, 64), (28, 128)], ids=["tinyllama", "qwen"])
 @pytest.mark.parametrize("fn", [scores, masked_scores], ids=["plain", "causal_mask_tensor"])
-def test_both_models_scores_at_2048_are_one_kernel_in_bands_that_matches_pytorch_on_the_gpu(heads, d, fn):
+def test_both_models_scores_at_2048_are_one_kernel_combined_by_the_last_block_that_matches_pytorch_on_the_gpu(heads, d, fn):
     args = (torch.randn(1, heads, 2048, d, device="cuda"), torch.randn(1, heads, 2048, d, device="cuda"))
     args += (causal_mask(2048).cuda(),) if fn is masked_scores else ()
     program = lamina.compile(fn, args)

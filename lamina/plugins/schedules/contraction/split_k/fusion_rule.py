@@ -32,12 +32,12 @@ import attrs
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction.knobs import KNOB_NAMES, read_pinned
-from lamina.plugins.schedules.contraction.partial_sums import partial_of, slices_fit, split
+from lamina.plugins.schedules.contraction.knobs import FORMER_KNOB_NAMES, KNOB_NAMES, read_pinned
+from lamina.plugins.schedules.contraction.split_k.partial_sums import partial_of, slices_fit, split
 from lamina.plugins.schedules.contraction.recognise import NotAContraction, analyse
-from lamina.plugins.schedules.contraction.schedule import cheapest_estimate
+from lamina.plugins.schedules.contraction import schedule as contraction_schedule
 from lamina.plugins.schedules.contraction.slices import SLICE_MULTIPLE, slice_length
-from lamina.plugins.schedules.contraction.unrolled_reduction import MAX_UNROLLED, UnrolledReductionSchedule
+from lamina.plugins.schedules.contraction.split_k.unrolled_reduction import MAX_UNROLLED, UnrolledReductionSchedule
 
 KNOB = "split_k"
 MAX_SPLITS = MAX_UNROLLED
@@ -141,7 +141,7 @@ def _choose(
     c = analyse(kernel)
     settings = dict(tiling)
     try:
-        whole = cheapest_estimate(kernel, target, settings)
+        whole = contraction_schedule.cheapest_estimate(kernel, target, settings)
     except ScheduleError:
         return None
     best = None
@@ -151,7 +151,7 @@ def _choose(
             continue
         parts = split(c, splits, set())
         try:
-            partial_us = cheapest_estimate(parts.partial, target, settings).total_us
+            partial_us = contraction_schedule.cheapest_estimate(parts.partial, target, settings).total_us
         except ScheduleError:
             if pinned is not None:
                 raise
@@ -171,6 +171,7 @@ class SplitContractionsAcrossBlocks:
     priority = 5
     knob_namespace = "contraction"
     knob_names = (KNOB, *KNOB_NAMES)
+    former_knob_names = FORMER_KNOB_NAMES
 
     def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
         taken = {b.name for b in program.inputs + program.outputs + program.temporaries}

@@ -2,7 +2,7 @@
 
 ``mma.sync`` reads its operands from registers, which each thread must first load from
 shared memory and split; on the H200 that kept the tensor cores under half busy, no faster
-than FMAs (``tensor_cores``). ``wgmma`` reads B from shared memory, and A from shared memory
+than FMAs (``mma_sync.products``). ``wgmma`` reads B from shared memory, and A from shared memory
 or from the registers of its warpgroup's threads. The schedule stages each 32-deep k-tile of
 both operands row by row (K-major, 128 bytes a row) in the 128-byte swizzle the descriptors
 name. Once a k-tile has landed, each thread reads its values of A (the m side, the block's
@@ -39,15 +39,14 @@ measurement of this design is in ``experiments/tensor_cores/``.
 
 from __future__ import annotations
 
-from lamina.core.ir import dtypes, expr as ex, kernel_ir, tile_ir
+from lamina.core.ir import dtypes, expr as ex, kernel_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction import tensor_cores
-from lamina.plugins.schedules.contraction.knobs import Choices
+from lamina.plugins.schedules.contraction.mma_sync import products as mma_sync
+from lamina.plugins.schedules.contraction.knobs import WGMMA, Choices, pins_text
 from lamina.plugins.schedules.contraction.recognise import Contraction, Operand
+from lamina.plugins.schedules.contraction.settings import WGMMA_PRODUCTS
 
-NAME = tile_ir.WGMMA_PRODUCTS
-KNOB_VALUE = 2
-"""``tensor_cores = 2`` runs the products on wgmma."""
+NAME = WGMMA_PRODUCTS
 BLOCK_K = kernel_ir.SWIZZLE_BYTES // 4
 """A k-tile is one swizzled row of float32: 32 deep."""
 BLOCK_MS = (64, 128)
@@ -61,17 +60,13 @@ ARCH = 90
 
 
 def uses(choices: Choices) -> bool:
-    return uses_value(choices.tensor_cores)
-
-
-def uses_value(tensor_cores_knob: int) -> bool:
-    return tensor_cores_knob == KNOB_VALUE
+    return choices.products == WGMMA
 
 
 def choices_for(block_m: int, block_n: int, buffers: int) -> Choices:
     """The one setting of the other knobs that a wgmma block of ``block_m`` x ``block_n`` takes."""
-    return Choices(block_m, block_n, BLOCK_K, 2, block_n // tensor_cores.PATCH_COLUMNS, 1, buffers, 0, 1,
-                   tensor_cores.PATCH_COLUMNS, None, 0, KNOB_VALUE)
+    return Choices(block_m, block_n, BLOCK_K, 2, block_n // mma_sync.PATCH_COLUMNS, 1, buffers, 0, 1,
+                   mma_sync.PATCH_COLUMNS, None, 0, WGMMA)
 
 
 def staged_row(row: ex.Expr, block_m: int) -> ex.Expr:
@@ -81,31 +76,37 @@ def staged_row(row: ex.Expr, block_m: int) -> ex.Expr:
     return row // 16 * 8 + row % 8 + row // 8 % 2 * (block_m // 2)
 
 
+def staged_position(side: str, staged: ex.Expr, block_m: int) -> ex.Expr:
+    """The block row that the m side's staged row ``staged`` holds (``staged_row``); on the n
+    side, the same column."""
+    return staged_row(staged, block_m) if side == "m" else staged
+
+
 def problem(c: Contraction, choices: Choices, target: Target) -> str | None:
-    """Why ``tensor_cores = 2`` cannot apply to ``choices``, or None."""
+    """Why ``products = wgmma`` cannot apply to ``choices``, or None."""
     if target.compute_capability != ARCH:
-        return f"tensor_cores = 2 needs Hopper's wgmma (sm_90); {target.name} is {target.arch}"
-    if c.acc_dtype != dtypes.float32 or tensor_cores.factors(c) is None:
-        return ("tensor_cores = 2 needs a float32 sum of products of one operand along the rows and one along "
+        return f"products = wgmma needs Hopper's wgmma (sm_90); {target.name} is {target.arch}"
+    if c.acc_dtype != dtypes.float32 or mma_sync.factors(c) is None:
+        return ("products = wgmma needs a float32 sum of products of one operand along the rows and one along "
                 "the columns")
     expected = choices_for(choices.block_m, choices.block_n, choices.buffers)
     if choices.block_m not in BLOCK_MS or choices.block_n not in BLOCK_NS:
-        return (f"tensor_cores = 2 takes blocks of {' or '.join(map(str, BLOCK_MS))} rows by "
+        return (f"products = wgmma takes blocks of {' or '.join(map(str, BLOCK_MS))} rows by "
                 f"{' or '.join(map(str, BLOCK_NS))} columns, not {choices.block_m}x{choices.block_n}")
     differing = [name for name in ("block_k", "thread_m", "thread_n", "splits", "padding", "fragment_width",
                                    "warp_columns", "copy_steps")
                  if getattr(choices, name) not in (getattr(expected, name), None)]
     if differing:
-        wanted = ", ".join(f"{name} = {getattr(expected, name)}" for name in differing)
-        return f"tensor_cores = 2 in {choices.block_m}x{choices.block_n} blocks takes {wanted}"
+        wanted = pins_text({name: getattr(expected, name) for name in differing}, " = ")
+        return f"products = wgmma in {choices.block_m}x{choices.block_n} blocks takes {wanted}"
     if choices.buffers < 2:
-        return "tensor_cores = 2 copies the next k-tile while the wgmma run: buffers must be 2 or 3"
+        return "products = wgmma copies the next k-tile while the wgmma run: buffers must be 2 or 3"
     return None
 
 
 def unaligned_operand(c: Contraction, operand: Operand) -> str:
     """Why ``operand``, not read in aligned 16-byte runs along the reduction, cannot be staged."""
-    return (f"tensor_cores = 2 copies {operand.text} in 16-byte runs along {c.reduce_var}: it must be contiguous "
+    return (f"products = wgmma copies {operand.text} in 16-byte runs along {c.reduce_var}: it must be contiguous "
             f"along {c.reduce_var}, with {c.reduce_var}'s extent and every other stride a multiple of "
             f"{COPY_ELEMENTS} (tf32 wgmma reads its operands K-major and cannot transpose them)")
 

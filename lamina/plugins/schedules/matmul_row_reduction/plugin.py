@@ -1,4 +1,4 @@
-"""Registers the ``contraction_rows`` schedule and the fusion rule that gives it its kernels."""
+"""Registers the ``matmul_row_reduction`` schedule and the fusion rule that gives it its kernels."""
 
 from __future__ import annotations
 
@@ -8,21 +8,23 @@ from lamina.core.errors import ScheduleError
 from lamina.core.hookspecs import hookimpl
 from lamina.core.ir import kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction.knobs import KNOB_NAMES
-from lamina.plugins.schedules.contraction_rows import tiling
-from lamina.plugins.schedules.contraction_rows.fuse_contraction_into_row_reduction import (
+from lamina.plugins.schedules.contraction import FORMER_KNOB_NAMES, KNOB_NAMES
+from lamina.plugins.schedules.matmul_row_reduction import tiling
+from lamina.plugins.schedules.matmul_row_reduction.fuse_contraction_into_row_reduction import (
     FuseContractionIntoRowReduction,
 )
-from lamina.plugins.schedules.contraction_rows.lowering import lower_contraction_rows
-from lamina.plugins.schedules.contraction_rows.recognise import NotContractionRows, analyse
+from lamina.plugins.schedules.matmul_row_reduction.lowering import lower_matmul_row_reduction
+from lamina.plugins.schedules.matmul_row_reduction.recognise import NotContractionRows, analyse
 
 
-class ContractionRowsSchedule:
+class MatmulRowReductionSchedule:
     """Row reductions whose elements are a contraction's (softmax of attention scores)."""
 
     name = tiling.SCHEDULE_NAME
+    former_names = tiling.FORMER_NAMES
     priority = 10
-    knob_names = (*KNOB_NAMES, tiling.LAST_BLOCK_KNOB)
+    knob_names = (*KNOB_NAMES, tiling.ROW_COMBINE_KNOB)
+    former_knob_names = (*FORMER_KNOB_NAMES, *(r.old for r in tiling.RENAMED))
 
     def applies(self, kernel: loop_ir.Kernel, target: Target) -> bool:
         try:
@@ -41,12 +43,12 @@ class ContractionRowsSchedule:
             return float("inf")
 
     def lower(self, tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Kernel:
-        return lower_contraction_rows(tile, target)
+        return lower_matmul_row_reduction(tile, target)
 
 
 @hookimpl
 def lamina_register_schedules(register):
-    register(ContractionRowsSchedule())
+    register(MatmulRowReductionSchedule())
 
 
 @hookimpl

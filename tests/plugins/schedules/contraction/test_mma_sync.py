@@ -1,4 +1,4 @@
-"""Float32 products on the tensor cores (``tensor_cores = 1``): the pins, the Tile IR, the kernels."""
+"""Float32 products on the tensor cores (``products = mma_sync``): the pins, the Tile IR, the kernels."""
 
 import attrs
 import pytest
@@ -9,13 +9,14 @@ from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.errors import ScheduleError, VerificationError
 from lamina.core.ir import kernel_ir, tile_ir
 from lamina.plugins.schedules.contraction import ContractionSchedule, analyse, candidates
-from lamina.plugins.schedules.contraction.tensor_cores import padding
+from lamina.plugins.schedules.contraction.mma_sync.products import padding
+from lamina.plugins.schedules.contraction.settings import ContractionSettings
 
 from ..contraction_kernels import SM_90, batched, half_inputs, linear, matmul, matmul_a_transposed, running_example, simulate_case
 from ..nvrtc_in_background import start_compiling
 
 SCHEDULE = ContractionSchedule()
-ON_TENSOR_CORES = {"tensor_cores": 1}
+ON_TENSOR_CORES = {"products": "mma_sync"}
 RAGGED = [matmul(33, 45, 40, name="ragged_33x45x40"), matmul(70, 200, 90, name="ragged_70x200x90"),
           linear(37, 70, 65, bias_relu=True), matmul_a_transposed(40, 33, 50), batched(3, 35, 20, 33)]
 SETTINGS = {
@@ -31,7 +32,7 @@ SETTINGS = {
 @pytest.mark.parametrize("case", RAGGED, ids=[c.id for c in RAGGED])
 def test_tensor_core_kernels_match_pytorch_without_faults_or_bank_conflicts(case, knobs):
     tile = SCHEDULE.schedule(case.kernel, SM_90, {**ON_TENSOR_CORES, **knobs})
-    assert tile.tensor_cores == "3xtf32"
+    assert tile.settings.products == "3xtf32"
     kernel = SCHEDULE.lower(tile, SM_90)
     assert any(isinstance(s, kernel_ir.MmaTf32) for s in kernel_ir.statements(kernel.body))
     compiling = start_compiling(kernel, "sm_90")
@@ -72,9 +73,9 @@ def test_each_step_of_eight_splits_the_operands_and_sums_three_products_before_a
 
 def test_the_cost_model_keeps_to_fma_unless_tensor_cores_are_pinned():
     c = analyse(matmul(256, 256, 256).kernel)
-    assert {s.tensor_cores for s in candidates(c, SM_90)} == {0}
-    assert {s.tensor_cores for s in candidates(c, SM_90, ON_TENSOR_CORES)} == {1}
-    assert SCHEDULE.schedule(matmul(256, 256, 256).kernel, SM_90, {}).tensor_cores is None
+    assert {s.products for s in candidates(c, SM_90)} == {"fma"}
+    assert {s.products for s in candidates(c, SM_90, ON_TENSOR_CORES)} == {"mma_sync"}
+    assert SCHEDULE.schedule(matmul(256, 256, 256).kernel, SM_90, {}).settings.products is None
 
 
 @pytest.mark.parametrize("row", [16, 32, 64, 128, 40])
@@ -83,15 +84,15 @@ def test_staged_rows_are_padded_to_eight_words_past_a_multiple_of_32(row):
 
 
 @pytest.mark.parametrize("knobs, reason", [
-    ({"tensor_cores": 3}, "knob tensor_cores = 3 must be 0"),
-    ({**ON_TENSOR_CORES, "splits": 2, "block_m": 32, "block_n": 32},
-     "tensor_cores = 1 takes whole k-tiles per warp; splits = 2 must be 1"),
+    ({"products": "tf32"}, "knob products = 'tf32' must be fma"),
+    ({**ON_TENSOR_CORES, "in_block_k_splits": 2, "block_m": 32, "block_n": 32},
+     "products = mma_sync takes whole k-tiles per warp; in_block_k_splits = 2 must be 1"),
     ({**ON_TENSOR_CORES, "block_m": 16, "block_n": 64}, "block tiles of at least 32 along each axis"),
     ({**ON_TENSOR_CORES, "block_m": 32, "block_n": 32, "thread_m": 1, "thread_n": 2}, "has an odd side"),
     ({**ON_TENSOR_CORES, "block_m": 32, "block_n": 32, "thread_m": 2, "thread_n": 2, "warp_columns": 8},
      "makes warps 4 threads wide, not warp_columns = 8"),
     ({**ON_TENSOR_CORES, "block_m": 32, "block_n": 32, "fragment_width": 4}, "fragment_width must be 1"),
-    ({**ON_TENSOR_CORES, "block_m": 32, "block_n": 32, "copy_steps": 1}, "with tensor_cores = 1 pin 0"),
+    ({**ON_TENSOR_CORES, "block_m": 32, "block_n": 32, "copy_steps": 1}, "with products = mma_sync pin 0"),
 ])
 def test_settings_the_tensor_cores_cannot_run_are_refused_with_the_reason(knobs, reason):
     with pytest.raises(ScheduleError, match=reason):
@@ -106,17 +107,17 @@ def test_only_a_float32_product_of_two_operands_runs_on_tensor_cores(case):
 
 def test_the_tile_ir_verifier_checks_the_tensor_core_layout():
     tile = SCHEDULE.schedule(matmul(64, 64, 64).kernel, SM_90, {"block_m": 32, "block_n": 32, "thread_m": 2,
-                                                               "thread_n": 2, "splits": 1})
+                                                               "thread_n": 2, "in_block_k_splits": 1})
     with pytest.raises(VerificationError, match="tensor-core products need warps of 8 x 4 threads"):
         tile_ir.verify_tile_kernel(tile_ir.TileKernel(tile.kernel, tile.schedule, tile.grid, tile.reduction,
-                                                      tile.stages, tensor_cores="3xtf32"))
+                                                      tile.stages, settings=ContractionSettings(products="3xtf32")))
 
 
 def test_the_tile_ir_verifier_refuses_copies_spread_among_tensor_core_steps():
     tile = SCHEDULE.schedule(matmul(64, 64, 64).kernel, SM_90, {**ON_TENSOR_CORES, "block_m": 32, "block_n": 32})
     tile_ir.verify_tile_kernel(tile)
     with pytest.raises(VerificationError, match="issue each k-tile's copies at once, not over 1 steps"):
-        tile_ir.verify_tile_kernel(attrs.evolve(tile, copy_steps=1))
+        tile_ir.verify_tile_kernel(attrs.evolve(tile, settings=attrs.evolve(tile.settings, copy_steps=1)))
 
 
 def test_the_target_reads_its_architecture_as_a_number():
@@ -133,4 +134,4 @@ def test_pinned_tensor_cores_keep_a_product_and_its_row_softmax_apart():
 
     q, k = torch.randn(1, 4, 128, 64), torch.randn(1, 4, 128, 64)
     tiles = lamina.Compiler(knobs=ON_TENSOR_CORES, target="sm_90").compile(scores, (q, k)).compilation.tiles
-    assert [(t.schedule, t.tensor_cores) for t in tiles] == [("contraction", "3xtf32"), ("row_reduction", None)]
+    assert [(t.schedule, t.settings.products if t.settings else None) for t in tiles] == [("contraction", "3xtf32"), ("row_reduction", None)]

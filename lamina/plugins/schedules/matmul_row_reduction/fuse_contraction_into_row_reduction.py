@@ -4,9 +4,9 @@ When a contraction's only reader reduces each row of its result (along the
 contraction's columns, the output's contiguous axis) and the rows are short enough for
 a block, or a cluster of blocks, to hold in registers, every loop over the row computes
 its element, a dot product, where it used to read it. The product then never reaches
-memory: the ``contraction_rows`` schedule computes each element once and keeps the row
+memory: the ``matmul_row_reduction`` schedule computes each element once and keeps the row
 on chip between the loops. Rows of up to 2048 that no cluster holds go in bands, whose
-last block reads the elements back from L2 (``contraction_rows.last_block``). Where the
+last block reads the elements back from L2 (``matmul_row_reduction.last_block``). Where the
 schedule takes neither, the kernels stay two, the contraction and the row reduction.
 """
 
@@ -22,10 +22,10 @@ from lamina.core.ir.expr import Expr
 from lamina.core.ir.names import fresh_name
 from lamina.core.target import Target
 from lamina.plugins.fusion import analysis
-from lamina.plugins.schedules.contraction.knobs import KNOB_NAMES
-from lamina.plugins.schedules.contraction.recognise import Contraction, NotAContraction, analyse as analyse_contraction
-from lamina.plugins.schedules.contraction_rows import tiling
-from lamina.plugins.schedules.contraction_rows.recognise import NotContractionRows, analyse
+from lamina.plugins.schedules.contraction import FORMER_KNOB_NAMES, KNOB_NAMES, Contraction, NotAContraction
+from lamina.plugins.schedules.contraction import analyse as analyse_contraction
+from lamina.plugins.schedules.matmul_row_reduction import tiling
+from lamina.plugins.schedules.matmul_row_reduction.recognise import NotContractionRows, analyse
 from lamina.plugins.schedules.loop_to_kernel import split_parallel_nest
 
 
@@ -33,7 +33,8 @@ class FuseContractionIntoRowReduction:
     name = "fuse_contraction_into_row_reduction"
     priority = 30
     knob_namespace = tiling.SCHEDULE_NAME
-    knob_names = (*KNOB_NAMES, tiling.LAST_BLOCK_KNOB)
+    knob_names = (*KNOB_NAMES, tiling.ROW_COMBINE_KNOB)
+    former_knob_names = (*FORMER_KNOB_NAMES, *(r.old for r in tiling.RENAMED))
 
     def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
         outputs = {b.name for b in program.outputs}

@@ -32,8 +32,8 @@ from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.ir.dtypes import DType
 from lamina.core.ir.expr import Expr
 from lamina.plugins.fusion import analysis
-from lamina.plugins.schedules.contraction.recognise import Contraction, NotAContraction
-from lamina.plugins.schedules.contraction.recognise import analyse as analyse_contraction
+from lamina.plugins.schedules.contraction import Contraction, NotAContraction
+from lamina.plugins.schedules.contraction import analyse as analyse_contraction
 from lamina.plugins.schedules.loop_to_kernel import split_parallel_nest
 
 IDENTITY = {"sum": 0.0, "prod": 1.0, "max": -math.inf, "min": math.inf}
