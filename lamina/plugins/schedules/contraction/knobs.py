@@ -88,7 +88,7 @@ class Choices:
     def summary(self) -> str:
         text = (
             f"block {self.block_m}x{self.block_n}x{self.block_k}, thread {self.thread_m}x{self.thread_n}, "
-            f"splits {self.splits}, buffers {self.buffers}, fragment width {self.fragment_width}"
+            f"in-block k-splits {self.splits}, buffers {self.buffers}, fragment width {self.fragment_width}"
         )
         text += f", padding {self.padding}" if self.padding is not None else ""
         text += f", copies over {self.copy_steps} steps" if self.copy_steps else ""

@@ -122,7 +122,7 @@ tile linear  schedule=contraction
   register_tile = 8x8
   fragment_width = 4 (16-byte shared-memory reads)
   epilogue_stores = 4 adjacent outputs per store (16 B)
-  chosen = block 64x128x16, thread 8x8, splits 1, buffers 2, fragment width 4, copies over 8 steps; cheapest of 41 settings, pinned: products=fma
+  chosen = block 64x128x16, thread 8x8, in-block k-splits 1, buffers 2, fragment width 4, copies over 8 steps; cheapest of 41 settings, pinned: products=fma
   estimate = 1629.7 us from launch 2.0, compute 1439.8 and memory 751.4, overlapped; 1152 blocks, 4 per SM at once
   warp_tile = 4x8 threads, reading 96 operand elements per step of k (CUDA's 2x16: 144)
   block_order = 32x36 blocks, 528 at once: down groups of 22 rows

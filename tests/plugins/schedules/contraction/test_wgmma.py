@@ -100,7 +100,7 @@ def test_on_hopper_the_cost_model_runs_k_major_float32_products_on_wgmma():
         (m, n) for m in (64, 128) for n in (64, 128)}
     tile = SCHEDULE.schedule(c.kernel, SM_90, {})
     assert tile.settings.products == "wgmma 3xtf32"
-    assert dict(tile.knobs)["chosen"].startswith("block 128x128x32, thread 2x32, splits 1, buffers 3")
+    assert dict(tile.knobs)["chosen"].startswith("block 128x128x32, thread 2x32, in-block k-splits 1, buffers 3")
     assert SCHEDULE.schedule(c.kernel, attrs.evolve(SM_90, name="ampere", arch="sm_80"), {}).settings.products is None
 
 
@@ -108,7 +108,7 @@ def test_short_products_take_two_blocks_an_sm_and_long_ones_one_block_twice_as_w
     """The scores' q k^T (K = 128: four k-tiles) ran fastest in 128 x 64 blocks, two per SM, which hide each other's
     first copies and last stores; Qwen's qkv projection (K = 3584) in 128 x 128, one per SM."""
     scores = SCHEDULE.schedule(batched_scores(28, 2048, 128, 2048).kernel, SM_90, {})
-    assert dict(scores.knobs)["chosen"].startswith("block 128x64x32, thread 2x16, splits 1, buffers 3")
+    assert dict(scores.knobs)["chosen"].startswith("block 128x64x32, thread 2x16, in-block k-splits 1, buffers 3")
     assert "2 per SM at once" in dict(scores.knobs)["estimate"]
     projection = SCHEDULE.schedule(linear(2048, 3584, 4608).kernel, SM_90, {})
     assert "1 per SM at once" in dict(projection.knobs)["estimate"]

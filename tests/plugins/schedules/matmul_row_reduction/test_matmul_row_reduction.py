@@ -221,7 +221,7 @@ per element and kept in registers
   element = where(mask[i1, i2], -inf, bmm3 * 0.3535533905932738), computed once per element in place of bmm3
   row_reductions = acc0 max, acc1 sum, each lane's part combined by warp shuffles
   register_tile = 2x16
-  chosen = block 64x64x32, thread 2x16, splits 1, buffers 3, fragment width 1, padding 0, on tensor cores through \
+  chosen = block 64x64x32, thread 2x16, in-block k-splits 1, buffers 3, fragment width 1, padding 0, on tensor cores through \
 wgmma; cheapest of 4 settings spanning the row, pinned: none
   estimate = 3.1 us from launch 2.0, compute 1.1 and memory 0.2, overlapped; 2 blocks, 3 per SM at once
   copy q[i0, i1, r4] = r4 fastest across threads, 4 elements per copy
@@ -240,7 +240,7 @@ tile softmax  schedule=matmul_row_reduction
   element = where(mask[i1, i2], -inf, bmm3 * 0.3535533905932738), computed once per element in place of bmm3
   row_reductions = acc0 max, acc1 sum, each lane's part combined by warp shuffles
   register_tile = 2x1
-  chosen = block 16x32x8, thread 2x1, splits 1, buffers 1, fragment width 1; cheapest of 3 settings spanning the \
+  chosen = block 16x32x8, thread 2x1, in-block k-splits 1, buffers 1, fragment width 1; cheapest of 3 settings spanning the \
 row, pinned: products=fma
   estimate = 2.2 us from launch 2.0, compute 0.2 and memory 0.1, overlapped; 2 blocks, 6 per SM at once
   copy q[i0, i1, r4] = r4 fastest across threads
@@ -443,7 +443,7 @@ tile softmax  schedule=matmul_row_reduction
   unneeded_product = a block where i3 - i2 >= 1 at every element runs no k-tile: its elements do not use the sum
   skipped_elements = a block where i3 - i2 >= 1 at every element stores nothing; the last block reads back no run of 4 where i3 - i2 >= 1 at all of them, and holds -inf there instead
   register_tile = 2x16
-  chosen = block 64x64x32, thread 2x16, splits 1, buffers 3, fragment width 1, padding 0, on tensor cores through wgmma; cheapest of 4 settings spanning the row, pinned: row_combine=last_block
+  chosen = block 64x64x32, thread 2x16, in-block k-splits 1, buffers 3, fragment width 1, padding 0, on tensor cores through wgmma; cheapest of 4 settings spanning the row, pinned: row_combine=last_block
   estimate = 3.9 us from launch 2.0, compute 1.1 and memory 1.4, overlapped; 50 blocks, 3 per SM at once; then 0.3 us for the last blocks to read the elements back and store the results
   copy q[0, i1, i2, r4] = r4 fastest across threads, 4 elements per copy
   copy k[0, i1, i3, r4] = r4 fastest across threads, 4 elements per copy
