@@ -53,9 +53,9 @@ def main():
         for length in (1024, 2048):
             q, k = (torch.randn(1, heads, length, d, device="cuda") for _ in range(2))
             for block_m, block_n in BLOCKS:
-                knobs = {"tensor_cores": 2, "block_m": block_m, "block_n": block_n}
+                knobs = {"matmul_row_reduction": {"products": "wgmma", "block_m": block_m, "block_n": block_n}}
                 compilation = lamina.compile(scores, (q, k), knobs=knobs).specialization((q, k)).compilation
-                if [t.schedule for t in compilation.tiles] != ["contraction_rows"]:
+                if [t.schedule for t in compilation.tiles] != ["matmul_row_reduction"]:
                     print(f"{model} S={length} {block_m}x{block_n}: not one kernel", flush=True)
                     continue
                 (kernel,) = compilation.kernels.kernels

@@ -2,9 +2,9 @@
 the same kernel on the CUDA cores and against the product and the softmax as two kernels.
 
 For each model's heads and head size, scores ``softmax(q k^T / sqrt(d))`` of S x S are compiled
-with the ``contraction_rows`` schedule's products pinned to the CUDA cores (``tensor_cores = 0``,
-rows up to 1024 columns) or to wgmma (``tensor_cores = 2``, in 64- and 128-row blocks), and with
-the ``contraction_rows`` plugin disabled (the contraction on wgmma, then the softmax). Each is
+with the ``matmul_row_reduction`` schedule's products pinned to the CUDA cores (``products = "fma"``,
+rows up to 1024 columns) or to wgmma (``products = "wgmma"``, in 64- and 128-row blocks), and with
+the ``matmul_row_reduction`` plugin disabled (the contraction on wgmma, then the softmax). Each is
 checked against float64 and timed by CUDA-graph replay (``lamina.bench.measure.time_cuda_graph``),
 the schedules it ran and the block chosen printed beside its time.
 Run on the GPU:
@@ -21,10 +21,11 @@ MODELS = {"tinyllama": (32, 64), "qwen": (28, 128)}
 """Heads and head size of each model's attention."""
 LENGTHS = (128, 256, 512, 1024, 2048)
 SETTINGS = {
-    "CUDA cores": {"knobs": {"tensor_cores": 0}},
-    "wgmma": {"knobs": {"tensor_cores": 2}},
-    **{f"wgmma {m}x{n}": {"knobs": {"tensor_cores": 2, "block_m": m, "block_n": n}} for m in (64, 128) for n in (64, 128)},
-    "two kernels": {"disable": ("lamina.builtin.schedules.contraction_rows",)},
+    "CUDA cores": {"knobs": {"matmul_row_reduction.products": "fma"}},
+    "wgmma": {"knobs": {"matmul_row_reduction.products": "wgmma"}},
+    **{f"wgmma {m}x{n}": {"knobs": {"matmul_row_reduction": {"products": "wgmma", "block_m": m, "block_n": n}}}
+       for m in (64, 128) for n in (64, 128)},
+    "two kernels": {"disable": ("lamina.builtin.schedules.matmul_row_reduction",)},
 }
 """``wgmma``: the block the cost model chooses; ``wgmma M x N``: each block pinned."""
 SHORT = 512
@@ -52,7 +53,7 @@ def main():
                     continue
                 tiles = compiled.specialization((q, k)).compilation.tiles
                 schedules = "+".join(t.schedule for t in tiles)
-                chosen = dict(tiles[0].knobs)["chosen"].split(",")[0] if schedules == "contraction_rows" else ""
+                chosen = dict(tiles[0].knobs)["chosen"].split(",")[0] if schedules == "matmul_row_reduction" else ""
                 schedules += f" {chosen}" if chosen else ""
                 us = time_cuda_graph(compiled, (q, k), replays=50, calls_per_graph=20 if length <= SHORT else 1)
                 line.append(f"| {name}: {us:.1f} us ({schedules}, error {relative_error(out, reference):.1e})")

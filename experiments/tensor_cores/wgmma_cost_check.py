@@ -20,7 +20,8 @@ import json
 import sys
 
 from lamina.backends.cuda.targets import SM90 as SM_90
-from lamina.plugins.schedules.contraction import analyse, cost, warpgroup_products
+from lamina.plugins.schedules.contraction import analyse, cost
+from lamina.plugins.schedules.contraction.wgmma import products as warpgroup_products
 from lamina.plugins.schedules.contraction.recognise import Contraction
 
 sys.path.insert(0, ".")
