@@ -68,6 +68,6 @@ def test_an_index_off_by_one_is_reported_as_out_of_bounds():
 
 
 def test_an_unpadded_shared_tile_has_bank_conflicts_the_padded_one_has_not():
-    padded, unpadded = emitted_kernel(), emitted_kernel(knobs={"padding": 0})
+    padded, unpadded = emitted_kernel(), emitted_kernel(knobs={"contraction.padding": 0})
     assert simulate(padded, arrays(padded)).total_bank_conflicts == 0
     assert simulate(unpadded, arrays(unpadded)).total_bank_conflicts > 0

@@ -10,8 +10,10 @@ from lamina.core.errors import VerificationError
 from lamina.core.ir import expr as ex, loop_ir
 from lamina.plugins.fusion.mark_unread_elements import MarkUnreadElements
 
-TWO_KERNELS = {"block_m": 32, "block_n": 32, "thread_m": 4, "thread_n": 4}
-"""Pinned product tiles keep the scores of 300 columns a product and a softmax."""
+PRODUCT_TILES = {"block_m": 32, "block_n": 32, "thread_m": 4, "thread_n": 4}
+TWO_KERNELS = {"contraction": PRODUCT_TILES, "matmul_row_reduction": PRODUCT_TILES}
+"""Product tiles pinned for both schedules keep the scores of 300 columns a product and a softmax:
+matmul_row_reduction cannot hold the row in them."""
 
 
 def causal_mask(q, k):

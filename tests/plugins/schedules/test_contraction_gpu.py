@@ -77,7 +77,7 @@ def test_tensor_core_products_are_as_close_to_float64_as_cublas():
     import lamina
 
     x, w = torch.randn(256, 4096, device="cuda"), torch.randn(320, 4096, device="cuda")
-    compiled = lamina.Compiler(knobs={"products": "mma_sync"}).compile(F.linear, (x, w))
+    compiled = lamina.Compiler(knobs={"contraction.products": "mma_sync"}).compile(F.linear, (x, w))
     out = compiled(x, w)
     assert [t.settings.products if t.settings else None for t in compiled.compilation.tiles] == ["3xtf32", None]  # split-K partials, then their sum
     reference = F.linear(x.double(), w.double())
@@ -91,7 +91,7 @@ def test_wgmma_products_are_as_close_to_float64_as_cublas():
     import lamina
 
     x, w = torch.randn(256, 4096, device="cuda"), torch.randn(320, 4096, device="cuda")
-    compiled = lamina.Compiler(knobs={"products": "wgmma"}).compile(F.linear, (x, w))
+    compiled = lamina.Compiler(knobs={"contraction.products": "wgmma"}).compile(F.linear, (x, w))
     out = compiled(x, w)
     assert "wgmma 3xtf32" in [t.settings.products if t.settings else None for t in compiled.compilation.tiles]
     reference = F.linear(x.double(), w.double())

@@ -110,6 +110,8 @@ def test_pinned_copy_steps_keep_a_product_and_its_row_softmax_apart():
 
     q, k = torch.randn(1, 4, 128, 64), torch.randn(1, 4, 128, 64)
     fused = lamina.Compiler(target="sm_90").compile(scores, (q, k)).compilation.tiles
-    apart = lamina.Compiler(knobs={"copy_steps": 2}, target="sm_90").compile(scores, (q, k)).compilation.tiles
+    two_steps = {"copy_steps": 2}  # matmul_row_reduction refuses it, the contraction takes it
+    pinned = {"contraction": two_steps, "matmul_row_reduction": two_steps}
+    apart = lamina.Compiler(knobs=pinned, target="sm_90").compile(scores, (q, k)).compilation.tiles
     assert [t.schedule for t in fused] == ["matmul_row_reduction"]
     assert [(t.schedule, t.settings.copy_steps if t.settings else 0) for t in apart] == [("contraction", 2), ("row_reduction", 0)]

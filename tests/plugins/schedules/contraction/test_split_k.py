@@ -58,7 +58,7 @@ loop_program(x: f32[5, 96], w: f32[24, 96], b: f32[24]) -> (linear: f32[5, 24]):
 
 @pytest.fixture(scope="module")
 def split_linear():
-    return lamina.compile(linear_bias, inputs(5, 96, 24), knobs={"split_k": 3}).compilation
+    return lamina.compile(linear_bias, inputs(5, 96, 24), knobs={"contraction.split_k": 3}).compilation
 
 
 def test_a_pinned_split_prints_the_partial_and_the_combine_kernel(split_linear):
@@ -78,7 +78,7 @@ def test_the_partial_kernels_tile_ir_says_who_adds_it_up(split_linear):
 
 
 def unsplit_program(m, k, n):
-    return lamina.compile(linear_bias, inputs(m, k, n), knobs={"split_k": 1}).compilation.loop
+    return lamina.compile(linear_bias, inputs(m, k, n), knobs={"contraction.split_k": 1}).compilation.loop
 
 
 def test_how_many_slices_depends_on_the_device():
@@ -111,13 +111,13 @@ def test_split_k_1_never_splits():
 ])
 def test_an_unusable_split_k_says_what_to_pin(value, message):
     with pytest.raises(ScheduleError, match=message):
-        lamina.compile(linear_bias, inputs(5, 96, 24), knobs={"split_k": value}).compilation
+        lamina.compile(linear_bias, inputs(5, 96, 24), knobs={"contraction.split_k": value}).compilation
 
 
 def test_a_pinned_split_that_no_setting_can_run_says_why():
     with pytest.raises(ScheduleError, match=r"knob split_k = 2 leaves the partial sums no setting: kernel "
                                             r"linear_partials, .* block_k = 32 must divide 16"):
-        lamina.compile(linear_bias, inputs(5, 80, 24), knobs={"split_k": 2, "block_k": 32}).compilation
+        lamina.compile(linear_bias, inputs(5, 80, 24), knobs={"contraction": {"split_k": 2, "block_k": 32}}).compilation
 
 
 def test_usable_splits_cut_k_into_whole_k_tiles_none_of_them_empty():
@@ -138,7 +138,7 @@ UNEQUAL_LOOP_IR = """\
 
 
 def test_slices_that_cannot_be_equal_guard_the_last_one_and_its_tile_ir_says_where_it_ends():
-    compilation = lamina.compile(linear_bias, inputs(5, 80, 24), knobs={"split_k": 2}).compilation
+    compilation = lamina.compile(linear_bias, inputs(5, 80, 24), knobs={"contraction.split_k": 2}).compilation
     assert UNEQUAL_LOOP_IR in compilation.ir("loop")
     partial = compilation.tiles[0]
     assert dict(partial.knobs)["slice_end"] == "r0 runs while s * 48 + r0 < 80: a shorter slice ends at a k-tile sooner"

@@ -62,7 +62,7 @@ def compiled_case(name):
     fn, make_inputs, splits, tolerance = CASES[name]
     torch.manual_seed(0)
     inputs = make_inputs()
-    return fn, inputs, lamina.compile(fn, inputs, knobs={"split_k": splits}), tolerance
+    return fn, inputs, lamina.compile(fn, inputs, knobs={"contraction.split_k": splits}), tolerance
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -89,7 +89,7 @@ def test_every_split_kernel_compiles_for_sm_90_without_spills(name):
 def test_the_largest_combine_compiles_without_spills():
     """32 partial sums per output, the most the rule makes, in 16-byte vectors."""
     x, w, b = randn(4, 512), randn(64, 512), randn(64)
-    source = lamina.compile(linear_bias, (x, w, b), knobs={"split_k": 32}).compilation.sources["linear"]
+    source = lamina.compile(linear_bias, (x, w, b), knobs={"contraction.split_k": 32}).compilation.sources["linear"]
     result = compile_kernel(source, "linear", "sm_90")
     assert (result.spill_stores, result.spill_loads) == (0, 0)
     assert source.count("uint4*>(&linear_partials[") == 32

@@ -153,7 +153,8 @@ def test_causal_scores_on_wgmma_skip_unneeded_blocks_and_match_pytorch_on_the_si
     torch.manual_seed(0)
     inputs = (torch.randn(1, 2, 300, 24), torch.randn(1, 2, 300, 24))
     apart = ("lamina.builtin.schedules.matmul_row_reduction",)
-    compiled = lamina.compile(scores_causal, inputs, knobs={**ON_WGMMA, "block_m": 64, "block_n": 64}, disable=apart)
+    compiled = lamina.compile(scores_causal, inputs, knobs={"contraction": {**ON_WGMMA, "block_m": 64, "block_n": 64}},
+                              disable=apart)
     (product,) = [t for t in compiled.compilation.tiles if t.schedule == "contraction"]
     assert product.settings.products == "wgmma 3xtf32" and "unneeded_product" in dict(product.knobs)
     assert relative_error(compiled(*inputs), float64_reference(scores_causal, inputs)) < 1e-5

@@ -28,12 +28,20 @@ from lamina.plugins.schedules.matmul_row_reduction.tiling import (
     MAX_LAST_BLOCK_ROW_LENGTH,
     MAX_ROW_LENGTH,
     MAX_WGMMA_ROW_LENGTH,
+    ROW_COMBINE_KNOB,
     settings,
 )
 
 from ..nvrtc_in_background import start_compiling
 
 SCHEDULE = MatmulRowReductionSchedule()
+
+
+def pinned(knobs):
+    """The schedule's ``knobs`` as pins of a compile: for it, and, but for ``row_combine``, which is its
+    own, for the contraction that takes the product where it leaves the product and softmax apart."""
+    return {"matmul_row_reduction": dict(knobs),
+            "contraction": {name: value for name, value in knobs.items() if name != ROW_COMBINE_KNOB}}
 
 
 def scores(q, k):
@@ -89,7 +97,7 @@ def exported(name):
 @functools.cache
 def _fused(name, knobs):
     fn, captured, args = exported(name)
-    program = lamina.Compiler(knobs=dict(knobs)).compile_captured(captured, args)
+    program = lamina.Compiler(knobs=pinned(dict(knobs))).compile_captured(captured, args)
     (kernel,) = program.compilation.loop.kernels
     names = [b.name for b in program.compilation.loop.inputs]
     return program, kernel, dict(zip(names, args)), fn
@@ -251,7 +259,7 @@ row, pinned: products=fma
                          ids=["wgmma", "cuda_cores"])
 def test_causal_scores_loop_ir_and_tile_ir_golden(knobs, golden):
     args = (torch.randn(2, 12, 8), torch.randn(2, 12, 8), causal_mask(12))
-    program = lamina.compile(masked_scores, args, knobs=knobs)
+    program = lamina.compile(masked_scores, args, knobs=pinned(knobs))
     (kernel,) = program.compilation.loop.kernels
     assert loop_ir.format_kernel(kernel) == CAUSAL_LOOP_IR
     assert tile_ir.format_tile_kernel(program.compilation.tiles[0]) == golden
@@ -287,12 +295,12 @@ def test_a_product_that_another_kernel_also_reads_is_not_recomputed_in_the_softm
 ], ids=["wgmma_as_chosen", "cuda_cores", "wgmma_pinned"])
 def test_rows_longer_than_one_kernel_holds_stay_a_contraction_and_a_softmax(knobs, length):
     args = (torch.randn(1, 5, 8), torch.randn(1, length, 8))
-    assert schedules_of(scores, args, knobs=knobs) == ["contraction", "row_reduction"]
+    assert schedules_of(scores, args, knobs=pinned(knobs)) == ["contraction", "row_reduction"]
 
 
 def test_the_schedule_says_why_it_leaves_rows_longer_than_a_cluster_of_8_wgmma_blocks_apart():
     args = (torch.randn(1, 5, 8), torch.randn(1, MAX_FUSED_WGMMA_ROW_LENGTH + 1, 8))
-    (kernel,) = lamina.compile(scores, args, knobs={"products": "wgmma"}).compilation.loop.kernels
+    (kernel,) = lamina.compile(scores, args, knobs=pinned({"products": "wgmma"})).compilation.loop.kernels
     with pytest.raises(ScheduleError, match=r"rows of 1025 are longer than the 1024 columns that a cluster of 8 wgmma "
                                             r"blocks holds, .* pin products = wgmma to hold rows of up to 2048"):
         SCHEDULE.schedule(kernel, SM_90, {})
@@ -300,7 +308,7 @@ def test_the_schedule_says_why_it_leaves_rows_longer_than_a_cluster_of_8_wgmma_b
 
 def test_pinning_wgmma_holds_the_longest_rows_in_a_cluster_of_16_blocks():
     args = (torch.randn(1, 5, 8), torch.randn(1, MAX_WGMMA_ROW_LENGTH, 8))
-    program = lamina.compile(scores, args, knobs={"products": "wgmma"})
+    program = lamina.compile(scores, args, knobs=pinned({"products": "wgmma"}))
     (loop_kernel,) = program.compilation.loop.kernels
     (kernel,) = program.compilation.kernels.kernels
     assert kernel.launch.cluster == (16, 1, 1)
@@ -340,7 +348,7 @@ def test_a_softmax_across_the_rows_of_the_product_is_not_fused():
 
 def test_pinning_a_block_that_cannot_hold_the_row_keeps_the_kernels_apart():
     args = (torch.randn(2, 9, 8), torch.randn(2, 40, 8))
-    assert schedules_of(scores, args, knobs={"block_n": 32}) == ["contraction", "row_reduction"]
+    assert schedules_of(scores, args, knobs=pinned({"block_n": 32})) == ["contraction", "row_reduction"]
 
 
 def test_the_schedule_names_the_widths_a_wgmma_block_of_the_row_may_take():
@@ -376,7 +384,7 @@ GPU_PRODUCTS = {**PRODUCTS, "wgmma_clusters_of_16": {"products": "wgmma"}}
 def test_matches_pytorch_on_the_gpu(name, products):
     fn, inputs = GPU_RUNS[name]
     args = tuple(t.cuda() for t in inputs())
-    program = lamina.compile(fn, args, knobs=GPU_PRODUCTS[products])
+    program = lamina.compile(fn, args, knobs=pinned(GPU_PRODUCTS[products]))
     assert [t.schedule for t in program.compilation.tiles] == ["matmul_row_reduction"]
     out = program(*args)
     assert relative_error(out, float64_reference(fn, args)) < 1e-5
@@ -387,7 +395,7 @@ def test_matches_pytorch_on_the_gpu(name, products):
 def test_rows_of_2048_in_clusters_of_16_match_pytorch_on_the_gpu(fn):
     args = (torch.randn(1, 4, 2048, 128, device="cuda"), torch.randn(1, 4, 2048, 128, device="cuda"))
     args += (causal_mask(2048).cuda(),) if fn is masked_scores else ()
-    program = lamina.compile(fn, args, knobs={"products": "wgmma"})
+    program = lamina.compile(fn, args, knobs=pinned({"products": "wgmma"}))
     assert [k.launch.cluster for k in program.compilation.kernels.kernels] == [(16, 1, 1)]
     assert relative_error(program(*args), float64_reference(fn, args)) < 1e-5
 
@@ -507,7 +515,7 @@ def test_causal_scores_too_long_for_a_cluster_of_8_go_combined_by_the_last_block
 
 def test_pinning_clusters_keeps_rows_too_long_for_a_cluster_of_8_apart():
     args = (torch.randn(1, 70, 8), torch.randn(1, 1100, 8))
-    assert schedules_of(scores, args, knobs={"row_combine": "cluster"}) == ["contraction", "row_reduction"]
+    assert schedules_of(scores, args, knobs=pinned({"row_combine": "cluster"})) == ["contraction", "row_reduction"]
 
 
 @pytest.mark.parametrize("knobs, reason", [
@@ -531,7 +539,7 @@ def test_pinning_the_last_block_on_rows_not_a_multiple_of_4_long_says_why_it_can
 def test_the_last_block_along_the_rows_matches_pytorch_on_the_gpu(name):
     fn, inputs = {**GPU_RUNS, **BANDS}[name]
     args = tuple(t.cuda() for t in inputs())
-    program = lamina.compile(fn, args, knobs={"row_combine": "last_block"})
+    program = lamina.compile(fn, args, knobs=pinned({"row_combine": "last_block"}))
     assert [t.reduction.strategy for t in program.compilation.tiles] == ["last_block"]
     for _ in range(2):
         assert relative_error(program(*args), float64_reference(fn, args)) < 1e-5

@@ -28,7 +28,9 @@ def softmax_and_row_sum(q, k):
     return torch.softmax(s.masked_fill(mask, float("-inf")), -1) + s.sum(-1, keepdim=True)
 
 
-SEPARATE_PRODUCT = {"block_m": 32, "block_n": 32, "thread_m": 4, "thread_n": 4}
+PRODUCT_TILES = {"block_m": 32, "block_n": 32, "thread_m": 4, "thread_n": 4}
+SEPARATE_PRODUCT = {"contraction": PRODUCT_TILES, "matmul_row_reduction": PRODUCT_TILES}
+"""Product tiles pinned for both schedules: matmul_row_reduction cannot hold a row of 300 in them."""
 
 CASES = {
     "vectors": (scores_causal, 2, SEPARATE_PRODUCT,

@@ -43,7 +43,7 @@ def tolerance(program):
 
 
 def check(program, rows, length, knobs, schedule="row_reduction"):
-    compilation, inputs, got = run(program, rows, length, schedule=schedule, knobs=knobs)
+    compilation, inputs, got = run(program, rows, length, schedule=schedule, knobs={"row_reduction": knobs})
     expected = float64_reference(program.fn, inputs)
     expected = expected if isinstance(expected, tuple) else (expected,)
     assert ("row_reduction" in [t.schedule for t in compilation.tiles]) == (schedule == "row_reduction")
