@@ -2,13 +2,21 @@
 
 ATen reads an empty ``dim`` list as every axis. Integer sums and products come out
 as int64; half-precision ones add up in float32, as PyTorch does.
+
+``max.dim`` / ``min.dim`` and ``argmax`` / ``argmin`` find the extreme value with one
+Reduction, then its index with a second: a ``min`` over the positions where the
+input equals it, so that ties give the first index as in eager. A NaN counts as
+found wherever it lies: the value reduction propagates NaN, nothing then equals it,
+and the index is the first NaN's, as eager's.
 """
 
 from __future__ import annotations
 
 import math
 
+from lamina.core.ir import dtypes, expr as ex
 from lamina.core.ir.tensor_builder import TensorBuilder
+from lamina.core.ir.tensor_ir import Arg, Coord
 from lamina.core.ir.torch_ir import Node
 from lamina.plugins.ops.arguments import argument, tensor
 
@@ -53,6 +61,57 @@ def decompose_min_all(b: TensorBuilder, node: Node) -> str:
     return b.min(tensor(b, node))
 
 
+def _extreme_with_index(b: TensorBuilder, x: str, op: str, dim: int | None, keepdim: bool) -> tuple[str, str]:
+    """``(values, indices)`` of the ``op`` (max or min) of ``x`` along ``dim``, or over the
+    flattened tensor when ``dim`` is None; indices are int64 positions along ``dim``
+    (row-major positions in ``x`` when flattened), the first one on ties."""
+    shape = b.shape(x)
+    if dim is not None and not shape:
+        b.axis(dim, 0)
+        return x, b.full(0, (), dtypes.int64, role="index")
+    axes = list(range(len(shape))) if dim is None else [b.axis(dim, len(shape))]
+    dtype = b.dtype(x)
+    compared = b.cast(x, dtypes.int32, role="as_number") if dtype == dtypes.bool_ else x
+    compute = b.dtype(compared)
+    best = b.reduce(compared, op, axes, keepdim=True)
+    position, stride = ex.const(0), 1
+    for axis in reversed(axes):
+        position, stride = Coord(axis) * stride + position, stride * shape[axis]
+    found = ex.op("eq", Arg(0, compute), Arg(1, compute))
+    if compute.is_float:
+        found = ex.op("or", found, ex.op("ne", Arg(0, compute), Arg(0, compute)))
+    last = ex.const(dtypes.integer_range(dtypes.int64)[1])
+    candidates = b.elementwise(ex.cast(ex.op("where", found, position, last), dtypes.int64),
+                               [compared, b.broadcast_to(best, shape, role="best")], role="positions")
+    indices = b.reduce(candidates, "min", axes, keepdim, role="indices")
+    return b.cast(best if keepdim else b.squeeze(best, axes), dtype), indices
+
+
+def decompose_max_dim(b: TensorBuilder, node: Node) -> tuple[str, str]:
+    return _extreme_with_index(b, tensor(b, node), "max", argument(node, 1, "dim"),
+                               argument(node, 2, "keepdim", False))
+
+
+def decompose_min_dim(b: TensorBuilder, node: Node) -> tuple[str, str]:
+    return _extreme_with_index(b, tensor(b, node), "min", argument(node, 1, "dim"),
+                               argument(node, 2, "keepdim", False))
+
+
+def _argument_index(b: TensorBuilder, node: Node, op: str) -> str:
+    x = tensor(b, node)
+    if b.dtype(x) == dtypes.bool_:
+        raise b.fail(f"arg{op} needs a number tensor, {x} is bool; cast it first")
+    return _extreme_with_index(b, x, op, argument(node, 1, "dim"), argument(node, 2, "keepdim", False))[1]
+
+
+def decompose_argmax(b: TensorBuilder, node: Node) -> str:
+    return _argument_index(b, node, "max")
+
+
+def decompose_argmin(b: TensorBuilder, node: Node) -> str:
+    return _argument_index(b, node, "min")
+
+
 def _variance(b: TensorBuilder, node: Node) -> tuple[str, str]:
     """``(var, mean)`` over ``dim``: the mean of squared deviations, divided by ``N - correction``."""
     x = tensor(b, node)
@@ -91,6 +150,10 @@ DECOMPOSITIONS = {
     "aten.amin.default": decompose_amin,
     "aten.max.default": decompose_max_all,
     "aten.min.default": decompose_min_all,
+    "aten.max.dim": decompose_max_dim,
+    "aten.min.dim": decompose_min_dim,
+    "aten.argmax.default": decompose_argmax,
+    "aten.argmin.default": decompose_argmin,
     "aten.var.correction": decompose_var,
     "aten.var_mean.correction": decompose_var_mean,
 }

@@ -196,6 +196,38 @@ register_cases("aten.amax.default", reduction_cases(), dtypes=NUMBERS)
 register_cases("aten.amin.default", reduction_cases(), dtypes=NUMBERS)
 register_cases("aten.max.default", reduction_cases(dims=False), dtypes=NUMBERS)
 register_cases("aten.min.default", reduction_cases(dims=False), dtypes=NUMBERS)
+
+def extreme_with_index_cases() -> list[Case]:
+    """``max.dim`` / ``min.dim``: ``halves`` (and small integers) repeat within a row, so
+    that the index must be the first one holding the extreme value."""
+    return [
+        Case("rows", (T((17, 33), values="halves"), 1), compiled=True),
+        Case("keepdim", (T((6, 37), values="halves"), 1, True)),
+        Case("negative_dim", (T((5, 3, 29), values="halves"), -2)),
+        Case("transposed", (T((9, 12), "transposed", "halves"), 0)),
+        Case("sliced_keepdim", (T((4, 7), "sliced", "halves"), -1, True)),
+        Case("size_one", (T((7, 1)), -1)),
+        Case("scalar", (T(()), 0)),
+    ]
+
+
+def argument_index_cases() -> list[Case]:
+    """``argmax`` / ``argmin``: along one axis, or over the flattened tensor (``dim=None``)."""
+    return [
+        Case("rows", (T((17, 33), values="halves"), -1), compiled=True),
+        Case("flattened", (T((17, 33), values="halves"),), compiled=True),
+        Case("flattened_keepdim", (T((4, 9), values="halves"), None, True)),
+        Case("keepdim", (T((5, 3, 29), values="halves"), 1, True)),
+        Case("transposed", (T((9, 12), "transposed", "halves"), 0)),
+        Case("size_one", (T((7, 1)), 1)),
+        Case("scalar", (T(()),)),
+    ]
+
+
+for name in ("max", "min"):
+    register_cases(f"aten.{name}.dim", extreme_with_index_cases(), dtypes=NUMBERS + ("b8",))
+    register_cases(f"aten.arg{name}.default", argument_index_cases(), dtypes=NUMBERS)
+
 register_cases("aten.var.correction", [
     Case("rows", (T((17, 33)), [1]), {"correction": 1}, compiled=True),
     Case("keepdim_population", (T((5, 3, 29)), [0, 2]), {"correction": 0, "keepdim": True}),

@@ -77,7 +77,9 @@ def reductions(x, p, i, h):
     return (x.sum(1, keepdim=True), x.sum(), x.sum((0, 2)), x.mean(-1), x.mean(), x.mean((0, 1), keepdim=True),
             x.amax(1), x.amin((0, 1), keepdim=True), x.max(), x.min(), p.prod(1), p.prod(), torch.var(x, 1),
             torch.var_mean(x, (0, 2), keepdim=True), torch.var_mean(x, 1, correction=0),
-            i.sum(1), i.sum(), h.sum(1), h.mean(0), x.sum(dtype=torch.float64), x.mean(1, dtype=torch.float64))
+            i.sum(1), i.sum(), h.sum(1), h.mean(0), x.sum(dtype=torch.float64), x.mean(1, dtype=torch.float64),
+            *x.max(1), *x.min(-1, keepdim=True), *i.max(0), x.argmax(2), x.argmin(), i.argmax(1, keepdim=True),
+            h.argmin(None, keepdim=True))
 
 
 class Layer(torch.nn.Module):
