@@ -15,9 +15,10 @@ before namespaces, still pins every schedule and fusion rule that takes that nam
 one that declares no knobs, with a ``DeprecationWarning`` naming the spellings to use. It stops
 working in the next release. One that no schedule or fusion rule declares is a ``ConfigWarning``
 naming the closest knob: it reaches only providers that declare no knobs, if any, and is most
-likely a typo. It stays a warning, not an error, because such a provider may read it. A provider that renames a knob lists the old name in
-``former_knob_names`` for a release: pins of it still reach the provider, which reads them as the
-new name and warns, and error messages list only the current names.
+likely a typo; it stays a warning, not an error, because such a provider may read it. A provider
+that renames a knob lists the old name in ``former_knob_names`` for a release: pins of it still
+reach the provider, which reads them as the new name and warns, and error messages list only
+the current names.
 """
 
 from __future__ import annotations
