@@ -2,20 +2,24 @@
 
 The nearest lamina.toml or pyproject.toml with a ``[tool.lamina]`` table, searching
 from the working directory upwards, gives the file settings; environment variables
-override them. Unknown keys are an error, so that a typo never silently does nothing.
+override them. Unknown keys are an error, so that a typo never silently does nothing; a
+``LAMINA_*`` variable lamina does not know is a warning (the environment holds other
+programs' settings too). Both name the closest setting there is.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
 import attrs
 
-from lamina.core.errors import ConfigError
+from lamina.core.errors import ConfigError, ConfigWarning
 from lamina.core.knobs import ENVIRONMENT_PREFIX, from_environment_name, namespaced
+from lamina.core.spelling import did_you_mean
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -93,6 +97,9 @@ def _read(path: Path) -> Mapping[str, Any]:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path} is not valid TOML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not valid TOML: it is not UTF-8 text (byte {e.object[e.start]:#04x} "
+                          f"at offset {e.start}); save it as UTF-8") from None
 
 
 def _from_mapping(values: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -101,7 +108,8 @@ def _from_mapping(values: Mapping[str, Any], where: str) -> dict[str, Any]:
     for key, value in values.items():
         key = key.replace("-", "_")
         if key not in known:
-            raise ConfigError(f"{where}: unknown setting {key!r}; lamina knows {', '.join(sorted(known))}")
+            raise ConfigError(f"{where}: unknown setting {key!r}{did_you_mean(key, known)}; "
+                              f"lamina knows {', '.join(sorted(known))}")
         if key in _LIST_KEYS:
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"{where}: {key} must be a list of strings")
@@ -125,7 +133,7 @@ def _knobs_from(value: Any, where: str) -> dict[str, Any]:
         raise ConfigError(f"{where}: {error}") from None
 
 
-def _parse_env_value(key: str, raw: str) -> Any:
+def _parse_env_value(var: str, key: str, raw: str) -> Any:
     if key in _LIST_KEYS:
         return tuple(v.strip() for v in raw.split(",") if v.strip())
     if key in _BOOL_KEYS:
@@ -133,8 +141,16 @@ def _parse_env_value(key: str, raw: str) -> Any:
             return True
         if raw.lower() in ("0", "false", "no", "off", ""):
             return False
-        raise ConfigError(f"{key.upper()}: expected 1 or 0, got {raw!r}")
+        raise ConfigError(f"{var}: expected 1 or 0, got {raw!r}")
     return raw
+
+
+def _warn_unknown_variables(environ: Mapping[str, str]) -> None:
+    for var in sorted(environ):
+        if var.startswith("LAMINA_") and var not in _ENV and not var.startswith(ENVIRONMENT_PREFIX):
+            warnings.warn(f"{var} is not a lamina setting and does nothing{did_you_mean(var, _ENV)}; "
+                          f"lamina reads {', '.join(sorted(_ENV))} and {ENVIRONMENT_PREFIX}<SCHEDULE>__<KNOB>",
+                          ConfigWarning, stacklevel=3)
 
 
 def _parse_knob(raw: str) -> Any:
@@ -160,7 +176,8 @@ def load_config(start: Path | None = None, environ: Mapping[str, str] | None = N
         settings["source"] = str(path)
     for var, key in _ENV.items():
         if var in environ:
-            settings[key] = _parse_env_value(key, environ[var])
+            settings[key] = _parse_env_value(var, key, environ[var])
+    _warn_unknown_variables(environ)
     knobs = namespaced(settings.get("knobs", {}))
     for var, raw in environ.items():
         if var.startswith(ENVIRONMENT_PREFIX):

@@ -15,6 +15,10 @@ class ConfigError(LaminaError):
     """The configuration (pyproject.toml, lamina.toml, LAMINA_* variables) is invalid."""
 
 
+class ConfigWarning(UserWarning):
+    """A setting, knob or plugin name that does nothing, most likely misspelt."""
+
+
 class PluginError(LaminaError):
     """A plugin failed to load, validate or register."""
 

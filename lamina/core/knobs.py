@@ -7,14 +7,18 @@ see ``lamina.core.providers``) and receives only those, as a mapping from knob n
 A fusion rule that decides for a schedule (splitting a contraction across blocks) may share
 that schedule's namespace (``knob_namespace``), so that ``contraction.split_k`` sits beside
 ``contraction.block_k``. A knob pinned for a schedule that does not exist, or that the
-schedule does not take, is a ``ConfigError``: a typo never silently does nothing.
+schedule does not take, is a ``ConfigError``: a typo never silently does nothing. Both name
+the closest knob there is.
 
 A knob pinned without a schedule (``block_k = 32``, ``LAMINA_KNOB_BLOCK_K``), the spelling
 before namespaces, still pins every schedule and fusion rule that takes that name, and every
 one that declares no knobs, with a ``DeprecationWarning`` naming the spellings to use. It stops
-working in the next release. A provider that renames a knob lists the old name in
-``former_knob_names`` for a release: pins of it still reach the provider, which reads them as the
-new name and warns, and error messages list only the current names.
+working in the next release. One that no schedule or fusion rule declares is a ``ConfigWarning``
+naming the closest knob: it reaches only providers that declare no knobs, if any, and is most
+likely a typo; it stays a warning, not an error, because such a provider may read it. A provider
+that renames a knob lists the old name in ``former_knob_names`` for a release: pins of it still
+reach the provider, which reads them as the new name and warns, and error messages list only
+the current names.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from __future__ import annotations
 import warnings
 from typing import Any, Iterable, Mapping, Sequence
 
-from lamina.core.errors import ConfigError, PluginError
+from lamina.core.errors import ConfigError, ConfigWarning, PluginError
+from lamina.core.spelling import closest, did_you_mean
 
 SEPARATOR = "."
 """Between a schedule's name and its knob's: ``contraction.block_k``."""
@@ -143,15 +148,18 @@ def _check_namespaced(pinned: Mapping[str, Any], taken: Mapping[str, set[str]], 
             continue
         namespace, knob = name.split(SEPARATOR)
         if namespace not in taken:
+            hint = did_you_mean(name, _full_names(taken)) or did_you_mean(namespace, taken)
             raise ConfigError(
-                f"knob {name}: no schedule or fusion rule is named {namespace!r}. "
+                f"knob {name}: no schedule or fusion rule is named {namespace!r}{hint}. "
                 f"Knobs are pinned as {_every_knob(taken)}"
             )
         if knob not in taken[namespace] | former[namespace]:
             own = ", ".join(sorted(taken[namespace])) or "none"
             why = (f" ({' and '.join(undeclared[namespace])} declares no knob_names, and receives only knobs "
                    "pinned without a schedule's name)") if namespace in undeclared else ""
-            raise ConfigError(f"knob {name}: {namespace} takes no knob {knob!r}; its knobs: {own}{why}")
+            elsewhere = [n for n in _full_names(taken) if n.endswith(SEPARATOR + knob)]
+            hint = did_you_mean(knob, taken[namespace]) or did_you_mean(name, elsewhere)
+            raise ConfigError(f"knob {name}: {namespace} takes no knob {knob!r}{hint}; its knobs: {own}{why}")
 
 
 def _warn_unnamespaced(pinned: Mapping[str, Any], accepted: Mapping[str, set[str]],
@@ -160,18 +168,36 @@ def _warn_unnamespaced(pinned: Mapping[str, Any], accepted: Mapping[str, set[str
         if SEPARATOR in name:
             continue
         owners = sorted(namespace for namespace, names in accepted.items() if name in names)
-        if owners:
-            spellings = ", ".join(f"{o}{SEPARATOR}{name}" for o in owners)
-            variables = ", ".join(environment_name(f"{o}{SEPARATOR}{name}") for o in owners)
-            advice = f"pin it for the schedule that should take it: {spellings} (in the environment {variables})"
-        else:
-            advice = f"no schedule or fusion rule declares a knob {name!r}; knobs are pinned as {_every_knob(taken)}"
+        if not owners:
+            _warn_undeclared(name, taken)
+            continue
+        spellings = ", ".join(f"{o}{SEPARATOR}{name}" for o in owners)
+        variables = ", ".join(environment_name(f"{o}{SEPARATOR}{name}") for o in owners)
+        advice = f"pin it for the schedule that should take it: {spellings} (in the environment {variables})"
         warnings.warn(
             f"the knob {name}, pinned without a schedule, pins every schedule that takes it; this spelling "
             f"goes in the next release: {advice}",
             DeprecationWarning,
             stacklevel=2,
         )
+
+
+def _warn_undeclared(name: str, taken: Mapping[str, set[str]]) -> None:
+    """A knob pinned without a schedule that nothing declares: most likely a typo of one that is."""
+    bare = closest(name, (knob for names in taken.values() for knob in names))
+    owners = sorted(namespace for namespace, names in taken.items() if bare in names)
+    hint = (f"; the closest is {' or '.join(f'{o}{SEPARATOR}{bare}' for o in owners)} "
+            f"({', '.join(environment_name(f'{o}{SEPARATOR}{bare}') for o in owners)})") if owners else ""
+    warnings.warn(
+        f"the knob {name} does nothing: no schedule or fusion rule declares a knob {name!r}{hint}. "
+        f"Knobs are pinned as {_every_knob(taken)}",
+        ConfigWarning,
+        stacklevel=3,
+    )
+
+
+def _full_names(taken: Mapping[str, Iterable[str]]) -> list[str]:
+    return [f"{namespace}{SEPARATOR}{knob}" for namespace, names in taken.items() for knob in names]
 
 
 def _every_knob(taken: Mapping[str, Iterable[str]]) -> str:

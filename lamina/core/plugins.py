@@ -7,7 +7,8 @@ entry-point group ``lamina.plugins`` and are loaded lazily, at the first compile
 
 A plugin that fails to import, to validate against the hook specs, or to register is
 reported by name and skipped; with ``strict_plugins`` (``LAMINA_STRICT_PLUGINS=1``)
-that is an error instead.
+that is an error instead. So is a name in the allow or block list that no plugin has, most
+likely a misspelt one: a warning naming the closest plugin, an error under ``strict_plugins``.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ import pluggy
 
 from lamina.core import hookspecs
 from lamina.core.config import Config
-from lamina.core.errors import PluginError
+from lamina.core.errors import ConfigWarning, PluginError
 from lamina.core.registry import Registry
+from lamina.core.spelling import did_you_mean
 from lamina.core.version import __version__
 from lamina.core.version_spec import satisfies
 
@@ -118,6 +120,22 @@ class PluginManager:
                 version=dist.version if dist is not None else None,
             )
             self._add(info, ep.load)
+        self._check_listed_names()
+
+    def _check_listed_names(self) -> None:
+        """Every name in ``plugins`` and ``disable`` is a plugin's: a misspelt one would do nothing."""
+        known = [info.name for info in self.plugins]
+        lists = (("plugins", "LAMINA_PLUGINS", self.config.plugins or ()),
+                 ("disable", "LAMINA_DISABLE_PLUGINS", self.config.disable))
+        for setting, variable, names in lists:
+            for name in names:
+                if name in known or name in FORMER_BUILTIN_NAMES.values():
+                    continue
+                text = (f"{setting} ({variable}) names the plugin {name!r}, which is not installed, so it does "
+                        f"nothing{did_you_mean(name, known)}; the plugins there are: {', '.join(sorted(known))}")
+                if self.config.strict_plugins:
+                    raise PluginError(text + "\n(LAMINA_STRICT_PLUGINS is set; unset it to warn about this instead)")
+                warnings.warn(text, ConfigWarning, stacklevel=4)
 
     def _add(self, info: PluginInfo, load: Callable[[], Any]) -> None:
         self.plugins.append(info)

@@ -1,9 +1,49 @@
 """Configuration from pyproject.toml, lamina.toml and LAMINA_* variables."""
 
+import re
+import warnings
+from pathlib import Path
+
 import pytest
 
 from lamina.core.config import load_config
-from lamina.core.errors import ConfigError
+from lamina.core.errors import ConfigError, ConfigWarning
+
+#: Every setting of the README's table: its TOML value, its variable's value, and what the config then holds.
+SETTINGS = {
+    "plugins": ('["a", "b"]', {"LAMINA_PLUGINS": "a, b"}, ("a", "b")),
+    "disable": ('["lamina.builtin.fusion"]', {"LAMINA_DISABLE_PLUGINS": "lamina.builtin.fusion"},
+                ("lamina.builtin.fusion",)),
+    "strict_plugins": ("true", {"LAMINA_STRICT_PLUGINS": "1"}, True),
+    "schedule": ('"generic"', {"LAMINA_SCHEDULE": "generic"}, "generic"),
+    "selection": ('"cost_model"', {"LAMINA_SELECTION": "cost_model"}, "cost_model"),
+    "knobs": ("{ contraction = { block_k = 32 } }", {"LAMINA_KNOB_CONTRACTION__BLOCK_K": "32"},
+              {"contraction.block_k": 32}),
+    "target": ('"sm_80"', {"LAMINA_TARGET": "sm_80"}, "sm_80"),
+    "backend": ('"reference"', {"LAMINA_BACKEND": "reference"}, "reference"),
+    "keep": ('["aten.gelu.default"]', {"LAMINA_KEEP": "aten.gelu.default"}, ("aten.gelu.default",)),
+    "cache_dir": ('"/somewhere/kernels"', {"LAMINA_CACHE_DIR": "/somewhere/kernels"}, "/somewhere/kernels"),
+}
+
+
+@pytest.mark.parametrize("source", ["lamina.toml", "pyproject.toml", "environment"])
+@pytest.mark.parametrize("setting", sorted(SETTINGS))
+def test_every_setting_works_from_each_source(tmp_path, setting, source):
+    toml, environ, expected = SETTINGS[setting]
+    if source == "lamina.toml":
+        (tmp_path / "lamina.toml").write_text(f"{setting} = {toml}\n")
+    elif source == "pyproject.toml":
+        (tmp_path / "pyproject.toml").write_text(f"[tool.lamina]\n{setting} = {toml}\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        config = load_config(start=tmp_path, environ=environ if source == "environment" else {})
+    assert getattr(config, setting) == expected
+
+
+def test_every_setting_of_the_readme_is_tested():
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    table = readme[readme.index("| setting | variable |"):].split("\n\n")[0]
+    assert set(re.findall(r"^\| `(\w+)` \|", table, re.MULTILINE)) == set(SETTINGS)
 
 
 def test_pyproject_table_is_read_from_a_parent_folder(tmp_path):
@@ -49,3 +89,27 @@ def test_wrong_type_is_an_error(tmp_path):
     (tmp_path / "lamina.toml").write_text('disable = "x"\n')
     with pytest.raises(ConfigError, match="disable must be a list of strings"):
         load_config(start=tmp_path, environ={})
+
+
+def test_an_unknown_setting_names_the_closest(tmp_path):
+    (tmp_path / "lamina.toml").write_text('cache-dr = "x"\n')
+    with pytest.raises(ConfigError, match=r"unknown setting 'cache_dr' \(did you mean 'cache_dir'\?\)"):
+        load_config(start=tmp_path, environ={})
+
+
+def test_an_unknown_variable_warns_naming_the_closest(tmp_path):
+    with pytest.warns(ConfigWarning, match=r"LAMINA_CACHEDIR is not a lamina setting and does nothing "
+                                           r"\(did you mean 'LAMINA_CACHE_DIR'\?\)"):
+        config = load_config(start=tmp_path, environ={"LAMINA_CACHEDIR": "/x"})
+    assert config.cache_dir != "/x"
+
+
+def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path):
+    (tmp_path / "lamina.toml").write_bytes(b'schedule = "gen\xe9ric"\n')
+    with pytest.raises(ConfigError, match=r"lamina.toml is not valid TOML: it is not UTF-8 text \(byte 0xe9 at offset 15\)"):
+        load_config(start=tmp_path, environ={})
+
+
+def test_a_bad_boolean_names_its_variable(tmp_path):
+    with pytest.raises(ConfigError, match=r"^LAMINA_STRICT_PLUGINS: expected 1 or 0, got 'maybe'"):
+        load_config(start=tmp_path, environ={"LAMINA_STRICT_PLUGINS": "maybe"})

@@ -5,7 +5,7 @@ import warnings
 import pytest
 
 from lamina.core.config import Config, load_config
-from lamina.core.errors import ConfigError, PluginError
+from lamina.core.errors import ConfigError, ConfigWarning, PluginError
 from lamina.core.knobs import environment_name, sort_out
 
 
@@ -57,8 +57,14 @@ def test_a_knob_pinned_for_its_schedule_wins_over_the_same_knob_without_one():
 
 
 def test_a_knob_without_a_schedule_that_nothing_declares_warns_that_it_does_nothing():
-    with pytest.warns(DeprecationWarning, match=r"no schedule or fusion rule declares a knob 'blok_k'"):
+    with pytest.warns(ConfigWarning, match=r"does nothing: no schedule or fusion rule declares a knob 'blok_k'; "
+                                           r"the closest is tiled\.block_k \(LAMINA_KNOB_TILED__BLOCK_K\)\."):
         sort_out({"blok_k": 32}, PROVIDERS)
+
+
+def test_a_knob_without_a_schedule_like_none_warns_without_a_guess():
+    with pytest.warns(ConfigWarning, match=r"declares a knob 'not_a_knob'\. Knobs are pinned as"):
+        sort_out({"not_a_knob": 3}, PROVIDERS)
 
 
 def test_a_knob_for_an_unknown_schedule_is_an_error_listing_the_knobs():
@@ -68,11 +74,18 @@ def test_a_knob_for_an_unknown_schedule_is_an_error_listing_the_knobs():
 
 
 def test_a_knob_the_schedule_does_not_take_is_an_error_naming_its_knobs():
-    with pytest.raises(ConfigError, match=r"knob rows\.block_k: rows takes no knob 'block_k'; "
-                                          r"its knobs: rows_per_block, threads$"):
+    with pytest.raises(ConfigError, match=r"knob rows\.block_k: rows takes no knob 'block_k' \(did you mean "
+                                          r"'tiled\.block_k'\?\); its knobs: rows_per_block, threads$"):
         sorted_out({"rows.block_k": 32})
-    with pytest.raises(ConfigError, match=r"old takes no knob 'threads'; its knobs: none \(schedule old declares no knob_names"):
+    with pytest.raises(ConfigError, match=r"old takes no knob 'threads' \(did you mean 'tiled\.threads'\?\); its knobs: none \(schedule old declares no knob_names"):
         sorted_out({"old.threads": 32})
+
+
+def test_a_misspelt_knob_or_schedule_is_an_error_naming_the_closest():
+    with pytest.raises(ConfigError, match=r"rows takes no knob 'thread' \(did you mean 'threads'\?\)"):
+        sorted_out({"rows.thread": 32})
+    with pytest.raises(ConfigError, match=r"no schedule or fusion rule is named 'tiledd' \(did you mean 'tiled\.block_k'\?\)"):
+        sorted_out({"tiledd.block_k": 32})
 
 
 def test_toml_takes_dotted_keys_tables_and_names_without_a_schedule(tmp_path):

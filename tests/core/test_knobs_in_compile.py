@@ -74,8 +74,10 @@ def test_split_k_is_a_knob_of_the_contraction():
 
 
 @pytest.mark.parametrize("knobs, message", [
-    ({"contractoin.block_k": 8}, r"knob contractoin\.block_k: no schedule or fusion rule is named 'contractoin'"),
-    ({"contraction.blok_k": 8}, r"knob contraction\.blok_k: contraction takes no knob 'blok_k'; its knobs: "
+    ({"contractoin.block_k": 8}, r"knob contractoin\.block_k: no schedule or fusion rule is named 'contractoin' "
+                                 r"\(did you mean 'contraction\.block_k'\?\)"),
+    ({"contraction.blok_k": 8}, r"knob contraction\.blok_k: contraction takes no knob 'blok_k' \(did you mean "
+                                r"'block_k'\?\); its knobs: "
                                 r"block_k, block_m, block_n, buffers, copy_steps"),
     ({"inline_pointwise_producers.threads": 8}, r"inline_pointwise_producers takes no knob 'threads'"),
 ])

@@ -6,7 +6,7 @@ import warnings
 import pytest
 
 from lamina.core.config import load_config
-from lamina.core.errors import PluginError
+from lamina.core.errors import ConfigWarning, PluginError
 from lamina.core.plugins import BUILTIN_PLUGINS, PluginManager, PluginWarning
 
 from tests.core.plugin_distributions import install_plugin
@@ -76,6 +76,33 @@ def test_allow_list_loads_only_the_named_third_party_plugins(site):
     assert info(m, "a").status == "blocked"
     assert info(m, "b").status == "loaded"
     assert info(m, "lamina.builtin.ops").status == "loaded"
+
+
+def test_an_allow_listed_plugin_that_is_not_installed_warns_naming_the_closest(site):
+    install_plugin(site, "lamina-rules", "rules", "lamina_test_plugin_allowed", OBSERVER.format(rule="allowed_rule"))
+    with pytest.warns(ConfigWarning, match=r"plugins \(LAMINA_PLUGINS\) names the plugin 'rulez', which is not "
+                                           r"installed, so it does nothing \(did you mean 'rules'\?\)"):
+        m = manager(plugins=("rulez",))
+    assert info(m, "rules").status == "blocked"
+
+
+def test_a_misspelt_builtin_in_the_block_list_warns_naming_the_closest():
+    with pytest.warns(ConfigWarning, match=r"disable \(LAMINA_DISABLE_PLUGINS\) names the plugin "
+                                           r"'lamina.builtin.fusoin'.*did you mean 'lamina.builtin.fusion'"):
+        m = manager(disable=("lamina.builtin.fusoin",))
+    assert info(m, "lamina.builtin.fusion").status == "loaded"
+
+
+def test_under_strict_plugins_a_name_no_plugin_has_is_an_error():
+    with pytest.raises(PluginError, match=r"(?s)'lamina.builtin.fusoin', which is not installed.*LAMINA_STRICT_PLUGINS is set"):
+        manager(disable=("lamina.builtin.fusoin",), strict_plugins=True)
+
+
+def test_a_former_builtin_name_in_the_block_list_is_no_unknown_name():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)
+        with pytest.warns(DeprecationWarning):
+            manager(disable=("lamina.builtin.schedules.contraction_rows",))
 
 
 def test_broken_plugin_is_reported_by_name_and_skipped(site):

@@ -29,8 +29,9 @@ def anonymous_kernel(kernel: kernel_ir.Kernel) -> kernel_ir.Kernel:
 class CudaBackend:
     """Runs compiled programs on the GPU that PyTorch uses.
 
-    ``cache_dir`` is where cubins are kept (by default ``$LAMINA_CACHE_DIR`` or the
-    user's cache directory); ``options`` are extra NVRTC options for every kernel.
+    ``cache_dir`` is where cubins are kept (by default the configuration's ``cache_dir``:
+    ``$LAMINA_CACHE_DIR``, then the config file, then the user's cache directory);
+    ``options`` are extra NVRTC options for every kernel.
     """
 
     name = "cuda"

@@ -1,11 +1,14 @@
 """The on-disk cache of compiled kernels.
 
-An entry is one file, ``<key>.cubin``: a header line with the format, the ptxas
-report and the cubin's length and SHA-256, then the cubin itself. It is written to a
-temporary file in the same directory and renamed into place, so a reader sees a
-whole entry or none, even with several processes compiling at once. An entry that
-does not check out (truncated, overwritten, from another format) is a miss, and
-the compile that follows rewrites it.
+An entry is one file, ``<key>.cubin``: a header line with the format and the body's
+length and SHA-256, then the body: the ptxas report as one line of JSON, then the cubin.
+The checksum covers the key and every byte that is loaded, report and cubin alike, so an
+entry copied under another key or a report edited in place does not check out either; the
+cubin must also be an ELF file. It is written to a temporary file in the same directory and
+renamed into place, so a reader sees a whole entry or none, even with several processes
+compiling at once. An entry that does not check out (truncated, overwritten, junk) is a
+miss with a warning, and the compile that follows rewrites it; one of an older format is
+a miss without one.
 """
 
 from __future__ import annotations
@@ -18,16 +21,18 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
-FORMAT = b"lamina-cubin-1"
+from lamina.core.config import Config, load_config
+
+FORMAT = b"lamina-cubin-2"
+FORMER_FORMATS = b"lamina-cubin-"
+"""Entries of other versions of the format are misses without a warning: every entry is, after an upgrade."""
+ELF_MAGIC = b"\x7fELF"
 
 
 def default_cache_dir() -> Path:
-    """``$LAMINA_CACHE_DIR``, else ``$XDG_CACHE_HOME/lamina``, else ``~/.cache/lamina``."""
-    configured = os.environ.get("LAMINA_CACHE_DIR")
-    if configured:
-        return Path(configured)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "lamina"
+    """The configuration's ``cache_dir``: ``$LAMINA_CACHE_DIR``, else ``cache_dir`` in lamina.toml or
+    ``[tool.lamina]``, else ``$XDG_CACHE_HOME/lamina``, else ``~/.cache/lamina``."""
+    return Path(load_config().cache_dir or Config().cache_dir)
 
 
 def cache_key(source: str, arch: str, options: Sequence[str], nvrtc_version: Sequence[int]) -> str:
@@ -52,28 +57,28 @@ class CubinCache:
 
     def get(self, key: str) -> tuple[bytes, dict[str, Any]] | None:
         """The cubin and report stored under ``key``, or None if there is no sound entry."""
+        path = self.path(key)
         try:
-            data = self.path(key).read_bytes()
+            data = path.read_bytes()
         except OSError:
             return None
-        header, newline, cubin = data.partition(b"\n")
+        header, _, body = data.partition(b"\n")
         prefix, _, meta = header.partition(b" ")
-        if not newline or prefix != FORMAT:
+        if prefix != FORMAT and prefix.startswith(FORMER_FORMATS):
             return None
-        try:
-            info = json.loads(meta)
-            report, size, digest = info["report"], info["cubin_bytes"], info["cubin_sha256"]
-        except (ValueError, KeyError, TypeError):
+        damage = _damage(key, prefix, meta, body)
+        if damage is not None:
+            warnings.warn(f"lamina's kernel cache entry {path} is damaged ({damage}); the kernel is compiled again "
+                          "and the entry rewritten", stacklevel=3)
             return None
-        if not isinstance(report, dict) or len(cubin) != size or hashlib.sha256(cubin).hexdigest() != digest:
-            return None
-        return cubin, report
+        report, _, cubin = body.partition(b"\n")
+        return cubin, json.loads(report)
 
     def put(self, key: str, cubin: bytes, report: dict[str, Any]) -> None:
         """Store an entry atomically. A cache that cannot be written only costs a recompile."""
-        meta = json.dumps({"report": report, "cubin_bytes": len(cubin),
-                           "cubin_sha256": hashlib.sha256(cubin).hexdigest()}, sort_keys=True)
-        data = FORMAT + b" " + meta.encode() + b"\n" + cubin
+        body = json.dumps(report, sort_keys=True).encode() + b"\n" + cubin
+        meta = json.dumps({"body_bytes": len(body), "sha256": _checksum(key, body)}, sort_keys=True)
+        data = FORMAT + b" " + meta.encode() + b"\n" + body
         temporary = None
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -94,3 +99,32 @@ class CubinCache:
                     os.unlink(temporary)
                 except OSError:
                     pass
+
+
+def _checksum(key: str, body: bytes) -> str:
+    return hashlib.sha256(key.encode() + b"\n" + body).hexdigest()
+
+
+def _damage(key: str, prefix: bytes, meta: bytes, body: bytes) -> str | None:
+    """What is wrong with an entry of this format, or None if it checks out."""
+    if prefix != FORMAT:
+        return "no lamina header"
+    try:
+        info = json.loads(meta)
+        size, digest = info["body_bytes"], info["sha256"]
+    except (ValueError, KeyError, TypeError):
+        return "unreadable header"
+    if len(body) != size:
+        return f"{len(body)} bytes where the header says {size}"
+    if _checksum(key, body) != digest:
+        return "its checksum does not match its contents or its key"
+    report, newline, cubin = body.partition(b"\n")
+    try:
+        readable = newline and isinstance(json.loads(report), dict)
+    except ValueError:
+        readable = False
+    if not readable:
+        return "unreadable ptxas report"
+    if not cubin.startswith(ELF_MAGIC):
+        return "the stored kernel is not a cubin"
+    return None

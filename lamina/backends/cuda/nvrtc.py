@@ -81,8 +81,8 @@ def compile_kernel(source: str, name: str, arch: str = "sm_90", options: tuple[s
                    cache_dir: Path | None = None) -> CompiledKernel:
     """Compile ``source`` for ``arch`` and report on its ``__global__`` function ``name``.
 
-    Looks in the cubin cache first (under ``cache_dir``, else ``$LAMINA_CACHE_DIR`` or
-    the user's cache directory). Raises CompileError when NVRTC rejects the source.
+    Looks in the cubin cache first (under ``cache_dir``, else the configuration's
+    ``cache_dir``, ``default_cache_dir``). Raises CompileError when NVRTC rejects the source.
     """
     if not _ARCH.match(arch):
         raise LaminaError(f"cannot compile kernel {name} for {arch!r}: lamina compiles for a real architecture such as sm_90 or sm_80")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lamina.backends.cuda import CubinCache, compile_kernel, default_cache_dir, emit_cuda, kernel_symbol
-from lamina.backends.cuda.cubin_cache import cache_key
+from lamina.backends.cuda.cubin_cache import ELF_MAGIC, cache_key
 from tests.backends.cuda import kernels
 
 KERNEL = kernels.elementwise(1000)
@@ -80,16 +80,52 @@ def test_a_damaged_entry_is_ignored_and_rewritten(tmp_path, damage):
         "empty": b"",
     }[damage]
     path.write_bytes(damaged)
-    again = compile_kernel(SOURCE, NAME, cache_dir=tmp_path)
+    with pytest.warns(UserWarning, match="kernel cache entry .* is damaged"):
+        again = compile_kernel(SOURCE, NAME, cache_dir=tmp_path)
     assert not again.from_cache and again.cubin == good.cubin
     cubin, report = CubinCache(tmp_path).get(path.stem)
     assert cubin == good.cubin and report["registers"] == good.registers
     assert compile_kernel(SOURCE, NAME, cache_dir=tmp_path).from_cache
 
 
+def test_a_junk_body_under_a_valid_header_is_detected_warned_about_and_rebuilt(tmp_path):
+    good = compile_kernel(SOURCE, NAME, cache_dir=tmp_path)
+    (path,) = entries(tmp_path)
+    CubinCache(tmp_path).put(path.stem, b"junk that is no cubin", {"registers": 1, "log": ""})
+    with pytest.warns(UserWarning, match="is not a cubin"):
+        again = compile_kernel(SOURCE, NAME, cache_dir=tmp_path)
+    assert not again.from_cache and again.cubin == good.cubin
+    assert compile_kernel(SOURCE, NAME, cache_dir=tmp_path).from_cache
+
+
+@pytest.mark.parametrize("damage", ["report edited", "copied under another key"])
+def test_the_checksum_covers_the_report_and_the_key(tmp_path, damage):
+    good = compile_kernel(SOURCE, NAME, cache_dir=tmp_path)
+    (path,) = entries(tmp_path)
+    data = path.read_bytes()
+    if damage == "report edited":
+        edited = data.replace(b'"registers": %d' % good.registers, b'"registers": %d' % (good.registers + 1), 1)
+        assert edited != data
+        path.write_bytes(edited)
+        key = path.stem
+    else:
+        key = "0" * 64
+        CubinCache(tmp_path).path(key).write_bytes(data)
+    with pytest.warns(UserWarning, match="checksum does not match"):
+        assert CubinCache(tmp_path).get(key) is None
+
+
+def test_an_entry_of_an_older_format_is_a_quiet_miss(tmp_path, recwarn):
+    compile_kernel(SOURCE, NAME, cache_dir=tmp_path)
+    (path,) = entries(tmp_path)
+    path.write_bytes(b"lamina-cubin-1 {}\n" + ELF_MAGIC)
+    assert not compile_kernel(SOURCE, NAME, cache_dir=tmp_path).from_cache
+    assert not [w for w in recwarn if "kernel cache" in str(w.message)]
+
+
 def test_concurrent_writers_and_readers_never_see_half_an_entry(tmp_path):
     cache = CubinCache(tmp_path)
-    blobs = [bytes([n]) * (200_000 + n) for n in range(4)]
+    blobs = [ELF_MAGIC + bytes([n]) * (200_000 + n) for n in range(4)]
     seen, stop = [], threading.Event()
 
     def write(blob):
@@ -125,6 +161,19 @@ def test_the_cache_directory_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert default_cache_dir() == tmp_path / "home" / ".cache" / "lamina"
+
+
+@pytest.mark.parametrize("file", ["lamina.toml", "pyproject.toml"])
+def test_the_cache_directory_follows_the_config_file(monkeypatch, tmp_path, file):
+    table = "" if file == "lamina.toml" else "[tool.lamina]\n"
+    (tmp_path / file).write_text(f'{table}cache_dir = "{tmp_path / "from-file"}"\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LAMINA_CACHE_DIR")
+    assert default_cache_dir() == tmp_path / "from-file"
+    compile_kernel(SOURCE, NAME)
+    assert len(entries(tmp_path / "from-file")) == 1
+    monkeypatch.setenv("LAMINA_CACHE_DIR", str(tmp_path / "from-environment"))
+    assert default_cache_dir() == tmp_path / "from-environment"
 
 
 def test_without_a_directory_the_environment_decides(monkeypatch, tmp_path):
