@@ -50,6 +50,11 @@ class ScheduleError(LaminaError):
     """No schedule could be applied to a loop kernel, or a pinned one does not apply."""
 
 
+class NoSettingRuns(ScheduleError):
+    """A schedule whose ``applies`` accepted a kernel has no setting that can run it, and none of
+    its knobs is pinned: the pipeline offers the kernel to the next schedule instead."""
+
+
 class CompileError(LaminaError):
     """The device compiler (NVRTC) rejected a kernel."""
 

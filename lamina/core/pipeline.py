@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 
 from lamina.core.config import Config
-from lamina.core.errors import ConfigError, LaminaError, ScheduleError
+from lamina.core.errors import ConfigError, LaminaError, NoSettingRuns, ScheduleError
 from lamina.core.ir import kernel_ir, loop_ir, tensor_ir, tile_ir, torch_ir
 from lamina.core.knobs import sort_out
 from lamina.core.plugins import PluginManager
@@ -84,8 +84,9 @@ class Pipeline:
         loop_ir.verify_program(c.loop)
         self._observe("loop", c.loop, c)
 
-        chosen = [self.choose_schedule(k, target) for k in c.loop.kernels]
-        c.tiles = tuple(s.schedule(k, target, knobs["schedule"][s.name]) for s, k in zip(chosen, c.loop.kernels))
+        scheduled = [self.schedule_kernel(k, target, knobs["schedule"]) for k in c.loop.kernels]
+        chosen = [s for s, _ in scheduled]
+        c.tiles = tuple(t for _, t in scheduled)
         for t in c.tiles:
             tile_ir.verify_tile_kernel(t, target.max_threads_per_block, target.max_shared_bytes_optin)
         self._observe("tile", c.tiles, c)
@@ -113,14 +114,34 @@ class Pipeline:
         kinds = ("schedule", "fusion_rule")
         return sort_out(self.config.knobs, {kind: [e.provider for e in self.registry.ranked(kind)] for kind in kinds})
 
-    def choose_schedule(self, kernel: loop_ir.Kernel, target: Target) -> Any:
-        ranked = [e.provider for e in self.registry.ranked("schedule")]
+    def schedule_kernel(self, kernel: loop_ir.Kernel, target: Target,
+                        knobs: dict[str, dict[str, Any]]) -> tuple[Any, tile_ir.TileKernel]:
+        """The chosen schedule and its Tile IR. A schedule that finds no setting able to run the
+        kernel (``NoSettingRuns``) passes it on to the next choice, down to ``generic``; the Tile
+        IR says which schedules were passed over and why."""
+        passed_over: list[tuple[str, str]] = []
+        excluded: set[str] = set()
+        while True:
+            schedule = self.choose_schedule(kernel, target, excluded)
+            try:
+                tile = schedule.schedule(kernel, target, knobs[schedule.name])
+            except NoSettingRuns as e:
+                passed_over.append(("passed_over", f"{schedule.name}: {e}"))
+                excluded.add(schedule.name)
+                continue
+            if passed_over:
+                tile = attrs.evolve(tile, knobs=(*passed_over, *tile.knobs))
+            return schedule, tile
+
+    def choose_schedule(self, kernel: loop_ir.Kernel, target: Target, excluded: set[str] = frozenset()) -> Any:
+        """The schedule for ``kernel``, leaving out those named in ``excluded``."""
+        ranked = [e.provider for e in self.registry.ranked("schedule") if e.provider.name not in excluded]
         if self.config.schedule is not None:
             pinned = self.registry.get("schedule", self.config.schedule)
             if pinned is None:
                 known = ", ".join(self.registry.names("schedule"))
                 raise ConfigError(f"the configured schedule {self.config.schedule!r} is not registered; known: {known}")
-            if pinned.provider.applies(kernel, target):
+            if pinned.provider.name not in excluded and pinned.provider.applies(kernel, target):
                 return pinned.provider
         candidates = [s for s in ranked if s.applies(kernel, target)]
         if not candidates:

@@ -56,7 +56,7 @@ import math
 
 import attrs
 
-from lamina.core.errors import ScheduleError
+from lamina.core.errors import NoSettingRuns, ScheduleError
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import tiling
 from lamina.plugins.schedules.contraction.mma_sync import products as mma_sync
@@ -355,18 +355,23 @@ def wgmma_compute_us(choices: Choices, target: Target, deepest: int, resident: i
 
 
 def choose(c: Contraction, target: Target, pinned: dict[str, int], where: str) -> tuple[Choices, Estimate, int]:
-    """The cheapest setting, its estimate, and how many settings there were to choose from."""
+    """The cheapest setting, its estimate, and how many settings there were to choose from.
+
+    Only settings the kernel can run are ranked (``candidates``). Where there are none, the
+    error names the pinned knobs; with none pinned it is ``NoSettingRuns``, so that the next
+    schedule takes the kernel."""
     settings = candidates(c, target, pinned)
     if not settings:
-        raise ScheduleError(_nothing_legal(c, target, pinned, where))
+        raise (ScheduleError if pinned else NoSettingRuns)(_nothing_legal(c, target, pinned, where))
     estimates = [estimate(c, s, target) for s in settings]
     best = min(range(len(settings)), key=lambda i: (estimates[i].total_us, i))
     return settings[best], estimates[best], len(settings)
 
 
 def _nothing_legal(c: Contraction, target: Target, pinned: dict[str, int], where: str) -> str:
-    pins = pins_text(pinned, " = ")
+    pins = f" with {pins_text(pinned, ' = ')}" if pinned else ""
     settings = itertools.chain(_settings(c, pinned, relaxed=True, target=target), _wgmma_settings(c, pinned, target))
     reasons = sorted({tiling.illegal(c, s, target) or "" for s in settings} - {""})
     why = "; ".join(reasons) if reasons else "no block tile is a whole number of register tiles"
-    return f"{where}: no setting with {pins} can run: {why}. Pin other values, or unpin some of these knobs."
+    advice = " Pin other values, or unpin some of these knobs." if pinned else ""
+    return f"{where}: no setting{pins} can run: {why}.{advice}"

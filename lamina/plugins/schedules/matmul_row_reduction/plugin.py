@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from lamina.core.errors import ScheduleError
+from lamina.core.errors import NoSettingRuns, ScheduleError
 from lamina.core.hookspecs import hookimpl
 from lamina.core.ir import kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
@@ -34,7 +34,16 @@ class MatmulRowReductionSchedule:
         return True
 
     def schedule(self, kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:
-        return tiling.tile(analyse(kernel), target, knobs)
+        """The kernel's Tile IR; where no setting can run it and none of this schedule's knobs is
+        pinned, ``NoSettingRuns``, so that the next schedule takes it."""
+        try:
+            return tiling.tile(analyse(kernel), target, knobs)
+        except NoSettingRuns:
+            raise
+        except ScheduleError as e:
+            if knobs:
+                raise
+            raise NoSettingRuns(str(e)) from None
 
     def estimate_cost(self, kernel: loop_ir.Kernel, target: Target) -> float:
         try:
