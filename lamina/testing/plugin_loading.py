@@ -101,8 +101,10 @@ def load(plugin: Any, name: str, *, first: bool = False) -> PluginManager:
 
 
 def without(name: str) -> PluginManager:
-    """The built-ins alone, less ``name`` if it is one of them."""
-    return PluginManager(Config(strict_plugins=True, disable=(name,)), entry_points=lambda: [])
+    """The built-ins alone, less ``name`` if it is one of them (another name needs no disabling,
+    and a strict configuration refuses to disable a plugin it does not have)."""
+    disable = (name,) if name in BUILTIN_PLUGINS else ()
+    return PluginManager(Config(strict_plugins=True, disable=disable), entry_points=lambda: [])
 
 
 def signature(registry: Registry, plugin: str | None = None) -> list[tuple]:
