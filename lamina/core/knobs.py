@@ -12,7 +12,9 @@ the closest knob there is.
 
 A knob pinned without a schedule (``block_k = 32``, ``LAMINA_KNOB_BLOCK_K``), the spelling
 before namespaces, still pins every schedule and fusion rule that takes that name, and every
-one that declares no knobs, with a ``DeprecationWarning`` naming the spellings to use. It stops
+one that declares no knobs, with a ``FutureWarning`` naming the spellings to use (a
+FutureWarning, which Python shows by default: whoever pins knobs uses lamina, and may never see
+a DeprecationWarning). It stops
 working in the next release. One that no schedule or fusion rule declares is a ``ConfigWarning``
 naming the closest knob: it reaches only providers that declare no knobs, if any, and is most
 likely a typo; it stays a warning, not an error, because such a provider may read it. A provider
@@ -177,7 +179,7 @@ def _warn_unnamespaced(pinned: Mapping[str, Any], accepted: Mapping[str, set[str
         warnings.warn(
             f"the knob {name}, pinned without a schedule, pins every schedule that takes it; this spelling "
             f"goes in the next release: {advice}",
-            DeprecationWarning,
+            FutureWarning,
             stacklevel=2,
         )
 

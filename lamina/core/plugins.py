@@ -101,7 +101,7 @@ class PluginManager:
         former = FORMER_BUILTIN_NAMES.get(name)
         if former is not None and former in self.config.disable:
             warnings.warn(f"the plugin {former} is now {name}; the old name will be refused in the next release",
-                          DeprecationWarning, stacklevel=2)
+                          FutureWarning, stacklevel=2)
             return False
         if self.config.plugins is not None and not builtin:
             return name in self.config.plugins

@@ -72,7 +72,7 @@ class Schedule(Protocol):
     ``knob_namespace`` (see the top of this module).
 
     A renamed schedule may list its old names in ``former_names``: the configuration may
-    still name it by them for one release, with a ``DeprecationWarning``.
+    still name it by them for one release, with a ``FutureWarning``.
     """
 
     name: str

@@ -77,7 +77,7 @@ class Registry:
         for entry in self.ranked(kind):
             if name in getattr(entry.provider, "former_names", ()) and plugin in (None, entry.plugin):
                 warnings.warn(f"the {kind} {name!r} is now {entry.name!r}; the old name will be refused in the next "
-                              "release", DeprecationWarning, stacklevel=3)
+                              "release", FutureWarning, stacklevel=3)
                 return entry
         return None
 

@@ -44,14 +44,14 @@ def test_a_fusion_rule_sharing_a_schedules_namespace_receives_the_knobs_it_decla
 
 
 def test_a_knob_without_a_schedule_pins_every_taker_and_warns_with_the_spellings_to_use():
-    with pytest.warns(DeprecationWarning, match=r"rows\.threads, tiled\.threads .*LAMINA_KNOB_ROWS__THREADS"):
+    with pytest.warns(FutureWarning, match=r"rows\.threads, tiled\.threads .*LAMINA_KNOB_ROWS__THREADS"):
         knobs = sort_out(Config(knobs={"threads": 128}).knobs, PROVIDERS)
     assert knobs["schedule"] == {"tiled": {"threads": 128}, "rows": {"threads": 128}, "old": {"threads": 128}}
     assert knobs["fusion_rule"] == {"split_across_blocks": {}, "inline": {"threads": 128}}
 
 
 def test_a_knob_pinned_for_its_schedule_wins_over_the_same_knob_without_one():
-    with pytest.warns(DeprecationWarning):
+    with pytest.warns(FutureWarning):
         knobs = sort_out(Config(knobs={"threads": 128, "rows.threads": 64}).knobs, PROVIDERS)
     assert (knobs["schedule"]["tiled"], knobs["schedule"]["rows"]) == ({"threads": 128}, {"threads": 64})
 

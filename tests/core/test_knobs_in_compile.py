@@ -26,7 +26,7 @@ MATMUL_INPUTS = (torch.randn(16, 64), torch.randn(64, 16))
 def chosen(compiler):
     """What the contraction schedule chose for the matmul, and which knobs it was pinned."""
     with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)
+        warnings.simplefilter("error", FutureWarning)
         (tile,) = compiler.compile(matmul, MATMUL_INPUTS).compilation.tiles
     return dict(tile.knobs)["chosen"]
 
@@ -54,14 +54,14 @@ def test_threads_pinned_for_one_schedule_stay_out_of_the_others():
 
 def test_a_knob_without_a_schedule_still_pins_every_schedule_that_takes_it_and_warns():
     compiler = lamina.Compiler(knobs={"threads": 64})
-    with pytest.warns(DeprecationWarning) as warned:
+    with pytest.warns(FutureWarning) as warned:
         knobs = Pipeline(compiler.config, compiler.plugins).knobs()["schedule"]
     (message,) = [str(w.message) for w in warned]
     assert all(f"{name}.threads" in message for name in ("pointwise", "row_reduction", "generic", "unrolled_reduction"))
     for name in ("pointwise", "row_reduction", "generic", "unrolled_reduction"):
         assert knobs[name] == {"threads": 64}
     assert knobs["contraction"] == {}
-    with pytest.warns(DeprecationWarning, match=r"contraction\.block_k"):
+    with pytest.warns(FutureWarning, match=r"contraction\.block_k"):
         (tile,) = lamina.compile(matmul, MATMUL_INPUTS, knobs={"block_k": 8}).compilation.tiles
     assert dict(tile.knobs)["chosen"].endswith("pinned: block_k=8")
 

@@ -101,7 +101,7 @@ def test_under_strict_plugins_a_name_no_plugin_has_is_an_error():
 def test_a_former_builtin_name_in_the_block_list_is_no_unknown_name():
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConfigWarning)
-        with pytest.warns(DeprecationWarning):
+        with pytest.warns(FutureWarning):
             manager(disable=("lamina.builtin.schedules.contraction_rows",))
 
 

@@ -1,5 +1,5 @@
 """Knobs pinned under their old spellings: accepted for one release with a
-``DeprecationWarning`` that names the new spelling, then read as the new one."""
+``FutureWarning`` that names the new spelling, then read as the new one."""
 
 from __future__ import annotations
 
@@ -30,6 +30,6 @@ def with_new_spellings(knobs: Mapping[str, Any], renames: tuple[Renamed, ...]) -
         new_value = r.value(old_value) if r.value is not None else old_value
         note = f" ({r.values_note})" if r.values_note else ""
         warnings.warn(f"knob {r.old} is now {r.new}{note}: pin {r.new} = {new_value!r}; the old spelling will be "
-                      "refused in the next release", DeprecationWarning, stacklevel=3)
+                      "refused in the next release", FutureWarning, stacklevel=3)
         result.setdefault(r.new, new_value)
     return result

@@ -1,5 +1,5 @@
 """Old spellings of renamed knobs and schedules still work for one release, each with a
-DeprecationWarning that names the new spelling."""
+FutureWarning that names the new spelling."""
 
 import pytest
 
@@ -12,8 +12,8 @@ from lamina.plugins.schedules.row_reduction.tiling import RENAMED as ROW_REDUCTI
 
 
 def test_tensor_cores_and_splits_are_read_as_products_and_in_block_k_splits():
-    with pytest.warns(DeprecationWarning, match="knob tensor_cores is now products"):
-        with pytest.warns(DeprecationWarning, match="knob splits is now in_block_k_splits"):
+    with pytest.warns(FutureWarning, match="knob tensor_cores is now products"):
+        with pytest.warns(FutureWarning, match="knob splits is now in_block_k_splits"):
             pinned = read_pinned({"tensor_cores": 2, "splits": 1}, "here")
     assert pinned == {"splits": 1, "products": "wgmma"}
     assert read_pinned({"products": "mma_sync", "in_block_k_splits": 2}, "here") == {"splits": 2,
@@ -21,19 +21,19 @@ def test_tensor_cores_and_splits_are_read_as_products_and_in_block_k_splits():
 
 
 def test_the_new_spelling_wins_where_both_are_pinned():
-    with pytest.warns(DeprecationWarning):
+    with pytest.warns(FutureWarning):
         assert read_pinned({"tensor_cores": 0, "products": "wgmma"}, "here") == {"products": "wgmma"}
 
 
 def test_last_block_is_read_as_row_combine():
-    with pytest.warns(DeprecationWarning, match="knob last_block is now row_combine"):
+    with pytest.warns(FutureWarning, match="knob last_block is now row_combine"):
         assert read_row_combine({"last_block": 1}, "here") == "last_block"
-    with pytest.warns(DeprecationWarning):
+    with pytest.warns(FutureWarning):
         assert read_row_combine({"last_block": 0}, "here") == "cluster"
 
 
 def test_early_reads_is_read_as_prefetch_epilogue_reads():
-    with pytest.warns(DeprecationWarning, match="knob early_reads is now prefetch_epilogue_reads"):
+    with pytest.warns(FutureWarning, match="knob early_reads is now prefetch_epilogue_reads"):
         assert with_new_spellings({"early_reads": True}, ROW_REDUCTION_RENAMED) == {"prefetch_epilogue_reads": True}
 
 
@@ -41,7 +41,7 @@ def test_the_schedule_contraction_rows_is_now_matmul_row_reduction():
     registry = Registry()
     schedule = MatmulRowReductionSchedule()
     registry.add("schedule", schedule.name, schedule, "builtin", schedule.priority)
-    with pytest.warns(DeprecationWarning, match="'contraction_rows' is now 'matmul_row_reduction'"):
+    with pytest.warns(FutureWarning, match="'contraction_rows' is now 'matmul_row_reduction'"):
         assert registry.get("schedule", "contraction_rows").provider is schedule
     assert registry.get("schedule", "no_such_schedule") is None
 
@@ -50,7 +50,7 @@ def test_disabling_the_plugin_by_its_old_name_still_disables_it():
     from lamina.core.config import load_config
     from lamina.core.plugins import PluginManager
 
-    with pytest.warns(DeprecationWarning, match="plugin lamina.builtin.schedules.contraction_rows is now"):
+    with pytest.warns(FutureWarning, match="plugin lamina.builtin.schedules.contraction_rows is now"):
         manager = PluginManager(load_config(environ={}, disable=("lamina.builtin.schedules.contraction_rows",)),
                                 entry_points=lambda: [])
     assert "matmul_row_reduction" not in manager.registry.names("schedule")
