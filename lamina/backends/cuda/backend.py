@@ -9,6 +9,7 @@ import torch
 
 from lamina.backends.cuda import dependent_launch
 from lamina.backends.cuda.codegen import emit_cuda, kernel_symbol
+from lamina.backends.cuda.cubin_cache import default_cache_dir
 from lamina.backends.cuda.driver import LaunchableKernel, device_arch
 from lamina.backends.cuda.nvrtc import CompiledKernel, compile_kernel, nvrtc_version
 from lamina.backends.cuda.wgmma import kernel_arch
@@ -74,6 +75,7 @@ class CudaBackend:
         """
         by_source: dict[str, CompiledKernel] = {}
         compiled = {}
+        cache_dir = self.cache_dir or default_cache_dir()  # read the configuration once, not once per kernel
         for kernel in program.kernels:
             anonymous = anonymous_kernel(kernel)
             source = emit_cuda(anonymous)
@@ -82,9 +84,9 @@ class CudaBackend:
                 target_arch = kernel_arch(kernel, arch)
                 try:
                     by_source[source] = compile_kernel(source, kernel_symbol(anonymous), target_arch, self.options,
-                                                       self.cache_dir)
+                                                       cache_dir)
                 except CompileError:
-                    compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), target_arch, self.options, self.cache_dir)
+                    compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), target_arch, self.options, cache_dir)
                     raise
             compiled[kernel.name] = by_source[source]
         return compiled
