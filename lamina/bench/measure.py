@@ -9,6 +9,7 @@ out of every contender alike.
 from __future__ import annotations
 
 import statistics
+import time
 from typing import Callable
 
 import torch
@@ -35,30 +36,45 @@ def float64_reference(fn: Callable, inputs: tuple[torch.Tensor, ...]) -> torch.T
         return fn(*upcast)
 
 
+def samples_within(wanted: int, seconds_each: float, budget_s: float | None, least: int) -> int:
+    """``wanted``, or as many samples of ``seconds_each`` as fit in ``budget_s`` (at least ``least``).
+
+    A whole model at batch 8 and 2 048 tokens can take seconds per call: a hundred replays of it
+    would spend minutes of GPU time on a figure whose spread is far below a percent."""
+    if budget_s is None or seconds_each <= 0:
+        return wanted
+    return max(least, min(wanted, int(budget_s / seconds_each)))
+
+
 def time_cuda_graph(fn: Callable, inputs: tuple[torch.Tensor, ...], replays: int = 200, warmup: int = 10,
-                    calls_per_graph: int = 1) -> float:
+                    calls_per_graph: int = 1, budget_s: float | None = None) -> float:
     """Median time in microseconds of one call of ``fn(*inputs)``, from CUDA-graph replays.
 
     The graph holds ``calls_per_graph`` back-to-back calls and the replay time is divided
     by that number: with one call, a small program's time is mostly the graph's launch
     latency; with several, it is the device time of the call and the gaps between its
-    kernels.
+    kernels. With ``budget_s``, a call so long that ``replays`` of them would take more
+    than that many seconds is replayed fewer times (``samples_within``), at least 5.
     """
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream), torch.no_grad():
-        for _ in range(3):
+        start = time.perf_counter()
+        fn(*inputs)
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        for _ in range(samples_within(2, seconds, budget_s, 0)):
             fn(*inputs)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph), torch.no_grad():
         for _ in range(calls_per_graph):
             fn(*inputs)
-    for _ in range(warmup):
+    for _ in range(samples_within(warmup, seconds * calls_per_graph, budget_s, 1)):
         graph.replay()
     torch.cuda.synchronize()
     times = []
-    for _ in range(replays):
+    for _ in range(samples_within(replays, seconds * calls_per_graph, budget_s, 5)):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         graph.replay()

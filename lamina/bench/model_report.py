@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from lamina.bench.model_runner import (BF16_ERROR_RATIO, FIGURES, FP32_TOLERANCE, MEASUREMENTS, PLAIN_CALLS, SEED,
-                                       ModelResult, geomean_speedups, judged_by)
+from lamina.bench.model_runner import (BF16_ERROR_RATIO, FIGURES, FP32_TOLERANCE, LONG_CALL_BUDGET_S, MEASUREMENTS,
+                                       PLAIN_CALLS, SEED, ModelResult, geomean_speedups, judged_by)
 from lamina.bench.model_suite import ModelCase
 from lamina.bench.runner import CONTENDERS
 from lamina.bench.suite import SHORT
@@ -137,9 +137,11 @@ def method(replays: int, per_layer: bool, torch_compile: bool, shared: bool = Fa
                       "torch.compile: torch.compile(model, dynamic=False), Inductor's default mode; all in one "
                       "process on the same inputs" + ("" if torch_compile else " (torch.compile left out)"),
         "graph_us": f"microseconds per call from CUDA-graph replays of one call, CUDA events, median of {replays} "
-                    "replays after warm-up; a contender a graph cannot capture is listed under unmeasured",
+                    f"replays after warm-up, or of as many as fit in {LONG_CALL_BUDGET_S:g} s of replays (at least 5) "
+                    "where a call is longer; a contender a graph cannot capture is listed under unmeasured",
         "calls_us": f"microseconds per call, median wall time of {PLAIN_CALLS} plain calls after 3 warm-up calls, "
-                    "each synchronized (host overhead included)",
+                    f"or of as many as fit in {LONG_CALL_BUDGET_S:g} s (at least 3) where a call is longer, each "
+                    "synchronized (host overhead included)",
         "relative_error": "||out - ref|| / ||ref|| of the main output (logits, or the last hidden state), ref: eager "
                           "PyTorch on the same weights and inputs cast to float64 (float32 models; float32 where a "
                           "float64 copy does not fit on the GPU) or to float32 (bfloat16 models)",
@@ -159,8 +161,9 @@ def method(replays: int, per_layer: bool, torch_compile: bool, shared: bool = Fa
         "replays": replays, "plain_calls": PLAIN_CALLS, "seed": SEED,
     }
     if shared:
-        found["measure_lock"] = ("other bench processes shared the GPU and the host: each measurement held the lock, "
-                                 "so no CUDA-graph time, kernel count or memory peak saw their work, but plain-call "
+        found["measure_lock"] = ("other bench processes shared the GPU and the host: each measurement, and every "
+                                 "other run on the GPU (the eager reference, each compiled graph's calls), held the "
+                                 "lock, so no CUDA-graph time, kernel count or memory peak saw their work, but plain-call "
                                  "and compile times may include their competing for the host's cores")
     return found
 

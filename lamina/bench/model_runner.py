@@ -18,12 +18,12 @@ import statistics
 import tempfile
 import time
 import traceback
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, ContextManager, Iterator, Protocol
 
 import attrs
 import torch
 
-from lamina.bench.measure import relative_error, time_cuda_graph
+from lamina.bench.measure import relative_error, samples_within, time_cuda_graph
 from lamina.bench.model_suite import ModelCase
 from lamina.bench.runner import CONTENDERS
 from lamina.core.errors import LaminaError
@@ -35,6 +35,9 @@ FIGURES = {"graph_us": "CUDA-graph replay", "calls_us": "plain calls"}
 """The two times of a case, in microseconds per call: device time, and what a user waits for."""
 MEASUREMENTS = (*FIGURES, "kernels", "kernels_per_layer", "peak_bytes")
 PLAIN_CALLS = 30
+LONG_CALL_BUDGET_S = 5.0
+"""Seconds of calls that one figure of one contender may take: a call so long that the wanted number of samples
+would take longer is timed fewer times (``samples_within``)."""
 FP32_TOLERANCE = 1e-4
 BF16_ERROR_RATIO = 1.25
 """A bfloat16 model may be this many times as far from float32 as eager bfloat16 is."""
@@ -58,16 +61,23 @@ class Instruments:
     #: (contender, call) -> bytes allocated at the peak of one call, above what was allocated before it.
     peak_memory: Callable[[str, Call], int]
     synchronize: Callable[[], None]
+    #: The GPU to this process alone, for the GPU work between measurements (``gpu_instruments``).
+    turn: Callable[[], ContextManager] = contextlib.nullcontext
 
 
-def plain_call_us(call: Call, calls: int, synchronize: Callable[[], None], warmup: int = 3) -> float:
+def plain_call_us(call: Call, calls: int, synchronize: Callable[[], None], warmup: int = 3,
+                  budget_s: float | None = None) -> float:
     """Median wall time in microseconds of ``calls`` calls, each waited for: what a user sees, host overhead
-    included."""
-    for _ in range(warmup):
+    included; with ``budget_s``, fewer calls (at least 3) where ``calls`` of them would take longer."""
+    start = time.perf_counter()
+    call()
+    synchronize()
+    seconds = time.perf_counter() - start
+    for _ in range(samples_within(warmup - 1, seconds, budget_s, 0)):
         call()
     synchronize()
     times = []
-    for _ in range(calls):
+    for _ in range(samples_within(calls, seconds, budget_s, 3)):
         start = time.perf_counter()
         call()
         synchronize()
@@ -75,33 +85,47 @@ def plain_call_us(call: Call, calls: int, synchronize: Callable[[], None], warmu
     return statistics.median(times)
 
 
+_held: dict[str, int] = {}
+"""How deep each lock file is held by this process: ``exclusive`` is re-entrant, so that a compiled graph that
+takes its turn (``taking_turns``) can run inside a measurement that holds it already."""
+
+
 @contextlib.contextmanager
 def exclusive(lock: str | None) -> Iterator[None]:
     """Hold an exclusive lock on the file ``lock`` (none when None) within the block.
 
     Several bench processes can then share one GPU: each compiles while the others do
-    (compiling is host work), and only one at a time measures, so that no timing, kernel
-    count or memory peak ever sees another process's work on the GPU."""
-    if lock is None:
-        yield
+    (compiling is host work), and only one at a time measures or runs anything on the GPU,
+    so that no timing, kernel count or memory peak ever sees another process's work."""
+    if lock is None or _held.get(lock, 0):
+        if lock is not None:
+            _held[lock] += 1
+        try:
+            yield
+        finally:
+            if lock is not None:
+                _held[lock] -= 1
         return
     import fcntl
 
     with open(lock, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
+        _held[lock] = 1
         try:
             yield
         finally:
+            _held[lock] = 0
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def gpu_instruments(replays: int, lock: str | None = None) -> Instruments:
-    """The GPU's clocks, kernel counter and memory probe; with ``lock``, each measurement holds it (``exclusive``)."""
+def gpu_instruments(replays: int, lock: str | None = None, budget_s: float | None = LONG_CALL_BUDGET_S) -> Instruments:
+    """The GPU's clocks, kernel counter and memory probe; with ``lock``, each measurement holds it (``exclusive``),
+    and so does ``turn``, for the GPU work between measurements."""
     def timer(contender: str, figure: str, call: Call) -> float:
         with exclusive(lock):
             if figure == "graph_us":
-                return time_cuda_graph(call, (), replays=replays)
-            return plain_call_us(call, PLAIN_CALLS, torch.cuda.synchronize)
+                return time_cuda_graph(call, (), replays=replays, budget_s=budget_s)
+            return plain_call_us(call, PLAIN_CALLS, torch.cuda.synchronize, budget_s=budget_s)
 
     def memory(contender: str, call: Call) -> int:
         with exclusive(lock):
@@ -112,15 +136,31 @@ def gpu_instruments(replays: int, lock: str | None = None) -> Instruments:
             return cuda_kernels_per_call(call, ())
 
     return Instruments(timer=timer, count_kernels=count_kernels, peak_memory=memory,
-                       synchronize=torch.cuda.synchronize)
+                       synchronize=torch.cuda.synchronize, turn=lambda: exclusive(lock))
 
 
-def lamina_compile(model: torch.nn.Module) -> Callable:
-    return torch.compile(model, backend="lamina", dynamic=False)
+def taking_turns(backend: str, turn: Callable[[], ContextManager]) -> Callable:
+    """A torch.compile backend that compiles each graph as ``backend`` does and runs it within ``turn()``: the
+    first call of a compiled model, which compiles on the host for a minute and then runs on the GPU, then holds
+    the GPU for its run alone and not for its compile."""
+    compile_with = torch._dynamo.lookup_backend(backend)
+
+    def compile_graph(graph_module: torch.fx.GraphModule, example_inputs: list) -> Callable:
+        compiled = compile_with(graph_module, example_inputs)
+
+        def run(*args):
+            with turn():
+                return compiled(*args)
+        return run
+    return compile_graph
 
 
-def inductor_compile(model: torch.nn.Module) -> Callable:
-    return torch.compile(model, dynamic=False)
+def lamina_compile(model: torch.nn.Module, turn: Callable[[], ContextManager] | None = None) -> Callable:
+    return torch.compile(model, backend="lamina" if turn is None else taking_turns("lamina", turn), dynamic=False)
+
+
+def inductor_compile(model: torch.nn.Module, turn: Callable[[], ContextManager] | None = None) -> Callable:
+    return torch.compile(model, dynamic=False, **({} if turn is None else {"backend": taking_turns("inductor", turn)}))
 
 
 @attrs.frozen
@@ -270,8 +310,9 @@ def run_model_case(case: ModelCase, *, device: str, instruments: Instruments, co
         model = case.build(device=device, seed=seed)
         inputs = case.inputs(model, device=device, seed=seed)
         wider = reference_dtype(model, case.dtype, torch.device(device))
-        reference = main_output(eager_at(model, inputs, wider))
-        errors = {"eager": relative_error(main_output(caller(model, inputs)()), reference)}
+        with instruments.turn():
+            reference = main_output(eager_at(model, inputs, wider))
+            errors = {"eager": relative_error(main_output(caller(model, inputs)()), reference)}
     except Exception as error:
         return ModelResult(case, "failed", "building the model or its eager reference: " + failure_message(error),
                            traceback=_traceback(error))
@@ -332,6 +373,7 @@ def _count_per_layer(case: ModelCase, record: _Record, *, device: str, instrumen
     def per_layer(name: str) -> float:
         call = caller(makers[name](shallow), inputs)
         call()  # compiles, outside the instruments' lock: other processes measure meanwhile
+        # (the compiled contenders take their turn to run, ``taking_turns``)
         one = instruments.count_kernels(name, call)
         return (record.values["kernels"][name] - one) / (case.layers - 1)
 

@@ -17,8 +17,8 @@ import torch
 
 from lamina.bench.model_report import format_model_listing, format_model_table, plot_model_speedups, write_document
 from lamina.bench.model_report import json_document as model_json_document
-from lamina.bench.model_runner import (PLAIN_CALLS, Compilers, Instruments, ModelResult, gpu_instruments,
-                                       run_model_suite)
+from lamina.bench.model_runner import (PLAIN_CALLS, Compilers, Instruments, ModelResult, gpu_instruments, inductor_compile,
+                                       lamina_compile, run_model_suite)
 from lamina.bench.model_suite import ModelCase, bench_layers, model_cases, parse_layer_overrides
 from lamina.bench.report import ProgressLine, default_output, format_table, json_document, reproducing_command
 from lamina.bench.runner import Timer, cuda_graph_timer, run_suite
@@ -168,8 +168,13 @@ def models_command(args) -> int:
         raise DeviceError("lamina bench --models times models with CUDA graphs and needs a CUDA GPU, but PyTorch sees "
                           "none; lamina bench --models --list shows the cases, and torch.compile(model, "
                           "backend=\"lamina\") on CPU tensors runs a model on the simulator")
+    instruments = gpu_instruments(args.replays, args.measure_lock)
+    compilers = Compilers()
+    if args.measure_lock:  # the compiled contenders' runs take turns on the GPU too, not only the measurements
+        compilers = Compilers(lamina=lambda model: lamina_compile(model, instruments.turn),
+                              torch_compile=lambda model: inductor_compile(model, instruments.turn))
     return execute_models(args, cases, device="cuda", device_name=torch.cuda.get_device_name(),
-                          instruments=gpu_instruments(args.replays, args.measure_lock))
+                          instruments=instruments, compilers=compilers)
 
 
 def execute_models(args, cases: list[ModelCase], *, device: str, device_name: str, instruments: Instruments,

@@ -1,20 +1,23 @@
 """``lamina bench --models`` on the CPU: the case list, the options, the error rule, the record, and the runner
 with stand-ins for the GPU's instruments (once end to end through torch.compile(backend="lamina"))."""
 
+import contextlib
 import datetime
 import io
 import json
 import os
 import sys
+import time
 
 import pytest
 import torch
 
 from lamina.bench import plot
 from lamina.bench.model_report import SCHEMA, format_model_table, json_document, plot_model_speedups
-from lamina.bench.model_runner import (Compilers, Instruments, ModelResult, failure_message, fresh_kernel_cache,
-                                       geomean_speedups, inductor_compile, judge, lamina_compile, plain_call_us,
-                                       run_model_case, run_model_suite)
+from lamina.bench.measure import samples_within
+from lamina.bench.model_runner import (Compilers, Instruments, ModelResult, exclusive, failure_message,
+                                       fresh_kernel_cache, geomean_speedups, inductor_compile, judge, lamina_compile,
+                                       plain_call_us, run_model_case, run_model_suite)
 from lamina.bench.model_suite import BENCH_LAYERS, ModelCase, bench_layers, model_cases, parse_layer_overrides
 from lamina.bench.report import default_output, reproducing_command
 from lamina.cli.bench_command import execute_models, model_command_words
@@ -424,7 +427,43 @@ def test_the_cold_compile_sees_an_empty_kernel_cache_of_its_own(monkeypatch):
 def test_plain_calls_wait_for_each_call():
     events = []
     us = plain_call_us(lambda: events.append("call"), calls=5, synchronize=lambda: events.append("sync"), warmup=2)
-    assert us > 0 and events == ["call", "call", "sync"] + ["call", "sync"] * 5
+    assert us > 0 and events == ["call", "sync", "call", "sync"] + ["call", "sync"] * 5
+
+
+def test_long_calls_are_timed_fewer_times_within_the_budget():
+    assert samples_within(100, 0.001, 5.0, 5) == 100 and samples_within(100, 0.001, None, 5) == 100
+    assert samples_within(100, 0.2, 5.0, 5) == 25 and samples_within(100, 3.0, 5.0, 5) == 5
+    events = []
+    plain_call_us(lambda: (events.append("call"), time.sleep(0.02)), calls=30, synchronize=lambda: None,
+                  budget_s=0.1)
+    assert 3 <= len(events) - 3 < 30  # the first call, two warm-ups and as many timed calls as fit, at least 3
+
+
+def test_the_measuring_lock_is_reentrant(tmp_path):
+    lock = str(tmp_path / "lock")
+    with exclusive(lock):
+        with exclusive(lock):  # a compiled graph taking its turn inside a measurement
+            pass
+        with exclusive(lock):
+            pass
+    with exclusive(lock):  # and free again afterwards
+        pass
+
+
+def test_compiled_graphs_take_their_turn_to_run(tmp_path):
+    turns = []
+
+    @contextlib.contextmanager
+    def turn():
+        turns.append("turn")
+        yield
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+    x = torch.randn(3, 8)
+    compiled = lamina_compile(model, turn)
+    torch.testing.assert_close(compiled(x), model(x))
+    compiled(x)
+    assert turns == ["turn", "turn"]
 
 
 # End to end, through torch.compile(model, backend="lamina") on the simulator.
