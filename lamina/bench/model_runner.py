@@ -311,8 +311,10 @@ def run_model_case(case: ModelCase, *, device: str, instruments: Instruments, co
         inputs = case.inputs(model, device=device, seed=seed)
         wider = reference_dtype(model, case.dtype, torch.device(device))
         with instruments.turn():
-            reference = main_output(eager_at(model, inputs, wider))
+            reference = main_output(eager_at(model, inputs, wider)).cpu()
             errors = {"eager": relative_error(main_output(caller(model, inputs)()), reference)}
+        if device.startswith("cuda"):  # hand the wider copy's memory back, for the processes that share the GPU
+            torch.cuda.empty_cache()
     except Exception as error:
         return ModelResult(case, "failed", "building the model or its eager reference: " + failure_message(error),
                            traceback=_traceback(error))
