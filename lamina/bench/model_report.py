@@ -163,8 +163,8 @@ def method(replays: int, per_layer: bool, torch_compile: bool, shared: bool = Fa
     if shared:
         found["measure_lock"] = ("other bench processes shared the GPU and the host: each measurement, and every "
                                  "other run on the GPU (the eager reference, each compiled graph's calls), held the "
-                                 "lock, so no CUDA-graph time, kernel count or memory peak saw their work, but plain-call "
-                                 "and compile times may include their competing for the host's cores")
+                                 "lock, so no CUDA-graph time, kernel count or memory peak saw their work, but "
+                                 "plain-call and compile times may include their competing for the host's cores")
     return found
 
 

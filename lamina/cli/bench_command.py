@@ -17,8 +17,8 @@ import torch
 
 from lamina.bench.model_report import format_model_listing, format_model_table, plot_model_speedups, write_document
 from lamina.bench.model_report import json_document as model_json_document
-from lamina.bench.model_runner import (PLAIN_CALLS, Compilers, Instruments, ModelResult, gpu_instruments, inductor_compile,
-                                       lamina_compile, run_model_suite)
+from lamina.bench.model_runner import (PLAIN_CALLS, Compilers, Instruments, ModelResult, gpu_instruments,
+                                       inductor_compile, lamina_compile, run_model_suite)
 from lamina.bench.model_suite import ModelCase, bench_layers, model_cases, parse_layer_overrides
 from lamina.bench.report import ProgressLine, default_output, format_table, json_document, reproducing_command
 from lamina.bench.runner import Timer, cuda_graph_timer, run_suite
