@@ -182,6 +182,8 @@ def load_config(start: Path | None = None, environ: Mapping[str, str] | None = N
         path, table = found
         settings.update(_from_mapping(table, str(path)))
         settings["source"] = str(path)
+        if "cache_dir" in settings:  # relative to the file's folder, wherever lamina runs from below it
+            settings["cache_dir"] = os.path.join(path.parent, os.path.expanduser(settings["cache_dir"]))
     for var, key in _ENV.items():
         if var in environ:
             settings[key] = _parse_env_value(var, key, environ[var])
@@ -194,4 +196,6 @@ def load_config(start: Path | None = None, environ: Mapping[str, str] | None = N
     settings["knobs"] = knobs
     given = {k: v for k, v in overrides.items() if v is not None}
     settings.update(_from_mapping(given, "the settings given from Python") if given else {})
+    if settings.get("cache_dir") is not None:
+        settings["cache_dir"] = os.path.expanduser(settings["cache_dir"])
     return Config(**settings)
