@@ -133,7 +133,7 @@ def _from_mapping(values: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def _knobs_from(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
+    if not isinstance(value, Mapping):
         raise ConfigError(f"{where}: knobs must be a table of schedule.knob = value")
     try:
         return namespaced(value)

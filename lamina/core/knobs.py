@@ -26,7 +26,7 @@ After a program's kernels are scheduled, a knob pinned for a schedule that no ke
 program was scheduled by did nothing (``contraction.block_k`` on a program without a matmul):
 a ``ConfigWarning`` says so once per compile, naming the schedules the kernels got. A knob of a
 fusion rule pinned under a schedule's name (``contraction.split_k``) counts as that schedule's.
-Under ``strict`` each warning of this module is a ``ConfigError``.
+Under ``strict`` each ``ConfigWarning`` of this module is a ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -214,10 +214,10 @@ def warn_unused(pinned: Mapping[str, Any], providers: Mapping[str, Sequence[Any]
     received; an error under ``strict``.
 
     A knob is received by a schedule of the namespace it is pinned under, or, pinned without a
-    schedule, by any schedule that takes it or declares no knobs. A fusion rule's knob pinned under a schedule's name
-    (``contraction.split_k``) decides for that schedule's kernels, and counts as its; one pinned
-    under a fusion rule's own name is always received (the rule sees every program). A knob that
-    nothing declares was warned about when the knobs were sorted out."""
+    schedule, by any schedule that takes it or declares no knobs. A fusion rule's knob pinned
+    under a schedule's name (``contraction.split_k``) decides for that schedule's kernels, and
+    counts as its; one pinned under a fusion rule's own name is always received (the rule sees
+    every program). A knob that nothing declares was warned about when the knobs were sorted out."""
     schedule_namespaces = {knob_namespace(s) for s in providers.get("schedule", ())}
     chosen_namespaces = {knob_namespace(s) for s in chosen}
     for name, value in pinned.items():
