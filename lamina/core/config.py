@@ -2,22 +2,23 @@
 
 The nearest lamina.toml or pyproject.toml with a ``[tool.lamina]`` table, searching
 from the working directory upwards, gives the file settings; environment variables
-override them. Unknown keys are an error, so that a typo never silently does nothing; a
-``LAMINA_*`` variable lamina does not know is a warning (the environment holds other
-programs' settings too). Both name the closest setting there is.
+override them, and settings given from Python (``lamina.compile(..., cache_dir=...)``) override
+both. Unknown keys are an error, so that a typo never silently does nothing; a ``LAMINA_*``
+variable lamina does not know is a warning (the environment holds other programs' settings
+too), an error under ``strict``. Both name the closest setting there is.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
 import attrs
 
-from lamina.core.errors import ConfigError, ConfigWarning
+from lamina.core.errors import ConfigError
+from lamina.core.ineffective import does_nothing
 from lamina.core.knobs import ENVIRONMENT_PREFIX, from_environment_name, namespaced
 from lamina.core.spelling import did_you_mean
 
@@ -27,7 +28,9 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 
-def _default_cache_dir() -> str:
+def user_cache_dir() -> str:
+    """Where compiled kernels go when no ``cache_dir`` is configured: ``$XDG_CACHE_HOME/lamina``,
+    else ``~/.cache/lamina``."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "lamina")
 
@@ -40,6 +43,9 @@ class Config:
     disable: tuple[str, ...] = ()
     #: A plugin that fails to load is an error instead of a warning.
     strict_plugins: bool = False
+    #: A setting that does nothing (an unknown variable, a knob no kernel's schedule received, a
+    #: plugin name no plugin has) is an error instead of a warning.
+    strict: bool = False
     #: Target name (``sm_90``); None: the visible GPU's architecture, else sm_90.
     target: str | None = None
     #: Backend name; None: ``cuda`` for CUDA tensors, ``reference`` for CPU tensors.
@@ -54,19 +60,21 @@ class Config:
     knobs: Mapping[str, Any] = attrs.field(factory=dict, converter=namespaced)
     #: Composite ATen ops kept whole by the frontend (None: the frontend's default).
     keep: tuple[str, ...] | None = None
-    #: Where compiled kernels are cached.
-    cache_dir: str = attrs.field(factory=_default_cache_dir)
+    #: Where compiled kernels are cached; None: wherever the environment and the config file say,
+    #: else ``user_cache_dir()`` (so that a ``Config`` built in Python still honours ``$LAMINA_CACHE_DIR``).
+    cache_dir: str | None = None
     #: The file the settings came from, if any.
     source: str | None = None
 
 
 _LIST_KEYS = {"plugins", "disable", "keep"}
-_BOOL_KEYS = {"strict_plugins"}
+_BOOL_KEYS = {"strict_plugins", "strict"}
 _STR_KEYS = {"target", "backend", "schedule", "selection", "cache_dir"}
 _ENV = {
     "LAMINA_PLUGINS": "plugins",
     "LAMINA_DISABLE_PLUGINS": "disable",
     "LAMINA_STRICT_PLUGINS": "strict_plugins",
+    "LAMINA_STRICT": "strict",
     "LAMINA_TARGET": "target",
     "LAMINA_BACKEND": "backend",
     "LAMINA_SCHEDULE": "schedule",
@@ -111,7 +119,7 @@ def _from_mapping(values: Mapping[str, Any], where: str) -> dict[str, Any]:
             raise ConfigError(f"{where}: unknown setting {key!r}{did_you_mean(key, known)}; "
                               f"lamina knows {', '.join(sorted(known))}")
         if key in _LIST_KEYS:
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"{where}: {key} must be a list of strings")
             value = tuple(value)
         elif key in _BOOL_KEYS and not isinstance(value, bool):
@@ -125,7 +133,7 @@ def _from_mapping(values: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def _knobs_from(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
+    if not isinstance(value, Mapping):
         raise ConfigError(f"{where}: knobs must be a table of schedule.knob = value")
     try:
         return namespaced(value)
@@ -145,12 +153,12 @@ def _parse_env_value(var: str, key: str, raw: str) -> Any:
     return raw
 
 
-def _warn_unknown_variables(environ: Mapping[str, str]) -> None:
+def _warn_unknown_variables(environ: Mapping[str, str], strict: bool) -> None:
     for var in sorted(environ):
         if var.startswith("LAMINA_") and var not in _ENV and not var.startswith(ENVIRONMENT_PREFIX):
-            warnings.warn(f"{var} is not a lamina setting and does nothing{did_you_mean(var, _ENV)}; "
-                          f"lamina reads {', '.join(sorted(_ENV))} and {ENVIRONMENT_PREFIX}<SCHEDULE>__<KNOB>",
-                          ConfigWarning, stacklevel=3)
+            does_nothing(f"{var} is not a lamina setting and does nothing{did_you_mean(var, _ENV)}; "
+                         f"lamina reads {', '.join(sorted(_ENV))} and {ENVIRONMENT_PREFIX}<SCHEDULE>__<KNOB>",
+                         strict, stacklevel=3)
 
 
 def _parse_knob(raw: str) -> Any:
@@ -174,14 +182,20 @@ def load_config(start: Path | None = None, environ: Mapping[str, str] | None = N
         path, table = found
         settings.update(_from_mapping(table, str(path)))
         settings["source"] = str(path)
+        if "cache_dir" in settings:  # relative to the file's folder, wherever lamina runs from below it
+            settings["cache_dir"] = os.path.join(path.parent, os.path.expanduser(settings["cache_dir"]))
     for var, key in _ENV.items():
         if var in environ:
             settings[key] = _parse_env_value(var, key, environ[var])
-    _warn_unknown_variables(environ)
+    strict = overrides.get("strict") if overrides.get("strict") is not None else settings.get("strict", False)
+    _warn_unknown_variables(environ, strict)
     knobs = namespaced(settings.get("knobs", {}))
     for var, raw in environ.items():
         if var.startswith(ENVIRONMENT_PREFIX):
             knobs[from_environment_name(var[len(ENVIRONMENT_PREFIX):])] = _parse_knob(raw)
     settings["knobs"] = knobs
-    settings.update({k: v for k, v in overrides.items() if v is not None})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    settings.update(_from_mapping(given, "the settings given from Python") if given else {})
+    if settings.get("cache_dir") is not None:
+        settings["cache_dir"] = os.path.expanduser(settings["cache_dir"])
     return Config(**settings)

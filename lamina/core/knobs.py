@@ -21,14 +21,22 @@ likely a typo; it stays a warning, not an error, because such a provider may rea
 that renames a knob lists the old name in ``former_knob_names`` for a release: pins of it still
 reach the provider, which reads them as the new name and warns, and error messages list only
 the current names.
+
+After a program's kernels are scheduled, a knob pinned for a schedule that no kernel of the
+program was scheduled by did nothing (``contraction.block_k`` on a program without a matmul):
+a ``ConfigWarning`` says so once per compile, naming the schedules the kernels got. A knob of a
+fusion rule pinned under a schedule's name (``contraction.split_k``) counts as that schedule's.
+Under ``strict`` each ``ConfigWarning`` of this module is a ``ConfigError``.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 from typing import Any, Iterable, Mapping, Sequence
 
-from lamina.core.errors import ConfigError, ConfigWarning, PluginError
+from lamina.core.errors import ConfigError, PluginError
+from lamina.core.ineffective import does_nothing
 from lamina.core.spelling import closest, did_you_mean
 
 SEPARATOR = "."
@@ -109,11 +117,13 @@ def _checked(name: str, value: Any) -> str:
     return name
 
 
-def sort_out(pinned: Mapping[str, Any], providers: Mapping[str, Sequence[Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+def sort_out(pinned: Mapping[str, Any], providers: Mapping[str, Sequence[Any]],
+             strict: bool = False) -> dict[str, dict[str, dict[str, Any]]]:
     """The knobs each provider receives, by kind (``schedule``, ``fusion_rule``) and name.
 
     ``pinned`` maps ``schedule.knob`` (or, deprecated, a bare knob name) to its value. A knob
-    pinned with a schedule's name wins over the same knob pinned without one."""
+    pinned with a schedule's name wins over the same knob pinned without one. A bare knob that
+    nothing declares is a warning, an error under ``strict``."""
     taken: dict[str, set[str]] = {}
     former: dict[str, set[str]] = {}
     undeclared: dict[str, list[str]] = {}
@@ -125,7 +135,7 @@ def sort_out(pinned: Mapping[str, Any], providers: Mapping[str, Sequence[Any]]) 
             if names is None:
                 undeclared.setdefault(knob_namespace(provider), []).append(f"{KINDS[kind]} {provider.name}")
     _check_namespaced(pinned, taken, former, undeclared)
-    _warn_unnamespaced(pinned, {n: taken[n] | former[n] for n in taken}, taken)
+    _warn_unnamespaced(pinned, {n: taken[n] | former[n] for n in taken}, taken, strict)
     return {
         kind: {provider.name: _knobs_of(provider, pinned) for provider in members}
         for kind, members in providers.items()
@@ -165,13 +175,13 @@ def _check_namespaced(pinned: Mapping[str, Any], taken: Mapping[str, set[str]], 
 
 
 def _warn_unnamespaced(pinned: Mapping[str, Any], accepted: Mapping[str, set[str]],
-                       taken: Mapping[str, set[str]]) -> None:
+                       taken: Mapping[str, set[str]], strict: bool) -> None:
     for name in pinned:
         if SEPARATOR in name:
             continue
         owners = sorted(namespace for namespace, names in accepted.items() if name in names)
         if not owners:
-            _warn_undeclared(name, taken)
+            _warn_undeclared(name, taken, strict)
             continue
         spellings = ", ".join(f"{o}{SEPARATOR}{name}" for o in owners)
         variables = ", ".join(environment_name(f"{o}{SEPARATOR}{name}") for o in owners)
@@ -184,18 +194,52 @@ def _warn_unnamespaced(pinned: Mapping[str, Any], accepted: Mapping[str, set[str
         )
 
 
-def _warn_undeclared(name: str, taken: Mapping[str, set[str]]) -> None:
+def _warn_undeclared(name: str, taken: Mapping[str, set[str]], strict: bool) -> None:
     """A knob pinned without a schedule that nothing declares: most likely a typo of one that is."""
     bare = closest(name, (knob for names in taken.values() for knob in names))
     owners = sorted(namespace for namespace, names in taken.items() if bare in names)
     hint = (f"; the closest is {' or '.join(f'{o}{SEPARATOR}{bare}' for o in owners)} "
             f"({', '.join(environment_name(f'{o}{SEPARATOR}{bare}') for o in owners)})") if owners else ""
-    warnings.warn(
+    does_nothing(
         f"the knob {name} does nothing: no schedule or fusion rule declares a knob {name!r}{hint}. "
         f"Knobs are pinned as {_every_knob(taken)}",
-        ConfigWarning,
-        stacklevel=3,
+        strict,
+        stacklevel=4,
     )
+
+
+def warn_unused(pinned: Mapping[str, Any], providers: Mapping[str, Sequence[Any]], chosen: Sequence[Any],
+                strict: bool = False) -> None:
+    """Warn once for each pinned knob that no kernel's chosen schedule (``chosen``, one per kernel)
+    received; an error under ``strict``.
+
+    A knob is received by a schedule of the namespace it is pinned under, or, pinned without a
+    schedule, by any schedule that takes it or declares no knobs. A fusion rule's knob pinned
+    under a schedule's name (``contraction.split_k``) decides for that schedule's kernels, and
+    counts as its; one pinned under a fusion rule's own name is always received (the rule sees
+    every program). A knob that nothing declares was warned about when the knobs were sorted out."""
+    schedule_namespaces = {knob_namespace(s) for s in providers.get("schedule", ())}
+    chosen_namespaces = {knob_namespace(s) for s in chosen}
+    for name, value in pinned.items():
+        takers = [p for members in providers.values() for p in members
+                  if knob_names(p) is not None and _knobs_of(p, {name: value})]
+        namespaces = {knob_namespace(p) for p in takers}
+        if not takers or namespaces - schedule_namespaces or namespaces & chosen_namespaces:
+            continue
+        if any(knob_names(s) is None and _knobs_of(s, {name: value}) for s in chosen):
+            continue
+        by = sorted({s.name for s in providers.get("schedule", ()) if knob_namespace(s) in namespaces})
+        does_nothing(
+            f"knob {name} = {value!r} was pinned, but no kernel of this program was scheduled by "
+            f"{' or '.join(by)} (its kernels: {_kernel_counts(chosen)}); the pin has no effect",
+            strict,
+            stacklevel=3,
+        )
+
+
+def _kernel_counts(chosen: Sequence[Any]) -> str:
+    counts = Counter(schedule.name for schedule in chosen)
+    return ", ".join(f"{count} x {name}" for name, count in counts.items()) or "none"
 
 
 def _full_names(taken: Mapping[str, Iterable[str]]) -> list[str]:

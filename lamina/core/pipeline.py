@@ -14,7 +14,7 @@ import attrs
 from lamina.core.config import Config
 from lamina.core.errors import ConfigError, LaminaError, NoSettingRuns, ScheduleError
 from lamina.core.ir import kernel_ir, loop_ir, tensor_ir, tile_ir, torch_ir
-from lamina.core.knobs import sort_out
+from lamina.core.knobs import sort_out, warn_unused
 from lamina.core.plugins import PluginManager
 from lamina.core.stages.decompose import decompose
 from lamina.core.stages.fuse import fuse
@@ -35,6 +35,8 @@ class Compilation:
     tiles: tuple[tile_ir.TileKernel, ...] = ()
     kernels: kernel_ir.Program | None = None
     sources: dict[str, str] = attrs.field(factory=dict)
+    #: The configuration it was compiled under, for the backend that loads it (its ``cache_dir``).
+    config: Config | None = None
 
     def ir(self, level: str) -> str:
         """The printed form of ``level`` (one of ``LEVELS``)."""
@@ -70,7 +72,7 @@ class Pipeline:
 
     def compile(self, graph: torch_ir.Graph, target: Target) -> Compilation:
         knobs = self.knobs()
-        c = Compilation(target=target, graph=graph)
+        c = Compilation(target=target, graph=graph, config=self.config)
         torch_ir.verify_graph(graph)
         self._observe("torch", graph, c)
 
@@ -86,6 +88,7 @@ class Pipeline:
 
         scheduled = [self.schedule_kernel(k, target, knobs["schedule"]) for k in c.loop.kernels]
         chosen = [s for s, _ in scheduled]
+        warn_unused(self.config.knobs, self._knob_takers(), chosen, self.config.strict)
         c.tiles = tuple(t for _, t in scheduled)
         for t in c.tiles:
             tile_ir.verify_tile_kernel(t, target.max_threads_per_block, target.max_shared_bytes_optin)
@@ -111,8 +114,10 @@ class Pipeline:
     def knobs(self) -> dict[str, dict[str, dict[str, Any]]]:
         """The configured knobs that each schedule and fusion rule receives, by kind and name;
         a ``ConfigError`` for a knob that no schedule or fusion rule of that name takes."""
-        kinds = ("schedule", "fusion_rule")
-        return sort_out(self.config.knobs, {kind: [e.provider for e in self.registry.ranked(kind)] for kind in kinds})
+        return sort_out(self.config.knobs, self._knob_takers(), self.config.strict)
+
+    def _knob_takers(self) -> dict[str, list[Any]]:
+        return {kind: [e.provider for e in self.registry.ranked(kind)] for kind in ("schedule", "fusion_rule")}
 
     def schedule_kernel(self, kernel: loop_ir.Kernel, target: Target,
                         knobs: dict[str, dict[str, Any]]) -> tuple[Any, tile_ir.TileKernel]:

@@ -8,7 +8,8 @@ entry-point group ``lamina.plugins`` and are loaded lazily, at the first compile
 A plugin that fails to import, to validate against the hook specs, or to register is
 reported by name and skipped; with ``strict_plugins`` (``LAMINA_STRICT_PLUGINS=1``)
 that is an error instead. So is a name in the allow or block list that no plugin has, most
-likely a misspelt one: a warning naming the closest plugin, an error under ``strict_plugins``.
+likely a misspelt one: a warning naming the closest plugin, an error under ``strict_plugins``
+or ``strict``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import pluggy
 
 from lamina.core import hookspecs
 from lamina.core.config import Config
-from lamina.core.errors import ConfigWarning, PluginError
+from lamina.core.errors import PluginError
+from lamina.core.ineffective import does_nothing
 from lamina.core.registry import Registry
 from lamina.core.spelling import did_you_mean
 from lamina.core.version import __version__
@@ -135,7 +137,7 @@ class PluginManager:
                         f"nothing{did_you_mean(name, known)}; the plugins there are: {', '.join(sorted(known))}")
                 if self.config.strict_plugins:
                     raise PluginError(text + "\n(LAMINA_STRICT_PLUGINS is set; unset it to warn about this instead)")
-                warnings.warn(text, ConfigWarning, stacklevel=4)
+                does_nothing(text, self.config.strict, stacklevel=4)
 
     def _add(self, info: PluginInfo, load: Callable[[], Any]) -> None:
         self.plugins.append(info)
@@ -233,7 +235,7 @@ _managers: dict[tuple, PluginManager] = {}
 
 def get_plugin_manager(config: Config) -> PluginManager:
     """The plugin manager for ``config``'s plugin settings, created (and plugins loaded) on first use."""
-    key = (config.plugins, config.disable, config.strict_plugins)
+    key = (config.plugins, config.disable, config.strict_plugins, config.strict)
     manager = _managers.get(key)
     if manager is None:
         manager = _managers[key] = PluginManager(config)

@@ -15,6 +15,7 @@ SETTINGS = {
     "disable": ('["lamina.builtin.fusion"]', {"LAMINA_DISABLE_PLUGINS": "lamina.builtin.fusion"},
                 ("lamina.builtin.fusion",)),
     "strict_plugins": ("true", {"LAMINA_STRICT_PLUGINS": "1"}, True),
+    "strict": ("true", {"LAMINA_STRICT": "1"}, True),
     "schedule": ('"generic"', {"LAMINA_SCHEDULE": "generic"}, "generic"),
     "selection": ('"cost_model"', {"LAMINA_SELECTION": "cost_model"}, "cost_model"),
     "knobs": ("{ contraction = { block_k = 32 } }", {"LAMINA_KNOB_CONTRACTION__BLOCK_K": "32"},

@@ -6,7 +6,7 @@ import pytest
 
 from lamina.core.config import Config, load_config
 from lamina.core.errors import ConfigError, ConfigWarning, PluginError
-from lamina.core.knobs import environment_name, sort_out
+from lamina.core.knobs import environment_name, sort_out, warn_unused
 
 
 class Provider:
@@ -132,3 +132,50 @@ def test_python_callers_may_pass_tables_or_dotted_names():
 def test_a_provider_must_declare_a_tuple_of_plain_knob_names(names):
     with pytest.raises(PluginError, match=r"broken: knob_names must be a tuple of knob names"):
         sort_out({}, {"schedule": [Provider("broken", names)]})
+
+
+def unused(knobs, chosen, providers=PROVIDERS):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warn_unused(Config(knobs=knobs).knobs, providers, chosen)
+    return [str(w.message) for w in caught if issubclass(w.category, ConfigWarning)]
+
+
+def test_a_pin_no_chosen_schedule_received_warns_with_the_kernels_schedules():
+    assert unused({"tiled.block_k": 32}, [ROWS, ROWS, OLD]) == [
+        "knob tiled.block_k = 32 was pinned, but no kernel of this program was scheduled by tiled "
+        "(its kernels: 2 x rows, 1 x old); the pin has no effect"]
+    assert unused({"tiled.block_k": 32}, []) == [
+        "knob tiled.block_k = 32 was pinned, but no kernel of this program was scheduled by tiled "
+        "(its kernels: none); the pin has no effect"]
+    assert unused({"tiled.block_k": 32, "rows.threads": 8}, [ROWS, TILED]) == []
+
+
+def test_a_fusion_rules_knob_counts_for_the_schedule_whose_name_it_is_pinned_under():
+    assert len(unused({"tiled.split_k": 2}, [ROWS])) == 1
+    assert unused({"tiled.split_k": 2}, [TILED]) == []
+
+
+def test_a_knob_of_a_fusion_rule_in_its_own_namespace_is_always_received():
+    fusing = Provider("fusing", ("depth",))
+    providers = {"schedule": [TILED, ROWS], "fusion_rule": [fusing]}
+    assert unused({"fusing.depth": 2}, [ROWS], providers) == []
+
+
+def test_a_bare_knob_is_received_by_a_chosen_schedule_that_takes_it_or_declares_none():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        assert unused({"threads": 64}, [ROWS]) == []
+        assert unused({"threads": 64}, [OLD]) == []
+        (message,) = unused({"rows_per_block": 2}, [TILED])
+    assert "scheduled by rows (its kernels: 1 x tiled)" in message
+
+
+def test_under_strict_a_pin_no_kernel_received_is_an_error():
+    with pytest.raises(ConfigError, match=r"knob tiled\.block_k = 32 was pinned.*\n\(strict is set"):
+        warn_unused({"tiled.block_k": 32}, PROVIDERS, [ROWS], strict=True)
+
+
+def test_under_strict_a_knob_nothing_declares_is_an_error():
+    with pytest.raises(ConfigError, match=r"the knob not_a_knob does nothing"):
+        sort_out({"not_a_knob": 3}, PROVIDERS, strict=True)

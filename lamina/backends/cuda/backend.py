@@ -30,9 +30,9 @@ def anonymous_kernel(kernel: kernel_ir.Kernel) -> kernel_ir.Kernel:
 class CudaBackend:
     """Runs compiled programs on the GPU that PyTorch uses.
 
-    ``cache_dir`` is where cubins are kept (by default the configuration's ``cache_dir``:
-    ``$LAMINA_CACHE_DIR``, then the config file, then the user's cache directory);
-    ``options`` are extra NVRTC options for every kernel.
+    ``cache_dir`` is where cubins are kept; by default the ``cache_dir`` of the configuration a
+    program was compiled under (``lamina.compile(..., cache_dir=...)``, ``$LAMINA_CACHE_DIR``, the
+    config file), else the user's cache directory. ``options`` are extra NVRTC options for every kernel.
     """
 
     name = "cuda"
@@ -65,8 +65,19 @@ class CudaBackend:
             raise LaminaError("the CUDA backend needs a target or a visible GPU to choose an architecture")
         return target.arch
 
-    def compile(self, program: kernel_ir.Program, arch: str) -> dict[str, CompiledKernel]:
-        """Every kernel of ``program`` compiled for ``arch`` (through the cubin cache); needs no GPU.
+    def cache_dir_for(self, compilation: Any) -> Path:
+        """Where ``compilation``'s cubins are cached: this backend's ``cache_dir``, else the one its
+        configuration names, else the configuration's default (``default_cache_dir``)."""
+        if self.cache_dir is not None:
+            return self.cache_dir
+        config = getattr(compilation, "config", None)
+        if config is not None and config.cache_dir is not None:
+            return Path(config.cache_dir)
+        return default_cache_dir()
+
+    def compile(self, program: kernel_ir.Program, arch: str, cache_dir: Path | None = None) -> dict[str, CompiledKernel]:
+        """Every kernel of ``program`` compiled for ``arch`` (through the cubin cache under ``cache_dir``,
+        else this backend's, else the configuration's); needs no GPU.
 
         Kernels that differ only in the names of their arrays (the same layer of a
         model, repeated) are compiled once: each is compiled under positional names.
@@ -75,7 +86,7 @@ class CudaBackend:
         """
         by_source: dict[str, CompiledKernel] = {}
         compiled = {}
-        cache_dir = self.cache_dir or default_cache_dir()  # read the configuration once, not once per kernel
+        cache_dir = cache_dir or self.cache_dir or default_cache_dir()  # read once, not once per kernel
         for kernel in program.kernels:
             anonymous = anonymous_kernel(kernel)
             source = emit_cuda(anonymous)
@@ -97,7 +108,8 @@ class CudaBackend:
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
             raise LaminaError(f"the Kernel IR program has several kernels named {', '.join(repeated)}; kernel names must be unique")
-        compiled = self.compile(program, self.arch(target if target is not None else compilation.target))
+        arch = self.arch(target if target is not None else compilation.target)
+        compiled = self.compile(program, arch, self.cache_dir_for(compilation))
         kernels = {k.name: LaunchableKernel(k, compiled[k.name]) for k in program.kernels}
         for kernel in kernels.values():
             kernel.prepare()

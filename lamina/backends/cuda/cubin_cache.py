@@ -21,7 +21,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
-from lamina.core.config import Config, load_config
+from lamina.core.config import load_config, user_cache_dir
 
 FORMAT = b"lamina-cubin-2"
 FORMER_FORMATS = b"lamina-cubin-"
@@ -32,7 +32,7 @@ ELF_MAGIC = b"\x7fELF"
 def default_cache_dir() -> Path:
     """The configuration's ``cache_dir``: ``$LAMINA_CACHE_DIR``, else ``cache_dir`` in lamina.toml or
     ``[tool.lamina]``, else ``$XDG_CACHE_HOME/lamina``, else ``~/.cache/lamina``."""
-    return Path(load_config().cache_dir or Config().cache_dir)
+    return Path(load_config().cache_dir or user_cache_dir())
 
 
 def cache_key(source: str, arch: str, options: Sequence[str], nvrtc_version: Sequence[int]) -> str:
