@@ -87,7 +87,9 @@ def _leading_int(text: Any) -> int:
 
 def _schedule_switches(schedule: str, knobs: dict[str, Any]) -> list[tuple[str, str]]:
     """The switches a schedule records among its Tile IR's knob lines."""
-    present = lambda *names: [(n, "yes") for n in names if n in knobs]  # noqa: E731
+    def present(*names: str) -> list[tuple[str, str]]:
+        return [(n, "yes") for n in names if n in knobs]
+
     if schedule == "contraction":
         return [("fragment_width", str(_leading_int(knobs.get("fragment_width", 1)))),
                 ("epilogue_store_width", str(_leading_int(knobs.get("epilogue_stores", 1))))] + present(
@@ -274,11 +276,13 @@ def compile_program(program: SuiteProgram | ModelProgram) -> Compiled:
     return Compiled(program, kernels, work)
 
 
-def _compile_or_none(program):
+def _compile_or_message(program: SuiteProgram | ModelProgram) -> Compiled | str:
+    """The program compiled, or why it did not compile: one failure must not stop the enumeration."""
     try:
         return compile_program(program)
-    except LaminaError as error:
-        return f"{program.name}: {str(error).splitlines()[0]}"
+    except Exception as error:
+        kind = "" if isinstance(error, LaminaError) else f"{type(error).__name__}: "
+        return f"{program.name}: {kind}{str(error).splitlines()[0] if str(error) else ''}"
 
 
 def compile_all(programs: list, jobs: int = 1) -> tuple[list[Compiled], list[str]]:
@@ -286,9 +290,9 @@ def compile_all(programs: list, jobs: int = 1) -> tuple[list[Compiled], list[str
     if jobs > 1:
         spawn = multiprocessing.get_context("spawn")  # no fork of a process that has run torch's threads
         with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=spawn) as pool:
-            results = list(pool.map(_compile_or_none, programs, chunksize=1))
+            results = list(pool.map(_compile_or_message, programs, chunksize=1))
     else:
-        results = [_compile_or_none(p) for p in programs]
+        results = [_compile_or_message(p) for p in programs]
     return [r for r in results if isinstance(r, Compiled)], [r for r in results if isinstance(r, str)]
 
 
@@ -396,7 +400,7 @@ def smaller(r: Representative, c: Compiled, pins: dict[str, dict[str, Any]]) -> 
         for knobs in (pins, {}):
             candidate = SuiteProgram(program.case, program.expression, inputs,
                                      tuple((s, tuple(sorted(v.items()))) for s, v in sorted(knobs.items())))
-            result = _compile_or_none(candidate)
+            result = _compile_or_message(candidate)
             if not isinstance(result, Compiled) or len(result.kernels) != len(c.kernels):
                 continue
             name, setting, _ = result.kernels[position]

@@ -32,6 +32,7 @@ import os
 import queue
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -70,8 +71,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="processes that compile the programs at once (default %(default)s)")
     parser.add_argument("--timeout", type=float, default=150.0,
                         help="seconds a tool's process may go without finishing a representative (default %(default)s)")
-    parser.add_argument("--budget", type=float, default=420.0,
-                        help="seconds for all tools' processes; what is left then is 'not-run' (default %(default)s)")
+    parser.add_argument("--budget", type=float, default=240.0,
+                        help="seconds for the tools' processes, shared evenly among the tools; what is left "
+                             "when a tool's share is spent is 'not-run' (default %(default)s)")
     parser.add_argument("--compute-sanitizer", metavar="PATH", help="the tool (default: on PATH, else CUDA's bin)")
     parser.add_argument("--racecheck-report", choices=("analysis", "hazard", "all"), default="analysis",
                         help="racecheck's report (default %(default)s: one line per race between two accesses)")
@@ -146,9 +148,9 @@ def _marker(*words: Any) -> None:
     print(sanitizer_output.MARKER, *words, flush=True)
 
 
-def run_program(group: list[ks.Representative]) -> tuple[str, str]:
-    """Run the representatives' program once on the GPU; (status, detail): ``ok``, ``mismatch``,
-    ``setting-changed`` (the kernel compiled on the GPU has another setting) or ``failed``."""
+def run_program(group: list[ks.Representative], device: str = "cuda") -> tuple[str, str]:
+    """Run the representatives' program once on ``device`` (the CPU: on the simulator); (status,
+    detail): ``ok``, ``mismatch``, or ``setting-changed`` (a kernel compiled there has another setting)."""
     import torch
     import torch.utils._pytree as pytree
 
@@ -163,25 +165,28 @@ def run_program(group: list[ks.Representative]) -> tuple[str, str]:
         wider = REFERENCE_DTYPE.get(inputs[0].dtype, torch.float64)
         with torch.no_grad():
             expected = [fn(*(t.to(wider) if t.is_floating_point() else t for t in inputs))]
-        compiled = lamina.compile(fn, tuple(t.cuda() for t in inputs), **({"knobs": program.pinned()} if program.knobs else {}))
-        outputs = [compiled(*(t.cuda() for t in inputs))]
+        on_device = tuple(t.to(device) for t in inputs)
+        compiled = lamina.compile(fn, on_device, **({"knobs": program.pinned()} if program.knobs else {}))
+        with torch.no_grad():
+            outputs = [compiled(*on_device)]
         tolerance = TOLERANCE.get(inputs[0].dtype, 1e-4)
     else:
         from lamina.models.measure import eager_at
         model, inputs = program.build()
         expected = pytree.tree_leaves(eager_at(model, inputs, torch.float64))
-        model = model.cuda()
-        on_gpu = {k: v.cuda() for k, v in inputs.items()}
-        compiled = lamina.compile(model, example_kwargs=on_gpu)
+        model = model.to(device)
+        on_device = {k: v.to(device) for k, v in inputs.items()}
+        compiled = lamina.compile(model, example_kwargs=on_device)
         with torch.no_grad():
-            outputs = pytree.tree_leaves(compiled(**on_gpu))
+            outputs = pytree.tree_leaves(compiled(**on_device))
         tolerance = 1e-4
-    torch.cuda.synchronize()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
     tiles = {t.kernel.name: t for t in compiled.compilation.tiles}
     for r in group:
         if r.kernel not in tiles or ks.setting_of(tiles[r.kernel]) != r.setting:
             found = ks.describe(ks.setting_of(tiles[r.kernel])) if r.kernel in tiles else "no such kernel"
-            return "setting-changed", f"{r.id}: kernel {r.kernel} compiled on the GPU: {found}"
+            return "setting-changed", f"{r.id}: kernel {r.kernel} compiled for {device}: {found}"
     if len(outputs) != len(expected):
         return "mismatch", f"{len(outputs)} outputs where eager has {len(expected)}"
     worst = max(relative_error(o, e) for o, e in zip(outputs, expected))
@@ -228,14 +233,19 @@ def run_process(command: list[str], timeout: float) -> tuple[str, int | None, fl
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env={**os.environ, **NO_CACHING}, start_new_session=True)
     lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in process.stdout] + [lines.put(None)],
-                     daemon=True).start()
+
+    def read() -> None:
+        for line in process.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
     output, last_progress = [], time.monotonic()
     while True:
         try:
             line = lines.get(timeout=max(0.0, last_progress + timeout - time.monotonic()))
         except queue.Empty:
-            os.killpg(process.pid, 9)
+            os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             return "".join(output), None, time.monotonic() - started
         if line is None:
@@ -266,7 +276,7 @@ def sanitize(tool: str, found: list[ks.Representative], args: argparse.Namespace
                           "command": shlex.join(command), "errors": output.errors, "hazards": output.hazards})
         everything_ok = returncode == 0 and output.has_summary and output.clean and all(
             output.ended.get(i, ("",))[0] == "ok" for i in batch)
-        if len(batch) == 1 or everything_ok:
+        if len(batch) == 1 or everything_ok or (returncode is not None and not output.begun):
             for i in batch:
                 records[i] = _record(output, returncode, i, wall, command, batch)
         elif returncode is None and output.unfinished():
@@ -294,7 +304,7 @@ def _record(output: sanitizer_output.ToolOutput, returncode: int | None, first: 
 def sanitize_all(found: list[ks.Representative], about: dict[str, Any], args: argparse.Namespace,
                  argv: list[str]) -> dict[str, Any]:
     tool_path = find_tool(args.compute_sanitizer)
-    deadline = time.monotonic() + args.budget
+    started = time.monotonic()
     by_program = {r.id: first for first, group in runs(found) for r in group}
     settings = [r.to_json() for r in found]
     processes: list[dict] = []
@@ -302,7 +312,9 @@ def sanitize_all(found: list[ks.Representative], about: dict[str, Any], args: ar
         representatives_file = str(Path(folder) / "representatives.json")
         Path(representatives_file).write_text(json.dumps({"enumeration": about,
                                                           "representatives": settings}))
-        for tool in args.tools:
+        for k, tool in enumerate(args.tools):
+            left = started + args.budget - time.monotonic()
+            deadline = time.monotonic() + left / (len(args.tools) - k)  # an even share of what is left
             records, ran = sanitize(tool, found, args, tool_path, representatives_file, deadline)
             processes += ran
             for entry in settings:

@@ -8,6 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import attrs
 import pytest
 import torch
 
@@ -85,6 +86,24 @@ def test_representatives_round_trip_through_json(few, tmp_path, capsys):
     assert "contraction-1 " in printed and "pointwise-" not in printed
 
 
+def test_what_runs_inside_the_tool_checks_against_eager_on_the_simulator(few):
+    """``--run``'s program run, on the simulator: a suite case and a scaled-down model pass; the same
+    case with a kernel expected to have another setting does not."""
+    (relu,) = [r for r in few if r.program.name == "running_example.fp32"]
+    assert sanitize_kernels.run_program([relu], device="cpu")[0] == "ok"
+    model = ks.Representative("generic-1", ks.setting_of(_first_generic_tile()), ks.ModelProgram("cnn", 13),
+                              "max_pool2d_with_indices_max", 1, 1)
+    status, detail = sanitize_kernels.run_program([model], device="cpu")
+    assert status == "ok", detail
+    moved = attrs.evolve(relu, setting=relu.setting + (("vector_width", "8"),))
+    assert sanitize_kernels.run_program([moved], device="cpu")[0] == "setting-changed"
+
+
+def _first_generic_tile():
+    compilation = ks.ModelProgram("cnn", 13).compile().compilation
+    return next(t for t in compilation.tiles if t.kernel.name == "max_pool2d_with_indices_max")
+
+
 # --- the processes, under a stand-in for compute-sanitizer -------------------------------------
 
 FAKE_TOOL = """\
@@ -93,6 +112,9 @@ args = sys.argv[1:]
 if args == ["--version"]:
     print("NVIDIA (R) Compute Sanitizer\\nVersion 2099.1.0.0 (build 1) (public-release)")
     sys.exit(0)
+if os.environ.get("FAKE_BROKEN"):
+    print("========= Error: Unrecognized option", flush=True)
+    sys.exit(1)
 tool, ids = args[args.index("--tool") + 1], args[args.index("--only") + 1].split(",")
 print("========= COMPUTE-SANITIZER", flush=True)
 errors = 0
@@ -171,6 +193,14 @@ def test_a_hang_is_stopped_and_the_others_still_run(tmp_path, fake_tool, monkeyp
     assert code == 1 and verdicts["pointwise-2"] == "timeout"
     assert all(v == "clean" for i, v in verdicts.items() if i != "pointwise-2")
     assert document["settings"][1]["memcheck"]["returncode"] is None
+
+
+def test_a_tool_that_runs_nothing_is_not_halved(tmp_path, fake_tool, monkeypatch):
+    monkeypatch.setenv("FAKE_BROKEN", "1")
+    code, document = _sanitize(tmp_path, fake_tool)
+    assert code == 1 and document["summary"] == {"memcheck": {"failed": 5}, "racecheck": {"failed": 5}}
+    assert len(document["processes"]) == 2
+    assert document["settings"][0]["memcheck"]["first_lines"] == ["Error: Unrecognized option"]
 
 
 def test_a_spent_budget_leaves_the_rest_not_run(tmp_path, fake_tool):
