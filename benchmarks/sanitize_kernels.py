@@ -1,9 +1,9 @@
 """compute-sanitizer's memcheck and racecheck over one kernel of every schedule setting the suites use.
 
-    python benchmarks/sanitize_kernels.py --list          # the settings and their representatives (CPU)
-    python benchmarks/sanitize_kernels.py --sanitize memcheck,racecheck \\
+    python benchmarks/sanitize_kernels.py --list [--save reps.json]   # the settings and their kernels (CPU)
+    python benchmarks/sanitize_kernels.py --sanitize memcheck,racecheck [--representatives reps.json] \\
         --out benchmarks/results/DATE_h200_sanitize.json    # on the GPU: a verdict per setting and tool
-    compute-sanitizer --tool memcheck python benchmarks/sanitize_kernels.py --run   # by hand, one process
+    compute-sanitizer --tool racecheck python benchmarks/sanitize_kernels.py --run --representatives reps.json
 
 The settings are those of every kernel of the kernel suite (``lamina bench``, float32 and
 bfloat16) and of the scaled-down model matrix (``tests/models/test_model_matrix.py``,
@@ -18,8 +18,10 @@ torch under the tool takes tens of seconds). Where a process is not clean, its r
 are split in halves and run again until each finding belongs to one representative; a
 representative that stops making progress for ``--timeout`` seconds is stopped and marked
 ``timeout``, and the others run on. The caching allocator is off in the runs
-(``PYTORCH_NO_CUDA_MEMORY_CACHING=1``), so that memcheck sees each tensor as its own
-allocation and an access past its end as out of bounds.
+(``PYTORCH_NO_CUDA_MEMORY_CACHING=1``, which ``--run`` sets itself), so that memcheck sees each
+tensor as its own allocation and an access past its end as out of bounds. Finding the
+representatives compiles about 150 programs (``--jobs`` at once); ``--save`` on the CPU and
+``--representatives`` on the GPU skip that there.
 """
 
 from __future__ import annotations
@@ -226,12 +228,21 @@ def tool_command(tool_path: str, tool: str, racecheck_report: str, representativ
             "--only", ",".join(ids)]
 
 
+def child_environment() -> dict[str, str]:
+    """This process's environment, the caching allocator off, and this process's lamina first on
+    the path, so that the tool runs the same lamina whether or not it is installed."""
+    import lamina
+    root = str(Path(lamina.__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, **NO_CACHING, "PYTHONPATH": path}
+
+
 def run_process(command: list[str], timeout: float) -> tuple[str, int | None, float]:
     """Run ``command``; stop it where no representative ends for ``timeout`` seconds.
     (output, exit status or None where it was stopped, wall seconds)."""
     started = time.monotonic()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env={**os.environ, **NO_CACHING}, start_new_session=True)
+                               env=child_environment(), start_new_session=True)
     lines: queue.Queue = queue.Queue()
 
     def read() -> None:
@@ -366,7 +377,8 @@ def _versions() -> dict[str, str]:
 
     import lamina
     return {"python": sys.version.split()[0], "torch": torch.__version__,
-            "lamina": getattr(lamina, "__version__", "unknown")}
+            "lamina": getattr(lamina, "__version__", "unknown"),
+            "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none visible"}
 
 
 def reproducing_command(argv: list[str], out: str) -> str:

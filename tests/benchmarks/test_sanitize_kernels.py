@@ -126,7 +126,9 @@ for i in ids:
         print("========= Invalid __global__ read of size 4 bytes")
         print("=========     at relu+0x10")
         errors += 1
-    status = "ok" if os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") == "1" else "failed"
+    root = os.environ.get("PYTHONPATH", "").split(os.pathsep)[0]
+    same_lamina = os.path.isfile(os.path.join(root, "lamina", "__init__.py"))
+    status = "ok" if os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") == "1" and same_lamina else "failed"
     print("lamina-sanitize: end", i, status, "seconds=0.01 error=0.00e+00 tolerance=1e-04", flush=True)
 if tool == "racecheck":
     print(f"========= RACECHECK SUMMARY: {errors} hazards displayed ({errors} errors, 0 warnings)")
