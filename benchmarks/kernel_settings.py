@@ -323,14 +323,14 @@ def representative_from_json(data: dict[str, Any]) -> Representative:
 
 def representatives(compiled: list[Compiled], shrink: bool = True) -> list[Representative]:
     """One representative per setting found in ``compiled``: the least work, shrunk where it is large."""
-    found: dict[tuple, list[tuple[int, int, Compiled, str, dict]]] = {}
-    for order, c in enumerate(compiled):
+    found: dict[tuple, list[tuple[int, str, str, Compiled, dict]]] = {}
+    for c in compiled:
         for kernel, setting, pins in c.kernels:
-            found.setdefault(setting, []).append((c.work, order, c, kernel, pins))
+            found.setdefault(setting, []).append((c.work, c.program.name, kernel, c, pins))
     chosen = []
     for setting in sorted(found, key=describe):
         uses = len(found[setting])
-        work, _, c, kernel, pins = min(found[setting], key=lambda entry: entry[:2])
+        work, _, kernel, c, pins = min(found[setting], key=lambda entry: entry[:3])  # ties: by name
         representative = Representative("", setting, c.program, kernel, work, uses)
         if shrink and work > SMALL_WORK and isinstance(c.program, SuiteProgram):
             representative = smaller(representative, c, pins) or representative
