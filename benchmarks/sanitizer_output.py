@@ -94,8 +94,9 @@ def parse(text: str) -> ToolOutput:
 def verdict(output: ToolOutput, returncode: int | None, representative: str) -> str:
     """One word for one representative run alone (or in a batch that was clean as a whole):
     ``clean``, ``errors`` (the tool's), ``hazards`` (racecheck's warnings only), ``mismatch``
-    (wrong numbers, the tool silent), ``failed`` (the run raised), ``timeout``, or
-    ``no-summary`` (the tool never printed its summary: it could not start, or crashed)."""
+    (wrong numbers, the tool silent), ``setting-changed`` (the kernel compiled on the GPU is not
+    the setting it represents), ``failed`` (the run raised), ``timeout``, or ``no-summary`` (the
+    tool never printed its summary: it could not start, or crashed)."""
     if returncode is None:
         return "timeout"
     status = output.ended.get(representative, ("", ""))[0]
@@ -103,8 +104,8 @@ def verdict(output: ToolOutput, returncode: int | None, representative: str) -> 
         return "errors"
     if output.hazards or output.warnings:
         return "hazards"
-    if status == "mismatch":
-        return "mismatch"
+    if status in ("mismatch", "setting-changed"):
+        return status
     if status not in ("ok",):
         return "failed"
     if not output.has_summary:

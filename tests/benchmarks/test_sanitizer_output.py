@@ -125,6 +125,8 @@ def test_a_hang_leaves_the_representative_it_stopped_in_unfinished():
 
 def test_wrong_numbers_under_a_silent_tool_are_a_mismatch():
     assert verdict(parse(WRONG_NUMBERS), 1, "unrolled_reduction-1") == "mismatch"
+    moved = WRONG_NUMBERS.replace("mismatch seconds", "setting-changed seconds")
+    assert verdict(parse(moved), 1, "unrolled_reduction-1") == "setting-changed"
 
 
 def test_a_tool_that_printed_no_summary_is_not_clean():
