@@ -286,14 +286,18 @@ def _compile_or_message(program: SuiteProgram | ModelProgram) -> Compiled | str:
         return f"{program.name}: {kind}{str(error).splitlines()[0] if str(error) else ''}"
 
 
+def _in_processes(function: Callable, arguments: list, jobs: int) -> list:
+    """``function`` of each argument, in order, in ``jobs`` processes at once."""
+    if jobs <= 1 or len(arguments) <= 1:
+        return [function(*a) for a in arguments]
+    spawn = multiprocessing.get_context("spawn")  # no fork of a process that has run torch's threads
+    with concurrent.futures.ProcessPoolExecutor(min(jobs, len(arguments)), mp_context=spawn) as pool:
+        return list(pool.map(function, *zip(*arguments), chunksize=1))
+
+
 def compile_all(programs: list, jobs: int = 1) -> tuple[list[Compiled], list[str]]:
     """Every program compiled, in order (in ``jobs`` processes at once); and the failures' messages."""
-    if jobs > 1:
-        spawn = multiprocessing.get_context("spawn")  # no fork of a process that has run torch's threads
-        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=spawn) as pool:
-            results = list(pool.map(_compile_or_message, programs, chunksize=1))
-    else:
-        results = [_compile_or_message(p) for p in programs]
+    results = _in_processes(_compile_or_message, [(p,) for p in programs], jobs)
     return [r for r in results if isinstance(r, Compiled)], [r for r in results if isinstance(r, str)]
 
 
@@ -321,8 +325,9 @@ def representative_from_json(data: dict[str, Any]) -> Representative:
                           data["kernel"], data["work"], data["kernels_with_this_setting"], data["shrunk_from"])
 
 
-def representatives(compiled: list[Compiled], shrink: bool = True) -> list[Representative]:
-    """One representative per setting found in ``compiled``: the least work, shrunk where it is large."""
+def representatives(compiled: list[Compiled], shrink: bool = True, jobs: int = 1) -> list[Representative]:
+    """One representative per setting found in ``compiled``: the least work, shrunk where it is large
+    (``jobs`` shrinking at once)."""
     found: dict[tuple, list[tuple[int, str, str, Compiled, dict]]] = {}
     for c in compiled:
         for kernel, setting, pins in c.kernels:
@@ -331,10 +336,11 @@ def representatives(compiled: list[Compiled], shrink: bool = True) -> list[Repre
     for setting in sorted(found, key=describe):
         uses = len(found[setting])
         work, _, kernel, c, pins = min(found[setting], key=lambda entry: entry[:3])  # ties: by name
-        representative = Representative("", setting, c.program, kernel, work, uses)
-        if shrink and work > SMALL_WORK and isinstance(c.program, SuiteProgram):
-            representative = smaller(representative, c, pins) or representative
-        chosen.append(representative)
+        chosen.append((Representative("", setting, c.program, kernel, work, uses), c, pins))
+    large = [k for k, (r, c, _) in enumerate(chosen)
+             if shrink and r.work > SMALL_WORK and isinstance(c.program, SuiteProgram)]
+    shrunk = dict(zip(large, _in_processes(smaller, [chosen[k] for k in large], jobs)))
+    chosen = [shrunk.get(k) or r for k, (r, _, _) in enumerate(chosen)]
     counts: dict[str, int] = {}
     numbered = []
     for r in chosen:

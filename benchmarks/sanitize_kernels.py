@@ -103,7 +103,7 @@ def find_representatives(args: argparse.Namespace) -> tuple[list[ks.Representati
         started = time.perf_counter()
         programs = ks.suite_programs(args.dtypes.split(",")) + ([] if args.no_models else ks.model_programs())
         compiled, failed = ks.compile_all(programs, args.jobs)
-        found = ks.representatives(compiled)
+        found = ks.representatives(compiled, jobs=args.jobs)
         about = {"programs": len(programs), "compile_failures": failed, "kernels": sum(len(c.kernels) for c in compiled),
                  "seconds": round(time.perf_counter() - started, 1), "models": not args.no_models,
                  "dtypes": args.dtypes.split(",")}

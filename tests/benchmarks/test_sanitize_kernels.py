@@ -47,6 +47,8 @@ def test_the_settings_of_a_few_cases_span_the_schedules_and_products(few):
 def test_the_enumeration_is_deterministic(few, few_compiled):
     again = ks.representatives(list(reversed(few_compiled)))
     assert [r.to_json() for r in again] == [r.to_json() for r in few]
+    in_two_processes = ks.representatives(few_compiled, jobs=2)
+    assert [r.to_json() for r in in_two_processes] == [r.to_json() for r in few]
 
 
 def test_a_large_case_is_represented_at_smaller_sizes_with_the_same_setting(few):
