@@ -54,3 +54,20 @@ def test_disabling_the_plugin_by_its_old_name_still_disables_it():
         manager = PluginManager(load_config(environ={}, disable=("lamina.builtin.schedules.contraction_rows",)),
                                 entry_points=lambda: [])
     assert "matmul_row_reduction" not in manager.registry.names("schedule")
+
+
+def test_the_new_spelling_pinned_for_a_split_contraction_warns_of_nothing():
+    """Split-K's search hands the pins on to the contraction's estimate in the knobs' own
+    spellings, not as the fields they are read into (``splits``, the old name)."""
+    import warnings
+
+    import torch
+
+    import lamina
+
+    x, w = torch.randn(64, 512), torch.randn(96, 512)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        f = lamina.compile(lambda x, w: x @ w.t(), (x, w), target="sm_90",
+                           knobs={"contraction": {"in_block_k_splits": 1, "split_k": 2}})
+    assert "split_k = 2" in f.ir("tile")

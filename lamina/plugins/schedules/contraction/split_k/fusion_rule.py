@@ -32,7 +32,7 @@ import attrs
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction.knobs import FORMER_KNOB_NAMES, KNOB_NAMES, read_pinned
+from lamina.plugins.schedules.contraction.knobs import FORMER_KNOB_NAMES, KNOB_NAMES, KNOBS, read_pinned
 from lamina.plugins.schedules.contraction.split_k.partial_sums import partial_of, slices_fit, split
 from lamina.plugins.schedules.contraction.recognise import NotAContraction, analyse
 from lamina.plugins.schedules.contraction import schedule as contraction_schedule
@@ -102,7 +102,7 @@ def choose(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> 
             f"{where}: knob {KNOB} = {pinned} does not cut the reduction of {c.reduce_extent} into slices "
             f"of whole multiples of {SLICE_MULTIPLE}, none of them empty; pin one of: {choices}, or 1 to never split"
         )
-    tiling = tuple(read_pinned(knobs, where).items())
+    tiling = tuple((KNOBS.get(field, field), value) for field, value in read_pinned(knobs, where).items())
     if pinned is None:
         return _choose(_anonymous(kernel), target, tiling, None)
     try:

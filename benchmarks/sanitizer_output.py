@@ -1,0 +1,113 @@
+"""What compute-sanitizer printed for one process, and which representatives the process ran.
+
+compute-sanitizer prefixes each line of its own with ``=========`` and ends with a summary:
+memcheck with ``ERROR SUMMARY: N errors``, racecheck with ``RACECHECK SUMMARY: N hazards
+displayed (E errors, W warnings)``. A finding names the kernel at the faulting instruction
+(``at softmax+0x1b0``). The process it runs (``sanitize_kernels.py --run``) prints a line
+``lamina-sanitize: begin ID`` before each representative and ``lamina-sanitize: end ID
+STATUS DETAIL`` after it, so the report says which representatives ran, which passed the
+check against eager, and where a hang stopped the process.
+"""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+
+TOOL_PREFIX = "========="
+MARKER = "lamina-sanitize:"
+FIRST_LINES = 30
+"""Lines of findings kept with a verdict."""
+
+_ERROR_SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+) errors?")
+_RACECHECK_SUMMARY = re.compile(
+    r"RACECHECK SUMMARY:\s*(\d+) hazards? displayed\s*\((\d+) errors?,\s*(\d+) warnings?\)")
+_KERNEL_AT = re.compile(r"\bat (?:void )?([A-Za-z_]\w*)(?:<[^>]*>)?(?:\([^)]*\))?\+0x[0-9a-fA-F]+")
+_KERNEL_IN = re.compile(r"\bin (?:file )?\S+:\d+:([A-Za-z_]\w*)\(")
+_NOISE = ("COMPUTE-SANITIZER", "LEAK SUMMARY")
+
+
+@attrs.frozen
+class ToolOutput:
+    """One process's report: the tool's counts (None where it printed no summary), its findings'
+    first lines, the kernels they name, and each representative's begin and end as the process
+    printed them."""
+
+    errors: int | None
+    hazards: int | None
+    warnings: int | None
+    findings: tuple[str, ...]
+    kernels: tuple[str, ...]
+    begun: tuple[str, ...]
+    ended: dict[str, tuple[str, str]]
+    """Representative id -> (status, detail) from its end line."""
+
+    @property
+    def has_summary(self) -> bool:
+        return self.errors is not None
+
+    @property
+    def clean(self) -> bool:
+        """The tool ran to its summary and reported nothing."""
+        return self.errors == 0 and not self.hazards and not self.warnings
+
+    def unfinished(self) -> list[str]:
+        """Representatives that began and never ended: the process hung or died in them."""
+        return [r for r in self.begun if r not in self.ended]
+
+
+def parse(text: str) -> ToolOutput:
+    errors = hazards = warnings = None
+    findings: list[str] = []
+    kernels: dict[str, None] = {}
+    begun: list[str] = []
+    ended: dict[str, tuple[str, str]] = {}
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(MARKER):
+            words = stripped[len(MARKER):].split(maxsplit=3)
+            if len(words) >= 2 and words[0] == "begin":
+                begun.append(words[1])
+            elif len(words) >= 3 and words[0] == "end":
+                ended[words[1]] = (words[2], words[3] if len(words) > 3 else "")
+            continue
+        if not stripped.startswith(TOOL_PREFIX):
+            continue
+        body = stripped[len(TOOL_PREFIX):].strip()
+        race = _RACECHECK_SUMMARY.search(body)
+        error = _ERROR_SUMMARY.search(body)
+        if race:
+            hazards, race_errors, warnings = (int(g) for g in race.groups())
+            errors = race_errors if errors is None else max(errors, race_errors)
+        elif error:
+            errors = int(error.group(1)) if errors is None else max(errors, int(error.group(1)))
+        elif body and not any(body.startswith(n) for n in _NOISE):
+            if len(findings) < FIRST_LINES:
+                findings.append(body)
+            for pattern in (_KERNEL_AT, _KERNEL_IN):
+                for name in pattern.findall(body):
+                    kernels.setdefault(name, None)
+    return ToolOutput(errors, hazards, warnings, tuple(findings), tuple(kernels), tuple(begun), ended)
+
+
+def verdict(output: ToolOutput, returncode: int | None, representative: str) -> str:
+    """One word for one representative run alone (or in a batch that was clean as a whole):
+    ``clean``, ``errors`` (the tool's), ``hazards`` (racecheck's warnings only), ``mismatch``
+    (wrong numbers, the tool silent), ``setting-changed`` (the kernel compiled on the GPU is not
+    the setting it represents), ``failed`` (the run raised), ``timeout``, or ``no-summary`` (the
+    tool never printed its summary: it could not start, or crashed)."""
+    if returncode is None:
+        return "timeout"
+    status = output.ended.get(representative, ("", ""))[0]
+    if output.errors:
+        return "errors"
+    if output.hazards or output.warnings:
+        return "hazards"
+    if status in ("mismatch", "setting-changed"):
+        return status
+    if status not in ("ok",):
+        return "failed"
+    if not output.has_summary:
+        return "no-summary"
+    return "clean" if returncode == 0 else "failed"
