@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import math
 
-from lamina.backends.cuda import dependent_launch, wgmma
+from lamina.backends.cuda import dependent_launch, hopper_copies, wgmma
 from lamina.backends.cuda.expressions import INT_LIMIT, ExpressionPrinter
 from lamina.backends.cuda.names import c_name, kernel_c_name
 from lamina.backends.cuda.vector_access import register_alignments, vector_copy
@@ -208,6 +208,8 @@ class _KernelPrinter:
         self.mma_used = False
         self.wgmma_sizes: set[tuple[int, bool]] = set()
         """The n of the wgmma shapes used: each needs its ``lamina_wgmma_tf32_n{n}``."""
+        self.sixteen_bit_wgmma: set[tuple[str, int]] = set()
+        """The operand type and n of the bf16 and fp16 wgmma used: each needs its ``lamina_wgmma_bf16_n{n}``."""
         self.unrolled: list[str] = []
         """The variables of the unrolled loops around the statement being printed."""
 
@@ -242,10 +244,15 @@ class _KernelPrinter:
             sections.append(_MMA_TF32_HELPER)
         for size in sorted(self.expr.swizzled_sizes):
             sections.append(wgmma.swizzled_helper(size, self.index_type))
-        if self.wgmma_sizes:
+        if self.wgmma_sizes or self.sixteen_bit_wgmma:
             sections.append(wgmma.DESCRIPTOR_HELPER)
         for n, registers in sorted(self.wgmma_sizes):
             sections.append(wgmma.mma_helper(n, registers))
+        for name in sorted({name for name, _ in self.sixteen_bit_wgmma}):
+            sections.append(wgmma.sixteen_bit_descriptor_helper(dtypes.from_name(name)))
+        for name, n in sorted(self.sixteen_bit_wgmma):
+            sections.append(wgmma.sixteen_bit_mma_helper(n, dtypes.from_name(name)))
+        sections += hopper_copies.helpers(self.kernel)
         for size in sorted(self.cp_async_sizes):
             sections.append(_CP_ASYNC_HELPER.format(bytes=size, cache="cg" if size == 16 else "ca"))
         sections.append("\n".join([self._signature() + " {", *body, "}"]))
@@ -265,6 +272,7 @@ class _KernelPrinter:
         for p in self.kernel.params:
             const = "" if p.writable else "const "
             params.append(f"{const}{p.dtype.c_type}* __restrict__ {self.name(p.name)}")
+        params += [hopper_copies.tensor_map_parameter(self.name(m.name)) for m in self.kernel.tensor_maps]
         threads = self.kernel.launch.threads_per_block
         cluster = self.kernel.launch.cluster
         dims = f"__cluster_dims__({cluster[0]}, {cluster[1]}, {cluster[2]}) " if cluster != (1, 1, 1) else ""
@@ -336,8 +344,18 @@ class _KernelPrinter:
             self.mma_used = True
             operands = [self._element(s.acc, i) for i in s.acc_index] + [e.converted(v, dtypes.float32) for v in s.a + s.b]
             return [f"{indent}lamina_mma_tf32({', '.join(operands)});"]
-        if isinstance(s, kir.WgmmaTf32):
+        if isinstance(s, kir.Wgmma):
             return self._wgmma(s, indent)
+        if isinstance(s, kir.MbarrierInit):
+            return [f"{indent}{hopper_copies.mbarrier_init(self._element(s.barrier, s.index), s.arrivals)}"]
+        if isinstance(s, kir.MbarrierArrive):
+            barrier = self._element(s.barrier, s.index)
+            return [f"{indent}{hopper_copies.mbarrier_arrive(barrier, s.transaction_bytes)}"]
+        if isinstance(s, kir.MbarrierWait):
+            barrier = self._element(s.barrier, s.index)
+            return [f"{indent}{hopper_copies.mbarrier_wait(barrier, self.expr.text(s.parity))}"]
+        if isinstance(s, kir.TmaLoad):
+            return [f"{indent}{self._tma_load(s)}"]
         if isinstance(s, kir.WgmmaWait):
             return [f"{indent}{wgmma.wait(s.pending)}"]
         if isinstance(s, kir.AtomicAdd):
@@ -351,8 +369,23 @@ class _KernelPrinter:
     def _element(self, array: str, at) -> str:
         return self.expr.element(array, at)
 
-    def _wgmma(self, s: kir.WgmmaTf32, indent: str) -> list[str]:
+    def _tma_load(self, s: kir.TmaLoad) -> str:
+        """The box lands from its first element on, at its unswizzled place for a swizzled array (its first row
+        is a multiple of 8, where the swizzle moves nothing)."""
+        if self.kernel.array(s.dst).swizzle:
+            dst = self._operand_start(s.dst, s.dst_index)
+        else:
+            dst = "&" + self._element(s.dst, s.dst_index)
+        return hopper_copies.tma_load(dst, self.name(s.tensor_map), self.expr.text(s.row), self.expr.text(s.column),
+                                      self._element(s.barrier, s.barrier_index))
+
+    def _wgmma(self, s: kir.Wgmma, indent: str) -> list[str]:
         registers = s.a_from == "registers"
+        if s.operand_dtype != dtypes.float32:
+            self.sixteen_bit_wgmma.add((s.operand_dtype.name, s.n))
+            accumulators = [self._element(s.acc, i) for i in s.acc_index]
+            return wgmma.call(s.n, self._operand_start(s.a, s.a_index), self._operand_start(s.b, s.b_index),
+                              s.accumulate, accumulators, indent, operand_dtype=s.operand_dtype)
         self.wgmma_sizes.add((s.n, registers))
         accumulators = [self._element(s.acc, i) for i in s.acc_index]
         if registers:

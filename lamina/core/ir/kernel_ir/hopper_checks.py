@@ -1,0 +1,110 @@
+"""The verifier's checks of the mbarrier and TMA statements and of tensor maps: each returns
+the problems it finds as sentences (``verifier`` gathers them)."""
+
+from __future__ import annotations
+
+from lamina.core.ir import dtypes
+from lamina.core.ir.kernel_ir.hopper import SWIZZLE_BYTES
+from lamina.core.ir.kernel_ir.hopper_barriers import MAX_TRANSACTION_BYTES, MbarrierArrive, MbarrierInit
+from lamina.core.ir.kernel_ir.hopper_tma import GLOBAL_ALIGNMENT, MAX_BOX, TMA_SWIZZLES, TensorMap, TmaLoad
+from lamina.core.ir.kernel_ir.nodes import Array, Load, Param, Store, VectorLoad, VectorStore
+from lamina.core.ir.kernel_ir.traversal import expressions, statements
+from lamina.core.ir import expr as ex
+
+
+def barrier_arrays(body) -> set[str]:
+    """The shared arrays that hold mbarriers: those the mbarrier statements and TMA copies name."""
+    names = set()
+    for s in statements(body):
+        barrier = getattr(s, "barrier", None)
+        if isinstance(barrier, str):
+            names.add(barrier)
+    return names
+
+
+def mbarrier_problems(s, arrays: dict) -> list[str]:
+    """An mbarrier statement names an element of a shared int64 array; counts within the hardware's."""
+    problems = barrier_element_problems(s.barrier, s.index, arrays)
+    if isinstance(s, MbarrierInit) and not 1 <= s.arrivals <= MAX_TRANSACTION_BYTES:
+        problems.append(f"mbarrier {s.barrier} initialised for {s.arrivals} arrivals; a phase expects 1 to "
+                        f"{MAX_TRANSACTION_BYTES}")
+    if isinstance(s, MbarrierArrive) and not 0 <= s.transaction_bytes <= MAX_TRANSACTION_BYTES:
+        problems.append(f"mbarrier arrive on {s.barrier} expecting {s.transaction_bytes} bytes; a phase expects 0 to "
+                        f"{MAX_TRANSACTION_BYTES}")
+    return problems
+
+
+def barrier_element_problems(name: str, index: tuple, arrays: dict) -> list[str]:
+    array = arrays.get(name)
+    if not isinstance(array, Array) or array.space != "shared" or array.dtype != dtypes.int64 or array.swizzle:
+        return [f"mbarrier {name} is not an unswizzled shared int64 array; declare its mbarriers as one"]
+    if len(index) != len(array.shape):
+        return [f"mbarrier {name} indexed with {len(index)} indices; it has rank {len(array.shape)}"]
+    return []
+
+
+def barrier_access_problems(body, barriers: set[str]) -> list[str]:
+    """Only mbarrier statements touch an mbarrier: its bits are the hardware's."""
+    problems = []
+    for s in statements(body):
+        touched = {getattr(s, field, None) for field in ("array", "dst", "src")}
+        if isinstance(s, (Store, VectorLoad, VectorStore, TmaLoad)) and touched & barriers:
+            problems.append(f"{type(s).__name__} touches mbarrier array {sorted(touched & barriers)[0]}; only mbarrier "
+                            "statements may")
+        for e in expressions(s):
+            for node in ex.walk(e):
+                if isinstance(node, Load) and node.array in barriers:
+                    problems.append(f"load from mbarrier array {node.array}; only mbarrier statements may touch it")
+    return problems
+
+
+def tensor_map_problems(m: TensorMap, arrays: dict) -> list[str]:
+    """What ``cuTensorMapEncodeTiled`` would refuse, said before any GPU sees it."""
+    param = arrays.get(m.param)
+    if not isinstance(param, Param):
+        return [f"tensor map {m.name} describes {m.param}, which is not a global parameter"]
+    size = param.dtype.itemsize
+    rows, columns = m.shape
+    problems = []
+    if rows < 1 or columns < 1 or m.box[0] < 1 or m.box[1] < 1:
+        problems.append(f"tensor map {m.name} has shape {tuple(m.shape)} and box {tuple(m.box)}; both must be positive")
+    if max(m.box) > MAX_BOX:
+        problems.append(f"tensor map {m.name} has a box of {tuple(m.box)}; a box spans at most {MAX_BOX} elements a side")
+    if (m.row_stride * size) % GLOBAL_ALIGNMENT or m.row_stride < columns:
+        problems.append(f"tensor map {m.name}: rows {m.row_stride} elements ({m.row_stride * size} bytes) apart, for "
+                        f"rows of {columns}; the TMA needs rows a multiple of {GLOBAL_ALIGNMENT} bytes apart, at least "
+                        "a row long: pad the tensor's rows")
+    if rows > 0 and (rows - 1) * m.row_stride + columns > param.numel:
+        problems.append(f"tensor map {m.name} spans {(rows - 1) * m.row_stride + columns} elements of {m.param}, "
+                        f"which has {param.numel}")
+    if m.swizzle not in TMA_SWIZZLES:
+        problems.append(f"tensor map {m.name} has a {m.swizzle}-byte swizzle; it takes {' or '.join(map(str, TMA_SWIZZLES))}")
+    elif m.swizzle and m.box[1] * size > m.swizzle:
+        problems.append(f"tensor map {m.name}: box rows of {m.box[1] * size} bytes exceed its {m.swizzle}-byte swizzle")
+    if (m.box[1] * size) % 16:
+        problems.append(f"tensor map {m.name}: box rows of {m.box[1] * size} bytes; the TMA moves multiples of 16 bytes")
+    return problems
+
+
+def tma_load_problems(s: TmaLoad, arrays: dict, maps: dict) -> list[str]:
+    m = maps.get(s.tensor_map)
+    if m is None:
+        return [f"tma load through unknown tensor map {s.tensor_map}"]
+    problems = barrier_element_problems(s.barrier, s.barrier_index, arrays)
+    dst, param = arrays.get(s.dst), arrays.get(m.param)
+    if not isinstance(dst, Array) or dst.space != "shared" or len(dst.shape) < 2:
+        return problems + [f"tma load into {s.dst}: it must be a shared array of rank 2 or more"]
+    if len(s.dst_index) != len(dst.shape):
+        problems.append(f"tma load into {s.dst} with {len(s.dst_index)} indices; it has rank {len(dst.shape)}")
+    if isinstance(param, Param) and param.dtype != dst.dtype:
+        problems.append(f"tma load of {param.dtype} {m.param} into {dst.dtype} array {s.dst}: the types must match")
+    if dst.swizzle != m.swizzle:
+        problems.append(f"tma load through {m.name} ({m.swizzle or 'no'} swizzle) into {s.dst} ({dst.swizzle or 'no'} "
+                        "swizzle): the box must land as the array is laid out")
+    elif dst.swizzle and m.box[1] * dst.dtype.itemsize != SWIZZLE_BYTES:
+        problems.append(f"tma load through {m.name} into swizzled {s.dst}: box rows must span the swizzle's "
+                        f"{SWIZZLE_BYTES} bytes")
+    if m.box[1] > dst.shape[-1] or m.box[0] > dst.shape[-2]:
+        problems.append(f"tma load of [{m.box[0]}][{m.box[1]}] boxes into {s.dst}, whose last axes are "
+                        f"[{dst.shape[-2]}][{dst.shape[-1]}]")
+    return problems
