@@ -11,7 +11,8 @@ Besides bounds, every element tracks:
   stored since the last cluster barrier and whether another block read it since then.
 For arrays that a wgmma reads, ``async_proxy`` (``wgmma.AsyncProxy``) hears of
 every write before it lands (``overwriting``), and of ordinary stores and of ``cp.async``
-data once waited for (``stored``).
+data once waited for (``stored``). For arrays that TMA copies write, ``tma``
+(``tma.TmaCopies``) checks every read against the mbarrier phases the reader has waited for.
 
 Indices stay logical; bank conflicts of a swizzled array (``Array.swizzle``) are counted
 where the GPU stores its elements (``kernel_ir.swizzled_offset``).
@@ -63,6 +64,7 @@ class SharedArray:
         self.faults = faults
         self.swizzled = array if array.swizzle else None
         self.async_proxy = None
+        self.tma = None
         size = grid.blocks * self.numel
         self.data = torch.zeros(size, dtype=torch_dtype(array.dtype))
         self.written = torch.zeros(size, dtype=torch.bool)
@@ -313,6 +315,8 @@ class SharedArray:
         unwritten = ~self.written.index_select(0, elements)
         self.faults.add(UNWRITTEN_READS, (site,), unwritten, lambda i: (
             f"read of unwritten shared memory {self.describe_element(lanes, i)} by {self._thread(lanes, i)}"))
+        if self.tma is not None:
+            self.tma.check_read(self, lanes, site)
         if self.has_pending:
             copier = self.pending_thread.index_select(0, elements)
             self.faults.add(RACES, (site, "early"), copier >= 0, lambda i: (

@@ -38,6 +38,7 @@ from lamina.core.ir.kernel_ir.hopper_barriers import (
     MbarrierInit,
     MbarrierWait,
 )
+from lamina.core.ir.kernel_ir.hopper_checks import barrier_arrays
 from lamina.core.ir.kernel_ir.hopper_tma import GLOBAL_ALIGNMENT, MAX_BOX, TMA_SWIZZLES, TensorMap, TmaLoad
 from lamina.core.ir.kernel_ir.nodes import (
     LOAD_CACHE_HINTS,
@@ -89,6 +90,6 @@ __all__ = [
     "Load", "MmaTf32", "Param", "Program", "ShuffleXor", "Special", "Stmt", "Store", "Tf32", "ThreadFence",
     "VectorLoad", "VectorStore", "WaitForPreviousKernel", "WgmmaCommit", "WgmmaFence", "WgmmaTf32",
     "WgmmaWait",
-    "block_idx", "expressions", "format_body", "format_expr", "format_kernel", "format_program", "rename_arrays",
+    "barrier_arrays", "block_idx", "expressions", "format_body", "format_expr", "format_kernel", "format_program", "rename_arrays",
     "statements", "swizzled_offset", "thread_idx", "verify_kernel", "verify_program",
 ]
