@@ -24,10 +24,11 @@ __device__ __forceinline__ unsigned lamina_shared_address(const void* pointer) {
 }"""
 
 MBARRIER_HELPERS = """\
-// mbarriers: init with the arrivals each phase expects; arrive, optionally raising the bytes the phase waits for;
-// wait until the phase of a parity has completed.
+// mbarriers: init with the arrivals each phase expects (fenced, so that the TMA unit sees the init too); arrive,
+// optionally raising the bytes the phase waits for; wait until the phase of a parity has completed.
 __device__ __forceinline__ void lamina_mbarrier_init(long long* barrier, unsigned arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\\n" :: "r"(lamina_shared_address(barrier)), "r"(arrivals)
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\\n"
+               "fence.mbarrier_init.release.cluster;\\n" :: "r"(lamina_shared_address(barrier)), "r"(arrivals)
                : "memory");
 }
 __device__ __forceinline__ void lamina_mbarrier_arrive(long long* barrier) {
