@@ -5,10 +5,13 @@ CUDA backend's tests.
 and copy the box at (``row``, ``column``) of an (``rows`` x ``columns``) tensor into a shared
 tile; then every thread waits for the phase and copies the tile out, element ``e`` by thread
 ``e % 128``. Its keyword arguments drop the wait or the barrier after the init, or change the
-bytes expected, for the tests that check the simulator notices.
+bytes expected, for the tests that check the simulator notices. ``stored_back`` then stores the
+box with a TMA store to a tensor it overlaps only in part.
 """
 
 from __future__ import annotations
+
+import attrs
 
 from lamina.core.ir import dtypes, kernel_ir as kir
 from lamina.core.ir.expr import Var, const, op
@@ -58,3 +61,16 @@ def expected_box(x, rows: int, columns: int, box: tuple[int, int], row: int, col
             if 0 <= row + r < rows and 0 <= column + c < columns:
                 out[r, c] = x[(row + r) * stride + column + c]
     return out.flatten()
+
+
+def stored_back(*, wait: bool = True, overwrite: bool = False):
+    """Thread 0 copies a box in and, after the wait, stores it to an (11 x 40) tensor at (5, -8): only the
+    part inside is written. ``wait`` drops the store's wait, ``overwrite`` writes the tile before it."""
+    kernel = box_copy(16, 64, (8, 64), 0, 0, arrivals=1)
+    tail = [kir.TmaStore("y_map", const(5), const(-8), "tile", (const(0), const(0))), kir.TmaStoreCommit()]
+    tail += [kir.Store("tile", (const(0), const(0)), const(0.0, dtypes.bfloat16))] if overwrite else []
+    tail += [kir.TmaStoreWait(0)] if wait else []
+    return attrs.evolve(
+        kernel, params=kernel.params + (kir.Param("y", dtypes.bfloat16, 11 * 40, writable=True),),
+        body=kernel.body + (kir.If(op("eq", kir.thread_idx(), 0), tail),),
+        tensor_maps=kernel.tensor_maps + (kir.TensorMap("y_map", "y", (11, 40), 40, (8, 64), 128),))

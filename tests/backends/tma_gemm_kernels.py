@@ -8,9 +8,13 @@ and B of the next 64 columns of k into it; the zero-filled elements past the edg
 The consumer warpgroup waits until the stage is full, runs ``block_m / 64`` wgmma per 16 columns
 of k, waits for them and releases the stage (its 128 threads arrive on the empty barrier), then
 stores the accumulators that fall inside ``c``.
+With ``tma_store``, the consumers put the accumulators in a shared tile instead, fence them for
+the async proxy, and after a barrier of the whole block thread 0 stores the tile with one TMA
+copy, which writes only what falls inside ``c``.
 Its keyword arguments plant one fault each, for the tests that check the simulator notices:
-``release_before_wait`` releases a stage before waiting for the wgmma that read it, and
-``extra_transaction_bytes`` makes the producer expect bytes that no copy brings.
+``release_before_wait`` releases a stage before waiting for the wgmma that read it,
+``extra_transaction_bytes`` makes the producer expect bytes that no copy brings, and
+``store_fence = False`` drops the fence before the TMA store.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ WARPGROUP = 128
 
 
 def tma_gemm(m: int, n: int, k: int, *, dtype=dtypes.bfloat16, block_m: int = 64, block_n: int = 32,
-             stages: int = 3, release_before_wait: bool = False, extra_transaction_bytes: int = 0) -> kir.Kernel:
+             stages: int = 3, release_before_wait: bool = False, extra_transaction_bytes: int = 0,
+             tma_store: bool = False, store_fence: bool = True) -> kir.Kernel:
     slices, k_tiles = block_m // 64, -(-k // BLOCK_K)
     tid, kt, s, rnd = Var("tid"), Var("kt"), Var("s"), Var("round")
     warp, g, t = Var("warp"), Var("g"), Var("t")
@@ -67,11 +72,21 @@ def tma_gemm(m: int, n: int, k: int, *, dtype=dtypes.bfloat16, block_m: int = 64
             *[kir.Store("acc", (const(q), const(p)), const(0.0, F32)) for q in range(slices) for p in range(block_n // 2)],
             consume,
             *(wait if release_before_wait else []),
-            *_epilogue(m, n, block_m, block_n, slices),
+            *(_shared_epilogue(block_n, slices, store_fence) if tma_store else _epilogue(m, n, block_m, block_n, slices)),
         ]),
     ]
     a_map = kir.TensorMap("a_map", "a", (m, k), k, (block_m, BLOCK_K), 128)
     b_map = kir.TensorMap("b_map", "b", (n, k), k, (block_n, BLOCK_K), 128)
+    maps, arrays = [a_map, b_map], []
+    if tma_store:
+        body += [kir.Barrier(), kir.If(op("eq", tid, 0), [
+            kir.TmaStore("c_map", kir.block_idx("y") * block_m, kir.block_idx("x") * block_n, "c_tile",
+                         (const(0), const(0))),
+            kir.TmaStoreCommit(),
+            kir.TmaStoreWait(0),
+        ])]
+        maps.append(kir.TensorMap("c_map", "c", (m, n), n, (block_m, block_n)))
+        arrays.append(kir.Array("c_tile", F32, (block_m, block_n), "shared"))
     return kir.Kernel(
         "tma_gemm",
         [kir.Param("a", dtype, m * k), kir.Param("b", dtype, n * k), kir.Param("c", F32, m * n, writable=True)],
@@ -79,11 +94,27 @@ def tma_gemm(m: int, n: int, k: int, *, dtype=dtypes.bfloat16, block_m: int = 64
          kir.Array("b_tile", dtype, (stages, block_n, BLOCK_K), "shared", swizzle=128),
          kir.Array("full", dtypes.int64, (stages,), "shared"),
          kir.Array("empty", dtypes.int64, (stages,), "shared"),
-         kir.Array("acc", F32, (slices, block_n // 2), "register")],
+         kir.Array("acc", F32, (slices, block_n // 2), "register"), *arrays],
         body,
         kir.Launch((-(-n // block_n), -(-m // block_m), 1), (2 * WARPGROUP, 1, 1)),
-        tensor_maps=[a_map, b_map],
+        tensor_maps=maps,
     )
+
+
+def _shared_epilogue(block_n: int, slices: int, fence: bool) -> list:
+    """Each consumer thread puts its accumulators in the shared tile of c, then fences them for the TMA unit."""
+    tid, warp, g, t = Var("tid"), Var("warp"), Var("g"), Var("t")
+    lines = [
+        kir.Declare("warp", dtypes.index, (tid - WARPGROUP) // 32),
+        kir.Declare("g", dtypes.index, tid % 32 // 4),
+        kir.Declare("t", dtypes.index, tid % 4),
+    ]
+    for q in range(slices):
+        for p in range(block_n // 2):
+            j, h, e = p // 4, p % 4 // 2, p % 2
+            lines.append(kir.Store("c_tile", (64 * q + warp * 16 + g + 8 * h, 8 * j + t * 2 + e),
+                                   kir.Load("acc", (const(q), const(p)), F32)))
+    return lines + ([kir.AsyncProxyFence()] if fence else [])
 
 
 def _epilogue(m: int, n: int, block_m: int, block_n: int, slices: int) -> list:

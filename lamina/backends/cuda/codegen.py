@@ -88,6 +88,7 @@ _FIXED_STATEMENTS = {
     kir.WgmmaCommit: wgmma.COMMIT,
     kir.AsyncProxyFence: wgmma.PROXY_FENCE,
     kir.ThreadFence: "__threadfence();",
+    kir.TmaStoreCommit: hopper_copies.TMA_STORE_COMMIT,
     kir.LetNextKernelLaunch: dependent_launch.LET_NEXT_KERNEL_LAUNCH,
     kir.WaitForPreviousKernel: dependent_launch.WAIT_FOR_PREVIOUS_KERNEL,
 }
@@ -107,7 +108,7 @@ def kernel_symbol(kernel: kir.Kernel) -> str:
 def uses_dynamic_shared(kernel: kir.Kernel) -> bool:
     """Whether the shared arrays may not fit in static shared memory: a swizzled array's alignment may
     leave a gap before it, which counts too."""
-    gaps = sum(a.alignment - SHARED_ALIGNMENT for a in kernel.arrays if a.space == "shared")
+    gaps = sum(array_alignment(kernel, a) - SHARED_ALIGNMENT for a in kernel.arrays if a.space == "shared")
     return kernel.shared_bytes + gaps > STATIC_SHARED_LIMIT
 
 
@@ -116,7 +117,8 @@ def shared_layout(kernel: kir.Kernel) -> list[tuple[kir.Array, int]]:
     layout, offset = [], 0
     for array in kernel.arrays:
         if array.space == "shared":
-            offset = -(-offset // array.alignment) * array.alignment
+            alignment = array_alignment(kernel, array)
+            offset = -(-offset // alignment) * alignment
             layout.append((array, offset))
             offset += -(-array.bytes // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
     return layout
@@ -124,7 +126,15 @@ def shared_layout(kernel: kir.Kernel) -> list[tuple[kir.Array, int]]:
 
 def shared_alignment(kernel: kir.Kernel) -> int:
     """The alignment of dynamic shared memory's start: that of the most demanding array."""
-    return max((a.alignment for a in kernel.arrays if a.space == "shared"), default=SHARED_ALIGNMENT)
+    return max((array_alignment(kernel, a) for a in kernel.arrays if a.space == "shared"), default=SHARED_ALIGNMENT)
+
+
+def array_alignment(kernel: kir.Kernel, array: kir.Array) -> int:
+    """What a shared array's start must be aligned to: ``Array.alignment``, and at least the 128 bytes of a
+    TMA copy's shared-memory side for an array that one fills or reads."""
+    if not kernel.tensor_maps or array.name not in hopper_copies.tma_arrays(kernel):
+        return array.alignment
+    return max(array.alignment, hopper_copies.TMA_SHARED_ALIGNMENT)
 
 
 def wide_copy_destinations(kernel: kir.Kernel) -> set[str]:
@@ -294,7 +304,8 @@ class _KernelPrinter:
             wide = wide_copy_destinations(self.kernel)
             for array in self.kernel.arrays:
                 if array.space == "shared":
-                    alignment = array.alignment if array.swizzle or array.name in wide else None
+                    alignment = array_alignment(self.kernel, array)
+                    alignment = alignment if alignment > SHARED_ALIGNMENT or array.name in wide else None
                     align = f"__align__({alignment}) " if alignment else ""
                     lines.append(f"{indent}__shared__ {align}{self._array_declarator(array)};")
         alignments = register_alignments(self.kernel)
@@ -356,6 +367,12 @@ class _KernelPrinter:
             return [f"{indent}{hopper_copies.mbarrier_wait(barrier, self.expr.text(s.parity))}"]
         if isinstance(s, kir.TmaLoad):
             return [f"{indent}{self._tma_load(s)}"]
+        if isinstance(s, kir.TmaStore):
+            row, column = self.expr.text(s.row), self.expr.text(s.column)
+            src = self._box_start(s.src, s.src_index)
+            return [f"{indent}{hopper_copies.tma_store(self.name(s.tensor_map), row, column, src)}"]
+        if isinstance(s, kir.TmaStoreWait):
+            return [f"{indent}{hopper_copies.tma_store_wait(s.pending)}"]
         if isinstance(s, kir.WgmmaWait):
             return [f"{indent}{wgmma.wait(s.pending)}"]
         if isinstance(s, kir.AtomicAdd):
@@ -370,14 +387,16 @@ class _KernelPrinter:
         return self.expr.element(array, at)
 
     def _tma_load(self, s: kir.TmaLoad) -> str:
-        """The box lands from its first element on, at its unswizzled place for a swizzled array (its first row
-        is a multiple of 8, where the swizzle moves nothing)."""
-        if self.kernel.array(s.dst).swizzle:
-            dst = self._operand_start(s.dst, s.dst_index)
-        else:
-            dst = "&" + self._element(s.dst, s.dst_index)
-        return hopper_copies.tma_load(dst, self.name(s.tensor_map), self.expr.text(s.row), self.expr.text(s.column),
+        return hopper_copies.tma_load(self._box_start(s.dst, s.dst_index), self.name(s.tensor_map),
+                                      self.expr.text(s.row), self.expr.text(s.column),
                                       self._element(s.barrier, s.barrier_index))
+
+    def _box_start(self, array: str, at: tuple[ex.Expr, ...]) -> str:
+        """The address of a TMA box's first element in shared memory, its unswizzled place for a swizzled array (its
+        first row is a multiple of 8, where the swizzle moves nothing)."""
+        if self.kernel.array(array).swizzle:
+            return self._operand_start(array, at)
+        return "&" + self._element(array, at)
 
     def _wgmma(self, s: kir.Wgmma, indent: str) -> list[str]:
         registers = s.a_from == "registers"

@@ -12,7 +12,7 @@ from lamina.backends.cuda.wgmma import kernel_arch
 from lamina.backends.reference.simulator import simulate
 from lamina.core.errors import LaminaError, VerificationError
 from lamina.core.ir import dtypes, kernel_ir as kir
-from tests.backends.tma_box_kernels import box_copy, expected_box
+from tests.backends.tma_box_kernels import box_copy, expected_box, stored_back
 from tests.backends.tma_gemm_kernels import buffers, operands, tma_gemm
 
 _TORCH = {dtypes.bfloat16: torch.bfloat16, dtypes.float16: torch.float16, dtypes.float32: torch.float32}
@@ -152,3 +152,40 @@ def test_the_pipelined_product_on_the_gpu_agrees_with_eager_and_the_simulator(tm
         simulated = buffers(a, b)
         simulate(kernel, simulated)
         assert ((computed.double() - simulated["c"].view(m, n).double()).abs() / scale).max() < 1e-5
+
+
+def test_a_tma_store_prints_the_bulk_copy_its_commit_and_its_wait(tmp_path):
+    kernel = tma_gemm(70, 40, 200, tma_store=True)
+    source = emit_cuda(kernel)
+    assert "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" in source
+    tail = source.split("__syncthreads();")[-1]
+    order = ["lamina_tma_store_2d(&c_map, static_cast<int>((int)blockIdx.y * 64), static_cast<int>((int)blockIdx.x * 32), "
+             "&c_tile[0][0]);",
+             'asm volatile("cp.async.bulk.commit_group;\\n" ::: "memory");',
+             'asm volatile("cp.async.bulk.wait_group.read 0;\\n" ::: "memory");']
+    assert [tail.index(text) for text in order] == sorted(tail.index(text) for text in order)
+    assert "__shared__ __align__(128) float c_tile[64][32];" in source
+    compiled = compile_kernel(source, kernel_symbol(kernel), "sm_90a", cache_dir=tmp_path)
+    assert not compiled.spills and compiled.stack_bytes == 0
+
+
+@gpu
+def test_a_tma_store_on_the_gpu_writes_the_part_of_the_box_inside_the_tensor(tmp_path):
+    x = torch.randn(16 * 64).bfloat16()
+    arrays = {"x": x, "out": torch.zeros(512, dtype=torch.bfloat16), "y": torch.full((440,), 7.0).bfloat16()}
+    y = on_the_gpu(stored_back(), arrays, "y", tmp_path).view(11, 40)
+    expected = torch.full((11, 40), 7.0).bfloat16()
+    expected[5:11, 0:40] = x.view(16, 64)[0:6, 8:48]
+    assert torch.equal(y, expected)
+
+
+@gpu
+@pytest.mark.parametrize("m, n, k, dtype, block_m, block_n", [(70, 40, 200, dtypes.bfloat16, 64, 32),
+                                                              (300, 260, 520, dtypes.float16, 128, 128)])
+def test_the_pipelined_product_stored_by_tma_on_the_gpu_agrees_with_eager(tmp_path, m, n, k, dtype, block_m, block_n):
+    a, b = operands(m, n, k, _TORCH[dtype])
+    kernel = tma_gemm(m, n, k, dtype=dtype, block_m=block_m, block_n=block_n, tma_store=True)
+    computed = on_the_gpu(kernel, buffers(a, b), "c", tmp_path).view(m, n)
+    assert not computed.isnan().any()
+    scale = a.abs().double() @ b.abs().double().T
+    assert ((computed.double() - a.double() @ b.double().T).abs() / scale).max() < 1e-5

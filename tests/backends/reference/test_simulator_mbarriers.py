@@ -9,7 +9,7 @@ import torch
 from lamina.backends.reference.simulator import simulate
 from lamina.core.errors import SimulationError
 from lamina.core.ir import dtypes
-from tests.backends.tma_box_kernels import box_copy, expected_box
+from tests.backends.tma_box_kernels import box_copy, expected_box, stored_back
 
 
 def run(kernel, x: torch.Tensor, count: int, raise_on_fault: bool = True):
@@ -60,3 +60,23 @@ def test_using_a_barrier_with_no_barrier_after_its_init_is_a_fault():
     assert report.async_protocol == [
         "kernel box_copy: wait on mbarrier full[0] of block (0, 0, 0) by block (0, 0, 0) thread (1, 0, 0), with no "
         "barrier since thread (0, 0, 0) initialised it: put a Barrier after the init; 127 such accesses at this site"]
+
+
+def test_a_tma_store_writes_the_part_of_the_box_inside_the_tensor():
+    x = torch.randn(16 * 64).bfloat16()
+    arrays = {"x": x, "out": torch.zeros(512, dtype=torch.bfloat16), "y": torch.full((440,), 7.0).bfloat16()}
+    assert not simulate(stored_back(), arrays).faults
+    expected = torch.full((11, 40), 7.0).bfloat16()
+    expected[5:11, 0:40] = x.view(16, 64)[0:6, 8:48]
+    assert torch.equal(arrays["y"].view(11, 40), expected)
+
+
+def test_writing_a_tma_store_source_before_its_wait_is_a_race_and_ending_without_one_a_fault():
+    arrays = {"x": torch.randn(16 * 64).bfloat16(), "out": torch.zeros(512, dtype=torch.bfloat16),
+              "y": torch.zeros(440, dtype=torch.bfloat16)}
+    report = simulate(stored_back(overwrite=True), dict(arrays), raise_on_fault=False)
+    assert report.races == ["kernel box_copy: tile[0][0] in block (0, 0, 0) written by thread (0, 0, 0) while `tma "
+                            "store y_map at (5, -8) <- tile[0][0]` still reads it: wait for the store (TmaStoreWait) "
+                            "before writing its source again"]
+    report = simulate(stored_back(wait=False), dict(arrays), raise_on_fault=False)
+    assert report.async_protocol[0].startswith("kernel box_copy: the kernel ends while `tma store y_map at (5, -8)")

@@ -51,3 +51,27 @@ def test_a_wrong_transaction_count_is_a_deadlock_that_names_the_barriers():
     assert ("block (0, 0, 0) thread (128, 0, 0) (and 511 more threads) waits for the phase of parity 0 of mbarrier "
             "full[0] of block (0, 0, 0), in phase 0, 0 of its 1 arrivals and 2 transaction bytes still to come") in message
     assert "waits for the phase of parity 0 of mbarrier empty[0] of block (0, 0, 0)" in message
+
+
+@pytest.mark.parametrize("m, n, k, dtype, block_m, block_n", [
+    (70, 40, 200, dtypes.bfloat16, 64, 32),
+    (130, 20, 72, dtypes.float16, 128, 16),
+])
+def test_a_tma_store_writes_only_what_falls_inside_c(m, n, k, dtype, block_m, block_n):
+    a, b = operands(m, n, k, _TORCH[dtype])
+    arrays = buffers(a, b)
+    report = simulate(tma_gemm(m, n, k, dtype=dtype, block_m=block_m, block_n=block_n, tma_store=True), arrays)
+    assert not report.faults
+    exact = a.double() @ b.double().T
+    scale = a.abs().double() @ b.abs().double().T
+    assert ((arrays["c"].view(m, n).double() - exact).abs() / scale).max() < 1e-6
+
+
+def test_a_tma_store_of_writes_with_no_proxy_fence_is_a_fault():
+    a, b = operands(70, 40, 200)
+    report = simulate(tma_gemm(70, 40, 200, tma_store=True, store_fence=False), buffers(a, b), raise_on_fault=False)
+    assert len(report.faults) == 1
+    assert report.async_protocol[0].startswith(
+        "kernel tma_gemm: `tma store c_map at (blockIdx.y * 64, blockIdx.x * 32) <- c_tile[0][0]` by block (0, 0, 0) "
+        "thread (0, 0, 0) reads c_tile[0][0] in block (0, 0, 0), which thread (128, 0, 0) wrote with no "
+        "AsyncProxyFence since")

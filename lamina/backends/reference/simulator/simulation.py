@@ -123,7 +123,8 @@ class KernelSimulation:
         self.mma = MmaRunner(kernel.name, self.grid, self.exprs, self.memories, self.sites)
         self.wgmma = WgmmaRunner(kernel.name, self.grid, self.faults, self.exprs, self.memories, self.sites)
         self.mbarriers = Mbarriers(kernel, self.grid, self.faults, self.exprs, self.sites, self.tasks)
-        self.tma = TmaCopies(kernel, self.grid, self.faults, self.exprs, self.memories, self.sites, self.mbarriers)
+        self.tma = TmaCopies(kernel, self.grid, self.faults, self.exprs, self.memories, self.sites, self.mbarriers,
+                             self.wgmma.proxy)
         self.body = self._body(kernel.body, {}, set())
 
     def run(self) -> SimulationReport:
@@ -133,6 +134,7 @@ class KernelSimulation:
         for array in self.shared:
             array.check_cluster_reads_finished(end)
         self.wgmma.finish(end)
+        self.tma.finish(end)
         return self.faults.report({array.name: array.bank_conflicts for array in self.shared})
 
     def _memories(self, arrays: Mapping[str, torch.Tensor]) -> dict:
@@ -213,8 +215,8 @@ class KernelSimulation:
             return self._atomic_add(s, scope)
         if isinstance(s, kernel_ir.MBARRIER_STATEMENTS):
             return self.mbarriers.build(s, scope)
-        if isinstance(s, kernel_ir.TmaLoad):
-            return self.tma.build(s, scope)
+        if isinstance(s, kernel_ir.TMA_STATEMENTS):
+            return self.tma.build_statement(s, scope)
         if isinstance(s, (kernel_ir.Comment, kernel_ir.ThreadFence, kernel_ir.LetNextKernelLaunch,
                           kernel_ir.WaitForPreviousKernel)):
             return None

@@ -39,7 +39,17 @@ from lamina.core.ir.kernel_ir.hopper_barriers import (
     MbarrierWait,
 )
 from lamina.core.ir.kernel_ir.hopper_checks import barrier_arrays
-from lamina.core.ir.kernel_ir.hopper_tma import GLOBAL_ALIGNMENT, MAX_BOX, TMA_SWIZZLES, TensorMap, TmaLoad
+from lamina.core.ir.kernel_ir.hopper_tma import (
+    GLOBAL_ALIGNMENT,
+    MAX_BOX,
+    TMA_STATEMENTS,
+    TMA_SWIZZLES,
+    TensorMap,
+    TmaLoad,
+    TmaStore,
+    TmaStoreCommit,
+    TmaStoreWait,
+)
 from lamina.core.ir.kernel_ir.nodes import (
     LOAD_CACHE_HINTS,
     SPACES,
@@ -84,7 +94,8 @@ __all__ = [
     "SPACES", "SPECIALS", "STORE_CACHE_HINTS", "SWIZZLE_ALIGNMENT", "SWIZZLE_BYTES", "VECTOR_BYTES", "WARP_SIZE",
     "WARPGROUP_SIZE", "WGMMA_A_SOURCES", "WGMMA_K", "WGMMA_M", "WGMMA_OPERAND_DTYPES",
     "GLOBAL_ALIGNMENT", "MAX_BOX", "MAX_TRANSACTION_BYTES", "MBARRIER_BYTES", "MBARRIER_STATEMENTS", "TMA_SWIZZLES",
-    "MbarrierArrive", "MbarrierInit", "MbarrierWait", "TensorMap", "TmaLoad", "Wgmma", "wgmma_k",
+    "MbarrierArrive", "MbarrierInit", "MbarrierWait", "TMA_STATEMENTS", "TensorMap", "TmaLoad", "TmaStore",
+    "TmaStoreCommit", "TmaStoreWait", "Wgmma", "wgmma_k",
     "Array", "Assign", "AsyncProxyFence", "AtomicAdd", "Barrier", "ClusterBarrier", "ClusterLoad", "Comment",
     "CpAsync", "CpAsyncCommit", "CpAsyncWait", "Declare", "For", "If", "Kernel", "Launch", "LetNextKernelLaunch",
     "Load", "MmaTf32", "Param", "Program", "ShuffleXor", "Special", "Stmt", "Store", "Tf32", "ThreadFence",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from lamina.core.ir import dtypes
 from lamina.core.ir.kernel_ir.hopper import SWIZZLE_BYTES
 from lamina.core.ir.kernel_ir.hopper_barriers import MAX_TRANSACTION_BYTES, MbarrierArrive, MbarrierInit
-from lamina.core.ir.kernel_ir.hopper_tma import GLOBAL_ALIGNMENT, MAX_BOX, TMA_SWIZZLES, TensorMap, TmaLoad
+from lamina.core.ir.kernel_ir.hopper_tma import GLOBAL_ALIGNMENT, MAX_BOX, TMA_SWIZZLES, TensorMap, TmaLoad, TmaStore
 from lamina.core.ir.kernel_ir.nodes import Array, Load, Param, Store, VectorLoad, VectorStore
 from lamina.core.ir.kernel_ir.traversal import expressions, statements
 from lamina.core.ir import expr as ex
@@ -48,7 +48,7 @@ def barrier_access_problems(body, barriers: set[str]) -> list[str]:
     problems = []
     for s in statements(body):
         touched = {getattr(s, field, None) for field in ("array", "dst", "src")}
-        if isinstance(s, (Store, VectorLoad, VectorStore, TmaLoad)) and touched & barriers:
+        if isinstance(s, (Store, VectorLoad, VectorStore, TmaLoad, TmaStore)) and touched & barriers:
             problems.append(f"{type(s).__name__} touches mbarrier array {sorted(touched & barriers)[0]}; only mbarrier "
                             "statements may")
         for e in expressions(s):
@@ -87,24 +87,40 @@ def tensor_map_problems(m: TensorMap, arrays: dict) -> list[str]:
 
 
 def tma_load_problems(s: TmaLoad, arrays: dict, maps: dict) -> list[str]:
-    m = maps.get(s.tensor_map)
-    if m is None:
+    if s.tensor_map not in maps:
         return [f"tma load through unknown tensor map {s.tensor_map}"]
     problems = barrier_element_problems(s.barrier, s.barrier_index, arrays)
-    dst, param = arrays.get(s.dst), arrays.get(m.param)
-    if not isinstance(dst, Array) or dst.space != "shared" or len(dst.shape) < 2:
-        return problems + [f"tma load into {s.dst}: it must be a shared array of rank 2 or more"]
-    if len(s.dst_index) != len(dst.shape):
-        problems.append(f"tma load into {s.dst} with {len(s.dst_index)} indices; it has rank {len(dst.shape)}")
-    if isinstance(param, Param) and param.dtype != dst.dtype:
-        problems.append(f"tma load of {param.dtype} {m.param} into {dst.dtype} array {s.dst}: the types must match")
-    if dst.swizzle != m.swizzle:
-        problems.append(f"tma load through {m.name} ({m.swizzle or 'no'} swizzle) into {s.dst} ({dst.swizzle or 'no'} "
-                        "swizzle): the box must land as the array is laid out")
-    elif dst.swizzle and m.box[1] * dst.dtype.itemsize != SWIZZLE_BYTES:
-        problems.append(f"tma load through {m.name} into swizzled {s.dst}: box rows must span the swizzle's "
+    return problems + _box_problems("tma load into", maps[s.tensor_map], s.dst, s.dst_index, arrays)
+
+
+def tma_store_problems(s: TmaStore, arrays: dict, maps: dict) -> list[str]:
+    if s.tensor_map not in maps:
+        return [f"tma store through unknown tensor map {s.tensor_map}"]
+    m = maps[s.tensor_map]
+    param = arrays.get(m.param)
+    problems = [] if not isinstance(param, Param) or param.writable else [f"tma store to input parameter {m.param}"]
+    return problems + _box_problems("tma store from", m, s.src, s.src_index, arrays)
+
+
+def _box_problems(what: str, m: TensorMap, name: str, index: tuple, arrays: dict) -> list[str]:
+    """The shared side of a TMA copy holds its box as the tensor map lays it out."""
+    array, param = arrays.get(name), arrays.get(m.param)
+    if not isinstance(array, Array) or array.space != "shared" or len(array.shape) < 2:
+        return [f"{what} {name}: it must be a shared array of rank 2 or more"]
+    problems = []
+    if len(index) != len(array.shape):
+        problems.append(f"{what} {name} with {len(index)} indices; it has rank {len(array.shape)}")
+    if isinstance(param, Param) and param.dtype != array.dtype:
+        problems.append(f"{what} {array.dtype} array {name} through {m.name} of {param.dtype} {m.param}: the types "
+                        "must match")
+    if array.swizzle != m.swizzle:
+        problems.append(f"{what} {name} ({array.swizzle or 'no'} swizzle) through {m.name} ({m.swizzle or 'no'} "
+                        "swizzle): the box must be laid out as the array is")
+    elif array.swizzle and m.box[1] * array.dtype.itemsize != SWIZZLE_BYTES:
+        problems.append(f"{what} swizzled {name} through {m.name}: box rows must span the swizzle's "
                         f"{SWIZZLE_BYTES} bytes")
-    if m.box[1] > dst.shape[-1] or m.box[0] > dst.shape[-2]:
-        problems.append(f"tma load of [{m.box[0]}][{m.box[1]}] boxes into {s.dst}, whose last axes are "
-                        f"[{dst.shape[-2]}][{dst.shape[-1]}]")
+    if m.box[1] != array.shape[-1] or m.box[0] > array.shape[-2]:
+        problems.append(f"{what} {name} of [{m.box[0]}][{m.box[1]}] boxes, whose last axes are "
+                        f"[{array.shape[-2]}][{array.shape[-1]}]: the TMA lays a box's rows one after the other, so "
+                        "the array's rows must be as long as the box's")
     return problems

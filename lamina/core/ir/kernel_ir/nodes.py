@@ -35,7 +35,7 @@ from lamina.core.ir.kernel_ir.hopper import (
     WgmmaWait,
 )
 from lamina.core.ir.kernel_ir.hopper_barriers import MbarrierArrive, MbarrierInit, MbarrierWait
-from lamina.core.ir.kernel_ir.hopper_tma import TensorMap, TmaLoad
+from lamina.core.ir.kernel_ir.hopper_tma import TensorMap, TmaLoad, TmaStore, TmaStoreCommit, TmaStoreWait
 
 SPACES = ("global", "shared", "register")
 SPECIALS = ("threadIdx", "blockIdx")
@@ -328,7 +328,8 @@ class AtomicAdd:
 Stmt = (Declare | Assign | Store | For | If | Barrier | ClusterBarrier | CpAsync | CpAsyncCommit | CpAsyncWait
         | VectorLoad | VectorStore | MmaTf32 | Wgmma | WgmmaFence | WgmmaCommit | WgmmaWait
         | AsyncProxyFence | ThreadFence | AtomicAdd | LetNextKernelLaunch | WaitForPreviousKernel
-        | MbarrierInit | MbarrierArrive | MbarrierWait | TmaLoad | Comment)
+        | MbarrierInit | MbarrierArrive | MbarrierWait | TmaLoad | TmaStore | TmaStoreCommit | TmaStoreWait
+        | Comment)
 
 
 @attrs.frozen

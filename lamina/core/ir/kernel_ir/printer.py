@@ -18,7 +18,7 @@ from lamina.core.ir.kernel_ir.hopper import (
     WgmmaWait,
 )
 from lamina.core.ir.kernel_ir.hopper_barriers import MbarrierArrive, MbarrierInit, MbarrierWait
-from lamina.core.ir.kernel_ir.hopper_tma import TensorMap, TmaLoad
+from lamina.core.ir.kernel_ir.hopper_tma import TensorMap, TmaLoad, TmaStore, TmaStoreCommit, TmaStoreWait
 from lamina.core.ir.kernel_ir.nodes import (
     AtomicAdd,
     Assign,
@@ -124,6 +124,13 @@ def format_body(body, indent: str) -> list[str]:
             lines.append(f"{indent}tma load {s.dst}{_index(s.dst_index)} <- {s.tensor_map} at "
                          f"({format_expr(s.row)}, {format_expr(s.column)}), completing on "
                          f"{s.barrier}{_index(s.barrier_index)}")
+        elif isinstance(s, TmaStore):
+            lines.append(f"{indent}tma store {s.tensor_map} at ({format_expr(s.row)}, {format_expr(s.column)}) <- "
+                         f"{s.src}{_index(s.src_index)}")
+        elif isinstance(s, TmaStoreCommit):
+            lines.append(f"{indent}tma store commit")
+        elif isinstance(s, TmaStoreWait):
+            lines.append(f"{indent}tma store wait (at most {s.pending} pending)")
         elif isinstance(s, WgmmaFence):
             lines.append(f"{indent}wgmma fence")
         elif isinstance(s, WgmmaCommit):

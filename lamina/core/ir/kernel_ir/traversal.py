@@ -11,7 +11,7 @@ from lamina.core.ir import expr as ex
 from lamina.core.ir.expr import Expr
 from lamina.core.ir.kernel_ir.hopper import ClusterLoad, Wgmma
 from lamina.core.ir.kernel_ir.hopper_barriers import MbarrierArrive, MbarrierInit, MbarrierWait
-from lamina.core.ir.kernel_ir.hopper_tma import TmaLoad
+from lamina.core.ir.kernel_ir.hopper_tma import TmaLoad, TmaStore
 from lamina.core.ir.kernel_ir.nodes import (
     AtomicAdd,
     Assign,
@@ -62,6 +62,8 @@ def expressions(s: Stmt) -> tuple[Expr, ...]:
         return s.index + (s.parity,)
     if isinstance(s, TmaLoad):
         return s.dst_index + (s.row, s.column) + s.barrier_index
+    if isinstance(s, TmaStore):
+        return (s.row, s.column) + s.src_index
     if isinstance(s, Wgmma):
         a_values = s.a if isinstance(s.a, tuple) else ()
         return tuple(i for place in s.acc_index for i in place) + a_values + s.a_index + s.b_index
@@ -119,6 +121,10 @@ def rename_arrays(kernel: Kernel, mapping: dict[str, str], name: str | None = No
                                  tensor_map=mapping.get(s.tensor_map, s.tensor_map), row=rename_expr(s.row),
                                  column=rename_expr(s.column), barrier=mapping.get(s.barrier, s.barrier),
                                  barrier_index=tuple(map(rename_expr, s.barrier_index)))
+            elif isinstance(s, TmaStore):
+                s = attrs.evolve(s, tensor_map=mapping.get(s.tensor_map, s.tensor_map), row=rename_expr(s.row),
+                                 column=rename_expr(s.column), src=mapping.get(s.src, s.src),
+                                 src_index=tuple(map(rename_expr, s.src_index)))
             elif isinstance(s, Wgmma):
                 s = attrs.evolve(
                     s, acc=mapping.get(s.acc, s.acc), acc_index=[tuple(map(rename_expr, i)) for i in s.acc_index],

@@ -25,8 +25,9 @@ from lamina.core.ir.kernel_ir.hopper_checks import (
     mbarrier_problems,
     tensor_map_problems,
     tma_load_problems,
+    tma_store_problems,
 )
-from lamina.core.ir.kernel_ir.hopper_tma import TmaLoad
+from lamina.core.ir.kernel_ir.hopper_tma import TmaLoad, TmaStore
 from lamina.core.ir.kernel_ir.nodes import (
     LOAD_CACHE_HINTS,
     SPECIALS,
@@ -140,6 +141,8 @@ def verify_kernel(k: Kernel, max_threads: int = 1024, max_shared_bytes: int = 48
                 problems.extend(mbarrier_problems(s, arrays))
             elif isinstance(s, TmaLoad):
                 problems.extend(tma_load_problems(s, arrays, maps))
+            elif isinstance(s, TmaStore):
+                problems.extend(tma_store_problems(s, arrays, maps))
             elif isinstance(s, AtomicAdd):
                 problems.extend(_atomic_problems(s, arrays))
 
