@@ -1,6 +1,6 @@
 """Hopper's mbarriers and tensor-memory copies (``MbarrierInit``, ``MbarrierArrive``,
-``MbarrierWait``, ``TmaLoad``, ``TmaStore`` and its commit and wait) as CUDA: inline PTX in small helpers, printed only where a
-kernel uses them.
+``MbarrierWait``, ``TmaLoad``, ``TmaStore`` and its commit and wait) as CUDA: inline PTX in
+small helpers, printed only where a kernel uses them.
 
 An mbarrier is a ``long long`` of a shared array, addressed in the shared window
 (PTX ISA, "mbarrier.init", "mbarrier.arrive", "mbarrier.test_wait/try_wait"). A wait spins on

@@ -45,9 +45,11 @@ def encode(tensor_map: kir.TensorMap, dtype: dtypes.DType, address: int, kernel:
     rows, columns = tensor_map.shape
     swizzle = (driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if tensor_map.swizzle
                else driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE)
+    sizes, counts = driver.cuuint64_t, driver.cuuint32_t
     result, encoded = driver.cuTensorMapEncodeTiled(
-        _data_type(driver, dtype), 2, address, [columns, rows], [tensor_map.row_stride * dtype.itemsize],
-        [tensor_map.box[1], tensor_map.box[0]], [1, 1], driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        _data_type(driver, dtype), 2, address, [sizes(columns), sizes(rows)],
+        [sizes(tensor_map.row_stride * dtype.itemsize)], [counts(tensor_map.box[1]), counts(tensor_map.box[0])],
+        [counts(1), counts(1)], driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         swizzle, driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
     check(result, f"cuTensorMapEncodeTiled({tensor_map.name})", kernel)

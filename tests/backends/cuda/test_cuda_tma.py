@@ -3,6 +3,8 @@ parameters, NVRTC for sm_90a without spills, and on the GPU equal to eager and t
 
 from __future__ import annotations
 
+import ctypes
+
 import attrs
 import pytest
 import torch
@@ -189,3 +191,24 @@ def test_the_pipelined_product_stored_by_tma_on_the_gpu_agrees_with_eager(tmp_pa
     assert not computed.isnan().any()
     scale = a.abs().double() @ b.abs().double().T
     assert ((computed.double() - a.double() @ b.double().T).abs() / scale).max() < 1e-5
+
+
+def test_tensor_maps_are_encoded_once_per_buffer_address_in_the_order_of_the_parameters(monkeypatch):
+    from lamina.backends.cuda import tensor_maps
+
+    encoded = []
+
+    def fake_encode(tensor_map, dtype, address, kernel):
+        encoded.append((tensor_map.name, dtype, address))
+        return (ctypes.c_uint64 * 16)(address, len(encoded))
+
+    monkeypatch.setattr(tensor_maps, "encode", fake_encode)
+    arguments = tensor_maps.TensorMapArguments(tma_gemm(70, 40, 200))
+    a, b, c = (torch.zeros(n, dtype=torch.bfloat16) for n in (70 * 200, 40 * 200, 2))
+    first = arguments({"a": a, "b": b, "c": c})
+    again = arguments({"a": a, "b": b, "c": c})
+    assert [m[0] for m in first] == [a.data_ptr(), b.data_ptr()]
+    assert [m[1] for m in again] == [1, 2] and len(encoded) == 2
+    moved = torch.zeros_like(a)
+    assert arguments({"a": moved, "b": b, "c": c})[0][0] == moved.data_ptr()
+    assert encoded[-1] == ("a_map", dtypes.bfloat16, moved.data_ptr())

@@ -101,6 +101,7 @@ __all__ = [
     "Load", "MmaTf32", "Param", "Program", "ShuffleXor", "Special", "Stmt", "Store", "Tf32", "ThreadFence",
     "VectorLoad", "VectorStore", "WaitForPreviousKernel", "WgmmaCommit", "WgmmaFence", "WgmmaTf32",
     "WgmmaWait",
-    "barrier_arrays", "block_idx", "expressions", "format_body", "format_expr", "format_kernel", "format_program", "rename_arrays",
+    "barrier_arrays", "block_idx", "expressions", "format_body", "format_expr", "format_kernel", "format_program",
+    "rename_arrays",
     "statements", "swizzled_offset", "thread_idx", "verify_kernel", "verify_program",
 ]

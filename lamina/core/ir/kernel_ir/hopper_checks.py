@@ -3,13 +3,12 @@ the problems it finds as sentences (``verifier`` gathers them)."""
 
 from __future__ import annotations
 
-from lamina.core.ir import dtypes
+from lamina.core.ir import dtypes, expr as ex
 from lamina.core.ir.kernel_ir.hopper import SWIZZLE_BYTES
 from lamina.core.ir.kernel_ir.hopper_barriers import MAX_TRANSACTION_BYTES, MbarrierArrive, MbarrierInit
 from lamina.core.ir.kernel_ir.hopper_tma import GLOBAL_ALIGNMENT, MAX_BOX, TMA_SWIZZLES, TensorMap, TmaLoad, TmaStore
 from lamina.core.ir.kernel_ir.nodes import Array, Load, Param, Store, VectorLoad, VectorStore
 from lamina.core.ir.kernel_ir.traversal import expressions, statements
-from lamina.core.ir import expr as ex
 
 
 def barrier_arrays(body) -> set[str]:
@@ -69,7 +68,8 @@ def tensor_map_problems(m: TensorMap, arrays: dict) -> list[str]:
     if rows < 1 or columns < 1 or m.box[0] < 1 or m.box[1] < 1:
         problems.append(f"tensor map {m.name} has shape {tuple(m.shape)} and box {tuple(m.box)}; both must be positive")
     if max(m.box) > MAX_BOX:
-        problems.append(f"tensor map {m.name} has a box of {tuple(m.box)}; a box spans at most {MAX_BOX} elements a side")
+        problems.append(f"tensor map {m.name} has a box of {tuple(m.box)}; a box spans at most {MAX_BOX} elements "
+                        "a side")
     if (m.row_stride * size) % GLOBAL_ALIGNMENT or m.row_stride < columns:
         problems.append(f"tensor map {m.name}: rows {m.row_stride} elements ({m.row_stride * size} bytes) apart, for "
                         f"rows of {columns}; the TMA needs rows a multiple of {GLOBAL_ALIGNMENT} bytes apart, at least "
@@ -78,7 +78,8 @@ def tensor_map_problems(m: TensorMap, arrays: dict) -> list[str]:
         problems.append(f"tensor map {m.name} spans {(rows - 1) * m.row_stride + columns} elements of {m.param}, "
                         f"which has {param.numel}")
     if m.swizzle not in TMA_SWIZZLES:
-        problems.append(f"tensor map {m.name} has a {m.swizzle}-byte swizzle; it takes {' or '.join(map(str, TMA_SWIZZLES))}")
+        problems.append(f"tensor map {m.name} has a {m.swizzle}-byte swizzle; it takes "
+                        f"{' or '.join(map(str, TMA_SWIZZLES))}")
     elif m.swizzle and m.box[1] * size > m.swizzle:
         problems.append(f"tensor map {m.name}: box rows of {m.box[1] * size} bytes exceed its {m.swizzle}-byte swizzle")
     if (m.box[1] * size) % 16:
