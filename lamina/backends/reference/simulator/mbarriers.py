@@ -156,7 +156,7 @@ class Mbarriers:
             self.tasks.let_others_run()
 
     def _wait(self, found, parity: torch.Tensor, site: int) -> None:
-        threads, slots, name = found
+        threads, slots, _ = found
         if not threads.numel():
             return
         usable = self._usable(threads, slots, site, "wait on")
@@ -164,9 +164,7 @@ class Mbarriers:
         parity = per_thread(as_index(parity), self.grid.total).index_select(0, threads) % 2
         waiting = _PhaseWait(self, threads, slots, parity)
         if not waiting.ready():
-            if self.tasks is None:
-                raise VerificationError(f"kernel {self.kernel}: a wait on {name} that cannot pass")
-            self.tasks.block(waiting)
+            self.tasks.block(waiting)  # a kernel that waits on mbarriers always runs as tasks
         block = self.grid.block_id.index_select(0, threads)
         within = slots - block * self.per_block
         seen = self.seen.view(-1)
