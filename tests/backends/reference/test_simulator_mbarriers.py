@@ -3,12 +3,14 @@ zero-filled past the tensor's edges, and the faults of a kernel that misuses the
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import torch
 
 from lamina.backends.reference.simulator import simulate
 from lamina.core.errors import SimulationError
-from lamina.core.ir import dtypes
+from lamina.core.ir import dtypes, kernel_ir as kir
+from lamina.core.ir.expr import const
 from tests.backends.tma_box_kernels import box_copy, expected_box, stored_back
 
 
@@ -80,3 +82,11 @@ def test_writing_a_tma_store_source_before_its_wait_is_a_race_and_ending_without
                             "before writing its source again"]
     report = simulate(stored_back(wait=False), dict(arrays), raise_on_fault=False)
     assert report.async_protocol[0].startswith("kernel box_copy: the kernel ends while `tma store y_map at (5, -8)")
+
+
+def test_more_arrivals_than_a_phase_expects_are_a_fault():
+    kernel = box_copy(16, 64, (8, 64), 0, 0)
+    crowded = attrs.evolve(kernel, body=kernel.body + (kir.MbarrierArrive("full", (const(0),)),))
+    _, report = run(crowded, torch.randn(16 * 64).bfloat16(), 512, False)
+    assert report.async_protocol == ["kernel box_copy: 128 arrivals on mbarrier full[0] of block (0, 0, 0), whose "
+                                     "phase waited for 1: a phase takes exactly the arrivals its init expects"]
