@@ -112,7 +112,7 @@ class Mbarriers:
                              (self.phase, 0)):
             state.index_fill_(0, slots, value)
 
-    def _usable(self, threads: torch.Tensor, slots: torch.Tensor, site: int, verb: str) -> torch.Tensor:
+    def usable(self, threads: torch.Tensor, slots: torch.Tensor, site: int, verb: str) -> torch.Tensor:
         """Which of the threads may use their barrier: initialised, and the init seen through a ``Barrier``."""
         local = self.grid.local_id.index_select(0, threads)
         initialised = self.initialised.index_select(0, slots)
@@ -127,7 +127,7 @@ class Mbarriers:
 
     def _arrive(self, found, transaction_bytes: int, site: int) -> None:
         threads, slots, _ = found
-        slots = slots[self._usable(threads, slots, site, "arrive on")]
+        slots = slots[self.usable(threads, slots, site, "arrive on")]
         if not slots.numel():
             return
         if transaction_bytes:
@@ -159,7 +159,7 @@ class Mbarriers:
         threads, slots, _ = found
         if not threads.numel():
             return
-        usable = self._usable(threads, slots, site, "wait on")
+        usable = self.usable(threads, slots, site, "wait on")
         threads, slots = threads[usable], slots[usable]
         parity = per_thread(as_index(parity), self.grid.total).index_select(0, threads) % 2
         waiting = _PhaseWait(self, threads, slots, parity)

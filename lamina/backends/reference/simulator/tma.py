@@ -49,7 +49,7 @@ class TmaCopies:
     def build_statement(self, s, scope):
         """The runner of a ``TmaLoad``, ``TmaStore``, ``TmaStoreCommit`` or ``TmaStoreWait``."""
         if isinstance(s, kernel_ir.TmaLoad):
-            return self.build(s, scope)
+            return self._load(s, scope)
         if isinstance(s, kernel_ir.TmaStore):
             return self._store(s, scope)
         if isinstance(s, kernel_ir.TmaStoreCommit):
@@ -63,7 +63,7 @@ class TmaCopies:
 
         return wait
 
-    def build(self, s: kernel_ir.TmaLoad, scope):
+    def _load(self, s: kernel_ir.TmaLoad, scope):
         try:
             m = self.kernel.tensor_map(s.tensor_map)
         except KeyError:
@@ -84,6 +84,8 @@ class TmaCopies:
 
         def run(mask: Mask) -> None:
             threads, slots, _ = slots_of(mask)
+            usable = self.barriers.usable(threads, slots, site, "TMA copy completing on")
+            threads, slots = threads[usable], slots[usable]
             total = self.grid.total
             at = [per_thread(as_index(f(mask)), total) for f in dst_of]
             row, column = (per_thread(as_index(f(mask)), total) for f in (row_of, column_of))
