@@ -121,7 +121,7 @@ class Tasks:
     def let_others_run(self) -> None:
         """A phase completed: the tasks that waited for it run before the running one goes on."""
         me = self.running
-        self._hand_on(me, me_last=True)
+        self._hand_on(me)
         self._wait_for_turn(me)
 
     def _run(self, task: _Task, runner, mask: Mask) -> None:
@@ -148,19 +148,19 @@ class Tasks:
                 raise self.failure
             raise _Aborted()
 
-    def _hand_on(self, me: _Task, me_last: bool = False) -> None:
+    def _hand_on(self, me: _Task) -> None:
         """Give the turn to the next task that can run, in order after ``me`` (``me`` last)."""
         at = self.order.index(me) if me in self.order else 0
         candidates = self.order[at + 1:] + self.order[:at] + ([me] if not me.done else [])
         chosen = next((t for t in candidates if not t.done and (t.waiting is None or t.waiting.ready())), None)
         if chosen is None:
             error = SimulationError(self._deadlock())
-            if me is self.main:
-                self._stop_all()
-                raise error
             with self.condition:
                 self.failure = error
                 self.condition.notify_all()
+            if me is self.main:
+                self._stop_all()
+                raise error
             raise _Aborted()
         with self.condition:
             self.running = chosen
