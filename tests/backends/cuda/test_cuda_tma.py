@@ -212,3 +212,29 @@ def test_tensor_maps_are_encoded_once_per_buffer_address_in_the_order_of_the_par
     moved = torch.zeros_like(a)
     assert arguments({"a": moved, "b": b, "c": c})[0][0] == moved.data_ptr()
     assert encoded[-1] == ("a_map", dtypes.bfloat16, moved.data_ptr())
+
+
+def test_a_bf16_wgmma_on_float32_arrays_or_from_registers_is_refused():
+    kernel = tma_gemm(70, 40, 200)
+    wgmma = next(s for s in kir.statements(kernel.body) if isinstance(s, kir.Wgmma))
+    with pytest.raises(VerificationError, match="wgmma reads a_tile: it must be a f16 shared array in the 128-byte "
+                                                "swizzle"):
+        kir.verify_kernel(_replaced(kernel, wgmma, attrs.evolve(wgmma, operand_dtype=dtypes.float16)))
+    with pytest.raises(VerificationError, match="wgmma on bf16 operands reads A from shared memory only"):
+        kir.verify_kernel(_replaced(kernel, wgmma, attrs.evolve(wgmma, a_from="registers")))
+
+
+def _replaced(kernel: kir.Kernel, old, new) -> kir.Kernel:
+    def body(statements):
+        out = []
+        for s in statements:
+            if s is old:
+                s = new
+            elif isinstance(s, kir.For):
+                s = attrs.evolve(s, body=body(s.body))
+            elif isinstance(s, kir.If):
+                s = attrs.evolve(s, then=body(s.then), orelse=body(s.orelse))
+            out.append(s)
+        return out
+
+    return attrs.evolve(kernel, body=body(kernel.body))
