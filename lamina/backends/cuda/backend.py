@@ -24,6 +24,7 @@ def anonymous_kernel(kernel: kernel_ir.Kernel) -> kernel_ir.Kernel:
     kernels print as the same source. Launches pass parameters by position."""
     mapping = {p.name: f"p{i}" for i, p in enumerate(kernel.params)}
     mapping.update({a.name: f"{a.space[0]}{i}" for i, a in enumerate(kernel.arrays)})
+    mapping.update({m.name: f"t{i}" for i, m in enumerate(kernel.tensor_maps)})
     return kernel_ir.rename_arrays(kernel, mapping, name="lamina_kernel")
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import math
 
-from lamina.backends.cuda import dependent_launch, wgmma
+from lamina.backends.cuda import dependent_launch, hopper_copies, wgmma
 from lamina.backends.cuda.expressions import INT_LIMIT, ExpressionPrinter
 from lamina.backends.cuda.names import c_name, kernel_c_name
 from lamina.backends.cuda.vector_access import register_alignments, vector_copy
@@ -88,6 +88,7 @@ _FIXED_STATEMENTS = {
     kir.WgmmaCommit: wgmma.COMMIT,
     kir.AsyncProxyFence: wgmma.PROXY_FENCE,
     kir.ThreadFence: "__threadfence();",
+    kir.TmaStoreCommit: hopper_copies.TMA_STORE_COMMIT,
     kir.LetNextKernelLaunch: dependent_launch.LET_NEXT_KERNEL_LAUNCH,
     kir.WaitForPreviousKernel: dependent_launch.WAIT_FOR_PREVIOUS_KERNEL,
 }
@@ -107,7 +108,7 @@ def kernel_symbol(kernel: kir.Kernel) -> str:
 def uses_dynamic_shared(kernel: kir.Kernel) -> bool:
     """Whether the shared arrays may not fit in static shared memory: a swizzled array's alignment may
     leave a gap before it, which counts too."""
-    gaps = sum(a.alignment - SHARED_ALIGNMENT for a in kernel.arrays if a.space == "shared")
+    gaps = sum(array_alignment(kernel, a) - SHARED_ALIGNMENT for a in kernel.arrays if a.space == "shared")
     return kernel.shared_bytes + gaps > STATIC_SHARED_LIMIT
 
 
@@ -116,7 +117,8 @@ def shared_layout(kernel: kir.Kernel) -> list[tuple[kir.Array, int]]:
     layout, offset = [], 0
     for array in kernel.arrays:
         if array.space == "shared":
-            offset = -(-offset // array.alignment) * array.alignment
+            alignment = array_alignment(kernel, array)
+            offset = -(-offset // alignment) * alignment
             layout.append((array, offset))
             offset += -(-array.bytes // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
     return layout
@@ -124,7 +126,15 @@ def shared_layout(kernel: kir.Kernel) -> list[tuple[kir.Array, int]]:
 
 def shared_alignment(kernel: kir.Kernel) -> int:
     """The alignment of dynamic shared memory's start: that of the most demanding array."""
-    return max((a.alignment for a in kernel.arrays if a.space == "shared"), default=SHARED_ALIGNMENT)
+    return max((array_alignment(kernel, a) for a in kernel.arrays if a.space == "shared"), default=SHARED_ALIGNMENT)
+
+
+def array_alignment(kernel: kir.Kernel, array: kir.Array) -> int:
+    """What a shared array's start must be aligned to: ``Array.alignment``, and at least the 128 bytes of a
+    TMA copy's shared-memory side for an array that one fills or reads."""
+    if not kernel.tensor_maps or array.name not in hopper_copies.tma_arrays(kernel):
+        return array.alignment
+    return max(array.alignment, hopper_copies.TMA_SHARED_ALIGNMENT)
 
 
 def wide_copy_destinations(kernel: kir.Kernel) -> set[str]:
@@ -208,6 +218,8 @@ class _KernelPrinter:
         self.mma_used = False
         self.wgmma_sizes: set[tuple[int, bool]] = set()
         """The n of the wgmma shapes used: each needs its ``lamina_wgmma_tf32_n{n}``."""
+        self.sixteen_bit_wgmma: set[tuple[str, int]] = set()
+        """The operand type and n of the bf16 and fp16 wgmma used: each needs its ``lamina_wgmma_bf16_n{n}``."""
         self.unrolled: list[str] = []
         """The variables of the unrolled loops around the statement being printed."""
 
@@ -242,10 +254,15 @@ class _KernelPrinter:
             sections.append(_MMA_TF32_HELPER)
         for size in sorted(self.expr.swizzled_sizes):
             sections.append(wgmma.swizzled_helper(size, self.index_type))
-        if self.wgmma_sizes:
+        if self.wgmma_sizes or self.sixteen_bit_wgmma:
             sections.append(wgmma.DESCRIPTOR_HELPER)
         for n, registers in sorted(self.wgmma_sizes):
             sections.append(wgmma.mma_helper(n, registers))
+        for name in sorted({name for name, _ in self.sixteen_bit_wgmma}):
+            sections.append(wgmma.sixteen_bit_descriptor_helper(dtypes.from_name(name)))
+        for name, n in sorted(self.sixteen_bit_wgmma):
+            sections.append(wgmma.sixteen_bit_mma_helper(n, dtypes.from_name(name)))
+        sections += hopper_copies.helpers(self.kernel)
         for size in sorted(self.cp_async_sizes):
             sections.append(_CP_ASYNC_HELPER.format(bytes=size, cache="cg" if size == 16 else "ca"))
         sections.append("\n".join([self._signature() + " {", *body, "}"]))
@@ -265,6 +282,7 @@ class _KernelPrinter:
         for p in self.kernel.params:
             const = "" if p.writable else "const "
             params.append(f"{const}{p.dtype.c_type}* __restrict__ {self.name(p.name)}")
+        params += [hopper_copies.tensor_map_parameter(self.name(m.name)) for m in self.kernel.tensor_maps]
         threads = self.kernel.launch.threads_per_block
         cluster = self.kernel.launch.cluster
         dims = f"__cluster_dims__({cluster[0]}, {cluster[1]}, {cluster[2]}) " if cluster != (1, 1, 1) else ""
@@ -286,7 +304,8 @@ class _KernelPrinter:
             wide = wide_copy_destinations(self.kernel)
             for array in self.kernel.arrays:
                 if array.space == "shared":
-                    alignment = array.alignment if array.swizzle or array.name in wide else None
+                    alignment = array_alignment(self.kernel, array)
+                    alignment = alignment if alignment > SHARED_ALIGNMENT or array.name in wide else None
                     align = f"__align__({alignment}) " if alignment else ""
                     lines.append(f"{indent}__shared__ {align}{self._array_declarator(array)};")
         alignments = register_alignments(self.kernel)
@@ -336,8 +355,24 @@ class _KernelPrinter:
             self.mma_used = True
             operands = [self._element(s.acc, i) for i in s.acc_index] + [e.converted(v, dtypes.float32) for v in s.a + s.b]
             return [f"{indent}lamina_mma_tf32({', '.join(operands)});"]
-        if isinstance(s, kir.WgmmaTf32):
+        if isinstance(s, kir.Wgmma):
             return self._wgmma(s, indent)
+        if isinstance(s, kir.MbarrierInit):
+            return [f"{indent}{hopper_copies.mbarrier_init(self._element(s.barrier, s.index), s.arrivals)}"]
+        if isinstance(s, kir.MbarrierArrive):
+            barrier = self._element(s.barrier, s.index)
+            return [f"{indent}{hopper_copies.mbarrier_arrive(barrier, s.transaction_bytes)}"]
+        if isinstance(s, kir.MbarrierWait):
+            barrier = self._element(s.barrier, s.index)
+            return [f"{indent}{hopper_copies.mbarrier_wait(barrier, self.expr.text(s.parity))}"]
+        if isinstance(s, kir.TmaLoad):
+            return [f"{indent}{self._tma_load(s)}"]
+        if isinstance(s, kir.TmaStore):
+            row, column = self.expr.text(s.row), self.expr.text(s.column)
+            src = self._box_start(s.src, s.src_index)
+            return [f"{indent}{hopper_copies.tma_store(self.name(s.tensor_map), row, column, src)}"]
+        if isinstance(s, kir.TmaStoreWait):
+            return [f"{indent}{hopper_copies.tma_store_wait(s.pending)}"]
         if isinstance(s, kir.WgmmaWait):
             return [f"{indent}{wgmma.wait(s.pending)}"]
         if isinstance(s, kir.AtomicAdd):
@@ -351,8 +386,25 @@ class _KernelPrinter:
     def _element(self, array: str, at) -> str:
         return self.expr.element(array, at)
 
-    def _wgmma(self, s: kir.WgmmaTf32, indent: str) -> list[str]:
+    def _tma_load(self, s: kir.TmaLoad) -> str:
+        return hopper_copies.tma_load(self._box_start(s.dst, s.dst_index), self.name(s.tensor_map),
+                                      self.expr.text(s.row), self.expr.text(s.column),
+                                      self._element(s.barrier, s.barrier_index))
+
+    def _box_start(self, array: str, at: tuple[ex.Expr, ...]) -> str:
+        """The address of a TMA box's first element in shared memory, its unswizzled place for a swizzled array (its
+        first row is a multiple of 8, where the swizzle moves nothing)."""
+        if self.kernel.array(array).swizzle:
+            return self._operand_start(array, at)
+        return "&" + self._element(array, at)
+
+    def _wgmma(self, s: kir.Wgmma, indent: str) -> list[str]:
         registers = s.a_from == "registers"
+        if s.operand_dtype != dtypes.float32:
+            self.sixteen_bit_wgmma.add((s.operand_dtype.name, s.n))
+            accumulators = [self._element(s.acc, i) for i in s.acc_index]
+            return wgmma.call(s.n, self._operand_start(s.a, s.a_index), self._operand_start(s.b, s.b_index),
+                              s.accumulate, accumulators, indent, operand_dtype=s.operand_dtype)
         self.wgmma_sizes.add((s.n, registers))
         accumulators = [self._element(s.acc, i) for i in s.acc_index]
         if registers:

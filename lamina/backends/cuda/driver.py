@@ -5,7 +5,8 @@ current stream, with tensors' device pointers as arguments: they order with
 PyTorch's own work, and CUDA-graph capture records them like any other kernel.
 A kernel whose launch overlaps the previous kernel's goes through ``cuLaunchKernelEx`` with
 the attribute that allows it (``dependent_launch``), the others through ``cuLaunchKernel``.
-A launch neither synchronises nor allocates device memory; modules are loaded
+A kernel with tensor maps gets them after its pointers, encoded for the buffers' addresses
+and kept (``tensor_maps``). A launch neither synchronises nor allocates device memory; modules are loaded
 before the first launch (``LaunchableKernel.prepare``), never while a graph is
 being captured on that device.
 """
@@ -22,6 +23,7 @@ import torch
 from lamina.backends.cuda import dependent_launch
 from lamina.backends.cuda.codegen import launch_shared_bytes
 from lamina.backends.cuda.nvrtc import CompiledKernel
+from lamina.backends.cuda.tensor_maps import TensorMapArguments
 from lamina.core.errors import DeviceError, LaminaError
 from lamina.core.ir import kernel_ir as kir
 from lamina.runtime.program_runner import torch_dtype
@@ -112,6 +114,7 @@ class LaunchableKernel:
         self.params = kernel.params
         self._digest = hashlib.sha256(compiled.cubin).digest()
         self._torch_dtypes = [torch_dtype(p.dtype) for p in kernel.params]
+        self._tensor_maps = TensorMapArguments(kernel) if kernel.tensor_maps else None
         self._functions: dict[int, object] = {}
         driver = self._driver = _driver()
         self._launch_call = "cuLaunchKernelEx" if kernel.launch.overlaps_previous_kernel else "cuLaunchKernel"
@@ -156,7 +159,13 @@ class LaunchableKernel:
         count = len(pointers)
         values = (ctypes.c_void_p * count)(*pointers)
         base = ctypes.addressof(values)
-        arguments = (ctypes.c_void_p * count)(*range(base, base + count * _POINTER_SIZE, _POINTER_SIZE))
+        if self._tensor_maps is None:
+            arguments = (ctypes.c_void_p * count)(*range(base, base + count * _POINTER_SIZE, _POINTER_SIZE))
+        else:
+            maps = [ctypes.addressof(m) for m in self._tensor_maps(buffers)]
+            arguments = (ctypes.c_void_p * (count + len(maps)))(
+                *range(base, base + count * _POINTER_SIZE, _POINTER_SIZE), *maps)
+            count += len(maps)
         stream = torch.cuda.current_stream(device).cuda_stream
         launch = (function, stream, ctypes.addressof(arguments) if count else None)
         (result,) = self._launch(*launch)

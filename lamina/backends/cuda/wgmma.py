@@ -1,10 +1,14 @@
-"""Hopper's warpgroup mma (``WgmmaTf32``) and the 128-byte swizzle of its operands, as CUDA.
+"""Hopper's warpgroup mma (``Wgmma``) and the 128-byte swizzle of its operands, as CUDA.
 
 A wgmma reads A and B from shared memory through two 64-bit matrix descriptors, each built
 from the address where the operand's first row starts; the hardware applies the swizzle to
 the addresses itself, so a descriptor takes the first element's unswizzled place, while
 every ordinary access of a swizzled array goes to the swizzled one (``lamina_swizzled_N``).
 With A from registers, each thread passes its four values of A as 32-bit registers.
+bf16 and fp16 operands take the same descriptors (the layout is in bytes) through an overload
+of the descriptor helper for their pointers, and the k16 instruction, whose two last immediates
+say that neither operand is transposed: both are K-major, as a TMA with the 128-byte swizzle
+writes them (PTX ISA, "Matrix Descriptor Format" and "wgmma.mma_async").
 The inline PTX is that of ``experiments/tensor_cores/wgmma_experiment.py``, measured on the H200.
 
 wgmma and its fence, commit and wait exist only in ``sm_90a``, Hopper's architecture-specific
@@ -14,13 +18,14 @@ that need it, and refuses to compile them for anything but Hopper.
 
 from __future__ import annotations
 
+from lamina.backends.cuda.hopper_copies import uses_hopper_copies
 from lamina.core.errors import LaminaError
-from lamina.core.ir import kernel_ir as kir
+from lamina.core.ir import dtypes, kernel_ir as kir
 
 WGMMA_ARCH = "sm_90a"
 HOPPER_ARCHES = ("sm_90", WGMMA_ARCH)
 
-_STATEMENTS = (kir.WgmmaTf32, kir.WgmmaFence, kir.WgmmaCommit, kir.WgmmaWait)
+_STATEMENTS = (kir.Wgmma, kir.WgmmaFence, kir.WgmmaCommit, kir.WgmmaWait)
 _PER_LINE = 8
 """Accumulators per line of a helper or a call, so that a person can read them."""
 
@@ -37,6 +42,11 @@ __device__ __forceinline__ unsigned long long lamina_wgmma_descriptor(const floa
   return static_cast<unsigned long long>((address & 0x3FFFF) >> 4) | (1ull << 16)
        | (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62);
 }"""
+
+_SIXTEEN_BIT_DESCRIPTOR_HELPER = """\
+__device__ __forceinline__ unsigned long long lamina_wgmma_descriptor(const {c_type}* first) {{
+  return lamina_wgmma_descriptor(reinterpret_cast<const float*>(first));
+}}"""
 
 _SWIZZLED_HELPER = """\
 // Element e, row-major, of an array of {size}-byte elements in the 128-byte swizzle: in rows of {row} elements, the
@@ -89,11 +99,37 @@ def mma_helper(n: int, registers: bool = False) -> str:
     ])
 
 
+def sixteen_bit_descriptor_helper(operand_dtype: dtypes.DType) -> str:
+    """The descriptor helper for operands of a 16-bit type: the same bits as for float32's."""
+    return _SIXTEEN_BIT_DESCRIPTOR_HELPER.format(c_type=operand_dtype.c_type)
+
+
+def sixteen_bit_mma_helper(n: int, operand_dtype: dtypes.DType) -> str:
+    """``lamina_wgmma_bf16_n{n}`` (or ``_f16_``): one m64n{n}k16 wgmma on bf16 (fp16) operands in shared memory that
+    start at ``a`` and ``b``, K-major, adding to float32 accumulators (``accumulate`` 1) or replacing them (0)."""
+    count, asm, kind, c_type = n // 2, " " * 15, operand_dtype.short, operand_dtype.c_type
+    outputs = [f'{asm}"{row} "' for row in _rows([f"%{i}" for i in range(count)], ",")]
+    return "\n".join([
+        f"__device__ __forceinline__ void lamina_wgmma_{kind}_n{n}(const {c_type}* a, const {c_type}* b, int accumulate,",
+        *_rows([f"float& d{i}" for i in range(count)], ",", "    ", ") {"),
+        f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{count + 2}, 0;\\n"',
+        f'{asm}"wgmma.mma_async.sync.aligned.m{kir.WGMMA_M}n{n}k16.f32.{kind}.{kind} {{"',
+        *outputs,
+        f'{asm}"}}, %{count}, %{count + 1}, p, 1, 1, 0, 0;\\n}}\\n"',
+        *_rows([f'"+f"(d{i})' for i in range(count)], ",", asm + ": ", "", continued=asm + "  "),
+        f'{asm}: "l"(lamina_wgmma_descriptor(a)), "l"(lamina_wgmma_descriptor(b)), "r"(accumulate)',
+        f'{asm}: "memory");',
+        "}",
+    ])
+
+
 def call(n: int, a: str, b: str, accumulate: bool, accumulators: list[str], indent: str,
-         registers: bool = False) -> list[str]:
+         registers: bool = False, operand_dtype: dtypes.DType = dtypes.float32) -> list[str]:
     """The lines of a call of ``lamina_wgmma_tf32_n{n}``; ``a`` and ``b`` are the operands' start addresses (with
-    ``registers``, of ``lamina_wgmma_tf32_rs_n{n}``, ``a`` the thread's four values of A)."""
-    name = f"lamina_wgmma_tf32_rs_n{n}" if registers else f"lamina_wgmma_tf32_n{n}"
+    ``registers``, of ``lamina_wgmma_tf32_rs_n{n}``, ``a`` the thread's four values of A; with a 16-bit
+    ``operand_dtype``, of ``lamina_wgmma_bf16_n{n}`` or ``lamina_wgmma_f16_n{n}``)."""
+    kind = "tf32" if operand_dtype == dtypes.float32 else operand_dtype.short
+    name = f"lamina_wgmma_{kind}_rs_n{n}" if registers else f"lamina_wgmma_{kind}_n{n}"
     return [f"{indent}{name}({a}, {b}, {int(accumulate)},",
             *_rows(accumulators, ",", indent + "    ", ");")]
 
@@ -114,6 +150,9 @@ def uses_wgmma(kernel: kir.Kernel) -> bool:
 def kernel_arch(kernel: kir.Kernel, arch: str) -> str:
     """The architecture to compile ``kernel`` for on a GPU of ``arch``: ``arch`` itself, or ``sm_90a`` where the
     kernel runs wgmma on Hopper."""
+    if uses_hopper_copies(kernel) and arch not in HOPPER_ARCHES:
+        raise LaminaError(f"kernel {kernel.name} copies with Hopper's tensor memory accelerator or waits on mbarriers, "
+                          f"which only Hopper GPUs (sm_90) have, so it cannot be compiled for {arch}")
     if not uses_wgmma(kernel):
         return arch
     if arch in HOPPER_ARCHES:

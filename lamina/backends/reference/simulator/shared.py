@@ -11,7 +11,10 @@ Besides bounds, every element tracks:
   stored since the last cluster barrier and whether another block read it since then.
 For arrays that a wgmma reads, ``async_proxy`` (``wgmma.AsyncProxy``) hears of
 every write before it lands (``overwriting``), and of ordinary stores and of ``cp.async``
-data once waited for (``stored``).
+data once waited for (``stored``). For arrays that TMA copies write, ``tma``
+(``tma.TmaCopies``) checks every read against the mbarrier phases the reader has waited for,
+and ``bulk_reads`` (the same) hears of every write, which must not land where a TMA store
+still reads.
 
 Indices stay logical; bank conflicts of a swizzled array (``Array.swizzle``) are counted
 where the GPU stores its elements (``kernel_ir.swizzled_offset``).
@@ -63,6 +66,8 @@ class SharedArray:
         self.faults = faults
         self.swizzled = array if array.swizzle else None
         self.async_proxy = None
+        self.tma = None
+        self.bulk_reads = None
         size = grid.blocks * self.numel
         self.data = torch.zeros(size, dtype=torch_dtype(array.dtype))
         self.written = torch.zeros(size, dtype=torch.bool)
@@ -313,6 +318,8 @@ class SharedArray:
         unwritten = ~self.written.index_select(0, elements)
         self.faults.add(UNWRITTEN_READS, (site,), unwritten, lambda i: (
             f"read of unwritten shared memory {self.describe_element(lanes, i)} by {self._thread(lanes, i)}"))
+        if self.tma is not None:
+            self.tma.check_read(self, lanes, site)
         if self.has_pending:
             copier = self.pending_thread.index_select(0, elements)
             self.faults.add(RACES, (site, "early"), copier >= 0, lambda i: (
@@ -334,10 +341,16 @@ class SharedArray:
             self.reader_high.scatter_reduce_(0, elements, local, "amax")
         self.unrecorded_reads.clear()
 
+    def check_reads(self, lanes: Lanes, site: int) -> None:
+        """Check the reads of ``lanes`` as any read (a TMA store's, which counts no bank conflicts)."""
+        self._check_read(lanes, site)
+
     def _check_write(self, lanes: Lanes, site: int, how: str) -> None:
         elements = lanes.elements
         if self.async_proxy is not None:
             self.async_proxy.overwriting(self, lanes, site, how)
+        if self.bulk_reads is not None:
+            self.bulk_reads.overwriting(self, lanes, site, how)
         if self.has_pending:
             copier = self.pending_thread.index_select(0, elements)
             self.faults.add(RACES, (site, "overwrite"), copier >= 0, lambda i: (

@@ -17,7 +17,9 @@ one pending (see ``wgmma``). A warp-wide mma that only part of a warp runs, and 
 wgmma that only part of a warpgroup runs or whose threads disagree on its operands, are
 errors (see ``mma`` and ``wgmma``).
 Shared-memory bank conflicts are counted per array (see ``banks``), where a
-swizzled array stores its elements.
+swizzled array stores its elements. Hopper's mbarriers and TMA copies are in ``mbarriers``
+and ``tma``; a kernel that waits on mbarriers runs the branches of an ``If`` that wait as
+tasks that wait for each other (``tasks``).
 """
 
 from __future__ import annotations
@@ -33,9 +35,12 @@ from lamina.backends.reference.simulator.cp_async import CpAsyncGroups
 from lamina.backends.reference.simulator.expressions import ExpressionCompiler
 from lamina.backends.reference.simulator.grid import Mask, ThreadGrid
 from lamina.backends.reference.simulator.memory import GlobalArray, RegisterArray, as_index, per_thread
+from lamina.backends.reference.simulator.mbarriers import Mbarriers
 from lamina.backends.reference.simulator.mma import MmaRunner
 from lamina.backends.reference.simulator.report import MISALIGNED, RACES, FaultLog, SimulationReport
 from lamina.backends.reference.simulator.shared import Lanes, SharedArray
+from lamina.backends.reference.simulator.tasks import Tasks, TaskVariables
+from lamina.backends.reference.simulator.tma import TmaCopies
 from lamina.backends.reference.simulator.vectors import VectorAccesses
 from lamina.backends.reference.simulator.wgmma import WgmmaRunner
 from lamina.core.errors import SimulationError, VerificationError
@@ -43,7 +48,7 @@ from lamina.core.ir import dtypes, kernel_ir
 from lamina.core.ir.dtypes import DType
 
 Runner = Callable[[Mask], None]
-_WGMMA_STATEMENTS = (kernel_ir.WgmmaTf32, kernel_ir.WgmmaFence, kernel_ir.WgmmaCommit, kernel_ir.WgmmaWait,
+_WGMMA_STATEMENTS = (kernel_ir.Wgmma, kernel_ir.WgmmaFence, kernel_ir.WgmmaCommit, kernel_ir.WgmmaWait,
                      kernel_ir.AsyncProxyFence)
 
 
@@ -103,7 +108,12 @@ class KernelSimulation:
         self.kernel = kernel
         self.grid = ThreadGrid(kernel)
         self.faults = FaultLog(kernel.name)
-        self.env: dict[str, torch.Tensor] = {}
+        self.tasks = None
+        if _waits(kernel.body):
+            self.env = TaskVariables()
+            self.tasks = Tasks(self.env, kernel.name)
+        else:
+            self.env: dict[str, torch.Tensor] = {}
         self.memories = self._memories(arrays)
         self.shared = [m for m in self.memories.values() if isinstance(m, SharedArray)]
         self.groups = CpAsyncGroups(self.grid)
@@ -112,6 +122,9 @@ class KernelSimulation:
         self.vectors = VectorAccesses(kernel.name, self.grid, self.faults, self.exprs, self.sites)
         self.mma = MmaRunner(kernel.name, self.grid, self.exprs, self.memories, self.sites)
         self.wgmma = WgmmaRunner(kernel.name, self.grid, self.faults, self.exprs, self.memories, self.sites)
+        self.mbarriers = Mbarriers(kernel, self.grid, self.faults, self.exprs, self.sites, self.tasks)
+        self.tma = TmaCopies(kernel, self.grid, self.faults, self.exprs, self.memories, self.sites, self.mbarriers,
+                             self.wgmma.proxy)
         self.body = self._body(kernel.body, {}, set())
 
     def run(self) -> SimulationReport:
@@ -121,6 +134,7 @@ class KernelSimulation:
         for array in self.shared:
             array.check_cluster_reads_finished(end)
         self.wgmma.finish(end)
+        self.tma.finish(end)
         return self.faults.report({array.name: array.bank_conflicts for array in self.shared})
 
     def _memories(self, arrays: Mapping[str, torch.Tensor]) -> dict:
@@ -199,6 +213,10 @@ class KernelSimulation:
             return self.wgmma.build(s, scope)
         if isinstance(s, kernel_ir.AtomicAdd):
             return self._atomic_add(s, scope)
+        if isinstance(s, kernel_ir.MBARRIER_STATEMENTS):
+            return self.mbarriers.build(s, scope)
+        if isinstance(s, kernel_ir.TMA_STATEMENTS):
+            return self.tma.build_statement(s, scope)
         if isinstance(s, (kernel_ir.Comment, kernel_ir.ThreadFence, kernel_ir.LetNextKernelLaunch,
                           kernel_ir.WaitForPreviousKernel)):
             return None
@@ -318,6 +336,7 @@ class KernelSimulation:
         cond_of = self.exprs.compile(s.cond, scope)
         then = self._body(s.then, scope, loop_vars)
         orelse = self._body(s.orelse, scope, loop_vars) if s.orelse else None
+        concurrent = self.tasks is not None and orelse is not None and (_waits(s.then) or _waits(s.orelse))
 
         def run(mask: Mask) -> None:
             cond = as_tensor(cond_of(mask), dtypes.bool_)
@@ -327,6 +346,12 @@ class KernelSimulation:
                     branch(mask)
                 return
             taken = mask.narrow(cond)
+            if concurrent:
+                other = mask.narrow(~cond)
+                branches = [(branch, m) for branch, m in ((then, taken), (orelse, other)) if m.any()]
+                if len(branches) == 2:
+                    self.tasks.fork(branches)
+                    return
             if taken.any():
                 then(taken)
             if orelse is not None:
@@ -350,6 +375,7 @@ class KernelSimulation:
                 blocks = (arrived > 0).nonzero().squeeze(1)
             for array in shared:
                 array.barrier(blocks)
+            self.mbarriers.barrier(blocks)
 
         return run
 
@@ -368,6 +394,7 @@ class KernelSimulation:
                     f"{grid.describe_block(block)}: every thread of a cluster must reach each cluster barrier"))
             for array in shared:
                 array.cluster_barrier()
+            self.mbarriers.barrier(None)
 
         return run
 
@@ -425,3 +452,8 @@ class KernelSimulation:
         self.faults.add(MISALIGNED, (site, "src"), bad, lambda thread: (
             f"cp.async of {size} B from {s.src} at byte {int(src_bytes[thread])} is not {size}-byte "
             f"aligned, by {grid.describe_thread(thread)}"))
+
+
+def _waits(body) -> bool:
+    """Whether a body waits on an mbarrier, so that its threads may wait for threads of other branches."""
+    return any(isinstance(s, kernel_ir.MbarrierWait) for s in kernel_ir.statements(body))

@@ -1,12 +1,13 @@
-"""Hopper's warpgroup mma (``WgmmaTf32``) and its asynchronous protocol in the Kernel IR simulator.
+"""Hopper's warpgroup mma (``Wgmma``) and its asynchronous protocol in the Kernel IR simulator.
 
 A warpgroup is 128 consecutive threads of a block (``threadIdx`` flattened). Its wgmma runs
 at issue: A and B are read through their shared arrays, the reads spread over the
-warpgroup's threads, so that bounds, unwritten reads, races and ``cp.async`` waits are
-checked as for any read (bank conflicts are not counted: the tensor cores read whole
-swizzled rows), or A from each thread's registers as ``MmaTf32`` lays them out; then, as
-for ``MmaTf32``, the operands' low 13 bits are dropped and the product is added in float64
-and rounded once to float32.
+warpgroup's threads, so that bounds, unwritten reads, races, ``cp.async`` waits and the
+mbarrier phases of TMA copies are checked as for any read (bank conflicts are not counted:
+the tensor cores read whole swizzled rows), or A from each thread's registers as ``MmaTf32``
+lays them out; then, as for ``MmaTf32``, float32 operands lose their low 13 bits (tf32), bf16
+and fp16 ones are taken exactly, and the product is added in float64 and rounded once to
+float32.
 
 On the GPU it runs asynchronously, so the simulator keeps what a program may not do
 meanwhile, and reports as ``async_protocol`` faults:
@@ -45,7 +46,7 @@ from lamina.backends.reference.tf32 import truncated
 from lamina.core.errors import SimulationError, VerificationError
 from lamina.core.ir import dtypes, kernel_ir
 from lamina.core.ir.dtypes import DType
-from lamina.core.ir.kernel_ir import WARPGROUP_SIZE, WGMMA_K, WGMMA_M
+from lamina.core.ir.kernel_ir import WARPGROUP_SIZE, WGMMA_K, WGMMA_M, wgmma_k
 
 Runner = Callable[[Mask], None]
 
@@ -269,31 +270,34 @@ class AsyncProxy:
 
 
 class _Operand:
-    """A or B of one wgmma statement: ``rows`` rows of eight elements of a shared array from the
-    (row, column) that each warpgroup gives, read through the array with element ``128 q + i``
-    (row-major) counted for thread ``i`` of the warpgroup. Each of the rounds ``q`` holds every
-    thread's offsets from the row and column, and which threads read (None for all)."""
+    """A or B of one wgmma statement: ``rows`` rows of k elements (8 tf32, 16 bf16 or fp16) of a
+    shared array from the (row, column) that each warpgroup gives, read through the array with
+    element ``128 q + i`` (row-major) counted for thread ``i`` of the warpgroup. Each of the rounds
+    ``q`` holds every thread's offsets from the row and column, and which threads read (None for all)."""
 
-    def __init__(self, runner: WgmmaRunner, name: str, index: tuple, rows: int, scope: dict[str, DType], text: str):
+    def __init__(self, runner: WgmmaRunner, name: str, index: tuple, rows: int, scope: dict[str, DType], text: str,
+                 operand_dtype: DType = dtypes.float32):
         memory = runner.exprs.memory(name, len(index), "wgmma read of")
-        if not isinstance(memory, SharedArray) or memory.dtype != dtypes.float32 or len(memory.shape) < 2:
-            raise VerificationError(f"kernel {runner.kernel}: wgmma reads {name}, which is not an f32 shared array "
-                                    "of rank 2 or more")
+        if not isinstance(memory, SharedArray) or memory.dtype != operand_dtype or len(memory.shape) < 2:
+            raise VerificationError(f"kernel {runner.kernel}: wgmma reads {name}, which is not a {operand_dtype} shared "
+                                    "array of rank 2 or more")
         runner.proxy.watch(memory)
         self.runner, self.memory, self.name, self.rows, self.text = runner, memory, name, rows, text
+        self.tf32 = operand_dtype == dtypes.float32
+        self.k = k = wgmma_k(operand_dtype)
         self.index_of = [runner.exprs.compile(i, scope) for i in index]
         self.site = next(runner.sites)
         self.warpgroups = runner.grid.total // WARPGROUP_SIZE
-        slot, count = runner.grid.local_id % WARPGROUP_SIZE, rows * WGMMA_K
+        slot, count = runner.grid.local_id % WARPGROUP_SIZE, rows * k
         self.rounds = []
         for first in range(0, count, WARPGROUP_SIZE):
             element = slot + first
             within = element < count if first + WARPGROUP_SIZE > count else None
-            self.rounds.append((element // WGMMA_K, element % WGMMA_K, within))
+            self.rounds.append((element // k, element % k, within))
 
     def read(self, mask: Mask) -> torch.Tensor:
-        """The operand of each warpgroup, [warpgroups, rows, 8], as the tensor cores read it (tf32),
-        in float64; zeros for a warpgroup that does not run."""
+        """The operand of each warpgroup, [warpgroups, rows, k], as the tensor cores read it (tf32 of
+        float32, bf16 and fp16 as they are), in float64; zeros for a warpgroup that does not run."""
         index = [f(mask) for f in self.index_of]
         self._check(index, mask)
         *leading, row, column = index
@@ -307,8 +311,9 @@ class _Operand:
                 self.runner.proxy.read(self.memory, lanes, self.site, self.text)
             values.append(value)
         spread = torch.stack(values, 1).view(self.warpgroups, WARPGROUP_SIZE, len(values)).transpose(1, 2)
-        tiles = spread.reshape(self.warpgroups, -1)[:, :self.rows * WGMMA_K]
-        return truncated(tiles).view(self.warpgroups, self.rows, WGMMA_K).double()
+        tiles = spread.reshape(self.warpgroups, -1)[:, :self.rows * self.k]
+        tiles = truncated(tiles) if self.tf32 else tiles
+        return tiles.reshape(self.warpgroups, self.rows, self.k).double()
 
     def _check(self, index: list[torch.Tensor], mask: Mask) -> None:
         """Every thread of a warpgroup gives the same index, whose row and column are multiples of 8."""
@@ -417,23 +422,26 @@ class WgmmaRunner:
 
         return run
 
-    def _wgmma(self, s: kernel_ir.WgmmaTf32, scope: dict[str, DType]) -> Runner:
+    def _wgmma(self, s: kernel_ir.Wgmma, scope: dict[str, DType]) -> Runner:
         acc = self.memories.get(s.acc)
         if not isinstance(acc, RegisterArray) or acc.dtype != dtypes.float32:
             raise VerificationError(f"kernel {self.kernel}: wgmma accumulates into {s.acc}, which is not an f32 "
                                     "register array")
         if s.n % 8 or not 8 <= s.n <= 256 or len(s.acc_index) != s.n // 2:
-            raise VerificationError(f"kernel {self.kernel}: wgmma m64n{s.n}k8 with {len(s.acc_index)} accumulators "
+            raise VerificationError(f"kernel {self.kernel}: wgmma m64n{s.n}k{s.k} with {len(s.acc_index)} accumulators "
                                     "per thread; n is a multiple of 8 from 8 to 256, with n / 2 accumulators")
         if self.grid.threads_per_block % WARPGROUP_SIZE:
             raise SimulationError(f"kernel {self.kernel}: wgmma in blocks of {self.grid.threads_per_block} threads; "
                                   f"a wgmma needs blocks of whole warpgroups of {WARPGROUP_SIZE} threads")
         text = kernel_ir.format_body((s,), "")[0]
+        if s.a_from == "registers" and s.operand_dtype != dtypes.float32:
+            raise VerificationError(f"kernel {self.kernel}: `{text}` reads {s.operand_dtype} A from registers; "
+                                    "16-bit wgmma read A from shared memory")
         if s.a_from == "registers":
             a = _RegisterOperand(self, s.a, scope, text)
         else:
-            a = _Operand(self, s.a, s.a_index, WGMMA_M, scope, text)
-        b = _Operand(self, s.b, s.b_index, s.n, scope, text)
+            a = _Operand(self, s.a, s.a_index, WGMMA_M, scope, text, s.operand_dtype)
+        b = _Operand(self, s.b, s.b_index, s.n, scope, text, s.operand_dtype)
         places = [[self.exprs.compile(i, scope) for i in place] for place in s.acc_index]
         wgmma = self.registers.watch(acc, text)
         site, layout, accumulate, n = next(self.sites), _accumulator_layout(s.n), s.accumulate, s.n

@@ -2,11 +2,13 @@
 
 ``ClusterLoad`` reads the shared memory of another block of the same cluster (blocks
 launched together along x), after a ``ClusterBarrier``. Hopper's warpgroup mma,
-``WgmmaTf32``, reads its operands from shared arrays laid out in the 128-byte swizzle
-(``Array.swizzle``), or A from registers (``a_from``), and runs asynchronously between
+``Wgmma`` (tf32, bf16 or fp16 operands; ``WgmmaTf32`` is its tf32 name), reads its operands
+from shared arrays laid out in the 128-byte swizzle (``Array.swizzle``), or A from registers
+(``a_from``), and runs asynchronously between
 ``WgmmaFence``, ``WgmmaCommit`` and ``WgmmaWait``. A kernel whose launch overlaps the previous
 kernel's (``Launch.overlaps_previous_kernel``, programmatic dependent launch) starts with
-``WaitForPreviousKernel``, after at most ``LetNextKernelLaunch``.
+``WaitForPreviousKernel``, after at most ``LetNextKernelLaunch``. The mbarriers are in
+``hopper_barriers``, the tensor memory accelerator's copies in ``hopper_tma``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from lamina.core.ir import dtypes
 from lamina.core.ir.dtypes import DType
 from lamina.core.ir.expr import Expr
 
@@ -82,9 +85,17 @@ def swizzled_offset(array: Array, element: int) -> int:
 # --- the warpgroup mma -------------------------------------------------------
 
 WGMMA_M, WGMMA_K = 64, 8
+"""The rows of a wgmma, and its k for tf32 operands."""
 WARPGROUP_SIZE = 128
 WGMMA_A_SOURCES = ("shared", "registers")
-"""Where a ``WgmmaTf32`` reads operand A from."""
+"""Where a ``Wgmma`` reads operand A from."""
+WGMMA_OPERAND_DTYPES = (dtypes.float32, dtypes.bfloat16, dtypes.float16)
+"""The operand types of ``Wgmma``: float32 (read as tf32), bfloat16 and float16."""
+
+
+def wgmma_k(operand_dtype: DType) -> int:
+    """The k of one wgmma: 32 bytes of a row of each operand, 8 tf32 or 16 bf16 / fp16 elements."""
+    return 32 // operand_dtype.itemsize
 
 
 def _array_or_values(a):
@@ -93,18 +104,22 @@ def _array_or_values(a):
 
 
 @attrs.frozen
-class WgmmaTf32:
+class Wgmma:
     """One warpgroup-wide asynchronous tensor-core product, PTX's ``wgmma.mma_async`` m64nNk8
     with tf32 operands: ``D[64][n] += A[64][8] @ B[n][8]^T`` in float32, or ``D = A @ B^T``
-    without ``accumulate``.
+    without ``accumulate``; with ``operand_dtype`` bfloat16 or float16, m64nNk16 on operands
+    of that type (``.f32.bf16.bf16``, ``.f32.f16.f16``; PTX ISA, "Asynchronous Warpgroup Level
+    Matrix Multiply-Accumulate Instructions"), k being 16 where these words say 8 (``wgmma_k``),
+    A and B from shared memory only.
 
     B is ``n`` rows from row ``r`` and columns ``k .. k + 7`` of the last two axes of shared
     array ``b``, where ``b_index`` = (leading indices..., r, k). A is read from where
     ``a_from`` says:
 
     - ``"shared"``: rows ``r .. r + 63`` of shared array ``a`` from ``a_index``, as B.
-      Both arrays are float32 and swizzled (``Array.swizzle``), with rows of 32 elements;
-      ``r`` is a multiple of 8 and ``k`` of 8.
+      Both arrays are of ``operand_dtype`` and swizzled (``Array.swizzle``), with rows of
+      128 bytes (K-major, as a ``TmaLoad`` with the 128-byte swizzle writes them); ``r`` is a
+      multiple of 8 and ``k`` of the wgmma's k.
     - ``"registers"`` (PTX's register-sourced form): ``a`` is the four f32 values each
       thread gives, each an element of an f32 register array, and ``a_index`` is empty.
       Lane ``4 g + t`` of warp ``w`` of the warpgroup gives ``A[16 w + g][t]``,
@@ -112,7 +127,7 @@ class WgmmaTf32:
       ``MmaTf32``. A's registers are under the accumulators' rules: written before a
       ``WgmmaFence``, and left alone until a ``WgmmaWait`` covers the wgmma.
 
-    The tensor cores read the tf32 part of each value. Lane ``4 g + t`` of warp ``w`` of the
+    The tensor cores read the tf32 part of each float32 value. Lane ``4 g + t`` of warp ``w`` of the
     warpgroup holds ``D[16 w + g + 8 h][8 j + 2 t + e]`` in element ``acc_index[4 j + 2 h + e]``
     of its f32 register array ``acc``.
 
@@ -133,6 +148,15 @@ class WgmmaTf32:
     n: int
     accumulate: bool = True
     a_from: str = "shared"
+    operand_dtype: DType = dtypes.float32
+
+    @property
+    def k(self) -> int:
+        return wgmma_k(self.operand_dtype)
+
+
+WgmmaTf32 = Wgmma
+"""The name of ``Wgmma`` from when it took tf32 operands only; it still builds that one."""
 
 
 @attrs.frozen
@@ -155,7 +179,7 @@ class WgmmaWait:
 @attrs.frozen
 class AsyncProxyFence:
     """Make this thread's earlier writes to shared memory visible to the asynchronous proxy that
-    ``WgmmaTf32`` reads through (``fence.proxy.async.shared::cta``)."""
+    ``Wgmma`` reads through (``fence.proxy.async.shared::cta``)."""
 
 
 # --- overlapping launches ----------------------------------------------------

@@ -6,8 +6,8 @@ expressions are those of ``lamina.core.ir.expr`` plus ``Load`` from an array, th
 thread and block indices, warp shuffles, and ``Tf32`` rounding for the warp-wide
 tensor-core statement ``MmaTf32``. Arrays live in one of three spaces: ``global`` (the
 parameters), ``shared`` and ``register`` (per-thread arrays, indexed only by constants
-after unrolling). The nodes that only Hopper runs are in ``hopper``; ``Stmt`` names them
-all.
+after unrolling). The nodes that only Hopper runs are in ``hopper``, ``hopper_barriers`` and
+``hopper_tma``; ``Stmt`` names them all.
 
 Loop bounds must be the same for every thread of the grid; anything that varies per
 thread is an ``If``. That is how the schedules are written, and it lets the CPU
@@ -29,11 +29,13 @@ from lamina.core.ir.kernel_ir.hopper import (
     ClusterBarrier,
     LetNextKernelLaunch,
     WaitForPreviousKernel,
+    Wgmma,
     WgmmaCommit,
     WgmmaFence,
-    WgmmaTf32,
     WgmmaWait,
 )
+from lamina.core.ir.kernel_ir.hopper_barriers import MbarrierArrive, MbarrierInit, MbarrierWait
+from lamina.core.ir.kernel_ir.hopper_tma import TensorMap, TmaLoad, TmaStore, TmaStoreCommit, TmaStoreWait
 
 SPACES = ("global", "shared", "register")
 SPECIALS = ("threadIdx", "blockIdx")
@@ -324,8 +326,10 @@ class AtomicAdd:
 
 
 Stmt = (Declare | Assign | Store | For | If | Barrier | ClusterBarrier | CpAsync | CpAsyncCommit | CpAsyncWait
-        | VectorLoad | VectorStore | MmaTf32 | WgmmaTf32 | WgmmaFence | WgmmaCommit | WgmmaWait
-        | AsyncProxyFence | ThreadFence | AtomicAdd | LetNextKernelLaunch | WaitForPreviousKernel | Comment)
+        | VectorLoad | VectorStore | MmaTf32 | Wgmma | WgmmaFence | WgmmaCommit | WgmmaWait
+        | AsyncProxyFence | ThreadFence | AtomicAdd | LetNextKernelLaunch | WaitForPreviousKernel
+        | MbarrierInit | MbarrierArrive | MbarrierWait | TmaLoad | TmaStore | TmaStoreCommit | TmaStoreWait
+        | Comment)
 
 
 @attrs.frozen
@@ -349,16 +353,26 @@ class Launch:
 
 @attrs.frozen
 class Kernel:
+    """A kernel: its pointer parameters, its shared and register arrays, its body and launch,
+    and the tensor maps (``TensorMap``) its TMA copies read through, passed after the pointers."""
+
     name: str
     params: tuple[Param, ...] = attrs.field(converter=tuple)
     arrays: tuple[Array, ...] = attrs.field(converter=tuple)
     body: tuple[Stmt, ...] = attrs.field(converter=tuple)
     launch: Launch
+    tensor_maps: tuple[TensorMap, ...] = attrs.field(converter=tuple, default=())
 
     def array(self, name: str) -> Param | Array:
         for a in self.params + self.arrays:
             if a.name == name:
                 return a
+        raise KeyError(name)
+
+    def tensor_map(self, name: str) -> TensorMap:
+        for m in self.tensor_maps:
+            if m.name == name:
+                return m
         raise KeyError(name)
 
     @property

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 from lamina.core.ir import expr as ex
 from lamina.core.ir.expr import Expr
+from lamina.core.ir import dtypes
 from lamina.core.ir.kernel_ir.hopper import (
-    WGMMA_K,
     WGMMA_M,
     AsyncProxyFence,
     ClusterBarrier,
     ClusterLoad,
     LetNextKernelLaunch,
     WaitForPreviousKernel,
+    Wgmma,
     WgmmaCommit,
     WgmmaFence,
-    WgmmaTf32,
     WgmmaWait,
 )
+from lamina.core.ir.kernel_ir.hopper_barriers import MbarrierArrive, MbarrierInit, MbarrierWait
+from lamina.core.ir.kernel_ir.hopper_tma import TensorMap, TmaLoad, TmaStore, TmaStoreCommit, TmaStoreWait
 from lamina.core.ir.kernel_ir.nodes import (
     AtomicAdd,
     Assign,
@@ -108,8 +110,27 @@ def format_body(body, indent: str) -> list[str]:
             acc = ", ".join(s.acc + _index(i) for i in s.acc_index)
             a, b = (", ".join(map(format_expr, values)) for values in (s.a, s.b))
             lines.append(f"{indent}mma m16n8k8 tf32 ({acc}) += ({a}) x ({b})")
-        elif isinstance(s, WgmmaTf32):
+        elif isinstance(s, Wgmma):
             lines.append(f"{indent}{_format_wgmma(s)}")
+        elif isinstance(s, MbarrierInit):
+            lines.append(f"{indent}mbarrier init {s.barrier}{_index(s.index)} expecting {s.arrivals} arrivals")
+        elif isinstance(s, MbarrierArrive):
+            expect = f" expecting {s.transaction_bytes} more bytes" if s.transaction_bytes else ""
+            lines.append(f"{indent}mbarrier arrive {s.barrier}{_index(s.index)}{expect}")
+        elif isinstance(s, MbarrierWait):
+            lines.append(f"{indent}mbarrier wait {s.barrier}{_index(s.index)} for the phase of parity "
+                         f"{format_expr(s.parity)}")
+        elif isinstance(s, TmaLoad):
+            lines.append(f"{indent}tma load {s.dst}{_index(s.dst_index)} <- {s.tensor_map} at "
+                         f"({format_expr(s.row)}, {format_expr(s.column)}), completing on "
+                         f"{s.barrier}{_index(s.barrier_index)}")
+        elif isinstance(s, TmaStore):
+            lines.append(f"{indent}tma store {s.tensor_map} at ({format_expr(s.row)}, {format_expr(s.column)}) <- "
+                         f"{s.src}{_index(s.src_index)}")
+        elif isinstance(s, TmaStoreCommit):
+            lines.append(f"{indent}tma store commit")
+        elif isinstance(s, TmaStoreWait):
+            lines.append(f"{indent}tma store wait (at most {s.pending} pending)")
         elif isinstance(s, WgmmaFence):
             lines.append(f"{indent}wgmma fence")
         elif isinstance(s, WgmmaCommit):
@@ -132,10 +153,10 @@ def format_body(body, indent: str) -> list[str]:
     return lines
 
 
-def _operand_rows(array: str, index: tuple[Expr, ...], rows: int) -> str:
+def _operand_rows(array: str, index: tuple[Expr, ...], rows: int, k: int) -> str:
     """``a[slot][r .. r + 63][k .. k + 7]``: the rows and columns a wgmma operand spans."""
     *leading, row, column = index
-    return f"{array}{_index(leading)}[{_span(row, rows)}][{_span(column, WGMMA_K)}]"
+    return f"{array}{_index(leading)}[{_span(row, rows)}][{_span(column, k)}]"
 
 
 def _span(first: Expr, count: int) -> str:
@@ -153,16 +174,23 @@ def _register_values(values: tuple[Expr, ...]) -> str:
     return f"({', '.join(map(format_expr, values))})"
 
 
-def _format_wgmma(s: WgmmaTf32) -> str:
+def _format_wgmma(s: Wgmma) -> str:
     first, last = s.acc_index[0], s.acc_index[-1]
     acc = f"{s.acc}{_index(first)}..{s.acc}{_index(last)}"
     sign = "+=" if s.accumulate else "="
     if s.a_from == "registers":
         a = _register_values(s.a)
     else:
-        a = _operand_rows(s.a, s.a_index, WGMMA_M)
-    b = _operand_rows(s.b, s.b_index, s.n)
-    return f"wgmma m{WGMMA_M}n{s.n}k{WGMMA_K} tf32 ({acc}) {sign} {a} x {b}^T"
+        a = _operand_rows(s.a, s.a_index, WGMMA_M, s.k)
+    b = _operand_rows(s.b, s.b_index, s.n, s.k)
+    operands = "tf32" if s.operand_dtype == dtypes.float32 else str(s.operand_dtype)
+    return f"wgmma m{WGMMA_M}n{s.n}k{s.k} {operands} ({acc}) {sign} {a} x {b}^T"
+
+
+def _format_tensor_map(m: TensorMap) -> str:
+    swizzle = f", {m.swizzle}-byte swizzle" if m.swizzle else ""
+    return (f"  tensor map {m.name}: {m.param}[{m.shape[0]}][{m.shape[1]}] (rows {m.row_stride} apart) in boxes of "
+            f"[{m.box[0]}][{m.box[1]}]{swizzle}")
 
 
 def format_kernel(k: Kernel) -> str:
@@ -178,6 +206,7 @@ def format_kernel(k: Kernel) -> str:
     for a in k.arrays:
         swizzle = f", {a.swizzle}-byte swizzle" if a.swizzle else ""
         lines.append(f"  {a.space} {a.name}: {a.dtype}{''.join(f'[{n}]' for n in a.shape)}{swizzle}")
+    lines += [_format_tensor_map(m) for m in k.tensor_maps]
     lines += format_body(k.body, "  ")
     return "\n".join(lines)
 

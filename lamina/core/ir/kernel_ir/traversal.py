@@ -1,5 +1,5 @@
 """Walking Kernel IR: every statement of a body, the expressions of a statement, and
-renaming a kernel's arrays."""
+renaming a kernel's arrays (and tensor maps)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import attrs
 
 from lamina.core.ir import expr as ex
 from lamina.core.ir.expr import Expr
-from lamina.core.ir.kernel_ir.hopper import ClusterLoad, WgmmaTf32
+from lamina.core.ir.kernel_ir.hopper import ClusterLoad, Wgmma
+from lamina.core.ir.kernel_ir.hopper_barriers import MbarrierArrive, MbarrierInit, MbarrierWait
+from lamina.core.ir.kernel_ir.hopper_tma import TmaLoad, TmaStore
 from lamina.core.ir.kernel_ir.nodes import (
     AtomicAdd,
     Assign,
@@ -54,7 +56,15 @@ def expressions(s: Stmt) -> tuple[Expr, ...]:
         return s.dst_index + s.src_index
     if isinstance(s, MmaTf32):
         return tuple(i for place in s.acc_index for i in place) + s.a + s.b
-    if isinstance(s, WgmmaTf32):
+    if isinstance(s, (MbarrierInit, MbarrierArrive)):
+        return s.index
+    if isinstance(s, MbarrierWait):
+        return s.index + (s.parity,)
+    if isinstance(s, TmaLoad):
+        return s.dst_index + (s.row, s.column) + s.barrier_index
+    if isinstance(s, TmaStore):
+        return (s.row, s.column) + s.src_index
+    if isinstance(s, Wgmma):
         a_values = s.a if isinstance(s.a, tuple) else ()
         return tuple(i for place in s.acc_index for i in place) + a_values + s.a_index + s.b_index
     if isinstance(s, AtomicAdd):
@@ -101,7 +111,21 @@ def rename_arrays(kernel: Kernel, mapping: dict[str, str], name: str | None = No
                     s, acc=mapping.get(s.acc, s.acc), acc_index=[tuple(map(rename_expr, i)) for i in s.acc_index],
                     a=tuple(map(rename_expr, s.a)), b=tuple(map(rename_expr, s.b)),
                 )
-            elif isinstance(s, WgmmaTf32):
+            elif isinstance(s, (MbarrierInit, MbarrierArrive)):
+                s = attrs.evolve(s, barrier=mapping.get(s.barrier, s.barrier), index=tuple(map(rename_expr, s.index)))
+            elif isinstance(s, MbarrierWait):
+                s = attrs.evolve(s, barrier=mapping.get(s.barrier, s.barrier), index=tuple(map(rename_expr, s.index)),
+                                 parity=rename_expr(s.parity))
+            elif isinstance(s, TmaLoad):
+                s = attrs.evolve(s, dst=mapping.get(s.dst, s.dst), dst_index=tuple(map(rename_expr, s.dst_index)),
+                                 tensor_map=mapping.get(s.tensor_map, s.tensor_map), row=rename_expr(s.row),
+                                 column=rename_expr(s.column), barrier=mapping.get(s.barrier, s.barrier),
+                                 barrier_index=tuple(map(rename_expr, s.barrier_index)))
+            elif isinstance(s, TmaStore):
+                s = attrs.evolve(s, tensor_map=mapping.get(s.tensor_map, s.tensor_map), row=rename_expr(s.row),
+                                 column=rename_expr(s.column), src=mapping.get(s.src, s.src),
+                                 src_index=tuple(map(rename_expr, s.src_index)))
+            elif isinstance(s, Wgmma):
                 s = attrs.evolve(
                     s, acc=mapping.get(s.acc, s.acc), acc_index=[tuple(map(rename_expr, i)) for i in s.acc_index],
                     a=mapping.get(s.a, s.a) if isinstance(s.a, str) else tuple(map(rename_expr, s.a)),
@@ -121,4 +145,6 @@ def rename_arrays(kernel: Kernel, mapping: dict[str, str], name: str | None = No
         params=tuple(attrs.evolve(p, name=mapping.get(p.name, p.name)) for p in kernel.params),
         arrays=tuple(attrs.evolve(a, name=mapping.get(a.name, a.name)) for a in kernel.arrays),
         body=rename_body(kernel.body),
+        tensor_maps=tuple(attrs.evolve(m, name=mapping.get(m.name, m.name), param=mapping.get(m.param, m.param))
+                          for m in kernel.tensor_maps),
     )

@@ -12,11 +12,22 @@ from lamina.core.ir.kernel_ir.hopper import (
     MAX_CLUSTER_BLOCKS,
     SWIZZLE_BYTES,
     WGMMA_A_SOURCES,
+    WGMMA_OPERAND_DTYPES,
     ClusterLoad,
     LetNextKernelLaunch,
     WaitForPreviousKernel,
-    WgmmaTf32,
+    Wgmma,
 )
+from lamina.core.ir.kernel_ir.hopper_barriers import MBARRIER_STATEMENTS
+from lamina.core.ir.kernel_ir.hopper_checks import (
+    barrier_access_problems,
+    barrier_arrays,
+    mbarrier_problems,
+    tensor_map_problems,
+    tma_load_problems,
+    tma_store_problems,
+)
+from lamina.core.ir.kernel_ir.hopper_tma import TmaLoad, TmaStore
 from lamina.core.ir.kernel_ir.nodes import (
     LOAD_CACHE_HINTS,
     SPECIALS,
@@ -50,6 +61,10 @@ from lamina.core.ir.kernel_ir.traversal import expressions, statements
 def verify_kernel(k: Kernel, max_threads: int = 1024, max_shared_bytes: int = 48 * 1024) -> None:
     problems: list[str] = []
     arrays = {a.name: a for a in k.params + k.arrays}
+    maps = {m.name: m for m in k.tensor_maps}
+    for m in k.tensor_maps:
+        problems.extend(tensor_map_problems(m, arrays))
+    problems.extend(barrier_access_problems(k.body, barrier_arrays(k.body)))
     for a in k.arrays:
         if a.space not in ("shared", "register"):
             problems.append(f"array {a.name} is in unknown space {a.space}")
@@ -120,8 +135,14 @@ def verify_kernel(k: Kernel, max_threads: int = 1024, max_shared_bytes: int = 48
                 problems.extend(_vector_access_problems(s, arrays))
             elif isinstance(s, MmaTf32):
                 problems.extend(_mma_problems(s, arrays))
-            elif isinstance(s, WgmmaTf32):
+            elif isinstance(s, Wgmma):
                 problems.extend(_wgmma_problems(s, arrays))
+            elif isinstance(s, MBARRIER_STATEMENTS):
+                problems.extend(mbarrier_problems(s, arrays))
+            elif isinstance(s, TmaLoad):
+                problems.extend(tma_load_problems(s, arrays, maps))
+            elif isinstance(s, TmaStore):
+                problems.extend(tma_store_problems(s, arrays, maps))
             elif isinstance(s, AtomicAdd):
                 problems.extend(_atomic_problems(s, arrays))
 
@@ -214,7 +235,7 @@ def _atomic_problems(s: AtomicAdd, arrays: dict) -> list[str]:
     return []
 
 
-def _accumulator_problems(kind: str, s: MmaTf32 | WgmmaTf32, arrays: dict) -> list[str]:
+def _accumulator_problems(kind: str, s: MmaTf32 | Wgmma, arrays: dict) -> list[str]:
     acc = arrays.get(s.acc)
     if not isinstance(acc, Array) or acc.space != "register" or acc.dtype != dtypes.float32:
         return [f"{kind} accumulates into {s.acc}: it must be an f32 register array"]
@@ -250,14 +271,19 @@ def _swizzle_problems(a: Array) -> list[str]:
     return []
 
 
-def _wgmma_problems(s: WgmmaTf32, arrays: dict) -> list[str]:
+def _wgmma_problems(s: Wgmma, arrays: dict) -> list[str]:
     problems = _accumulator_problems("wgmma", s, arrays)
+    if s.operand_dtype not in WGMMA_OPERAND_DTYPES:
+        return problems + [f"wgmma on {s.operand_dtype} operands; it takes "
+                           f"{', '.join(d.name for d in WGMMA_OPERAND_DTYPES)}"]
     if s.n % 8 or not 8 <= s.n <= 256:
-        problems.append(f"wgmma m64nNk8 takes n a multiple of 8 from 8 to 256, not {s.n}")
+        problems.append(f"wgmma m64nNk{s.k} takes n a multiple of 8 from 8 to 256, not {s.n}")
     elif len(s.acc_index) != s.n // 2:
-        problems.append(f"wgmma m64n{s.n}k8 takes {s.n // 2} accumulators per thread, not {len(s.acc_index)}")
+        problems.append(f"wgmma m64n{s.n}k{s.k} takes {s.n // 2} accumulators per thread, not {len(s.acc_index)}")
     operands = [(s.b, s.b_index)]
-    if s.a_from not in WGMMA_A_SOURCES:
+    if s.a_from == "registers" and s.operand_dtype != dtypes.float32:
+        problems.append(f"wgmma on {s.operand_dtype} operands reads A from shared memory only")
+    elif s.a_from not in WGMMA_A_SOURCES:
         problems.append(f"wgmma reads A from {s.a_from!r}; it reads A from {' or '.join(WGMMA_A_SOURCES)}")
     elif s.a_from == "registers":
         problems.extend(_register_a_problems(s, arrays))
@@ -267,9 +293,10 @@ def _wgmma_problems(s: WgmmaTf32, arrays: dict) -> list[str]:
         operands.insert(0, (s.a, s.a_index))
     for name, idx in operands:
         operand = arrays.get(name)
-        if not isinstance(operand, Array) or operand.space != "shared" or operand.dtype != dtypes.float32 \
+        if not isinstance(operand, Array) or operand.space != "shared" or operand.dtype != s.operand_dtype \
                 or operand.swizzle != SWIZZLE_BYTES:
-            problems.append(f"wgmma reads {name}: it must be an f32 shared array in the {SWIZZLE_BYTES}-byte swizzle")
+            problems.append(f"wgmma reads {name}: it must be a {s.operand_dtype} shared array in the "
+                            f"{SWIZZLE_BYTES}-byte swizzle")
         elif len(idx) != len(operand.shape):
             problems.append(f"wgmma operand {name} indexed with {len(idx)} indices; it has rank {len(operand.shape)}")
         else:
@@ -279,7 +306,7 @@ def _wgmma_problems(s: WgmmaTf32, arrays: dict) -> list[str]:
     return problems
 
 
-def _register_a_problems(s: WgmmaTf32, arrays: dict) -> list[str]:
+def _register_a_problems(s: Wgmma, arrays: dict) -> list[str]:
     if isinstance(s.a, str) or s.a_index:
         return ["wgmma with A from registers takes four values of A per thread, not an array and an index"]
     if len(s.a) != 4:
