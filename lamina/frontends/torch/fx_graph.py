@@ -20,21 +20,8 @@ import torch
 
 from lamina.core.errors import LaminaError
 from lamina.core.ir import torch_ir
+from lamina.frontends.torch.call_binding import Argument, Computed
 from lamina.frontends.torch.capture import Captured, _dtype, _node, _tensor_type
-
-
-@attrs.frozen
-class Computed:
-    """Output ``index`` of the compiled program."""
-
-    index: int
-
-
-@attrs.frozen
-class Argument:
-    """The call's argument at ``position``, returned as it is."""
-
-    position: int
 
 
 @attrs.frozen

@@ -1,0 +1,252 @@
+"""How one call meets a captured program: the module state it reads now, and what it returns.
+
+A compiled function must answer as the eager program would at the moment it is called,
+not as it did when it was captured:
+
+- parameters and buffers are looked up in the module at each call, by their path
+  (``layers.0.attn.weight``), so that a weight replaced (``lin.weight = nn.Parameter(...)``,
+  ``load_state_dict(..., assign=True)``), reassigned (``lin.weight.data = ...``) or updated in
+  place (an optimizer step) is the one the kernels read. A replacement of another shape or
+  dtype makes the program stale: it is captured and compiled again;
+- what was folded at capture (``folding``) was computed from tensors a user can still change:
+  non-persistent buffers and tensors lifted from the program's code or attributes. Each is
+  remembered with its version counter (``Tensor._version``, which every in-place write moves)
+  and, where it is an attribute of the module, its identity; when either moved, the program is
+  stale and is folded and compiled again;
+- an output that eager returns as an input, a parameter or another output (``return x``,
+  ``return y, y``) is that same object, and one that eager returns as a view of them
+  (``x.transpose(0, 1)``, ``x[1:]``, ``y.view(-1)``) is that view, made at call time by the
+  same view ops: only the outputs no eager tensor aliases are computed by kernels.
+
+The checks cost a few dictionary lookups per parameter, which is all a call adds.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import attrs
+import torch
+
+from lamina.core.errors import LaminaError
+
+
+class StaleCapture(LaminaError):
+    """Module state that the captured program depends on changed in a way it cannot take as it is."""
+
+
+class InferenceOnlyError(LaminaError):
+    """A gradient was asked of a program compiled by ``lamina.compile``."""
+
+
+Path = tuple[str, ...]
+
+
+def lookup(module: torch.nn.Module | None, path: Path) -> Any:
+    """The attribute at ``path`` under ``module`` as it is now (a parameter, a buffer, a plain
+    tensor), or None where there is none. It reads the module's own dictionaries, which is
+    what ``getattr`` finds, without the cost of ``nn.Module.__getattr__``."""
+    owner = module
+    for name in path[:-1]:
+        owner = owner._modules.get(name) if isinstance(owner, torch.nn.Module) else None
+        if owner is None:
+            return None
+    if not isinstance(owner, torch.nn.Module):
+        return None
+    leaf = path[-1]
+    for table in (owner._parameters, owner._buffers, owner.__dict__):
+        if leaf in table:
+            return table[leaf]
+    return None
+
+
+@attrs.frozen(eq=False)
+class FoldedFrom:
+    """A tensor whose value was read at capture (folded, or passed as a constant), with its
+    version counter then; ``path`` is where the module holds it, None where nothing but the
+    program does (a tensor lifted from a closure or created in the code)."""
+
+    tensor: torch.Tensor
+    version: int
+    path: Path | None = None
+
+    def changed(self, module: torch.nn.Module | None) -> str | None:
+        """What changed since capture, in words, or None."""
+        if self.path is not None and lookup(module, self.path) is not self.tensor:
+            return f"{'.'.join(self.path)} was replaced"
+        if self.tensor._version != self.version:
+            name = ".".join(self.path) if self.path else "a tensor the program reads as a constant"
+            return f"{name} was written in place"
+        return None
+
+
+@attrs.frozen
+class Computed:
+    """Output ``index`` of the compiled program."""
+
+    index: int
+
+
+@attrs.frozen
+class Argument:
+    """The call's argument at ``position`` (among the flattened leaves), returned as it is."""
+
+    position: int
+
+
+@attrs.frozen
+class State:
+    """The module's tensor at ``path``, as it is at the call, returned as it is."""
+
+    path: Path
+
+
+@attrs.frozen(eq=False)
+class View:
+    """A view of ``base`` made by eager PyTorch's view ops, each ``(op, args, kwargs)`` with the
+    viewed tensor as its first argument."""
+
+    base: Computed | Argument | State
+    steps: tuple[tuple[Any, tuple, Mapping[str, Any]], ...]
+
+
+Source = Computed | Argument | State | View
+
+
+def is_view_op(target: Any) -> bool:
+    """An ATen op that returns one tensor sharing its first argument's memory."""
+    if not isinstance(target, torch._ops.OpOverload) or not target.is_view:
+        return False
+    returns = target._schema.returns
+    return len(returns) == 1 and isinstance(returns[0].type, torch.TensorType)
+
+
+class CapturedTensors(Mapping[str, torch.Tensor]):
+    """The tensors a captured program reads beside the call's arguments, by graph input name:
+    module state as the module holds it now, folded constants as they were folded."""
+
+    def __init__(self, constants: Mapping[str, torch.Tensor], state: Mapping[str, Path],
+                 module: torch.nn.Module | None):
+        self._constants = dict(constants)
+        self._state = dict(state)
+        self._module = module
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        if name in self._state:
+            value = lookup(self._module, self._state[name])
+            if not isinstance(value, torch.Tensor):
+                raise StaleCapture(f"the module has no tensor {'.'.join(self._state[name])} any more")
+            return value
+        return self._constants[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._constants
+        yield from self._state
+
+    def __len__(self) -> int:
+        return len(self._constants) + len(self._state)
+
+
+class CallBinding:
+    """Gathers a captured program's inputs for one call, and assembles what it returns.
+
+    ``graph_inputs`` are the program's inputs (their ``name`` and ``type``), in order.
+    """
+
+    def __init__(self, captured, graph_inputs: Sequence[Any]):
+        self._module = captured.module
+        self._folded_from = tuple(captured.folded_from)
+        feeds = []
+        for position, graph_input in zip(captured.user_input_positions, graph_inputs):
+            if position is not None:
+                feeds.append((position, None, None))
+            elif graph_input.name in captured.state:
+                shape = torch.Size(graph_input.type.shape)
+                dtype = getattr(torch, graph_input.type.dtype.name)
+                feeds.append((None, captured.state[graph_input.name], (shape, dtype)))
+            else:
+                feeds.append((None, None, captured.constants[graph_input.name]))
+        self._feeds = feeds
+        sources = captured.output_sources
+        self._sources = None if sources is None or sources == tuple(Computed(i) for i in range(len(sources))) \
+            else tuple(sources)
+
+    def inputs(self, leaves: Sequence[Any]) -> list[torch.Tensor]:
+        """Each graph input's tensor for a call with ``leaves``; StaleCapture where the module's
+        state no longer fits the program."""
+        module = self._module
+        for folded in self._folded_from:
+            change = folded.changed(module)
+            if change is not None:
+                raise StaleCapture(f"{change} after the program was captured")
+        inputs = []
+        for position, path, fixed in self._feeds:
+            if position is not None:
+                inputs.append(leaves[position])
+            elif path is not None:
+                inputs.append(_state_tensor(module, path, fixed))
+            else:
+                inputs.append(fixed)
+        return inputs
+
+    def outputs(self, leaves: Sequence[Any], computed: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """What the program returns, flat, from the compiled program's ``computed`` outputs."""
+        if self._sources is None:
+            return list(computed)
+        return [self._value(source, leaves, computed) for source in self._sources]
+
+    def _value(self, source: Source, leaves: Sequence[Any], computed: Sequence[torch.Tensor]) -> torch.Tensor:
+        if isinstance(source, Computed):
+            return computed[source.index]
+        if isinstance(source, Argument):
+            return leaves[source.position]
+        if isinstance(source, State):
+            return lookup(self._module, source.path)
+        value = self._value(source.base, leaves, computed)
+        for op, args, kwargs in source.steps:
+            value = op(value, *args, **kwargs)
+        return value
+
+
+def _state_tensor(module: torch.nn.Module | None, path: Path,
+                  expected: tuple[torch.Size, torch.dtype]) -> torch.Tensor:
+    value = lookup(module, path)
+    shape, dtype = expected
+    if not isinstance(value, torch.Tensor):
+        raise StaleCapture(f"{'.'.join(path)} is no longer a tensor of the module")
+    if value.shape != shape or value.dtype != dtype:
+        raise StaleCapture(f"{'.'.join(path)} is now {value.dtype}{list(value.shape)}, "
+                           f"the program was captured for {dtype}{list(shape)}")
+    return value
+
+
+class _NoBackward(torch.autograd.Function):
+    """The outputs of a compiled program, in the graph of the tensors they were computed from,
+    with a backward that says what to use instead."""
+
+    @staticmethod
+    def forward(ctx, run: Callable[[], list[torch.Tensor]], *requiring_grad: torch.Tensor):
+        outputs = run()
+        ctx.mark_non_differentiable(*(o for o in outputs if not (o.is_floating_point() or o.is_complex())))
+        return tuple(outputs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise InferenceOnlyError(
+            "lamina.compile compiles inference only: it has no backward graph, so the gradients that "
+            "backward() asked for cannot be computed. To train, use torch.compile(model, backend=\"lamina\"), "
+            "which compiles the forward and backward graphs; for inference, call the compiled function "
+            "under torch.no_grad() or torch.inference_mode()."
+        )
+
+
+def run_in_autograd(run: Callable[[], list[torch.Tensor]], inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """``run()``'s outputs: as they come where no gradient can be asked of them, else attached to
+    the inputs that require grad, so that eager code around them sees outputs that require grad
+    as it would, and a ``backward()`` through them raises ``InferenceOnlyError``."""
+    if not torch.is_grad_enabled():
+        return run()
+    requiring = [t for t in inputs if t.requires_grad]
+    if not requiring:
+        return run()
+    return list(_NoBackward.apply(run, *requiring))
