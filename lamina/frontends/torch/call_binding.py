@@ -10,9 +10,9 @@ not as it did when it was captured:
   dtype makes the program stale: it is captured and compiled again;
 - what was folded at capture (``folding``) was computed from tensors a user can still change:
   non-persistent buffers and tensors lifted from the program's code or attributes. Each is
-  remembered with its version counter (``Tensor._version``, which every in-place write moves)
-  and, where it is an attribute of the module, its identity; when either moved, the program is
-  stale and is folded and compiled again;
+  remembered with its identity, storage and version counter (``Tensor._version``, which every
+  in-place write moves) and a copy of its value; when its value changed, the program is stale
+  and is folded and compiled again;
 - an output that eager returns as an input, a parameter or another output (``return x``,
   ``return y, y``) is that same object, and one that eager returns as a view of them
   (``x.transpose(0, 1)``, ``x[1:]``, ``y.view(-1)``) is that view, made at call time by the
@@ -60,24 +60,42 @@ def lookup(module: torch.nn.Module | None, path: Path) -> Any:
     return None
 
 
-@attrs.frozen(eq=False)
 class FoldedFrom:
-    """A tensor whose value was read at capture (folded, or passed as a constant), with its
-    version counter then; ``path`` is where the module holds it, None where nothing but the
-    program does (a tensor lifted from a closure or created in the code)."""
+    """A tensor whose value the program holds as it was at capture (folded, or passed as a
+    constant); ``path`` is where the module holds it, None where nothing but the program does
+    (a tensor lifted from a closure or created in the program's code).
 
-    tensor: torch.Tensor
-    version: int
-    path: Path | None = None
+    The check on each call compares the tensor's identity, storage and version counter with
+    those at capture (``Tensor._version`` moves with every in-place write; ``.data =`` swaps the
+    storage without moving it). Where one moved, the value is compared with a copy kept at
+    capture, so that a round trip that restores it (a cast to float64 and back for an eager
+    reference) costs one comparison rather than a new capture.
+    """
+
+    def __init__(self, tensor: torch.Tensor, path: Path | None = None):
+        self.path = path
+        self._value = tensor.detach().clone()
+        self._seen(tensor)
+
+    def _seen(self, tensor: torch.Tensor) -> None:
+        self._tensor = tensor
+        self._fingerprint = _fingerprint(tensor)
 
     def changed(self, module: torch.nn.Module | None) -> str | None:
         """What changed since capture, in words, or None."""
-        if self.path is not None and lookup(module, self.path) is not self.tensor:
-            return f"{'.'.join(self.path)} was replaced"
-        if self.tensor._version != self.version:
-            name = ".".join(self.path) if self.path else "a tensor the program reads as a constant"
-            return f"{name} was written in place"
-        return None
+        current = self._tensor if self.path is None else lookup(module, self.path)
+        if current is self._tensor and _fingerprint(current) == self._fingerprint:
+            return None
+        value = self._value
+        if (isinstance(current, torch.Tensor) and current.shape == value.shape and current.dtype == value.dtype
+                and current.device == value.device and torch.equal(current, value)):
+            self._seen(current)
+            return None
+        return f"{'.'.join(self.path) if self.path else 'a tensor the program holds as a constant'} changed"
+
+
+def _fingerprint(tensor: torch.Tensor) -> tuple:
+    return tensor.data_ptr(), tensor._version, tensor.dtype, tensor.shape
 
 
 @attrs.frozen

@@ -372,7 +372,7 @@ def _folded_from(exported, module: torch.nn.Module, state: Mapping[str, Path]) -
         tensor = _state(exported, spec.target)
         if isinstance(tensor, torch.Tensor):
             path = tuple(spec.target.split("."))
-            yield FoldedFrom(tensor, tensor._version, path if lookup(module, path) is tensor else None)
+            yield FoldedFrom(tensor, path if lookup(module, path) is tensor else None)
 
 
 def _triangle_nodes(fx_node, triangle: Triangle, taken: set[str]) -> list[torch_ir.Node]:
