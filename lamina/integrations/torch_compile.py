@@ -31,7 +31,8 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from lamina.api import Compiler, Specialization, signature
 from lamina.core.errors import ConfigError, InputMismatchError
-from lamina.frontends.torch.fx_graph import Argument, Computed, FxProgram, fx_to_torch_ir
+from lamina.frontends.torch.call_binding import output_value
+from lamina.frontends.torch.fx_graph import Constant, FxProgram, fx_to_torch_ir
 
 FALLBACKS = (None, "error", "eager")
 
@@ -122,15 +123,8 @@ class GraphRunner:
         program, compiled = self._specialization(args)
         with _disable_current_modes():
             computed = compiled(tuple(args), _device(args)) if compiled is not None else []
-        outputs = []
-        for source in program.outputs:
-            if isinstance(source, Computed):
-                outputs.append(computed[source.index])
-            elif isinstance(source, Argument):
-                outputs.append(args[source.position])
-            else:
-                outputs.append(source.value)
-        return tuple(outputs)
+        return tuple(source.value if isinstance(source, Constant) else output_value(source, args, computed)
+                     for source in program.outputs)
 
 
 def _is_static(graph_module: torch.fx.GraphModule) -> bool:

@@ -139,6 +139,39 @@ def is_view_op(target: Any) -> bool:
     return len(returns) == 1 and isinstance(returns[0].type, torch.TensorType)
 
 
+def view_chain(fx_node) -> tuple[Any, tuple]:
+    """The FX node that ``fx_node`` is a view of through view ops alone, and those ops in the
+    order they apply (none: ``fx_node`` itself)."""
+    steps = []
+    while (fx_node.op == "call_function" and is_view_op(fx_node.target) and fx_node.args
+           and isinstance(fx_node.args[0], torch.fx.Node)
+           and not _reads_tensors((fx_node.args[1:], fx_node.kwargs))):
+        steps.append((fx_node.target, tuple(fx_node.args[1:]), dict(fx_node.kwargs)))
+        fx_node = fx_node.args[0]
+    return fx_node, tuple(reversed(steps))
+
+
+def _reads_tensors(values) -> bool:
+    found = []
+    torch.fx.node.map_arg(values, found.append)
+    return bool(found)
+
+
+def output_value(source: Source, leaves: Sequence[Any], computed: Sequence[torch.Tensor],
+                 module: torch.nn.Module | None = None) -> torch.Tensor:
+    """The tensor ``source`` names for one call: a computed output, an argument, module state, or a view of one."""
+    if isinstance(source, Computed):
+        return computed[source.index]
+    if isinstance(source, Argument):
+        return leaves[source.position]
+    if isinstance(source, State):
+        return lookup(module, source.path)
+    value = output_value(source.base, leaves, computed, module)
+    for op, args, kwargs in source.steps:
+        value = op(value, *args, **kwargs)
+    return value
+
+
 class CapturedTensors(Mapping[str, torch.Tensor]):
     """The tensors a captured program reads beside the call's arguments, by graph input name:
     module state as the module holds it now, folded constants as they were folded."""
@@ -211,19 +244,7 @@ class CallBinding:
         """What the program returns, flat, from the compiled program's ``computed`` outputs."""
         if self._sources is None:
             return list(computed)
-        return [self._value(source, leaves, computed) for source in self._sources]
-
-    def _value(self, source: Source, leaves: Sequence[Any], computed: Sequence[torch.Tensor]) -> torch.Tensor:
-        if isinstance(source, Computed):
-            return computed[source.index]
-        if isinstance(source, Argument):
-            return leaves[source.position]
-        if isinstance(source, State):
-            return lookup(self._module, source.path)
-        value = self._value(source.base, leaves, computed)
-        for op, args, kwargs in source.steps:
-            value = op(value, *args, **kwargs)
-        return value
+        return [output_value(source, leaves, computed, self._module) for source in self._sources]
 
 
 def _state_tensor(module: torch.nn.Module | None, path: Path,

@@ -47,7 +47,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from lamina.core.errors import LaminaError
 from lamina.core.ir import dtypes, torch_ir
 from lamina.frontends.torch.call_binding import (
-    Argument, CapturedTensors, Computed, FoldedFrom, Path, Source, State, View, is_view_op, lookup,
+    Argument, CapturedTensors, Computed, FoldedFrom, Path, Source, State, View, lookup, view_chain,
 )
 from lamina.frontends.torch.containers import (
     flatten_call, register_library_containers, returning_leaves, sorted_keywords,
@@ -312,7 +312,7 @@ def _output_sources(returned: list, specs: Mapping, user_positions: Mapping[str,
 
     sources: list[Source] = []
     for node in returned:
-        root, steps = _view_chain(node)
+        root, steps = view_chain(node)
         base = _aliased(root, specs, user_positions, module)
         if base is None and steps and root.name in directly:
             base = computed(root.name)
@@ -321,23 +321,6 @@ def _output_sources(returned: list, specs: Mapping, user_positions: Mapping[str,
         else:
             sources.append(View(base, steps) if steps else base)
     return outputs, sources
-
-
-def _view_chain(fx_node) -> tuple[Any, tuple]:
-    """The node ``fx_node`` is a view of through view ops alone, and those ops in order."""
-    steps = []
-    while (fx_node.op == "call_function" and is_view_op(fx_node.target) and fx_node.args
-           and isinstance(fx_node.args[0], torch.fx.Node)
-           and not _tensor_arguments((fx_node.args[1:], fx_node.kwargs))):
-        steps.append((fx_node.target, tuple(fx_node.args[1:]), dict(fx_node.kwargs)))
-        fx_node = fx_node.args[0]
-    return fx_node, tuple(reversed(steps))
-
-
-def _tensor_arguments(values) -> list:
-    found = []
-    torch.fx.node.map_arg(values, found.append)
-    return found
 
 
 def _aliased(fx_node, specs: Mapping, user_positions: Mapping[str, int], module: torch.nn.Module):
