@@ -133,7 +133,7 @@ class Specialization:
         input, module state or each other alias as in eager, and outputs computed from tensors that
         require grad (in grad mode) require grad, with a backward that raises ``InferenceOnlyError``."""
         inputs = self.binding.inputs(args)
-        computed = run_in_autograd(lambda: self._launch(inputs, device), inputs)
+        computed = run_in_autograd(lambda: self._launch(inputs, device), self.binding.requiring_grad(inputs))
         return self.binding.outputs(args, computed)
 
     def _launch(self, tensors: Sequence[torch.Tensor], device: torch.device) -> list[torch.Tensor]:

@@ -49,6 +49,15 @@ def test_an_optimizer_step_shows_in_the_next_call(x):
         assert close(compiled(x), model(x))
 
 
+def test_a_replaced_submodule_is_the_one_used(x):
+    model, compiled = compiled_linear(x)
+    compiled(x)
+    model[0] = torch.nn.Linear(WIDTH, OUT)
+    with torch.no_grad():
+        assert close(compiled(x), model(x))
+    assert len(compiled.specializations) == 1
+
+
 def test_a_weight_of_another_shape_or_a_removed_bias_compiles_again(x):
     model, compiled = compiled_linear(x)
     model[0] = torch.nn.Linear(WIDTH, OUT + 2)

@@ -23,6 +23,7 @@ The checks cost a few dictionary lookups per parameter, which is all a call adds
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import attrs
@@ -42,16 +43,19 @@ class InferenceOnlyError(LaminaError):
 Path = tuple[str, ...]
 
 
+def submodule(module: torch.nn.Module | None, names: Sequence[str]) -> torch.nn.Module | None:
+    """The submodule at ``names`` under ``module`` as it is now, or None where there is none."""
+    for name in names:
+        module = module._modules.get(name) if isinstance(module, torch.nn.Module) else None
+    return module if isinstance(module, torch.nn.Module) else None
+
+
 def lookup(module: torch.nn.Module | None, path: Path) -> Any:
     """The attribute at ``path`` under ``module`` as it is now (a parameter, a buffer, a plain
     tensor), or None where there is none. It reads the module's own dictionaries, which is
     what ``getattr`` finds, without the cost of ``nn.Module.__getattr__``."""
-    owner = module
-    for name in path[:-1]:
-        owner = owner._modules.get(name) if isinstance(owner, torch.nn.Module) else None
-        if owner is None:
-            return None
-    if not isinstance(owner, torch.nn.Module):
+    owner = submodule(module, path[:-1])
+    if owner is None:
         return None
     leaf = path[-1]
     for table in (owner._parameters, owner._buffers, owner.__dict__):
@@ -198,65 +202,129 @@ class CapturedTensors(Mapping[str, torch.Tensor]):
         return len(self._constants) + len(self._state)
 
 
+_submodule_assignments = [0]
+"""How many times a submodule was assigned anywhere (counted by a global registration hook):
+where it has not moved since a binding found the modules holding its tensors, they still do."""
+
+
+def _count_submodule_assignment(module, name, submodule) -> None:
+    _submodule_assignments[0] += 1
+
+
+@functools.cache
+def _watch_submodule_assignments() -> None:
+    torch.nn.modules.module.register_module_module_registration_hook(_count_submodule_assignment)
+
+
+@attrs.frozen(eq=False)
+class _StateFeed:
+    """Graph input ``index``: the module's tensor at ``path``, of ``shape`` and ``dtype``."""
+
+    index: int
+    path: Path
+    shape: torch.Size
+    dtype: torch.dtype
+
+
 class CallBinding:
     """Gathers a captured program's inputs for one call, and assembles what it returns.
 
-    ``graph_inputs`` are the program's inputs (their ``name`` and ``type``), in order.
+    ``graph_inputs`` are the program's inputs (their ``name`` and ``type``), in order. Each
+    module tensor is read from the dictionary of the module that holds it (``_parameters``,
+    ``_buffers``); those modules are found again, along the paths, only after a submodule
+    was assigned somewhere, so that a call costs a dictionary lookup and a shape check per
+    tensor.
     """
 
     def __init__(self, captured, graph_inputs: Sequence[Any]):
         self._module = captured.module
         self._folded_from = tuple(captured.folded_from)
-        feeds = []
-        for position, graph_input in zip(captured.user_input_positions, graph_inputs):
+        self._template: list[Any] = []
+        self._user: list[tuple[int, int]] = []
+        self._state: list[_StateFeed] = []
+        for index, (position, graph_input) in enumerate(zip(captured.user_input_positions, graph_inputs)):
+            self._template.append(None)
             if position is not None:
-                feeds.append((position, None, None))
+                self._user.append((index, position))
             elif graph_input.name in captured.state:
-                shape = torch.Size(graph_input.type.shape)
-                dtype = getattr(torch, graph_input.type.dtype.name)
-                feeds.append((None, captured.state[graph_input.name], (shape, dtype)))
+                self._state.append(_StateFeed(index, captured.state[graph_input.name],
+                                              torch.Size(graph_input.type.shape),
+                                              getattr(torch, graph_input.type.dtype.name)))
             else:
-                feeds.append((None, None, captured.constants[graph_input.name]))
-        self._feeds = feeds
+                self._template[index] = captured.constants[graph_input.name]
+        state = {feed.index for feed in self._state}
+        self._not_state = [index for index in range(len(self._template)) if index not in state]
+        self._tables: list[tuple[int, dict, str, torch.Size, torch.dtype]] = []
+        self._found_after = -1
+        if self._state:
+            _watch_submodule_assignments()
         sources = captured.output_sources
         self._sources = None if sources is None or sources == tuple(Computed(i) for i in range(len(sources))) \
             else tuple(sources)
 
+    def _find_tables(self) -> None:
+        self._found_after = _submodule_assignments[0]
+        tables = []
+        for feed in self._state:
+            owner = submodule(self._module, feed.path[:-1])
+            leaf = feed.path[-1]
+            table = {}
+            if owner is not None:
+                table = owner._parameters if leaf in owner._parameters else owner._buffers
+            tables.append((feed.index, table, leaf, feed.shape, feed.dtype))
+        self._tables = tables
+
     def inputs(self, leaves: Sequence[Any]) -> list[torch.Tensor]:
         """Each graph input's tensor for a call with ``leaves``; StaleCapture where the module's
         state no longer fits the program."""
-        module = self._module
         for folded in self._folded_from:
-            change = folded.changed(module)
+            change = folded.changed(self._module)
             if change is not None:
                 raise StaleCapture(f"{change} after the program was captured")
-        inputs = []
-        for position, path, fixed in self._feeds:
-            if position is not None:
-                inputs.append(leaves[position])
-            elif path is not None:
-                inputs.append(_state_tensor(module, path, fixed))
-            else:
-                inputs.append(fixed)
+        inputs = list(self._template)
+        for index, position in self._user:
+            inputs[index] = leaves[position]
+        if self._found_after != _submodule_assignments[0]:
+            self._find_tables()
+        for index, table, leaf, shape, dtype in self._tables:
+            tensor = table.get(leaf)
+            if tensor is None or tensor.shape != shape or tensor.dtype != dtype:
+                tensor = self._moved(index)
+            inputs[index] = tensor
         return inputs
+
+    def _moved(self, index: int) -> torch.Tensor:
+        """The module tensor of graph input ``index`` where it is no longer where it was, or no
+        longer of its shape and dtype (StaleCapture)."""
+        feed = next(feed for feed in self._state if feed.index == index)
+        value = lookup(self._module, feed.path)
+        name = ".".join(feed.path)
+        if not isinstance(value, torch.Tensor):
+            raise StaleCapture(f"{name} is no longer a tensor of the module")
+        if value.shape != feed.shape or value.dtype != feed.dtype:
+            raise StaleCapture(f"{name} is now {value.dtype}{list(value.shape)}, "
+                               f"the program was captured for {feed.dtype}{list(feed.shape)}")
+        self._find_tables()
+        return value
+
+    def requiring_grad(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """The tensors a call's outputs hang from in autograd's graph (``run_in_autograd``): in grad
+        mode, every input that requires grad but module state, and the first module tensor that does.
+
+        Not all of a model's parameters: attaching hundreds costs a call more than its kernels'
+        launches. ``loss.backward()`` reaches the error all the same; ``torch.autograd.grad``
+        asked of other parameters alone gets PyTorch's word that they were not used."""
+        if not torch.is_grad_enabled():
+            return []
+        found = [inputs[index] for index in self._not_state if inputs[index].requires_grad]
+        first = next((inputs[feed.index] for feed in self._state if inputs[feed.index].requires_grad), None)
+        return found if first is None else [*found, first]
 
     def outputs(self, leaves: Sequence[Any], computed: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """What the program returns, flat, from the compiled program's ``computed`` outputs."""
         if self._sources is None:
             return list(computed)
         return [output_value(source, leaves, computed, self._module) for source in self._sources]
-
-
-def _state_tensor(module: torch.nn.Module | None, path: Path,
-                  expected: tuple[torch.Size, torch.dtype]) -> torch.Tensor:
-    value = lookup(module, path)
-    shape, dtype = expected
-    if not isinstance(value, torch.Tensor):
-        raise StaleCapture(f"{'.'.join(path)} is no longer a tensor of the module")
-    if value.shape != shape or value.dtype != dtype:
-        raise StaleCapture(f"{'.'.join(path)} is now {value.dtype}{list(value.shape)}, "
-                           f"the program was captured for {dtype}{list(shape)}")
-    return value
 
 
 class _NoBackward(torch.autograd.Function):
@@ -279,13 +347,11 @@ class _NoBackward(torch.autograd.Function):
         )
 
 
-def run_in_autograd(run: Callable[[], list[torch.Tensor]], inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """``run()``'s outputs: as they come where no gradient can be asked of them, else attached to
-    the inputs that require grad, so that eager code around them sees outputs that require grad
-    as it would, and a ``backward()`` through them raises ``InferenceOnlyError``."""
-    if not torch.is_grad_enabled():
+def run_in_autograd(run: Callable[[], list[torch.Tensor]], requiring_grad: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """``run()``'s outputs: as they come where no gradient can be asked of them (none of the
+    tensors they are computed from requires grad, or grad mode is off), else attached to
+    ``requiring_grad``, so that eager code around them sees outputs that require grad as it
+    would, and a ``backward()`` through them raises ``InferenceOnlyError``."""
+    if not requiring_grad:
         return run()
-    requiring = [t for t in inputs if t.requires_grad]
-    if not requiring:
-        return run()
-    return list(_NoBackward.apply(run, *requiring))
+    return list(_NoBackward.apply(run, *requiring_grad))
