@@ -174,7 +174,9 @@ def test_a_value_returned_twice_is_one_tensor(x):
     lambda a: a[1:],
     lambda a: a[:, 2:5].unsqueeze(0),
     lambda a: a[3],
-], ids=["view", "transpose", "slice", "slice-unsqueeze", "select"])
+    lambda a: a.unbind(1)[2],
+    lambda a: a.reshape(-1),
+], ids=["view", "transpose", "slice", "slice-unsqueeze", "select", "unbind", "reshape"])
 def test_a_view_of_an_input_is_a_view_of_it(x, view):
     compiled = lamina.compile(view, (x,))
     y = torch.randn(ROWS, WIDTH)
@@ -197,6 +199,17 @@ def test_views_of_an_output_are_views_of_it_and_cost_no_kernel(x):
     assert transposed._base is y and tail._base is y and input_transposed._base is x
     assert torch.equal(transposed, y.t()) and torch.equal(tail, y[2:])
     assert compiled.kernel_count == 1
+
+
+def test_the_pieces_of_a_split_output_are_views_of_it(x):
+    def program(a):
+        y = a.tanh()
+        return (y, *y.split(3, dim=1))
+
+    y, *pieces = lamina.compile(program, (x,))(x)
+    assert close(y, x.tanh()) and len(pieces) == 3
+    assert all(piece._base is y for piece in pieces)
+    assert all(torch.equal(piece, expected) for piece, expected in zip(pieces, y.split(3, dim=1)))
 
 
 def test_module_state_returned_is_the_module_s_tensor(x):

@@ -24,6 +24,7 @@ The checks cost a few dictionary lookups per parameter, which is all a call adds
 from __future__ import annotations
 
 import functools
+import operator
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import attrs
@@ -125,34 +126,47 @@ class State:
 
 @attrs.frozen(eq=False)
 class View:
-    """A view of ``base`` made by eager PyTorch's view ops, each ``(op, args, kwargs)`` with the
-    viewed tensor as its first argument."""
+    """A view of ``base`` made by eager PyTorch's view ops, each ``(op, args, kwargs, item)`` with
+    the viewed tensor as its first argument (``item``: which of several tensors it returns)."""
 
     base: Computed | Argument | State
-    steps: tuple[tuple[Any, tuple, Mapping[str, Any]], ...]
+    steps: tuple[tuple[Any, tuple, Mapping[str, Any], int | None], ...]
 
 
 Source = Computed | Argument | State | View
 
 
 def is_view_op(target: Any) -> bool:
-    """An ATen op that returns one tensor sharing its first argument's memory."""
+    """An ATen op that returns one tensor, or a list of them, sharing its first argument's memory."""
     if not isinstance(target, torch._ops.OpOverload) or not target.is_view:
         return False
     returns = target._schema.returns
-    return len(returns) == 1 and isinstance(returns[0].type, torch.TensorType)
+    return len(returns) == 1 and (isinstance(returns[0].type, torch.TensorType)
+                                  or returns[0].type == torch.ListType(torch.TensorType.get()))
 
 
 def view_chain(fx_node) -> tuple[Any, tuple]:
     """The FX node that ``fx_node`` is a view of through view ops alone, and those ops in the
-    order they apply (none: ``fx_node`` itself)."""
+    order they apply (none: ``fx_node`` itself). A step is ``(op, args, kwargs, item)``:
+    ``item`` picks one tensor of an op that returns several (``split``, ``unbind``), else None."""
     steps = []
-    while (fx_node.op == "call_function" and is_view_op(fx_node.target) and fx_node.args
-           and isinstance(fx_node.args[0], torch.fx.Node)
-           and not _reads_tensors((fx_node.args[1:], fx_node.kwargs))):
-        steps.append((fx_node.target, tuple(fx_node.args[1:]), dict(fx_node.kwargs)))
-        fx_node = fx_node.args[0]
+    while True:
+        source, item = fx_node, None
+        if (fx_node.op == "call_function" and fx_node.target is operator.getitem
+                and isinstance(fx_node.args[0], torch.fx.Node) and isinstance(fx_node.args[1], int)):
+            source, item = fx_node.args[0], fx_node.args[1]
+        if not _views_its_first_argument(source, several=item is not None):
+            break
+        steps.append((source.target, tuple(source.args[1:]), dict(source.kwargs), item))
+        fx_node = source.args[0]
     return fx_node, tuple(reversed(steps))
+
+
+def _views_its_first_argument(fx_node, several: bool) -> bool:
+    return (fx_node.op == "call_function" and is_view_op(fx_node.target) and bool(fx_node.args)
+            and isinstance(fx_node.args[0], torch.fx.Node)
+            and not _reads_tensors((fx_node.args[1:], fx_node.kwargs))
+            and several == isinstance(fx_node.meta.get("val"), (list, tuple)))
 
 
 def _reads_tensors(values) -> bool:
@@ -171,8 +185,10 @@ def output_value(source: Source, leaves: Sequence[Any], computed: Sequence[torch
     if isinstance(source, State):
         return lookup(module, source.path)
     value = output_value(source.base, leaves, computed, module)
-    for op, args, kwargs in source.steps:
+    for op, args, kwargs, item in source.steps:
         value = op(value, *args, **kwargs)
+        if item is not None:
+            value = value[item]
     return value
 
 
