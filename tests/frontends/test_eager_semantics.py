@@ -227,3 +227,33 @@ def test_module_state_returned_is_the_module_s_tensor(x):
     assert weight is module.weight
     assert row._base is module.table and torch.equal(row, module.table[1])
     assert close(product.detach(), (x * module.weight).detach())
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_weights_buffers_and_aliases_follow_eager():
+    module = torch.nn.Sequential(torch.nn.Linear(WIDTH, 33), Scaled2(33)).cuda()
+    x = torch.randn(ROWS, WIDTH, device="cuda")
+
+    def program(a):
+        y = module(a)
+        return y, y, y.t(), a[1:]
+
+    compiled = lamina.compile(program, (x,))
+    module[0].weight = torch.nn.Parameter(torch.randn(33, WIDTH, device="cuda"))
+    module[1].scale.mul_(-2)
+    with torch.no_grad():
+        y, again, transposed, tail = compiled(x)
+        expected = module(x)
+    assert y.is_cuda and y is again and transposed._base is y and tail._base is x
+    assert relative_error(y, expected) < 1e-4
+
+
+class Scaled2(torch.nn.Module):
+    """A non-persistent buffer folded into the program, of a given width."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.register_buffer("scale", torch.randn(width), persistent=False)
+
+    def forward(self, x):
+        return x * self.scale.exp()

@@ -157,3 +157,15 @@ def test_a_hugging_face_model_trains_with_the_backward_ops_lamina_lacks_run_in_p
         # lamina's forward of this float64 model is already about 1e-7 from eager's (the model
         # matrix allows 1e-4), so the gradients are held to 1e-5 rather than to float64's 1e-10
         assert relative_error(ours.grad, theirs.grad) < 1e-5, name
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_transformer_block_in_float32_gets_gradients_as_close_as_eager_s():
+    """lamina's float32 gradients may be at most ten times as far from float64 as eager's are."""
+    inputs = (torch.randn(2, 37, 64, device="cuda"),)
+    block = Block(width=64, heads=4).cuda()
+    _, ours = gradients(block, inputs, compiled=True)
+    _, eager = gradients(block, inputs, compiled=False)
+    _, exact = gradients(block.double(), tuple(t.double() for t in inputs), compiled=False)
+    for ours_grad, eager_grad, exact_grad in zip(ours, eager, exact):
+        assert relative_error(ours_grad, exact_grad) < max(10 * relative_error(eager_grad, exact_grad), 1e-5)
