@@ -16,7 +16,8 @@ not as it did when it was captured:
 - an output that eager returns as an input, a parameter or another output (``return x``,
   ``return y, y``) is that same object, and one that eager returns as a view of them
   (``x.transpose(0, 1)``, ``x[1:]``, ``y.view(-1)``) is that view, made at call time by the
-  same view ops: only the outputs no eager tensor aliases are computed by kernels.
+  same view ops. ``lamina.compile``'s graph still computes those outputs (its Torch IR stays the
+  program's whole); the FX graphs of ``torch.compile`` leave them out.
 
 The checks cost a few dictionary lookups per parameter, which is all a call adds.
 """

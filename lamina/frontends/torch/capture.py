@@ -12,7 +12,7 @@ computed once here, it enters the graph as an input of kind ``constant`` (see
 coordinates; the tensors it was computed from are remembered, so that a call after
 one of them changed captures again (``call_binding``). An output that eager returns
 as an input, as module state, as another output or as a view of them is returned so
-by each call rather than computed. Export runs once per set of input shapes and
+by each call in place of the graph's copy. Export runs once per set of input shapes and
 dtypes; callers cache.
 
 ``DEFAULT_KEEP`` holds these composites whole through the lowering to core ATen,
@@ -283,13 +283,11 @@ def _build(exported, folding: Folding, module: torch.nn.Module) -> Captured:
             defined.add(fx_node.name)
         elif fx_node.op == "output":
             returned = _outputs(fx_node, signature, defined | set(folding.aliases))
-            outputs, sources = _output_sources(returned, specs, user_positions, module, folding.aliases)
+            outputs = [folding.aliases.get(node.name, node.name) for node in returned]
+            sources = _output_sources(returned, outputs, specs, user_positions, module)
         else:
             raise LaminaError(f"the exported program has a {fx_node.op} node ({fx_node.name}): "
                               "control flow and submodule calls are not supported")
-    every = [folding.aliases.get(node.name, node.name) for node in returned]
-    if outputs != every:
-        nodes = _reaching(nodes, outputs)
     graph = torch_ir.Graph(inputs, nodes, outputs)
     torch_ir.verify_graph(graph)
     folded_from = tuple(_folded_from(exported, module, state))
@@ -297,30 +295,23 @@ def _build(exported, folding: Folding, module: torch.nn.Module) -> Captured:
                     folded_from=folded_from, output_sources=tuple(sources), module=module)
 
 
-def _output_sources(returned: list, specs: Mapping, user_positions: Mapping[str, int], module: torch.nn.Module,
-                    aliases: Mapping[str, str]) -> tuple[list[str], list[Source]]:
-    """The graph's outputs, each once, and where each returned value comes from: an input, module
-    state or another output returned as it is or as a view of it, else a computed output."""
-    directly = {node.name for node in returned}
-    outputs: list[str] = []
-
-    def computed(name: str) -> Computed:
-        name = aliases.get(name, name)
-        if name not in outputs:
-            outputs.append(name)
-        return Computed(outputs.index(name))
-
+def _output_sources(returned: list, outputs: list[str], specs: Mapping, user_positions: Mapping[str, int],
+                    module: torch.nn.Module) -> list[Source]:
+    """Where each returned value comes from: an input, module state or another output returned as
+    it is or as a view of it, else the graph's output (``outputs``: the graph's outputs, one per
+    returned value). The graph still computes every output, so that its Torch IR is the program's
+    whole; a call returns the aliases in place of the copies."""
     sources: list[Source] = []
-    for node in returned:
+    for node, name in zip(returned, outputs):
         root, steps = view_chain(node)
         base = _aliased(root, specs, user_positions, module)
-        if base is None and steps and root.name in directly:
-            base = computed(root.name)
+        if base is None and steps and any(other is root for other in returned):
+            base = Computed(outputs.index(outputs[returned.index(root)]))
         if base is None:
-            sources.append(computed(node.name))
+            sources.append(Computed(outputs.index(name)))
         else:
             sources.append(View(base, steps) if steps else base)
-    return outputs, sources
+    return sources
 
 
 def _aliased(fx_node, specs: Mapping, user_positions: Mapping[str, int], module: torch.nn.Module):
@@ -335,15 +326,6 @@ def _aliased(fx_node, specs: Mapping, user_positions: Mapping[str, int], module:
         if isinstance(lookup(module, path), torch.Tensor):
             return State(path)
     return None
-
-
-def _reaching(nodes: list[torch_ir.Node], outputs: list[str]) -> list[torch_ir.Node]:
-    """``nodes`` less those no output reads: views that each call makes instead."""
-    needed = set(outputs)
-    for node in reversed(nodes):
-        if node.name in needed:
-            needed |= {ref.name for ref in torch_ir.node_refs(node)}
-    return [node for node in nodes if node.name in needed]
 
 
 def _folded_from(exported, module: torch.nn.Module, state: Mapping[str, Path]) -> Iterator[FoldedFrom]:

@@ -21,7 +21,7 @@ import torch
 from lamina.core.errors import LaminaError
 from lamina.core.ir import torch_ir
 from lamina.frontends.torch.call_binding import Argument, Computed, View, view_chain
-from lamina.frontends.torch.capture import Captured, _dtype, _node, _reaching, _tensor_type
+from lamina.frontends.torch.capture import Captured, _dtype, _node, _tensor_type
 
 
 @attrs.frozen
@@ -110,3 +110,12 @@ def _computed(name: str, computed: list[str]) -> Computed:
     if name not in computed:
         computed.append(name)
     return Computed(computed.index(name))
+
+
+def _reaching(nodes: list[torch_ir.Node], outputs: list[str]) -> list[torch_ir.Node]:
+    """``nodes`` less those no output reads: views of arguments and outputs, which each call makes instead."""
+    needed = set(outputs)
+    for node in reversed(nodes):
+        if node.name in needed:
+            needed |= {ref.name for ref in torch_ir.node_refs(node)}
+    return [node for node in nodes if node.name in needed]
