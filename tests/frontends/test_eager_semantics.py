@@ -58,6 +58,18 @@ def test_a_replaced_submodule_is_the_one_used(x):
     assert len(compiled.specializations) == 1
 
 
+def test_a_module_that_a_function_reaches_by_name_is_read_at_each_call(x):
+    """Through a closure or a bound method, as through the module itself."""
+    linear = torch.nn.Linear(WIDTH, OUT)
+    through_closure = lamina.compile(lambda a: linear(a).relu(), (x,))
+    through_method = lamina.compile(linear.forward, (x,))
+    linear.weight = torch.nn.Parameter(torch.randn(OUT, WIDTH))
+    linear.bias.data = torch.randn(OUT)
+    with torch.no_grad():
+        assert close(through_closure(x), linear(x).relu())
+        assert close(through_method(x), linear(x))
+
+
 def test_a_weight_of_another_shape_or_a_removed_bias_compiles_again(x):
     model, compiled = compiled_linear(x)
     model[0] = torch.nn.Linear(WIDTH, OUT + 2)

@@ -104,11 +104,40 @@ class Captured:
 
 
 class _FunctionModule(torch.nn.Module):
-    """A plain function as a module, so that export can trace it; its parameters keep their names."""
+    """A plain function as a module, so that export can trace it; its parameters keep their names.
+
+    The modules the function reaches by name (a closure's, a global, a bound method's owner)
+    become its submodules, so that their parameters and buffers are module state, read at each
+    call, rather than constants lifted from the code, which a replaced weight would not reach."""
 
     def __init__(self, fn: Callable):
         super().__init__()
         self.forward = _named_forward(fn)
+        for name, module in _modules_used_by(fn).items():
+            if not hasattr(self, name):
+                self.add_module(name, module)
+
+
+def _modules_used_by(fn: Callable) -> dict[str, torch.nn.Module]:
+    """The modules ``fn`` names: its owner's (``self``), its closure's and its globals'."""
+    target = fn if isinstance(fn, (types.FunctionType, types.MethodType)) else getattr(fn, "__call__", fn)
+    found: dict[str, torch.nn.Module] = {}
+    if isinstance(target, types.MethodType):
+        owner = target.__self__
+        if isinstance(owner, torch.nn.Module):
+            found["self"] = owner
+        else:
+            found.update((k, v) for k, v in getattr(owner, "__dict__", {}).items() if isinstance(v, torch.nn.Module))
+        target = target.__func__
+    if isinstance(target, types.FunctionType):
+        for name, cell in zip(target.__code__.co_freevars, target.__closure__ or ()):
+            with contextlib.suppress(ValueError):
+                if isinstance(cell.cell_contents, torch.nn.Module):
+                    found[name] = cell.cell_contents
+        for name in target.__code__.co_names:
+            if isinstance(target.__globals__.get(name), torch.nn.Module):
+                found[name] = target.__globals__[name]
+    return found
 
 
 def _named_forward(fn: Callable) -> Callable:
