@@ -16,6 +16,7 @@ from lamina.core.config import Config, load_config
 from lamina.core.errors import DeviceError, InputMismatchError, LaminaError
 from lamina.core.pipeline import Compilation, Pipeline
 from lamina.core.plugins import PluginManager, get_plugin_manager
+from lamina.frontends.torch.call_binding import CallBinding, StaleCapture, run_in_autograd
 from lamina.frontends.torch.capture import DEFAULT_KEEP, Captured, capture, check_argument_kinds
 from lamina.frontends.torch.containers import flatten_call, structured
 from lamina.runtime.memory_plan import MemoryPlan, plan_memory
@@ -99,6 +100,7 @@ class Specialization:
         self._runners: dict[tuple[str, torch.device], Any] = {}
         self._memory_plan: MemoryPlan | None = None
         self._moved_constants: dict[tuple[str, torch.device], torch.Tensor] = {}
+        self.binding = CallBinding(captured, compilation.graph.inputs)
 
     @property
     def memory_plan(self) -> MemoryPlan:
@@ -120,12 +122,23 @@ class Specialization:
     def __call__(self, args: Sequence[Any], device: torch.device) -> list[torch.Tensor]:
         """The program's flat outputs for the flattened leaves ``args`` of a call.
 
-        A constant the program made itself may live on another device than the inputs (a
-        CPU scalar tensor, which eager PyTorch mixes with CUDA tensors): it is copied to
-        the inputs' device once. Module state on another device is the user's to move."""
+        Module state is read from the module now (``call_binding``). A constant the program
+        made itself may live on another device than the inputs (a CPU scalar tensor, which
+        eager PyTorch mixes with CUDA tensors): it is copied to the inputs' device once.
+        Module state on another device is the user's to move."""
+        return self._launch(self.binding.inputs(args), device)
+
+    def run(self, args: Sequence[Any], device: torch.device) -> list[torch.Tensor]:
+        """What the program returns for the flattened leaves ``args``, flat: outputs that alias an
+        input, module state or each other alias as in eager, and outputs computed from tensors that
+        require grad (in grad mode) require grad, with a backward that raises ``InferenceOnlyError``."""
+        inputs = self.binding.inputs(args)
+        computed = run_in_autograd(lambda: self._launch(inputs, device), self.binding.requiring_grad(inputs))
+        return self.binding.outputs(args, computed)
+
+    def _launch(self, tensors: Sequence[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
         inputs = []
-        for position, graph_input in zip(self.captured.user_input_positions, self.compilation.graph.inputs):
-            tensor = args[position] if position is not None else self.captured.constants[graph_input.name]
+        for graph_input, tensor in zip(self.compilation.graph.inputs, tensors):
             if tensor.device != device and graph_input.kind == "constant":
                 tensor = self._constant_on(graph_input.name, tensor, device)
             elif tensor.device != device:
@@ -220,8 +233,14 @@ class CompiledFunction:
     def __call__(self, *args: Any, **kwargs: Any):
         leaves, structure = flatten_call(args, kwargs)
         device = self._check(args, leaves)
-        specialization = self._specialization(args, kwargs, (structure, signature(leaves)))
-        return specialization.structured(specialization(leaves, device))
+        key = (structure, signature(leaves))
+        specialization = self._specialization(args, kwargs, key)
+        try:
+            outputs = specialization.run(leaves, device)
+        except StaleCapture:
+            specialization = self._specializations[key] = self.compiler.specialize(self.program, args, kwargs)
+            outputs = specialization.run(leaves, device)
+        return specialization.structured(outputs)
 
 
 def _check_kinds(leaves: list) -> None:

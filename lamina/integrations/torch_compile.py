@@ -1,10 +1,13 @@
 """``torch.compile(model, backend="lamina")``: lamina as a TorchDynamo backend.
 
 Dynamo hands over an FX graph of torch-level ops; AOTAutograd lowers it to core ATen
-(keeping lamina's keep-list whole) and passes the forward graph here (and the backward
-graph, when gradients are needed), where it becomes Torch IR and goes through lamina's
-pipeline. Parameters and buffers arrive as arguments, so they are never copied into the
-program. ``options`` are lamina settings (``schedule``, ``backend``, ``keep``, ...) plus
+(keeping lamina's keep-list whole) and passes the forward graph here, and the backward
+graph when an input or a parameter requires grad in grad mode: lamina compiles both, so
+``loss.backward()`` gets gradients as in eager. AOTAutograd also keeps eager's aliasing:
+an output that is an input, a view of one or another output is returned as such.
+Parameters and buffers arrive as arguments, so they are never copied into the program,
+and Dynamo guards the rest (a replaced module tensor is a new argument or a new graph).
+``options`` are lamina settings (``schedule``, ``backend``, ``keep``, ...) plus
 ``fallback``: with ``"error"`` (the default) an op that no plugin decomposes is an error
 listing every such op; with ``"eager"`` the graph is split into the parts lamina
 supports, which it compiles, and the rest, which runs in PyTorch, and a warning names
@@ -16,6 +19,7 @@ marks a dimension dynamic, each new size compiles once more, on its first call.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import warnings
 from typing import Any, Sequence
@@ -27,7 +31,8 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from lamina.api import Compiler, Specialization, signature
 from lamina.core.errors import ConfigError, InputMismatchError
-from lamina.frontends.torch.fx_graph import Argument, Computed, FxProgram, fx_to_torch_ir
+from lamina.frontends.torch.call_binding import output_value
+from lamina.frontends.torch.fx_graph import Constant, FxProgram, fx_to_torch_ir
 
 FALLBACKS = (None, "error", "eager")
 
@@ -50,8 +55,28 @@ def lamina_backend(graph_module: torch.fx.GraphModule, example_inputs: Sequence[
             return make_boxed_func(_with_eager_fallback(aten_graph, inputs, compiler))
         return make_boxed_func(GraphRunner(compiler, aten_graph, inputs))
 
-    return aot_autograd(fw_compiler=compile_graph, decompositions=decompositions(compiler.keep))(
-        graph_module, example_inputs)
+    backend = aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph,
+                           decompositions=decompositions(compiler.keep))
+    with _differentiable_attention(_needs_gradients(example_inputs)):
+        return backend(graph_module, example_inputs)
+
+
+def _needs_gradients(example_inputs: Sequence[Any]) -> bool:
+    """Whether AOTAutograd will trace a backward graph: as it decides, grad mode is on and an
+    input (parameters are inputs) requires grad."""
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
+
+
+def _differentiable_attention(training: bool):
+    """Where a backward graph is traced, attention as its math (matmuls and a softmax), whose
+    backward is made of ops lamina compiles; PyTorch's fused attention kernels have backward ops
+    of their own (``_scaled_dot_product_flash_attention_for_cpu_backward``, ...) that no plugin
+    decomposes. Inference keeps ``scaled_dot_product_attention`` whole."""
+    if not training:
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.MATH])
 
 
 def decompositions(keep: Sequence[str]) -> dict:
@@ -98,15 +123,8 @@ class GraphRunner:
         program, compiled = self._specialization(args)
         with _disable_current_modes():
             computed = compiled(tuple(args), _device(args)) if compiled is not None else []
-        outputs = []
-        for source in program.outputs:
-            if isinstance(source, Computed):
-                outputs.append(computed[source.index])
-            elif isinstance(source, Argument):
-                outputs.append(args[source.position])
-            else:
-                outputs.append(source.value)
-        return tuple(outputs)
+        return tuple(source.value if isinstance(source, Constant) else output_value(source, args, computed)
+                     for source in program.outputs)
 
 
 def _is_static(graph_module: torch.fx.GraphModule) -> bool:

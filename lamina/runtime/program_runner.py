@@ -52,11 +52,12 @@ class ProgramRunner:
         self.memory_plan: MemoryPlan = plan_memory(loop, kernels)
 
     def _empty(self, buffer: loop_ir.Buffer) -> torch.Tensor:
+        """A flat view of a new tensor of the buffer's shape, which ``_shaped`` gives back as an output."""
         dtype = torch_dtype(buffer.type.dtype)
-        size = math.prod(buffer.type.shape)
+        shape = buffer.type.shape
         if self.poison and dtype.is_floating_point:
-            return torch.full((size,), math.nan, dtype=dtype, device=self.device)
-        return torch.empty(size, dtype=dtype, device=self.device)
+            return torch.full(shape, math.nan, dtype=dtype, device=self.device).view(-1)
+        return torch.empty(shape, dtype=dtype, device=self.device).view(-1)
 
     def _scratch(self, param: kernel_ir.Param) -> torch.Tensor:
         """A kernel's own working memory, zeroed for each launch: two calls running at once on
@@ -75,5 +76,14 @@ class ProgramRunner:
             for name in plan.released_after(position):
                 del buffers[name]
         # An output of no elements has no kernel to write it, and so no buffer yet.
-        return [(buffers[b.name] if b.name in buffers else self._empty(b)).reshape(b.type.shape)
+        return [_shaped(buffers[b.name] if b.name in buffers else self._empty(b), b.type.shape)
                 for b in self.loop.outputs]
+
+
+def _shaped(flat: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """An output buffer in its shape: the tensor it was allocated as where it was (an output is
+    then no view, as eager's are not), else a view of it."""
+    base = flat._base
+    if base is not None and tuple(base.shape) == tuple(shape) and base.dtype == flat.dtype and base.is_contiguous():
+        return base
+    return flat.reshape(shape)

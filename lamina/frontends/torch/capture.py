@@ -4,11 +4,15 @@ The program (an ``nn.Module`` or a plain function) is exported for the shapes an
 dtypes of the example inputs, lowered to core ATen, and written as a
 ``torch_ir.Graph``: one node per op, with its shape, dtype and the user's source line.
 Module state (parameters and persistent buffers) becomes graph inputs, passed at run
-time rather than folded into the program, so that updating a weight needs no
-recompilation. What depends only on shapes and constants (a causal mask, RoPE's
-cosines and sines) is folded: computed once here, it enters the graph as an input
-of kind ``constant`` (see ``folding``), except a mask that is a triangle, which the
-graph computes from coordinates. Export runs once per set of input shapes and
+time rather than folded into the program: each call reads them from the module by
+their path, so that updating or replacing a weight needs no recompilation. What depends
+only on shapes and constants (a causal mask, RoPE's cosines and sines) is folded:
+computed once here, it enters the graph as an input of kind ``constant`` (see
+``folding``), except a mask that is a triangle, which the graph computes from
+coordinates; the tensors it was computed from are remembered, so that a call after
+one of them changed captures again (``call_binding``). An output that eager returns
+as an input, as module state, as another output or as a view of them is returned so
+by each call in place of the graph's copy. Export runs once per set of input shapes and
 dtypes; callers cache.
 
 ``DEFAULT_KEEP`` holds these composites whole through the lowering to core ATen,
@@ -42,6 +46,9 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from lamina.core.errors import LaminaError
 from lamina.core.ir import dtypes, torch_ir
+from lamina.frontends.torch.call_binding import (
+    Argument, CapturedTensors, Computed, FoldedFrom, Path, Source, State, View, lookup, view_chain,
+)
 from lamina.frontends.torch.containers import (
     flatten_call, register_library_containers, returning_leaves, sorted_keywords,
 )
@@ -78,23 +85,59 @@ class Captured:
 
     ``user_input_positions[i]`` is the position, among the flattened leaves of a call's
     arguments (``containers.flatten_call``), of the one that feeds graph input ``i``, or
-    None for module state, which ``constants`` holds by input name. ``output_structure``
-    puts the graph's outputs back into what the program returns (None: a tensor, or a
-    tuple of them).
+    None for module state and constants, which ``constants`` holds by input name (module
+    state as ``module`` holds it at the time, under its path in ``state``).
+    ``folded_from`` are the tensors whose values the program holds as they were at
+    capture. ``output_sources`` says where each of the program's flat outputs comes from
+    (None: the graph's outputs in order), and ``output_structure`` puts them back into
+    what the program returns (None: a tensor, or a tuple of them).
     """
 
     graph: torch_ir.Graph
     user_input_positions: tuple[int | None, ...] = attrs.field(converter=tuple)
     constants: Mapping[str, torch.Tensor]
     output_structure: Any = None
+    state: Mapping[str, Path] = attrs.field(factory=dict)
+    folded_from: tuple[FoldedFrom, ...] = ()
+    output_sources: tuple[Source, ...] | None = None
+    module: torch.nn.Module | None = None
 
 
 class _FunctionModule(torch.nn.Module):
-    """A plain function as a module, so that export can trace it; its parameters keep their names."""
+    """A plain function as a module, so that export can trace it; its parameters keep their names.
+
+    The modules the function reaches by name (a closure's, a global, a bound method's owner)
+    become its submodules, so that their parameters and buffers are module state, read at each
+    call, rather than constants lifted from the code, which a replaced weight would not reach."""
 
     def __init__(self, fn: Callable):
         super().__init__()
         self.forward = _named_forward(fn)
+        for name, module in _modules_used_by(fn).items():
+            if not hasattr(self, name):
+                self.add_module(name, module)
+
+
+def _modules_used_by(fn: Callable) -> dict[str, torch.nn.Module]:
+    """The modules ``fn`` names: its owner's (``self``), its closure's and its globals'."""
+    target = fn if isinstance(fn, (types.FunctionType, types.MethodType)) else getattr(fn, "__call__", fn)
+    found: dict[str, torch.nn.Module] = {}
+    if isinstance(target, types.MethodType):
+        owner = target.__self__
+        if isinstance(owner, torch.nn.Module):
+            found["self"] = owner
+        else:
+            found.update((k, v) for k, v in getattr(owner, "__dict__", {}).items() if isinstance(v, torch.nn.Module))
+        target = target.__func__
+    if isinstance(target, types.FunctionType):
+        for name, cell in zip(target.__code__.co_freevars, target.__closure__ or ()):
+            with contextlib.suppress(ValueError):
+                if isinstance(cell.cell_contents, torch.nn.Module):
+                    found[name] = cell.cell_contents
+        for name in target.__code__.co_names:
+            if isinstance(target.__globals__.get(name), torch.nn.Module):
+                found[name] = target.__globals__[name]
+    return found
 
 
 def _named_forward(fn: Callable) -> Callable:
@@ -149,7 +192,7 @@ def capture(program: Callable | torch.nn.Module, example_inputs: Sequence[Any],
             exported = exported.run_decompositions(table)
     except Exception as error:
         raise LaminaError(f"lowering the exported program to core ATen failed: {_reason(error)}") from error
-    captured = _build(exported, fold_constants(exported) if fold else Folding({}, frozenset()))
+    captured = _build(exported, fold_constants(exported) if fold else Folding({}, frozenset()), module)
     return attrs.evolve(captured, output_structure=output_structure())
 
 
@@ -225,10 +268,11 @@ def _reason(error: Exception) -> str:
     return f"{type(error).__name__}: {text[:300]}"
 
 
-def _build(exported, folding: Folding) -> Captured:
+def _build(exported, folding: Folding, module: torch.nn.Module) -> Captured:
     signature = exported.graph_signature
     specs = {spec.arg.name: spec for spec in signature.input_specs}
-    inputs, positions, constants = [], [], {}
+    inputs, positions, constants, state = [], [], {}, {}
+    user_positions: dict[str, int] = {}
     nodes, defined = [], set()
     taken = {fx_node.name for fx_node in exported.graph.nodes}
     user_position = 0
@@ -250,9 +294,13 @@ def _build(exported, folding: Folding) -> Captured:
                 if not isinstance(fx_node.meta.get("val"), torch.Tensor):
                     continue  # a Python number: export specialised the graph to its value
                 kind, position = "user", user_position - 1
+                user_positions[fx_node.name] = position
             elif spec.kind in _INPUT_KINDS:
                 kind, position = _INPUT_KINDS[spec.kind], None
-                constants[fx_node.name] = _state(exported, spec.target)
+                if kind == "constant":
+                    constants[fx_node.name] = _state(exported, spec.target)
+                else:
+                    state[fx_node.name] = tuple(spec.target.split("."))
             else:
                 raise LaminaError(f"the program takes a {spec.kind.name.lower()} input ({fx_node.name}), "
                                   "which lamina does not support")
@@ -264,13 +312,61 @@ def _build(exported, folding: Folding) -> Captured:
             defined.add(fx_node.name)
         elif fx_node.op == "output":
             returned = _outputs(fx_node, signature, defined | set(folding.aliases))
-            outputs = [folding.aliases.get(name, name) for name in returned]
+            outputs = [folding.aliases.get(node.name, node.name) for node in returned]
+            sources = _output_sources(returned, outputs, specs, user_positions, module)
         else:
             raise LaminaError(f"the exported program has a {fx_node.op} node ({fx_node.name}): "
                               "control flow and submodule calls are not supported")
     graph = torch_ir.Graph(inputs, nodes, outputs)
     torch_ir.verify_graph(graph)
-    return Captured(graph, positions, constants)
+    folded_from = tuple(_folded_from(exported, module, state))
+    return Captured(graph, positions, CapturedTensors(constants, state, module), state=state,
+                    folded_from=folded_from, output_sources=tuple(sources), module=module)
+
+
+def _output_sources(returned: list, outputs: list[str], specs: Mapping, user_positions: Mapping[str, int],
+                    module: torch.nn.Module) -> list[Source]:
+    """Where each returned value comes from: an input, module state or another output returned as
+    it is or as a view of it, else the graph's output (``outputs``: the graph's outputs, one per
+    returned value). The graph still computes every output, so that its Torch IR is the program's
+    whole; a call returns the aliases in place of the copies."""
+    sources: list[Source] = []
+    for node, name in zip(returned, outputs):
+        root, steps = view_chain(node)
+        base = _aliased(root, specs, user_positions, module)
+        if base is None and steps and any(other is root for other in returned):
+            base = Computed(outputs.index(outputs[returned.index(root)]))
+        if base is None:
+            sources.append(Computed(outputs.index(name)))
+        else:
+            sources.append(View(base, steps) if steps else base)
+    return sources
+
+
+def _aliased(fx_node, specs: Mapping, user_positions: Mapping[str, int], module: torch.nn.Module):
+    """The input or module tensor that eager would return for ``fx_node``, or None."""
+    if fx_node.op != "placeholder":
+        return None
+    if fx_node.name in user_positions:
+        return Argument(user_positions[fx_node.name])
+    spec = specs[fx_node.name]
+    if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+        path = tuple(spec.target.split("."))
+        if isinstance(lookup(module, path), torch.Tensor):
+            return State(path)
+    return None
+
+
+def _folded_from(exported, module: torch.nn.Module, state: Mapping[str, Path]) -> Iterator[FoldedFrom]:
+    """Every tensor that the program holds as its value at capture rather than reading it at each call."""
+    for spec in exported.graph_signature.input_specs:
+        if spec.arg.name in state or not (spec.kind == InputKind.CONSTANT_TENSOR
+                                          or (spec.kind == InputKind.BUFFER and not spec.persistent)):
+            continue
+        tensor = _state(exported, spec.target)
+        if isinstance(tensor, torch.Tensor):
+            path = tuple(spec.target.split("."))
+            yield FoldedFrom(tensor, path if lookup(module, path) is tensor else None)
 
 
 def _triangle_nodes(fx_node, triangle: Triangle, taken: set[str]) -> list[torch_ir.Node]:
@@ -307,7 +403,7 @@ def _state(exported, target: str) -> torch.Tensor:
     return exported.constants[target]
 
 
-def _outputs(fx_node, signature, defined: set[str]) -> list[str]:
+def _outputs(fx_node, signature, defined: set[str]) -> list:
     outputs = []
     for value, spec in zip(fx_node.args[0], signature.output_specs):
         if spec.kind != OutputKind.USER_OUTPUT:
@@ -317,7 +413,7 @@ def _outputs(fx_node, signature, defined: set[str]) -> list[str]:
             )
         if not isinstance(value, torch.fx.Node) or value.name not in defined:
             raise LaminaError(f"the program returns {value!r}; lamina programs return tensors")
-        outputs.append(value.name)
+        outputs.append(value)
     return outputs
 
 

@@ -3,9 +3,10 @@
 A value is constant when it depends only on shapes, Python numbers, lifted tensor
 constants and non-persistent buffers (such as RoPE's inverse frequencies, which
 models derive from their configuration and register with ``persistent=False``).
-Parameters and persistent buffers are the model's state, which a user may update
-without recompiling: they are never folded. Nondeterministic ops (random numbers)
-are never folded either.
+Those a user can still change are remembered: a call after one was written or replaced
+captures and folds again (``call_binding.FoldedFrom``). Parameters and persistent
+buffers are the model's state, which a user may update without recompiling: they are
+never folded. Nondeterministic ops (random numbers) are never folded either.
 
 Where a constant value meets the rest of the program it becomes a graph input of
 kind ``constant``, evaluated here with PyTorch; every constant op before it leaves

@@ -20,21 +20,8 @@ import torch
 
 from lamina.core.errors import LaminaError
 from lamina.core.ir import torch_ir
+from lamina.frontends.torch.call_binding import Argument, Computed, View, view_chain
 from lamina.frontends.torch.capture import Captured, _dtype, _node, _tensor_type
-
-
-@attrs.frozen
-class Computed:
-    """Output ``index`` of the compiled program."""
-
-    index: int
-
-
-@attrs.frozen
-class Argument:
-    """The call's argument at ``position``, returned as it is."""
-
-    position: int
 
 
 @attrs.frozen
@@ -42,7 +29,7 @@ class Constant:
     value: Any
 
 
-Source = Computed | Argument | Constant
+Source = Computed | Argument | View | Constant
 
 
 @attrs.frozen(eq=False)
@@ -75,8 +62,12 @@ def fx_to_torch_ir(graph_module: torch.fx.GraphModule) -> FxProgram:
         elif fx_node.op == "call_function":
             nodes.append(_node(fx_node))
         elif fx_node.op == "output":
-            for value in _flat_outputs(fx_node.args[0]):
-                sources.append(_source(value, placeholders, computed))
+            returned = _flat_outputs(fx_node.args[0])
+            directly = {value.name for value in returned if isinstance(value, torch.fx.Node)}
+            for value in returned:
+                sources.append(_source(value, placeholders, computed, directly))
+            if len(computed) < len(directly - set(placeholders)):
+                nodes = _reaching(nodes, computed)
         else:
             raise LaminaError(f"the graph has a {fx_node.op} node ({fx_node.name}): "
                               "control flow and submodule calls are not supported")
@@ -100,11 +91,31 @@ def _flat_outputs(value: Any) -> tuple:
     return tuple(value) if isinstance(value, (list, tuple)) else (value,)
 
 
-def _source(value: Any, placeholders: dict[str, int], computed: list[str]) -> Source:
+def _source(value: Any, placeholders: dict[str, int], computed: list[str], returned: set[str]) -> Source:
+    """Where an output comes from: an argument or another output returned as it is or as a view
+    of it (as eager returns them), a value, else a computed output."""
     if not isinstance(value, torch.fx.Node):
         return Constant(value)
-    if value.name in placeholders:
-        return Argument(placeholders[value.name])
-    if value.name not in computed:
-        computed.append(value.name)
-    return Computed(computed.index(value.name))
+    root, steps = view_chain(value)
+    if root.name in placeholders:
+        base = Argument(placeholders[root.name])
+    elif steps and root.name in returned:
+        base = _computed(root.name, computed)
+    else:
+        return _computed(value.name, computed)
+    return View(base, steps) if steps else base
+
+
+def _computed(name: str, computed: list[str]) -> Computed:
+    if name not in computed:
+        computed.append(name)
+    return Computed(computed.index(name))
+
+
+def _reaching(nodes: list[torch_ir.Node], outputs: list[str]) -> list[torch_ir.Node]:
+    """``nodes`` less those no output reads: views of arguments and outputs, which each call makes instead."""
+    needed = set(outputs)
+    for node in reversed(nodes):
+        if node.name in needed:
+            needed |= {ref.name for ref in torch_ir.node_refs(node)}
+    return [node for node in nodes if node.name in needed]
