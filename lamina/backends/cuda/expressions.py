@@ -13,6 +13,12 @@ into one expression as much as at a store. A float becomes one of them through a
 ``int`` (``long long`` for ``unsigned char``, as PyTorch converts), which wraps, where a
 direct conversion would saturate on the GPU.
 
+Floating-point ``max`` and ``min`` are ``torch.maximum`` and ``torch.minimum``: a NaN operand
+gives NaN. CUDA's ``fmaxf`` and ``fminf`` return the other operand instead (relu(NaN) would
+be 0), so they print as ``lamina_max`` and ``lamina_min`` (``NAN_PROPAGATING_EXTREMES``), one
+``max.NaN``/``min.NaN`` instruction on float and a compare-select on double; half types
+compute them in float, as every other function.
+
 An element of an array in the 128-byte swizzle (``Array.swizzle``) is where
 ``lamina_swizzled_N`` (N its bytes) moves its row-major offset in the array, which is
 declared flat: every access of an array element goes through ``ExpressionPrinter.element``.
@@ -39,7 +45,7 @@ _INFIX = {
 }
 _FLOAT_FUNCTIONS = {
     "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "tanh": "tanh", "sin": "sin",
-    "cos": "cos", "erf": "erf", "abs": "fabs", "max": "fmax", "min": "fmin", "pow": "pow",
+    "cos": "cos", "erf": "erf", "abs": "fabs", "pow": "pow",
     "floor": "floor", "ceil": "ceil", "trunc": "trunc", "round": "rint", "fmod": "fmod",
 }
 _INTEGER_INFIX = {"truncdiv": "/", "fmod": "%"}
@@ -96,6 +102,8 @@ class ExpressionPrinter:
         self.non_finite_used = False
         self.cluster_loads_used = False
         self.tf32_used = False
+        self.extremes_used: set[str] = set()
+        """The C types (float, double) whose ``lamina_max``/``lamina_min`` the kernel calls."""
         self.swizzled_sizes: set[int] = set()
         """The element sizes of the swizzled arrays accessed: each needs its ``lamina_swizzled_N``."""
 
@@ -293,6 +301,10 @@ class ExpressionPrinter:
             a, b = (self._operand(x, compute, 0) for x in args)
             quotient = f"__fdiv_rn({a}, {b})" if compute == dtypes.float32 else f"{a} / {b}"
             printed = (f"trunc{suffix}({quotient})", PRIMARY)
+        elif name in ("max", "min"):
+            self.extremes_used.add(c_type(compute))
+            operands = ", ".join(self._operand(a, compute, 0) for a in args)
+            printed = (f"lamina_{name}({operands})", PRIMARY)
         elif name == "pow" and isinstance(args[1], Const) and float(args[1].value) == 2.0:
             # A square, as norms write it: powf's general path is slow and takes a stack frame.
             x = self._operand(args[0], compute, MUL + 1)
@@ -328,6 +340,26 @@ class ExpressionPrinter:
         if isinstance(e, Const):
             return f"{int(e.value)}LL" if common == "long long" else str(int(e.value))
         return f"static_cast<{common}>({self.text(e)})"
+
+
+NAN_PROPAGATING_EXTREMES = {
+    "float": """\
+__device__ __forceinline__ float lamina_max(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+__device__ __forceinline__ float lamina_min(float a, float b) {
+  float r;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}""",
+    "double": """\
+__device__ __forceinline__ double lamina_max(double a, double b) { return a > b || a != a ? a : b; }
+__device__ __forceinline__ double lamina_min(double a, double b) { return a < b || a != a ? a : b; }""",
+}
+"""``max`` and ``min`` as ``torch.maximum`` and ``torch.minimum``: NaN if either operand is NaN
+(``max.NaN`` needs sm_80, as ``cp.async`` and the tf32 mma do)."""
 
 
 def _negate(text: str) -> str:
