@@ -23,11 +23,11 @@ eight rows and four k-steps that a warp reads at once fall in 32 distinct banks.
 
 An infinite operand has no such pieces: its nearest tf32 is infinite and what is left is
 inf - inf = NaN, so a product of inf by 1.0 would come out NaN. The big piece is therefore
-held within the largest finite tf32 (``big_piece``, two min/max instructions): inf splits into
+held within the largest finite tf32 (``big_piece``, two min/max instructions, and no register more): inf splits into
 that and an infinite small piece, which meets only the other side's big piece, so inf times a
 finite nonzero value stays an infinity of the right sign, and a float32 within 2^-12 of the
 largest, whose nearest tf32 overflows, splits exactly. One case is left: inf times a value
-of magnitude 2048 or more whose small piece has the other sign gives NaN (the largest tf32
+of magnitude 4096 or more whose small piece has the other sign gives NaN (the largest tf32
 times that small piece overflows too).
 
 On the H200 ``mma.sync`` alone runs tf32 at 318 TFLOP/s, a ceiling of 106 for three
@@ -62,15 +62,19 @@ MIN_BLOCK_TILE = 32
 """Block tiles at least this long along each output axis: a staged row of 16, padded to 24
 words for the fragment reads, puts the rows that one warp copies on the same banks."""
 
-LARGEST_TF32 = struct.unpack("<f", struct.pack("<I", 0x7F7FE000))[0]
+LARGEST_ROUNDED_DOWN = struct.unpack("<f", struct.pack("<I", 0x7F7FEFFF))[0]
+"""The largest float32 whose nearest tf32 is finite (the largest tf32, 0x7f7fe000)."""
 
 
 def big_piece(value: Expr) -> Expr:
-    """The big tf32 piece of float32 ``value``: its nearest tf32, held within the largest finite
-    one, so that the small piece, ``value`` minus this, is finite for every finite ``value`` and
-    infinite (not NaN) for an infinite one; NaN stays NaN (``max`` and ``min`` propagate it)."""
-    bound = ex.const(LARGEST_TF32, dtypes.float32)
-    return ex.op("max", ex.op("min", kernel_ir.Tf32(value), bound), ex.const(-LARGEST_TF32, dtypes.float32))
+    """The big tf32 piece of float32 ``value``: the nearest tf32 of ``value`` held within
+    +-``LARGEST_ROUNDED_DOWN``, so that the small piece, ``value`` minus this, is finite for every
+    finite ``value`` and infinite (not NaN) for an infinite one; NaN stays NaN. Clamped before the
+    rounding rather than after, the kernels keep their registers: clamped after, the 8 x 8 register
+    tiles of ``mma.sync`` took a register more and spilled."""
+    bound = LARGEST_ROUNDED_DOWN
+    held = ex.op("max", ex.op("min", value, ex.const(bound, dtypes.float32)), ex.const(-bound, dtypes.float32))
+    return kernel_ir.Tf32(held)
 
 
 def factors(c: Contraction) -> tuple[Operand, Operand] | None:
