@@ -15,7 +15,7 @@ direct conversion would saturate on the GPU.
 
 Floating-point ``max`` and ``min`` are ``torch.maximum`` and ``torch.minimum``: a NaN operand
 gives NaN. CUDA's ``fmaxf`` and ``fminf`` return the other operand instead (relu(NaN) would
-be 0), so they print as ``lamina_max`` and ``lamina_min`` (``NAN_PROPAGATING_EXTREMES``), one
+be 0), so they print as ``lamina_max`` and ``lamina_min`` (``nan_propagating_extreme``), one
 ``max.NaN``/``min.NaN`` instruction on float and a compare-select on double; half types
 compute them in float, as every other function.
 
@@ -102,8 +102,8 @@ class ExpressionPrinter:
         self.non_finite_used = False
         self.cluster_loads_used = False
         self.tf32_used = False
-        self.extremes_used: set[str] = set()
-        """The C types (float, double) whose ``lamina_max``/``lamina_min`` the kernel calls."""
+        self.extremes_used: set[tuple[str, str]] = set()
+        """The ``lamina_max``/``lamina_min`` the kernel calls, as (C type, max or min)."""
         self.swizzled_sizes: set[int] = set()
         """The element sizes of the swizzled arrays accessed: each needs its ``lamina_swizzled_N``."""
 
@@ -302,7 +302,7 @@ class ExpressionPrinter:
             quotient = f"__fdiv_rn({a}, {b})" if compute == dtypes.float32 else f"{a} / {b}"
             printed = (f"trunc{suffix}({quotient})", PRIMARY)
         elif name in ("max", "min"):
-            self.extremes_used.add(c_type(compute))
+            self.extremes_used.add((c_type(compute), name))
             operands = ", ".join(self._operand(a, compute, 0) for a in args)
             printed = (f"lamina_{name}({operands})", PRIMARY)
         elif name == "pow" and isinstance(args[1], Const) and float(args[1].value) == 2.0:
@@ -342,24 +342,21 @@ class ExpressionPrinter:
         return f"static_cast<{common}>({self.text(e)})"
 
 
-NAN_PROPAGATING_EXTREMES = {
-    "float": """\
-__device__ __forceinline__ float lamina_max(float a, float b) {
-  float r;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-}
-__device__ __forceinline__ float lamina_min(float a, float b) {
-  float r;
-  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-}""",
-    "double": """\
-__device__ __forceinline__ double lamina_max(double a, double b) { return a > b || a != a ? a : b; }
-__device__ __forceinline__ double lamina_min(double a, double b) { return a < b || a != a ? a : b; }""",
-}
-"""``max`` and ``min`` as ``torch.maximum`` and ``torch.minimum``: NaN if either operand is NaN
-(``max.NaN`` needs sm_80, as ``cp.async`` and the tf32 mma do)."""
+_EXTREME_COMPARISONS = {"max": ">", "min": "<"}
+
+
+def nan_propagating_extreme(c_type: str, name: str) -> str:
+    """The definition of ``lamina_max`` or ``lamina_min`` (``name``) on ``c_type`` (float, double):
+    ``torch.maximum``/``torch.minimum``, NaN if either operand is NaN; on float one ``max.NaN``/``min.NaN``
+    instruction (sm_80 and later, as ``cp.async`` and the tf32 mma), on double a compare-select."""
+    if c_type == "float":
+        return (f"__device__ __forceinline__ float lamina_{name}(float a, float b) {{\n"
+                f"  float r;\n"
+                f'  asm("{name}.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));\n'
+                f"  return r;\n"
+                f"}}")
+    return (f"__device__ __forceinline__ double lamina_{name}(double a, double b) "
+            f"{{ return a {_EXTREME_COMPARISONS[name]} b || a != a ? a : b; }}")
 
 
 def _negate(text: str) -> str:
