@@ -28,7 +28,8 @@ that and an infinite small piece, which meets only the other side's big piece, s
 finite nonzero value stays an infinity of the right sign, and a float32 within 2^-12 of the
 largest, whose nearest tf32 overflows, splits exactly. One case is left: inf times a value
 of magnitude 4096 or more whose small piece has the other sign gives NaN (the largest tf32
-times that small piece overflows too).
+times that small piece overflows too). ``wgmma`` splits only its n side so (``wgmma.products``
+says why).
 
 On the H200 ``mma.sync`` alone runs tf32 at 318 TFLOP/s, a ceiling of 106 for three
 products, but the kernels reached about 46, as fast as the FMA kernels and no faster:
