@@ -33,7 +33,8 @@ def test_the_small_cases_keep_eagers_pattern_and_the_json_says_so(suite, tmp_pat
         assert all(o["same_pattern"] for o in case["outputs"])
     example = next(c for c in ran if c["case"] == "running_example.fp32")
     counts = example["outputs"][0]["counts"]
-    assert counts["nan"]["eager"] > 0 and counts == {k: {"lamina": v["eager"], "eager": v["eager"]} for k, v in counts.items()}
+    assert counts["nan"]["eager"] > 0
+    assert all(v["lamina"] == v["eager"] for v in counts.values())
 
 
 def test_a_different_pattern_is_a_mismatch(suite):

@@ -23,10 +23,10 @@ eight rows and four k-steps that a warp reads at once fall in 32 distinct banks.
 
 An infinite operand has no such pieces: its nearest tf32 is infinite and what is left is
 inf - inf = NaN, so a product of inf by 1.0 would come out NaN. The big piece is therefore
-held within the largest finite tf32 (``big_piece``, two min/max instructions, and no register more): inf splits into
-that and an infinite small piece, which meets only the other side's big piece, so inf times a
-finite nonzero value stays an infinity of the right sign, and a float32 within 2^-12 of the
-largest, whose nearest tf32 overflows, splits exactly. One case is left: inf times a value
+held within the largest finite tf32 (``big_piece``: two min/max instructions, no register more).
+inf splits into that and an infinite small piece, which meets only the other side's big piece,
+so inf times a finite nonzero value stays an infinity of the right sign, and a float32 within
+2^-12 of the largest, whose nearest tf32 overflows, splits exactly. One case is left: inf times a value
 of magnitude 4096 or more whose small piece has the other sign gives NaN (the largest tf32
 times that small piece overflows too). ``wgmma`` splits only its n side so (``wgmma.products``
 says why).
