@@ -23,7 +23,7 @@ import functools
 import math
 
 from lamina.backends.cuda import dependent_launch, hopper_copies, wgmma
-from lamina.backends.cuda.expressions import INT_LIMIT, ExpressionPrinter
+from lamina.backends.cuda.expressions import INT_LIMIT, ExpressionPrinter, nan_propagating_extreme
 from lamina.backends.cuda.names import c_name, kernel_c_name
 from lamina.backends.cuda.vector_access import register_alignments, vector_copy
 from lamina.core.errors import VerificationError
@@ -246,6 +246,8 @@ class _KernelPrinter:
             sections.append("\n".join(headers))
         if self.expr.non_finite_used:
             sections.append(_NON_FINITE_DEFINES)
+        for c_type, name in sorted(self.expr.extremes_used, key=lambda used: (used[0] != "float", used)):
+            sections.append(nan_propagating_extreme(c_type, name))
         if self.expr.cluster_loads_used:
             sections.append(_CLUSTER_LOAD_HELPER)
         if self.expr.tf32_used:

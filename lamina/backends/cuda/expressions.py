@@ -13,6 +13,12 @@ into one expression as much as at a store. A float becomes one of them through a
 ``int`` (``long long`` for ``unsigned char``, as PyTorch converts), which wraps, where a
 direct conversion would saturate on the GPU.
 
+Floating-point ``max`` and ``min`` are ``torch.maximum`` and ``torch.minimum``: a NaN operand
+gives NaN. CUDA's ``fmaxf`` and ``fminf`` return the other operand instead (relu(NaN) would
+be 0), so they print as ``lamina_max`` and ``lamina_min`` (``nan_propagating_extreme``), one
+``max.NaN``/``min.NaN`` instruction on float and a compare-select on double; half types
+compute them in float, as every other function.
+
 An element of an array in the 128-byte swizzle (``Array.swizzle``) is where
 ``lamina_swizzled_N`` (N its bytes) moves its row-major offset in the array, which is
 declared flat: every access of an array element goes through ``ExpressionPrinter.element``.
@@ -39,7 +45,7 @@ _INFIX = {
 }
 _FLOAT_FUNCTIONS = {
     "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "tanh": "tanh", "sin": "sin",
-    "cos": "cos", "erf": "erf", "abs": "fabs", "max": "fmax", "min": "fmin", "pow": "pow",
+    "cos": "cos", "erf": "erf", "abs": "fabs", "pow": "pow",
     "floor": "floor", "ceil": "ceil", "trunc": "trunc", "round": "rint", "fmod": "fmod",
 }
 _INTEGER_INFIX = {"truncdiv": "/", "fmod": "%"}
@@ -96,6 +102,8 @@ class ExpressionPrinter:
         self.non_finite_used = False
         self.cluster_loads_used = False
         self.tf32_used = False
+        self.extremes_used: set[tuple[str, str]] = set()
+        """The ``lamina_max``/``lamina_min`` the kernel calls, as (C type, max or min)."""
         self.swizzled_sizes: set[int] = set()
         """The element sizes of the swizzled arrays accessed: each needs its ``lamina_swizzled_N``."""
 
@@ -293,6 +301,10 @@ class ExpressionPrinter:
             a, b = (self._operand(x, compute, 0) for x in args)
             quotient = f"__fdiv_rn({a}, {b})" if compute == dtypes.float32 else f"{a} / {b}"
             printed = (f"trunc{suffix}({quotient})", PRIMARY)
+        elif name in ("max", "min"):
+            self.extremes_used.add((c_type(compute), name))
+            operands = ", ".join(self._operand(a, compute, 0) for a in args)
+            printed = (f"lamina_{name}({operands})", PRIMARY)
         elif name == "pow" and isinstance(args[1], Const) and float(args[1].value) == 2.0:
             # A square, as norms write it: powf's general path is slow and takes a stack frame.
             x = self._operand(args[0], compute, MUL + 1)
@@ -328,6 +340,23 @@ class ExpressionPrinter:
         if isinstance(e, Const):
             return f"{int(e.value)}LL" if common == "long long" else str(int(e.value))
         return f"static_cast<{common}>({self.text(e)})"
+
+
+_EXTREME_COMPARISONS = {"max": ">", "min": "<"}
+
+
+def nan_propagating_extreme(c_type: str, name: str) -> str:
+    """The definition of ``lamina_max`` or ``lamina_min`` (``name``) on ``c_type`` (float, double):
+    ``torch.maximum``/``torch.minimum``, NaN if either operand is NaN; on float one ``max.NaN``/``min.NaN``
+    instruction (sm_80 and later, as ``cp.async`` and the tf32 mma), on double a compare-select."""
+    if c_type == "float":
+        return (f"__device__ __forceinline__ float lamina_{name}(float a, float b) {{\n"
+                f"  float r;\n"
+                f'  asm("{name}.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));\n'
+                f"  return r;\n"
+                f"}}")
+    return (f"__device__ __forceinline__ double lamina_{name}(double a, double b) "
+            f"{{ return a {_EXTREME_COMPARISONS[name]} b || a != a ? a : b; }}")
 
 
 def _negate(text: str) -> str:

@@ -147,9 +147,13 @@ def test_float32_arithmetic_stays_float32():
     x, y, _ = run(one_per_thread("serial_sum", n, body, block=32), n)
     expected = torch.zeros((), dtype=torch.float32)
     tenth = torch.tensor(0.1, dtype=torch.float32)
-    for value in x:
-        expected = expected + value * tenth
+    for value in x:  # one fused multiply-add a step, as NVRTC contracts it: rounded to float32 once
+        expected = (expected.double() + value.double() * tenth.double()).float()
     assert y[0].item() == expected.item()
+    unfused = torch.zeros((), dtype=torch.float32)
+    for value in x:
+        unfused = unfused + value * tenth
+    assert y[0].item() != unfused.item()
 
 
 def test_integer_division_by_zero_only_matters_in_running_threads():

@@ -4,6 +4,14 @@ A closure takes the mask of running threads and returns a tensor: 0-d when the v
 the same for every thread, else one element per thread of the grid. Loads happen only
 for running threads; the operands of ``where``, ``and`` and ``or`` that load are
 evaluated only where C would evaluate them (the ternary and ``&&``/``||`` short-circuit).
+
+A float32 ``a * b + c`` (or ``c + a * b``, ``a * b - c``, ``c - a * b``) is one fused
+multiply-add on the GPU, as NVRTC contracts it by default (``--fmad=true``): the product is
+not rounded, so ``3e38 * -2.06 + 3e38 * 1.17`` accumulated that way is -inf where two
+rounded products give -inf + inf = NaN. The simulator computes it the same way: the product
+exactly in float64, the sum rounded once to float32 (rounded twice, through float64, which
+differs from the GPU only in the rare ties of the last bit). Where both operands of the add
+are products, the left one is fused, as LLVM's contraction picks it.
 """
 
 from __future__ import annotations
@@ -129,6 +137,9 @@ class ExpressionCompiler:
             return _short_circuit(name, args)
         if name in _INTEGER_DIVISIONS and not dtype.is_float and not isinstance(e.args[1], ex.Const):
             return self._integer_division(e, args)
+        contracted = _contracted(e)
+        if contracted is not None:
+            return self._multiply_add(*contracted, scope)
         if len(args) == 1:
             (a,) = args
             return lambda mask: apply_op(name, [a(mask)], dtype)
@@ -136,6 +147,21 @@ class ExpressionCompiler:
             a, b = args
             return lambda mask: apply_op(name, [a(mask), b(mask)], dtype)
         return lambda mask: apply_op(name, [f(mask) for f in args], dtype)
+
+    def _multiply_add(self, product: ex.Op, addend: ex.Expr, product_sign: float, addend_sign: float,
+                      scope) -> Evaluator:
+        """``product_sign * a * b + addend_sign * addend`` rounded once to float32, as the GPU's FFMA."""
+        a_of, b_of = (self.compile(x, scope) for x in product.args)
+        addend_of = self.compile(addend, scope)
+
+        def wide(value) -> torch.Tensor:
+            return as_tensor(value, dtypes.float32).double()
+
+        def run(mask: Mask) -> torch.Tensor:
+            exact = wide(a_of(mask)) * wide(b_of(mask)) * product_sign
+            return (exact + wide(addend_of(mask)) * addend_sign).float()
+
+        return run
 
     def _integer_division(self, e: ex.Op, args: list[Evaluator]) -> Evaluator:
         """C leaves integer division by zero undefined; idle threads may hold zeros, so only
@@ -157,6 +183,23 @@ class ExpressionCompiler:
             return apply_op(name, [a(mask), divisor], dtype)
 
         return run
+
+
+def _is_product(e: ex.Expr) -> bool:
+    return isinstance(e, ex.Op) and e.op == "mul" and e.dtype == dtypes.float32
+
+
+def _contracted(e: ex.Op) -> tuple[ex.Op, ex.Expr, float, float] | None:
+    """``(product, addend, product_sign, addend_sign)`` where ``e`` is a float32 add or subtract
+    that the GPU computes as one fused multiply-add, else None."""
+    if e.op not in ("add", "sub") or e.dtype != dtypes.float32:
+        return None
+    left, right = e.args
+    if _is_product(left):
+        return left, right, 1.0, (1.0 if e.op == "add" else -1.0)
+    if _is_product(right):
+        return right, left, (1.0 if e.op == "add" else -1.0), 1.0
+    return None
 
 
 def _lazy_where(args: list[Evaluator], dtype: DType) -> Evaluator:

@@ -61,7 +61,7 @@ def test_a_k_tile_is_split_fenced_and_multiplied_in_three_wgmma_per_eight_k():
     assert "a_big[step][3] = tf32(a_small[step][3])" in lines
     assert "a_small[step][3] = a_small[step][3] - a_big[step][3]" in lines
     assert "vector load x4 raw_piece[0] <- w_tile[slot][round * 32 + tid // 8][tid % 8 * 4]" in lines
-    assert "big_piece[3] = tf32(raw_piece[3])" in lines and "small_piece[3] = raw_piece[3] - big_piece[3]" in lines
+    assert "big_piece[3] = tf32(max(min(raw_piece[3], 3.401992698887923e+38), -3.401992698887923e+38))" in lines and "small_piece[3] = raw_piece[3] - big_piece[3]" in lines
     assert "vector store x4 w_tile[slot][round * 32 + tid // 8][tid % 8 * 4] <- big_piece[0]" in lines
     assert "vector store x4 w_small[kt % 2][round * 32 + tid // 8][tid % 8 * 4] <- small_piece[0]" in lines
     assert not any("x_small" in line for line in lines)

@@ -21,6 +21,16 @@ every thread of the warp is one mma's accumulator. The operands' fragments are r
 the staged k-tiles, whose rows are padded to 8 words past a multiple of 32 so that the
 eight rows and four k-steps that a warp reads at once fall in 32 distinct banks.
 
+An infinite operand has no such pieces: its nearest tf32 is infinite and what is left is
+inf - inf = NaN, so a product of inf by 1.0 would come out NaN. The big piece is therefore
+held within the largest finite tf32 (``big_piece``: two min/max instructions, no register more).
+inf splits into that and an infinite small piece, which meets only the other side's big piece,
+so inf times a finite nonzero value stays an infinity of the right sign, and a float32 within
+2^-12 of the largest, whose nearest tf32 overflows, splits exactly. One case is left: inf times a value
+of magnitude 4096 or more whose small piece has the other sign gives NaN (the largest tf32
+times that small piece overflows too). ``wgmma`` splits only its n side so (``wgmma.products``
+says why).
+
 On the H200 ``mma.sync`` alone runs tf32 at 318 TFLOP/s, a ceiling of 106 for three
 products, but the kernels reached about 46, as fast as the FMA kernels and no faster:
 Nsight Compute found the warps waiting on fixed-latency results (the mma's chain into each
@@ -32,7 +42,10 @@ several accumulators made them no faster. So the cost model uses them only where
 
 from __future__ import annotations
 
-from lamina.core.ir import dtypes, expr as ex
+import struct
+
+from lamina.core.ir import dtypes, expr as ex, kernel_ir
+from lamina.core.ir.expr import Expr
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction.knobs import MMA_SYNC, Choices
 from lamina.plugins.schedules.contraction.recognise import Contraction, Operand
@@ -49,6 +62,20 @@ ROW_BANK_OFFSET = 8
 MIN_BLOCK_TILE = 32
 """Block tiles at least this long along each output axis: a staged row of 16, padded to 24
 words for the fragment reads, puts the rows that one warp copies on the same banks."""
+
+LARGEST_ROUNDED_DOWN = struct.unpack("<f", struct.pack("<I", 0x7F7FEFFF))[0]
+"""The largest float32 whose nearest tf32 is finite (the largest tf32, 0x7f7fe000)."""
+
+
+def big_piece(value: Expr) -> Expr:
+    """The big tf32 piece of float32 ``value``: the nearest tf32 of ``value`` held within
+    +-``LARGEST_ROUNDED_DOWN``, so that the small piece, ``value`` minus this, is finite for every
+    finite ``value`` and infinite (not NaN) for an infinite one; NaN stays NaN. Clamped before the
+    rounding rather than after, the kernels keep their registers: clamped after, the 8 x 8 register
+    tiles of ``mma.sync`` took a register more and spilled."""
+    bound = LARGEST_ROUNDED_DOWN
+    held = ex.op("max", ex.op("min", value, ex.const(bound, dtypes.float32)), ex.const(-bound, dtypes.float32))
+    return kernel_ir.Tf32(held)
 
 
 def factors(c: Contraction) -> tuple[Operand, Operand] | None:

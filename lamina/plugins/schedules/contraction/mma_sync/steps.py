@@ -72,12 +72,12 @@ class TensorCoreSteps:
         return kernel_ir.Load(self.names[name], at, self.dtype)
 
     def _split(self, raw: Expr, side: str, at: tuple[Expr, ...]) -> list[kernel_ir.Stmt]:
-        """``raw`` into its nearest tf32 and what is left, of which the mma reads the tf32 part
-        (read once, into the small piece's register)."""
+        """``raw`` into its nearest tf32 (within the finite ones: ``products.big_piece``) and what is
+        left, of which the mma reads the tf32 part (read once, into the small piece's register)."""
         value = self._piece(f"{side}_small", at)
         rest = ex.op("sub", value, self._piece(f"{side}_big", at))
         return [kernel_ir.Store(self.names[f"{side}_small"], at, raw),
-                kernel_ir.Store(self.names[f"{side}_big"], at, kernel_ir.Tf32(value)),
+                kernel_ir.Store(self.names[f"{side}_big"], at, mma_sync.big_piece(value)),
                 kernel_ir.Store(self.names[f"{side}_small"], at, rest)]
 
     def _products_of_step(self, accumulators: str, acc: list[tuple[Expr, Expr]], j: int) -> list[kernel_ir.Stmt]:

@@ -91,7 +91,7 @@ class WarpgroupWriter(ContractionWriter):
         for at in lanes:
             raw = kernel_ir.Load(self.pieces["raw"], at, stage.dtype)
             big = kernel_ir.Load(self.pieces["big"], at, stage.dtype)
-            body += [kernel_ir.Store(self.pieces["big"], at, kernel_ir.Tf32(raw)),
+            body += [kernel_ir.Store(self.pieces["big"], at, mma_sync.big_piece(raw)),
                      kernel_ir.Store(self.pieces["small"], at, ex.op("sub", raw, big))]
         body += [kernel_ir.VectorStore(self.tiles[stage.index], staged, self.pieces["big"], first, width),
                  kernel_ir.VectorStore(self.n_small, (half, row, word), self.pieces["small"], first, width)]
