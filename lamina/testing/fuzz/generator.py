@@ -207,6 +207,8 @@ FLOAT_BINARY = (
 INT_BINARY = FLOAT_BINARY[:3] + FLOAT_BINARY[4:] + (
     ("{} // ({}.abs() + 1)", lambda a, b: a),
     ("{} % ({}.abs() + 1)", lambda a, b: b + 1),
+    ("{} // -({}.abs() + 2)", lambda a, b: a),
+    ("{} % -({}.abs() + 2)", lambda a, b: b + 2),
     ("torch.where({0} > {1}, {0}, {1})", max),
 )
 
@@ -263,10 +265,19 @@ def reduction(w: _Writer, v: Value) -> Value | None:
         ]
         if n > 1:
             choices.append((f"{v.name}.var({spelled}{keep_text})", kept, 4 * v.bound * v.bound))
-    if v.bound ** n < (INT_LIMIT if v.is_int else FLOAT_LIMIT) and n <= 8:
+    if n <= 8 and v.bound ** n < (INT_LIMIT if v.is_int else FLOAT_LIMIT):
         choices.append((f"{v.name}.prod({spelled}{keep_text})", kept, v.bound ** n))
+    if len(v.shape) >= 2 and w.rng.random() < 0.2:
+        dims = sorted(w.rng.sample(range(len(v.shape)), 2))
+        count = v.shape[dims[0]] * v.shape[dims[1]]
+        rest = tuple(s for k, s in enumerate(v.shape) if k not in dims)
+        pair = f"({w.spelled_dim(v, dims[0])}, {w.spelled_dim(v, dims[1])})"
+        choices = [(f"{v.name}.sum({pair})", rest, v.bound * count), (f"{v.name}.amax({pair})", rest, v.bound)]
+        if not v.is_int:
+            choices.append((f"{v.name}.mean({pair})", rest, v.bound))
     if _numel(v.shape) > 1 and w.rng.random() < 0.15:
-        whole = [(f"{v.name}.sum()", (), v.bound * _numel(v.shape)), (f"{v.name}.amax()", (), v.bound)]
+        whole = [(f"{v.name}.sum()", (), v.bound * _numel(v.shape)), (f"{v.name}.amax()", (), v.bound),
+                 (f"{v.name}.max()", (), v.bound), (f"{v.name}.min()", (), v.bound)]
         if not v.is_int:
             whole.append((f"{v.name}.mean()", (), v.bound))
         choices = whole
@@ -448,6 +459,9 @@ def cat(w: _Writer, v: Value) -> Value | None:
     if _numel(shape) > MAX_ELEMENTS:
         return None
     parts = [v.name, u.name] if w.rng.random() < 0.6 else [u.name, v.name]
+    if w.rng.random() < 0.25 and _numel(_with(shape, dim, shape[dim] + v.shape[dim])) <= MAX_ELEMENTS:
+        parts.append(v.name)
+        shape = _with(shape, dim, shape[dim] + v.shape[dim])
     spelled = w.spelled_dim(v, dim)
     return w.emit(f"torch.cat([{', '.join(parts)}], {spelled})", shape, v.dtype, max(v.bound, u.bound))
 
@@ -465,6 +479,9 @@ def index(w: _Writer, v: Value) -> Value | None:
     count = w.size()
     if _numel(_with(v.shape, dim, count)) > MAX_ELEMENTS:
         return None
+    if form < 0.35 and len(v.shape) >= 2 and v.shape[0] * v.shape[1] > 1:
+        i, j = w.index_input((count,), v.shape[0]), w.index_input((count,), v.shape[1])
+        return w.emit(f"{v.name}[{i.name}, {j.name}]", (count,) + v.shape[2:], v.dtype, v.bound)
     if form < 0.55:
         i = w.index_input((count,), n, negative=w.rng.random() < 0.3)
         return w.emit(f"{v.name}{_index_text(len(v.shape), dim, i.name)}", _with(v.shape, dim, count), v.dtype, v.bound)
@@ -476,9 +493,50 @@ def index(w: _Writer, v: Value) -> Value | None:
     return w.emit(f"torch.gather({v.name}, {dim}, {i.name})", shape, v.dtype, v.bound)
 
 
+def other_shape_op(w: _Writer, v: Value) -> Value | None:
+    """Less common ops lamina supports: repeat, split, unbind, pad, tril, masked_fill, cumsum."""
+    if not v.shape:
+        return None
+    dim = w.dim(v)
+    n = v.shape[dim]
+    form = w.rng.randrange(7)
+    if form == 0 and 2 * _numel(v.shape) <= MAX_ELEMENTS:
+        times = [1] * len(v.shape)
+        times[dim] = 2
+        return w.emit(f"{v.name}.repeat({', '.join(map(str, times))})", _with(v.shape, dim, 2 * n), v.dtype, v.bound)
+    if form == 1 and n >= 2:
+        size = w.rng.randint(1, n - 1)
+        pieces = list(range(0, n, size))
+        k = w.rng.randrange(len(pieces))
+        length = min(size, n - pieces[k])
+        return w.emit(f"{v.name}.split({size}, {dim})[{k}]", _with(v.shape, dim, length), v.dtype, v.bound)
+    if form == 2:
+        k = w.rng.randrange(n)
+        return w.emit(f"{v.name}.unbind({dim})[{k}]", v.shape[:dim] + v.shape[dim + 1:], v.dtype, v.bound)
+    if form == 3 and not v.is_int:
+        before, after = w.rng.randint(0, 2), w.rng.randint(1, 3)
+        shape = _with(v.shape, len(v.shape) - 1, v.shape[-1] + before + after)
+        return w.emit(f"torch.nn.functional.pad({v.name}, ({before}, {after}), value=0.5)", shape, v.dtype,
+                      max(v.bound, 0.5))
+    if form == 4 and len(v.shape) >= 2:
+        diagonal = w.rng.randint(-1, 1)
+        function = w.rng.choice(("tril", "triu"))
+        return w.emit(f"torch.{function}({v.name}, {diagonal})", v.shape, v.dtype, v.bound)
+    if form == 5:
+        mask = w.mask_input(v.shape)
+        fill = "3" if v.is_int else "0.5"
+        shape = _broadcast(mask.shape, v.shape)
+        return w.emit(f"{v.name}.masked_fill({mask.name} > 0, {fill})", shape, v.dtype, max(v.bound, 3.0))
+    if form == 6:
+        dtype = "int64" if v.is_int else v.dtype
+        return w.emit(f"{v.name}.cumsum({w.spelled_dim(v, dim)})", v.shape, dtype, v.bound * n)
+    return None
+
+
 OPS = (
     (unary, 5), (binary, 4), (select_where, 1), (reduction, 3), (arg_reduction, 1), (matmul, 2),
     (reshape, 2), (squeeze_or_unsqueeze, 1), (permute, 2), (expand, 1), (slice_, 2), (cat, 2), (index, 2),
+    (other_shape_op, 1),
 )
 
 
@@ -509,8 +567,8 @@ def generate(seed: int, dtype: str | None = None, steps: int | None = None) -> P
         if result is not None:
             current = _tame(w, result)
             made += 1
-        elif op is arg_reduction and w.side_outputs:
-            made += 1
+    if current.is_input:
+        current = [v for v in w.values if v not in w.side_outputs][-1]
     outputs = [current]
     earlier = [v for v in w.values if v is not current and v not in w.side_outputs]
     if earlier and w.rng.random() < 0.3:
