@@ -4,8 +4,9 @@
 the program's source.
 """
 
-from lamina.testing.fuzz.generator import DTYPES, SIZES, generate
+from lamina.testing.fuzz.generator import generate
 from lamina.testing.fuzz.program import Program
 from lamina.testing.fuzz.runner import OUTCOMES, Outcome, judge, run
+from lamina.testing.fuzz.writer import DTYPES, SIZES
 
 __all__ = ["DTYPES", "OUTCOMES", "Outcome", "Program", "SIZES", "generate", "judge", "run"]

@@ -14,8 +14,9 @@ import sys
 import time
 from collections import Counter
 
-from lamina.testing.fuzz.generator import DTYPES, generate
+from lamina.testing.fuzz.generator import generate
 from lamina.testing.fuzz.runner import OUTCOMES, Outcome, run, run_seed, single_thread
+from lamina.testing.fuzz.writer import DTYPES
 
 
 def _command(outcome: Outcome, dtype_given: bool) -> str:
