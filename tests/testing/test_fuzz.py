@@ -5,10 +5,9 @@ A failure prints the program as a script; ``python -m lamina.testing.fuzz --seed
 """
 
 import pytest
+import torch
 
 from lamina.testing.fuzz import DTYPES, generate, judge, run
-
-import torch
 
 CI_SEEDS = range(240)
 """80 programs of each dtype: the seed chooses the dtype, ``seed % 3`` in the order of DTYPES."""
@@ -72,3 +71,15 @@ def test_a_wrong_result_and_a_crash_are_reported(monkeypatch):
     monkeypatch.setattr(lamina, "compile", crash)
     outcome = run(program)
     assert outcome.kind == "crashed" and "planted" in outcome.detail
+
+
+def test_the_command_prints_progress_a_summary_and_a_program(capsys):
+    from lamina.testing.fuzz.__main__ import main
+
+    assert main(["--seeds", "3", "--start", "7", "--dtype", "int32", "--every", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "[2/3] 2 passed" in printed
+    assert "seeds 7..9: 3 programs, 3 passed, 0 mismatched, 0 crashed, 0 refused, 0 invalid" in printed
+    assert main(["--seed", "7"]) == 0
+    printed = capsys.readouterr().out
+    assert generate(7).source in printed and "seed 7: passed" in printed
