@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.seed is not None:
         outcome = run(generate(args.seed, args.dtype))
-        print(generate(args.seed, args.dtype).repro())
+        print(outcome.program.repro())
         print(f"\nseed {args.seed}: {outcome.kind} in {outcome.seconds:.2f} s")
         if outcome.detail:
             print(outcome.detail)
@@ -71,9 +71,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"seed {outcome.program.seed} ({outcome.program.dtype}): {outcome.kind}", flush=True)
             if done % args.every == 0 or done == len(tasks):
                 print(f"[{done}/{len(tasks)}] {_counts(counts)}  {time.perf_counter() - started:.0f} s", flush=True)
-    finally:
+    except BaseException:
         if pool is not None:
             pool.terminate()
+        raise
+    if pool is not None:
+        pool.close()
+        pool.join()
     for outcome in sorted(failures, key=lambda o: o.program.seed):
         print("\n" + _report(outcome, args.dtype is not None))
     print(f"seeds {args.start}..{args.start + args.seeds - 1}: {len(tasks)} programs, {_counts(counts)} "
