@@ -34,7 +34,8 @@ ALLOWED = {
     "integrations": {"core", "frontends", "api"},
     # The conformance kit checks a plugin's decompositions and schedules on the reference
     # interpreter and simulator and compiles its kernels with NVRTC: it runs the backends directly.
-    "testing": {"core", "backends", "runtime"},
+    # Its program fuzzer compiles whole programs through lamina.compile.
+    "testing": {"core", "api", "backends", "runtime"},
     # The shipped model configurations, built with transformers.
     "models": {"core"},
     # A program written as one PyTorch expression, shared by the command line and the bench.

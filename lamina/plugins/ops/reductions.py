@@ -17,6 +17,7 @@ import math
 from lamina.core.ir import dtypes, expr as ex
 from lamina.core.ir.tensor_builder import TensorBuilder
 from lamina.core.ir.tensor_ir import Arg, Coord
+from lamina.core.ir.type_promotion import compute_dtype
 from lamina.core.ir.torch_ir import Node
 from lamina.plugins.ops.arguments import argument, tensor
 
@@ -113,8 +114,14 @@ def decompose_argmin(b: TensorBuilder, node: Node) -> str:
 
 
 def _variance(b: TensorBuilder, node: Node) -> tuple[str, str]:
-    """``(var, mean)`` over ``dim``: the mean of squared deviations, divided by ``N - correction``."""
+    """``(var, mean)`` over ``dim``: the mean of squared deviations, divided by ``N - correction``.
+
+    Half floats are widened to float32 first and both results rounded once at the end, as
+    eager PyTorch does: rounding the mean, the deviations and their squares each to bf16
+    loses a unit in the last place of the variance."""
     x = tensor(b, node)
+    dtype = b.dtype(x)
+    x = b.cast(x, compute_dtype(dtype), role="acc")
     dims = argument(node, 1, "dim")
     keepdim = node.kwarg("keepdim", False)
     correction = node.kwarg("correction")
@@ -128,7 +135,7 @@ def _variance(b: TensorBuilder, node: Node) -> tuple[str, str]:
     var = b.binary("div", total, float(max(0, count - correction)), role="var")
     if not keepdim:
         mean = b.squeeze(mean, reduced)
-    return var, mean
+    return b.cast(var, dtype), b.cast(mean, dtype)
 
 
 def decompose_var(b: TensorBuilder, node: Node) -> str:
