@@ -56,6 +56,12 @@ FIXED_BY_TMA = ("block_k", "thread_m", "thread_n", "splits", "padding", "fragmen
 """Knobs of the other products that this setting fixes (or, for the last two, does without):
 pinning one without ``products`` keeps to the others."""
 TMA_ONLY = ("stages", "consumer_warpgroups")
+MIN_UNPINNED_ROWS = kernel_ir.WGMMA_M
+"""Products of fewer rows (decoding's M = 1, and skinny ones up to 63) are offered this setting only
+where it is pinned: a wgmma computes 64 rows whatever M is, so such a product is all copying of
+B, which the CUDA cores' settings, split across blocks (split-K) where SMs would idle, already
+do at the memory's pace; the cost model's FMA estimates of those shapes are pessimistic, and
+without this rule it would trade them for 64 times the arithmetic."""
 
 
 def uses(choices: Choices) -> bool:
@@ -77,7 +83,8 @@ def settings(c: Contraction, pinned: dict, target: Target):
         if pinned["products"] != WGMMA_TMA:
             return
     elif not any(k in pinned for k in TMA_ONLY):
-        if target.compute_capability != ARCH or any(k in pinned for k in FIXED_BY_TMA):
+        if (target.compute_capability != ARCH or any(k in pinned for k in FIXED_BY_TMA)
+                or c.extents[c.m] < MIN_UNPINNED_ROWS):
             return
 
     def values(key, default):
