@@ -45,12 +45,12 @@ class TmaGemmSettings(ContractionSettings):
         columns = next(b.block_tile for b in tk.grid if b.block_dim == "x")
         rows = next(b.block_tile for b in tk.grid if b.block_dim == "y")
         dtype = tk.stages[0].dtype
-        groups = self.consumer_warpgroups
+        groups = (f"2 consumer warpgroups of {rows // 2} rows each" if self.consumer_warpgroups > 1
+                  else "1 consumer warpgroup")
         return [
             f"  copies: one thread of a producer warpgroup issues each stage's TMA loads (zero-filled past the edges), "
             f"in a ring of {_stages(tk)} stages, each guarded by a full and an empty mbarrier",
-            f"  products on tensor cores: wgmma m64n{columns}k16 on {dtype} from swizzled shared memory, "
-            f"{groups} consumer warpgroup{'s' if groups > 1 else ''} of {rows // groups} rows each, "
+            f"  products on tensor cores: wgmma m64n{columns}k16 on {dtype} from swizzled shared memory, {groups}, "
             "f32 accumulators; a stage is released once the wgmma of the next have started",
         ]
 
