@@ -5,6 +5,7 @@ The simulator is slow on big shapes, so the kernels run on small ragged ones wit
 pinned to the settings that the cost model picks at the suite's sizes (``AT_SIZE`` says which,
 and ``test_the_cost_model_picks_wgmma_tma_for_16_bit_linears`` checks it still does)."""
 
+import attrs
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,7 +13,7 @@ import torch.nn.functional as F
 import lamina
 from lamina.backends.cuda.targets import SM80 as SM_80
 from lamina.bench.measure import float64_reference, relative_error
-from lamina.core.errors import ScheduleError
+from lamina.core.errors import ScheduleError, SimulationError
 from lamina.core.ir import dtypes, expr as ex, kernel_ir, tile_ir
 from lamina.plugins.schedules.contraction import ContractionSchedule
 
@@ -107,6 +108,43 @@ def test_the_kernel_is_a_producer_and_consumers_on_a_ring_of_stages():
     place = 0
     for line in order:
         place = lines.index(line, place + 1)
+
+
+def _rewritten(body, change):
+    """``body`` with each statement replaced by ``change(statement)`` (a list), inside loops and branches too."""
+    out = []
+    for s in body:
+        if isinstance(s, kernel_ir.For):
+            s = attrs.evolve(s, body=_rewritten(s.body, change))
+        elif isinstance(s, kernel_ir.If):
+            s = attrs.evolve(s, then=_rewritten(s.then, change), orelse=_rewritten(s.orelse, change))
+        out += change(s)
+    return tuple(out)
+
+
+def _planted(change):
+    case, knobs = SIMULATED["bf16_64x64_2_stages_the_ring_wraps"]
+    kernel = SCHEDULE.lower(SCHEDULE.schedule(case.kernel, SM_90, knobs), SM_90)
+    return case, attrs.evolve(kernel, body=_rewritten(kernel.body, change))
+
+
+def test_a_stage_released_before_its_wgmma_complete_is_a_race_the_simulator_reports():
+    case, kernel = _planted(lambda s: [] if s == kernel_ir.WgmmaWait(1) else [s])
+    torch.manual_seed(0)
+    with pytest.raises(SimulationError, match="while `wgmma m64n64k16 bf16"):
+        simulate_case(case, kernel, case.inputs())
+
+
+def test_a_wrong_transaction_count_is_a_deadlock_the_simulator_reports():
+    def more_bytes(s):
+        if isinstance(s, kernel_ir.MbarrierArrive) and s.transaction_bytes:
+            return [attrs.evolve(s, transaction_bytes=s.transaction_bytes + 2)]
+        return [s]
+
+    case, kernel = _planted(more_bytes)
+    torch.manual_seed(0)
+    with pytest.raises(SimulationError, match="deadlock"):
+        simulate_case(case, kernel, case.inputs())
 
 
 def test_the_cost_model_picks_wgmma_tma_for_16_bit_linears():

@@ -53,7 +53,8 @@ OTHER_REGISTERS = 40
 """Registers a consumer thread needs besides its accumulators: addresses, the epilogue's values."""
 FIXED_BY_TMA = ("block_k", "thread_m", "thread_n", "splits", "padding", "fragment_width", "warp_columns",
                 "copy_steps", "buffers", "grouped_rows")
-"""Knobs of the other products that this setting fixes (or, for the last two, does without):
+"""Knobs of the other products that this setting fixes (``buffers`` 1: the ring is ``stages``;
+``grouped_rows`` 1: blocks in CUDA's order; ``warp_columns`` None: the warps are the wgmma's):
 pinning one without ``products`` keeps to the others."""
 TMA_ONLY = ("stages", "consumer_warpgroups")
 MIN_UNPINNED_ROWS = kernel_ir.WGMMA_M
@@ -71,7 +72,7 @@ def uses(choices: Choices) -> bool:
 def choices_for(block_m: int, block_n: int, stages: int, groups: int) -> Choices:
     """The setting of a block of ``block_m`` x ``block_n`` with ``stages`` and ``groups`` consumer warpgroups."""
     thread_m = max(1, block_m // (kernel_ir.WARP_SIZE * groups))
-    return Choices(block_m, block_n, BLOCK_K, thread_m, block_n // 4, 1, 1, 0, 1, None, None, 0, WGMMA_TMA,
+    return Choices(block_m, block_n, BLOCK_K, thread_m, block_n // 4, 1, 1, 0, 1, None, 1, 0, WGMMA_TMA,
                    stages, groups)
 
 

@@ -112,10 +112,10 @@ class TmaGemmWriter:
         return out
 
     def consumer(self) -> list[kernel_ir.Stmt]:
-        """Accumulators cleared; per k-tile, its stage waited for, its wgmma started, the stage
+        """Accumulators set to the sum's start; per k-tile, its stage waited for, its wgmma started, the stage
         of the k-tile before released once its wgmma are done; then the epilogue."""
-        zero = ex.cast(ex.const(0), self.c.acc_dtype)
-        clear = [kernel_ir.Store(self.acc, (ex.const(q), ex.const(p)), zero)
+        init = ex.cast(self.c.init, self.c.acc_dtype)
+        clear = [kernel_ir.Store(self.acc, (ex.const(q), ex.const(p)), init)
                  for q in range(self.slices) for p in range(self.block_n // 2)]
         before = (self.kt + (self.stages - 1)) % self.stages
         body = [*self._stage_of_k_tile(),
