@@ -229,6 +229,25 @@ def test_an_nn_linear_in_bf16_chooses_it_and_the_tile_ir_says_so():
     ]
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fused_epilogues_compile_for_sm_90a_without_spills_in_every_setting_the_model_picks(dtype):
+    """The heaviest epilogue of the suite's linears (bias, gelu, residual, cast) on the most accumulators."""
+    x, w = torch.randn(300, 200, dtype=dtype), torch.randn(520, 200, dtype=dtype)
+    bias, residual = torch.randn(520, dtype=dtype), torch.randn(300, 520, dtype=dtype)
+
+    def program(x, w, bias, residual):
+        return F.gelu(F.linear(x, w, bias)) + residual
+
+    compiling = []
+    for knobs in AT_SIZE.values():
+        compiled = lamina.compile(program, (x, w, bias, residual), knobs={"contraction": knobs})
+        (kernel,) = [k for k in compiled.compilation.kernels.kernels if k.tensor_maps]
+        compiling.append(start_compiling(kernel, "sm_90a"))
+    for future in compiling:
+        result = future.result()
+        assert (result.spill_stores, result.spill_loads) == (0, 0)
+
+
 SMALL = {"contraction": pins(64, 64, 2, 1)}
 
 

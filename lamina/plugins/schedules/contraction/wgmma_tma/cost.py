@@ -40,6 +40,12 @@ REGISTERS_PER_SM = 65536
 SHARED_BYTES_PER_SM = 228 * 1024
 
 
+def useful_stages(stages: int, k_tiles: int) -> int:
+    """The stages that hold a k-tile at some time: a ring deeper than the k-tiles only costs shared
+    memory (the attention scores' products, whose 64-deep reduction is one k-tile, take two)."""
+    return max(2, min(stages, k_tiles))
+
+
 def resident(c: Contraction, choices: Choices, target: Target) -> int:
     """Blocks one SM holds at once, by threads, registers and shared memory."""
     threads = setting.threads(choices)
@@ -56,7 +62,7 @@ def compute_and_memory_us(c: Contraction, choices: Choices, target: Target) -> t
     deepest = math.ceil(blocks / target.sm_count)
     k_tiles = math.ceil(c.reduce_extent / choices.block_k)
     efficiency = (TILE_EFFICIENCY[choices.block_m, choices.block_n, choices.consumer_warpgroups]
-                  * STAGE_EFFICIENCY[choices.stages])
+                  * STAGE_EFFICIENCY[useful_stages(choices.stages, k_tiles)])
     sm_flops_per_us = target.bf16_tensor_flops_per_us / target.sm_count * efficiency
     k_tile_us = 2 * choices.block_m * choices.block_n * choices.block_k / sm_flops_per_us
     compute_us = deepest * k_tiles * k_tile_us + deepest * BLOCK_US / min(per_sm, deepest)
