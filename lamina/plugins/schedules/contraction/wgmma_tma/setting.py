@@ -78,14 +78,15 @@ def choices_for(block_m: int, block_n: int, stages: int, groups: int) -> Choices
 
 def settings(c: Contraction, pinned: dict, target: Target):
     """Every block shape, stage count and number of consumer warpgroups that the pins allow:
-    wherever ``products = wgmma_tma`` or one of its own knobs is pinned, and on Hopper where no
-    knob of the other products is (``problem`` drops those that cannot run)."""
+    wherever ``products = wgmma_tma`` or one of its own knobs is pinned, and on Hopper for 16-bit
+    products where no knob of the other products is (``problem`` drops those that cannot run; a
+    float32 product is not offered them, so that its errors do not list theirs)."""
     if "products" in pinned:
         if pinned["products"] != WGMMA_TMA:
             return
     elif not any(k in pinned for k in TMA_ONLY):
         if (target.compute_capability != ARCH or any(k in pinned for k in FIXED_BY_TMA)
-                or c.extents[c.m] < MIN_UNPINNED_ROWS):
+                or c.extents[c.m] < MIN_UNPINNED_ROWS or operands.factors(c) is None):
             return
 
     def values(key, default):
