@@ -16,11 +16,19 @@ from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.errors import ScheduleError, SimulationError
 from lamina.core.ir import dtypes, expr as ex, kernel_ir, tile_ir
 from lamina.plugins.schedules.contraction import ContractionSchedule
+from lamina.plugins.schedules.contraction.wgmma_tma import setting
 
 from ..contraction_kernels import F32, SM_90, Case, contraction, linear, load, simulate_case
 from ..nvrtc_in_background import start_compiling
 
 SCHEDULE = ContractionSchedule()
+
+
+@pytest.fixture(autouse=True)
+def offered_unpinned(monkeypatch):
+    """The setting as the cost model will rank it once it has been checked on the device
+    (``setting.OFFERED_UNPINNED``); the test below checks that today it runs only where pinned."""
+    monkeypatch.setattr(setting, "OFFERED_UNPINNED", True)
 TMA = "wgmma 16-bit tma"
 TORCH = {dtypes.bfloat16: torch.bfloat16, dtypes.float16: torch.float16}
 
@@ -197,6 +205,19 @@ def test_pins_that_cannot_run_are_refused_with_the_pins_and_the_reason(case, kno
 def test_illegal_knob_values_are_refused(knobs, message):
     with pytest.raises(ScheduleError, match=message):
         SCHEDULE.schedule(linear16(256, 256, 256).kernel, SM_90, knobs)
+
+
+def test_until_checked_on_the_device_it_runs_only_where_pinned(monkeypatch):
+    monkeypatch.setattr(setting, "OFFERED_UNPINNED", False)
+    layer = torch.nn.Linear(256, 192).to(torch.bfloat16)
+    x = torch.randn(128, 256, dtype=torch.bfloat16)
+
+    def products(**options):
+        (tile,) = [t for t in lamina.compile(layer, (x,), **options).compilation.tiles if t.schedule == "contraction"]
+        return tile.settings.products
+
+    assert products() != TMA
+    assert products(knobs={"contraction": {"products": "wgmma_tma"}}) == TMA
 
 
 def test_wgmma_tma_needs_hopper():

@@ -65,6 +65,15 @@ do at the memory's pace; the cost model's FMA estimates of those shapes are pess
 without this rule it would trade them for 64 times the arithmetic."""
 
 
+OFFERED_UNPINNED = False
+"""Whether the cost model may choose this setting where nothing is pinned. Not yet: the simulator
+checks the kernel's protocol (the ring's barriers and transaction bytes, TMA's bounds and
+zero-fill, wgmma's fragments), but not how the hardware reads the tensor maps and shared-memory
+descriptors lamina encodes, and the cost figures are not fitted to a GPU. Until both are
+checked on the device, it runs where ``contraction.products = "wgmma_tma"`` (or one of its own
+knobs) is pinned."""
+
+
 def uses(choices: Choices) -> bool:
     return choices.products == WGMMA_TMA
 
@@ -85,7 +94,7 @@ def settings(c: Contraction, pinned: dict, target: Target):
         if pinned["products"] != WGMMA_TMA:
             return
     elif not any(k in pinned for k in TMA_ONLY):
-        if (target.compute_capability != ARCH or any(k in pinned for k in FIXED_BY_TMA)
+        if (not OFFERED_UNPINNED or target.compute_capability != ARCH or any(k in pinned for k in FIXED_BY_TMA)
                 or c.extents[c.m] < MIN_UNPINNED_ROWS or operands.factors(c) is None):
             return
 
