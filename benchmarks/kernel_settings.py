@@ -37,7 +37,7 @@ TARGET = "sm_90"
 """The H200's architecture: the settings are those lamina chooses there."""
 SMALL_WORK = 1 << 20
 """Loop iterations (summed over a program's kernels) below which a case runs as it is."""
-PRODUCTS = {None: "fma", "3xtf32": "mma_sync", "wgmma 3xtf32": "wgmma"}
+PRODUCTS = {None: "fma", "3xtf32": "mma_sync", "wgmma 3xtf32": "wgmma", "wgmma 16-bit tma": "wgmma_tma"}
 MODEL_SEED = 0
 
 
@@ -122,7 +122,7 @@ _CHOSEN = {
     "block_m": r"block (\d+)x\d+x\d+", "block_n": r"block \d+x(\d+)x\d+", "block_k": r"block \d+x\d+x(\d+)",
     "thread_m": r"thread (\d+)x\d+", "thread_n": r"thread \d+x(\d+)", "in_block_k_splits": r"in-block k-splits (\d+)",
     "buffers": r"buffers (\d+)", "fragment_width": r"fragment width (\d+)", "padding": r"padding (\d+)",
-    "copy_steps": r"copies over (\d+) steps",
+    "copy_steps": r"copies over (\d+) steps", "stages": r"(\d+) stages", "consumer_warpgroups": r"(\d+) consumer warpgroup",
 }
 _FIXED_BY_THE_ROW = ("block_n", "thread_n", "in_block_k_splits")
 

@@ -21,7 +21,7 @@ from lamina.core.ir.dtypes import DType
 
 BLOCK_DIMS = ("x", "y", "z")
 REDUCTION_STRATEGIES = ("serial", "warp_shuffle", "block_tree", "split_k", "last_block")
-COPY_KINDS = ("load_store", "cp.async")
+COPY_KINDS = ("load_store", "cp.async", "tma")
 
 
 @attrs.frozen
@@ -110,6 +110,10 @@ class ScheduleSettings:
         """Shared memory that the block uses beyond its staged tiles."""
         return 0
 
+    def extra_threads(self, tk: TileKernel) -> int:
+        """Threads of the block beyond those the bindings give (a warpgroup that only issues copies)."""
+        return 0
+
     def reduction_text(self, tk: TileKernel) -> str:
         """What the printed reduction line adds (``, ...``), or nothing."""
         return ""
@@ -141,7 +145,7 @@ class TileKernel:
     def threads_per_block(self) -> int:
         return math.prod(b.threads for b in self.grid) * (
             self.reduction.splits if self.reduction and self.reduction.strategy in ("warp_shuffle", "block_tree") else 1
-        )
+        ) + (self.settings.extra_threads(self) if self.settings is not None else 0)
 
     @property
     def shared_bytes(self) -> int:

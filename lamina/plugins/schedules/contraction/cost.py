@@ -61,6 +61,7 @@ from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import tiling
 from lamina.plugins.schedules.contraction.mma_sync import products as mma_sync
 from lamina.plugins.schedules.contraction.wgmma import products as wgmma_products
+from lamina.plugins.schedules.contraction.wgmma_tma import cost as tma_cost, setting as tma_setting
 from lamina.plugins.schedules.contraction.knobs import FMA, FRAGMENT_WIDTHS, WGMMA, Choices, pins_text
 from lamina.plugins.schedules.contraction.recognise import Contraction
 
@@ -221,6 +222,8 @@ def _settings(c: Contraction, pinned: dict[str, int], relaxed: bool, target: Tar
     def values(key, default):
         return [pinned[key]] if key in pinned else default
 
+    if any(k in pinned for k in tma_setting.TMA_ONLY):
+        return
     for block_m in values("block_m", _block_tiles(c.extents[c.m], relaxed)):
         for block_n in values("block_n", _block_tiles(c.extents[c.n], relaxed)):
             for thread_m, thread_n in itertools.product(
@@ -255,7 +258,8 @@ def _wgmma_settings(c: Contraction, pinned: dict[str, int], target: Target):
     if "products" in pinned:
         if pinned["products"] != WGMMA:
             return
-    elif target.compute_capability != wgmma_products.ARCH or any(k in pinned for k in FIXED_BY_WGMMA):
+    elif (target.compute_capability != wgmma_products.ARCH or any(k in pinned for k in FIXED_BY_WGMMA)
+          or any(k in pinned for k in tma_setting.TMA_ONLY)):
         return
     for block_m, block_n in itertools.product(wgmma_products.BLOCK_MS, wgmma_products.BLOCK_NS):
         choices = wgmma_products.choices_for(block_m, block_n, pinned.get("buffers", 3))
@@ -265,6 +269,8 @@ def _wgmma_settings(c: Contraction, pinned: dict[str, int], target: Target):
 def _fitted(c: Contraction, choices: Choices, pinned: dict[str, int], target: Target) -> Choices | None:
     """``choices`` with the widest legal fragments, and fewer buffers than the rule asks where
     shared memory is short, if legal."""
+    if tma_setting.uses(choices):
+        return choices if tiling.illegal(c, choices, target) is None else None
     widths = [pinned["fragment_width"]] if "fragment_width" in pinned else FRAGMENT_WIDTHS
     if wgmma_products.uses(choices):
         widths = [choices.fragment_width]
@@ -286,7 +292,8 @@ def candidates(c: Contraction, target: Target, pinned: dict[str, int] | None = N
     pinned = pinned or {}
     for relaxed in (False, True):
         found = []
-        for choices in itertools.chain(_settings(c, pinned, relaxed, target), _wgmma_settings(c, pinned, target)):
+        for choices in itertools.chain(_settings(c, pinned, relaxed, target), _wgmma_settings(c, pinned, target),
+                                       tma_setting.settings(c, pinned, target)):
             fitted = _fitted(c, choices, pinned, target)
             if fitted is not None and fitted not in found:
                 found.append(fitted)
@@ -296,6 +303,10 @@ def candidates(c: Contraction, target: Target, pinned: dict[str, int] | None = N
 
 
 def estimate(c: Contraction, choices: Choices, target: Target) -> Estimate:
+    if tma_setting.uses(choices):
+        compute_us, memory_us, blocks, resident = tma_cost.compute_and_memory_us(c, choices, target)
+        total = target.launch_us + max(compute_us, memory_us) + OVERLAP_LOSS * min(compute_us, memory_us)
+        return Estimate(total, compute_us, memory_us, target.launch_us, blocks, resident)
     batch = math.prod(c.extents[v] for v in c.batch)
     m_blocks = math.ceil(c.extents[c.m] / choices.block_m)
     n_blocks = math.ceil(c.extents[c.n] / choices.block_n)
@@ -370,7 +381,8 @@ def choose(c: Contraction, target: Target, pinned: dict[str, int], where: str) -
 
 def _nothing_legal(c: Contraction, target: Target, pinned: dict[str, int], where: str) -> str:
     pins = f" with {pins_text(pinned, ' = ')}" if pinned else ""
-    settings = itertools.chain(_settings(c, pinned, relaxed=True, target=target), _wgmma_settings(c, pinned, target))
+    settings = itertools.chain(_settings(c, pinned, relaxed=True, target=target), _wgmma_settings(c, pinned, target),
+                               tma_setting.settings(c, pinned, target))
     reasons = sorted({tiling.illegal(c, s, target) or "" for s in settings} - {""})
     why = "; ".join(reasons) if reasons else "no block tile is a whole number of register tiles"
     advice = " Pin other values, or unpin some of these knobs." if pinned else ""

@@ -13,9 +13,16 @@ KNOB_NAMES = (
     "block_m", "block_n", "block_k", "thread_m", "thread_n", "in_block_k_splits", "buffers", "padding",
     "fragment_width", "warp_columns", "grouped_rows", "copy_steps", "products",
 )
-PRODUCTS = FMA, MMA_SYNC, WGMMA = ("fma", "mma_sync", "wgmma")
+PIPELINE_KNOB_NAMES = ("stages", "consumer_warpgroups")
+"""Knobs of ``products = wgmma_tma`` alone (the contraction schedule's, not the schedules built on
+its block)."""
+PRODUCTS = FMA, MMA_SYNC, WGMMA, WGMMA_TMA = ("fma", "mma_sync", "wgmma", "wgmma_tma")
 """Where the products run: FMAs on the CUDA cores, warp-wide ``mma.sync`` on the tensor cores, or
-Hopper's warpgroup ``wgmma``; on the tensor cores each float32 operand as two tf32 pieces."""
+Hopper's warpgroup ``wgmma``, on the tensor cores each float32 operand as two tf32 pieces; or
+(``wgmma_tma``) bf16 and fp16 operands copied by Hopper's TMA into a ring of stages and multiplied
+as they are by ``wgmma`` (``wgmma_tma``)."""
+MIN_STAGES, MAX_STAGES = 2, 5
+CONSUMER_WARPGROUPS = (1, 2)
 FIELDS = {"in_block_k_splits": "splits"}
 """The ``Choices`` field of each knob whose name differs from it."""
 KNOBS = {field: knob for knob, field in FIELDS.items()}
@@ -56,7 +63,9 @@ class Choices:
     ``products`` (``PRODUCTS``) multiplies on the tensor cores, each float32 operand split into
     two tf32 pieces, with warp-wide ``mma.sync`` (``mma_sync``) or with Hopper's warpgroup
     ``wgmma`` (``wgmma``), instead of with FMAs on the CUDA cores (``fma``). ``splits`` is
-    the knob ``in_block_k_splits``.
+    the knob ``in_block_k_splits``. With ``products = wgmma_tma`` (16-bit operands), ``stages``
+    k-tiles are in the TMA's ring at once and ``consumer_warpgroups`` warpgroups run the wgmma
+    (``wgmma_tma``); the other settings leave both None.
     """
 
     block_m: int
@@ -72,6 +81,8 @@ class Choices:
     grouped_rows: int | None = None
     copy_steps: int | None = None
     products: str = FMA
+    stages: int | None = None
+    consumer_warpgroups: int | None = None
 
     @property
     def threads_m(self) -> int:
@@ -86,6 +97,10 @@ class Choices:
         return self.threads_m * self.threads_n * self.splits
 
     def summary(self) -> str:
+        if self.products == WGMMA_TMA:
+            groups = self.consumer_warpgroups
+            return (f"block {self.block_m}x{self.block_n}x{self.block_k}, {self.stages} stages, {groups} consumer "
+                    f"warpgroup{'s' if groups > 1 else ''}, on tensor cores through TMA and wgmma")
         text = (
             f"block {self.block_m}x{self.block_n}x{self.block_k}, thread {self.thread_m}x{self.thread_n}, "
             f"in-block k-splits {self.splits}, buffers {self.buffers}, fragment width {self.fragment_width}"
@@ -104,7 +119,7 @@ def read_pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
     ``Choices`` field (old spellings read as the new ones, with a warning)."""
     knobs = with_new_spellings(knobs, RENAMED)
     pinned = {}
-    for key in KNOB_NAMES:
+    for key in KNOB_NAMES + PIPELINE_KNOB_NAMES:
         if key not in knobs:
             continue
         value = knobs[key]
@@ -112,8 +127,8 @@ def read_pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
             if value not in PRODUCTS:
                 raise ScheduleError(
                     f"{where}: knob products = {value!r} must be fma (FMAs on the CUDA cores), mma_sync (mma on the "
-                    "tensor cores, each float32 operand as two tf32 pieces) or wgmma (Hopper's wgmma on the same "
-                    "pieces)"
+                    "tensor cores, each float32 operand as two tf32 pieces), wgmma (Hopper's wgmma on the same "
+                    "pieces) or wgmma_tma (bf16 or fp16 operands copied by the TMA, on Hopper's wgmma)"
                 )
             pinned["products"] = value
             continue
@@ -124,6 +139,14 @@ def read_pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
         if key == "buffers" and not 1 <= value <= MAX_BUFFERS:
             raise ScheduleError(
                 f"{where}: knob buffers = {value} must be 1 (no overlap), 2 (double buffering) or 3 (two k-tiles in flight)"
+            )
+        if key == "stages" and not MIN_STAGES <= value <= MAX_STAGES:
+            raise ScheduleError(
+                f"{where}: knob stages = {value} must be {MIN_STAGES} to {MAX_STAGES}: the k-tiles in the TMA's ring at once"
+            )
+        if key == "consumer_warpgroups" and value not in CONSUMER_WARPGROUPS:
+            raise ScheduleError(
+                f"{where}: knob consumer_warpgroups = {value} must be 1 or 2: the warpgroups that run the wgmma"
             )
         if key == "warp_columns" and value not in WARP_COLUMNS:
             raise ScheduleError(

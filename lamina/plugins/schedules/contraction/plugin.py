@@ -8,7 +8,7 @@ from typing import Any, Mapping
 from lamina.core.hookspecs import hookimpl
 from lamina.core.ir import kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction.knobs import FORMER_KNOB_NAMES, KNOB_NAMES
+from lamina.plugins.schedules.contraction.knobs import FORMER_KNOB_NAMES, KNOB_NAMES, PIPELINE_KNOB_NAMES
 from lamina.plugins.schedules.contraction.writers import lower_contraction
 from lamina.plugins.schedules.contraction.recognise import NotAContraction, analyse
 from lamina.plugins.schedules.contraction.schedule import estimate_contraction, schedule_contraction
@@ -22,7 +22,7 @@ class ContractionSchedule:
 
     name = SCHEDULE_NAME
     priority = 10
-    knob_names = KNOB_NAMES
+    knob_names = KNOB_NAMES + PIPELINE_KNOB_NAMES
     former_knob_names = FORMER_KNOB_NAMES
 
     def applies(self, kernel: loop_ir.Kernel, target: Target) -> bool:

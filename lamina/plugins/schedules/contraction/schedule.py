@@ -14,6 +14,7 @@ from lamina.plugins.schedules.contraction import arrangement, copy_issue, cost, 
 from lamina.plugins.schedules.contraction.knobs import pins_text, read_pinned
 from lamina.plugins.schedules.contraction.split_k.partial_sums import partial_of
 from lamina.plugins.schedules.contraction.recognise import analyse
+from lamina.plugins.schedules.contraction.wgmma_tma import setting as tma_setting
 
 
 def _where(kernel: loop_ir.Kernel) -> str:
@@ -32,12 +33,14 @@ def schedule_contraction(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[
     pinned = read_pinned(knobs, _where(kernel))
     c, (choices, estimate, count) = _cheapest(kernel, target, tuple(pinned.items()))
     pins = pins_text(pinned) or "none"
-    choices = arrangement.arranged(c, choices, estimate.resident, target)
-    choices = copy_issue.chosen(c, choices, tiling.copies_asynchronously(c, target))
+    pipelined = tma_setting.uses(choices)
+    if not pipelined:
+        choices = arrangement.arranged(c, choices, estimate.resident, target)
+        choices = copy_issue.chosen(c, choices, tiling.copies_asynchronously(c, target))
     notes = [
         ("chosen", f"{choices.summary()}; cheapest of {count} settings, pinned: {pins}"),
         ("estimate", estimate.text()),
-        *arrangement.describe(c, choices, estimate.resident, target),
+        *([] if pipelined else arrangement.describe(c, choices, estimate.resident, target)),
     ]
     split = partial_of(kernel)
     if split is not None:

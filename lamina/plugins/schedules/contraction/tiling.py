@@ -26,6 +26,7 @@ from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import arrangement, copy_issue, copy_layout, unneeded_blocks, unread_outputs
 from lamina.plugins.schedules.contraction.mma_sync import products as mma_sync
 from lamina.plugins.schedules.contraction.wgmma import products as wgmma_products
+from lamina.plugins.schedules.contraction.wgmma_tma import setting as tma_setting, tiling as tma_tiling
 from lamina.plugins.schedules.contraction.knobs import Choices
 from lamina.plugins.schedules.contraction.recognise import Contraction, Operand
 from lamina.plugins.schedules.contraction.settings import ContractionSettings
@@ -214,6 +215,8 @@ def _fragment_problem(c: Contraction, choices: Choices) -> str | None:
 
 def illegal(c: Contraction, choices: Choices, target: Target) -> str | None:
     """Why the setting cannot run on ``target``, or None when it can."""
+    if tma_setting.uses(choices):
+        return tma_setting.problem(c, choices, target) or _grid_problem(c, choices)
     if choices.block_m % choices.thread_m or choices.block_n % choices.thread_n:
         return "each block tile must be a whole number of register tiles"
     fragments = _fragment_problem(c, choices)
@@ -295,8 +298,15 @@ def _products_name(choices: Choices) -> str | None:
     return mma_sync.NAME if choices.on_tensor_cores else None
 
 
+def _grid_problem(c: Contraction, choices: Choices) -> str | None:
+    return None if grid_fits(c, choices.block_m) else f"more than {MAX_GRID_YZ} blocks along y or z"
+
+
 def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tuple[str, object]]) -> tile_ir.TileKernel:
     """The Tile IR of ``choices``, with ``notes`` (how they were chosen) among its knobs."""
+    if tma_setting.uses(choices):
+        return tma_tiling.tile_kernel(c, choices, target, [("epilogue_stores", _store_text(c, choices)), *notes],
+                                      SCHEDULE_NAME)
     grid = [
         tile_ir.AxisBinding((c.n,), c.extents[c.n], "x", choices.threads_n, choices.thread_n, "x", contiguous=False,
                             group=column_run(choices)),

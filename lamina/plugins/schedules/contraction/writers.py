@@ -1,5 +1,6 @@
 """Which writer turns a contraction's Tile IR into Kernel IR: the FMA and ``mma.sync``
-kernels' (``lowering``) or, where the products run on wgmma, ``wgmma.writer``'s."""
+kernels' (``lowering``) or, where the products run on wgmma, ``wgmma.writer``'s, or on
+16-bit operands through TMA, ``wgmma_tma.writer``'s."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from lamina.plugins.schedules.contraction.recognise import analyse
 from lamina.plugins.schedules.contraction.settings import WGMMA_PRODUCTS, settings_of
 from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME
 from lamina.plugins.schedules.contraction.wgmma.writer import WarpgroupWriter
+from lamina.plugins.schedules.contraction.wgmma_tma.tiling import PRODUCTS as TMA_PRODUCTS
+from lamina.plugins.schedules.contraction.wgmma_tma.writer import TmaGemmWriter
 
 
 def lower_contraction(tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Kernel:
@@ -18,7 +21,11 @@ def lower_contraction(tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Ker
         raise ScheduleError(
             f"the contraction schedule cannot lower kernel {tile.kernel.name}: it was scheduled by {tile.schedule!r}"
         )
-    writer = WarpgroupWriter if settings_of(tile).products == WGMMA_PRODUCTS else ContractionWriter
+    products = settings_of(tile).products
+    if products == TMA_PRODUCTS:
+        writer = TmaGemmWriter
+    else:
+        writer = WarpgroupWriter if products == WGMMA_PRODUCTS else ContractionWriter
     kernel = writer(tile, analyse(tile.kernel)).kernel_ir(target.max_shared_bytes_per_block)
     kernel_ir.verify_kernel(kernel, target.max_threads_per_block, target.max_shared_bytes_optin)
     return kernel

@@ -1,0 +1,75 @@
+"""What the cost model expects of a ``products = wgmma_tma`` block.
+
+The busiest SM runs its blocks' k-tiles one after another on its tensor cores at a share
+of ``Target.bf16_tensor_flops_per_us`` (what cuBLAS's bf16 GEMM reaches) that grows with the
+block's tile (``TILE_EFFICIENCY``: a wider wgmma reads each row of A for more columns, and
+two consumer warpgroups share each k-tile of B) and with the ring's depth
+(``STAGE_EFFICIENCY``: two stages leave one k-tile's copy in flight while the wgmma read the
+other, too little to hide a trip to memory). Each block adds a fixed cost (``BLOCK_US``:
+its barriers' setup, the first copies' trip to memory before any wgmma, its epilogue) that
+blocks resident on the same SM overlap. Global bytes are each operand once and the
+outputs, the operands' k-tiles being read again from L2.
+
+The efficiencies are first figures, set from published Hopper GEMMs' shares of the peak
+(CUTLASS's and cuBLAS's), not yet fitted to this kernel on the H200: the benchmark suite's
+bf16 linears will fit them as ``WGMMA_EFFICIENCY`` was fitted for the tf32 products. What
+they must already get right is where this setting does not belong: a block of 64 rows per
+output row of a decoding step (M = 1) does 64 times the arithmetic, and a kernel of a few
+blocks pays the fixed cost; there the CUDA cores' settings stay cheaper.
+"""
+
+from __future__ import annotations
+
+import math
+
+from lamina.core.target import Target
+from lamina.plugins.schedules.contraction.knobs import Choices
+from lamina.plugins.schedules.contraction.recognise import Contraction
+from lamina.plugins.schedules.contraction.wgmma_tma import setting
+
+TILE_EFFICIENCY = {
+    (64, 64, 1): 0.40, (64, 128, 1): 0.55, (64, 256, 1): 0.62,
+    (128, 64, 1): 0.55, (128, 128, 1): 0.72, (128, 64, 2): 0.55, (128, 128, 2): 0.75, (128, 256, 2): 0.85,
+}
+"""Share of the bf16 rate that a block's k-tiles reach, by (rows, columns, consumer warpgroups)."""
+STAGE_EFFICIENCY = {2: 0.75, 3: 0.92, 4: 1.0, 5: 1.0}
+BLOCK_US = 1.5
+"""A block's fixed cost, in microseconds."""
+BLOCKS_PER_SM = 32
+REGISTERS_PER_SM = 65536
+SHARED_BYTES_PER_SM = 228 * 1024
+
+
+def useful_stages(stages: int, k_tiles: int) -> int:
+    """The stages that hold a k-tile at some time: a ring deeper than the k-tiles only costs shared
+    memory (the attention scores' products, whose 64-deep reduction is one k-tile, take two)."""
+    return max(2, min(stages, k_tiles))
+
+
+def resident(c: Contraction, choices: Choices, target: Target) -> int:
+    """Blocks one SM holds at once, by threads, registers and shared memory."""
+    threads = setting.threads(choices)
+    registers = math.ceil(setting.registers(choices) / 8) * 8
+    return max(1, min(BLOCKS_PER_SM, target.max_threads_per_sm // threads, REGISTERS_PER_SM // (registers * threads),
+                      SHARED_BYTES_PER_SM // setting.shared_bytes(c, choices)))
+
+
+def compute_and_memory_us(c: Contraction, choices: Choices, target: Target) -> tuple[float, float, int, int]:
+    """The busiest SM's arithmetic, the memory traffic's time, the blocks and the blocks per SM."""
+    batch = math.prod(c.extents[v] for v in c.batch)
+    blocks = math.ceil(c.extents[c.m] / choices.block_m) * math.ceil(c.extents[c.n] / choices.block_n) * batch
+    per_sm = resident(c, choices, target)
+    deepest = math.ceil(blocks / target.sm_count)
+    k_tiles = math.ceil(c.reduce_extent / choices.block_k)
+    efficiency = (TILE_EFFICIENCY[choices.block_m, choices.block_n, choices.consumer_warpgroups]
+                  * STAGE_EFFICIENCY[useful_stages(choices.stages, k_tiles)])
+    sm_flops_per_us = target.bf16_tensor_flops_per_us / target.sm_count * efficiency
+    k_tile_us = 2 * choices.block_m * choices.block_n * choices.block_k / sm_flops_per_us
+    compute_us = deepest * k_tiles * k_tile_us + deepest * BLOCK_US / min(per_sm, deepest)
+    written = sum(math.prod(c.kernel.buffer(s.buffer).type.shape) * c.kernel.buffer(s.buffer).type.dtype.itemsize
+                  for s in c.epilogue)
+    moved = sum(math.prod(c.kernel.buffer(o.load.buffer).type.shape) * o.load.dtype.itemsize
+                for o in c.operands) + written
+    busy_sms = min(blocks, target.sm_count)
+    memory_us = moved / (target.memory_bytes_per_us * busy_sms / target.sm_count)
+    return compute_us, memory_us, blocks, per_sm

@@ -1,0 +1,110 @@
+"""The fused epilogue of a ``products = wgmma_tma`` kernel, applied to the wgmma's accumulators.
+
+Lane ``4 g + t`` of warp ``w`` of a consumer warpgroup holds, of each 64-row slice ``q`` of
+the warpgroup's rows, ``D[16 w + g + 8 h][8 j + 2 t + e]`` in ``acc[q][4 j + 2 h + e]``
+(``kernel_ir.Wgmma``). Each accumulator is the contraction's sum at that row and column of
+the block: the Loop IR's epilogue (bias, residual, activation, casts) runs on it as the
+other contraction kernels run it (``loop_to_kernel.translate_body``), guarded where the
+block overhangs the output's rows or columns. Where every epilogue store's columns are
+contiguous and the output's row length is even, the two adjacent columns ``e = 0, 1`` a
+thread holds are computed into registers and written in one access
+(``contraction.tiling.store_width``).
+"""
+
+from __future__ import annotations
+
+from lamina.core.ir import expr as ex, index, kernel_ir
+from lamina.core.ir.expr import Expr
+from lamina.plugins.schedules import loop_to_kernel
+from lamina.plugins.schedules.contraction.layout import KernelNames, all_of
+from lamina.plugins.schedules.contraction.recognise import Contraction
+
+COLUMN_RUN = 2
+
+
+def store_width(c: Contraction) -> int:
+    """2 where every epilogue store writes a thread's two adjacent columns in one aligned access, else 1."""
+    if c.extents[c.n] % COLUMN_RUN:
+        return 1
+    for store in c.epilogue:
+        buffer = c.kernel.buffer(store.buffer).type
+        if COLUMN_RUN * buffer.dtype.itemsize not in kernel_ir.VECTOR_BYTES:
+            return 1
+        form = index.affine(index.linearize(store.index, buffer.shape))
+        if not all(isinstance(atom, ex.Var) for atom in form.terms):
+            return 1
+        steps = {atom.name: coef for atom, coef in form.terms.items()}
+        if steps.pop(c.n, None) != 1 or any(step % COLUMN_RUN for step in (*steps.values(), form.constant)):
+            return 1
+    return COLUMN_RUN
+
+
+class TmaGemmEpilogue:
+    """The epilogue statements and registers of one consumer thread."""
+
+    def __init__(self, c: Contraction, names: KernelNames, tid: Expr, warpgroup: Expr, acc: str, block_m: int,
+                 block_n: int, slices: int, batch_env: dict[str, Expr]):
+        self.c, self.kernel, self.acc = c, c.kernel, acc
+        self.block_m, self.block_n, self.slices = block_m, block_n, slices
+        self.tid, self.warpgroup, self.batch_env = tid, warpgroup, batch_env
+        self.row, self.col = ex.Var(names.fresh("row")), ex.Var(names.fresh("col"))
+        self.width = store_width(c)
+        self.outputs = [names.fresh(f"{s.buffer}_out") for s in c.epilogue] if self.width > 1 else []
+
+    def _first(self) -> list[kernel_ir.Stmt]:
+        """The thread's first row and column in the output."""
+        lane = self.tid % kernel_ir.WARP_SIZE
+        warp = self.tid % kernel_ir.WARPGROUP_SIZE // kernel_ir.WARP_SIZE
+        row = (kernel_ir.block_idx("y") * self.block_m + self.warpgroup * (kernel_ir.WGMMA_M * self.slices)
+               + warp * 16 + lane // 4)
+        col = kernel_ir.block_idx("x") * self.block_n + lane % 4 * COLUMN_RUN
+        return [kernel_ir.Declare(self.row.name, self.row.dtype, row),
+                kernel_ir.Declare(self.col.name, self.col.dtype, col)]
+
+    def _env(self, row: Expr, col: Expr, q: int, p: int) -> dict[str, Expr]:
+        acc = kernel_ir.Load(self.acc, (ex.const(q), ex.const(p)), self.c.acc_dtype)
+        return {**self.batch_env, self.c.m: row, self.c.n: col, self.c.acc: acc}
+
+    def _guard(self, row: Expr, col: Expr) -> Expr | None:
+        parts = []
+        if self.c.extents[self.c.m] % self.block_m:
+            parts.append(ex.op("lt", row, self.c.extents[self.c.m]))
+        if self.c.extents[self.c.n] % self.block_n:
+            parts.append(ex.op("lt", col, self.c.extents[self.c.n]))
+        return all_of(parts)
+
+    def statements(self) -> list[kernel_ir.Stmt]:
+        out = self._first()
+        for q in range(self.slices):
+            for h in range(2):
+                row = self.row + (kernel_ir.WGMMA_M * q + 8 * h)
+                for j in range(self.block_n // 8):
+                    col = self.col + 8 * j
+                    guard = self._guard(row, col)
+                    if self.width > 1:
+                        out += self._vector_stores(row, col, q, 4 * j + 2 * h, guard)
+                        continue
+                    for e in range(COLUMN_RUN):
+                        env = self._env(row, col + e, q, 4 * j + 2 * h + e)
+                        out += loop_to_kernel.translate_body(self.c.epilogue, self.kernel, env,
+                                                             guard=self._guard(row, col + e))
+        return out
+
+    def _vector_stores(self, row: Expr, col: Expr, q: int, p: int, guard: Expr | None) -> list[kernel_ir.Stmt]:
+        """Each epilogue store of the two adjacent outputs from ``(row, col)``: computed into registers, then
+        written in one access."""
+        body: list[kernel_ir.Stmt] = []
+        for store, register in zip(self.c.epilogue, self.outputs):
+            for e in range(COLUMN_RUN):
+                env = self._env(row, col + e, q, p + e)
+                body.append(kernel_ir.Store(register, (ex.const(e),),
+                                            loop_to_kernel.translate_expr(store.value, self.kernel, env)))
+            env = self._env(row, col, q, p)
+            coords = tuple(loop_to_kernel.translate_expr(i, self.kernel, env) for i in store.index)
+            offset = index.linearize(coords, self.kernel.buffer(store.buffer).type.shape)
+            body.append(kernel_ir.VectorStore(store.buffer, (offset,), register, (ex.const(0),), COLUMN_RUN))
+        return [kernel_ir.If(guard, body)] if guard is not None else body
+
+    def arrays(self) -> list[kernel_ir.Array]:
+        return [kernel_ir.Array(name, self.kernel.buffer(store.buffer).type.dtype, (COLUMN_RUN,), "register")
+                for store, name in zip(self.c.epilogue, self.outputs)]

@@ -1,0 +1,103 @@
+"""Which contractions ``products = wgmma_tma`` can run, and how the TMA sees each operand.
+
+wgmma multiplies bf16 or fp16 operands exactly and sums in float32, which is what a
+16-bit matmul's Loop IR says (``f32(x[i, r]) * f32(w[j, r])``): the summed value must be
+that product of one operand along the rows (m) and one along the columns (n), both of the
+same 16-bit type. The TMA copies 2-D boxes of a tensor whose rows lie a multiple of 16
+bytes apart, and wgmma on 16-bit operands reads both K-major: each operand must be
+contiguous along the reduction, its rows (along m or n) some stride apart, and every other
+term of its offset (the batch variables' strides, a constant offset) whole rows, so that
+one 2-D tensor map over the buffer's rows (``TmaView``) covers every batch. A box's rows
+past the operand's last row in a batch are the next batch's (or zeros past the buffer's
+end): they reach only the outputs past the edge, which the epilogue does not store.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from lamina.core.ir import dtypes, expr as ex, index
+from lamina.core.ir.kernel_ir import hopper_tma
+from lamina.plugins.schedules.contraction.recognise import Contraction, Operand
+
+OPERAND_DTYPES = (dtypes.bfloat16, dtypes.float16)
+
+
+@attrs.frozen
+class TmaView:
+    """``operand`` as ``rows`` rows of the reduction's ``columns`` elements, ``row_stride``
+    elements apart from the start of its buffer: the row of its element at (side variable
+    ``v``, batch ``b``) is ``first_row(b) + v``."""
+
+    operand: Operand
+    rows: int
+    columns: int
+    row_stride: int
+    batch_rows: dict[str, int]
+    """Rows per step of each batch variable."""
+    constant_rows: int
+
+    def first_row(self, batch_env: dict[str, ex.Expr]) -> ex.Expr:
+        """The row of the operand's first row in the batch whose variables ``batch_env`` gives."""
+        row: ex.Expr = ex.const(self.constant_rows)
+        for var, rows in self.batch_rows.items():
+            row = row + batch_env[var] * rows
+        return row
+
+
+def _unwrapped(value: ex.Expr) -> ex.Expr:
+    """A load under a cast to float32, as the load."""
+    if isinstance(value, ex.Op) and value.op == "cast" and value.dtype == dtypes.float32:
+        return value.args[0]
+    return value
+
+
+def factors(c: Contraction) -> tuple[Operand, Operand] | None:
+    """The m-side and n-side operands, both bf16 or both fp16, whose float32 product is the
+    summed value, or None where the value is anything else."""
+    value = c.value
+    if c.acc_dtype != dtypes.float32 or not (isinstance(value, ex.Op) and value.op == "mul"
+                                             and value.dtype == dtypes.float32):
+        return None
+    by_load = {o.load: o for o in c.operands}
+    found = [by_load.get(_unwrapped(arg)) for arg in value.args]
+    if any(o is None for o in found) or len(found) != 2:
+        return None
+    kinds = {o.load.dtype for o in found}
+    if len(kinds) != 1 or kinds.pop() not in OPERAND_DTYPES:
+        return None
+    sides = {o.side: o for o in found}
+    if set(sides) != {"m", "n"}:
+        return None
+    return sides["m"], sides["n"]
+
+
+def view(c: Contraction, operand: Operand) -> TmaView | str:
+    """How the TMA reads ``operand`` K-major, or why it cannot."""
+    load = operand.load
+    buffer = c.kernel.buffer(load.buffer).type
+    itemsize = load.dtype.itemsize
+    side_var = c.m if operand.side == "m" else c.n
+    form = index.affine(index.linearize(load.index, buffer.shape))
+    steps = {}
+    for atom, coef in form.terms.items():
+        if not isinstance(atom, ex.Var):
+            return f"{operand.text} is not read at an affine offset of the loop variables"
+        steps[atom.name] = coef
+    k_step, row_stride = steps.pop(c.reduce_var, 0), steps.pop(side_var, 0)
+    if k_step != 1:
+        return (f"{operand.text} is not contiguous along {c.reduce_var} (K-major): wgmma_tma reads both operands "
+                "K-major and cannot transpose them")
+    columns = c.reduce_extent
+    if row_stride < columns or (row_stride * itemsize) % hopper_tma.GLOBAL_ALIGNMENT:
+        return (f"{operand.text}'s rows are {row_stride} elements ({row_stride * itemsize} bytes) apart: the TMA needs "
+                f"rows at least {columns} elements and a multiple of {hopper_tma.GLOBAL_ALIGNMENT} bytes apart "
+                f"(pad {c.reduce_var} to a multiple of {hopper_tma.GLOBAL_ALIGNMENT // itemsize})")
+    if any(v not in c.batch or s % row_stride for v, s in steps.items()) or form.constant % row_stride:
+        return f"{operand.text}'s batches do not start on whole rows of its buffer"
+    numel = 1
+    for extent in buffer.shape:
+        numel *= extent
+    rows = (numel - columns) // row_stride + 1
+    return TmaView(operand, rows, columns, row_stride, {v: s // row_stride for v, s in steps.items()},
+                   form.constant // row_stride)

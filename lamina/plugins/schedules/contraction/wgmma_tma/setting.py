@@ -1,0 +1,175 @@
+"""``products = wgmma_tma``: a 16-bit contraction as a Hopper GEMM, the settings it takes and
+why a setting cannot run.
+
+A block computes a ``block_m`` x ``block_n`` tile (64 or 128 by 64 to 256) over k-tiles 64
+deep: one 128-byte swizzled row of a 16-bit type, the box the TMA copies per operand row.
+``stages`` k-tiles of both operands are in shared memory at once, in a ring that a full
+and an empty mbarrier guard per stage. One elected thread of a producer warpgroup issues the
+TMA copies; ``consumer_warpgroups`` warpgroups (1 or 2) each multiply ``block_m / groups``
+of the block's rows by all its columns, wgmma m64nNk16 per 64 rows and 16 k, N being the
+block's columns. Each consumer thread holds ``block_m / (64 groups)`` x ``block_n / 2``
+float32 accumulators, which the thread count and register file bound: a warpgroup's
+threads may hold at most 128 (a 64 x 256 or a 128 x 128 slice), so 128 x 256 blocks take
+two warpgroups.
+
+In ``Choices`` terms the consumer threads are ``32 groups`` rows by 4 columns of threads:
+a thread owns ``block_m / (32 groups)`` rows and ``block_n / 4`` columns (in runs of 2,
+8 apart), as the wgmma's accumulators lie; the producer warpgroup comes on top.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import attrs
+
+from lamina.core.ir import kernel_ir
+from lamina.core.target import Target
+from lamina.plugins.schedules.contraction.knobs import (
+    CONSUMER_WARPGROUPS,
+    MAX_STAGES,
+    MIN_STAGES,
+    WGMMA_TMA,
+    Choices,
+    pins_text,
+)
+from lamina.plugins.schedules.contraction.recognise import Contraction
+from lamina.plugins.schedules.contraction.wgmma_tma import operands
+
+ARCH = 90
+"""TMA and wgmma are Hopper's (sm_90a)."""
+BLOCK_K = 64
+"""A k-tile is one 128-byte swizzled row of a 16-bit type."""
+BLOCK_MS = (64, 128)
+BLOCK_NS = (64, 128, 256)
+"""The block's columns, the wgmma's N (a multiple of 8 up to 256)."""
+PRODUCER_THREADS = kernel_ir.WARPGROUP_SIZE
+"""A warpgroup beside the consumer warpgroups, of which one thread issues the copies: a whole
+warpgroup, because a block that runs wgmma runs whole warpgroups (the simulator insists), and
+because handing the producer's registers to the consumers (``setmaxnreg``) works by warpgroup."""
+MAX_ACCUMULATORS = 128
+"""Float32 accumulators a consumer thread holds at most, leaving registers for addresses."""
+OTHER_REGISTERS = 40
+"""Registers a consumer thread needs besides its accumulators: addresses, the epilogue's values."""
+FIXED_BY_TMA = ("block_k", "thread_m", "thread_n", "splits", "padding", "fragment_width", "warp_columns",
+                "copy_steps", "buffers", "grouped_rows")
+"""Knobs of the other products that this setting fixes (``buffers`` 1: the ring is ``stages``;
+``grouped_rows`` 1: blocks in CUDA's order; ``warp_columns`` None: the warps are the wgmma's):
+pinning one without ``products`` keeps to the others."""
+TMA_ONLY = ("stages", "consumer_warpgroups")
+MIN_UNPINNED_ROWS = kernel_ir.WGMMA_M
+"""Products of fewer rows (decoding's M = 1, and skinny ones up to 63) are offered this setting only
+where it is pinned: a wgmma computes 64 rows whatever M is, so such a product is all copying of
+B, which the CUDA cores' settings, split across blocks (split-K) where SMs would idle, already
+do at the memory's pace; the cost model's FMA estimates of those shapes are pessimistic, and
+without this rule it would trade them for 64 times the arithmetic."""
+
+
+OFFERED_UNPINNED = False
+"""Whether the cost model may choose this setting where nothing is pinned. Not yet: the simulator
+checks the kernel's protocol (the ring's barriers and transaction bytes, TMA's bounds and
+zero-fill, wgmma's fragments), but not how the hardware reads the tensor maps and shared-memory
+descriptors lamina encodes, and the cost figures are not fitted to a GPU. Until both are
+checked on the device, it runs where ``contraction.products = "wgmma_tma"`` (or one of its own
+knobs) is pinned."""
+
+
+def uses(choices: Choices) -> bool:
+    return choices.products == WGMMA_TMA
+
+
+def choices_for(block_m: int, block_n: int, stages: int, groups: int) -> Choices:
+    """The setting of a block of ``block_m`` x ``block_n`` with ``stages`` and ``groups`` consumer warpgroups."""
+    thread_m = max(1, block_m // (kernel_ir.WARP_SIZE * groups))
+    return Choices(block_m, block_n, BLOCK_K, thread_m, block_n // 4, 1, 1, 0, 1, None, 1, 0, WGMMA_TMA,
+                   stages, groups)
+
+
+def settings(c: Contraction, pinned: dict, target: Target):
+    """Every block shape, stage count and number of consumer warpgroups that the pins allow:
+    wherever ``products = wgmma_tma`` or one of its own knobs is pinned, and on Hopper for 16-bit
+    products where no knob of the other products is (``problem`` drops those that cannot run; a
+    float32 product is not offered them, so that its errors do not list theirs)."""
+    if "products" in pinned:
+        if pinned["products"] != WGMMA_TMA:
+            return
+    elif not any(k in pinned for k in TMA_ONLY):
+        if (not OFFERED_UNPINNED or target.compute_capability != ARCH or any(k in pinned for k in FIXED_BY_TMA)
+                or c.extents[c.m] < MIN_UNPINNED_ROWS or operands.factors(c) is None):
+            return
+
+    def values(key, default):
+        return [pinned[key]] if key in pinned else default
+
+    for block_m, block_n, stages, groups in itertools.product(
+            values("block_m", BLOCK_MS), values("block_n", BLOCK_NS),
+            values("stages", range(MIN_STAGES, MAX_STAGES + 1)), values("consumer_warpgroups", CONSUMER_WARPGROUPS)):
+        yield attrs.evolve(choices_for(block_m, block_n, stages, groups), **pinned)
+
+
+def accumulators(choices: Choices) -> int:
+    """Float32 accumulators of one consumer thread."""
+    return choices.block_m // (kernel_ir.WGMMA_M * choices.consumer_warpgroups) * choices.block_n // 2
+
+
+def registers(choices: Choices) -> int:
+    return accumulators(choices) + OTHER_REGISTERS
+
+
+def threads(choices: Choices) -> int:
+    """The consumer warpgroups and the producer warpgroup."""
+    return choices.consumer_warpgroups * kernel_ir.WARPGROUP_SIZE + PRODUCER_THREADS
+
+
+def barrier_bytes(stages: int) -> int:
+    return 2 * stages * kernel_ir.hopper_barriers.MBARRIER_BYTES
+
+
+def shared_bytes(c: Contraction, choices: Choices) -> int:
+    """The ring's stages of both operands' k-tiles, and a full and an empty mbarrier per stage."""
+    factors = operands.factors(c)
+    itemsize = factors[0].load.dtype.itemsize if factors else 2
+    return choices.stages * (choices.block_m + choices.block_n) * BLOCK_K * itemsize + barrier_bytes(choices.stages)
+
+
+def problem(c: Contraction, choices: Choices, target: Target) -> str | None:
+    """Why ``choices`` (``products = wgmma_tma``) cannot run the contraction on ``target``, or None."""
+    if target.compute_capability != ARCH:
+        return f"products = wgmma_tma needs Hopper's TMA and wgmma (sm_90); {target.name} is {target.arch}"
+    factors = operands.factors(c)
+    if factors is None:
+        return ("products = wgmma_tma needs a float32 sum of products of two bf16 or two fp16 operands, one along "
+                "the rows and one along the columns")
+    if c.slice_bound is not None:
+        return "products = wgmma_tma runs the whole reduction in a block: it takes no split-K slices"
+    for operand in factors:
+        found = operands.view(c, operand)
+        if isinstance(found, str):
+            return f"products = wgmma_tma: {found}"
+    expected = choices_for(choices.block_m, choices.block_n, choices.stages or MIN_STAGES,
+                           choices.consumer_warpgroups or 1)
+    differing = [name for name in FIXED_BY_TMA if getattr(choices, name) != getattr(expected, name)]
+    if differing:
+        wanted = pins_text({name: getattr(expected, name) for name in differing}, " = ")
+        return f"products = wgmma_tma in {choices.block_m}x{choices.block_n} blocks takes {wanted}"
+    if choices.block_m not in BLOCK_MS or choices.block_n not in BLOCK_NS:
+        return (f"products = wgmma_tma takes blocks of {' or '.join(map(str, BLOCK_MS))} rows by "
+                f"{', '.join(map(str, BLOCK_NS))} columns, not {choices.block_m}x{choices.block_n}")
+    if choices.stages is None or not MIN_STAGES <= choices.stages <= MAX_STAGES:
+        return f"products = wgmma_tma takes {MIN_STAGES} to {MAX_STAGES} stages"
+    if choices.consumer_warpgroups not in CONSUMER_WARPGROUPS:
+        return "products = wgmma_tma takes 1 or 2 consumer warpgroups"
+    if choices.block_m % (kernel_ir.WGMMA_M * choices.consumer_warpgroups):
+        return (f"{choices.consumer_warpgroups} consumer warpgroups of 64-row wgmma do not share "
+                f"{choices.block_m} rows")
+    if accumulators(choices) > MAX_ACCUMULATORS:
+        return (f"a {choices.block_m}x{choices.block_n} block on {choices.consumer_warpgroups} consumer "
+                f"warpgroup{'s' if choices.consumer_warpgroups > 1 else ''} holds {accumulators(choices)} "
+                f"accumulators per thread; at most {MAX_ACCUMULATORS} fit beside the rest")
+    if registers(choices) * threads(choices) > target.registers_per_block:
+        return f"about {registers(choices)} registers for each of {threads(choices)} threads exceed the block's"
+    shared = shared_bytes(c, choices)
+    if shared > target.max_shared_bytes_optin:
+        return (f"{choices.stages} stages of {choices.block_m}x{choices.block_n} blocks take {shared} B of shared "
+                f"memory, more than the {target.max_shared_bytes_optin} B {target.name} allows per block")
+    return None

@@ -1,0 +1,112 @@
+"""The Tile IR of a ``products = wgmma_tma`` setting, and the record of its decisions.
+
+The bindings say what each consumer thread owns, as the wgmma's accumulators lie: along x,
+4 threads across a row of the block, each with its columns in runs of 2, 8 apart; along y,
+32 threads per consumer warpgroup, each with ``block_m / (32 groups)`` rows. Both operands
+are staged K-major, ``block x 64`` k-tiles in ``stages`` buffers, copied by the TMA in the
+128-byte swizzle. ``TmaGemmSettings`` adds the producer warpgroup to the block's threads, the
+mbarriers to its shared memory, and prints the pipeline.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from lamina.core.ir import kernel_ir, tile_ir
+from lamina.core.target import Target
+from lamina.plugins.schedules.contraction.knobs import Choices
+from lamina.plugins.schedules.contraction.recognise import Contraction
+from lamina.plugins.schedules.contraction.settings import ContractionSettings
+from lamina.plugins.schedules.contraction.wgmma_tma import operands, setting
+
+PRODUCTS = "wgmma 16-bit tma"
+"""The ``ContractionSettings.products`` of this setting."""
+COLUMN_RUN = 2
+"""Adjacent columns a consumer thread owns in a wgmma accumulator."""
+COLUMN_THREADS = 4
+"""Threads across a row of the block (``t`` of lane ``4 g + t``)."""
+
+
+@attrs.frozen
+class TmaGemmSettings(ContractionSettings):
+    """``consumer_warpgroups`` warpgroups run the wgmma; one thread of a producer warpgroup beside them issues the
+    TMA copies into the ring of stages (the staged operands' ``buffers``), a full and an empty
+    mbarrier guarding each stage."""
+
+    consumer_warpgroups: int = 1
+
+    def extra_threads(self, tk: tile_ir.TileKernel) -> int:
+        return setting.PRODUCER_THREADS
+
+    def shared_bytes(self, tk: tile_ir.TileKernel) -> int:
+        return setting.barrier_bytes(_stages(tk))
+
+    def lines(self, tk: tile_ir.TileKernel) -> list[str]:
+        columns = next(b.block_tile for b in tk.grid if b.block_dim == "x")
+        rows = next(b.block_tile for b in tk.grid if b.block_dim == "y")
+        dtype = tk.stages[0].dtype
+        groups = (f"2 consumer warpgroups of {rows // 2} rows each" if self.consumer_warpgroups > 1
+                  else "1 consumer warpgroup")
+        return [
+            f"  copies: one thread of a producer warpgroup issues each stage's TMA loads (zero-filled past the edges), "
+            f"in a ring of {_stages(tk)} stages, each guarded by a full and an empty mbarrier",
+            f"  products on tensor cores: wgmma m64n{columns}k16 on {dtype} from swizzled shared memory, {groups}, "
+            "f32 accumulators; a stage is released once the wgmma of the next have started",
+        ]
+
+    def problems(self, tk: tile_ir.TileKernel) -> list[str]:
+        problems = []
+        by_dim = {b.thread_dim: b for b in tk.grid}
+        columns, rows = by_dim.get("x"), by_dim.get("y")
+        if columns is None or columns.threads != COLUMN_THREADS or columns.group != COLUMN_RUN:
+            problems.append(f"wgmma_tma products need {COLUMN_THREADS} threads across a row, each with its columns "
+                            f"in runs of {COLUMN_RUN}")
+        if rows is None or rows.threads != kernel_ir.WARP_SIZE * self.consumer_warpgroups or \
+                rows.block_tile % (kernel_ir.WGMMA_M * self.consumer_warpgroups):
+            problems.append(f"wgmma_tma products need 32 threads along the rows per consumer warpgroup, each "
+                            "warpgroup 64-row slices of the block")
+        if tk.reduction is None or tk.reduction.step != setting.BLOCK_K or tk.reduction.splits != 1:
+            problems.append(f"wgmma_tma products take k-tiles of {setting.BLOCK_K}: one swizzled row")
+        if len(tk.stages) != 2 or any(s.copy != "tma" or s.swizzle != kernel_ir.SWIZZLE_BYTES
+                                      or s.tile[-1] != setting.BLOCK_K for s in tk.stages):
+            problems.append("wgmma_tma products read two operands staged K-major by the TMA in the 128-byte swizzle")
+        return problems
+
+
+def _stages(tk: tile_ir.TileKernel) -> int:
+    return tk.stages[0].buffers if tk.stages else 0
+
+
+def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tuple[str, object]],
+                schedule: str) -> tile_ir.TileKernel:
+    """The Tile IR of ``choices``, with ``notes`` among its knobs."""
+    groups = choices.consumer_warpgroups
+    row_threads = kernel_ir.WARP_SIZE * groups
+    grid = [
+        tile_ir.AxisBinding((c.n,), c.extents[c.n], "x", COLUMN_THREADS, choices.block_n // COLUMN_THREADS, "x",
+                            contiguous=False, group=COLUMN_RUN),
+        tile_ir.AxisBinding((c.m,), c.extents[c.m], "y", row_threads, choices.block_m // row_threads, "y",
+                            contiguous=False),
+    ]
+    if c.batch:
+        batch = 1
+        for v in c.batch:
+            batch *= c.extents[v]
+        grid.append(tile_ir.AxisBinding(c.batch, batch, "z", 1, 1, "z"))
+    reduction = tile_ir.ReductionPlan((c.reduce_var,), c.reduce_extent, "serial", setting.BLOCK_K, 1)
+    stages = []
+    for operand in operands.factors(c):
+        block = choices.block_m if operand.side == "m" else choices.block_n
+        side_var = c.m if operand.side == "m" else c.n
+        box = block * setting.BLOCK_K * operand.load.dtype.itemsize
+        stages.append(tile_ir.SharedStage(
+            buffer=operand.load.buffer, index=operand.text, dims=(side_var, c.reduce_var), tile=(block, setting.BLOCK_K),
+            dtype=operand.load.dtype, padding=0, buffers=choices.stages, copy="tma", copy_bytes=box,
+            swizzle=kernel_ir.SWIZZLE_BYTES))
+    recorded = [("register_tile", f"{choices.block_m // row_threads}x{choices.block_n // COLUMN_THREADS}"), *notes]
+    tile = tile_ir.TileKernel(
+        kernel=c.kernel, schedule=schedule, grid=grid, reduction=reduction, stages=tuple(stages), knobs=recorded,
+        settings=TmaGemmSettings(products=PRODUCTS, consumer_warpgroups=groups),
+    )
+    tile_ir.verify_tile_kernel(tile, target.max_threads_per_block, target.max_shared_bytes_optin)
+    return tile

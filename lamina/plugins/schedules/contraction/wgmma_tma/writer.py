@@ -1,0 +1,184 @@
+"""The Kernel IR of a ``products = wgmma_tma`` Tile IR: a pipelined, warp-specialised GEMM.
+
+The block's threads are its consumer warpgroups (threads ``0 .. 128 groups - 1``, so that
+each warpgroup is four warps aligned as wgmma needs) and a producer warpgroup after them (a block runs whole
+warpgroups). Thread
+0 sets up a full and an empty mbarrier per stage of the ring and the block meets once.
+
+The producer warpgroup's first thread walks the k-tiles: for k-tile ``kt`` in stage
+``kt % stages``, round ``kt // stages``, it waits until the consumers have emptied the stage
+in the round before (at once in the first round), arrives on its full barrier expecting the
+bytes of both boxes, and asks the TMA for the box of A's rows and of B's rows at columns
+``64 kt``; the boxes land swizzled, elements past the tensors' edges as zeros that count
+toward the bytes. The consumers wait for the stage's full phase, start the wgmma of the
+k-tile (per 16 k, one m64nNk16 per 64 rows of their slice), commit them, wait until at most
+this k-tile's group is still running and so release the stage of the k-tile before, whose
+wgmma are done: the tensor cores always have the next k-tile's wgmma queued while a stage is
+refilled. After the last k-tile they wait for every wgmma and run the epilogue
+(``epilogue.TmaGemmEpilogue``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from lamina.core.ir import dtypes, expr as ex, index, kernel_ir, loop_ir, tile_ir
+from lamina.core.ir.expr import Expr
+from lamina.plugins.schedules import loop_to_kernel
+from lamina.plugins.schedules.contraction.layout import KernelNames
+from lamina.plugins.schedules.contraction.recognise import Contraction
+from lamina.plugins.schedules.contraction.wgmma_tma import operands, setting
+from lamina.plugins.schedules.contraction.wgmma_tma.epilogue import TmaGemmEpilogue
+from lamina.plugins.schedules.contraction.wgmma_tma.tiling import TmaGemmSettings
+
+SHARED_ALIGNMENT = 16
+
+
+class TmaGemmWriter:
+    """Writes the Kernel IR of a contraction scheduled with ``products = wgmma_tma``."""
+
+    def __init__(self, tile: tile_ir.TileKernel, c: Contraction):
+        self.tile, self.c, self.kernel = tile, c, c.kernel
+        settings: TmaGemmSettings = tile.settings
+        self.groups = settings.consumer_warpgroups
+        bindings = {b.block_dim: b for b in tile.grid}
+        self.cols, self.rows = bindings["x"], bindings["y"]
+        self.block_m, self.block_n = self.rows.block_tile, self.cols.block_tile
+        self.slices = self.block_m // (kernel_ir.WGMMA_M * self.groups)
+        """64-row wgmma slices per consumer warpgroup."""
+        self.m_side, self.n_side = operands.factors(c)
+        self.dtype = self.m_side.load.dtype
+        self.stages = tile.stages[0].buffers
+        self.k_tiles = math.ceil(c.reduce_extent / setting.BLOCK_K)
+        loop_vars = {s.var for s in loop_ir.statements(self.kernel.body) if isinstance(s, loop_ir.Loop)}
+        self.names = names = KernelNames({b.name for b in self.kernel.inputs + self.kernel.outputs} | loop_vars
+                                         | {c.acc})
+        self.tid, self.kt, self.stage, self.round, self.warpgroup, self.batch = (
+            ex.Var(names.fresh(n)) for n in ("tid", "kt", "stage", "round", "warpgroup", "batch"))
+        self.tiles = {side: names.fresh(f"{o.load.buffer}_tile") for side, o in (("m", self.m_side), ("n", self.n_side))}
+        self.maps = {side: names.fresh(f"{o.load.buffer}_map") for side, o in (("m", self.m_side), ("n", self.n_side))}
+        self.full, self.empty, self.acc = names.fresh("full"), names.fresh("empty"), names.fresh("acc")
+        self.consumers = self.groups * kernel_ir.WARPGROUP_SIZE
+        self.batch_env = self._batch_coordinates()
+        self.epilogue = TmaGemmEpilogue(c, self.names, self.tid, self.warpgroup, self.acc, self.block_m,
+                                        self.block_n, self.slices, self.batch_env)
+
+    def _batch_coordinates(self) -> dict[str, Expr]:
+        if not self.c.batch:
+            return {}
+        extents = tuple(self.c.extents[v] for v in self.c.batch)
+        coords = index.delinearize(self.batch, extents, {self.batch.name: math.prod(extents)})
+        return dict(zip(self.c.batch, coords))
+
+    # --- the two roles -----------------------------------------------------------
+
+    def _stage_of_k_tile(self) -> list[kernel_ir.Stmt]:
+        return [kernel_ir.Declare(self.stage.name, self.stage.dtype, self.kt % self.stages),
+                kernel_ir.Declare(self.round.name, self.round.dtype, self.kt // self.stages)]
+
+    def _box_rows(self, side: str) -> Expr:
+        """The tensor map's row of the block's first row of the operand on ``side``."""
+        operand = self.m_side if side == "m" else self.n_side
+        view = operands.view(self.c, operand)
+        block = kernel_ir.block_idx("y") * self.block_m if side == "m" else kernel_ir.block_idx("x") * self.block_n
+        return view.first_row(self.batch_env) + block
+
+    def producer(self) -> list[kernel_ir.Stmt]:
+        """The elected thread's loop: a stage emptied, its bytes expected, its two boxes asked for."""
+        box_bytes = (self.block_m + self.block_n) * setting.BLOCK_K * self.dtype.itemsize
+        at_stage = (self.stage,)
+        loads = [kernel_ir.TmaLoad(self.tiles[side], (self.stage, ex.const(0), ex.const(0)), self.maps[side],
+                                   self._box_rows(side), self.kt * setting.BLOCK_K, self.full, at_stage)
+                 for side in ("m", "n")]
+        body = [*self._stage_of_k_tile(),
+                kernel_ir.MbarrierWait(self.empty, at_stage, (self.round + 1) % 2),
+                kernel_ir.MbarrierArrive(self.full, at_stage, box_bytes),
+                *loads]
+        return [kernel_ir.For(self.kt.name, ex.const(0), ex.const(self.k_tiles), 1, body)]
+
+    def _products(self) -> list[kernel_ir.Stmt]:
+        """The warpgroup's wgmma of the k-tile in ``stage``: per 16 k, one per 64-row slice."""
+        n = self.block_n
+        k = kernel_ir.wgmma_k(self.dtype)
+        first_row = self.warpgroup * (kernel_ir.WGMMA_M * self.slices)
+        out = []
+        for j in range(setting.BLOCK_K // k):
+            for q in range(self.slices):
+                accumulators = [(ex.const(q), ex.const(p)) for p in range(n // 2)]
+                out.append(kernel_ir.Wgmma(
+                    self.acc, accumulators, self.tiles["m"], (self.stage, first_row + kernel_ir.WGMMA_M * q,
+                                                              ex.const(k * j)),
+                    self.tiles["n"], (self.stage, ex.const(0), ex.const(k * j)), n, operand_dtype=self.dtype))
+        return out
+
+    def consumer(self) -> list[kernel_ir.Stmt]:
+        """Accumulators set to the sum's start; per k-tile, its stage waited for, its wgmma started, the stage
+        of the k-tile before released once its wgmma are done; then the epilogue."""
+        init = ex.cast(self.c.init, self.c.acc_dtype)
+        clear = [kernel_ir.Store(self.acc, (ex.const(q), ex.const(p)), init)
+                 for q in range(self.slices) for p in range(self.block_n // 2)]
+        before = (self.kt + (self.stages - 1)) % self.stages
+        body = [*self._stage_of_k_tile(),
+                kernel_ir.MbarrierWait(self.full, (self.stage,), self.round % 2),
+                kernel_ir.WgmmaFence(),
+                *self._products(),
+                kernel_ir.WgmmaCommit(),
+                kernel_ir.WgmmaWait(1),
+                kernel_ir.If(ex.op("gt", self.kt, 0), [kernel_ir.MbarrierArrive(self.empty, (before,))])]
+        return [kernel_ir.Declare(self.warpgroup.name, self.warpgroup.dtype, self.tid // kernel_ir.WARPGROUP_SIZE),
+                *clear,
+                kernel_ir.For(self.kt.name, ex.const(0), ex.const(self.k_tiles), 1, body),
+                kernel_ir.WgmmaWait(0),
+                *self.epilogue.statements()]
+
+    # --- the kernel --------------------------------------------------------------
+
+    def body(self) -> list[kernel_ir.Stmt]:
+        out: list[kernel_ir.Stmt] = [kernel_ir.Declare(self.tid.name, self.tid.dtype, kernel_ir.thread_idx("x"))]
+        if self.c.batch:
+            out.append(kernel_ir.Declare(self.batch.name, self.batch.dtype, kernel_ir.block_idx("z")))
+        inits = [st for i in range(self.stages)
+                 for st in (kernel_ir.MbarrierInit(self.full, (ex.const(i),), 1),
+                            kernel_ir.MbarrierInit(self.empty, (ex.const(i),), self.consumers))]
+        elected = ex.op("eq", self.tid, self.consumers)
+        out += [kernel_ir.If(ex.op("eq", self.tid, 0), inits),
+                kernel_ir.Barrier(),
+                kernel_ir.If(ex.op("ge", self.tid, self.consumers), [kernel_ir.If(elected, self.producer())],
+                             self.consumer())]
+        return out
+
+    def tensor_maps(self) -> list[kernel_ir.TensorMap]:
+        maps = []
+        for side, operand, block in (("m", self.m_side, self.block_m), ("n", self.n_side, self.block_n)):
+            view = operands.view(self.c, operand)
+            maps.append(kernel_ir.TensorMap(self.maps[side], operand.load.buffer, (view.rows, view.columns),
+                                            view.row_stride, (block, setting.BLOCK_K), kernel_ir.SWIZZLE_BYTES))
+        return maps
+
+    def arrays(self) -> list[kernel_ir.Array]:
+        shared = [
+            kernel_ir.Array(self.tiles["m"], self.dtype, (self.stages, self.block_m, setting.BLOCK_K), "shared",
+                            swizzle=kernel_ir.SWIZZLE_BYTES),
+            kernel_ir.Array(self.tiles["n"], self.dtype, (self.stages, self.block_n, setting.BLOCK_K), "shared",
+                            swizzle=kernel_ir.SWIZZLE_BYTES),
+            kernel_ir.Array(self.full, dtypes.int64, (self.stages,), "shared"),
+            kernel_ir.Array(self.empty, dtypes.int64, (self.stages,), "shared"),
+        ]
+        registers = [kernel_ir.Array(self.acc, self.c.acc_dtype, (self.slices, self.block_n // 2), "register")]
+        return shared + registers + self.epilogue.arrays()
+
+    def kernel_ir(self, static_shared_bytes: int) -> kernel_ir.Kernel:
+        """The kernel; past ``static_shared_bytes`` its shared arrays come from dynamic shared memory."""
+        grid = self.tile.grid_shape()
+        arrays = self.arrays()
+        shared = sum(-(-a.bytes // SHARED_ALIGNMENT) * SHARED_ALIGNMENT for a in arrays if a.space == "shared")
+        return kernel_ir.Kernel(
+            name=self.kernel.name,
+            params=loop_to_kernel.params(self.kernel),
+            arrays=arrays,
+            body=self.body(),
+            launch=kernel_ir.Launch((grid["x"], grid["y"], grid["z"]),
+                                    (self.consumers + setting.PRODUCER_THREADS, 1, 1),
+                                    shared if shared > static_shared_bytes else 0),
+            tensor_maps=self.tensor_maps(),
+        )

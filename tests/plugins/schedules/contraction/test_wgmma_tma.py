@@ -1,0 +1,370 @@
+"""bf16 and fp16 products as a pipelined Hopper GEMM (``products = wgmma_tma``): the cost model's
+choice, the Tile IR, the pins, the kernels on the simulator and through NVRTC.
+
+The simulator is slow on big shapes, so the kernels run on small ragged ones with the knobs
+pinned to the settings that the cost model picks at the suite's sizes (``AT_SIZE`` says which,
+and ``test_the_cost_model_picks_wgmma_tma_for_16_bit_linears`` checks it still does)."""
+
+import attrs
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lamina
+from lamina.backends.cuda.targets import SM80 as SM_80
+from lamina.bench.measure import float64_reference, relative_error
+from lamina.core.errors import ScheduleError, SimulationError
+from lamina.core.ir import dtypes, expr as ex, kernel_ir, tile_ir
+from lamina.plugins.schedules.contraction import ContractionSchedule
+from lamina.plugins.schedules.contraction.wgmma_tma import setting
+
+from ..contraction_kernels import F32, SM_90, Case, contraction, linear, load, simulate_case
+from ..nvrtc_in_background import start_compiling
+
+SCHEDULE = ContractionSchedule()
+
+
+@pytest.fixture(autouse=True)
+def offered_unpinned(monkeypatch):
+    """The setting as the cost model will rank it once it has been checked on the device
+    (``setting.OFFERED_UNPINNED``); the test below checks that today it runs only where pinned."""
+    monkeypatch.setattr(setting, "OFFERED_UNPINNED", True)
+TMA = "wgmma 16-bit tma"
+TORCH = {dtypes.bfloat16: torch.bfloat16, dtypes.float16: torch.float16}
+
+
+def pins(block_m: int, block_n: int, stages: int, groups: int) -> dict:
+    return {"products": "wgmma_tma", "block_m": block_m, "block_n": block_n, "stages": stages,
+            "consumer_warpgroups": groups}
+
+
+AT_SIZE = {
+    (128, 2048, 2560): pins(64, 64, 4, 1),
+    (512, 2048, 2048): pins(64, 128, 4, 1),
+    (2048, 3584, 4608): pins(128, 128, 4, 2),
+    (2048, 3584, 37888): pins(128, 256, 4, 2),
+}
+"""(M, K, N) of bf16 linears, and the setting the cost model picks for each."""
+
+
+def linear16(m: int, k: int, n: int, dtype=dtypes.bfloat16) -> Case:
+    """``x @ w.T`` of 16-bit ``x`` (m, k) and ``w`` (n, k), summed and stored in float32."""
+    value = ex.op("mul", ex.cast(load("x", "i0", "r0", dtype=dtype), F32), ex.cast(load("w", "i1", "r0", dtype=dtype), F32))
+    kernel = contraction("linear", {"x": (m, k), "w": (n, k)}, [("i0", m), ("i1", n)], ("r0", k), value,
+                         ("out", (m, n)), input_dtype=dtype)
+    return Case(f"linear_{dtype}", kernel, lambda x, w: x.float() @ w.float().T)
+
+
+def matmul16(m: int, k: int, n: int) -> Case:
+    """``x @ w`` with ``w`` (k, n): its n side is not K-major."""
+    bf16 = dtypes.bfloat16
+    value = ex.op("mul", ex.cast(load("x", "i0", "r0", dtype=bf16), F32), ex.cast(load("w", "r0", "i1", dtype=bf16), F32))
+    kernel = contraction("matmul", {"x": (m, k), "w": (k, n)}, [("i0", m), ("i1", n)], ("r0", k), value,
+                         ("out", (m, n)), input_dtype=bf16)
+    return Case("matmul", kernel, lambda x, w: x.float() @ w.float())
+
+
+SIMULATED = {
+    "bf16_64x64_4_stages": (linear16(70, 136, 72), AT_SIZE[128, 2048, 2560]),
+    "bf16_64x64_2_stages_the_ring_wraps": (linear16(70, 328, 72), pins(64, 64, 2, 1)),
+    "fp16_64x128_3_stages": (linear16(70, 136, 72, dtypes.float16), {**AT_SIZE[512, 2048, 2048], "stages": 3}),
+    "bf16_128x128_two_warpgroups": (linear16(130, 136, 72), AT_SIZE[2048, 3584, 4608]),
+    "bf16_128x256_two_warpgroups": (linear16(70, 136, 260), AT_SIZE[2048, 3584, 37888]),
+    "bf16_128x64_two_slices_a_warpgroup": (linear16(130, 72, 72), pins(128, 64, 3, 1)),
+    "fp16_64x256": (linear16(37, 200, 72, dtypes.float16), pins(64, 256, 2, 1)),
+}
+
+
+@pytest.mark.parametrize("name", SIMULATED)
+def test_the_kernels_match_eager_and_float64_on_ragged_shapes_without_faults(name):
+    case, knobs = SIMULATED[name]
+    tile = SCHEDULE.schedule(case.kernel, SM_90, knobs)
+    assert tile.settings.products == TMA
+    kernel = SCHEDULE.lower(tile, SM_90)
+    compiling = start_compiling(kernel, "sm_90a")
+    torch.manual_seed(0)
+    inputs = case.inputs()
+    out, report = simulate_case(case, kernel, inputs)
+    assert report.faults == []
+    x, w = inputs.values()
+    torch.testing.assert_close(out, case.reference(x, w), rtol=1e-4, atol=1e-3)
+    exact = float64_reference(lambda x, w: x @ w.T, (x, w))
+    scale = x.abs().double() @ w.abs().double().T
+    assert ((out.double() - exact).abs() / scale).max() < 1e-6
+    compiled = compiling.result()
+    assert compiled.registers > 0
+    assert (compiled.spill_stores, compiled.spill_loads) == (0, 0)
+
+
+def test_the_kernel_is_a_producer_and_consumers_on_a_ring_of_stages():
+    tile = SCHEDULE.schedule(linear16(300, 200, 300).kernel, SM_90, pins(128, 128, 3, 2))
+    kernel = SCHEDULE.lower(tile, SM_90)
+    lines = [line.strip() for line in kernel_ir.format_kernel(kernel).splitlines()]
+    assert kernel.launch.block == (384, 1, 1) and kernel.launch.grid == (3, 3, 1)
+    assert [m.box for m in kernel.tensor_maps] == [(128, 64), (128, 64)]
+    assert [(m.shape, m.row_stride, m.swizzle) for m in kernel.tensor_maps] == [((300, 200), 200, 128)] * 2
+    statements = list(kernel_ir.statements(kernel.body))
+    loads = [s for s in statements if isinstance(s, kernel_ir.TmaLoad)]
+    assert len(loads) == 2
+    arrive = next(s for s in statements if isinstance(s, kernel_ir.MbarrierArrive) and s.transaction_bytes)
+    assert arrive.transaction_bytes == 2 * 128 * 64 * 2
+    inits = [s for s in statements if isinstance(s, kernel_ir.MbarrierInit)]
+    assert sorted({(s.barrier, s.arrivals) for s in inits}) == [("empty", 256), ("full", 1)]
+    wgmma = [s for s in statements if isinstance(s, kernel_ir.Wgmma)]
+    assert len(wgmma) == 4 and {(s.n, s.operand_dtype, s.a_from) for s in wgmma} == {(128, dtypes.bfloat16, "shared")}
+    order = ["wgmma fence", "wgmma commit", "wgmma wait (at most 1 pending)"]
+    place = 0
+    for line in order:
+        place = lines.index(line, place + 1)
+
+
+def _rewritten(body, change):
+    """``body`` with each statement replaced by ``change(statement)`` (a list), inside loops and branches too."""
+    out = []
+    for s in body:
+        if isinstance(s, kernel_ir.For):
+            s = attrs.evolve(s, body=_rewritten(s.body, change))
+        elif isinstance(s, kernel_ir.If):
+            s = attrs.evolve(s, then=_rewritten(s.then, change), orelse=_rewritten(s.orelse, change))
+        out += change(s)
+    return tuple(out)
+
+
+def _planted(change):
+    case, knobs = SIMULATED["bf16_64x64_2_stages_the_ring_wraps"]
+    kernel = SCHEDULE.lower(SCHEDULE.schedule(case.kernel, SM_90, knobs), SM_90)
+    return case, attrs.evolve(kernel, body=_rewritten(kernel.body, change))
+
+
+def test_a_stage_released_before_its_wgmma_complete_is_a_race_the_simulator_reports():
+    case, kernel = _planted(lambda s: [] if s == kernel_ir.WgmmaWait(1) else [s])
+    torch.manual_seed(0)
+    with pytest.raises(SimulationError, match="while `wgmma m64n64k16 bf16"):
+        simulate_case(case, kernel, case.inputs())
+
+
+def test_a_wrong_transaction_count_is_a_deadlock_the_simulator_reports():
+    def more_bytes(s):
+        if isinstance(s, kernel_ir.MbarrierArrive) and s.transaction_bytes:
+            return [attrs.evolve(s, transaction_bytes=s.transaction_bytes + 2)]
+        return [s]
+
+    case, kernel = _planted(more_bytes)
+    torch.manual_seed(0)
+    with pytest.raises(SimulationError, match="deadlock"):
+        simulate_case(case, kernel, case.inputs())
+
+
+def test_the_cost_model_picks_wgmma_tma_for_16_bit_linears():
+    for (m, k, n), knobs in AT_SIZE.items():
+        tile = SCHEDULE.schedule(linear16(m, k, n).kernel, SM_90, {})
+        assert tile.settings.products == TMA, (m, k, n)
+        chosen = dict(tile.knobs)["chosen"]
+        groups = knobs["consumer_warpgroups"]
+        assert chosen.startswith(
+            f"block {knobs['block_m']}x{knobs['block_n']}x64, {knobs['stages']} stages, {groups} consumer "
+            f"warpgroup{'s' if groups > 1 else ''}, on tensor cores through TMA and wgmma; cheapest of"), (m, k, n)
+
+
+@pytest.mark.parametrize("m, k, n", [(1, 4096, 4096), (1, 2048, 5632), (16, 64, 16), (63, 2048, 2048)])
+def test_decoding_and_tiny_products_keep_the_cuda_cores(m, k, n):
+    tile = SCHEDULE.schedule(linear16(m, k, n).kernel, SM_90, {})
+    assert tile.settings.products is None
+
+
+def test_float32_sm_80_and_operands_the_tma_cannot_read_never_get_it():
+    assert SCHEDULE.schedule(linear(2048, 2048, 2048).kernel, SM_90, {}).settings.products == "wgmma 3xtf32"
+    assert SCHEDULE.schedule(linear16(2048, 2048, 2048).kernel, SM_80, {}).settings.products is None
+    assert SCHEDULE.schedule(matmul16(2048, 2048, 2048).kernel, SM_90, {}).settings.products is None
+    assert SCHEDULE.schedule(linear16(2048, 2044, 2048).kernel, SM_90, {}).settings.products is None
+
+
+@pytest.mark.parametrize("case, knobs, reason", [
+    (matmul16(256, 256, 256), {"products": "wgmma_tma"}, "w[r0, i1] is not contiguous along r0 (K-major)"),
+    (linear16(256, 140, 256), {"products": "wgmma_tma"},
+     "rows are 140 elements (280 bytes) apart: the TMA needs rows at least 140 elements and a multiple of 16 bytes"),
+    (linear(256, 256, 256), {"products": "wgmma_tma"}, "needs a float32 sum of products of two bf16 or two fp16"),
+    (linear16(256, 256, 256), pins(64, 64, 4, 2), "2 consumer warpgroups of 64-row wgmma do not share 64 rows"),
+    (linear16(256, 256, 256), pins(128, 256, 4, 1), "holds 256 accumulators per thread; at most 128"),
+    (linear16(256, 256, 256), pins(128, 256, 5, 2), "5 stages of 128x256 blocks take 245840 B of shared memory"),
+    (linear16(256, 256, 256), {**pins(64, 64, 4, 1), "buffers": 2}, "products = wgmma_tma in 64x64 blocks takes buffers = 1"),
+    (linear(256, 256, 256), {"stages": 3}, "needs a float32 sum of products of two bf16 or two fp16"),
+])
+def test_pins_that_cannot_run_are_refused_with_the_pins_and_the_reason(case, knobs, reason):
+    with pytest.raises(ScheduleError) as caught:
+        SCHEDULE.schedule(case.kernel, SM_90, knobs)
+    message = str(caught.value)
+    assert reason in message
+    assert all(f"{k} = {v}" in message for k, v in knobs.items() if k != "products")
+
+
+@pytest.mark.parametrize("knobs, message", [
+    ({"stages": 6}, "knob stages = 6 must be 2 to 5"),
+    ({"consumer_warpgroups": 3}, "knob consumer_warpgroups = 3 must be 1 or 2"),
+])
+def test_illegal_knob_values_are_refused(knobs, message):
+    with pytest.raises(ScheduleError, match=message):
+        SCHEDULE.schedule(linear16(256, 256, 256).kernel, SM_90, knobs)
+
+
+def test_until_checked_on_the_device_it_runs_only_where_pinned(monkeypatch):
+    monkeypatch.setattr(setting, "OFFERED_UNPINNED", False)
+    layer = torch.nn.Linear(256, 192).to(torch.bfloat16)
+    x = torch.randn(128, 256, dtype=torch.bfloat16)
+
+    def products(**options):
+        (tile,) = [t for t in lamina.compile(layer, (x,), **options).compilation.tiles if t.schedule == "contraction"]
+        return tile.settings.products
+
+    assert products() != TMA
+    assert products(knobs={"contraction": {"products": "wgmma_tma"}}) == TMA
+
+
+def test_wgmma_tma_needs_hopper():
+    with pytest.raises(ScheduleError, match="products = wgmma_tma needs Hopper's TMA and wgmma"):
+        SCHEDULE.schedule(linear16(256, 256, 256).kernel, SM_80, {"products": "wgmma_tma"})
+
+
+def test_an_nn_linear_in_bf16_chooses_it_and_the_tile_ir_says_so():
+    """Compiled only (the simulator would take too long at this size): the Tile IR's lines."""
+    layer = torch.nn.Linear(3584, 4608, bias=True).to(torch.bfloat16)
+    x = torch.randn(2048, 3584, dtype=torch.bfloat16)
+    compiled = lamina.compile(layer, (x,))
+    (tile,) = [t for t in compiled.compilation.tiles if t.schedule == "contraction"]
+    text = tile_ir.format_tile_kernel(tile).splitlines()
+    assert text[1:12] == [
+        "  grid (36, 16, 1) blocks of 384 threads, 131136 B shared",
+        "  parallel i1 (4608): block.x tile 128 = thread.x 4 x 32 per thread (grouped by 2, groups 8 apart)",
+        "  parallel i0 (2048): block.y tile 128 = thread.y 64 x 2 per thread (strided by 64)",
+        "  reduce r0 (3584): serial, step 64",
+        "  shared input[i0, r0] as bf16[i0 128][r0 64, 128-byte swizzle], 4 buffers, copy tma 16384 B",
+        "  shared p_weight[i1, r0] as bf16[i1 128][r0 64, 128-byte swizzle], 4 buffers, copy tma 16384 B",
+        "  copies: one thread of a producer warpgroup issues each stage's TMA loads (zero-filled past the edges), in a "
+        "ring of 4 stages, each guarded by a full and an empty mbarrier",
+        "  products on tensor cores: wgmma m64n128k16 on bf16 from swizzled shared memory, 2 consumer warpgroups of 64 "
+        "rows each, f32 accumulators; a stage is released once the wgmma of the next have started",
+        "  register_tile = 2x32",
+        "  epilogue_stores = 2 adjacent outputs per store (4 B)",
+        "  chosen = block 128x128x64, 4 stages, 2 consumer warpgroups, on tensor cores through TMA and wgmma; cheapest "
+        "of 72 settings, pinned: none",
+    ]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fused_epilogues_compile_for_sm_90a_without_spills_in_every_setting_the_model_picks(dtype):
+    """The heaviest epilogue of the suite's linears (bias, gelu, residual, cast) on the most accumulators."""
+    x, w = torch.randn(300, 200, dtype=dtype), torch.randn(520, 200, dtype=dtype)
+    bias, residual = torch.randn(520, dtype=dtype), torch.randn(300, 520, dtype=dtype)
+
+    def program(x, w, bias, residual):
+        return F.gelu(F.linear(x, w, bias)) + residual
+
+    compiling = []
+    for knobs in AT_SIZE.values():
+        compiled = lamina.compile(program, (x, w, bias, residual), knobs={"contraction": knobs})
+        (kernel,) = [k for k in compiled.compilation.kernels.kernels if k.tensor_maps]
+        compiling.append(start_compiling(kernel, "sm_90a"))
+    for future in compiling:
+        result = future.result()
+        assert (result.spill_stores, result.spill_loads) == (0, 0)
+
+
+SMALL = {"contraction": pins(64, 64, 2, 1)}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_linear_with_bias_and_gelu_matches_eager_on_the_simulator(dtype):
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(136, 72, bias=True).to(dtype)
+    x = torch.randn(70, 136, dtype=dtype)
+
+    def program(x):
+        return F.gelu(layer(x))
+
+    compiled = lamina.compile(program, (x,), knobs=SMALL)
+    assert [t.settings.products for t in compiled.compilation.tiles] == [TMA]
+    out = compiled(x)
+    eager = program(x)
+    torch.testing.assert_close(out, eager, rtol=1.6e-2, atol=1e-2)
+    reference = float64_reference(lambda x, w, b: F.gelu(x @ w.T + b), (x, layer.weight, layer.bias))
+    assert relative_error(out, reference) < 1.5 * relative_error(eager, reference) + 1e-3
+
+
+def test_a_residual_add_after_silu_in_bf16_matches_eager_on_the_simulator():
+    torch.manual_seed(1)
+    x, w = torch.randn(70, 136, dtype=torch.bfloat16), torch.randn(72, 136, dtype=torch.bfloat16)
+    residual = torch.randn(70, 72, dtype=torch.bfloat16)
+
+    def program(x, w, residual):
+        return F.silu(x @ w.T) + residual
+
+    compiled = lamina.compile(program, (x, w, residual), knobs={"contraction": pins(128, 64, 3, 1)})
+    assert [t.settings.products for t in compiled.compilation.tiles] == [TMA]
+    out = compiled(x, w, residual)
+    torch.testing.assert_close(out, program(x, w, residual), rtol=1.6e-2, atol=2e-2)
+
+
+def test_a_batched_matmul_in_bf16_matches_eager_on_the_simulator():
+    """Each batch's rows continue the tensor map's rows; the rows a box takes from the next batch
+    reach only the outputs past the edge, which are not stored."""
+    torch.manual_seed(2)
+    a, b = torch.randn(2, 70, 136, dtype=torch.bfloat16), torch.randn(2, 72, 136, dtype=torch.bfloat16)
+
+    def program(a, b):
+        return torch.matmul(a, b.transpose(-1, -2))
+
+    compiled = lamina.compile(program, (a, b), knobs=SMALL)
+    assert [t.settings.products for t in compiled.compilation.tiles] == [TMA]
+    out = compiled(a, b)
+    torch.testing.assert_close(out, program(a, b), rtol=1.6e-2, atol=1e-2)
+
+
+def test_causal_attention_scores_in_bf16_match_eager_on_the_simulator():
+    """The scores' product (its reduction, the head dimension, one k-tile) kept apart from the softmax,
+    the scale and the causal mask in its epilogue or in the softmax after it."""
+    def scores_causal(q, k):
+        s = q @ k.transpose(-1, -2) * 0.125
+        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).triu(1)
+        return torch.softmax(s.masked_fill(mask, float("-inf")), -1)
+
+    torch.manual_seed(3)
+    q, k = torch.randn(1, 2, 70, 64, dtype=torch.bfloat16), torch.randn(1, 2, 70, 64, dtype=torch.bfloat16)
+    apart = ("lamina.builtin.schedules.matmul_row_reduction",)
+    compiled = lamina.compile(scores_causal, (q, k), knobs=SMALL, disable=apart)
+    assert TMA in [t.settings.products if t.settings else None for t in compiled.compilation.tiles]
+    out = compiled(q, k)
+    torch.testing.assert_close(out, scores_causal(q, k), rtol=1.6e-2, atol=1e-2)
+
+
+GPU_SHAPES = [(128, 2048, 2560), (2048, 3584, 4608), (2048, 2048, 2000), (333, 1032, 700)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m, k, n", GPU_SHAPES)
+def test_linears_with_bias_and_gelu_match_eager_on_the_gpu(m, k, n, dtype):
+    torch.manual_seed(0)
+    x, w = torch.randn(m, k, dtype=dtype, device="cuda"), torch.randn(n, k, dtype=dtype, device="cuda") / k ** 0.5
+    bias = torch.randn(n, dtype=dtype, device="cuda")
+
+    def program(x, w, bias):
+        return F.gelu(F.linear(x, w, bias))
+
+    compiled = lamina.compile(program, (x, w, bias))
+    assert TMA in [t.settings.products if t.settings else None for t in compiled.compilation.tiles]
+    out = compiled(x, w, bias)
+    eager = program(x, w, bias)
+    reference = float64_reference(program, (x, w, bias))
+    assert relative_error(out, reference) < 1.5 * relative_error(eager, reference) + 1e-4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", SIMULATED)
+def test_the_simulated_settings_match_eager_on_the_gpu(name):
+    case, knobs = SIMULATED[name]
+    x, w = (torch.randn(b.type.shape, dtype=TORCH[b.type.dtype], device="cuda") for b in case.kernel.inputs)
+    compiled = lamina.compile(lambda x, w: x @ w.T, (x, w), knobs={"contraction": knobs})
+    assert TMA in [t.settings.products if t.settings else None for t in compiled.compilation.tiles]
+    out = compiled(x, w)
+    reference = float64_reference(lambda x, w: x @ w.T, (x, w))
+    assert relative_error(out, reference) < 1.5 * relative_error(x @ w.T, reference) + 1e-4
