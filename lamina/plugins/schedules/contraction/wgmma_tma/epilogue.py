@@ -18,25 +18,9 @@ from lamina.core.ir.expr import Expr
 from lamina.plugins.schedules import loop_to_kernel
 from lamina.plugins.schedules.contraction.layout import KernelNames, all_of
 from lamina.plugins.schedules.contraction.recognise import Contraction
+from lamina.plugins.schedules.contraction.tiling import store_width
 
 COLUMN_RUN = 2
-
-
-def store_width(c: Contraction) -> int:
-    """2 where every epilogue store writes a thread's two adjacent columns in one aligned access, else 1."""
-    if c.extents[c.n] % COLUMN_RUN:
-        return 1
-    for store in c.epilogue:
-        buffer = c.kernel.buffer(store.buffer).type
-        if COLUMN_RUN * buffer.dtype.itemsize not in kernel_ir.VECTOR_BYTES:
-            return 1
-        form = index.affine(index.linearize(store.index, buffer.shape))
-        if not all(isinstance(atom, ex.Var) for atom in form.terms):
-            return 1
-        steps = {atom.name: coef for atom, coef in form.terms.items()}
-        if steps.pop(c.n, None) != 1 or any(step % COLUMN_RUN for step in (*steps.values(), form.constant)):
-            return 1
-    return COLUMN_RUN
 
 
 class TmaGemmEpilogue:
@@ -48,7 +32,7 @@ class TmaGemmEpilogue:
         self.block_m, self.block_n, self.slices = block_m, block_n, slices
         self.tid, self.warpgroup, self.batch_env = tid, warpgroup, batch_env
         self.row, self.col = ex.Var(names.fresh("row")), ex.Var(names.fresh("col"))
-        self.width = store_width(c)
+        self.width = store_width(c, COLUMN_RUN)
         self.outputs = [names.fresh(f"{s.buffer}_out") for s in c.epilogue] if self.width > 1 else []
 
     def _first(self) -> list[kernel_ir.Stmt]:
