@@ -16,3 +16,21 @@ def install_plugin(site: Path, dist: str, entry_name: str, module: str, source: 
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
     (info / "entry_points.txt").write_text(f"[lamina.plugins]\n{entry_name} = {module}\n")
+
+
+
+def fusion_rule_plugin(rule: str) -> str:
+    """A plugin's source that registers a fusion rule named ``rule`` that changes nothing."""
+    return f"""
+    from lamina.core.hookspecs import hookimpl
+
+    class Rule:
+        name = "{rule}"
+        priority = 5
+        def apply(self, program, target, knobs):
+            return None
+
+    @hookimpl
+    def lamina_register_fusion_rules(register):
+        register(Rule())
+"""

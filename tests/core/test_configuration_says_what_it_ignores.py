@@ -12,21 +12,8 @@ from lamina.core.config import load_config
 from lamina.core.errors import ConfigError, ConfigWarning
 from lamina.core.plugins import reset_plugin_managers
 
-from tests.core.plugin_distributions import install_plugin
+from tests.core.plugin_distributions import fusion_rule_plugin, install_plugin
 
-RULE_PLUGIN = """
-    from lamina.core.hookspecs import hookimpl
-
-    class Rule:
-        name = "counted_rule"
-        priority = 5
-        def apply(self, program, target, knobs):
-            return None
-
-    @hookimpl
-    def lamina_register_fusion_rules(register):
-        register(Rule())
-"""
 
 
 def program(x):
@@ -77,7 +64,8 @@ def test_an_unknown_knob_under_strict_is_an_error(site, monkeypatch):
 
 
 def test_an_allow_listed_plugin_that_does_not_exist_warns(site, monkeypatch):
-    install_plugin(site, "lamina-counted", "counted", "lamina_test_plugin_counted", RULE_PLUGIN)
+    install_plugin(site, "lamina-counted", "counted", "lamina_test_plugin_counted",
+                   fusion_rule_plugin("counted_rule"))
     monkeypatch.setenv("LAMINA_PLUGINS", "countd")
     with pytest.warns(ConfigWarning, match=r"plugins \(LAMINA_PLUGINS\) names the plugin 'countd', which is not "
                                            r"installed, so it does nothing \(did you mean 'counted'\?\)"):

@@ -23,7 +23,7 @@ from lamina.core.config import Config, load_config
 from lamina.core.errors import ConfigError, DeviceError, PluginError
 from lamina.core.plugins import reset_plugin_managers
 
-from tests.core.plugin_distributions import install_plugin
+from tests.core.plugin_distributions import fusion_rule_plugin, install_plugin
 
 README = Path(__file__).parents[2] / "README.md"
 KNOB_VARIABLE = "LAMINA_KNOB_<SCHEDULE>__<KNOB>"
@@ -62,19 +62,6 @@ def schedules(compiled) -> list[str]:
     return [tile.schedule for tile in compiled.compilation.tiles]
 
 
-RULE_PLUGIN = """
-    from lamina.core.hookspecs import hookimpl
-
-    class Rule:
-        name = "{name}_rule"
-        priority = 5
-        def apply(self, program, target, knobs):
-            return None
-
-    @hookimpl
-    def lamina_register_fusion_rules(register):
-        register(Rule())
-"""
 
 SIMPLEST_POLICY_PLUGIN = """
     from lamina.core.hookspecs import hookimpl
@@ -93,7 +80,7 @@ SIMPLEST_POLICY_PLUGIN = """
 
 def install_rules(site: Path) -> None:
     for name in ("alpha", "beta"):
-        install_plugin(site, f"lamina-{name}", name, f"lamina_test_plugin_{name}", RULE_PLUGIN.format(name=name))
+        install_plugin(site, f"lamina-{name}", name, f"lamina_test_plugin_{name}", fusion_rule_plugin(f"{name}_rule"))
 
 
 def check_plugins(config: Config, site: Path) -> None:

@@ -9,21 +9,8 @@ from lamina.core.config import load_config
 from lamina.core.errors import ConfigWarning, PluginError
 from lamina.core.plugins import BUILTIN_PLUGINS, PluginManager, PluginWarning
 
-from tests.core.plugin_distributions import install_plugin
+from tests.core.plugin_distributions import fusion_rule_plugin, install_plugin
 
-OBSERVER = """
-    from lamina.core.hookspecs import hookimpl
-
-    class Rule:
-        name = "{rule}"
-        priority = 5
-        def apply(self, program, target, knobs):
-            return None
-
-    @hookimpl
-    def lamina_register_fusion_rules(register):
-        register(Rule())
-"""
 
 
 @pytest.fixture
@@ -53,7 +40,7 @@ def test_builtin_plugins_register_through_the_hooks():
 
 
 def test_entry_point_plugin_is_found_with_its_distribution(site):
-    install_plugin(site, "lamina-rules", "rules", "lamina_test_plugin_rules", OBSERVER.format(rule="noop_rule"), "2.3")
+    install_plugin(site, "lamina-rules", "rules", "lamina_test_plugin_rules", fusion_rule_plugin("noop_rule"), "2.3")
     m = manager()
     p = info(m, "rules")
     assert (p.status, p.distribution, p.version) == ("loaded", "lamina-rules", "2.3")
@@ -62,7 +49,7 @@ def test_entry_point_plugin_is_found_with_its_distribution(site):
 
 
 def test_blocked_plugin_is_not_imported(site):
-    install_plugin(site, "lamina-rules", "rules", "lamina_test_plugin_blocked", OBSERVER.format(rule="blocked_rule"))
+    install_plugin(site, "lamina-rules", "rules", "lamina_test_plugin_blocked", fusion_rule_plugin("blocked_rule"))
     m = manager(disable=("rules",))
     assert info(m, "rules").status == "blocked"
     assert "lamina_test_plugin_blocked" not in sys.modules
@@ -70,8 +57,8 @@ def test_blocked_plugin_is_not_imported(site):
 
 
 def test_allow_list_loads_only_the_named_third_party_plugins(site):
-    install_plugin(site, "lamina-a", "a", "lamina_test_plugin_a", OBSERVER.format(rule="rule_a"))
-    install_plugin(site, "lamina-b", "b", "lamina_test_plugin_b", OBSERVER.format(rule="rule_b"))
+    install_plugin(site, "lamina-a", "a", "lamina_test_plugin_a", fusion_rule_plugin("rule_a"))
+    install_plugin(site, "lamina-b", "b", "lamina_test_plugin_b", fusion_rule_plugin("rule_b"))
     m = manager(plugins=("b",))
     assert info(m, "a").status == "blocked"
     assert info(m, "b").status == "loaded"
@@ -79,7 +66,7 @@ def test_allow_list_loads_only_the_named_third_party_plugins(site):
 
 
 def test_an_allow_listed_plugin_that_is_not_installed_warns_naming_the_closest(site):
-    install_plugin(site, "lamina-rules", "rules", "lamina_test_plugin_allowed", OBSERVER.format(rule="allowed_rule"))
+    install_plugin(site, "lamina-rules", "rules", "lamina_test_plugin_allowed", fusion_rule_plugin("allowed_rule"))
     with pytest.warns(ConfigWarning, match=r"plugins \(LAMINA_PLUGINS\) names the plugin 'rulez', which is not "
                                            r"installed, so it does nothing \(did you mean 'rules'\?\)"):
         m = manager(plugins=("rulez",))
@@ -165,8 +152,8 @@ def test_unsupported_lamina_version_is_one_clear_line(site):
 
 
 def test_selection_order_does_not_depend_on_load_order(site):
-    install_plugin(site, "lamina-z", "z_first", "lamina_test_plugin_z", OBSERVER.format(rule="same_rule"))
-    install_plugin(site, "lamina-y", "a_second", "lamina_test_plugin_y", OBSERVER.format(rule="same_rule"))
+    install_plugin(site, "lamina-z", "z_first", "lamina_test_plugin_z", fusion_rule_plugin("same_rule"))
+    install_plugin(site, "lamina-y", "a_second", "lamina_test_plugin_y", fusion_rule_plugin("same_rule"))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         m = manager()
