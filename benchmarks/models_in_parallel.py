@@ -1,7 +1,8 @@
 """The whole-model suite as many ``lamina bench --models`` processes sharing one GPU, then one record.
 
     python benchmarks/models_in_parallel.py --processes 12 --out MERGED.json \\
-        --filter '*.s128.*' --filter 'vit.b8.*' [--parts DIR] [--replays 100]
+        --filter '*.s128.*' --filter 'vit.b8.*' [--parts DIR] [--replays 100] \\
+        [--not-in RECORD.json ...] [--heavy '*.b8.s2048.*' --heavy-processes 2] [--list]
 
 Each selected case runs in a process of its own (a crash loses that case alone), at most
 ``--processes`` at once: the cases of the first ``--filter`` first, and within each filter's
@@ -10,6 +11,11 @@ compile at once and take turns to measure (``--measure-lock``): no timing, kerne
 peak sees another process's work. Each case's record lands in ``--parts`` as it finishes, and the
 merged record (``merge_model_results.py``) is rewritten after every case, so a run cut short keeps
 what it measured. A GPU test run can share the turns: ``flock PARTS/lock python -m pytest -m gpu``.
+
+``--not-in`` leaves out the cases that earlier records measured. The cases of a ``--heavy``
+pattern (batch 8 at 2048 tokens holds tens of GB of logits and references) run at most
+``--heavy-processes`` at once, while the other processes go on with the rest of the queue.
+``--list`` prints the queue and runs nothing.
 """
 
 from __future__ import annotations
@@ -46,12 +52,25 @@ def main() -> None:
     parser.add_argument("--replays", type=int, default=100)
     parser.add_argument("--parts", default=None, help="where each case's record goes (default: beside --out)")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--not-in", action="append", default=[], metavar="RECORD",
+                        help="leave out the cases this record measured (repeatable)")
+    parser.add_argument("--heavy", action="append", default=[], metavar="PATTERN",
+                        help="cases that run at most --heavy-processes at once (repeatable)")
+    parser.add_argument("--heavy-processes", type=int, default=2)
+    parser.add_argument("--list", action="store_true", help="print the queue and run nothing")
     args = parser.parse_args()
     def tier(case) -> int:
         return next((k for k, p in enumerate(args.filter) if fnmatch.fnmatchcase(case.name, p)), -1)
 
-    cases = [c for c in model_cases(bench_layers()) if tier(c) >= 0]
+    measured = {c["name"] for record in args.not_in for c in json.loads(Path(record).read_text())["cases"]
+                if c["status"] == "ok"}
+    cases = [c for c in model_cases(bench_layers()) if tier(c) >= 0 and c.name not in measured]
     cases.sort(key=lambda c: (tier(c), -cost(c)))
+    heavy = {c.name for c in cases if any(fnmatch.fnmatchcase(c.name, p) for p in args.heavy)}
+    if args.list:
+        for case in cases:
+            print(case.name + ("  (heavy)" if case.name in heavy else ""))
+        return
     parts = Path(args.parts or Path(args.out).with_suffix(".parts"))
     parts.mkdir(parents=True, exist_ok=True)
     lock = parts / "lock"
@@ -70,11 +89,28 @@ def main() -> None:
                 Path(args.out).write_text(json.dumps(merge(found), indent=2) + "\n")
         return f"{time.time() - start:7.0f} s  {case.name}: exit {code}"
 
-    print(f"{len(cases)} case(s) in {args.processes} processes", flush=True)
-    with concurrent.futures.ThreadPoolExecutor(args.processes) as pool:
-        for done in concurrent.futures.as_completed([pool.submit(run, case) for case in cases]):
-            print(done.result(), flush=True)
+    print(f"{len(cases)} case(s) in {args.processes} processes, {len(heavy)} of them heavy", flush=True)
+    for line in run_in_turns(cases, run, args.processes, lambda c: c.name in heavy, args.heavy_processes):
+        print(line, flush=True)
 
+
+def run_in_turns(cases: list, run, processes: int, is_heavy, heavy_processes: int):
+    """``run(case)`` for each case, ``processes`` at once and at most ``heavy_processes`` of the heavy ones:
+    each free slot takes the first waiting case it may start. Yields what each run returns, as they finish."""
+    waiting = list(cases)
+    running: dict[concurrent.futures.Future, object] = {}
+    with concurrent.futures.ThreadPoolExecutor(processes) as pool:
+        while waiting or running:
+            heavy_running = sum(1 for case in running.values() if is_heavy(case))
+            startable = next((c for c in waiting if not is_heavy(c) or heavy_running < heavy_processes), None)
+            if startable is not None and len(running) < processes:
+                waiting.remove(startable)
+                running[pool.submit(run, startable)] = startable
+                continue
+            done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in done:
+                del running[future]
+                yield future.result()
 
 if __name__ == "__main__":
     sys.exit(main())
