@@ -40,6 +40,7 @@ from lamina.bench.measure import relative_error, time_cuda_graph
 from lamina.models import MODELS, build_model, random_input_ids
 from lamina.models.layer_counts import LayerCounts, cuda_kernels_per_call, layer_counts
 from lamina.models.measure import PeakMemory, peak_memory, reference_logits
+from script_command import reproducing_command
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 TOLERANCE = {"float32": 1e-4, "bfloat16": 2e-2}
@@ -100,19 +101,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if too_long:
             parser.error(f"--seq {seq} does not fit {', '.join(too_long)}")
     return args
-
-
-def reproducing_command(argv: list[str], out: str) -> str:
-    """The command line that reproduces this run, with the results file named under benchmarks/results/."""
-    kept, skip = [], False
-    for item in argv:
-        if skip:
-            skip = False
-        elif item == "--out":
-            skip = True
-        elif not item.startswith("--out="):
-            kept.append(item)
-    return " ".join(["python", "benchmarks/models.py", "--out", f"benchmarks/results/{Path(out).name}", *kept])
 
 
 def write_results(path: str, result: dict) -> None:
@@ -259,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     result = {
         "suite": "models",
-        "command": reproducing_command(argv, args.out),
+        "command": reproducing_command("models.py", argv, args.out),
         "date": datetime.date.today().isoformat(),
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,

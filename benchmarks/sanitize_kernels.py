@@ -45,6 +45,7 @@ from typing import Any
 
 import kernel_settings as ks
 import sanitizer_output
+from script_command import reproducing_command
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 ERROR_EXIT_CODE = 86
@@ -331,7 +332,7 @@ def sanitize_all(found: list[ks.Representative], about: dict[str, Any], args: ar
             for entry in settings:
                 entry[tool] = records[by_program[entry["id"]]]
     return {
-        "command": reproducing_command(argv, args.out),
+        "command": reproducing_command("sanitize_kernels.py", argv, args.out),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "tool": _version(tool_path), "tools": args.tools, "versions": _versions(),
         "method": "each setting's representative program run once under each tool with random inputs, "
@@ -379,19 +380,6 @@ def _versions() -> dict[str, str]:
     return {"python": sys.version.split()[0], "torch": torch.__version__,
             "lamina": getattr(lamina, "__version__", "unknown"),
             "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none visible"}
-
-
-def reproducing_command(argv: list[str], out: str) -> str:
-    """The command line that reproduces this run, with the results file named under benchmarks/results/."""
-    kept, skip = [], False
-    for item in argv:
-        if skip:
-            skip = False
-        elif item == "--out":
-            skip = True
-        elif not item.startswith("--out="):
-            kept.append(item)
-    return " ".join(["python", "benchmarks/sanitize_kernels.py", *kept, "--out", f"benchmarks/results/{Path(out).name}"])
 
 
 def write_results(path: str, document: dict[str, Any]) -> None:

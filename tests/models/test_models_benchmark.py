@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "models.py"
 
 @pytest.fixture(scope="module")
 def bench():
+    if str(SCRIPT.parent) not in sys.path:  # the script imports its helpers beside it, as when it is run
+        sys.path.insert(0, str(SCRIPT.parent))
     spec = importlib.util.spec_from_file_location("models_benchmark", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -52,8 +55,8 @@ def test_bad_arguments_stop_before_any_work(bench, capsys, argv, message):
     ["--quick", "--out=/somewhere/else/2026-11-29_h200_models.json"],
 ])
 def test_the_recorded_command_names_the_results_folder(bench, argv):
-    command = bench.reproducing_command(argv, bench.parse_args(argv).out)
-    assert command == "python benchmarks/models.py --out benchmarks/results/2026-11-29_h200_models.json --quick"
+    command = bench.reproducing_command("models.py", argv, bench.parse_args(argv).out)
+    assert command == "python benchmarks/models.py --quick --out benchmarks/results/2026-11-29_h200_models.json"
 
 
 def test_results_are_written_whole_and_rewritten(bench, tmp_path):
