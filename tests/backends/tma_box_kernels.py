@@ -63,11 +63,12 @@ def expected_box(x, rows: int, columns: int, box: tuple[int, int], row: int, col
     return out.flatten()
 
 
-def stored_back(*, wait: bool = True, overwrite: bool = False):
-    """Thread 0 copies a box in and, after the wait, stores it to an (11 x 40) tensor at (5, -8): only the
-    part inside is written. ``wait`` drops the store's wait, ``overwrite`` writes the tile before it."""
+def stored_back(*, wait: bool = True, overwrite: bool = False, column: int = 8):
+    """Thread 0 copies a box in and, after the wait, stores it to an (11 x 40) tensor at (5, ``column``):
+    only the part inside is written. ``wait`` drops the store's wait, ``overwrite`` writes the tile
+    before it."""
     kernel = box_copy(16, 64, (8, 64), 0, 0, arrivals=1)
-    tail = [kir.TmaStore("y_map", const(5), const(-8), "tile", (const(0), const(0))), kir.TmaStoreCommit()]
+    tail = [kir.TmaStore("y_map", const(5), const(column), "tile", (const(0), const(0))), kir.TmaStoreCommit()]
     tail += [kir.Store("tile", (const(0), const(0)), const(0.0, dtypes.bfloat16))] if overwrite else []
     tail += [kir.TmaStoreWait(0)] if wait else []
     return attrs.evolve(

@@ -53,7 +53,7 @@ def encode(tensor_map: kir.TensorMap, dtype: dtypes.DType, address: int, kernel:
         swizzle, driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
     check(result, f"cuTensorMapEncodeTiled({tensor_map.name})", kernel)
-    return (ctypes.c_uint64 * 16)(*encoded.opaque)
+    return (ctypes.c_uint64 * 16)(*(int(word) for word in encoded.opaque))
 
 
 class TensorMapArguments:

@@ -69,8 +69,20 @@ def test_a_tma_store_writes_the_part_of_the_box_inside_the_tensor():
     arrays = {"x": x, "out": torch.zeros(512, dtype=torch.bfloat16), "y": torch.full((440,), 7.0).bfloat16()}
     assert not simulate(stored_back(), arrays).faults
     expected = torch.full((11, 40), 7.0).bfloat16()
-    expected[5:11, 0:40] = x.view(16, 64)[0:6, 8:48]
+    expected[5:11, 8:40] = x.view(16, 64)[0:6, 0:32]
     assert torch.equal(arrays["y"].view(11, 40), expected)
+
+
+def test_a_tma_store_that_starts_before_the_tensor_is_a_fault_as_on_the_gpu():
+    """A load's box may start at a negative coordinate; a store's stops the kernel on the H200."""
+    x = torch.randn(16 * 64).bfloat16()
+    arrays = {"x": x, "out": torch.zeros(512, dtype=torch.bfloat16), "y": torch.full((440,), 7.0).bfloat16()}
+    report = simulate(stored_back(column=-8), arrays, raise_on_fault=False)
+    assert report.out_of_bounds == [
+        "kernel box_copy: `tma store y_map at (5, -8) <- tile[0][0]` by block (0, 0, 0) thread (0, 0, 0) stores a box "
+        "from (5, -8): a TMA store's box may reach past the tensor's end but must start inside it (the GPU stops the "
+        "kernel with an illegal instruction)"]
+    assert torch.equal(arrays["y"], torch.full((440,), 7.0).bfloat16())
 
 
 def test_writing_a_tma_store_source_before_its_wait_is_a_race_and_ending_without_one_a_fault():
@@ -78,10 +90,10 @@ def test_writing_a_tma_store_source_before_its_wait_is_a_race_and_ending_without
               "y": torch.zeros(440, dtype=torch.bfloat16)}
     report = simulate(stored_back(overwrite=True), dict(arrays), raise_on_fault=False)
     assert report.races == ["kernel box_copy: tile[0][0] in block (0, 0, 0) written by thread (0, 0, 0) while `tma "
-                            "store y_map at (5, -8) <- tile[0][0]` still reads it: wait for the store (TmaStoreWait) "
+                            "store y_map at (5, 8) <- tile[0][0]` still reads it: wait for the store (TmaStoreWait) "
                             "before writing its source again"]
     report = simulate(stored_back(wait=False), dict(arrays), raise_on_fault=False)
-    assert report.async_protocol[0].startswith("kernel box_copy: the kernel ends while `tma store y_map at (5, -8)")
+    assert report.async_protocol[0].startswith("kernel box_copy: the kernel ends while `tma store y_map at (5, 8)")
 
 
 def test_more_arrivals_than_a_phase_expects_are_a_fault():

@@ -12,8 +12,9 @@ too (the stage was released before the wgmma was waited for).
 
 A ``TmaStore`` reads its box from shared memory at once, checked as any read and, as it reads
 through the async proxy, against writes that no ``AsyncProxyFence`` covers; it writes the
-box's elements that lie inside the tensor. Its reads stay pending until a ``TmaStoreWait``
-covers its group (``TmaStoreCommit``): a write there before is a race, and a kernel that
+box's elements that lie inside the tensor. A box that starts before the tensor (a negative
+coordinate, which a load may have) stops the kernel on the GPU, and is a fault here. Its
+reads stay pending until a ``TmaStoreWait`` covers its group (``TmaStoreCommit``): a write there before is a race, and a kernel that
 ends with a store pending is a fault.
 """
 
@@ -201,6 +202,13 @@ class TmaCopies:
                     continue
                 src.check_reads(lanes, site)
                 self._check_fenced(src, lanes, site, text)
+                if int(row[thread]) < 0 or int(column[thread]) < 0:
+                    describe = self.grid.describe_thread(thread)
+                    self.faults.add(OUT_OF_BOUNDS, (site, "store start"), torch.ones(1, dtype=torch.bool), lambda _: (
+                        f"`{text}` by {describe} stores a box from ({int(row[thread])}, {int(column[thread])}): a TMA "
+                        "store's box may reach past the tensor's end but must start inside it (the GPU stops the "
+                        "kernel with an illegal instruction)"))
+                    continue
                 global_rows, global_columns = int(row[thread]) + rows, int(column[thread]) + columns
                 inside = ((global_rows >= 0) & (global_rows < m.shape[0])
                           & (global_columns >= 0) & (global_columns < m.shape[1])).reshape(-1)

@@ -66,8 +66,9 @@ class TmaLoad:
 class TmaStore:
     """Copy a box of ``tensor_map`` from shared array ``src`` (from ``src_index`` on, laid out as a
     ``TmaLoad`` lays it) to the tensor from (``row``, ``column``) on
-    (``cp.async.bulk.tensor.2d.global.shared::cta.bulk_group``); the box's elements outside the
-    tensor are not written. The threads that wrote ``src`` must have made their writes visible to
+    (``cp.async.bulk.tensor.2d.global.shared::cta.bulk_group``); the box's elements past the
+    tensor's end are not written, but unlike a load's, its start must lie inside the tensor: a
+    negative coordinate stops the kernel with an illegal instruction. The threads that wrote ``src`` must have made their writes visible to
     the TMA unit (``AsyncProxyFence``, then a ``Barrier``). The copy joins the issuing thread's
     open bulk group: ``src`` may be written again only after a ``TmaStoreWait`` covers the group
     that ``TmaStoreCommit`` closed, and the kernel must wait for every group before it ends."""
