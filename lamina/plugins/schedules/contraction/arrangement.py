@@ -28,6 +28,8 @@ import math
 
 import attrs
 
+from lamina.core.ir import expr as ex, kernel_ir
+from lamina.core.ir.expr import Var
 from lamina.core.ir.kernel_ir import WARP_SIZE
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction.mma_sync import products as mma_sync
@@ -88,6 +90,13 @@ def choose_grouped_rows(c: Contraction, choices: Choices, wave: int) -> int:
     return max(1, min(rows, math.isqrt(wave)))
 
 
+def grouped(c: Contraction, choices: Choices, resident_per_sm: int, target: Target) -> Choices:
+    """``choices`` with ``grouped_rows`` chosen where it is not pinned (the warps are fixed)."""
+    if choices.grouped_rows is not None:
+        return choices
+    return attrs.evolve(choices, grouped_rows=choose_grouped_rows(c, choices, resident_per_sm * target.sm_count))
+
+
 def arranged(c: Contraction, choices: Choices, resident_per_sm: int, target: Target) -> Choices:
     """``choices`` with the unpinned arrangement knobs chosen."""
     if choices.warp_columns is not None:
@@ -110,9 +119,29 @@ def describe(c: Contraction, choices: Choices, resident_per_sm: int, target: Tar
                  f"operand elements per step of k")
         if columns != cuda and _fits(choices, cuda):
             warps += f" (CUDA's {WARP_SIZE // cuda}x{cuda}: {elements_read(choices, cuda)})"
+    return [("warp_tile", warps), block_order(c, choices, resident_per_sm, target)]
+
+
+def block_order(c: Contraction, choices: Choices, resident_per_sm: int, target: Target) -> tuple[str, str]:
+    """The Tile IR note on the order of the blocks."""
     rows, grid_columns = grid_rows_and_columns(c, choices)
     wave = resident_per_sm * target.sm_count
     order = f"{rows}x{grid_columns} blocks, {wave} at once: "
     order += (f"down groups of {choices.grouped_rows} rows" if (choices.grouped_rows or 1) > 1
               else "along x first, in CUDA's order")
-    return [("warp_tile", warps), ("block_order", order)]
+    return ("block_order", order)
+
+
+def grouped_blocks(row: Var, column: Var, columns: int, rows: int, grouped_rows: int) -> list:
+    """Kernel IR declaring the block's ``row`` and ``column`` in a grid of ``columns`` x ``rows``
+    blocks: CUDA's order renumbered to run down groups of ``grouped_rows`` grid rows, column by
+    column (the last group holds the rows that are left)."""
+    group = min(grouped_rows, rows)
+    flat = kernel_ir.block_idx("y") * columns + kernel_ir.block_idx("x")
+    per_group = group * columns
+    first = flat // per_group * group
+    height = ex.const(group) if rows % group == 0 else ex.op("min", rows - first, group)
+    return [
+        kernel_ir.Declare(row.name, row.dtype, first + flat % per_group % height),
+        kernel_ir.Declare(column.name, column.dtype, flat % per_group // height),
+    ]

@@ -19,7 +19,7 @@ import math
 from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
 from lamina.core.ir.expr import Expr
 from lamina.plugins.schedules import coordinate_conditions, loop_to_kernel
-from lamina.plugins.schedules.contraction import tiling, unneeded_blocks, unread_outputs
+from lamina.plugins.schedules.contraction import arrangement, tiling, unneeded_blocks, unread_outputs
 from lamina.plugins.schedules.contraction.copies import SharedCopies, same_position
 from lamina.plugins.schedules.contraction.layout import (
     BlockLayout,
@@ -119,18 +119,9 @@ class ContractionWriter:
         ]
 
     def _grouped_blocks(self) -> list[kernel_ir.Stmt]:
-        """Blocks in CUDA's order renumbered to run down groups of ``grouped_rows`` grid rows,
-        column by column (the last group holds the rows that are left)."""
-        columns, rows = self.grid["x"], self.grid["y"]
-        group = min(self.settings.grouped_rows, rows)
-        flat = kernel_ir.block_idx("y") * columns + kernel_ir.block_idx("x")
-        per_group = group * columns
-        first = flat // per_group * group
-        height = ex.const(group) if rows % group == 0 else ex.op("min", rows - first, group)
-        return [
-            kernel_ir.Declare(self.block_row.name, self.block_row.dtype, first + flat % per_group % height),
-            kernel_ir.Declare(self.block_col.name, self.block_col.dtype, flat % per_group // height),
-        ]
+        """Blocks in CUDA's order renumbered to run down groups of ``grouped_rows`` grid rows."""
+        return arrangement.grouped_blocks(self.block_row, self.block_col, self.grid["x"], self.grid["y"],
+                                          self.settings.grouped_rows)
 
     def _batch_coordinates(self) -> dict[str, Expr]:
         """The batch variables of the block, from its flattened index ``batch`` (blockIdx.z)."""

@@ -34,13 +34,16 @@ def schedule_contraction(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[
     c, (choices, estimate, count) = _cheapest(kernel, target, tuple(pinned.items()))
     pins = pins_text(pinned) or "none"
     pipelined = tma_setting.uses(choices)
-    if not pipelined:
+    if pipelined:
+        choices = arrangement.grouped(c, choices, estimate.resident, target)
+    else:
         choices = arrangement.arranged(c, choices, estimate.resident, target)
         choices = copy_issue.chosen(c, choices, tiling.copies_asynchronously(c, target))
     notes = [
         ("chosen", f"{choices.summary()}; cheapest of {count} settings, pinned: {pins}"),
         ("estimate", estimate.text()),
-        *([] if pipelined else arrangement.describe(c, choices, estimate.resident, target)),
+        *([arrangement.block_order(c, choices, estimate.resident, target)] if pipelined
+          else arrangement.describe(c, choices, estimate.resident, target)),
     ]
     split = partial_of(kernel)
     if split is not None:

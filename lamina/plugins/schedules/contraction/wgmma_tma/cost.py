@@ -10,10 +10,9 @@ its barriers' setup, the first copies' trip to memory before any wgmma, its epil
 blocks resident on the same SM overlap. Global bytes are each operand once and the
 outputs, the operands' k-tiles being read again from L2.
 
-The efficiencies are first figures, set from published Hopper GEMMs' shares of the peak
-(CUTLASS's and cuBLAS's), not yet fitted to this kernel on the H200: the benchmark suite's
-bf16 linears will fit them as ``WGMMA_EFFICIENCY`` was fitted for the tf32 products. What
-they must already get right is where this setting does not belong: a block of 64 rows per
+The efficiencies are fitted to every setting of this kernel timed on the suite's bf16 linears
+at 512 and 2 048 rows on the H200 (``experiments/wgmma_tma_tiles/``). What they must also get
+right is where this setting does not belong: a block of 64 rows per
 output row of a decoding step (M = 1) does 64 times the arithmetic, and a kernel of a few
 blocks pays the fixed cost; there the CUDA cores' settings stay cheaper.
 """
@@ -28,16 +27,30 @@ from lamina.plugins.schedules.contraction.recognise import Contraction
 from lamina.plugins.schedules.contraction.wgmma_tma import setting
 
 TILE_EFFICIENCY = {
-    (64, 64, 1): 0.40, (64, 128, 1): 0.55, (64, 256, 1): 0.62,
-    (128, 64, 1): 0.55, (128, 128, 1): 0.72, (128, 64, 2): 0.55, (128, 128, 2): 0.75, (128, 256, 2): 0.85,
+    (64, 64, 1): 0.48, (64, 128, 1): 0.59, (64, 256, 1): 0.75,
+    (128, 64, 1): 0.65, (128, 128, 1): 0.86, (128, 64, 2): 0.65, (128, 128, 2): 0.85, (128, 256, 2): 0.95,
 }
-"""Share of the bf16 rate that a block's k-tiles reach, by (rows, columns, consumer warpgroups)."""
-STAGE_EFFICIENCY = {2: 0.75, 3: 0.92, 4: 1.0, 5: 1.0}
+"""Share of the bf16 rate that a block's k-tiles reach with 4 stages, by (rows, columns, consumer
+warpgroups), fitted to the H200 (``experiments/wgmma_tma_tiles/``); other column counts are
+interpolated (``tile_efficiency``)."""
+STAGE_EFFICIENCY = {2: 0.6, 3: 0.85, 4: 1.0, 5: 0.97}
 BLOCK_US = 1.5
 """A block's fixed cost, in microseconds."""
 BLOCKS_PER_SM = 32
 REGISTERS_PER_SM = 65536
 SHARED_BYTES_PER_SM = 228 * 1024
+
+
+def tile_efficiency(block_m: int, block_n: int, groups: int) -> float:
+    """``TILE_EFFICIENCY`` of the block, linear in the columns between the measured ones (and
+    flat past the widest measured)."""
+    known = sorted((n, e) for (m, n, g), e in TILE_EFFICIENCY.items() if (m, g) == (block_m, groups))
+    if not known:
+        raise KeyError(f"no measured efficiency of {block_m}-row blocks on {groups} consumer warpgroups")
+    below = [p for p in known if p[0] <= block_n] or known[:1]
+    above = [p for p in known if p[0] >= block_n] or known[-1:]
+    (n0, e0), (n1, e1) = below[-1], above[0]
+    return e0 if n1 == n0 else e0 + (e1 - e0) * (block_n - n0) / (n1 - n0)
 
 
 def useful_stages(stages: int, k_tiles: int) -> int:
@@ -61,7 +74,7 @@ def compute_and_memory_us(c: Contraction, choices: Choices, target: Target) -> t
     per_sm = resident(c, choices, target)
     deepest = math.ceil(blocks / target.sm_count)
     k_tiles = math.ceil(c.reduce_extent / choices.block_k)
-    efficiency = (TILE_EFFICIENCY[choices.block_m, choices.block_n, choices.consumer_warpgroups]
+    efficiency = (tile_efficiency(choices.block_m, choices.block_n, choices.consumer_warpgroups)
                   * STAGE_EFFICIENCY[useful_stages(choices.stages, k_tiles)])
     sm_flops_per_us = target.bf16_tensor_flops_per_us / target.sm_count * efficiency
     k_tile_us = 2 * choices.block_m * choices.block_n * choices.block_k / sm_flops_per_us

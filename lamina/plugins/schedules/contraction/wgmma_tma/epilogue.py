@@ -27,10 +27,11 @@ class TmaGemmEpilogue:
     """The epilogue statements and registers of one consumer thread."""
 
     def __init__(self, c: Contraction, names: KernelNames, tid: Expr, warpgroup: Expr, acc: str, block_m: int,
-                 block_n: int, slices: int, batch_env: dict[str, Expr]):
+                 block_n: int, slices: int, batch_env: dict[str, Expr], block_row: Expr, block_col: Expr):
         self.c, self.kernel, self.acc = c, c.kernel, acc
         self.block_m, self.block_n, self.slices = block_m, block_n, slices
         self.tid, self.warpgroup, self.batch_env = tid, warpgroup, batch_env
+        self.block_row, self.block_col = block_row, block_col
         self.row, self.col = ex.Var(names.fresh("row")), ex.Var(names.fresh("col"))
         self.width = store_width(c, COLUMN_RUN)
         self.outputs = [names.fresh(f"{s.buffer}_out") for s in c.epilogue] if self.width > 1 else []
@@ -39,9 +40,9 @@ class TmaGemmEpilogue:
         """The thread's first row and column in the output."""
         lane = self.tid % kernel_ir.WARP_SIZE
         warp = self.tid % kernel_ir.WARPGROUP_SIZE // kernel_ir.WARP_SIZE
-        row = (kernel_ir.block_idx("y") * self.block_m + self.warpgroup * (kernel_ir.WGMMA_M * self.slices)
+        row = (self.block_row * self.block_m + self.warpgroup * (kernel_ir.WGMMA_M * self.slices)
                + warp * 16 + lane // 4)
-        col = kernel_ir.block_idx("x") * self.block_n + lane % 4 * COLUMN_RUN
+        col = self.block_col * self.block_n + lane % 4 * COLUMN_RUN
         return [kernel_ir.Declare(self.row.name, self.row.dtype, row),
                 kernel_ir.Declare(self.col.name, self.col.dtype, col)]
 

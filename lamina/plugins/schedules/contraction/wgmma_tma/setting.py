@@ -1,7 +1,7 @@
 """``products = wgmma_tma``: a 16-bit contraction as a Hopper GEMM, the settings it takes and
 why a setting cannot run.
 
-A block computes a ``block_m`` x ``block_n`` tile (64 or 128 by 64 to 256) over k-tiles 64
+A block computes a ``block_m`` x ``block_n`` tile (64 or 128 by 64 to 256 in steps of 32) over k-tiles 64
 deep: one 128-byte swizzled row of a 16-bit type, the box the TMA copies per operand row.
 ``stages`` k-tiles of both operands are in shared memory at once, in a ring that a full
 and an empty mbarrier guard per stage. One elected thread of a producer warpgroup issues the
@@ -41,8 +41,10 @@ ARCH = 90
 BLOCK_K = 64
 """A k-tile is one 128-byte swizzled row of a 16-bit type."""
 BLOCK_MS = (64, 128)
-BLOCK_NS = (64, 128, 256)
-"""The block's columns, the wgmma's N (a multiple of 8 up to 256)."""
+BLOCK_NS = (64, 96, 128, 160, 192, 224, 256)
+"""The block's columns, the wgmma's N (a multiple of 8 up to 256): steps of 32 let a grid end
+in a fuller last wave (Qwen's o projection at 2 048 rows: 224 columns make 256 blocks on 132
+SMs, 1.94 waves, where 256 columns make 224 blocks, 1.7)."""
 PRODUCER_THREADS = kernel_ir.WARPGROUP_SIZE
 """A warpgroup beside the consumer warpgroups, of which one thread issues the copies: a whole
 warpgroup, because a block that runs wgmma runs whole warpgroups (the simulator insists), and
@@ -52,10 +54,11 @@ MAX_ACCUMULATORS = 128
 OTHER_REGISTERS = 40
 """Registers a consumer thread needs besides its accumulators: addresses, the epilogue's values."""
 FIXED_BY_TMA = ("block_k", "thread_m", "thread_n", "splits", "padding", "fragment_width", "warp_columns",
-                "copy_steps", "buffers", "grouped_rows")
+                "copy_steps", "buffers")
 """Knobs of the other products that this setting fixes (``buffers`` 1: the ring is ``stages``;
-``grouped_rows`` 1: blocks in CUDA's order; ``warp_columns`` None: the warps are the wgmma's):
-pinning one without ``products`` keeps to the others."""
+``warp_columns`` None: the warps are the wgmma's): pinning one without ``products`` keeps to the
+others. ``grouped_rows``, the order of the blocks, it shares with them
+(``arrangement.grouped``)."""
 TMA_ONLY = ("stages", "consumer_warpgroups")
 MIN_UNPINNED_ROWS = kernel_ir.WGMMA_M
 """Products of fewer rows (decoding's M = 1, and skinny ones up to 63) are offered this setting only
@@ -65,14 +68,6 @@ do at the memory's pace; the cost model's FMA estimates of those shapes are pess
 without this rule it would trade them for 64 times the arithmetic."""
 
 
-OFFERED_UNPINNED = False
-"""Whether the cost model may choose this setting where nothing is pinned. Not yet: the simulator
-checks the kernel's protocol (the ring's barriers and transaction bytes, TMA's bounds and
-zero-fill, wgmma's fragments), but not how the hardware reads the tensor maps and shared-memory
-descriptors lamina encodes, and the cost figures are not fitted to a GPU. Until both are
-checked on the device, it runs where ``contraction.products = "wgmma_tma"`` (or one of its own
-knobs) is pinned."""
-
 
 def uses(choices: Choices) -> bool:
     return choices.products == WGMMA_TMA
@@ -81,7 +76,7 @@ def uses(choices: Choices) -> bool:
 def choices_for(block_m: int, block_n: int, stages: int, groups: int) -> Choices:
     """The setting of a block of ``block_m`` x ``block_n`` with ``stages`` and ``groups`` consumer warpgroups."""
     thread_m = max(1, block_m // (kernel_ir.WARP_SIZE * groups))
-    return Choices(block_m, block_n, BLOCK_K, thread_m, block_n // 4, 1, 1, 0, 1, None, 1, 0, WGMMA_TMA,
+    return Choices(block_m, block_n, BLOCK_K, thread_m, block_n // 4, 1, 1, 0, 1, None, None, 0, WGMMA_TMA,
                    stages, groups)
 
 
@@ -94,7 +89,7 @@ def settings(c: Contraction, pinned: dict, target: Target):
         if pinned["products"] != WGMMA_TMA:
             return
     elif not any(k in pinned for k in TMA_ONLY):
-        if (not OFFERED_UNPINNED or target.compute_capability != ARCH or any(k in pinned for k in FIXED_BY_TMA)
+        if (target.compute_capability != ARCH or any(k in pinned for k in FIXED_BY_TMA)
                 or c.extents[c.m] < MIN_UNPINNED_ROWS or operands.factors(c) is None):
             return
 

@@ -47,7 +47,9 @@ class TmaGemmSettings(ContractionSettings):
         dtype = tk.stages[0].dtype
         groups = (f"2 consumer warpgroups of {rows // 2} rows each" if self.consumer_warpgroups > 1
                   else "1 consumer warpgroup")
-        return [
+        order = ([f"  blocks run down groups of {self.grouped_rows} grid rows, column by column"]
+                 if self.grouped_rows > 1 else [])
+        return order + [
             f"  copies: one thread of a producer warpgroup issues each stage's TMA loads (zero-filled past the edges), "
             f"in a ring of {_stages(tk)} stages, each guarded by a full and an empty mbarrier",
             f"  products on tensor cores: wgmma m64n{columns}k16 on {dtype} from swizzled shared memory, {groups}, "
@@ -106,7 +108,8 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
     recorded = [("register_tile", f"{choices.block_m // row_threads}x{choices.block_n // COLUMN_THREADS}"), *notes]
     tile = tile_ir.TileKernel(
         kernel=c.kernel, schedule=schedule, grid=grid, reduction=reduction, stages=tuple(stages), knobs=recorded,
-        settings=TmaGemmSettings(products=PRODUCTS, consumer_warpgroups=groups),
+        settings=TmaGemmSettings(grouped_rows=choices.grouped_rows or 1, products=PRODUCTS,
+                                 consumer_warpgroups=groups),
     )
     tile_ir.verify_tile_kernel(tile, target.max_threads_per_block, target.max_shared_bytes_optin)
     return tile

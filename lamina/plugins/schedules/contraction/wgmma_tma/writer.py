@@ -25,6 +25,7 @@ import math
 from lamina.core.ir import dtypes, expr as ex, index, kernel_ir, loop_ir, tile_ir
 from lamina.core.ir.expr import Expr
 from lamina.plugins.schedules import loop_to_kernel
+from lamina.plugins.schedules.contraction import arrangement
 from lamina.plugins.schedules.contraction.layout import KernelNames
 from lamina.plugins.schedules.contraction.recognise import Contraction
 from lamina.plugins.schedules.contraction.wgmma_tma import operands, setting
@@ -55,13 +56,18 @@ class TmaGemmWriter:
                                          | {c.acc})
         self.tid, self.kt, self.stage, self.round, self.warpgroup, self.batch = (
             ex.Var(names.fresh(n)) for n in ("tid", "kt", "stage", "round", "warpgroup", "batch"))
+        self.grouped_rows = settings.grouped_rows
+        if self.grouped_rows > 1:
+            self.block_row, self.block_col = ex.Var(names.fresh("block_row")), ex.Var(names.fresh("block_col"))
+        else:
+            self.block_row, self.block_col = kernel_ir.block_idx("y"), kernel_ir.block_idx("x")
         self.tiles = {side: names.fresh(f"{o.load.buffer}_tile") for side, o in (("m", self.m_side), ("n", self.n_side))}
         self.maps = {side: names.fresh(f"{o.load.buffer}_map") for side, o in (("m", self.m_side), ("n", self.n_side))}
         self.full, self.empty, self.acc = names.fresh("full"), names.fresh("empty"), names.fresh("acc")
         self.consumers = self.groups * kernel_ir.WARPGROUP_SIZE
         self.batch_env = self._batch_coordinates()
         self.epilogue = TmaGemmEpilogue(c, self.names, self.tid, self.warpgroup, self.acc, self.block_m,
-                                        self.block_n, self.slices, self.batch_env)
+                                        self.block_n, self.slices, self.batch_env, self.block_row, self.block_col)
 
     def _batch_coordinates(self) -> dict[str, Expr]:
         if not self.c.batch:
@@ -80,7 +86,7 @@ class TmaGemmWriter:
         """The tensor map's row of the block's first row of the operand on ``side``."""
         operand = self.m_side if side == "m" else self.n_side
         view = operands.view(self.c, operand)
-        block = kernel_ir.block_idx("y") * self.block_m if side == "m" else kernel_ir.block_idx("x") * self.block_n
+        block = self.block_row * self.block_m if side == "m" else self.block_col * self.block_n
         return view.first_row(self.batch_env) + block
 
     def producer(self) -> list[kernel_ir.Stmt]:
@@ -137,6 +143,9 @@ class TmaGemmWriter:
         out: list[kernel_ir.Stmt] = [kernel_ir.Declare(self.tid.name, self.tid.dtype, kernel_ir.thread_idx("x"))]
         if self.c.batch:
             out.append(kernel_ir.Declare(self.batch.name, self.batch.dtype, kernel_ir.block_idx("z")))
+        if self.grouped_rows > 1:
+            grid = self.tile.grid_shape()
+            out += arrangement.grouped_blocks(self.block_row, self.block_col, grid["x"], grid["y"], self.grouped_rows)
         inits = [st for i in range(self.stages)
                  for st in (kernel_ir.MbarrierInit(self.full, (ex.const(i),), 1),
                             kernel_ir.MbarrierInit(self.empty, (ex.const(i),), self.consumers))]
