@@ -23,7 +23,7 @@ COLUMNS = (("case", "<"), ("error", ">"), ("lamina us", ">"), ("eager us", ">"),
            ("cold vs t.compile", ">"),
            ("lamina build s", ">"), ("t.compile build s", ">"))
 LEGEND = ("t.compile: torch.compile(dynamic=False). vs X: X's time / lamina's (above 1x, lamina is faster). "
-          "GB/s, TFLOP/s: lamina's, against the H200's copy ceiling and fp32/bf16 peak. "
+          "GB/s, TFLOP/s: lamina's, against the H200's copy ceiling and fp32/bf16/fp16 peak. "
           "cold: rotating among input sets that overflow L2, each call writing its own output (memory-bound cases). "
           "same-size copy: a copy_ of as many bytes, timed cold the same way (what a kernel of that size can reach). "
           f"Cases whose fastest contender takes under {SHORT_CALL_US:g} us are timed {CALLS_PER_SHORT_GRAPH} "

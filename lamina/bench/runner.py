@@ -21,9 +21,9 @@ from lamina.bench.suite import Case, measured_target
 from lamina.core.errors import LaminaError
 
 CONTENDERS = ("lamina", "eager", "torch.compile")
-TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 1e-2}
+TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 #: The wider dtype each dtype's result is checked against.
-REFERENCE_DTYPE = {torch.float32: torch.float64, torch.bfloat16: torch.float32}
+REFERENCE_DTYPE = {torch.float32: torch.float64, torch.bfloat16: torch.float32, torch.float16: torch.float32}
 MAX_COLD_SETS = 256
 """Graphs of more calls than this take long to capture; cases this small get no cold figure."""
 SHORT_CALL_US = 50.0

@@ -38,8 +38,8 @@ MEASURED_TARGET = "sm_90"
 """The target whose ceilings the suite's figures are read against: the H200's."""
 
 SEQUENCE_LENGTHS = (1, 128, 2048)
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-SHORT = {torch.float32: "fp32", torch.bfloat16: "bf16"}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+SHORT = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 EPS = 1e-6
 
 
@@ -79,9 +79,10 @@ def copy_bytes_per_second() -> float:
 
 
 def peak_flops_per_second(dtype: torch.dtype) -> float:
-    """bfloat16 on the tensor cores; every other dtype on the CUDA cores, as float32."""
+    """bfloat16 and float16 on the tensor cores (the same rate); every other dtype on the CUDA cores, as float32."""
     target = measured_target()
-    return (target.bf16_tensor_flops_per_us if dtype == torch.bfloat16 else target.fp32_flops_per_us) * 1e6
+    half = dtype in (torch.bfloat16, torch.float16)
+    return (target.bf16_tensor_flops_per_us if half else target.fp32_flops_per_us) * 1e6
 
 
 def _nbytes(shape: tuple[int, ...], dtype: torch.dtype) -> int:

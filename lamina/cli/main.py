@@ -86,7 +86,7 @@ def _add_bench_parser(commands) -> None:
     )
     bench.add_argument("--filter", action="append", metavar="PATTERN",
                        help="only cases whose name contains PATTERN, or matches it as a glob (*, ?); repeatable")
-    bench.add_argument("--dtype", choices=("float32", "bfloat16"), help="only cases of this dtype")
+    bench.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="only cases of this dtype")
     bench.add_argument("--suite-file", metavar="FILE.toml",
                        help="add cases from a TOML file: one [[case]] table each, with name, expression (as for "
                             "lamina run -c), inputs = [\"x=2048,4096:float32\", ...] and optionally flops")

@@ -34,10 +34,11 @@ def test_list_shows_every_case_without_a_gpu(no_gpu, capsys):
 
 
 def test_filter_by_substring_glob_and_dtype(no_gpu, capsys):
-    assert listed(capsys, "--filter", "running_example")[0] == ["running_example.fp32", "running_example.bf16"]
+    assert listed(capsys, "--filter", "running_example")[0] == ["running_example.fp32", "running_example.bf16",
+                                                                 "running_example.fp16"]
     names, _ = listed(capsys, "--filter", "qwen.rmsnorm.*.bf16", "--filter", "tinyllama.rope_q.s1.*")
-    assert names == ["tinyllama.rope_q.s1.fp32", "tinyllama.rope_q.s1.bf16",
-                     "qwen.rmsnorm.s1.bf16", "qwen.rmsnorm.s128.bf16", "qwen.rmsnorm.s2048.bf16"]
+    assert names == ["tinyllama.rope_q.s1.fp32", "tinyllama.rope_q.s1.bf16", "qwen.rmsnorm.s1.bf16",
+                     "qwen.rmsnorm.s128.bf16", "qwen.rmsnorm.s2048.bf16", "tinyllama.rope_q.s1.fp16"]
     names, _ = listed(capsys, "--filter", "scores_causal", "--dtype", "float32")
     assert len(names) == 4 and all(n.endswith(".fp32") for n in names)
     assert matches("qwen.rmsnorm.s1.fp32", "rmsnorm") and matches("qwen.rmsnorm.s1.fp32", "qwen.*.fp32")

@@ -57,7 +57,7 @@ def test_json_record_schema_and_command():
     assert document["schema"] == "lamina-bench/1" and document["date"] == "2026-11-29"
     assert document["command"] == "lamina bench --filter demo --out x/run.json"
     assert document["device"] == "NVIDIA H200" and document["method"]["replays"] == 100
-    assert document["ceilings"] == {"copy_bytes_per_s": 4.27e12, "flop_per_s": {"fp32": 51e12, "bf16": 684e12}}
+    assert document["ceilings"] == {"copy_bytes_per_s": 4.27e12, "flop_per_s": {"fp32": 51e12, "bf16": 684e12, "fp16": 684e12}}
     assert document["geomean_speedup"] == pytest.approx({"eager": 2**0.5, "torch.compile": 2.0})
     assert document["geomean_cold_speedup"] == pytest.approx({"eager": 4.0, "torch.compile": 1.0})
     add, matmul, mismatch, failed = document["cases"]

@@ -29,19 +29,20 @@ def test_duplicate_names_are_refused(suite):
 def test_every_kernel_of_both_models_at_every_length_and_dtype(suite):
     for model in MODELS:
         for s in SEQUENCE_LENGTHS:
-            for short in ("fp32", "bf16"):
+            for short in ("fp32", "bf16", "fp16"):
                 for kernel in KERNELS:
                     name = f"{model.name}.{kernel}.s{s}.{short}"
                     if kernel == "scores_causal" and s == 1:
                         assert name not in suite  # one query: the mask hides nothing
                     else:
                         assert name in suite, name
-    assert {"running_example.fp32", "running_example.bf16"} <= set(suite)
+    assert {"running_example.fp32", "running_example.bf16", "running_example.fp16"} <= set(suite)
 
 
 def test_dtypes_of_inputs_follow_the_name(suite):
     for case in suite.values():
-        expected = DTYPES["bfloat16"] if case.name.endswith(".bf16") else DTYPES["float32"]
+        expected = {"bf16": DTYPES["bfloat16"], "fp16": DTYPES["float16"], "fp32": DTYPES["float32"]}[
+            case.name.rsplit(".", 1)[1]]
         assert all(i.dtype == expected for i in case.inputs), case.name
 
 
