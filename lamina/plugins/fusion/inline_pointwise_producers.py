@@ -16,18 +16,26 @@ division by a variable) that a view broadcasts over hundreds of points, as a mat
 operand is broadcast over its output columns, is stored once: a transformer's
 ``silu(gate) * up``, which its down projection would otherwise recompute for every column.
 A value that reads one buffer at several points (RoPE's rotation) is stored before a
-matmul reads it, for the same reason as a lookup.
+matmul reads it, for the same reason as a lookup. On Hopper a 16-bit matmul operand is stored
+too (a normalisation before a projection), so that the TMA can copy it.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 import attrs
 
-from lamina.core.ir import expr as ex, loop_ir
+from lamina.core.ir import dtypes, expr as ex, loop_ir
 from lamina.core.target import Target
 from lamina.plugins.fusion import analysis
+
+TMA_COMPUTE_CAPABILITY = 90
+"""Hopper, whose 16-bit matmuls copy their operands with the TMA (``contraction/wgmma_tma``)."""
+TMA_MIN_ROWS = 64
+"""The TMA's matmuls compute 64 rows at least: a decoding step's operand (one row), or a value
+broadcast over fewer than 64 points (an attention mask over heads), stays inlined."""
 
 
 class InlinePointwiseProducers:
@@ -50,6 +58,8 @@ class InlinePointwiseProducers:
             ]
             if not consumers or _keeps_lookup(producer, [kernels[later] for later in consumers]) or _keeps_costly_operand(
                 producer, [kernels[later] for later in consumers]
+            ) or _keeps_tma_operand(
+                producer, [kernels[later] for later in consumers], temporaries, target
             ) or analysis.worth_storing(
                 producer, len(consumers), temporaries
             ) or not all(
@@ -65,6 +75,20 @@ class InlinePointwiseProducers:
         if not inlined:
             return None
         return analysis.without_buffers(attrs.evolve(program, kernels=tuple(kernels)), inlined)
+
+
+def _keeps_tma_operand(producer: analysis.Pointwise, consumers: list[loop_ir.Kernel],
+                       temporaries: Mapping[str, loop_ir.Buffer], target: Target) -> bool:
+    """A 16-bit matmul operand on Hopper: the TMA copies operands from memory as they are, so a
+    value computed inside the matmul's loads (a normalisation before a projection) would keep
+    it off the tensor cores, where writing the value once costs a pass over the operand."""
+    buffer = temporaries.get(producer.store.buffer)
+    if target.compute_capability != TMA_COMPUTE_CAPABILITY or buffer is None \
+            or buffer.type.dtype not in (dtypes.bfloat16, dtypes.float16) \
+            or math.prod(buffer.type.shape[:-1]) < TMA_MIN_ROWS:
+        return False
+    return any(_broadcasts(k, buffer.name) and analysis.replication(k, buffer.name) >= TMA_MIN_ROWS
+               for k in consumers)
 
 
 def _keeps_lookup(producer: analysis.Pointwise, consumers: list[loop_ir.Kernel]) -> bool:

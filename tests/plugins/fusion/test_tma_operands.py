@@ -1,0 +1,64 @@
+"""On Hopper a 16-bit matmul operand computed by a pointwise kernel (a normalisation before a
+projection) is stored, so that the TMA GEMM can copy it; elsewhere it stays in the operand."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lamina
+from lamina.bench.measure import float64_reference, relative_error
+from lamina.core.ir import loop_ir
+
+TMA = "wgmma 16-bit tma"
+
+
+def normalised_projection(x, g, w):
+    """RMSNorm's scaling (its mean as an input) and a projection of the bf16 result, as Llama's layers do."""
+    return F.linear((x.float() * torch.rsqrt(g.float())).to(x.dtype) * 1.5, w)
+
+
+def inputs(rows, dtype=torch.bfloat16):
+    torch.manual_seed(0)
+    return (torch.randn(rows, 72, dtype=dtype), torch.rand(rows, 1, dtype=dtype) + 0.5,
+            torch.randn(136, 72, dtype=dtype) / 72 ** 0.5)
+
+
+def products(compiled):
+    return [t.settings.products if t.settings else None for t in compiled.compilation.tiles if t.schedule == "contraction"]
+
+
+def test_the_normalised_operand_is_stored_and_the_projection_runs_on_the_tma_gemm():
+    """Compiled only: at this size the cost model prefers the TMA GEMM (the simulator would be slow)."""
+    torch.manual_seed(0)
+    args = (torch.randn(512, 1024, dtype=torch.bfloat16), torch.rand(512, 1, dtype=torch.bfloat16) + 0.5,
+            torch.randn(2048, 1024, dtype=torch.bfloat16))
+    compiled = lamina.compile(normalised_projection, args)
+    first, second = compiled.compilation.loop.kernels
+    assert "rsqrt" in loop_ir.format_kernel(first) and "rsqrt" not in loop_ir.format_kernel(second)
+    assert products(compiled) == [TMA]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_stored_operand_gives_eager_s_numbers_on_ragged_shapes(dtype):
+    args = inputs(130, dtype)
+    compiled = lamina.compile(normalised_projection, args, knobs={"contraction": {"products": "wgmma_tma"}})
+    assert compiled.kernel_count == 2 and products(compiled) == [TMA]
+    reference = float64_reference(normalised_projection, args)
+    eager = normalised_projection(*args)
+    assert relative_error(compiled(*args), reference) < 1.5 * relative_error(eager, reference) + 1e-4
+
+
+@pytest.mark.parametrize("rows, settings", [
+    (1, {}),                  # a decoding step: one row, a matrix-vector product on the CUDA cores
+    (130, {"target": "sm_80"}),  # no TMA before Hopper
+])
+def test_elsewhere_it_stays_in_the_operand(rows, settings):
+    args = inputs(rows)
+    compiled = lamina.compile(normalised_projection, args, **settings)
+    assert compiled.kernel_count == 1
+    assert TMA not in products(compiled)
+
+
+def test_a_float32_operand_stays_in_the_operand():
+    args = inputs(130, torch.float32)
+    assert lamina.compile(normalised_projection, args).kernel_count == 1
