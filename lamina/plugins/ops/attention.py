@@ -14,6 +14,11 @@ op with several results. Each decomposes as the op it stands for; of its other
 results, the log-sum-exp of each query's scores (what a backward pass reads) is
 computed where something reads it, and the rest (the random-number state of dropout,
 sequence offsets), which only training reads, are left out.
+
+A (batch, heads, length, features) output is stored position by position, (batch, length,
+heads, features), and returned as a view in the order the op promises, as PyTorch's flash
+kernel does: a model then transposes it back and projects it (``o_proj``), and that product
+reads its operand row by row, in the layout the TMA copies.
 """
 
 from __future__ import annotations
@@ -100,7 +105,11 @@ def attention(b: TensorBuilder, node: Node, schema: AttentionArguments) -> tuple
         scale = 1.0 / math.sqrt(b.shape(q)[-1])
     scores = b.binary("mul", b.matmul(q, b.transpose(k, -2, -1)), float(scale), role="scores")
     softmax = softmax_of(b, _masked(b, scores, node, schema), -1)
-    return b.cast(b.matmul(softmax.probabilities(), v), out_dtype), softmax.log_sum_exp()
+    out = b.matmul(softmax.probabilities(), v)
+    if len(b.shape(out)) != 4:
+        return b.cast(out, out_dtype), softmax.log_sum_exp()
+    by_position = b.cast(b.transpose(out, 1, 2), out_dtype)
+    return b.transpose(by_position, 1, 2), softmax.log_sum_exp()
 
 
 def decompose_sdpa(b: TensorBuilder, node: Node) -> str:

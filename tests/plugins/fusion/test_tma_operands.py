@@ -1,5 +1,7 @@
-"""On Hopper a 16-bit matmul operand computed by a pointwise kernel (a normalisation before a
-projection) is stored, so that the TMA GEMM can copy it; elsewhere it stays in the operand."""
+"""Matmul operands in memory as the TMA copies them: on Hopper a 16-bit operand computed by a
+pointwise kernel (a normalisation before a projection) is stored, elsewhere it stays in the
+operand; attention's output is stored position by position, so that the projection after it
+reads rows."""
 
 import pytest
 import torch
