@@ -305,8 +305,10 @@ def _grid_problem(c: Contraction, choices: Choices) -> str | None:
 def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tuple[str, object]]) -> tile_ir.TileKernel:
     """The Tile IR of ``choices``, with ``notes`` (how they were chosen) among its knobs."""
     if tma_setting.uses(choices):
-        return tma_tiling.tile_kernel(c, choices, target, [("epilogue_stores", _store_text(c, choices)), *notes],
-                                      SCHEDULE_NAME)
+        sliced = [("slice_end", f"{c.reduce_var} runs while {c.slice_bound.text(c.reduce_var)}: the last slice "
+                                "ends sooner, its last k-tile zero-filled past the end")] if c.slice_bound else []
+        return tma_tiling.tile_kernel(c, choices, target,
+                                      [("epilogue_stores", _store_text(c, choices)), *sliced, *notes], SCHEDULE_NAME)
     grid = [
         tile_ir.AxisBinding((c.n,), c.extents[c.n], "x", choices.threads_n, choices.thread_n, "x", contiguous=False,
                             group=column_run(choices)),

@@ -366,3 +366,29 @@ def test_the_simulated_settings_match_eager_on_the_gpu(name):
     out = compiled(x, w)
     reference = float64_reference(lambda x, w: x @ w.T, (x, w))
     assert relative_error(out, reference) < 1.5 * relative_error(x @ w.T, reference) + 1e-4
+
+
+@pytest.mark.parametrize("k, splits", [(448, 2), (384, 3)])
+def test_split_k_slices_of_whole_k_tiles_run_on_it(k, splits):
+    """448 in two: slices of 256 and 192 (64s, the TMA's k-tiles); the last k-tile of a slice never
+    reads the next slice's columns, and the last slice's reads past K are zeros."""
+    torch.manual_seed(0)
+    x, w = torch.randn(130, k, dtype=torch.bfloat16), torch.randn(72, k, dtype=torch.bfloat16)
+    knobs = {"contraction": {**pins(64, 64, 2, 1), "split_k": splits}}
+    compiled = lamina.compile(lambda x, w: x @ w.T, (x, w), knobs=knobs)
+    partial, _ = compiled.compilation.tiles
+    assert partial.settings.products == TMA and dict(partial.knobs)["split_k"].startswith(f"{splits} (partial sums")
+    compiling = start_compiling(SCHEDULE.lower(partial, SM_90), "sm_90a")
+    exact = float64_reference(lambda x, w: x @ w.T, (x, w))
+    assert relative_error(compiled(x, w), exact) < 1.5 * relative_error(x @ w.T, exact) + 1e-4
+    assert (compiling.result().spill_stores, compiling.result().spill_loads) == (0, 0)
+
+
+def test_skinny_projections_split_k_into_64_deep_slices_on_it():
+    """TinyLlama's key projection at 128 rows: 8 blocks of 64 x 64 leave most SMs idle unsplit."""
+    x, w = torch.randn(128, 2048, dtype=torch.bfloat16), torch.randn(256, 2048, dtype=torch.bfloat16)
+    compiled = lamina.compile(lambda x, w: F.linear(x, w), (x, w))
+    partial = compiled.compilation.tiles[0]
+    assert partial.settings.products == TMA and partial.kernel.name.endswith("_partials")
+    loop = next(line for line in tile_ir.format_tile_kernel(partial).splitlines() if "reduce r0" in line)
+    assert int(loop.split("(")[1].split(")")[0]) % 64 == 0

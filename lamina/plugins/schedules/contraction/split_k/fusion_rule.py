@@ -8,7 +8,7 @@ and a second kernel that adds them up.
 
 The contraction cost model decides. For every S up to ``MAX_SPLITS`` that cuts K into
 slices of whole 16-deep k-tiles (``slices``: as equal as they can be, the last one shorter
-where they cannot be equal), the split costs the partial kernel's estimate, which its
+where they cannot be equal), or of whole 64-deep ones (the Hopper GEMM's), the split costs the partial kernel's estimate, which its
 longest slice sets, plus the combine's (its bytes over the bandwidth, plus a launch); the cheapest
 S is taken when it is more than ``MIN_GAIN`` below the unsplit kernel's estimate, and
 the partial sums may take at most ``MAX_PARTIAL_BYTES``. A grid that fills the SMs may
@@ -42,6 +42,9 @@ from lamina.plugins.schedules.contraction.split_k.unrolled_reduction import MAX_
 KNOB = "split_k"
 MAX_SPLITS = MAX_UNROLLED
 """The combine reads all the partial sums of an output at once (``unrolled_reduction``)."""
+TMA_SLICE_MULTIPLE = 64
+"""The 16-bit Hopper GEMM copies 64-deep k-tiles, so its slices are whole 64s (TinyLlama's K =
+2048 in three slices: 704, 704 and 640); slices of 16s are tried as well, and the cheaper kept."""
 MIN_GAIN = 0.01
 """The split must be estimated this much faster than the unsplit kernel. The estimates
 underrate splits: Qwen's gate and up projections at 128 rows are estimated 9 % faster
@@ -65,6 +68,9 @@ class SplitChoice:
     unsplit_us: float
     partial_us: float
     combine_us: float
+    multiple: int = SLICE_MULTIPLE
+    """What every slice but the last is a whole number of: 16, the CUDA cores' k-tile, or 64,
+    the TMA's (``TMA_SLICE_MULTIPLE``)."""
 
     @property
     def split_us(self) -> float:
@@ -146,19 +152,28 @@ def _choose(
         return None
     best = None
     output_points = math.prod(extent for var, extent in c.extents.items() if var != c.reduce_var)
+    failure = None
     for splits in [pinned] if pinned is not None else usable_splits(c.reduce_extent):
         if pinned is None and splits * output_points * c.acc_dtype.itemsize > MAX_PARTIAL_BYTES:
             continue
-        parts = split(c, splits, set())
-        try:
-            partial_us = contraction_schedule.cheapest_estimate(parts.partial, target, settings).total_us
-        except ScheduleError:
-            if pinned is not None:
-                raise
-            continue
-        choice = SplitChoice(splits, whole.total_us, partial_us, COMBINE.estimate_cost(parts.combine, target))
-        if best is None or choice.split_us < best.split_us:
-            best = choice
+        lengths = set()
+        for multiple in (SLICE_MULTIPLE, TMA_SLICE_MULTIPLE):
+            length = slice_length(c.reduce_extent, splits, multiple)
+            if length is None or length in lengths:
+                continue
+            lengths.add(length)
+            parts = split(c, splits, set(), multiple)
+            try:
+                partial_us = contraction_schedule.cheapest_estimate(parts.partial, target, settings).total_us
+            except ScheduleError as e:
+                failure = failure or e
+                continue
+            choice = SplitChoice(splits, whole.total_us, partial_us, COMBINE.estimate_cost(parts.combine, target),
+                                 multiple)
+            if best is None or choice.split_us < best.split_us:
+                best = choice
+    if pinned is not None and best is None and failure is not None:
+        raise failure
     if best is None or (pinned is None and best.split_us >= (1 - MIN_GAIN) * whole.total_us):
         return None
     return best
@@ -183,7 +198,7 @@ class SplitContractionsAcrossBlocks:
             if choice is None:
                 kernels.append(kernel)
                 continue
-            parts = split(analyse(kernel), choice.splits, taken)
+            parts = split(analyse(kernel), choice.splits, taken, choice.multiple)
             kernels += [parts.partial, parts.combine]
             temporaries.append(parts.partials)
         if len(kernels) == len(program.kernels):

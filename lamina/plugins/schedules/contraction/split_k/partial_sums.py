@@ -25,7 +25,7 @@ from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.ir.names import fresh_name
 from lamina.core.ir.torch_ir import TensorType
 from lamina.plugins.schedules.contraction.recognise import Contraction
-from lamina.plugins.schedules.contraction.slices import guarded, slice_length
+from lamina.plugins.schedules.contraction.slices import SLICE_MULTIPLE, guarded, slice_length
 from lamina.plugins.schedules.loop_to_kernel import names_in, split_parallel_nest
 
 PARTIALS_SUFFIX = "_partials"
@@ -54,8 +54,9 @@ def slices_fit(c: Contraction, splits: int) -> bool:
     return slice_length(c.reduce_extent, splits) is not None
 
 
-def split(c: Contraction, splits: int, taken: set[str]) -> SplitContraction:
-    """``c`` as a partial kernel over ``splits`` slices of its reduction and a combine kernel.
+def split(c: Contraction, splits: int, taken: set[str], multiple: int = SLICE_MULTIPLE) -> SplitContraction:
+    """``c`` as a partial kernel over ``splits`` slices of its reduction, each but the last a
+    whole number of ``multiple``s, and a combine kernel.
 
     ``taken`` holds the program's kernel and buffer names; the new ones are added to it.
     The output's contiguous axis stays innermost in the partials and in the combine's
@@ -70,7 +71,7 @@ def split(c: Contraction, splits: int, taken: set[str]) -> SplitContraction:
     at = (s,) + tuple(ex.Var(loop.var) for loop in loops)
     acc = ex.Var(c.acc, c.acc_dtype)
 
-    length = slice_length(c.reduce_extent, splits)
+    length = slice_length(c.reduce_extent, splits, multiple)
     start = s * length
     if splits * length == c.reduce_extent:
         sliced = ex.substitute(c.value, {c.reduce_var: start + ex.Var(c.reduce_var)})

@@ -9,7 +9,9 @@ contiguous along the reduction, its rows (along m or n) some stride apart, and e
 term of its offset (the batch variables' strides, a constant offset) whole rows, so that
 one 2-D tensor map over the buffer's rows (``TmaView``) covers every batch. A box's rows
 past the operand's last row in a batch are the next batch's (or zeros past the buffer's
-end): they reach only the outputs past the edge, which the epilogue does not store.
+end): they reach only the outputs past the edge, which the epilogue does not store. A batch
+variable that moves an operand along its rows (a split-K slice's start) moves the boxes'
+first column instead, and the tensor map spans the whole rows that the slices share.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ class TmaView:
     batch_rows: dict[str, int]
     """Rows per step of each batch variable."""
     constant_rows: int
+    batch_columns: dict[str, int] = attrs.Factory(dict)
+    """Columns per step of each batch variable that moves along the rows rather than across
+    them: a split-K slice's start."""
 
     def first_row(self, batch_env: dict[str, ex.Expr]) -> ex.Expr:
         """The row of the operand's first row in the batch whose variables ``batch_env`` gives."""
@@ -43,6 +48,13 @@ class TmaView:
         for var, rows in self.batch_rows.items():
             row = row + batch_env[var] * rows
         return row
+
+    def first_column(self, batch_env: dict[str, ex.Expr]) -> ex.Expr:
+        """The column of the reduction's start in the batch (its split-K slice's first column)."""
+        column: ex.Expr = ex.const(0)
+        for var, columns in self.batch_columns.items():
+            column = column + batch_env[var] * columns
+        return column
 
 
 def _unwrapped(value: ex.Expr) -> ex.Expr:
@@ -88,7 +100,12 @@ def view(c: Contraction, operand: Operand) -> TmaView | str:
     if k_step != 1:
         return (f"{operand.text} is not contiguous along {c.reduce_var} (K-major): wgmma_tma reads both operands "
                 "K-major and cannot transpose them")
-    columns = c.reduce_extent
+    batch_columns = {v: s for v, s in steps.items() if v in c.batch and s < row_stride}
+    for v in batch_columns:
+        del steps[v]
+    columns = c.reduce_extent + sum(s * (c.extents[v] - 1) for v, s in batch_columns.items())
+    if c.slice_bound is not None:
+        columns = min(columns, c.slice_bound.end)
     if row_stride < columns or (row_stride * itemsize) % hopper_tma.GLOBAL_ALIGNMENT:
         return (f"{operand.text}'s rows are {row_stride} elements ({row_stride * itemsize} bytes) apart: the TMA needs "
                 f"rows at least {columns} elements and a multiple of {hopper_tma.GLOBAL_ALIGNMENT} bytes apart "
@@ -100,4 +117,4 @@ def view(c: Contraction, operand: Operand) -> TmaView | str:
         numel *= extent
     rows = (numel - columns) // row_stride + 1
     return TmaView(operand, rows, columns, row_stride, {v: s // row_stride for v, s in steps.items()},
-                   form.constant // row_stride)
+                   form.constant // row_stride, batch_columns)

@@ -135,12 +135,13 @@ def problem(c: Contraction, choices: Choices, target: Target) -> str | None:
     if factors is None:
         return ("products = wgmma_tma needs a float32 sum of products of two bf16 or two fp16 operands, one along "
                 "the rows and one along the columns")
-    if c.slice_bound is not None:
-        return "products = wgmma_tma runs the whole reduction in a block: it takes no split-K slices"
     for operand in factors:
         found = operands.view(c, operand)
         if isinstance(found, str):
             return f"products = wgmma_tma: {found}"
+        if found.batch_columns and (c.reduce_extent % BLOCK_K or any(s % BLOCK_K for s in found.batch_columns.values())):
+            return (f"products = wgmma_tma takes split-K slices of whole {BLOCK_K}-deep k-tiles (a k-tile would "
+                    f"read into the next slice), not {c.reduce_extent}")
     expected = choices_for(choices.block_m, choices.block_n, choices.stages or MIN_STAGES,
                            choices.consumer_warpgroups or 1)
     differing = [name for name in FIXED_BY_TMA if getattr(choices, name) != getattr(expected, name)]

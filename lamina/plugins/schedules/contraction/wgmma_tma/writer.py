@@ -51,6 +51,7 @@ class TmaGemmWriter:
         self.dtype = self.m_side.load.dtype
         self.stages = tile.stages[0].buffers
         self.k_tiles = math.ceil(c.reduce_extent / setting.BLOCK_K)
+        """K-tiles of a block, but where its split-K slice is the last and shorter (``k_tiles_here``)."""
         loop_vars = {s.var for s in loop_ir.statements(self.kernel.body) if isinstance(s, loop_ir.Loop)}
         self.names = names = KernelNames({b.name for b in self.kernel.inputs + self.kernel.outputs} | loop_vars
                                          | {c.acc})
@@ -66,6 +67,9 @@ class TmaGemmWriter:
         self.full, self.empty, self.acc = names.fresh("full"), names.fresh("empty"), names.fresh("acc")
         self.consumers = self.groups * kernel_ir.WARPGROUP_SIZE
         self.batch_env = self._batch_coordinates()
+        self.k_tiles_here: Expr = ex.const(self.k_tiles)
+        if c.slice_bound is not None:
+            self.k_tiles_here = ex.Var(names.fresh("slice_k_tiles"))
         self.epilogue = TmaGemmEpilogue(c, self.names, self.tid, self.warpgroup, self.acc, self.block_m,
                                         self.block_n, self.slices, self.batch_env, self.block_row, self.block_col)
 
@@ -89,18 +93,40 @@ class TmaGemmWriter:
         block = self.block_row * self.block_m if side == "m" else self.block_col * self.block_n
         return view.first_row(self.batch_env) + block
 
+    def _box_column(self, side: str) -> Expr:
+        """The tensor map's column of k-tile ``kt`` (from the block's split-K slice's start)."""
+        view = operands.view(self.c, self.m_side if side == "m" else self.n_side)
+        return view.first_column(self.batch_env) + self.kt * setting.BLOCK_K
+
+    def _slice_k_tiles(self) -> list[kernel_ir.Stmt]:
+        """The k-tiles of the block's split-K slice: the last slice ends at the reduction's end, its
+        last k-tile reading zeros past it; the others are whole k-tiles."""
+        bound = self.c.slice_bound
+        if bound is None:
+            return []
+        left = bound.end - ex.substitute(bound.start, self.batch_env)
+        tiles = ex.op("min", (left + (setting.BLOCK_K - 1)) // setting.BLOCK_K, self.k_tiles)
+        return [kernel_ir.Declare(self.k_tiles_here.name, self.k_tiles_here.dtype, tiles)]
+
     def producer(self) -> list[kernel_ir.Stmt]:
         """The elected thread's loop: a stage emptied, its bytes expected, its two boxes asked for."""
         box_bytes = (self.block_m + self.block_n) * setting.BLOCK_K * self.dtype.itemsize
         at_stage = (self.stage,)
         loads = [kernel_ir.TmaLoad(self.tiles[side], (self.stage, ex.const(0), ex.const(0)), self.maps[side],
-                                   self._box_rows(side), self.kt * setting.BLOCK_K, self.full, at_stage)
+                                   self._box_rows(side), self._box_column(side), self.full, at_stage)
                  for side in ("m", "n")]
         body = [*self._stage_of_k_tile(),
                 kernel_ir.MbarrierWait(self.empty, at_stage, (self.round + 1) % 2),
                 kernel_ir.MbarrierArrive(self.full, at_stage, box_bytes),
                 *loads]
-        return [kernel_ir.For(self.kt.name, ex.const(0), ex.const(self.k_tiles), 1, body)]
+        return [self._k_tile_loop(body)]
+
+    def _k_tile_loop(self, body: list[kernel_ir.Stmt]) -> kernel_ir.For:
+        """``body`` for each k-tile of the block: every block loops as long (loop bounds are the same
+        in every thread of the grid), a shorter split-K slice skipping the k-tiles past its end."""
+        if self.c.slice_bound is not None:
+            body = [kernel_ir.If(ex.op("lt", self.kt, self.k_tiles_here), body)]
+        return kernel_ir.For(self.kt.name, ex.const(0), ex.const(self.k_tiles), 1, body)
 
     def _products(self) -> list[kernel_ir.Stmt]:
         """The warpgroup's wgmma of the k-tile in ``stage``: per 16 k, one per 64-row slice."""
@@ -133,7 +159,7 @@ class TmaGemmWriter:
                 kernel_ir.If(ex.op("gt", self.kt, 0), [kernel_ir.MbarrierArrive(self.empty, (before,))])]
         return [kernel_ir.Declare(self.warpgroup.name, self.warpgroup.dtype, self.tid // kernel_ir.WARPGROUP_SIZE),
                 *clear,
-                kernel_ir.For(self.kt.name, ex.const(0), ex.const(self.k_tiles), 1, body),
+                self._k_tile_loop(body),
                 kernel_ir.WgmmaWait(0),
                 *self.epilogue.statements()]
 
@@ -146,6 +172,7 @@ class TmaGemmWriter:
         if self.grouped_rows > 1:
             grid = self.tile.grid_shape()
             out += arrangement.grouped_blocks(self.block_row, self.block_col, grid["x"], grid["y"], self.grouped_rows)
+        out += self._slice_k_tiles()
         inits = [st for i in range(self.stages)
                  for st in (kernel_ir.MbarrierInit(self.full, (ex.const(i),), 1),
                             kernel_ir.MbarrierInit(self.empty, (ex.const(i),), self.consumers))]
