@@ -64,3 +64,30 @@ def test_elsewhere_it_stays_in_the_operand(rows, settings):
 def test_a_float32_operand_stays_in_the_operand():
     args = inputs(130, torch.float32)
     assert lamina.compile(normalised_projection, args).kernel_count == 1
+
+
+def attention_then_projection(q, k, v, w):
+    """Llama's attention block after RoPE: the heads' outputs side by side, then o_proj."""
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return F.linear(out.transpose(1, 2).reshape(q.shape[0], q.shape[2], -1), w)
+
+
+def test_the_attention_output_is_stored_by_position_so_that_its_projection_reads_rows():
+    """Compiled only: the product after attention reads its operand K-major and runs on the TMA GEMM."""
+    q, k, v = (torch.randn(1, 16, 512, 64, dtype=torch.bfloat16) for _ in range(3))
+    w = torch.randn(1024, 1024, dtype=torch.bfloat16)
+    compiled = lamina.compile(attention_then_projection, (q, k, v, w))
+    stored = {b.name: b.type.shape for b in compiled.compilation.loop.temporaries}
+    assert (1, 512, 16, 64) in stored.values()
+    assert products(compiled)[-1] == TMA
+
+
+def test_attention_stored_by_position_gives_eager_s_numbers():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 3, 37, 16) for _ in range(3))
+    w = torch.randn(20, 48)
+    args = (q, k, v, w)
+    out = lamina.compile(attention_then_projection, args)(*args)
+    assert relative_error(out, float64_reference(attention_then_projection, args)) < 1e-5
+    alone = lamina.compile(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), (q, k, v))
+    assert torch.allclose(alone(q, k, v), F.scaled_dot_product_attention(q, k, v), atol=1e-5)
