@@ -8,10 +8,11 @@ and a second kernel that adds them up.
 
 The contraction cost model decides. For every S up to ``MAX_SPLITS`` that cuts K into
 slices of whole 16-deep k-tiles (``slices``: as equal as they can be, the last one shorter
-where they cannot be equal), or of whole 64-deep ones (the Hopper GEMM's), the split costs the partial kernel's estimate, which its
-longest slice sets, plus the combine's (its bytes over the bandwidth, plus a launch); the cheapest
-S is taken when it is more than ``MIN_GAIN`` below the unsplit kernel's estimate, and
-the partial sums may take at most ``MAX_PARTIAL_BYTES``. A grid that fills the SMs may
+where they cannot be equal), or of whole 64-deep ones (the Hopper GEMM's), the split costs
+the partial kernel's estimate, which its longest slice sets, plus the combine's (its bytes
+over the bandwidth, plus a launch); the cheapest S is taken when it is more than ``MIN_GAIN``
+below the unsplit kernel's estimate, and the partial sums may take at most
+``MAX_PARTIAL_BYTES``. A grid that fills the SMs may
 still gain: Qwen2.5-7B's gate and up projections at 128 rows make 296 blocks of 128 x 128,
 one full wave of two per SM and a second of 32; four slices make four and a half waves
 of larger blocks. TinyLlama's gate and up projections make 88 blocks, and three slices

@@ -51,7 +51,7 @@ class TmaGemmWriter:
         self.dtype = self.m_side.load.dtype
         self.stages = tile.stages[0].buffers
         self.k_tiles = math.ceil(c.reduce_extent / setting.BLOCK_K)
-        """K-tiles of a block, but where its split-K slice is the last and shorter (``k_tiles_here``)."""
+        """K-tiles of a block; a split-K slice that ends sooner (the last) runs ``k_tiles_here``."""
         loop_vars = {s.var for s in loop_ir.statements(self.kernel.body) if isinstance(s, loop_ir.Loop)}
         self.names = names = KernelNames({b.name for b in self.kernel.inputs + self.kernel.outputs} | loop_vars
                                          | {c.acc})
