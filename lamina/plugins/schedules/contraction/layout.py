@@ -8,6 +8,8 @@ read the block's layout from a record rather than from the writer.
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
 from lamina.core.ir import expr as ex, index, kernel_ir, tile_ir
@@ -28,6 +30,15 @@ class KernelNames:
             name = f"{base}_{n}"
         self.taken.add(name)
         return name
+
+
+def batch_coordinates(c: Contraction, batch: ex.Var) -> dict[str, Expr]:
+    """The batch variables of a block, from its flattened index ``batch`` (blockIdx.z)."""
+    if not c.batch:
+        return {}
+    extents = tuple(c.extents[v] for v in c.batch)
+    coords = index.delinearize(batch, extents, {batch.name: math.prod(extents)})
+    return dict(zip(c.batch, coords))
 
 
 def first_owned(thread: Expr, binding: tile_ir.AxisBinding) -> Expr:

@@ -25,6 +25,7 @@ from lamina.plugins.schedules.contraction.layout import (
     BlockLayout,
     KernelNames,
     all_of,
+    batch_coordinates,
     any_of,
     below,
     first_owned,
@@ -78,7 +79,7 @@ class ContractionWriter:
             self.tid.name: self.threads, self.kt.name: self.k_tiles, self.kk.name: self.k_slice,
             self.split.name: self.splits,
         }
-        self.batch_env = self._batch_coordinates()
+        self.batch_env = batch_coordinates(c, self.batch)
         self.grid = tile.grid_shape()
         self.thread_col, self.thread_row = self._coordinates(
             "thread", (self.cols.threads, self.rows.threads), self.settings.warp_patch is not None)
@@ -122,14 +123,6 @@ class ContractionWriter:
         """Blocks in CUDA's order renumbered to run down groups of ``grouped_rows`` grid rows."""
         return arrangement.grouped_blocks(self.block_row, self.block_col, self.grid["x"], self.grid["y"],
                                           self.settings.grouped_rows)
-
-    def _batch_coordinates(self) -> dict[str, Expr]:
-        """The batch variables of the block, from its flattened index ``batch`` (blockIdx.z)."""
-        if not self.c.batch:
-            return {}
-        extents = tuple(self.c.extents[v] for v in self.c.batch)
-        coords = index.delinearize(self.batch, extents, {self.batch.name: math.prod(extents)})
-        return dict(zip(self.c.batch, coords))
 
     def unread_block(self) -> Expr | None:
         """True in a block none of whose outputs any kernel reads (``unread_outputs``), else None."""

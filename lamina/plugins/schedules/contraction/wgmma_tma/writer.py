@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import math
 
-from lamina.core.ir import dtypes, expr as ex, index, kernel_ir, loop_ir, tile_ir
+from lamina.core.ir import dtypes, expr as ex, kernel_ir, loop_ir, tile_ir
 from lamina.core.ir.expr import Expr
 from lamina.plugins.schedules import loop_to_kernel
 from lamina.plugins.schedules.contraction import arrangement
-from lamina.plugins.schedules.contraction.layout import KernelNames
+from lamina.plugins.schedules.contraction.layout import KernelNames, batch_coordinates
 from lamina.plugins.schedules.contraction.recognise import Contraction
 from lamina.plugins.schedules.contraction.wgmma_tma import operands, setting
 from lamina.plugins.schedules.contraction.wgmma_tma.epilogue import TmaGemmEpilogue
@@ -66,19 +66,12 @@ class TmaGemmWriter:
         self.maps = {side: names.fresh(f"{o.load.buffer}_map") for side, o in (("m", self.m_side), ("n", self.n_side))}
         self.full, self.empty, self.acc = names.fresh("full"), names.fresh("empty"), names.fresh("acc")
         self.consumers = self.groups * kernel_ir.WARPGROUP_SIZE
-        self.batch_env = self._batch_coordinates()
+        self.batch_env = batch_coordinates(c, self.batch)
         self.k_tiles_here: Expr = ex.const(self.k_tiles)
         if c.slice_bound is not None:
             self.k_tiles_here = ex.Var(names.fresh("slice_k_tiles"))
         self.epilogue = TmaGemmEpilogue(c, self.names, self.tid, self.warpgroup, self.acc, self.block_m,
                                         self.block_n, self.slices, self.batch_env, self.block_row, self.block_col)
-
-    def _batch_coordinates(self) -> dict[str, Expr]:
-        if not self.c.batch:
-            return {}
-        extents = tuple(self.c.extents[v] for v in self.c.batch)
-        coords = index.delinearize(self.batch, extents, {self.batch.name: math.prod(extents)})
-        return dict(zip(self.c.batch, coords))
 
     # --- the two roles -----------------------------------------------------------
 
