@@ -64,12 +64,14 @@ class TmaCopies:
 
         return wait
 
-    def _load(self, s: kernel_ir.TmaLoad, scope):
+    def _tensor_map(self, name: str, copy: str) -> kernel_ir.TensorMap:
         try:
-            m = self.kernel.tensor_map(s.tensor_map)
+            return self.kernel.tensor_map(name)
         except KeyError:
-            raise VerificationError(f"kernel {self.kernel.name}: tma load through unknown tensor map "
-                                    f"{s.tensor_map}") from None
+            raise VerificationError(f"kernel {self.kernel.name}: tma {copy} through unknown tensor map {name}") from None
+
+    def _load(self, s: kernel_ir.TmaLoad, scope):
+        m = self._tensor_map(s.tensor_map, "load")
         dst, src = self.memories.get(s.dst), self.memories.get(m.param)
         if not isinstance(dst, SharedArray) or not isinstance(src, GlobalArray) or dst.dtype != src.dtype:
             raise VerificationError(f"kernel {self.kernel.name}: tma load of {m.param} into {s.dst}: it copies a "
@@ -174,11 +176,7 @@ class TmaCopies:
     # --- stores ---------------------------------------------------------------
 
     def _store(self, s: kernel_ir.TmaStore, scope):
-        try:
-            m = self.kernel.tensor_map(s.tensor_map)
-        except KeyError:
-            raise VerificationError(f"kernel {self.kernel.name}: tma store through unknown tensor map "
-                                    f"{s.tensor_map}") from None
+        m = self._tensor_map(s.tensor_map, "store")
         src, dst = self.memories.get(s.src), self.memories.get(m.param)
         if not isinstance(src, SharedArray) or not isinstance(dst, GlobalArray) or dst.dtype != src.dtype \
                 or not dst.writable:
