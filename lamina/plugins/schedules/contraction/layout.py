@@ -32,6 +32,17 @@ class KernelNames:
         return name
 
 
+SHARED_ALIGNMENT = 16
+"""Each shared array starts on a 16-byte boundary, as 16-byte copies into it need."""
+
+
+def dynamic_shared_bytes(arrays: list[kernel_ir.Array], static_shared_bytes: int) -> int:
+    """The shared memory a launch asks for: the block's shared arrays, each from a 16-byte
+    boundary, where they exceed the ``static_shared_bytes`` a kernel may declare; else 0."""
+    shared = sum(-(-a.bytes // SHARED_ALIGNMENT) * SHARED_ALIGNMENT for a in arrays if a.space == "shared")
+    return shared if shared > static_shared_bytes else 0
+
+
 def batch_coordinates(c: Contraction, batch: ex.Var) -> dict[str, Expr]:
     """The batch variables of a block, from its flattened index ``batch`` (blockIdx.z)."""
     if not c.batch:

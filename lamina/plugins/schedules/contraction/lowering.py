@@ -26,6 +26,7 @@ from lamina.plugins.schedules.contraction.layout import (
     KernelNames,
     all_of,
     batch_coordinates,
+    dynamic_shared_bytes,
     any_of,
     below,
     first_owned,
@@ -36,8 +37,6 @@ from lamina.plugins.schedules.contraction.mma_sync.steps import TensorCoreSteps
 from lamina.plugins.schedules.contraction.recognise import Contraction
 from lamina.plugins.schedules.contraction.settings import MMA_PRODUCTS, settings_of
 
-SHARED_ALIGNMENT = 16
-"""Each shared array starts on a 16-byte boundary, as 16-byte copies into it need."""
 
 
 class ContractionWriter:
@@ -454,7 +453,6 @@ class ContractionWriter:
         """The kernel; past ``static_shared_bytes`` its shared arrays come from dynamic shared memory."""
         shape = self.grid
         arrays = self.arrays()
-        shared = sum(-(-a.bytes // SHARED_ALIGNMENT) * SHARED_ALIGNMENT for a in arrays if a.space == "shared")
         return kernel_ir.Kernel(
             name=self.kernel.name,
             params=loop_to_kernel.params(self.kernel),
@@ -463,6 +461,6 @@ class ContractionWriter:
             launch=kernel_ir.Launch(
                 (shape["x"], shape["y"], shape["z"]),
                 (self.cols.threads, self.rows.threads, self.splits),
-                shared if shared > static_shared_bytes else 0,
+                dynamic_shared_bytes(arrays, static_shared_bytes),
             ),
         )

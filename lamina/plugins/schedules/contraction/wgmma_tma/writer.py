@@ -26,13 +26,11 @@ from lamina.core.ir import dtypes, expr as ex, kernel_ir, loop_ir, tile_ir
 from lamina.core.ir.expr import Expr
 from lamina.plugins.schedules import loop_to_kernel
 from lamina.plugins.schedules.contraction import arrangement
-from lamina.plugins.schedules.contraction.layout import KernelNames, batch_coordinates
+from lamina.plugins.schedules.contraction.layout import KernelNames, batch_coordinates, dynamic_shared_bytes
 from lamina.plugins.schedules.contraction.recognise import Contraction
 from lamina.plugins.schedules.contraction.wgmma_tma import operands, setting
 from lamina.plugins.schedules.contraction.wgmma_tma.epilogue import TmaGemmEpilogue
 from lamina.plugins.schedules.contraction.wgmma_tma.tiling import TmaGemmSettings
-
-SHARED_ALIGNMENT = 16
 
 
 class TmaGemmWriter:
@@ -200,7 +198,6 @@ class TmaGemmWriter:
         """The kernel; past ``static_shared_bytes`` its shared arrays come from dynamic shared memory."""
         grid = self.tile.grid_shape()
         arrays = self.arrays()
-        shared = sum(-(-a.bytes // SHARED_ALIGNMENT) * SHARED_ALIGNMENT for a in arrays if a.space == "shared")
         return kernel_ir.Kernel(
             name=self.kernel.name,
             params=loop_to_kernel.params(self.kernel),
@@ -208,6 +205,6 @@ class TmaGemmWriter:
             body=self.body(),
             launch=kernel_ir.Launch((grid["x"], grid["y"], grid["z"]),
                                     (self.consumers + setting.PRODUCER_THREADS, 1, 1),
-                                    shared if shared > static_shared_bytes else 0),
+                                    dynamic_shared_bytes(arrays, static_shared_bytes)),
             tensor_maps=self.tensor_maps(),
         )
