@@ -2,7 +2,6 @@
 that does nothing is a ConfigWarning naming the closest valid one, an error under ``strict``."""
 
 import os
-import sys
 
 import pytest
 import torch
@@ -10,29 +9,19 @@ import torch
 import lamina
 from lamina.core.config import load_config
 from lamina.core.errors import ConfigError, ConfigWarning
-from lamina.core.plugins import reset_plugin_managers
 
 from tests.core.plugin_distributions import fusion_rule_plugin, install_plugin
-
 
 
 def program(x):
     return torch.tanh(x) * 2.0 + x
 
 
-@pytest.fixture
-def site(tmp_path, monkeypatch):
-    """An empty folder to work in (no configuration above it counts), on sys.path for plugins."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
+@pytest.fixture(autouse=True)
+def no_lamina_environment(monkeypatch):
+    """No ``LAMINA_`` variable of the environment the tests run in counts."""
     for var in [v for v in os.environ if v.startswith("LAMINA_")]:
         monkeypatch.delenv(var)
-    reset_plugin_managers()
-    yield tmp_path
-    reset_plugin_managers()
-    for name in list(sys.modules):
-        if name.startswith("lamina_test_plugin"):
-            del sys.modules[name]
 
 
 def compiles_and_runs(**settings):

@@ -9,7 +9,6 @@ not only for the parsed value.
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,7 +20,6 @@ import torch.nn.functional as F
 import lamina
 from lamina.core.config import Config, load_config
 from lamina.core.errors import ConfigError, DeviceError, PluginError
-from lamina.core.plugins import reset_plugin_managers
 
 from tests.core.plugin_distributions import fusion_rule_plugin, install_plugin
 
@@ -60,7 +58,6 @@ def compiled_matmul(config: Config):
 
 def schedules(compiled) -> list[str]:
     return [tile.schedule for tile in compiled.compilation.tiles]
-
 
 
 SIMPLEST_POLICY_PLUGIN = """
@@ -174,19 +171,6 @@ SETTINGS = {
 
 def test_every_row_of_the_readme_has_a_check():
     assert set(readme_rows()) == set(SETTINGS)
-
-
-@pytest.fixture
-def site(tmp_path, monkeypatch):
-    """A folder on sys.path for plugin distributions, with no configuration of its own."""
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.chdir(tmp_path)
-    reset_plugin_managers()
-    yield tmp_path
-    reset_plugin_managers()
-    for name in list(sys.modules):
-        if name.startswith("lamina_test_plugin"):
-            del sys.modules[name]
 
 
 @pytest.mark.parametrize("source", ["lamina.toml", "pyproject.toml", "environment"])

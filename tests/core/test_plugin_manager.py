@@ -12,16 +12,6 @@ from lamina.core.plugins import BUILTIN_PLUGINS, PluginManager, PluginWarning
 from tests.core.plugin_distributions import fusion_rule_plugin, install_plugin
 
 
-
-@pytest.fixture
-def site(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield tmp_path
-    for name in list(sys.modules):
-        if name.startswith("lamina_test_plugin"):
-            del sys.modules[name]
-
-
 def manager(**settings):
     return PluginManager(load_config(environ={}, **settings))
 

@@ -1,6 +1,5 @@
 """Plugins from installed distributions take part in real compiles."""
 
-import sys
 
 import pytest
 import torch
@@ -30,17 +29,6 @@ SIGN_PLUGIN = """
 
 def program(x):
     return torch.sign(x) * x + 1.0
-
-
-@pytest.fixture
-def site(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(tmp_path))
-    reset_plugin_managers()
-    yield tmp_path
-    reset_plugin_managers()
-    for name in list(sys.modules):
-        if name.startswith("lamina_test_plugin"):
-            del sys.modules[name]
 
 
 def test_an_op_plugin_makes_an_unsupported_program_compile(site):
