@@ -14,10 +14,11 @@ wider dtype, so a kernel that reads out of bounds and happens to give the right 
 caught by memcheck, and a wrong one by the check, even where the tool sees nothing.
 
 ``--sanitize`` runs the representatives in one compute-sanitizer process per tool (starting
-torch under the tool takes tens of seconds). Where a process is not clean, its representatives
-are split in halves and run again until each finding belongs to one representative; a
+torch under the tool takes tens of seconds). A finding belongs to the representative whose
+begin and end lines it is printed between; one that failed after another's finding in the same
+process (a faulting kernel leaves the CUDA context unusable) runs again in a new process, and a
 representative that stops making progress for ``--timeout`` seconds is stopped and marked
-``timeout``, and the others run on. The caching allocator is off in the runs
+``timeout``, and the others run on. Every process's output is kept beside ``--out`` (``.log``). The caching allocator is off in the runs
 (``PYTORCH_NO_CUDA_MEMORY_CACHING=1``, which ``--run`` sets itself), so that memcheck sees each
 tensor as its own allocation and an access past its end as out of bounds. Finding the
 representatives compiles about 150 programs (``--jobs`` at once); ``--save`` on the CPU and
@@ -60,6 +61,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--list", action="store_true", help="print each setting and its representative (CPU)")
     mode.add_argument("--run", action="store_true", help="run the representatives on the GPU and check them")
+    parser.add_argument("--device", default="cuda", help="with --run: where the programs run (cpu: on the simulator)")
     mode.add_argument("--sanitize", metavar="TOOLS", help="comma-separated tools, e.g. memcheck,racecheck")
     parser.add_argument("--out", help="with --sanitize: the JSON record to write")
     parser.add_argument("--save", metavar="FILE", help="also write the representatives as JSON")
@@ -176,12 +178,15 @@ def run_program(group: list[ks.Representative], device: str = "cuda") -> tuple[s
     else:
         from lamina.models.measure import eager_at
         model, inputs = program.build()
-        expected = pytree.tree_leaves(eager_at(model, inputs, torch.float64))
+        eager = eager_at(model, inputs, torch.float64)
         model = model.to(device)
         on_device = {k: v.to(device) for k, v in inputs.items()}
         compiled = lamina.compile(model, example_kwargs=on_device)
         with torch.no_grad():
             outputs = pytree.tree_leaves(compiled(**on_device))
+        # flattened after compiling, which registers the model's cache class with pytree: eager's
+        # cache then flattens into its tensors as the compiled program's does
+        expected = pytree.tree_leaves(eager)
         tolerance = 1e-4
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -190,13 +195,14 @@ def run_program(group: list[ks.Representative], device: str = "cuda") -> tuple[s
         if r.kernel not in tiles or ks.setting_of(tiles[r.kernel]) != r.setting:
             found = ks.describe(ks.setting_of(tiles[r.kernel])) if r.kernel in tiles else "no such kernel"
             return "setting-changed", f"{r.id}: kernel {r.kernel} compiled for {device}: {found}"
-    if len(outputs) != len(expected):
-        return "mismatch", f"{len(outputs)} outputs where eager has {len(expected)}"
+    if len(outputs) != len(expected) or not all(isinstance(e, torch.Tensor) for e in expected):
+        kinds = ", ".join(sorted({type(e).__name__ for e in expected}))
+        return "mismatch", f"{len(outputs)} outputs where eager has {len(expected)} ({kinds})"
     worst = max(relative_error(o, e) for o, e in zip(outputs, expected))
     return ("ok" if worst <= tolerance else "mismatch"), f"error={worst:.2e} tolerance={tolerance:.0e}"
 
 
-def run_all(found: list[ks.Representative]) -> int:
+def run_all(found: list[ks.Representative], device: str = "cuda") -> int:
     """Every program once, between begin and end lines; 1 where any is not ok."""
     os.environ.update(NO_CACHING)
     failures = 0
@@ -204,7 +210,7 @@ def run_all(found: list[ks.Representative]) -> int:
         _marker("begin", first)
         started = time.perf_counter()
         try:
-            status, detail = run_program(group)
+            status, detail = run_program(group, device)
         except Exception as e:  # a failing program must not hide the others
             status, detail = "failed", f"{type(e).__name__}: {e}".splitlines()[0]
         failures += status != "ok"
@@ -269,57 +275,73 @@ def run_process(command: list[str], timeout: float) -> tuple[str, int | None, fl
 
 
 def sanitize(tool: str, found: list[ks.Representative], args: argparse.Namespace, tool_path: str,
-             representatives_file: str, deadline: float) -> tuple[dict[str, dict], list[dict]]:
-    """Each program's record under ``tool`` by its first id, and every process run."""
+             representatives_file: str, deadline: float, log: list[str]) -> tuple[dict[str, dict], list[dict]]:
+    """Each program's record under ``tool`` by its first id, and every process run.
+
+    One process runs every program; each finding is its program's by the begin and end lines
+    around it. A finding can leave the GPU unusable for the rest of the process (memcheck stops
+    a faulting kernel, and the CUDA context fails from then on), so a program that failed after
+    another's finding or failure in the same process runs again, first in a new process. A
+    process that stops (a hang) leaves the program it stopped in as ``timeout`` and the rest to
+    a new process."""
     groups = dict(runs(found))
     records: dict[str, dict] = {}
     processes: list[dict] = []
-    pending = [list(groups)]
+    pending = list(groups)
     while pending:
-        batch = pending.pop(0)
         if time.monotonic() > deadline:
-            records.update({i: {"verdict": "not-run", "why": "--budget spent"} for i in batch})
-            continue
+            records.update({i: {"verdict": "not-run", "why": "--budget spent"} for i in pending})
+            break
         command = tool_command(tool_path, tool, args.racecheck_report, representatives_file,
-                               [r.id for i in batch for r in groups[i]])
+                               [r.id for i in pending for r in groups[i]])
         text, returncode, wall = run_process(command, args.timeout)
         output = sanitizer_output.parse(text)
-        processes.append({"tool": tool, "programs": batch, "returncode": returncode, "wall_s": round(wall, 1),
-                          "command": shlex.join(command), "errors": output.errors, "hazards": output.hazards})
-        everything_ok = returncode == 0 and output.has_summary and output.clean and all(
-            output.ended.get(i, ("",))[0] == "ok" for i in batch)
-        if len(batch) == 1 or everything_ok or (returncode is not None and not output.begun):
-            for i in batch:
-                records[i] = _record(output, returncode, i, wall, command, batch)
-        elif returncode is None and output.unfinished():
-            stuck = output.unfinished()[-1]
-            records[stuck] = _record(output, None, stuck, wall, command, batch)
-            pending.insert(0, [i for i in batch if i != stuck])
-        else:
-            half = len(batch) // 2
-            pending[:0] = [batch[:half], batch[half:]]
+        processes.append({"tool": tool, "programs": pending, "returncode": returncode, "wall_s": round(wall, 1),
+                          "command": shlex.join(command), "errors": output.errors, "hazards": output.hazards,
+                          "findings_outside_programs": list(output.outside)})
+        log.append(f"### {tool}, process {len(processes)}: {shlex.join(command)}\n{text}")
+        if not output.begun:  # the tool ran nothing: every program's record says why
+            for i in pending:
+                records[i] = _record(output, returncode, i, wall, command, pending, output.findings)
+            break
+        retry, troubled = [], False
+        for i in pending:
+            if i not in output.begun:
+                retry.append(i)
+                continue
+            record = _record(output, returncode, i, wall, command, pending, output.findings_of(i))
+            if troubled and i != pending[0] and record["verdict"] in ("failed", "mismatch", "no-summary"):
+                retry.append(i)
+            else:
+                records[i] = record
+            troubled = troubled or record["verdict"] not in ("clean", "hazards", "setting-changed")
+        pending = retry
     return records, processes
 
 
 def _record(output: sanitizer_output.ToolOutput, returncode: int | None, first: str, wall: float,
-            command: list[str], batch: list[str]) -> dict[str, Any]:
+            command: list[str], batch: list[str], lines: tuple[str, ...]) -> dict[str, Any]:
     status, detail = output.ended.get(first, ("not-ended", ""))
     seconds = next((float(w.split("=", 1)[1]) for w in detail.split() if w.startswith("seconds=")), None)
-    return {"verdict": sanitizer_output.verdict(output, returncode, first), "errors": output.errors,
-            "hazards": output.hazards, "warnings": output.warnings, "returncode": returncode,
+    starts = [line for line in lines if not line.startswith(" ")]
+    return {"verdict": sanitizer_output.verdict(output, returncode, first),
+            "findings": len(starts), "warnings": sum(line.startswith("Warning") for line in starts),
+            "returncode": returncode, "process_errors": output.errors, "process_hazards": output.hazards,
             "tool_found_errors": returncode == ERROR_EXIT_CODE, "check": status, "detail": detail,
-            "first_lines": list(output.findings), "kernels_named": list(output.kernels),
+            "first_lines": list(lines), "kernels_named": list(sanitizer_output._kernels(lines)),
             "program_seconds": seconds, "process_wall_s": round(wall, 1), "run_with": batch,
             "command": shlex.join(command)}
 
 
 def sanitize_all(found: list[ks.Representative], about: dict[str, Any], args: argparse.Namespace,
-                 argv: list[str]) -> dict[str, Any]:
+                 argv: list[str]) -> tuple[dict[str, Any], str]:
+    """The record, and every process's output as the tool printed it (the log beside the record)."""
     tool_path = find_tool(args.compute_sanitizer)
     started = time.monotonic()
     by_program = {r.id: first for first, group in runs(found) for r in group}
     settings = [r.to_json() for r in found]
     processes: list[dict] = []
+    log: list[str] = []
     with tempfile.TemporaryDirectory(prefix="sanitize-") as folder:
         representatives_file = str(Path(folder) / "representatives.json")
         Path(representatives_file).write_text(json.dumps({"enumeration": about,
@@ -327,7 +349,7 @@ def sanitize_all(found: list[ks.Representative], about: dict[str, Any], args: ar
         for k, tool in enumerate(args.tools):
             left = started + args.budget - time.monotonic()
             deadline = time.monotonic() + left / (len(args.tools) - k)  # an even share of what is left
-            records, ran = sanitize(tool, found, args, tool_path, representatives_file, deadline)
+            records, ran = sanitize(tool, found, args, tool_path, representatives_file, deadline, log)
             processes += ran
             for entry in settings:
                 entry[tool] = records[by_program[entry["id"]]]
@@ -339,7 +361,7 @@ def sanitize_all(found: list[ks.Representative], about: dict[str, Any], args: ar
                   "PYTORCH_NO_CUDA_MEMORY_CACHING=1, outputs checked against eager PyTorch at a wider dtype",
         "enumeration": about, "summary": summary(settings, args.tools), "settings": settings,
         "processes": processes,
-    }
+    }, "\n".join(log)
 
 
 def summary(settings: list[dict], tools: list[str]) -> dict[str, dict[str, int]]:
@@ -363,6 +385,9 @@ def print_summary(document: dict[str, Any]) -> None:
                     print(f"{'':24s}   {t}: {line}")
     for tool, counts in document["summary"].items():
         print(f"{tool}: " + ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items())))
+    for process in document["processes"]:
+        for line in process["findings_outside_programs"][:3]:
+            print(f"{process['tool']}, outside any program: {line}")
 
 
 def _version(tool_path: str) -> str:
@@ -400,11 +425,14 @@ def main(argv: list[str]) -> int:
         print_list(found, about)
         return 0
     if args.run:
-        return run_all(found)
-    document = sanitize_all(found, about, args, argv)
+        return run_all(found, args.device)
+    document, log = sanitize_all(found, about, args, argv)
     write_results(args.out, document)
+    Path(args.out).with_suffix(".log").write_text(log)
     print_summary(document)
-    return 0 if all(e[t]["verdict"] == "clean" for e in document["settings"] for t in args.tools) else 1
+    outside = [p for p in document["processes"] if p["findings_outside_programs"]]
+    return 0 if not outside and all(e[t]["verdict"] == "clean" for e in document["settings"]
+                                    for t in args.tools) else 1
 
 
 if __name__ == "__main__":

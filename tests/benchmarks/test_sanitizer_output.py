@@ -142,3 +142,21 @@ def test_findings_are_cut_to_the_first_lines():
                    for i in range(100)) + "========= ERROR SUMMARY: 100 errors\n"
     output = parse(many)
     assert output.errors == 100 and len(output.findings) == sanitizer_output.FIRST_LINES
+
+
+def test_each_finding_belongs_to_the_representative_it_was_printed_in():
+    two = MEMCHECK_OUT_OF_BOUNDS.replace("========= ERROR SUMMARY: 2 errors\n", "") + MEMCHECK_CLEAN.replace(
+        "========= COMPUTE-SANITIZER\n", "")
+    output = parse(two)
+    faulty = output.findings_of("pointwise-2")
+    assert faulty[0] == "Invalid __global__ read of size 16 bytes" and faulty[1] == "  at add+0x2f0"
+    assert output.kernels_of("pointwise-2") == ("add",)
+    assert output.findings_of("contraction-1") == () and output.outside == ()
+    assert verdict(output, 86, "pointwise-2") == "errors" and verdict(output, 86, "contraction-1") == "clean"
+
+
+def test_a_finding_outside_any_representative_is_kept_apart():
+    output = parse("========= COMPUTE-SANITIZER\n========= Invalid __global__ write of size 4 bytes\n"
+                   + MEMCHECK_CLEAN.replace("========= COMPUTE-SANITIZER\n", ""))
+    assert output.outside == ("Invalid __global__ write of size 4 bytes",)
+    assert verdict(output, 86, "contraction-1") == "clean"
