@@ -11,6 +11,7 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 
 from lamina.core.config import Config, load_config
 from lamina.core.errors import DeviceError, InputMismatchError, LaminaError
@@ -69,11 +70,21 @@ class Compiler:
         pipeline = Pipeline(self.config, self.plugins)
         target = pipeline.target(_visible_arch(example_inputs))
         compilation = pipeline.compile(captured.graph, target)
-        return Specialization(self, captured, compilation, time.perf_counter() - started)
+        specialization = Specialization(self, captured, compilation, 0.0)
+        device = _gpu(example_inputs)
+        if device is not None:  # compile the kernels now, as part of compiling, not on the first call
+            with _disable_current_modes():
+                specialization.runner(device)
+        specialization.compile_seconds = time.perf_counter() - started
+        return specialization
+
+
+def _gpu(inputs: Sequence[Any]) -> torch.device | None:
+    return next((t.device for t in inputs if isinstance(t, torch.Tensor) and t.is_cuda), None)
 
 
 def _visible_arch(inputs: Sequence[torch.Tensor]) -> str | None:
-    device = next((t.device for t in inputs if isinstance(t, torch.Tensor) and t.is_cuda), None)
+    device = _gpu(inputs)
     if device is None:
         return None
     major, minor = torch.cuda.get_device_capability(device)

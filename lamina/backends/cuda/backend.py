@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import os
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,11 @@ def anonymous_kernel(kernel: kernel_ir.Kernel) -> kernel_ir.Kernel:
     mapping.update({a.name: f"{a.space[0]}{i}" for i, a in enumerate(kernel.arrays)})
     mapping.update({m.name: f"t{i}" for i, m in enumerate(kernel.tensor_maps)})
     return kernel_ir.rename_arrays(kernel, mapping, name="lamina_kernel")
+
+
+def compile_threads(kernels: int) -> int:
+    """Threads that run NVRTC at once: one per distinct kernel, up to the host's cores."""
+    return max(1, min(kernels, os.cpu_count() or 1))
 
 
 class CudaBackend:
@@ -81,27 +88,35 @@ class CudaBackend:
         else this backend's, else the configuration's); needs no GPU.
 
         Kernels that differ only in the names of their arrays (the same layer of a
-        model, repeated) are compiled once: each is compiled under positional names.
+        model, repeated) are compiled once: each is compiled under positional names. Distinct
+        kernels compile at once on the host's cores (NVRTC releases Python's lock and may be
+        called from several threads).
         A kernel that runs wgmma is compiled for ``sm_90a`` on sm_90 and refused elsewhere (``kernel_arch``),
         as is one whose launch overlaps the previous kernel's before sm_90 (``dependent_launch.check_arch``).
         """
-        by_source: dict[str, CompiledKernel] = {}
-        compiled = {}
         cache_dir = cache_dir or self.cache_dir or default_cache_dir()  # read once, not once per kernel
+        first_of: dict[str, kernel_ir.Kernel] = {}
+        source_of: dict[str, str] = {}
         for kernel in program.kernels:
-            anonymous = anonymous_kernel(kernel)
-            source = emit_cuda(anonymous)
-            if source not in by_source:
+            source = emit_cuda(anonymous_kernel(kernel))
+            source_of[kernel.name] = source
+            if source not in first_of:
                 dependent_launch.check_arch(kernel, arch)
-                target_arch = kernel_arch(kernel, arch)
-                try:
-                    by_source[source] = compile_kernel(source, kernel_symbol(anonymous), target_arch, self.options,
-                                                       cache_dir)
-                except CompileError:
-                    compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), target_arch, self.options, cache_dir)
-                    raise
-            compiled[kernel.name] = by_source[source]
-        return compiled
+                first_of[source] = kernel
+
+        def compile_one(source: str) -> CompiledKernel:
+            kernel = first_of[source]
+            target_arch = kernel_arch(kernel, arch)
+            try:
+                return compile_kernel(source, kernel_symbol(anonymous_kernel(kernel)), target_arch, self.options,
+                                      cache_dir)
+            except CompileError:
+                compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), target_arch, self.options, cache_dir)
+                raise
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=compile_threads(len(first_of))) as pool:
+            by_source = dict(zip(first_of, pool.map(compile_one, first_of)))
+        return {name: by_source[source] for name, source in source_of.items()}
 
     def load(self, compilation: Any, target: Target | None = None) -> ProgramRunner:
         program: kernel_ir.Program = compilation.kernels
