@@ -302,10 +302,13 @@ class _Record:
 
 
 def run_model_case(case: ModelCase, *, device: str, instruments: Instruments, compilers: Compilers = Compilers(),
-                   per_layer: bool = True, seed: int = SEED) -> ModelResult:
+                   per_layer: bool = True, seed: int = SEED, step: Callable[[str], None] = lambda text: None
+                   ) -> ModelResult:
     """Errors first (the reference before anything compiles, while memory is free), then, if lamina's output is
-    right, memory, kernels and the two times of each contender, then kernels per layer."""
+    right, memory, kernels and the two times of each contender, then kernels per layer. ``step`` hears what
+    has been done so far (a case can take minutes)."""
     torch._dynamo.reset()
+    started = time.perf_counter()
     try:
         model = case.build(device=device, seed=seed)
         inputs = case.inputs(model, device=device, seed=seed)
@@ -319,12 +322,14 @@ def run_model_case(case: ModelCase, *, device: str, instruments: Instruments, co
         return ModelResult(case, "failed", "building the model or its eager reference: " + failure_message(error),
                            traceback=_traceback(error))
     found = {"reference": str(wider).removeprefix("torch."), "errors": errors}
+    step(f"eager reference in {wider}".replace("torch.", "") + f" ({time.perf_counter() - started:.0f} s)")
 
     compile_seconds: dict[str, float] = {}
     try:
         lamina, out = _lamina_cold_then_warm(compilers.lamina, model, inputs, instruments.synchronize,
                                              compile_seconds)
         errors["lamina"] = relative_error(out, reference)
+        step(f"lamina compiled: cold {compile_seconds['lamina_cold']:.0f} s, warm {compile_seconds['lamina_warm']:.0f} s")
     except Exception as error:  # a bug in lamina on one case must not lose the rest of the run
         return ModelResult(case, "failed", failure_message(error), traceback=_traceback(error),
                            compile_seconds=compile_seconds, **found)
@@ -338,6 +343,7 @@ def run_model_case(case: ModelCase, *, device: str, instruments: Instruments, co
                                                                           instruments.synchronize)
             errors["torch.compile"] = relative_error(out, reference)
             contenders["torch.compile"] = inductor
+            step(f"torch.compile compiled in {compile_seconds['torch.compile']:.0f} s")
             del out
         except Exception as error:
             record.unmeasured["compile_seconds"] = {"torch.compile": failure_message(error)}
@@ -355,6 +361,7 @@ def run_model_case(case: ModelCase, *, device: str, instruments: Instruments, co
     for figure in FIGURES:
         for name, call in calls.items():
             record.attempt(figure, name, instruments.timer, name, figure, call)
+    step(f"measured ({time.perf_counter() - started:.0f} s in all)")
     if per_layer and case.layers > 1:
         _count_per_layer(case, record, device=device, instruments=instruments, compilers=compilers, seed=seed)
     return ModelResult(case, "ok", values=record.values, unmeasured=record.unmeasured, compile_seconds=compile_seconds,
@@ -386,13 +393,15 @@ def _count_per_layer(case: ModelCase, record: _Record, *, device: str, instrumen
 def run_model_suite(cases: list[ModelCase], *, device: str, instruments: Instruments,
                     compilers: Compilers = Compilers(), per_layer: bool = True,
                     progress: Callable[[int, int, str], None] = lambda index, total, name: None,
+                    step: Callable[[str], None] = lambda text: None,
                     measured: Callable[[list[ModelResult]], None] = lambda results: None) -> list[ModelResult]:
-    """Run ``cases`` in order; ``measured`` sees the results so far after each case."""
+    """Run ``cases`` in order; ``progress`` hears each case as it starts and ``step`` what is done within it,
+    ``measured`` sees the results so far after each case."""
     results = []
     for index, case in enumerate(cases):
         progress(index, len(cases), f"{case.name} ({case.depth} layers)")
         results.append(run_model_case(case, device=device, instruments=instruments, compilers=compilers,
-                                      per_layer=per_layer))
+                                      per_layer=per_layer, step=step))
         gc.collect()
         if device.startswith("cuda"):
             torch.cuda.empty_cache()

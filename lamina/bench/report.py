@@ -36,13 +36,22 @@ class ProgressLine:
     def __init__(self, stream: IO[str] = sys.stderr):
         self.stream = stream
         self.live = stream.isatty()
+        self.current = ""
 
     def __call__(self, index: int, total: int, name: str) -> None:
+        self.current = f"[{index}/{total}] {name}" if name else ""
         if self.live:
-            text = f"[{index}/{total}] {name}" if name else ""
-            self.stream.write(f"\r\033[K{text}")
+            self.stream.write(f"\r\033[K{self.current}")
         elif name:
             self.stream.write(f"[{index + 1}/{total}] {name}\n")
+        self.stream.flush()
+
+    def step(self, text: str) -> None:
+        """What is done so far within the current case: after its name on a terminal, an indented line elsewhere."""
+        if self.live:
+            self.stream.write(f"\r\033[K{self.current}: {text}")
+        else:
+            self.stream.write(f"    {text}\n")
         self.stream.flush()
 
 

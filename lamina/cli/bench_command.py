@@ -196,8 +196,10 @@ def execute_models(args, cases: list[ModelCase], *, device: str, device_name: st
             per_layer=not args.no_per_layer, torch_compile=compilers.torch_compile is not None,
             shared=args.measure_lock is not None))
 
+    progress = ProgressLine(stderr)
     results = run_model_suite(cases, device=device, instruments=instruments, compilers=compilers,
-                              per_layer=not args.no_per_layer, progress=ProgressLine(stderr), measured=record)
+                              per_layer=not args.no_per_layer, progress=progress, step=progress.step,
+                              measured=record)
     stdout.write(format_model_table(results) + "\n")
     stdout.write(f"wrote {out}\n")
     if args.plot:

@@ -19,7 +19,7 @@ from lamina.bench.model_runner import (Compilers, Instruments, ModelResult, excl
                                        fresh_kernel_cache, geomean_speedups, inductor_compile, judge, lamina_compile,
                                        plain_call_us, run_model_case, run_model_suite)
 from lamina.bench.model_suite import BENCH_LAYERS, ModelCase, bench_layers, model_cases, parse_layer_overrides
-from lamina.bench.report import default_output, reproducing_command
+from lamina.bench.report import ProgressLine, default_output, reproducing_command
 from lamina.cli.bench_command import execute_models, model_command_words
 from lamina.cli.main import build_parser, main
 from lamina.core.errors import LaminaError, UnsupportedOpError
@@ -388,7 +388,8 @@ def test_a_case_lamina_cannot_compile_is_recorded_and_the_run_goes_on(tmp_path):
     assert bert["message"].startswith("1 unsupported op(s) in the program: aten.fancy.default Add a decomposition")
     assert cnn["status"] == "ok" and set(cnn["graph_us"]) == {"lamina", "eager"}
     assert "bert.b1.s13.fp32  2 of 2        -        -  FAILED: 1 unsupported op(s)" in stdout.getvalue()
-    assert stderr.getvalue() == "[1/2] bert.b1.s13.fp32 (2 of 2 layers)\n[2/2] cnn.b1.s13.fp32 (2 of 2 layers)\n"
+    cases = [line for line in stderr.getvalue().splitlines() if not line.startswith("    ")]
+    assert cases == ["[1/2] bert.b1.s13.fp32 (2 of 2 layers)", "[2/2] cnn.b1.s13.fp32 (2 of 2 layers)"]
 
 
 def test_failures_that_are_bugs_keep_their_traceback():
@@ -407,6 +408,22 @@ def test_results_are_handed_on_as_soon_as_they_are_measured():
                     instruments=FakeInstruments().instruments, compilers=EAGER, per_layer=False,
                     measured=lambda results: seen.append([r.case.name for r in results]))
     assert seen == [["cnn.b1.s13.fp32"], ["cnn.b1.s13.fp32", "cnn.b1.s13.bf16"]]
+
+
+def test_each_case_says_what_it_has_done_so_far():
+    steps = []
+    run_model_suite([small("cnn")], device="cpu", instruments=FakeInstruments().instruments, compilers=EAGER,
+                    per_layer=False, step=steps.append)
+    assert [s.split(" ")[0] for s in steps] == ["eager", "lamina", "torch.compile", "measured"]
+    assert steps[0].startswith("eager reference in float64 (") and "cold" in steps[1] and "warm" in steps[1]
+
+
+def test_the_progress_line_puts_a_case_step_on_its_own_line_in_a_log():
+    log = io.StringIO()
+    progress = ProgressLine(log)
+    progress(0, 2, "cnn.b1.s13.fp32 (2 layers)")
+    progress.step("lamina compiled: cold 3 s, warm 1 s")
+    assert log.getvalue() == "[1/2] cnn.b1.s13.fp32 (2 layers)\n    lamina compiled: cold 3 s, warm 1 s\n"
 
 
 def test_both_compilers_are_torch_compile_with_static_shapes(monkeypatch):
