@@ -10,6 +10,7 @@ tensors never reach memory.
 
 from __future__ import annotations
 
+import functools
 from typing import Iterator
 
 import attrs
@@ -88,8 +89,11 @@ class Store:
 Stmt = Loop | Init | Accumulate | Store
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class Kernel:
+    """A loop nest that runs as one GPU kernel. Its hash is kept once computed: passes look kernels
+    up in caches (what a kernel loads, what it costs) many times over a model's compile."""
+
     name: str
     inputs: tuple[Buffer, ...] = attrs.field(converter=tuple)
     outputs: tuple[Buffer, ...] = attrs.field(converter=tuple)
@@ -143,6 +147,26 @@ def map_expressions(body: tuple[Stmt, ...], fn) -> tuple[Stmt, ...]:
         else:
             out.append(attrs.evolve(s, index=tuple(fn(e) for e in s.index), value=fn(s.value)))
     return tuple(out)
+
+
+def with_positional_names(kernel: Kernel) -> Kernel:
+    """``kernel`` named ``kernel``, its buffers ``buffer0``, ``buffer1``, ... by position: what a
+    schedule estimates does not depend on names, so every layer of a model can share one search."""
+    names = {b.name: f"buffer{i}" for i, b in enumerate(kernel.inputs + kernel.outputs)}
+
+    def rename(node: ex.Expr) -> ex.Expr | None:
+        return attrs.evolve(node, buffer=names[node.buffer]) if isinstance(node, Load) else None
+
+    def stores(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+        return tuple(attrs.evolve(s, buffer=names[s.buffer]) if isinstance(s, Store)
+                     else attrs.evolve(s, body=stores(s.body)) if isinstance(s, Loop) else s for s in body)
+
+    return Kernel(
+        "kernel",
+        tuple(attrs.evolve(b, name=names[b.name]) for b in kernel.inputs),
+        tuple(attrs.evolve(b, name=names[b.name]) for b in kernel.outputs),
+        stores(map_expressions(kernel.body, lambda e: ex.transform(e, rename))),
+    )
 
 
 def loads(body: tuple[Stmt, ...]) -> Iterator[Load]:
@@ -213,7 +237,10 @@ def format_program(program: Program) -> str:
 
 # --- verification ------------------------------------------------------------
 
+@functools.lru_cache(maxsize=4096)
 def verify_kernel(kernel: Kernel) -> None:
+    """Raise VerificationError where ``kernel`` is inconsistent. A kernel never changes, so one
+    that passed is not checked again: fusion verifies the whole program after every change."""
     problems: list[str] = []
     buffers = {b.name: b for b in kernel.inputs + kernel.outputs}
     outputs = {b.name for b in kernel.outputs}

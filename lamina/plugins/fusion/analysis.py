@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import functools
 import math
-
 from typing import Callable
 
 import attrs
@@ -93,9 +93,11 @@ def buffers(program: loop_ir.Program) -> dict[str, loop_ir.Buffer]:
     return found
 
 
-def loaded_buffers(kernel: loop_ir.Kernel) -> list[str]:
-    """Names of the buffers the kernel reads, in order of first load."""
-    return list(dict.fromkeys(load.buffer for load in loop_ir.loads(kernel.body)))
+@functools.lru_cache(maxsize=4096)
+def loaded_buffers(kernel: loop_ir.Kernel) -> tuple[str, ...]:
+    """Names of the buffers the kernel reads, in order of first load. Kept per kernel: the fusion
+    rules ask for every later kernel's reads after each change to a model of hundreds of kernels."""
+    return tuple(dict.fromkeys(load.buffer for load in loop_ir.loads(kernel.body)))
 
 
 def with_exact_inputs(kernel: loop_ir.Kernel, known: dict[str, loop_ir.Buffer]) -> loop_ir.Kernel:

@@ -96,6 +96,7 @@ def _narrow(program: loop_ir.Program, buffer: loop_ir.Buffer, dtype: DType) -> l
 
     kernels = tuple(
         attrs.evolve(k, inputs=swap(k.inputs), outputs=swap(k.outputs), body=rewrite_body(k.body))
+        if any(b.name == name for b in k.inputs + k.outputs) else k
         for k in program.kernels
     )
     return attrs.evolve(program, temporaries=swap(program.temporaries), kernels=kernels)

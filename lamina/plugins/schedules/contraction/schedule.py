@@ -3,7 +3,6 @@ copy issue, the Tile IR."""
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any, Mapping
 
@@ -21,12 +20,23 @@ def _where(kernel: loop_ir.Kernel) -> str:
     return f"kernel {kernel.name}, contraction schedule"
 
 
-@functools.lru_cache(maxsize=256)
 def _cheapest(kernel: loop_ir.Kernel, target: Target, pinned: tuple[tuple[str, int], ...]):
-    """The kernel's contraction and the cost model's choice for it: the selection policy asks
-    for the estimate and the pipeline then for the schedule, and the search runs once."""
+    """The kernel's contraction and the cost model's choice for it."""
     c = analyse(kernel)
-    return c, cost.choose(c, target, dict(pinned), _where(kernel))
+    shape = loop_ir.with_positional_names(kernel)
+    found = _choices.get((shape, target, pinned))
+    if found is None:
+        found = _choices[shape, target, pinned] = cost.choose(c, target, dict(pinned), _where(kernel))
+        while len(_choices) > CHOICES_KEPT:
+            del _choices[next(iter(_choices))]
+    return c, found
+
+
+CHOICES_KEPT = 1024
+_choices: dict[tuple, tuple] = {}
+"""The cost model's choice per kernel shape (names left out), target and pins: the selection
+policy asks for the estimate and the pipeline then for the schedule, split-K for each way to
+split, and every layer of a model has the same kernels; the search runs once for them all."""
 
 
 def schedule_contraction(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:

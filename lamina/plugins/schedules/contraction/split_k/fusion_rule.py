@@ -31,7 +31,7 @@ from typing import Any, Mapping
 import attrs
 
 from lamina.core.errors import ScheduleError
-from lamina.core.ir import expr as ex, loop_ir
+from lamina.core.ir import loop_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction.knobs import FORMER_KNOB_NAMES, KNOB_NAMES, KNOBS, read_pinned
 from lamina.plugins.schedules.contraction.split_k.partial_sums import partial_of, slices_fit, split
@@ -111,31 +111,11 @@ def choose(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> 
         )
     tiling = tuple((KNOBS.get(field, field), value) for field, value in read_pinned(knobs, where).items())
     if pinned is None:
-        return _choose(_anonymous(kernel), target, tiling, None)
+        return _choose(loop_ir.with_positional_names(kernel), target, tiling, None)
     try:
         return _choose(kernel, target, tiling, pinned)
     except ScheduleError as e:
         raise ScheduleError(f"{where}: knob {KNOB} = {pinned} leaves the partial sums no setting: {e}") from None
-
-
-def _anonymous(kernel: loop_ir.Kernel) -> loop_ir.Kernel:
-    """``kernel`` with its buffers named by position: the estimates do not depend on names,
-    and every layer of a model then shares one search."""
-    names = {b.name: f"buffer{i}" for i, b in enumerate(kernel.inputs + kernel.outputs)}
-
-    def rename(node: ex.Expr) -> ex.Expr | None:
-        return attrs.evolve(node, buffer=names[node.buffer]) if isinstance(node, loop_ir.Load) else None
-
-    def stores(statements: tuple[loop_ir.Stmt, ...]) -> tuple[loop_ir.Stmt, ...]:
-        return tuple(attrs.evolve(s, buffer=names[s.buffer]) if isinstance(s, loop_ir.Store)
-                     else attrs.evolve(s, body=stores(s.body)) if isinstance(s, loop_ir.Loop) else s for s in statements)
-
-    return loop_ir.Kernel(
-        "kernel",
-        tuple(attrs.evolve(b, name=names[b.name]) for b in kernel.inputs),
-        tuple(attrs.evolve(b, name=names[b.name]) for b in kernel.outputs),
-        stores(loop_ir.map_expressions(kernel.body, lambda e: ex.transform(e, rename))),
-    )
 
 
 @functools.lru_cache(maxsize=256)

@@ -23,7 +23,7 @@ import itertools
 
 import attrs
 
-from lamina.core.ir import kernel_ir
+from lamina.core.ir import kernel_ir, loop_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction.knobs import (
     CONSUMER_WARPGROUPS,
@@ -127,10 +127,21 @@ def shared_bytes(c: Contraction, choices: Choices) -> int:
     return choices.stages * (choices.block_m + choices.block_n) * BLOCK_K * itemsize + barrier_bytes(choices.stages)
 
 
-def problem(c: Contraction, choices: Choices, target: Target) -> str | None:
-    """Why ``choices`` (``products = wgmma_tma``) cannot run the contraction on ``target``, or None."""
-    if target.compute_capability != ARCH:
-        return f"products = wgmma_tma needs Hopper's TMA and wgmma (sm_90); {target.name} is {target.arch}"
+def _operands_problem(c: Contraction) -> str | None:
+    """Why the TMA cannot read the contraction's operands, or None: the same for every setting
+    the cost model weighs, so worked out once per kernel (a contraction is what ``analyse``
+    finds in its kernel)."""
+    if c.kernel not in _unreadable:
+        if len(_unreadable) >= 1024:
+            _unreadable.clear()
+        _unreadable[c.kernel] = _find_operands_problem(c)
+    return _unreadable[c.kernel]
+
+
+_unreadable: dict[loop_ir.Kernel, str | None] = {}
+
+
+def _find_operands_problem(c: Contraction) -> str | None:
     factors = operands.factors(c)
     if factors is None:
         return ("products = wgmma_tma needs a float32 sum of products of two bf16 or two fp16 operands, one along "
@@ -142,6 +153,16 @@ def problem(c: Contraction, choices: Choices, target: Target) -> str | None:
         if found.batch_columns and (c.reduce_extent % BLOCK_K or any(s % BLOCK_K for s in found.batch_columns.values())):
             return (f"products = wgmma_tma takes split-K slices of whole {BLOCK_K}-deep k-tiles (a k-tile would "
                     f"read into the next slice), not {c.reduce_extent}")
+    return None
+
+
+def problem(c: Contraction, choices: Choices, target: Target) -> str | None:
+    """Why ``choices`` (``products = wgmma_tma``) cannot run the contraction on ``target``, or None."""
+    if target.compute_capability != ARCH:
+        return f"products = wgmma_tma needs Hopper's TMA and wgmma (sm_90); {target.name} is {target.arch}"
+    unreadable = _operands_problem(c)
+    if unreadable is not None:
+        return unreadable
     expected = choices_for(choices.block_m, choices.block_n, choices.stages or MIN_STAGES,
                            choices.consumer_warpgroups or 1)
     differing = [name for name in FIXED_BY_TMA if getattr(choices, name) != getattr(expected, name)]
