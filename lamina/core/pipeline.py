@@ -7,7 +7,8 @@ Each level is verified as it is produced and shown to the observers.
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import Any, Callable
 
 import attrs
 
@@ -34,9 +35,19 @@ class Compilation:
     loop: loop_ir.Program | None = None
     tiles: tuple[tile_ir.TileKernel, ...] = ()
     kernels: kernel_ir.Program | None = None
-    sources: dict[str, str] = attrs.field(factory=dict)
     #: The configuration it was compiled under, for the backend that loads it (its ``cache_dir``).
     config: Config | None = None
+    #: Prints each kernel's CUDA source (None where no CUDA backend is registered).
+    emit_sources: Callable[[], dict[str, str]] | None = None
+    _sources: dict[str, str] | None = None
+
+    @property
+    def sources(self) -> dict[str, str]:
+        """Each kernel's CUDA source by kernel name, printed when first asked for: a model's
+        hundreds of kernels take seconds to print, and running them does not need it."""
+        if self._sources is None:
+            self._sources = dict(self.emit_sources() or {}) if self.emit_sources is not None else {}
+        return self._sources
 
     def ir(self, level: str) -> str:
         """The printed form of ``level`` (one of ``LEVELS``)."""
@@ -107,8 +118,9 @@ class Pipeline:
 
         cuda = self.registry.get("backend", "cuda")
         if cuda is not None:
-            c.sources = dict(cuda.provider.emit(c.kernels, target) or {})
-            self._observe("cuda", c.sources, c)
+            c.emit_sources = functools.partial(cuda.provider.emit, c.kernels, target)
+            if self.plugins.observed():
+                self._observe("cuda", c.sources, c)
         return c
 
     def knobs(self) -> dict[str, dict[str, dict[str, Any]]]:

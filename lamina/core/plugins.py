@@ -221,6 +221,11 @@ class PluginManager:
     def observe(self, level: str, ir: Any, compilation: Any) -> None:
         self.pm.hook.lamina_observe_ir(level=level, ir=ir, compilation=compilation)
 
+    def observed(self) -> bool:
+        """Whether a plugin watches the IR levels (``lamina_observe_ir``): if none does, the
+        pipeline need not make what only a watcher would read."""
+        return bool(self.pm.hook.lamina_observe_ir.get_hookimpls())
+
 
 def _hook_names(pm: pluggy.PluginManager, plugin: Any) -> list[str]:
     return [caller.name for caller in (pm.get_hookcallers(plugin) or [])]

@@ -28,6 +28,9 @@ class _Providers:
     def observe(self, level, ir, compilation) -> None:
         return None
 
+    def observed(self) -> bool:
+        return False
+
 
 def compile_graph(graph: torch_ir.Graph, registry: Registry, config: Config | None = None,
                   target: str = "sm_90") -> Compilation:

@@ -97,9 +97,12 @@ class CudaBackend:
         cache_dir = cache_dir or self.cache_dir or default_cache_dir()  # read once, not once per kernel
         first_of: dict[str, kernel_ir.Kernel] = {}
         source_of: dict[str, str] = {}
+        emitted: dict[kernel_ir.Kernel, str] = {}  # a model's layers repeat kernels: each is printed once
         for kernel in program.kernels:
-            source = emit_cuda(anonymous_kernel(kernel))
-            source_of[kernel.name] = source
+            anonymous = anonymous_kernel(kernel)
+            if anonymous not in emitted:
+                emitted[anonymous] = emit_cuda(anonymous)
+            source = source_of[kernel.name] = emitted[anonymous]
             if source not in first_of:
                 dependent_launch.check_arch(kernel, arch)
                 first_of[source] = kernel

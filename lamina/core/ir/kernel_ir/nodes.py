@@ -351,10 +351,11 @@ class Launch:
         return math.prod(self.block)
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class Kernel:
     """A kernel: its pointer parameters, its shared and register arrays, its body and launch,
-    and the tensor maps (``TensorMap``) its TMA copies read through, passed after the pointers."""
+    and the tensor maps (``TensorMap``) its TMA copies read through, passed after the pointers.
+    Its hash is kept once computed: the backend finds the kernels a model repeats by it."""
 
     name: str
     params: tuple[Param, ...] = attrs.field(converter=tuple)
