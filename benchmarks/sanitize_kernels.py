@@ -4,6 +4,7 @@
     python benchmarks/sanitize_kernels.py --sanitize memcheck,racecheck [--representatives reps.json] \\
         --out benchmarks/results/DATE_h200_sanitize.json    # on the GPU: a verdict per setting and tool
     compute-sanitizer --tool racecheck python benchmarks/sanitize_kernels.py --run --representatives reps.json
+    python benchmarks/sanitize_kernels.py --run --device cpu --representatives reps.json   # the checks, simulated
 
 The settings are those of every kernel of the kernel suite (``lamina bench``, float32 and
 bfloat16) and of the scaled-down model matrix (``tests/models/test_model_matrix.py``,
@@ -13,12 +14,13 @@ program once on the GPU with random inputs and checks every output against eager
 wider dtype, so a kernel that reads out of bounds and happens to give the right numbers is
 caught by memcheck, and a wrong one by the check, even where the tool sees nothing.
 
-``--sanitize`` runs the representatives in one compute-sanitizer process per tool (starting
-torch under the tool takes tens of seconds). A finding belongs to the representative whose
-begin and end lines it is printed between; one that failed after another's finding in the same
-process (a faulting kernel leaves the CUDA context unusable) runs again in a new process, and a
-representative that stops making progress for ``--timeout`` seconds is stopped and marked
-``timeout``, and the others run on. Every process's output is kept beside ``--out`` (``.log``). The caching allocator is off in the runs
+``--sanitize`` runs the representatives in one compute-sanitizer process per tool, the tools at
+once (starting torch under a tool takes tens of seconds). A finding belongs to the
+representative whose begin and end lines it is printed between; one that failed after another's
+finding in the same process (a faulting kernel leaves the CUDA context unusable) runs again in a
+new process, and a representative that stops making progress for ``--timeout`` seconds is
+stopped and marked ``timeout``, and the others run on. Every process's output is kept beside
+``--out`` (``.log``). The caching allocator is off in the runs
 (``PYTORCH_NO_CUDA_MEMORY_CACHING=1``, which ``--run`` sets itself), so that memcheck sees each
 tensor as its own allocation and an access past its end as out of bounds. Finding the
 representatives compiles about 150 programs (``--jobs`` at once); ``--save`` on the CPU and
@@ -28,6 +30,7 @@ representatives compiles about 150 programs (``--jobs`` at once); ``--save`` on 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime
 import fnmatch
 import json
@@ -76,9 +79,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="processes that compile the programs at once (default %(default)s)")
     parser.add_argument("--timeout", type=float, default=150.0,
                         help="seconds a tool's process may go without finishing a representative (default %(default)s)")
-    parser.add_argument("--budget", type=float, default=240.0,
-                        help="seconds for the tools' processes, shared evenly among the tools; what is left "
-                             "when a tool's share is spent is 'not-run' (default %(default)s)")
+    parser.add_argument("--budget", type=float, default=420.0,
+                        help="seconds for the tools' processes (the tools run at once, each in its own "
+                             "processes); what is left when it is spent is 'not-run' (default %(default)s)")
     parser.add_argument("--compute-sanitizer", metavar="PATH", help="the tool (default: on PATH, else CUDA's bin)")
     parser.add_argument("--racecheck-report", choices=("analysis", "hazard", "all"), default="analysis",
                         help="racecheck's report (default %(default)s: one line per race between two accesses)")
@@ -346,11 +349,15 @@ def sanitize_all(found: list[ks.Representative], about: dict[str, Any], args: ar
         representatives_file = str(Path(folder) / "representatives.json")
         Path(representatives_file).write_text(json.dumps({"enumeration": about,
                                                           "representatives": settings}))
-        for k, tool in enumerate(args.tools):
-            left = started + args.budget - time.monotonic()
-            deadline = time.monotonic() + left / (len(args.tools) - k)  # an even share of what is left
-            records, ran = sanitize(tool, found, args, tool_path, representatives_file, deadline, log)
+        deadline = started + args.budget
+        logs = {tool: [] for tool in args.tools}
+        with concurrent.futures.ThreadPoolExecutor(len(args.tools)) as pool:  # the tools do not time anything
+            done = {tool: pool.submit(sanitize, tool, found, args, tool_path, representatives_file, deadline,
+                                      logs[tool]) for tool in args.tools}
+        for tool in args.tools:
+            records, ran = done[tool].result()
             processes += ran
+            log += logs[tool]
             for entry in settings:
                 entry[tool] = records[by_program[entry["id"]]]
     return {
