@@ -61,7 +61,11 @@ class Compiler:
         """``program`` captured and compiled for the shapes and dtypes of ``example_inputs`` and ``example_kwargs``."""
         started = time.perf_counter()
         captured = capture(program, example_inputs, keep=self.keep, example_kwargs=example_kwargs)
-        return self.compile_captured(captured, flatten_call(example_inputs, example_kwargs or {})[0], started)
+        captured_in = time.perf_counter() - started
+        specialization = self.compile_captured(captured, flatten_call(example_inputs, example_kwargs or {})[0],
+                                               started)
+        specialization.compilation.timings.add_first("capture", captured_in)
+        return specialization
 
     def compile_captured(self, captured: Captured, example_inputs: Sequence[Any],
                          started: float | None = None) -> "Specialization":
@@ -127,7 +131,8 @@ class Specialization:
             reason = backend.available()
             if reason is not None:
                 raise DeviceError(f"the {name} backend cannot run here: {reason}")
-            self._runners[key] = backend.load(self.compilation, self.compilation.target)
+            with self.compilation.timings.stage(f"loading kernels ({name} backend)"):
+                self._runners[key] = backend.load(self.compilation, self.compilation.target)
         return self._runners[key]
 
     def __call__(self, args: Sequence[Any], device: torch.device) -> list[torch.Tensor]:

@@ -12,9 +12,12 @@ def compile_command(args) -> int:
     compiled = lamina.compile(spec.function(), spec.example_inputs(), schedule=args.schedule, target=args.target)
     if args.ir != "all":
         print(compiled.ir(args.ir))
-        return 0
-    for level in LEVELS:
-        print(f"=== {level} ===")
-        print(compiled.ir(level))
-        print()
+    else:
+        for level in LEVELS:
+            print(f"=== {level} ===")
+            print(compiled.ir(level))
+            print()
+    if args.timings:
+        print("=== timings ===" if args.ir == "all" else "")
+        print(compiled.compilation.timings.format())
     return 0

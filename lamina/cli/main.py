@@ -25,6 +25,8 @@ def _add_program_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", action="append", metavar="NAME=SHAPE[:DTYPE]", help=INPUT_HELP)
     parser.add_argument("--schedule", help="use this schedule wherever it applies (e.g. generic, contraction)")
     parser.add_argument("--target", help="compile for this target (default: the visible GPU, else sm_90)")
+    parser.add_argument("--timings", action="store_true",
+                        help="also print where the compile's time went: each stage, and the slowest kernels")
 
 
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:

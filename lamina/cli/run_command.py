@@ -33,6 +33,8 @@ def run_command(args) -> int:
     print(f"program   {spec.describe()}")
     print(f"compiled  in {compiled.compile_seconds:.2f} s for {compiled.compilation.target.name}: "
           f"{compiled.kernel_count} kernel(s) ({schedules})")
+    if args.timings:
+        print(compiled.compilation.timings.format())
     where = torch.cuda.get_device_name() if device == "cuda" else "the Kernel IR simulator (CPU)"
     out = compiled(*inputs)
     reference = float64_reference(fn, inputs)

@@ -8,6 +8,7 @@ Each level is verified as it is produced and shown to the observers.
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any, Callable
 
 import attrs
@@ -21,6 +22,7 @@ from lamina.core.stages.decompose import decompose
 from lamina.core.stages.fuse import fuse
 from lamina.core.stages.lower_to_loops import lower_to_loops
 from lamina.core.target import Target
+from lamina.core.timings import Timings
 
 LEVELS = ("torch", "tensor", "loop", "tile", "kernel", "cuda")
 
@@ -40,13 +42,16 @@ class Compilation:
     #: Prints each kernel's CUDA source (None where no CUDA backend is registered).
     emit_sources: Callable[[], dict[str, str]] | None = None
     _sources: dict[str, str] | None = None
+    #: Where the compile's time went (``lamina compile --timings``).
+    timings: Timings = attrs.field(factory=Timings)
 
     @property
     def sources(self) -> dict[str, str]:
         """Each kernel's CUDA source by kernel name, printed when first asked for: a model's
         hundreds of kernels take seconds to print, and running them does not need it."""
         if self._sources is None:
-            self._sources = dict(self.emit_sources() or {}) if self.emit_sources is not None else {}
+            with self.timings.stage("CUDA printing"):
+                self._sources = dict(self.emit_sources() or {}) if self.emit_sources is not None else {}
         return self._sources
 
     def ir(self, level: str) -> str:
@@ -84,20 +89,30 @@ class Pipeline:
     def compile(self, graph: torch_ir.Graph, target: Target) -> Compilation:
         knobs = self.knobs()
         c = Compilation(target=target, graph=graph, config=self.config)
+        timings = c.timings
         torch_ir.verify_graph(graph)
         self._observe("torch", graph, c)
 
         ops = {name: self.registry.get("op", name).provider for name in self.registry.names("op")}
-        c.tensor = decompose(graph, ops)
-        tensor_ir.verify_program(c.tensor)
+        with timings.stage("decomposition"):
+            c.tensor = decompose(graph, ops)
+            tensor_ir.verify_program(c.tensor)
         self._observe("tensor", c.tensor, c)
 
         rules = [e.provider for e in self.registry.ranked("fusion_rule")]
-        c.loop = fuse(lower_to_loops(c.tensor), rules, target, knobs["fusion_rule"])
-        loop_ir.verify_program(c.loop)
+        with timings.stage("lowering to loops"):
+            loops = lower_to_loops(c.tensor)
+        with timings.stage("fusion"):
+            c.loop = fuse(loops, rules, target, knobs["fusion_rule"])
+            loop_ir.verify_program(c.loop)
         self._observe("loop", c.loop, c)
 
-        scheduled = [self.schedule_kernel(k, target, knobs["schedule"]) for k in c.loop.kernels]
+        scheduled = []
+        with timings.stage("scheduling"):
+            for k in c.loop.kernels:
+                started = time.perf_counter()
+                scheduled.append(self.schedule_kernel(k, target, knobs["schedule"]))
+                timings.add_kernel(k.name, time.perf_counter() - started)
         chosen = [s for s, _ in scheduled]
         warn_unused(self.config.knobs, self._knob_takers(), chosen, self.config.strict)
         c.tiles = tuple(t for _, t in scheduled)
@@ -107,12 +122,15 @@ class Pipeline:
 
         passes = [e.provider for e in self.registry.ranked("kernel_pass")]
         kernels = []
-        for schedule, tile in zip(chosen, c.tiles):
-            kernel = schedule.lower(tile, target)
-            for kernel_pass in passes:
-                kernel = kernel_pass.apply(kernel, target)
-            kernel_ir.verify_kernel(kernel, target.max_threads_per_block, target.max_shared_bytes_optin)
-            kernels.append(kernel)
+        with timings.stage("lowering to kernels"):
+            for schedule, tile in zip(chosen, c.tiles):
+                started = time.perf_counter()
+                kernel = schedule.lower(tile, target)
+                for kernel_pass in passes:
+                    kernel = kernel_pass.apply(kernel, target)
+                kernel_ir.verify_kernel(kernel, target.max_threads_per_block, target.max_shared_bytes_optin)
+                kernels.append(kernel)
+                timings.add_kernel(tile.kernel.name, time.perf_counter() - started)
         c.kernels = kernel_ir.Program(kernels)
         self._observe("kernel", c.kernels, c)
 

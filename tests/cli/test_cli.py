@@ -34,6 +34,17 @@ def test_compile_expression_prints_the_tile_level(capsys):
     assert "cp.async" in out
 
 
+def test_compile_timings_say_where_the_time_went(capsys):
+    code, out, err = run(capsys, "compile", "-c", "torch.softmax(x @ w, -1)", "--input", "x=33,40",
+                         "--input", "w=40,24", "--ir", "cuda", "--timings")
+    assert code == 0, err
+    table = out[out.index("stage "):]
+    stages = [line.split("  ")[0].strip() for line in table.splitlines()[1:8]]
+    assert stages == ["capture", "decomposition", "lowering to loops", "fusion", "scheduling",
+                      "lowering to kernels", "CUDA printing"]
+    assert "total" in table and "slowest kernels to schedule and lower (of " in table
+
+
 def test_run_on_the_simulator_compares_with_pytorch(capsys):
     code, out, err = run(capsys, "run", "--device", "cpu")
     assert code == 0, err
