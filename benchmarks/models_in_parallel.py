@@ -2,7 +2,7 @@
 
     python benchmarks/models_in_parallel.py --processes 12 --out MERGED.json \\
         --filter '*.s128.*' --filter 'vit.b8.*' [--parts DIR] [--replays 100] \\
-        [--not-in RECORD.json ...] [--heavy '*.b8.s2048.*' --heavy-processes 2] [--list]
+        [--not-in RECORD.json ...] [--heavy '*.b8.s2048.*' --heavy-processes 2] [--case-timeout S] [--list]
 
 Each selected case runs in a process of its own (a crash loses that case alone), at most
 ``--processes`` at once: the cases of the first ``--filter`` first, and within each filter's
@@ -12,7 +12,8 @@ peak sees another process's work. Each case's record lands in ``--parts`` as it 
 merged record (``merge_model_results.py``) is rewritten after every case, so a run cut short keeps
 what it measured. A GPU test run can share the turns: ``flock PARTS/lock python -m pytest -m gpu``.
 
-``--not-in`` leaves out the cases that earlier records measured. The cases of a ``--heavy``
+``--not-in`` leaves out the cases that earlier records measured; ``--case-timeout`` stops a case
+that runs longer (its log says so), so that a stuck one cannot hold the turns of the rest. The cases of a ``--heavy``
 pattern (batch 8 at 2048 tokens holds tens of GB of logits and references) run at most
 ``--heavy-processes`` at once, while the other processes go on with the rest of the queue.
 ``--list`` prints the queue and runs nothing.
@@ -24,6 +25,8 @@ import argparse
 import concurrent.futures
 import fnmatch
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -57,6 +60,8 @@ def main() -> None:
     parser.add_argument("--heavy", action="append", default=[], metavar="PATTERN",
                         help="cases that run at most --heavy-processes at once (repeatable)")
     parser.add_argument("--heavy-processes", type=int, default=2)
+    parser.add_argument("--case-timeout", type=float, default=1200.0, metavar="SECONDS",
+                        help="stop a case's process after this long (default %(default)s)")
     parser.add_argument("--list", action="store_true", help="print the queue and run nothing")
     args = parser.parse_args()
     def tier(case) -> int:
@@ -82,16 +87,30 @@ def main() -> None:
         command = ["lamina", "bench", "--models", "--filter", case.name, "--replays", str(args.replays),
                    "--measure-lock", str(lock), "--out", str(record)]
         with open(parts / f"{case.name}.txt", "w") as log:
-            code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
+            code = run_case(command, log, args.case_timeout)
         with merging:
             found = [json.loads(p.read_text()) for p in sorted(parts.glob("*.json"))]
             if found:
                 Path(args.out).write_text(json.dumps(merge(found), indent=2) + "\n")
-        return f"{time.time() - start:7.0f} s  {case.name}: exit {code}"
+        return f"{time.time() - start:7.0f} s  {case.name}: {code}"
 
     print(f"{len(cases)} case(s) in {args.processes} processes, {len(heavy)} of them heavy", flush=True)
     for line in run_in_turns(cases, run, args.processes, lambda c: c.name in heavy, args.heavy_processes):
         print(line, flush=True)
+
+
+def run_case(command: list[str], log, timeout: float) -> str:
+    """Run one case's process, its output to ``log``; ``exit N``, or ``stopped after T s`` where it ran
+    longer than ``timeout`` (it and its children are killed: a stuck case must not keep the GPU's
+    turns from the others)."""
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        return f"exit {process.wait(timeout=timeout)}"
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        log.write(f"\nmodels_in_parallel: stopped after {timeout:.0f} s\n")
+        return f"stopped after {timeout:.0f} s"
 
 
 def run_in_turns(cases: list, run, processes: int, is_heavy, heavy_processes: int):

@@ -1,9 +1,11 @@
-"""The queue of benchmarks/models_in_parallel.py: how many cases run at once, heavy ones included."""
+"""The queue of benchmarks/models_in_parallel.py: how many cases run at once, heavy ones included, and
+a case that runs too long."""
 
+import sys
 import threading
 import time
 
-from models_in_parallel import run_in_turns
+from models_in_parallel import run_case, run_in_turns
 
 
 def test_at_most_the_given_processes_and_heavy_ones_run_at_once():
@@ -35,3 +37,17 @@ def test_a_slot_that_may_not_take_a_heavy_case_takes_the_next_light_one():
 
     list(run_in_turns(["heavy-1", "heavy-2", "light-1"], run, 2, lambda c: c.startswith("heavy"), 1))
     assert set(started[:2]) == {"heavy-1", "light-1"}
+
+
+def test_a_case_that_runs_too_long_is_stopped_with_its_children(tmp_path):
+    """A stuck case (here a process whose child sleeps) is killed, and its log says so."""
+    child = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); " \
+            "print('started', flush=True); time.sleep(60)"
+    log_path = tmp_path / "case.txt"
+    started = time.monotonic()
+    with open(log_path, "w") as log:
+        outcome = run_case([sys.executable, "-c", child], log, timeout=3)
+    assert outcome == "stopped after 3 s" and time.monotonic() - started < 30
+    assert log_path.read_text().splitlines()[-1] == "models_in_parallel: stopped after 3 s"
+    with open(log_path, "w") as log:
+        assert run_case([sys.executable, "-c", "print('done')"], log, timeout=30) == "exit 0"
