@@ -43,8 +43,6 @@ def _one(job):
 
     import lamina
     from lamina.bench.measure import time_cuda_graph
-    from lamina.plugins.schedules.contraction.wgmma_tma import setting
-    setting.OFFERED_UNPINNED = True
     torch.manual_seed(0)
     x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
     w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda") / k ** 0.5
