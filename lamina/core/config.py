@@ -63,12 +63,14 @@ class Config:
     #: Where compiled kernels are cached; None: wherever the environment and the config file say,
     #: else ``user_cache_dir()`` (so that a ``Config`` built in Python still honours ``$LAMINA_CACHE_DIR``).
     cache_dir: str | None = None
+    #: A compile that runs past two seconds shows its stage and kernels on a terminal.
+    progress: bool = True
     #: The file the settings came from, if any.
     source: str | None = None
 
 
 _LIST_KEYS = {"plugins", "disable", "keep"}
-_BOOL_KEYS = {"strict_plugins", "strict"}
+_BOOL_KEYS = {"strict_plugins", "strict", "progress"}
 _STR_KEYS = {"target", "backend", "schedule", "selection", "cache_dir"}
 _ENV = {
     "LAMINA_PLUGINS": "plugins",
@@ -81,6 +83,7 @@ _ENV = {
     "LAMINA_SELECTION": "selection",
     "LAMINA_KEEP": "keep",
     "LAMINA_CACHE_DIR": "cache_dir",
+    "LAMINA_PROGRESS": "progress",
 }
 
 

@@ -18,6 +18,7 @@ from lamina.core.errors import ConfigError, LaminaError, NoSettingRuns, Schedule
 from lamina.core.ir import kernel_ir, loop_ir, tensor_ir, tile_ir, torch_ir
 from lamina.core.knobs import sort_out, warn_unused
 from lamina.core.plugins import PluginManager
+from lamina.core.progress import CompileProgress
 from lamina.core.stages.decompose import decompose
 from lamina.core.stages.fuse import fuse
 from lamina.core.stages.lower_to_loops import lower_to_loops
@@ -87,6 +88,13 @@ class Pipeline:
         return entry.provider
 
     def compile(self, graph: torch_ir.Graph, target: Target) -> Compilation:
+        progress = CompileProgress(self.config.progress)
+        try:
+            return self._compile(graph, target, progress)
+        finally:
+            progress.done()
+
+    def _compile(self, graph: torch_ir.Graph, target: Target, progress: CompileProgress) -> Compilation:
         knobs = self.knobs()
         c = Compilation(target=target, graph=graph, config=self.config)
         timings = c.timings
@@ -102,14 +110,16 @@ class Pipeline:
         rules = [e.provider for e in self.registry.ranked("fusion_rule")]
         with timings.stage("lowering to loops"):
             loops = lower_to_loops(c.tensor)
+        progress.update("fusion")
         with timings.stage("fusion"):
-            c.loop = fuse(loops, rules, target, knobs["fusion_rule"])
+            c.loop = fuse(loops, rules, target, knobs["fusion_rule"], changed=lambda: progress.update("fusion"))
             loop_ir.verify_program(c.loop)
         self._observe("loop", c.loop, c)
 
         scheduled = []
         with timings.stage("scheduling"):
-            for k in c.loop.kernels:
+            for done, k in enumerate(c.loop.kernels):
+                progress.update("scheduling", done, len(c.loop.kernels))
                 started = time.perf_counter()
                 scheduled.append(self.schedule_kernel(k, target, knobs["schedule"]))
                 timings.add_kernel(k.name, time.perf_counter() - started)
@@ -123,7 +133,8 @@ class Pipeline:
         passes = [e.provider for e in self.registry.ranked("kernel_pass")]
         kernels = []
         with timings.stage("lowering to kernels"):
-            for schedule, tile in zip(chosen, c.tiles):
+            for done, (schedule, tile) in enumerate(zip(chosen, c.tiles)):
+                progress.update("lowering to kernels", done, len(c.tiles))
                 started = time.perf_counter()
                 kernel = schedule.lower(tile, target)
                 for kernel_pass in passes:

@@ -24,6 +24,7 @@ SETTINGS = {
     "backend": ('"reference"', {"LAMINA_BACKEND": "reference"}, "reference"),
     "keep": ('["aten.gelu.default"]', {"LAMINA_KEEP": "aten.gelu.default"}, ("aten.gelu.default",)),
     "cache_dir": ('"/somewhere/kernels"', {"LAMINA_CACHE_DIR": "/somewhere/kernels"}, "/somewhere/kernels"),
+    "progress": ("false", {"LAMINA_PROGRESS": "0"}, False),
 }
 
 

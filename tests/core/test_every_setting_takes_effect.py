@@ -8,7 +8,9 @@ not only for the parsed value.
 
 from __future__ import annotations
 
+import io
 import re
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 import lamina
+from lamina.core import progress
 from lamina.core.config import Config, load_config
 from lamina.core.errors import ConfigError, DeviceError, PluginError
 
@@ -141,6 +144,24 @@ def check_cache_dir(config: Config, site: Path) -> None:
     assert len(list((site / "kernels" / "cubins").glob("*.cubin"))) == compiled.kernel_count
 
 
+class Terminal(io.StringIO):
+    """A stream that says it is a terminal, as the progress line asks."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def check_progress(config: Config, site: Path) -> None:
+    shown, hidden = Terminal(), Terminal()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(progress, "SHOW_AFTER_S", 0.0)
+        patch.setattr(sys, "stderr", shown)
+        compiled_matmul(attrs.evolve(config, progress=True))
+        patch.setattr(sys, "stderr", hidden)
+        compiled_matmul(config)
+    assert "lamina: compiling for" in shown.getvalue() and hidden.getvalue() == ""
+
+
 @attrs.frozen
 class Setting:
     """A value in TOML and in the variable ({site}: the test's folder), what to install first, what to check."""
@@ -166,6 +187,7 @@ SETTINGS = {
     "backend": Setting('"cuda"', "cuda", check_backend),
     "keep": Setting('["aten.softmax.int"]', "aten.softmax.int", check_keep),
     "cache_dir": Setting('"{site}/kernels"', "{site}/kernels", check_cache_dir),
+    "progress": Setting("false", "0", check_progress),
 }
 
 

@@ -10,7 +10,7 @@ wrong kernel.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from lamina.core.errors import LaminaError, VerificationError
 from lamina.core.ir import loop_ir
@@ -19,11 +19,12 @@ from lamina.core.target import Target
 
 
 def fuse(
-    program: loop_ir.Program, rules: Sequence[FusionRule], target: Target, knobs: Mapping[str, Mapping[str, Any]]
+    program: loop_ir.Program, rules: Sequence[FusionRule], target: Target, knobs: Mapping[str, Mapping[str, Any]],
+    changed: Callable[[], None] = lambda: None,
 ) -> loop_ir.Program:
     """``program`` with ``rules`` applied, in order and repeatedly, until none applies, for
     ``target``; each rule receives its own pinned knobs from ``knobs``, by rule name (none
-    where absent)."""
+    where absent). ``changed`` hears each change (the progress line)."""
     limit = 8 * (len(program.kernels) + len(program.temporaries) + 1) * max(len(rules), 1)
     changes: Counter[str] = Counter()
     while True:
@@ -34,6 +35,7 @@ def fuse(
             _check(rule, result)
             program = result
             changes[rule.name] += 1
+            changed()
             break
         else:
             return program
