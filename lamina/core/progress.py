@@ -18,6 +18,8 @@ REDRAW_S = 0.1
 
 
 class CompileProgress:
+    """The progress line of one compile (``Pipeline.compile`` makes one and wipes it at the end)."""
+
     def __init__(self, enabled: bool, stream: IO[str] | None = None):
         self.stream = sys.stderr if stream is None else stream
         self.enabled = enabled and _is_terminal(self.stream)
