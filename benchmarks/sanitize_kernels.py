@@ -326,12 +326,12 @@ def _record(output: sanitizer_output.ToolOutput, returncode: int | None, first: 
             command: list[str], batch: list[str], lines: tuple[str, ...]) -> dict[str, Any]:
     status, detail = output.ended.get(first, ("not-ended", ""))
     seconds = next((float(w.split("=", 1)[1]) for w in detail.split() if w.startswith("seconds=")), None)
-    starts = [line for line in lines if not line.startswith(" ")]
+    starts = sanitizer_output.finding_starts(lines)
     return {"verdict": sanitizer_output.verdict(output, returncode, first),
             "findings": len(starts), "warnings": sum(line.startswith("Warning") for line in starts),
             "returncode": returncode, "process_errors": output.errors, "process_hazards": output.hazards,
             "tool_found_errors": returncode == ERROR_EXIT_CODE, "check": status, "detail": detail,
-            "first_lines": list(lines), "kernels_named": list(sanitizer_output._kernels(lines)),
+            "first_lines": list(lines), "kernels_named": list(sanitizer_output.kernels_named(lines)),
             "program_seconds": seconds, "process_wall_s": round(wall, 1), "run_with": batch,
             "command": shlex.join(command)}
 

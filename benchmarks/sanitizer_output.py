@@ -66,9 +66,6 @@ class ToolOutput:
     def findings_of(self, representative: str) -> tuple[str, ...]:
         return self.spans.get(representative, ())
 
-    def kernels_of(self, representative: str) -> tuple[str, ...]:
-        return _kernels(self.findings_of(representative))
-
 
 def parse(text: str) -> ToolOutput:
     errors = hazards = warnings = None
@@ -106,17 +103,23 @@ def parse(text: str) -> ToolOutput:
             if len(where) < FIRST_LINES:  # a line that goes on with the finding above it is indented
                 continued = stripped[len(TOOL_PREFIX):].startswith("  ")
                 where.append("  " + body if continued else body)
-    return ToolOutput(errors, hazards, warnings, tuple(findings), _kernels(findings), tuple(begun), ended,
+    return ToolOutput(errors, hazards, warnings, tuple(findings), kernels_named(findings), tuple(begun), ended,
                       {r: tuple(lines) for r, lines in spans.items()}, tuple(outside))
 
 
-def _kernels(lines) -> tuple[str, ...]:
+def kernels_named(lines) -> tuple[str, ...]:
+    """The kernels that finding lines name, in order of first mention."""
     kernels: dict[str, None] = {}
     for line in lines:
         for pattern in (_KERNEL_AT, _KERNEL_IN):
             for name in pattern.findall(line):
                 kernels.setdefault(name, None)
     return tuple(kernels)
+
+
+def finding_starts(lines) -> list[str]:
+    """The lines that begin a finding (the others, indented, go on with the one above)."""
+    return [line for line in lines if not line.startswith(" ")]
 
 
 def verdict(output: ToolOutput, returncode: int | None, representative: str) -> str:
@@ -127,10 +130,9 @@ def verdict(output: ToolOutput, returncode: int | None, representative: str) -> 
     ``timeout``, or ``no-summary`` (the tool never printed its summary: it crashed)."""
     if representative not in output.ended:
         return "timeout" if returncode is None else "failed"
-    own = output.findings_of(representative)
+    own = finding_starts(output.findings_of(representative))
     if own:
-        starts = [line for line in own if not line.startswith(" ")]
-        return "hazards" if all(line.startswith("Warning") for line in starts) else "errors"
+        return "hazards" if all(line.startswith("Warning") for line in own) else "errors"
     status = output.ended[representative][0]
     if status in ("mismatch", "setting-changed"):
         return status

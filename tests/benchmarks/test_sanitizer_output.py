@@ -150,7 +150,7 @@ def test_each_finding_belongs_to_the_representative_it_was_printed_in():
     output = parse(two)
     faulty = output.findings_of("pointwise-2")
     assert faulty[0] == "Invalid __global__ read of size 16 bytes" and faulty[1] == "  at add+0x2f0"
-    assert output.kernels_of("pointwise-2") == ("add",)
+    assert sanitizer_output.kernels_named(faulty) == ("add",)
     assert output.findings_of("contraction-1") == () and output.outside == ()
     assert verdict(output, 86, "pointwise-2") == "errors" and verdict(output, 86, "contraction-1") == "clean"
 
