@@ -56,6 +56,11 @@ ERROR_EXIT_CODE = 86
 """compute-sanitizer's exit status where it found errors (``--error-exitcode``), apart from the program's own."""
 NO_CACHING = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
 SCRIPT = Path(__file__).resolve()
+API_ERRORS = ("--report-api-errors", "no")
+"""The tools' reports of failing driver calls are off: lamina's driver wrapper raises on every call
+of its own that fails, so the program's check sees those, and what remains are cuda-python's probes
+for entry points the driver lacks (34 ``cuGetProcAddress`` calls per process on the H200), which
+say nothing about a kernel."""
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -158,7 +163,7 @@ def _marker(*words: Any) -> None:
 
 def run_program(group: list[ks.Representative], device: str = "cuda") -> tuple[str, str]:
     """Run the representatives' program once on ``device`` (the CPU: on the simulator); (status,
-    detail): ``ok``, ``mismatch``, or ``setting-changed`` (a kernel compiled there has another setting)."""
+    detail): ``ok``, ``mismatch``, or ``setting-changed`` (no kernel compiled there has a representative's setting)."""
     import torch
     import torch.utils._pytree as pytree
 
@@ -193,16 +198,24 @@ def run_program(group: list[ks.Representative], device: str = "cuda") -> tuple[s
         tolerance = 1e-4
     if device.startswith("cuda"):
         torch.cuda.synchronize()
-    tiles = {t.kernel.name: t for t in compiled.compilation.tiles}
+    settings = {t.kernel.name: ks.setting_of(t) for t in compiled.compilation.tiles}
+    moved = []
     for r in group:
-        if r.kernel not in tiles or ks.setting_of(tiles[r.kernel]) != r.setting:
-            found = ks.describe(ks.setting_of(tiles[r.kernel])) if r.kernel in tiles else "no such kernel"
+        if settings.get(r.kernel) == r.setting:
+            continue
+        # the program captured on the device may name its kernels otherwise (CUDA's attention ops
+        # decompose differently): the setting is still exercised where another kernel has it
+        other = next((name for name, setting in settings.items() if setting == r.setting), None)
+        if other is None:
+            found = ks.describe(settings[r.kernel]) if r.kernel in settings else "no such kernel"
             return "setting-changed", f"{r.id}: kernel {r.kernel} compiled for {device}: {found}"
+        moved.append(f"{r.id} in kernel {other}")
     if len(outputs) != len(expected) or not all(isinstance(e, torch.Tensor) for e in expected):
         kinds = ", ".join(sorted({type(e).__name__ for e in expected}))
         return "mismatch", f"{len(outputs)} outputs where eager has {len(expected)} ({kinds})"
     worst = max(relative_error(o, e) for o, e in zip(outputs, expected))
-    return ("ok" if worst <= tolerance else "mismatch"), f"error={worst:.2e} tolerance={tolerance:.0e}"
+    detail = f"error={worst:.2e} tolerance={tolerance:.0e}" + "".join(f", {m}" for m in moved)
+    return ("ok" if worst <= tolerance else "mismatch"), detail
 
 
 def run_all(found: list[ks.Representative], device: str = "cuda") -> int:
@@ -231,7 +244,7 @@ def find_tool(path: str | None) -> str:
 
 
 def tool_command(tool_path: str, tool: str, racecheck_report: str, representatives: str, ids: list[str]) -> list[str]:
-    options = ["--tool", tool, "--error-exitcode", str(ERROR_EXIT_CODE)]
+    options = ["--tool", tool, "--error-exitcode", str(ERROR_EXIT_CODE), *API_ERRORS]
     if tool == "racecheck":
         options += ["--racecheck-report", racecheck_report]
     return [tool_path, *options, sys.executable, str(SCRIPT), "--run", "--representatives", representatives,

@@ -102,6 +102,15 @@ def test_what_runs_inside_the_tool_checks_against_eager_on_the_simulator(few):
     assert sanitize_kernels.run_program([moved], device="cpu")[0] == "setting-changed"
 
 
+def test_a_setting_is_exercised_where_another_kernel_of_the_program_has_it(few):
+    """The device's capture may name the kernels otherwise (CUDA's attention ops): the setting still
+    runs, and the check says in which kernel."""
+    (relu,) = [r for r in few if r.program.name == "running_example.fp32"]
+    renamed = attrs.evolve(relu, kernel="a_kernel_named_otherwise")
+    status, detail = sanitize_kernels.run_program([renamed], device="cpu")
+    assert status == "ok" and f"{relu.id} in kernel {relu.kernel}" in detail, detail
+
+
 def test_a_model_with_a_kv_cache_is_checked_on_every_tensor_it_returns(tmp_path):
     """OPT returns its logits and a DynamicCache; in a fresh process (``--run``, as under the tool)
     eager's cache is compared tensor by tensor with the compiled program's."""

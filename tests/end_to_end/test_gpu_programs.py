@@ -48,7 +48,7 @@ def test_the_kernels_are_compiled_when_compiling_not_at_the_first_call(tmp_path)
     """With inputs on the GPU, compiling loads every kernel (through NVRTC), so that the first call only runs."""
     inputs = CASES[0].inputs("cuda")
     compiled = lamina.compile(running_example, inputs, cache_dir=str(tmp_path))
-    (specialization,) = compiled.specializations().values()
+    (specialization,) = compiled.specializations.values()
     assert list(specialization._runners) == [("cuda", inputs[0].device)]
     assert any(tmp_path.iterdir())  # the cubins were written while compiling
     runner = specialization._runners[("cuda", inputs[0].device)]
