@@ -10,8 +10,7 @@ a 64 x 64 x 64 product (its GEMM fuses them), as lamina does. A product whose ex
 overflows, and NaN and infinities in the operands, give eager's pattern on every schedule.
 On the tensor cores each operand is split into tf32 pieces, and an infinite operand's pieces
 are an infinite one and a finite one, so that inf times a finite value stays an infinity
-(``contraction.mma_sync.products.big_piece``), except in the m side of wgmma, which keeps the
-plain split for speed (``contraction.wgmma.products``).
+(``contraction.mma_sync.products.big_piece``), on both sides of every tensor-core product.
 """
 
 from __future__ import annotations
@@ -64,12 +63,10 @@ PRODUCTS = {
 too), split-K partial sums, and the tensor-core products of ``mma.sync`` and ``wgmma``."""
 
 
-def _operands(m: int, k: int, n: int, dtype: torch.dtype, device: str,
-              infinite_x: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+def _operands(m: int, k: int, n: int, dtype: torch.dtype, device: str) -> tuple[torch.Tensor, torch.Tensor]:
     """x (m, k) and w (n, k), for ``F.linear``: NaN and infinities in a few rows of x and of w, at
-    the ends of their rows too (NaN in place of x's infinities where ``infinite_x`` is false)."""
-    x_inf, x_minus_inf = (INF, -INF) if infinite_x else (NAN, NAN)
-    x_at = {(0, k - 1): x_inf, (min(1, m - 1), 0): x_minus_inf, (min(2, m - 1), k // 2): NAN}
+    the ends of their rows too."""
+    x_at = {(0, k - 1): INF, (min(1, m - 1), 0): -INF, (min(2, m - 1), k // 2): NAN}
     w_at = {(min(3, n - 1), 1): INF, (n - 1, k - 1): NAN}
     x, w = planted((m, k), dtype, x_at, seed=3, device=device), planted((n, k), dtype, w_at, seed=4, device=device)
     return x, w
@@ -77,7 +74,7 @@ def _operands(m: int, k: int, n: int, dtype: torch.dtype, device: str,
 
 def _check(name: str, dtype: torch.dtype, device: str) -> None:
     (m, k, n), knobs = PRODUCTS[name]
-    x, w = _operands(m, k, n, dtype, device, infinite_x="wgmma" not in name)
+    x, w = _operands(m, k, n, dtype, device)
     target = {"target": "sm_90"} if device == "cpu" and "contraction.products" in knobs else {}
     compiled = lamina.Compiler(knobs=knobs, **target).compile(F.linear, (x, w))
     tolerance = {"rtol": 1e-4, "atol": 1e-4} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 5e-2}
@@ -105,22 +102,12 @@ def test_nan_and_infinities_in_products_as_eager_on_the_gpu(name, dtype):
 
 @pytest.mark.parametrize("products", ["mma_sync", "wgmma"])
 def test_an_infinite_operand_times_a_tf32_value_stays_infinite_on_the_tensor_cores(products):
-    """inf * 1.0 with 1.0's small piece zero: the infinity's pieces must not meet that zero. wgmma
-    splits only its n side (w) so: ``wgmma.products`` says why."""
+    """inf * 1.0 with 1.0's small piece zero: the infinity's pieces must not meet that zero, on
+    either side of the product."""
     x, w = torch.ones(32, 32), torch.ones(32, 32)
     w[7, 9] = -INF
-    if products == "mma_sync":
-        x[3, 5] = INF
-    compiled = lamina.Compiler(knobs={"contraction.products": products}, target="sm_90").compile(F.linear, (x, w))
-    assert_same_nonfinite(compiled(x, w), F.linear(x, w), rtol=0, atol=0)
-
-
-@pytest.mark.xfail(strict=True, reason="wgmma leaves its m side's split plain: clamping it there cost 10 % "
-                                       "on the suite's float32 linears (wgmma.products)")
-def test_an_infinity_in_x_of_a_linear_on_wgmma_stays_infinite():
-    x, w = torch.ones(32, 32), torch.ones(32, 32)
     x[3, 5] = INF
-    compiled = lamina.Compiler(knobs={"contraction.products": "wgmma"}, target="sm_90").compile(F.linear, (x, w))
+    compiled = lamina.Compiler(knobs={"contraction.products": products}, target="sm_90").compile(F.linear, (x, w))
     assert_same_nonfinite(compiled(x, w), F.linear(x, w), rtol=0, atol=0)
 
 

@@ -58,7 +58,7 @@ def test_a_k_tile_is_split_fenced_and_multiplied_in_three_wgmma_per_eight_k():
     lines = [line.strip() for line in kernel_ir.format_kernel(SCHEDULE.lower(tile, SM_90)).splitlines()]
     assert ("a_small[step][3] = x_tile[slot][warpgroup * 64 + tid % 128 // 32 * 16 + tid % 32 // 4 + 8]"
             "[tid % 4 + step * 8 + 4]") in lines
-    assert "a_big[step][3] = tf32(a_small[step][3])" in lines
+    assert "a_big[step][3] = tf32(max(min(a_small[step][3], 3.401992698887923e+38), -3.401992698887923e+38))" in lines
     assert "a_small[step][3] = a_small[step][3] - a_big[step][3]" in lines
     assert "vector load x4 raw_piece[0] <- w_tile[slot][round * 32 + tid // 8][tid % 8 * 4]" in lines
     assert "big_piece[3] = tf32(max(min(raw_piece[3], 3.401992698887923e+38), -3.401992698887923e+38))" in lines and "small_piece[3] = raw_piece[3] - big_piece[3]" in lines
@@ -73,7 +73,7 @@ def test_a_k_tile_is_split_fenced_and_multiplied_in_three_wgmma_per_eight_k():
     assert wgmma[11].endswith("+= a_big[3][0..3] x w_tile[slot][0..63][24..31]^T")
     order = ["vector store x4 w_small[kt % 2][round * 32 + tid // 8][tid % 8 * 4] <- small_piece[0]",
              "wgmma wait (at most 0 pending)", "acc[0][0] = acc[0][0] + k_tile_sum[0][0]",
-             "a_big[step][3] = tf32(a_small[step][3])", "fence shared memory for the async proxy", "barrier",
+             "a_big[step][3] = tf32(max(min(a_small[step][3], 3.401992698887923e+38), -3.401992698887923e+38))", "fence shared memory for the async proxy", "barrier",
              "cp.async commit", "wgmma fence", wgmma[0], wgmma[11], "wgmma commit"]
     place = lines.index("for kt in 0..2:")
     for line in order:

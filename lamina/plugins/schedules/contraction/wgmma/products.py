@@ -16,12 +16,11 @@ float32, as the ``mma.sync`` kernels do every eight k: the tensor cores truncate
 sums, and on the suite's linears a k-tile's twelve products drift no further from float64
 than cuBLAS's FMAs do.
 
-The n side's values are split as ``mma_sync.products.big_piece`` says, so that an infinity stays
-one; in shared memory that costs nothing measurable. On the m side, split in registers between
-the k-tile's barrier and its wgmma, the same two min/max cost about a tenth of a linear's time
-(``experiments/tensor_cores/RESULTS.md``), so the m side keeps the plain split: an infinity in
-the m-side operand (the ``x`` of a linear, the ``q`` of scores) comes out NaN in its rows where
-eager gives an infinity. NaN itself propagates on both sides.
+Both sides' values are split as ``mma_sync.products.big_piece`` says, so that an infinity stays
+one, as in eager. On the n side, in shared memory, that costs nothing measurable; on the m
+side, split in registers between the k-tile's barrier and its wgmma, the two min/max cost about
+a tenth of a float32 linear's time (``experiments/tensor_cores/RESULTS.md``), the price of not
+turning an infinity in ``x`` into NaN. NaN itself propagates on both sides.
 
 A from registers keeps shared memory's traffic down: A's split pieces are neither written
 back nor read by the tensor cores from there, so a k-tile moves about 40 % fewer bytes

@@ -66,7 +66,7 @@ class WarpgroupWriter(ContractionWriter):
             at = (self.step, ex.const(i))
             raw = kernel_ir.Load(self.tiles[self.m_stage.index], (slot, row, column), self.m_stage.dtype)
             body += [kernel_ir.Store(small, at, raw),
-                     kernel_ir.Store(big, at, kernel_ir.Tf32(kernel_ir.Load(small, at, dtype))),
+                     kernel_ir.Store(big, at, mma_sync.big_piece(kernel_ir.Load(small, at, dtype))),
                      kernel_ir.Store(small, at, ex.op("sub", kernel_ir.Load(small, at, dtype),
                                                       kernel_ir.Load(big, at, dtype)))]
         steps = wgmma_products.BLOCK_K // kernel_ir.WGMMA_K
