@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +22,20 @@ from lamina.core.target import Target
 from lamina.runtime.program_runner import ProgramRunner
 
 
-def anonymous_kernel(kernel: kernel_ir.Kernel) -> kernel_ir.Kernel:
-    """``kernel`` with positional names for itself and its arrays, so that structurally equal
-    kernels print as the same source. Launches pass parameters by position."""
+def anonymous_kernel(kernel: kernel_ir.Kernel, name: str = "lamina_kernel") -> kernel_ir.Kernel:
+    """``kernel`` named ``name``, its arrays by position, so that structurally equal kernels print
+    as the same source. Launches pass parameters by position."""
     mapping = {p.name: f"p{i}" for i, p in enumerate(kernel.params)}
     mapping.update({a.name: f"{a.space[0]}{i}" for i, a in enumerate(kernel.arrays)})
     mapping.update({m.name: f"t{i}" for i, m in enumerate(kernel.tensor_maps)})
-    return kernel_ir.rename_arrays(kernel, mapping, name="lamina_kernel")
+    return kernel_ir.rename_arrays(kernel, mapping, name=name)
+
+
+def shared_name(kernel: kernel_ir.Kernel) -> str:
+    """The ``__global__`` name of ``kernel`` and the kernels equal to it: its own without the
+    numbers that tell a model's layers apart (``linear_5_sum``: ``linear_sum``), so that a
+    profiler's line names what the kernel computes and a repeated layer's kernels add up on one."""
+    return re.sub(r"_\d+(?=_|$)", "", kernel.name) or kernel.name
 
 
 def compile_threads(kernels: int) -> int:
@@ -96,12 +104,15 @@ class CudaBackend:
         """
         cache_dir = cache_dir or self.cache_dir or default_cache_dir()  # read once, not once per kernel
         first_of: dict[str, kernel_ir.Kernel] = {}
+        symbol_of: dict[str, str] = {}
         source_of: dict[str, str] = {}
         emitted: dict[kernel_ir.Kernel, str] = {}  # a model's layers repeat kernels: each is printed once
         for kernel in program.kernels:
             anonymous = anonymous_kernel(kernel)
             if anonymous not in emitted:
-                emitted[anonymous] = emit_cuda(anonymous)
+                named = anonymous_kernel(kernel, shared_name(kernel))
+                emitted[anonymous] = emit_cuda(named)
+                symbol_of[emitted[anonymous]] = kernel_symbol(named)
             source = source_of[kernel.name] = emitted[anonymous]
             if source not in first_of:
                 dependent_launch.check_arch(kernel, arch)
@@ -111,8 +122,7 @@ class CudaBackend:
             kernel = first_of[source]
             target_arch = kernel_arch(kernel, arch)
             try:
-                return compile_kernel(source, kernel_symbol(anonymous_kernel(kernel)), target_arch, self.options,
-                                      cache_dir)
+                return compile_kernel(source, symbol_of[source], target_arch, self.options, cache_dir)
             except CompileError:
                 compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), target_arch, self.options, cache_dir)
                 raise

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import lamina
-from lamina.backends.cuda.backend import CudaBackend
+from lamina.backends.cuda.backend import CudaBackend, shared_name
 from lamina.core.errors import CompileError
 from lamina.core.ir import expr as ex, kernel_ir
 
@@ -22,6 +22,17 @@ def test_structurally_equal_kernels_share_one_cubin(tmp_path):
     first, second = (compiled[k.name] for k in program.kernels)
     assert first is second
     assert first.spill_stores == 0 and first.registers > 0
+
+
+def test_a_shared_kernel_is_named_for_a_profiler_after_what_it_computes():
+    """A profiler shows the ``__global__`` name: the first kernel's, less the numbers that tell
+    the layers apart, so that the layers' launches add up on one line."""
+    inputs = tuple(torch.randn(32, 32) for _ in range(4))
+    program = lamina.compile(two_layers, inputs).compilation.kernels
+    assert [k.name for k in program.kernels] == ["relu", "relu_1"]
+    assert [shared_name(k) for k in program.kernels] == ["relu", "relu"]
+    assert shared_name(attrs.evolve(program.kernels[0], name="linear_12_sum")) == "linear_sum"
+    assert shared_name(attrs.evolve(program.kernels[0], name="_to_copy_8")) == "_to_copy"
 
 
 def test_a_compile_error_names_the_real_kernel(tmp_path):
