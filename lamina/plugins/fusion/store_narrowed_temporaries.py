@@ -1,9 +1,14 @@
-"""Store a temporary in the narrower dtype that every reader casts it to.
+"""Store a temporary in a narrower dtype where no reader can tell: the one every reader casts
+it to, or the one every writer widens from.
 
 A bfloat16 matmul accumulates in float32; when each reader of its result starts by
 casting it to bfloat16, writing the float32 accumulator wastes half the bytes written,
 read and held. Casting before the store gives every reader exactly the value it
-computed before (the cast of the same number), in fewer bytes. Program outputs keep the
+computed before (the cast of the same number), in fewer bytes. The other way round, a
+kernel that stores bfloat16 values widened to float32 (attention's query, rotated in
+bfloat16 and widened for its product) holds no more than bfloat16 can: stored in
+bfloat16 and widened by each reader, the values are the same, the bytes half, and a matmul
+that reads it has two 16-bit operands, as the tensor cores want. Program outputs keep the
 dtype the program promised.
 """
 
@@ -29,6 +34,10 @@ class StoreNarrowedTemporaries:
             narrow = _common_narrowing_cast(result, buffer)
             if narrow is not None:
                 result = _narrow(result, buffer, narrow)
+                continue
+            source = _common_widened_source(result, buffer)
+            if source is not None:
+                result = _narrow(result, buffer, source, widen_reads=True)
         return None if result is program else result
 
 
@@ -65,8 +74,30 @@ def _common_narrowing_cast(program: loop_ir.Program, buffer: loop_ir.Buffer) -> 
     return narrow if narrow.itemsize < buffer.type.dtype.itemsize else None
 
 
-def _narrow(program: loop_ir.Program, buffer: loop_ir.Buffer, dtype: DType) -> loop_ir.Program:
+def _common_widened_source(program: loop_ir.Program, buffer: loop_ir.Buffer) -> DType | None:
+    """The narrower float dtype that every value stored in ``buffer`` is widened from, if one is."""
+    sources: set[DType] = set()
+    for kernel in program.kernels:
+        if any(b.name == buffer.name for b in kernel.outputs):
+            for s in loop_ir.statements(kernel.body):
+                if isinstance(s, loop_ir.Store) and s.buffer == buffer.name:
+                    value = s.value
+                    if not (isinstance(value, ex.Op) and value.op == "cast"):
+                        return None
+                    sources.add(value.args[0].dtype)
+    if len(sources) != 1:
+        return None
+    (source,) = sources
+    wide = buffer.type.dtype
+    return source if source.is_float and wide.is_float and source.itemsize < wide.itemsize else None
+
+
+def _narrow(program: loop_ir.Program, buffer: loop_ir.Buffer, dtype: DType,
+            widen_reads: bool = False) -> loop_ir.Program:
+    """``buffer`` stored as ``dtype``: its stores cast to it, and its readers' casts to it
+    dropped, or (``widen_reads``) each of its loads cast back to the dtype it had."""
     name = buffer.name
+    wide = buffer.type.dtype
     narrowed = attrs.evolve(buffer, type=attrs.evolve(buffer.type, dtype=dtype))
 
     def rewrite_expr(e: ex.Expr) -> ex.Expr:
@@ -75,7 +106,12 @@ def _narrow(program: loop_ir.Program, buffer: loop_ir.Buffer, dtype: DType) -> l
                     and node.args[0].buffer == name:
                 return attrs.evolve(node.args[0], dtype=dtype)
             return None
-        return ex.transform(e, uncast)
+
+        def widen(node):
+            if isinstance(node, loop_ir.Load) and node.buffer == name:
+                return ex.cast(attrs.evolve(node, dtype=dtype), wide)
+            return None
+        return ex.transform(e, widen if widen_reads else uncast)
 
     def rewrite_body(body):
         out = []
@@ -83,7 +119,7 @@ def _narrow(program: loop_ir.Program, buffer: loop_ir.Buffer, dtype: DType) -> l
             if isinstance(s, loop_ir.Loop):
                 s = attrs.evolve(s, body=rewrite_body(s.body))
             elif isinstance(s, loop_ir.Store) and s.buffer == name:
-                s = attrs.evolve(s, index=tuple(map(rewrite_expr, s.index)), value=ex.cast(rewrite_expr(s.value), dtype))
+                s = attrs.evolve(s, index=tuple(map(rewrite_expr, s.index)), value=_stored(rewrite_expr(s.value), dtype))
             elif isinstance(s, loop_ir.Store):
                 s = attrs.evolve(s, index=tuple(map(rewrite_expr, s.index)), value=rewrite_expr(s.value))
             elif isinstance(s, (loop_ir.Init, loop_ir.Accumulate)):
@@ -100,3 +136,10 @@ def _narrow(program: loop_ir.Program, buffer: loop_ir.Buffer, dtype: DType) -> l
         for k in program.kernels
     )
     return attrs.evolve(program, temporaries=swap(program.temporaries), kernels=kernels)
+
+
+def _stored(value: ex.Expr, dtype: DType) -> ex.Expr:
+    """``value`` cast to ``dtype``, or what it widened from where that has the dtype already."""
+    if isinstance(value, ex.Op) and value.op == "cast" and value.args[0].dtype == dtype:
+        return value.args[0]
+    return ex.cast(value, dtype)
