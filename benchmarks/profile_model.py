@@ -1,11 +1,16 @@
-"""Where a compiled model's forward pass spends its GPU time, kernel by kernel.
+"""Where a model's forward pass spends its GPU time, kernel by kernel, in lamina and in torch.compile.
 
-    python benchmarks/profile_model.py --model tinyllama --layers 2 --seq 512 --dtype bfloat16 \
-        --out benchmarks/results/DATE_GPU_profile_tinyllama.json
+    python benchmarks/profile_model.py --arch llama --batch 1 --length 512 --layers 2 --dtype bfloat16 \\
+        --out benchmarks/results/DATE_h200_profile_llama_b1_s512_bf16.json
 
-Compiles the model with lamina, runs it once to load the kernels, then profiles a few
-forward passes with torch.profiler and sums the device time of each kernel (lamina
-kernel is named after its Loop IR kernel by launch order, with its schedule beside it).
+Builds an architecture of the model matrix (``lamina models``) at its real size with ``--layers``
+of its layers (``--size small`` for the scaled-down one), compiles it as its users do,
+``torch.compile(model, backend="lamina", dynamic=False)`` called as ``model(**inputs)``, runs it
+twice, then profiles ``--passes`` forward passes with torch.profiler and sums each GPU kernel's
+time per pass by the kernel's name. A lamina kernel is named after what it computes
+(``linear_sum``), and the kernels of a model's layers that compile to the same code share the
+first one's name, so a line adds up those layers' launches. torch.compile's default backend is
+profiled beside it (``--no-inductor`` leaves it out).
 """
 
 from __future__ import annotations
@@ -18,62 +23,78 @@ from pathlib import Path
 
 import torch
 
-import lamina
-from lamina.models import MODELS, build_model, random_input_ids
+from lamina.models.architectures import ARCHITECTURES, architecture, build, example_inputs
+
+SHOWN = 15
+"""Kernels printed per contender, the costliest first (the record keeps all)."""
+
+
+def profile(model: torch.nn.Module, inputs: dict, backend: str, passes: int) -> dict:
+    """GPU time per pass of each kernel name, and its launches per pass, of ``model`` compiled by ``backend``."""
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    with torch.no_grad():
+        for _ in range(2):
+            compiled(**inputs)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profiler:
+            for _ in range(passes):
+                compiled(**inputs)
+            torch.cuda.synchronize()
+    us: dict[str, float] = collections.defaultdict(float)
+    launches: dict[str, int] = collections.defaultdict(int)
+    for event in profiler.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            us[event.name] += event.device_time_total / passes
+            launches[event.name] += 1
+    total = sum(us.values())
+    rows = sorted(us.items(), key=lambda item: -item[1])
+    return {"total_us_per_pass": total,
+            "kernels": [{"kernel": name, "us_per_pass": t, "share": t / total, "launches_per_pass": launches[name] / passes}
+                        for name, t in rows]}
+
+
+def print_profile(contender: str, record: dict) -> None:
+    kernels = record["kernels"]
+    print(f"{contender}: {record['total_us_per_pass'] / 1000:.3f} ms of GPU time per forward pass, {len(kernels)} kernels")
+    for row in kernels[:SHOWN]:
+        print(f"  {row['us_per_pass']:10.1f} us  {row['share']:6.1%}  x{row['launches_per_pass']:<4g} {row['kernel'][:100]}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=list(MODELS), default="tinyllama")
+    parser.add_argument("--arch", required=True, choices=sorted(ARCHITECTURES))
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--length", type=int, default=None, help="tokens (the architecture's first length if left out)")
     parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--seq", type=int, default=512)
-    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="bfloat16")
+    parser.add_argument("--size", choices=["real", "small"], default="real")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="bfloat16")
     parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--no-inductor", action="store_true", help="profile lamina alone")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks/profile_model.py needs a CUDA GPU", file=sys.stderr)
         return 2
-    config = MODELS[args.model]
-    model = build_model(config, num_layers=args.layers, dtype=getattr(torch, args.dtype), device="cuda")
-    ids = random_input_ids(config, args.seq, device="cuda")
-    compiled = lamina.compile(model, (ids,))
-    schedules = {t.kernel.name: t.schedule for t in compiled.compilation.tiles}
-    with torch.no_grad():
-        compiled(ids)
-        torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
-            for _ in range(args.passes):
-                compiled(ids)
-            torch.cuda.synchronize()
-    launched = [k.name for k in compiled.compilation.kernels.kernels]
-    events = sorted((e for e in profile.events() if e.device_type == torch.autograd.DeviceType.CUDA
-                     and "lamina_kernel" in e.name), key=lambda e: e.time_range.start)
-    if len(events) != len(launched) * args.passes:
-        print(f"the profiler saw {len(events)} lamina kernels, not {len(launched)} x {args.passes}", file=sys.stderr)
-        return 1
-    per_kernel: dict[str, float] = collections.defaultdict(float)
-    per_schedule: dict[str, float] = collections.defaultdict(float)
-    for position, event in enumerate(events):
-        name = launched[position % len(launched)]
-        per_kernel[name] += event.device_time / args.passes
-        per_schedule[schedules[name]] += event.device_time / args.passes
-    total = sum(per_kernel.values())
-    rows = sorted(per_kernel.items(), key=lambda item: -item[1])
+    arch = architecture(args.arch)
+    model = build(arch, size=args.size, length=args.length, layers=args.layers, dtype=getattr(torch, args.dtype),
+                  device="cuda")
+    inputs = example_inputs(arch, model, batch=args.batch, length=args.length, device="cuda")
+    contenders = ["lamina"] + ([] if args.no_inductor else ["inductor"])
     record = {
-        "command": f"python benchmarks/profile_model.py --model {args.model} --layers {args.layers} --seq {args.seq} "
-                   f"--dtype {args.dtype} --passes {args.passes} --out benchmarks/results/{Path(args.out).name}",
+        "command": (f"python benchmarks/profile_model.py --arch {args.arch} --batch {args.batch}"
+                    + (f" --length {args.length}" if args.length else "")
+                    + f" --layers {args.layers} --size {args.size} --dtype {args.dtype} --passes {args.passes}"
+                    + (" --no-inductor" if args.no_inductor else "")
+                    + f" --out benchmarks/results/{Path(args.out).name}"),
         "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-        "total_us_per_pass": total,
-        "per_schedule_us": dict(per_schedule),
-        "kernels": [{"kernel": name, "schedule": schedules[name], "us_per_pass": us, "share": us / total}
-                    for name, us in rows],
+        "model": {"arch": args.arch, "size": args.size, "layers": args.layers, "batch": args.batch,
+                  "length": args.length, "dtype": args.dtype},
     }
+    for contender in contenders:
+        record[contender] = profile(model, inputs, contender, args.passes)
+        print_profile("torch.compile" if contender == "inductor" else "lamina", record[contender])
     Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
-    print(f"{total / 1000:.2f} ms of kernels per forward pass; by schedule: "
-          + ", ".join(f"{name} {us / 1000:.2f} ms" for name, us in per_schedule.items()))
-    for name, us in rows[:15]:
-        print(f"{us:10.1f} us  {us / total:5.1%}  {schedules[name]:13s}  {name}")
     return 0
 
 
