@@ -334,6 +334,20 @@ def test_causal_attention_scores_in_bf16_match_eager_on_the_simulator():
     torch.testing.assert_close(out, scores_causal(q, k), rtol=1.6e-2, atol=1e-2)
 
 
+def test_scores_of_grouped_key_heads_run_on_it_and_match_eager_on_the_simulator():
+    """Query head ``h`` reads key head ``h // 2`` (grouped-query attention): the key's first row in
+    a batch is a function of the head, not a multiple of it, and the tensor map still covers it."""
+    def grouped_scores(q, k):
+        return q @ k.repeat_interleave(2, dim=1).transpose(-1, -2)
+
+    torch.manual_seed(4)
+    q, k = torch.randn(1, 4, 70, 72, dtype=torch.bfloat16), torch.randn(1, 2, 45, 72, dtype=torch.bfloat16)
+    compiled = lamina.compile(grouped_scores, (q, k), knobs=SMALL)
+    assert "// 2" in compiled.ir("loop")
+    assert [t.settings.products for t in compiled.compilation.tiles] == [TMA]
+    torch.testing.assert_close(compiled(q, k), grouped_scores(q, k), rtol=1.6e-2, atol=1e-2)
+
+
 GPU_SHAPES = [(128, 2048, 2560), (2048, 3584, 4608), (2048, 2048, 2000), (333, 1032, 700)]
 
 

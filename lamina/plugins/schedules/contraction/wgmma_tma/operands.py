@@ -7,7 +7,8 @@ same 16-bit type. The TMA copies 2-D boxes of a tensor whose rows lie a multiple
 bytes apart, and wgmma on 16-bit operands reads both K-major: each operand must be
 contiguous along the reduction, its rows (along m or n) some stride apart, and every other
 term of its offset (the batch variables' strides, a constant offset) whole rows, so that
-one 2-D tensor map over the buffer's rows (``TmaView``) covers every batch. A box's rows
+one 2-D tensor map over the buffer's rows (``TmaView``) covers every batch; a batch's first row
+may be any function of the batch variables (a grouped key head ``h // group``). A box's rows
 past the operand's last row in a batch are the next batch's (or zeros past the buffer's
 end): they reach only the outputs past the edge, which the epilogue does not store. A batch
 variable that moves an operand along its rows (a split-K slice's start) moves the boxes'
@@ -41,12 +42,16 @@ class TmaView:
     batch_columns: dict[str, int] = attrs.Factory(dict)
     """Columns per step of each batch variable that moves along the rows rather than across
     them: a split-K slice's start."""
+    batch_terms: dict[ex.Expr, int] = attrs.Factory(dict)
+    """Rows per unit of each other term of the batch variables alone (``h // group``)."""
 
     def first_row(self, batch_env: dict[str, ex.Expr]) -> ex.Expr:
         """The row of the operand's first row in the batch whose variables ``batch_env`` gives."""
         row: ex.Expr = ex.const(self.constant_rows)
         for var, rows in self.batch_rows.items():
             row = row + batch_env[var] * rows
+        for term, rows in self.batch_terms.items():
+            row = row + ex.substitute(term, batch_env) * rows
         return row
 
     def first_column(self, batch_env: dict[str, ex.Expr]) -> ex.Expr:
@@ -91,11 +96,14 @@ def view(c: Contraction, operand: Operand) -> TmaView | str:
     itemsize = load.dtype.itemsize
     side_var = c.m if operand.side == "m" else c.n
     form = index.affine(index.linearize(load.index, buffer.shape))
-    steps = {}
+    steps, terms = {}, {}
     for atom, coef in form.terms.items():
-        if not isinstance(atom, ex.Var):
+        if isinstance(atom, ex.Var):
+            steps[atom.name] = coef
+        elif ex.free_vars(atom) <= set(c.batch):
+            terms[atom] = coef
+        else:
             return f"{operand.text} is not read at an affine offset of the loop variables"
-        steps[atom.name] = coef
     k_step, row_stride = steps.pop(c.reduce_var, 0), steps.pop(side_var, 0)
     if k_step != 1:
         return (f"{operand.text} is not contiguous along {c.reduce_var} (K-major): wgmma_tma reads both operands "
@@ -110,11 +118,12 @@ def view(c: Contraction, operand: Operand) -> TmaView | str:
         return (f"{operand.text}'s rows are {row_stride} elements ({row_stride * itemsize} bytes) apart: the TMA needs "
                 f"rows at least {columns} elements and a multiple of {hopper_tma.GLOBAL_ALIGNMENT} bytes apart "
                 f"(pad {c.reduce_var} to a multiple of {hopper_tma.GLOBAL_ALIGNMENT // itemsize})")
-    if any(v not in c.batch or s % row_stride for v, s in steps.items()) or form.constant % row_stride:
+    if any(v not in c.batch or s % row_stride for v, s in steps.items()) or form.constant % row_stride \
+            or any(s % row_stride for s in terms.values()):
         return f"{operand.text}'s batches do not start on whole rows of its buffer"
     numel = 1
     for extent in buffer.shape:
         numel *= extent
     rows = (numel - columns) // row_stride + 1
     return TmaView(operand, rows, columns, row_stride, {v: s // row_stride for v, s in steps.items()},
-                   form.constant // row_stride, batch_columns)
+                   form.constant // row_stride, batch_columns, {t: s // row_stride for t, s in terms.items()})
