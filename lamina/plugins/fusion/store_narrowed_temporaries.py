@@ -1,15 +1,11 @@
-"""Store a temporary in a narrower dtype where no reader can tell: the one every reader casts
-it to, or the one every writer widens from.
+"""Store a temporary in the narrower dtype that every reader casts it to.
 
 A bfloat16 matmul accumulates in float32; when each reader of its result starts by
 casting it to bfloat16, writing the float32 accumulator wastes half the bytes written,
 read and held. Casting before the store gives every reader exactly the value it
-computed before (the cast of the same number), in fewer bytes. The other way round, a
-kernel that stores bfloat16 values widened to float32 (attention's query, rotated in
-bfloat16 and widened for its product) holds no more than bfloat16 can: stored in
-bfloat16 and widened by each reader, the values are the same, the bytes half, and a matmul
-that reads it has two 16-bit operands, as the tensor cores want. Program outputs keep the
-dtype the program promised.
+computed before (the cast of the same number), in fewer bytes. Program outputs keep the
+dtype the program promised. (``store_widened_temporaries_narrow`` takes the other way
+round: values that their writer widens.)
 """
 
 from __future__ import annotations
@@ -33,11 +29,7 @@ class StoreNarrowedTemporaries:
         for buffer in program.temporaries:
             narrow = _common_narrowing_cast(result, buffer)
             if narrow is not None:
-                result = _narrow(result, buffer, narrow)
-                continue
-            source = _common_widened_source(result, buffer)
-            if source is not None:
-                result = _narrow(result, buffer, source, widen_reads=True)
+                result = narrow_temporary(result, buffer, narrow)
         return None if result is program else result
 
 
@@ -74,25 +66,7 @@ def _common_narrowing_cast(program: loop_ir.Program, buffer: loop_ir.Buffer) -> 
     return narrow if narrow.itemsize < buffer.type.dtype.itemsize else None
 
 
-def _common_widened_source(program: loop_ir.Program, buffer: loop_ir.Buffer) -> DType | None:
-    """The narrower float dtype that every value stored in ``buffer`` is widened from, if one is."""
-    sources: set[DType] = set()
-    for kernel in program.kernels:
-        if any(b.name == buffer.name for b in kernel.outputs):
-            for s in loop_ir.statements(kernel.body):
-                if isinstance(s, loop_ir.Store) and s.buffer == buffer.name:
-                    value = s.value
-                    if not (isinstance(value, ex.Op) and value.op == "cast"):
-                        return None
-                    sources.add(value.args[0].dtype)
-    if len(sources) != 1:
-        return None
-    (source,) = sources
-    wide = buffer.type.dtype
-    return source if source.is_float and wide.is_float and source.itemsize < wide.itemsize else None
-
-
-def _narrow(program: loop_ir.Program, buffer: loop_ir.Buffer, dtype: DType,
+def narrow_temporary(program: loop_ir.Program, buffer: loop_ir.Buffer, dtype: DType,
             widen_reads: bool = False) -> loop_ir.Program:
     """``buffer`` stored as ``dtype``: its stores cast to it, and its readers' casts to it
     dropped, or (``widen_reads``) each of its loads cast back to the dtype it had."""

@@ -41,6 +41,7 @@ def reduce_loops(program):
 
 def test_plugin_registers_inlining_before_epilogue_fusion_before_cleanup():
     assert [r.name for r in builtin_rules()] == [
+        "store_widened_temporaries_narrow",
         "inline_pointwise_producers",
         "fuse_epilogue_into_reduction",
         "fuse_reduction_into_consumer",
