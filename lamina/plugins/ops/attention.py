@@ -1,7 +1,10 @@
 """``scaled_dot_product_attention`` kept whole, and the fused attention ops PyTorch picks for it.
 
 ``softmax(q @ k^T * scale + mask) @ v``, with the scores, the softmax and the second
-product in float32 (half inputs included) and the maximum subtracted. Grouped key and
+product in float32 (half inputs included) and the maximum subtracted. With 16-bit inputs the
+probabilities are rounded to the inputs' dtype before the second product, as eager's kernels
+(flash, cuDNN, and the math path) do: that product then has two 16-bit operands, which is what
+the tensor cores multiply. Grouped key and
 value heads (fewer of them than query heads) are read by index: query head ``h``
 reads key head ``h // group``, an IndexMap that folds into the product's operand
 read, so the keys are never repeated in memory. ``is_causal`` lets position ``l``
@@ -105,7 +108,10 @@ def attention(b: TensorBuilder, node: Node, schema: AttentionArguments) -> tuple
         scale = 1.0 / math.sqrt(b.shape(q)[-1])
     scores = b.binary("mul", b.matmul(q, b.transpose(k, -2, -1)), float(scale), role="scores")
     softmax = softmax_of(b, _masked(b, scores, node, schema), -1)
-    out = b.matmul(softmax.probabilities(), v)
+    probabilities = softmax.probabilities()
+    if out_dtype.itemsize < acc.itemsize:
+        probabilities = b.cast(b.cast(probabilities, out_dtype, role="probabilities"), acc)
+    out = b.matmul(probabilities, v)
     if len(b.shape(out)) != 4:
         return b.cast(out, out_dtype), softmax.log_sum_exp()
     by_position = b.cast(b.transpose(out, 1, 2), out_dtype)
