@@ -1,5 +1,6 @@
 """Registers the contraction schedule (tiled, shared-memory staged, multi-buffered matmuls), the
-split-K fusion rule for contractions whose grid leaves SMs idle, and the schedule of its combine."""
+split-K fusion rule for contractions whose grid leaves SMs idle, the schedule of its combine, and
+the rule that stores an operand K-major for the TMA GEMM."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from lamina.plugins.schedules.contraction.schedule import estimate_contraction, 
 from lamina.plugins.schedules.contraction.split_k.fusion_rule import SplitContractionsAcrossBlocks
 from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME, grid_fits
 from lamina.plugins.schedules.contraction.split_k.unrolled_reduction import UnrolledReductionSchedule
+from lamina.plugins.schedules.contraction.wgmma_tma.k_major_operands import StoreTmaOperandsKMajor
 
 
 class ContractionSchedule:
@@ -50,3 +52,4 @@ def lamina_register_schedules(register):
 @hookimpl
 def lamina_register_fusion_rules(register):
     register(SplitContractionsAcrossBlocks())
+    register(StoreTmaOperandsKMajor())

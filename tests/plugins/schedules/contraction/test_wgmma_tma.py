@@ -348,6 +348,60 @@ def test_scores_of_grouped_key_heads_run_on_it_and_match_eager_on_the_simulator(
     torch.testing.assert_close(compiled(q, k), grouped_scores(q, k), rtol=1.6e-2, atol=1e-2)
 
 
+def test_attention_in_bf16_runs_both_products_on_it_and_matches_eager_on_the_simulator():
+    """The probabilities are rounded to bf16, as eager's kernels round them, and the values are
+    copied with the positions last (K-major for the second product, ``k_major_operands``): both of
+    attention's products run on the TMA GEMM, at a length and head size no tile divides."""
+    torch.manual_seed(5)
+    q, k, v = (torch.randn(1, 2, 136, 72, dtype=torch.bfloat16) for _ in range(3))
+
+    def attention(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    compiled = lamina.compile(attention, (q, k, v), knobs=SMALL)
+    assert [t.settings.products for t in compiled.compilation.tiles if t.schedule == "contraction"] == [TMA, TMA]
+    assert "buffer v_k_major: bf16[2, 72, 136]" in compiled.ir("loop")  # per head, the positions last
+    expected = attention(*(t.double() for t in (q, k, v)))
+    lamina_error = relative_error(compiled(q, k, v), expected)
+    eager_error = relative_error(attention(q, k, v), expected)
+    assert lamina_error <= 1.25 * eager_error, (lamina_error, eager_error)
+
+
+def test_a_weight_stored_in_by_out_is_copied_k_major_and_the_product_runs_on_it():
+    """``x @ w`` with ``w`` stored in by out (GPT-2's ``Conv1D``): a kernel copies ``w`` with its
+    reduction axis last, once for every row of ``x``, and the product reads the copy."""
+    torch.manual_seed(7)
+    x, w = torch.randn(2, 100, 136, dtype=torch.bfloat16), torch.randn(136, 72, dtype=torch.bfloat16)
+    compiled = lamina.compile(lambda x, w: x @ w, (x, w), knobs=SMALL)
+    assert "buffer w_k_major: bf16[72, 136]" in compiled.ir("loop")
+    assert [t.settings.products for t in compiled.compilation.tiles if t.schedule == "contraction"] == [TMA]
+    torch.testing.assert_close(compiled(x, w), x @ w, rtol=1.6e-2, atol=1e-2)
+
+
+def test_a_decoding_step_keeps_its_operands_as_they_lie():
+    """Fewer than 64 rows: the TMA GEMM does not take the product, so nothing is copied."""
+    x, w = torch.randn(1, 256, dtype=torch.bfloat16), torch.randn(256, 192, dtype=torch.bfloat16)
+    compiled = lamina.compile(lambda x, w: x @ w, (x, w), target="sm_90")
+    assert "k_major" not in compiled.ir("loop")
+
+
+def test_values_also_returned_are_copied_k_major_for_the_product():
+    """The values are a program output too (as a key-value cache returns them): the product reads a
+    copy with the positions last, and both outputs are right."""
+    def attention_and_values(q, k, v):
+        values = v * 2
+        return F.scaled_dot_product_attention(q, k, values, is_causal=True), values
+
+    torch.manual_seed(6)
+    q, k, v = (torch.randn(1, 2, 136, 72, dtype=torch.bfloat16) for _ in range(3))
+    compiled = lamina.compile(attention_and_values, (q, k, v), knobs=SMALL)
+    assert "buffer mul_k_major: bf16[2, 72, 136]" in compiled.ir("loop")
+    out, values = compiled(q, k, v)
+    assert torch.equal(values, v * 2)
+    expected = attention_and_values(*(t.double() for t in (q, k, v)))[0]
+    assert relative_error(out, expected) <= 1.25 * relative_error(attention_and_values(q, k, v)[0], expected)
+
+
 GPU_SHAPES = [(128, 2048, 2560), (2048, 3584, 4608), (2048, 2048, 2000), (333, 1032, 700)]
 
 
@@ -368,6 +422,31 @@ def test_linears_with_bias_and_gelu_match_eager_on_the_gpu(m, k, n, dtype):
     eager = program(x, w, bias)
     reference = float64_reference(program, (x, w, bias))
     assert relative_error(out, reference) < 1.5 * relative_error(eager, reference) + 1e-4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("heads, key_heads, length", [(8, 8, 512), (16, 8, 2048), (4, 2, 200)])
+def test_attention_runs_both_products_on_it_and_matches_eager_on_the_gpu(heads, key_heads, length, dtype):
+    """Through ``torch.compile``, as models call it: a rotated query, grouped key heads and a
+    causal mask; both products on the TMA GEMM where the length lets the TMA read its rows."""
+    torch.manual_seed(0)
+    q = torch.randn(2, heads, length, 128, dtype=dtype, device="cuda")
+    k, v = (torch.randn(2, key_heads, length, 128, dtype=dtype, device="cuda") for _ in range(2))
+    cos, sin = torch.randn(length, 128, dtype=dtype, device="cuda"), torch.randn(length, 128, dtype=dtype, device="cuda")
+
+    def attention(q, k, v, cos, sin):
+        rotated = q * cos + torch.cat([-q[..., 64:], q[..., :64]], -1) * sin
+        return F.scaled_dot_product_attention(rotated, k, v, is_causal=True, enable_gqa=heads != key_heads)
+
+    args = (q, k, v, cos, sin)
+    out = torch.compile(attention, backend="lamina", dynamic=False)(*args)
+    reference = float64_reference(attention, args)
+    assert relative_error(out, reference) <= 1.25 * relative_error(attention(*args), reference)
+    if length % 8 == 0:
+        compiled = lamina.compile(attention, args)
+        products = [t.settings.products for t in compiled.compilation.tiles if t.schedule == "contraction"]
+        assert products == [TMA, TMA], products
 
 
 @pytest.mark.gpu

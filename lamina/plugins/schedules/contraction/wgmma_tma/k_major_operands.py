@@ -1,0 +1,144 @@
+"""A K-major copy of a 16-bit matmul operand that the TMA GEMM could not read as it lies.
+
+The TMA GEMM reads both operands K-major (``operands.view``): along the reduction,
+contiguous. Attention's values are not: ``probabilities @ v`` sums over the positions, and
+``v`` lies position by position, its features contiguous; nor is ``W`` in ``x @ W`` when it is
+stored in by out (GPT-2's ``Conv1D``). On Hopper such a product gets a kernel before it that
+copies the operand with the reduction's axis last, and reads the copy: a pass over the
+operand (the values, or the weight), against a product that otherwise runs on the CUDA
+cores at a tenth of the tensor cores' rate. The copy holds only the axes the operand moves
+along: a weight shared by every batch is copied once. Products of fewer than 64 rows
+(``TMA_MIN_ROWS``, a decoding step) stay as they are: the TMA GEMM does not take them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import attrs
+
+from lamina.core.ir import expr as ex, loop_ir
+from lamina.core.ir.names import fresh_name
+from lamina.core.ir.torch_ir import TensorType
+from lamina.core.target import Target
+from lamina.plugins.fusion import analysis
+from lamina.plugins.schedules.contraction.recognise import Contraction, NotAContraction, Operand, analyse
+from lamina.plugins.schedules.contraction.wgmma_tma import operands
+from lamina.plugins.schedules.contraction.wgmma_tma.setting import ARCH
+
+TMA_MIN_ROWS = 64
+"""The fewest rows (of the side the copy is not of) for which the copy is made."""
+
+
+class StoreTmaOperandsKMajor:
+    name = "store_tma_operands_k_major"
+    priority = 7
+    """After the fusions that decide which kernels stay (inlining, a product into its row
+    reduction), before split-K divides the reductions."""
+
+    def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
+        if target.compute_capability != ARCH:
+            return None
+        for position, kernel in enumerate(program.kernels):
+            try:
+                c = analyse(kernel)
+            except NotAContraction:
+                continue
+            operand = _to_copy(c)
+            if operand is None:
+                continue
+            copied = _with_copy(program, position, c, operand)
+            if _reads_k_major(copied.kernels[position + 1]):
+                return copied
+        return None
+
+
+def tma_reads_with_a_copy(c: Contraction, target: Target) -> bool:
+    """Whether the TMA GEMM can take the contraction on ``target``, its operands as they lie or one
+    of them copied K-major by this rule."""
+    if target.compute_capability != ARCH or operands.factors(c) is None:
+        return False
+    return all(not isinstance(operands.view(c, o), str) for o in operands.factors(c)) or _to_copy(c) is not None
+
+
+def _to_copy(c: Contraction) -> Operand | None:
+    """The one operand of two 16-bit ones that the TMA cannot read as it lies and a K-major copy
+    lets it read, or None."""
+    factors = operands.factors(c)
+    if factors is None:
+        return None
+    unreadable = [o for o in factors if isinstance(operands.view(c, o), str)]
+    if len(unreadable) != 1:
+        return None
+    (operand,) = unreadable
+    other = c.n if operand.side == "m" else c.m
+    if c.extents[other] < TMA_MIN_ROWS or not _moves_along_one_axis(c, operand):
+        return None
+    return operand
+
+
+def _moves_along_one_axis(c: Contraction, operand: Operand) -> bool:
+    """Whether the reduction moves the operand along one axis, element by element (the copy
+    then reads each element once)."""
+    moving = [i for i in operand.load.index if c.reduce_var in ex.free_vars(i)]
+    if len(moving) != 1:
+        return False
+    step = ex.substitute(moving[0], {c.reduce_var: ex.Var(c.reduce_var) + 1}) - moving[0]
+    return isinstance(step, ex.Const) and step.value == 1
+
+
+def _with_copy(program: loop_ir.Program, position: int, c: Contraction, operand: Operand) -> loop_ir.Program:
+    """The program with a kernel before the contraction at ``position`` that copies ``operand``
+    over (its batch variables, its side's variable, the reduction variable), and the contraction
+    reading the copy there."""
+    used = set().union(*(ex.free_vars(i) for i in operand.load.index))
+    side = c.m if operand.side == "m" else c.n
+    axes = [v for v in c.batch if v in used] + [side, c.reduce_var]
+    taken = {b.name for b in analysis.buffers(program).values()} | {k.name for k in program.kernels}
+    name = fresh_name(f"{operand.load.buffer}_k_major", taken)
+    buffer = loop_ir.Buffer(name, TensorType(tuple(c.extents[v] for v in axes), operand.load.dtype))
+    source = analysis.buffers(program)[operand.load.buffer]
+    body: tuple = (loop_ir.Store(name, tuple(ex.Var(v) for v in axes), operand.load),)
+    for v in reversed(axes):
+        body = (loop_ir.Loop(v, c.extents[v], "parallel", body),)
+    copy = loop_ir.Kernel(name, (source,), (buffer,), body)
+    read = loop_ir.Load(name, tuple(ex.Var(v) for v in axes), operand.load.dtype)
+    contraction = program.kernels[position]
+    rewritten = _replace_load(contraction, operand.load, read)
+    inputs = tuple(b for b in contraction.inputs if _loads(rewritten, b.name)) + (buffer,)
+    kernels = list(program.kernels)
+    kernels[position:position + 1] = [copy, attrs.evolve(rewritten, inputs=inputs)]
+    return attrs.evolve(program, temporaries=program.temporaries + (buffer,), kernels=tuple(kernels))
+
+
+def _replace_load(kernel: loop_ir.Kernel, old: loop_ir.Load, new: loop_ir.Load) -> loop_ir.Kernel:
+    def rewrite(e: ex.Expr) -> ex.Expr:
+        return ex.transform(e, lambda n: new if n == old else None)
+
+    def body_of(body: tuple) -> tuple:
+        out = []
+        for s in body:
+            if isinstance(s, loop_ir.Loop):
+                s = attrs.evolve(s, body=body_of(s.body))
+            elif isinstance(s, loop_ir.Store):
+                s = attrs.evolve(s, value=rewrite(s.value))
+            elif isinstance(s, (loop_ir.Init, loop_ir.Accumulate)):
+                s = attrs.evolve(s, value=rewrite(s.value))
+            out.append(s)
+        return tuple(out)
+
+    return attrs.evolve(kernel, body=body_of(kernel.body))
+
+
+def _loads(kernel: loop_ir.Kernel, name: str) -> bool:
+    return name in analysis.loaded_buffers(kernel)
+
+
+def _reads_k_major(kernel: loop_ir.Kernel) -> bool:
+    """Whether the TMA reads both operands of contraction ``kernel``."""
+    try:
+        c = analyse(kernel)
+    except NotAContraction:
+        return False
+    factors = operands.factors(c)
+    return factors is not None and all(not isinstance(operands.view(c, o), str) for o in factors)
