@@ -2,14 +2,14 @@
 
 A temporary that holds values widened from a narrower dtype is stored narrow before anything
 else, so that the rules after see what a matmul's operands really are. Inlining runs next, so
-that an epilogue is a single pointwise kernel by the time it meets its reduction. A reduction then takes in a pointwise epilogue that reads it at
-every point (it stays a matmul-shaped kernel), before one that reads it through a
-broadcast runs inside its consumer. A program output that a later kernel reads is
-stored by that kernel once the reductions have settled; a reduction that stays a kernel
-of its own then computes what all its readers compute of each element (attention's
-scale and causal mask); a temporary that every reader casts to a narrower dtype is then
-stored in that dtype; the elements of a temporary that no reader uses are marked so that
-its writer may skip them; dead buffers are cleared last.
+that an epilogue is a single pointwise kernel by the time it meets its reduction. A reduction
+then takes in a pointwise epilogue that reads it at every point (it stays a matmul-shaped
+kernel), before one that reads it through a broadcast runs inside its consumer. A program
+output that a later kernel reads is stored by that kernel once the reductions have settled; a
+reduction that stays a kernel of its own then computes what all its readers compute of each
+element (attention's scale and causal mask); a temporary that every reader casts to a narrower
+dtype is then stored in that dtype; the elements of a temporary that no reader uses are marked
+so that its writer may skip them; dead buffers are cleared last.
 """
 
 from lamina.core.hookspecs import hookimpl

@@ -67,7 +67,7 @@ def _common_narrowing_cast(program: loop_ir.Program, buffer: loop_ir.Buffer) -> 
 
 
 def narrow_temporary(program: loop_ir.Program, buffer: loop_ir.Buffer, dtype: DType,
-            widen_reads: bool = False) -> loop_ir.Program:
+                     widen_reads: bool = False) -> loop_ir.Program:
     """``buffer`` stored as ``dtype``: its stores cast to it, and its readers' casts to it
     dropped, or (``widen_reads``) each of its loads cast back to the dtype it had."""
     name = buffer.name

@@ -10,9 +10,11 @@ last block reads the elements back from L2 (``matmul_row_reduction.last_block``)
 schedule takes neither, the kernels stay two, the contraction and the row reduction.
 
 A product of two 16-bit operands that Hopper's TMA GEMM can take (as they lie, or one copied
-K-major, ``contraction.wgmma_tma.k_major_operands``) stays a kernel of its own there: the fused kernel multiplies 16-bit operands on the CUDA cores, and for attention's
-scores (batch 8 x 512 tokens, 32 heads of 96) the cost model puts the tensor cores' product at a
-tenth of that, more than the round trip of the scores through memory costs.
+K-major, ``contraction.wgmma_tma.k_major_operands``) stays a kernel of its own there: the
+fused kernel multiplies 16-bit operands on the CUDA cores. For Phi-3's scores at batch 8 x
+512 tokens (32 heads of 96) the cost model estimates the product at 94 us on the TMA GEMM
+and 310 us on the CUDA cores; the scores' round trip through memory (268 MB written and read
+in float32) is about 130 us at the H200's bandwidth.
 """
 
 from __future__ import annotations

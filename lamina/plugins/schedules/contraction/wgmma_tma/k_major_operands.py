@@ -6,7 +6,8 @@ contiguous. Attention's values are not: ``probabilities @ v`` sums over the posi
 stored in by out (GPT-2's ``Conv1D``). On Hopper such a product gets a kernel before it that
 copies the operand with the reduction's axis last, and reads the copy: a pass over the
 operand (the values, or the weight), against a product that otherwise runs on the CUDA
-cores at a tenth of the tensor cores' rate. The copy holds only the axes the operand moves
+cores, at about 33 TFLOP/s in bf16 where the TMA GEMM reaches 550 to 780 (the bf16 kernel
+suite, ``benchmarks/results/2026-12-02_h200_bench_bfloat16.txt``). The copy holds only the axes the operand moves
 along: a weight shared by every batch is copied once. Products of fewer than 64 rows
 (``TMA_MIN_ROWS``, a decoding step) stay as they are: the TMA GEMM does not take them.
 """
@@ -94,20 +95,19 @@ def _with_copy(program: loop_ir.Program, position: int, c: Contraction, operand:
     used = set().union(*(ex.free_vars(i) for i in operand.load.index))
     side = c.m if operand.side == "m" else c.n
     axes = [v for v in c.batch if v in used] + [side, c.reduce_var]
-    taken = {b.name for b in analysis.buffers(program).values()} | {k.name for k in program.kernels}
-    name = fresh_name(f"{operand.load.buffer}_k_major", taken)
+    buffers = analysis.buffers(program)
+    name = fresh_name(f"{operand.load.buffer}_k_major", set(buffers) | {k.name for k in program.kernels})
     buffer = loop_ir.Buffer(name, TensorType(tuple(c.extents[v] for v in axes), operand.load.dtype))
-    source = analysis.buffers(program)[operand.load.buffer]
+    source = buffers[operand.load.buffer]
     body: tuple = (loop_ir.Store(name, tuple(ex.Var(v) for v in axes), operand.load),)
     for v in reversed(axes):
         body = (loop_ir.Loop(v, c.extents[v], "parallel", body),)
     copy = loop_ir.Kernel(name, (source,), (buffer,), body)
     read = loop_ir.Load(name, tuple(ex.Var(v) for v in axes), operand.load.dtype)
-    contraction = program.kernels[position]
-    rewritten = _replace_load(contraction, operand.load, read)
-    inputs = tuple(b for b in contraction.inputs if _loads(rewritten, b.name)) + (buffer,)
+    known = {**buffers, name: buffer}
+    rewritten = analysis.with_exact_inputs(_replace_load(program.kernels[position], operand.load, read), known)
     kernels = list(program.kernels)
-    kernels[position:position + 1] = [copy, attrs.evolve(rewritten, inputs=inputs)]
+    kernels[position:position + 1] = [copy, rewritten]
     return attrs.evolve(program, temporaries=program.temporaries + (buffer,), kernels=tuple(kernels))
 
 
@@ -128,10 +128,6 @@ def _replace_load(kernel: loop_ir.Kernel, old: loop_ir.Load, new: loop_ir.Load) 
         return tuple(out)
 
     return attrs.evolve(kernel, body=body_of(kernel.body))
-
-
-def _loads(kernel: loop_ir.Kernel, name: str) -> bool:
-    return name in analysis.loaded_buffers(kernel)
 
 
 def _reads_k_major(kernel: loop_ir.Kernel) -> bool:
