@@ -24,3 +24,17 @@ def test_bf16_variance_is_rounded_once_as_in_eager():
     for statistic in (lambda x: x.var(0), lambda x: torch.var_mean(x, 1, correction=0)):
         assert all(torch.equal(a, b) for a, b in zip(
             torch.atleast_1d(lamina.compile(statistic, (x,))(x)), torch.atleast_1d(statistic(x))))
+
+
+def test_a_bf16_scalar_broadcast_over_a_tensor_compiles():
+    # Found by seed 1228 (bfloat16): the 0-d maximum of a vector, broadcast by ``minimum`` over a
+    # (16, 16, 3) tensor, crashed the inlining rule that asks whether a producer is a plain copy:
+    # the copy's source had no axes to compare.
+    torch.manual_seed(1228)
+    x0, x1 = torch.randn(3).to(torch.bfloat16), torch.randn(16, 16, 3).to(torch.bfloat16)
+
+    def program(x0, x1):
+        return torch.log(torch.minimum(x0.max(), x1).abs() + 1)
+
+    actual = lamina.compile(program, (x0, x1))(x0, x1)
+    torch.testing.assert_close(actual.double(), program(x0.double(), x1.double()), rtol=8e-3, atol=8e-3)

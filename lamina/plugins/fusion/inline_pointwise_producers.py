@@ -96,7 +96,7 @@ def _copies_along_its_rows(producer: analysis.Pointwise) -> bool:
     the source itself, as the TMA would read the copy. (A copy that transposes is kept: the
     contraction schedule stores an operand K-major so, ``store_tma_operands_k_major``.)"""
     value = producer.store.value
-    if not isinstance(value, loop_ir.Load) or not producer.loops:
+    if not isinstance(value, loop_ir.Load) or not producer.loops or not value.index:
         return False
     last = producer.loops[-1].var
     return index.affine(value.index[-1]).terms.get(ex.Var(last)) == 1 \
