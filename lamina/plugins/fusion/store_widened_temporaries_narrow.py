@@ -24,28 +24,30 @@ class StoreWidenedTemporariesNarrow:
     priority = 300
 
     def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
-        """Narrow every temporary that qualifies, in one pass."""
+        """Narrow every temporary that qualifies, in one pass (a model has some per layer, and the
+        pass runs after every other rule's change: it reads each kernel once)."""
+        sources = _widened_sources(program)
         result = program
         for buffer in program.temporaries:
-            source = _common_widened_source(result, buffer)
-            if source is not None:
+            source = sources.get(buffer.name)
+            if source is not None and source.is_float and buffer.type.dtype.is_float \
+                    and source.itemsize < buffer.type.dtype.itemsize:
                 result = narrow_temporary(result, buffer, source, widen_reads=True)
         return None if result is program else result
 
 
-def _common_widened_source(program: loop_ir.Program, buffer: loop_ir.Buffer) -> DType | None:
-    """The narrower float dtype that every value stored in ``buffer`` is widened from, if one is."""
-    sources: set[DType] = set()
+def _widened_sources(program: loop_ir.Program) -> dict[str, DType | None]:
+    """For each buffer a kernel stores, the one dtype every stored value is a cast from, or None
+    where a value is no cast or the casts are from several dtypes."""
+    found: dict[str, DType | None] = {}
     for kernel in program.kernels:
-        if any(b.name == buffer.name for b in kernel.outputs):
-            for s in loop_ir.statements(kernel.body):
-                if isinstance(s, loop_ir.Store) and s.buffer == buffer.name:
-                    value = s.value
-                    if not (isinstance(value, ex.Op) and value.op == "cast"):
-                        return None
-                    sources.add(value.args[0].dtype)
-    if len(sources) != 1:
-        return None
-    (source,) = sources
-    wide = buffer.type.dtype
-    return source if source.is_float and wide.is_float and source.itemsize < wide.itemsize else None
+        for s in loop_ir.statements(kernel.body):
+            if not isinstance(s, loop_ir.Store):
+                continue
+            value = s.value
+            source = value.args[0].dtype if isinstance(value, ex.Op) and value.op == "cast" else None
+            if s.buffer not in found:
+                found[s.buffer] = source
+            elif found[s.buffer] != source:
+                found[s.buffer] = None
+    return found
