@@ -11,10 +11,9 @@ schedule takes neither, the kernels stay two, the contraction and the row reduct
 
 A product of two 16-bit operands that Hopper's TMA GEMM can take (as they lie, or one copied
 K-major, ``contraction.wgmma_tma.k_major_operands``) stays a kernel of its own there: the
-fused kernel multiplies 16-bit operands on the CUDA cores. For Phi-3's scores at batch 8 x
-512 tokens (32 heads of 96) the cost model estimates the product at 94 us on the TMA GEMM
-and 310 us on the CUDA cores; the scores' round trip through memory (268 MB written and read
-in float32) is about 130 us at the H200's bandwidth.
+fused kernel multiplies 16-bit operands on the CUDA cores, at a fraction of the tensor cores'
+rate, which costs more than the scores' round trip through memory
+(``experiments/model_profiles/RESULTS.md``, the cost model's figures for Phi-3's scores).
 """
 
 from __future__ import annotations
