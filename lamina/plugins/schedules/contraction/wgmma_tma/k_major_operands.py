@@ -6,9 +6,9 @@ contiguous. Attention's values are not: ``probabilities @ v`` sums over the posi
 stored in by out (GPT-2's ``Conv1D``). On Hopper such a product gets a kernel before it that
 copies the operand with the reduction's axis last, and reads the copy: a pass over the
 operand (the values, or the weight), against a product that otherwise runs on the CUDA
-cores, at about 33 TFLOP/s in bf16 where the TMA GEMM reaches 550 to 780 (the bf16 kernel
-suite, ``benchmarks/results/2026-12-02_h200_bench_bfloat16.txt``). The copy holds only the axes the operand moves
-along: a weight shared by every batch is copied once. Products of fewer than 64 rows
+cores, at about 33 TFLOP/s in bf16 where the TMA GEMM reaches 550 to 780
+(``benchmarks/results/2026-12-02_h200_bench_bfloat16.txt``). The copy holds only the axes the
+operand moves along: a weight shared by every batch is copied once. Products of fewer than 64 rows
 (``TMA_MIN_ROWS``, a decoding step) stay as they are: the TMA GEMM does not take them.
 """
 
@@ -23,13 +23,10 @@ from lamina.core.ir.names import fresh_name
 from lamina.core.ir.torch_ir import TensorType
 from lamina.core.target import Target
 from lamina.plugins.fusion import analysis
+from lamina.plugins.fusion.inline_pointwise_producers import TMA_MIN_ROWS
 from lamina.plugins.schedules.contraction.recognise import Contraction, NotAContraction, Operand, analyse
 from lamina.plugins.schedules.contraction.wgmma_tma import operands
 from lamina.plugins.schedules.contraction.wgmma_tma.setting import ARCH
-
-TMA_MIN_ROWS = 64
-"""The fewest rows (of the side the copy is not of) for which the copy is made."""
-
 
 class StoreTmaOperandsKMajor:
     name = "store_tma_operands_k_major"
@@ -57,9 +54,7 @@ class StoreTmaOperandsKMajor:
 def tma_reads_with_a_copy(c: Contraction, target: Target) -> bool:
     """Whether the TMA GEMM can take the contraction on ``target``, its operands as they lie or one
     of them copied K-major by this rule."""
-    if target.compute_capability != ARCH or operands.factors(c) is None:
-        return False
-    return all(not isinstance(operands.view(c, o), str) for o in operands.factors(c)) or _to_copy(c) is not None
+    return target.compute_capability == ARCH and (_reads_both(c) or _to_copy(c) is not None)
 
 
 def _to_copy(c: Contraction) -> Operand | None:
@@ -105,36 +100,23 @@ def _with_copy(program: loop_ir.Program, position: int, c: Contraction, operand:
     copy = loop_ir.Kernel(name, (source,), (buffer,), body)
     read = loop_ir.Load(name, tuple(ex.Var(v) for v in axes), operand.load.dtype)
     known = {**buffers, name: buffer}
-    rewritten = analysis.with_exact_inputs(_replace_load(program.kernels[position], operand.load, read), known)
+    contraction = program.kernels[position]
+    body = loop_ir.map_expressions(contraction.body,
+                                   lambda e: ex.transform(e, lambda n: read if n == operand.load else None))
+    rewritten = analysis.with_exact_inputs(attrs.evolve(contraction, body=body), known)
     kernels = list(program.kernels)
     kernels[position:position + 1] = [copy, rewritten]
     return attrs.evolve(program, temporaries=program.temporaries + (buffer,), kernels=tuple(kernels))
 
 
-def _replace_load(kernel: loop_ir.Kernel, old: loop_ir.Load, new: loop_ir.Load) -> loop_ir.Kernel:
-    def rewrite(e: ex.Expr) -> ex.Expr:
-        return ex.transform(e, lambda n: new if n == old else None)
-
-    def body_of(body: tuple) -> tuple:
-        out = []
-        for s in body:
-            if isinstance(s, loop_ir.Loop):
-                s = attrs.evolve(s, body=body_of(s.body))
-            elif isinstance(s, loop_ir.Store):
-                s = attrs.evolve(s, value=rewrite(s.value))
-            elif isinstance(s, (loop_ir.Init, loop_ir.Accumulate)):
-                s = attrs.evolve(s, value=rewrite(s.value))
-            out.append(s)
-        return tuple(out)
-
-    return attrs.evolve(kernel, body=body_of(kernel.body))
-
-
 def _reads_k_major(kernel: loop_ir.Kernel) -> bool:
-    """Whether the TMA reads both operands of contraction ``kernel``."""
+    """Whether ``kernel`` is a contraction whose two operands the TMA reads."""
     try:
-        c = analyse(kernel)
+        return _reads_both(analyse(kernel))
     except NotAContraction:
         return False
+
+
+def _reads_both(c: Contraction) -> bool:
     factors = operands.factors(c)
     return factors is not None and all(not isinstance(operands.view(c, o), str) for o in factors)
