@@ -24,10 +24,12 @@ from lamina.runtime.program_runner import ProgramRunner
 
 def anonymous_kernel(kernel: kernel_ir.Kernel, name: str = "lamina_kernel") -> kernel_ir.Kernel:
     """``kernel`` named ``name``, its arrays by position, so that structurally equal kernels print
-    as the same source. Launches pass parameters by position."""
-    mapping = {p.name: f"p{i}" for i, p in enumerate(kernel.params)}
-    mapping.update({a.name: f"{a.space[0]}{i}" for i, a in enumerate(kernel.arrays)})
-    mapping.update({m.name: f"t{i}" for i, m in enumerate(kernel.tensor_maps)})
+    as the same source. Launches pass parameters by position. The names are words and a number
+    (``shared_0``, ``register_1``): the loops' index variables are a letter and a number (``r0``),
+    and an array must not take one of their names."""
+    mapping = {p.name: f"param_{i}" for i, p in enumerate(kernel.params)}
+    mapping.update({a.name: f"{a.space}_{i}" for i, a in enumerate(kernel.arrays)})
+    mapping.update({m.name: f"tensor_map_{i}" for i, m in enumerate(kernel.tensor_maps)})
     return kernel_ir.rename_arrays(kernel, mapping, name=name)
 
 

@@ -40,12 +40,20 @@ def fuse(
         else:
             return program
         if sum(changes.values()) > limit:
-            name, count = changes.most_common(1)[0]
-            raise LaminaError(
-                f"fusion did not settle: rule {name!r} changed the program {count} times "
-                f"(of {limit} changes allowed for {len(program.kernels)} kernels). A fusion rule must "
-                "make the program smaller or leave it alone; disable the plugin that registers it, or fix the rule."
-            )
+            raise LaminaError(_did_not_settle(changes, limit, len(program.kernels)))
+
+
+def _did_not_settle(changes: Counter[str], limit: int, kernels: int) -> str:
+    """Names the rule that kept changing the program, or the rules that undid each other's changes."""
+    (name, count), *rest = changes.most_common()
+    undoing = [other for other, times in rest if times >= count // 2]
+    if undoing:
+        rules = " and ".join(f"{rule!r} ({changes[rule]} times)" for rule in [name, *undoing])
+        return (f"fusion did not settle: rules {rules} undid each other's changes (of {limit} changes allowed "
+                f"for {kernels} kernels). Disable the plugin that registers one of them, or fix the rules.")
+    return (f"fusion did not settle: rule {name!r} changed the program {count} times (of {limit} changes "
+            f"allowed for {kernels} kernels). A fusion rule must make the program smaller or leave it alone; "
+            "disable the plugin that registers it, or fix the rule.")
 
 
 def _check(rule: FusionRule, result: object) -> None:

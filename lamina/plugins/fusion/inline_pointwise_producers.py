@@ -85,13 +85,13 @@ def _keeps_tma_operand(producer: analysis.Pointwise, consumers: list[loop_ir.Ker
     buffer = temporaries.get(producer.store.buffer)
     if target.compute_capability != TMA_COMPUTE_CAPABILITY or buffer is None \
             or buffer.type.dtype not in (dtypes.bfloat16, dtypes.float16) \
-            or math.prod(buffer.type.shape[:-1]) < TMA_MIN_ROWS or _copies_along_its_rows(producer):
+            or math.prod(buffer.type.shape[:-1]) < TMA_MIN_ROWS or copies_along_its_rows(producer):
         return False
     return any(_broadcasts(k, buffer.name) and analysis.replication(k, buffer.name) >= TMA_MIN_ROWS
                for k in consumers)
 
 
-def _copies_along_its_rows(producer: analysis.Pointwise) -> bool:
+def copies_along_its_rows(producer: analysis.Pointwise) -> bool:
     """Whether the producer copies a buffer along the same contiguous axis: its readers may read
     the source itself, as the TMA would read the copy. (A copy that transposes is kept: the
     contraction schedule stores an operand K-major so, ``store_tma_operands_k_major``.)"""

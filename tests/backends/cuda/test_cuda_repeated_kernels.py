@@ -45,3 +45,18 @@ def test_a_compile_error_names_the_real_kernel(tmp_path):
     with pytest.raises(CompileError, match=f"kernel {kernel.name}") as error:
         CudaBackend(cache_dir=tmp_path).compile(kernel_ir.Program([broken]), "sm_90")
     assert f"{output.name}[0] = 1.5f % 2.5f" in str(error.value)
+
+
+def test_positional_names_never_take_an_index_variable_s_name(tmp_path):
+    """Values that are also returned (a key-value cache) are copied with the positions last for the
+    attention's second product; that copy runs over index ``r0`` and stores through a register
+    array, which must not be renamed ``r0`` too."""
+    def attention_and_values(qkv):
+        q, k, v = (t.view(1, 64, 2, 64).transpose(1, 2) for t in qkv.split(128, dim=-1))
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), v
+
+    qkv = torch.randn(1, 64, 384, dtype=torch.bfloat16)
+    program = lamina.compile(attention_and_values, (qkv,), target="sm_90").compilation.kernels
+    copy = next(k for k in program.kernels if k.name.endswith("_k_major"))
+    assert any(a.space == "register" for a in copy.arrays)
+    CudaBackend(cache_dir=tmp_path).compile(program, "sm_90")

@@ -31,6 +31,30 @@ class Renamer:
         return attrs.evolve(program, kernels=(attrs.evolve(kernel, name=kernel.name + "x"),) + program.kernels[1:])
 
 
+class Suffixer:
+    """Adds a suffix to the first kernel's name where it has none."""
+
+    name, priority = "suffixer", 1
+
+    def apply(self, program, target, knobs):
+        kernel = program.kernels[0]
+        if kernel.name.endswith("_copy"):
+            return None
+        return attrs.evolve(program, kernels=(attrs.evolve(kernel, name=kernel.name + "_copy"),) + program.kernels[1:])
+
+
+class Unsuffixer:
+    """Takes the suffix off again: with ``Suffixer``, two rules that undo each other."""
+
+    name, priority = "unsuffixer", 0
+
+    def apply(self, program, target, knobs):
+        kernel = program.kernels[0]
+        if not kernel.name.endswith("_copy"):
+            return None
+        return attrs.evolve(program, kernels=(attrs.evolve(kernel, name=kernel.name[:-5]),) + program.kernels[1:])
+
+
 class Breaker:
     """Drops every kernel's inputs: its result does not verify."""
 
@@ -77,6 +101,11 @@ def _recording(apply, calls, name):
 def test_a_rule_that_never_settles_is_named():
     with pytest.raises(LaminaError, match="rule 'renamer' changed the program"):
         fuse(lower_to_loops(tp.mean()), [Renamer()], SM_90, {})
+
+
+def test_two_rules_that_undo_each_other_are_both_named():
+    with pytest.raises(LaminaError, match=r"rules 'suffixer' \(\d+ times\) and 'unsuffixer' \(\d+ times\) undid each other"):
+        fuse(lower_to_loops(tp.mean()), [Suffixer(), Unsuffixer()], SM_90, {})
 
 
 def test_a_rule_that_breaks_the_program_is_named():

@@ -9,7 +9,9 @@ operand (the values, or the weight), against a product that otherwise runs on th
 cores, at about 33 TFLOP/s in bf16 where the TMA GEMM reaches 550 to 780
 (``benchmarks/results/2026-12-02_h200_bench_bfloat16.txt``). The copy holds only the axes the
 operand moves along: a weight shared by every batch is copied once. Products of fewer than 64 rows
-(``TMA_MIN_ROWS``, a decoding step) stay as they are: the TMA GEMM does not take them.
+(``TMA_MIN_ROWS``, a decoding step) stay as they are: the TMA GEMM does not take them; so does
+an operand whose copy would run along its rows as it lies, a copy ``inline_pointwise_producers``
+inlines again.
 """
 
 from __future__ import annotations
@@ -23,10 +25,10 @@ from lamina.core.ir.names import fresh_name
 from lamina.core.ir.torch_ir import TensorType
 from lamina.core.target import Target
 from lamina.plugins.fusion import analysis
-from lamina.plugins.fusion.inline_pointwise_producers import TMA_MIN_ROWS
+from lamina.plugins.fusion.inline_pointwise_producers import TMA_MIN_ROWS, copies_along_its_rows
 from lamina.plugins.schedules.contraction.recognise import Contraction, NotAContraction, Operand, analyse
 from lamina.plugins.schedules.contraction.wgmma_tma import operands
-from lamina.plugins.schedules.contraction.wgmma_tma.setting import ARCH
+from lamina.plugins.schedules.contraction.wgmma_tma.setting import ARCH, operands_problem
 
 class StoreTmaOperandsKMajor:
     name = "store_tma_operands_k_major"
@@ -46,7 +48,8 @@ class StoreTmaOperandsKMajor:
             if operand is None:
                 continue
             copied = _with_copy(program, position, c, operand)
-            if _reads_k_major(copied.kernels[position + 1]):
+            if not copies_along_its_rows(analysis.pointwise(copied.kernels[position])) \
+                    and _reads_k_major(copied.kernels[position + 1]):
                 return copied
         return None
 
@@ -118,5 +121,4 @@ def _reads_k_major(kernel: loop_ir.Kernel) -> bool:
 
 
 def _reads_both(c: Contraction) -> bool:
-    factors = operands.factors(c)
-    return factors is not None and all(not isinstance(operands.view(c, o), str) for o in factors)
+    return operands_problem(c) is None

@@ -44,6 +44,8 @@ class TmaView:
     them: a split-K slice's start."""
     batch_terms: dict[ex.Expr, int] = attrs.Factory(dict)
     """Rows per unit of each other term of the batch variables alone (``h // group``)."""
+    constant_columns: int = 0
+    """Columns of each row before the operand's first (the queries' before the keys')."""
 
     def first_row(self, batch_env: dict[str, ex.Expr]) -> ex.Expr:
         """The row of the operand's first row in the batch whose variables ``batch_env`` gives."""
@@ -56,7 +58,7 @@ class TmaView:
 
     def first_column(self, batch_env: dict[str, ex.Expr]) -> ex.Expr:
         """The column of the reduction's start in the batch (its split-K slice's first column)."""
-        column: ex.Expr = ex.const(0)
+        column: ex.Expr = ex.const(self.constant_columns)
         for var, columns in self.batch_columns.items():
             column = column + batch_env[var] * columns
         return column
@@ -111,14 +113,16 @@ def view(c: Contraction, operand: Operand) -> TmaView | str:
     batch_columns = {v: s for v, s in steps.items() if v in c.batch and s < row_stride}
     for v in batch_columns:
         del steps[v]
+    constant_columns = form.constant % row_stride if row_stride else 0
     columns = c.reduce_extent + sum(s * (c.extents[v] - 1) for v, s in batch_columns.items())
     if c.slice_bound is not None:
         columns = min(columns, c.slice_bound.end)
+    columns += constant_columns
     if row_stride < columns or (row_stride * itemsize) % hopper_tma.GLOBAL_ALIGNMENT:
         return (f"{operand.text}'s rows are {row_stride} elements ({row_stride * itemsize} bytes) apart: the TMA needs "
                 f"rows at least {columns} elements and a multiple of {hopper_tma.GLOBAL_ALIGNMENT} bytes apart "
                 f"(pad {c.reduce_var} to a multiple of {hopper_tma.GLOBAL_ALIGNMENT // itemsize})")
-    if any(v not in c.batch or s % row_stride for v, s in steps.items()) or form.constant % row_stride \
+    if any(v not in c.batch or s % row_stride for v, s in steps.items()) \
             or any(s % row_stride for s in terms.values()):
         return f"{operand.text}'s batches do not start on whole rows of its buffer"
     numel = 1
@@ -126,4 +130,5 @@ def view(c: Contraction, operand: Operand) -> TmaView | str:
         numel *= extent
     rows = (numel - columns) // row_stride + 1
     return TmaView(operand, rows, columns, row_stride, {v: s // row_stride for v, s in steps.items()},
-                   form.constant // row_stride, batch_columns, {t: s // row_stride for t, s in terms.items()})
+                   form.constant // row_stride, batch_columns, {t: s // row_stride for t, s in terms.items()},
+                   constant_columns)

@@ -127,7 +127,7 @@ def shared_bytes(c: Contraction, choices: Choices) -> int:
     return choices.stages * (choices.block_m + choices.block_n) * BLOCK_K * itemsize + barrier_bytes(choices.stages)
 
 
-def _operands_problem(c: Contraction) -> str | None:
+def operands_problem(c: Contraction) -> str | None:
     """Why the TMA cannot read the contraction's operands, or None: the same for every setting
     the cost model weighs, so worked out once per kernel (a contraction is what ``analyse``
     finds in its kernel)."""
@@ -160,7 +160,7 @@ def problem(c: Contraction, choices: Choices, target: Target) -> str | None:
     """Why ``choices`` (``products = wgmma_tma``) cannot run the contraction on ``target``, or None."""
     if target.compute_capability != ARCH:
         return f"products = wgmma_tma needs Hopper's TMA and wgmma (sm_90); {target.name} is {target.arch}"
-    unreadable = _operands_problem(c)
+    unreadable = operands_problem(c)
     if unreadable is not None:
         return unreadable
     expected = choices_for(choices.block_m, choices.block_n, choices.stages or MIN_STAGES,
