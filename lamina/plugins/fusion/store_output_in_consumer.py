@@ -9,6 +9,11 @@ it reads ``h`` and store ``h`` once from a statement that visits each of its ele
 exactly once: a store of the norm whose enclosing loops (parallel or serial, never
 reduce) read ``h`` at a one-to-one index. The norm's kernel then has two outputs and
 the add's kernel is gone. Later readers of ``h`` still read the buffer, written by then.
+
+The consumer's innermost loop must run along the value's contiguous axis, as the norm's runs
+along ``h``'s rows: a consumer that walks the value across it (a K-major copy of attention's
+values, which a key-value cache also returns) would store it an element per row, where a
+kernel of its own stores it row by row.
 """
 
 from __future__ import annotations
@@ -107,6 +112,15 @@ def _one_to_one(
                 break
         else:
             covered = all(v in names for v, n in extents.items() if n != 1)
-            if len(set(names)) == len(names) and covered and math.prod(extents.values()) == math.prod(shape):
+            if len(set(names)) == len(names) and covered and math.prod(extents.values()) == math.prod(shape) \
+                    and _along_its_rows(load.index, shape, loops):
                 return load.index
     return None
+
+
+def _along_its_rows(at: tuple[Expr, ...], shape: tuple[int, ...], loops: tuple[loop_ir.Loop, ...]) -> bool:
+    """Whether the innermost of ``loops`` that moves runs along the last axis of more than one
+    element of the buffer that ``at`` indexes."""
+    moving = [loop.var for loop in loops if loop.extent > 1]
+    rows = [coordinate for coordinate, size in zip(at, shape) if size > 1]
+    return not moving or not rows or rows[-1] == ex.Var(moving[-1])
