@@ -43,6 +43,7 @@ BUILTIN_PLUGINS = {
     "lamina.builtin.schedules.matmul_row_reduction": "lamina.plugins.schedules.matmul_row_reduction.plugin",
     "lamina.builtin.schedules.pointwise": "lamina.plugins.schedules.pointwise.plugin",
     "lamina.builtin.schedules.row_reduction": "lamina.plugins.schedules.row_reduction.plugin",
+    "lamina.builtin.schedules.transpose": "lamina.plugins.schedules.transpose.plugin",
     "lamina.builtin.selection": "lamina.plugins.selection.plugin",
     "lamina.builtin.kernel_passes": "lamina.plugins.kernel_passes.plugin",
     "lamina.builtin.backends.reference": "lamina.backends.reference.plugin",

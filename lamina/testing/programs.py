@@ -79,6 +79,12 @@ def transposed_elementwise(w: GraphWriter):
     return w.call("aten.mul.Tensor", w.call("aten.transpose.int", x, 0, 1), y)
 
 
+def transposed_copy(w: GraphWriter):
+    """``2 * x.transpose(1, 2)``: a copy that reads its input across the rows it writes, of ragged sizes."""
+    (x,) = _inputs(w, (2, 37, 45))
+    return w.call("aten.mul.Tensor", w.call("aten.transpose.int", x, 1, 2), 2.0)
+
+
 PROGRAMS: dict[str, Program] = {
     "matmul": matmul,
     "ragged_matmul": ragged_matmul,
@@ -90,6 +96,7 @@ PROGRAMS: dict[str, Program] = {
     "attention_scores": attention_scores,
     "elementwise": elementwise,
     "transposed_elementwise": transposed_elementwise,
+    "transposed_copy": transposed_copy,
 }
 """Every representative program, by the name that test ids use."""
 

@@ -362,9 +362,10 @@ def test_estimate_is_the_bytes_moved_over_the_bandwidth_plus_a_launch():
     moved = 3 * 2048 * 18944 * 2
     expected = moved / (SM_90.memory_bytes_per_us * VECTOR_EFFICIENCY) + SM_90.launch_us
     assert SCHEDULE.estimate_cost(kernel, SM_90) == pytest.approx(expected)
-    transposed = transpose((7, 100)).kernel
+    transposed = transpose((7, 100)).kernel  # x read across its rows: a 32-byte sector per 4-byte element
     assert SCHEDULE.estimate_cost(transposed, SM_90) == pytest.approx(
-        2 * 700 * 4 / (SM_90.memory_bytes_per_us * SCALAR_EFFICIENCY) + SM_90.launch_us)
+        700 * 4 / (SM_90.memory_bytes_per_us * SCALAR_EFFICIENCY) + 700 * 32 / SM_90.memory_bytes_per_us
+        + SM_90.launch_us)
 
 
 def test_a_kernel_with_no_elements_launches_one_idle_block():
