@@ -88,20 +88,26 @@ def _moves_along_one_axis(c: Contraction, operand: Operand) -> bool:
 
 def _with_copy(program: loop_ir.Program, position: int, c: Contraction, operand: Operand) -> loop_ir.Program:
     """The program with a kernel before the contraction at ``position`` that copies ``operand``
-    over (its batch variables, its side's variable, the reduction variable), and the contraction
-    reading the copy there."""
-    used = set().union(*(ex.free_vars(i) for i in operand.load.index))
+    over (its batch axes, its side's variable, the reduction variable), and the contraction
+    reading the copy there. A batch variable that the operand reads only through ``h // g``
+    (grouped-query attention's key-value head) is copied over that head, once per group, not
+    once per query head."""
+    groups = _groups(c, operand.load)
+    load = ex.transform(operand.load, lambda n: ex.Var(groups[n][0]) if n in groups else None)
+    used = set().union(*(ex.free_vars(i) for i in load.index))
     side = c.m if operand.side == "m" else c.n
-    axes = [v for v in c.batch if v in used] + [side, c.reduce_var]
+    extents = {**c.extents, **{var: extent for var, extent in groups.values()}}
+    axes = [v for v in [*c.batch, *(var for var, _ in groups.values())] if v in used] + [side, c.reduce_var]
+    reads_at = {var: term for term, (var, _) in groups.items()}
     buffers = analysis.buffers(program)
     name = fresh_name(f"{operand.load.buffer}_k_major", set(buffers) | {k.name for k in program.kernels})
-    buffer = loop_ir.Buffer(name, TensorType(tuple(c.extents[v] for v in axes), operand.load.dtype))
+    buffer = loop_ir.Buffer(name, TensorType(tuple(extents[v] for v in axes), operand.load.dtype))
     source = buffers[operand.load.buffer]
-    body: tuple = (loop_ir.Store(name, tuple(ex.Var(v) for v in axes), operand.load),)
+    body: tuple = (loop_ir.Store(name, tuple(ex.Var(v) for v in axes), load),)
     for v in reversed(axes):
-        body = (loop_ir.Loop(v, c.extents[v], "parallel", body),)
+        body = (loop_ir.Loop(v, extents[v], "parallel", body),)
     copy = loop_ir.Kernel(name, (source,), (buffer,), body)
-    read = loop_ir.Load(name, tuple(ex.Var(v) for v in axes), operand.load.dtype)
+    read = loop_ir.Load(name, tuple(reads_at.get(v, ex.Var(v)) for v in axes), operand.load.dtype)
     known = {**buffers, name: buffer}
     contraction = program.kernels[position]
     body = loop_ir.map_expressions(contraction.body,
@@ -110,6 +116,21 @@ def _with_copy(program: loop_ir.Program, position: int, c: Contraction, operand:
     kernels = list(program.kernels)
     kernels[position:position + 1] = [copy, rewritten]
     return attrs.evolve(program, temporaries=program.temporaries + (buffer,), kernels=tuple(kernels))
+
+
+def _groups(c: Contraction, load: loop_ir.Load) -> dict[ex.Expr, tuple[str, int]]:
+    """Each ``v // g`` of a batch variable in ``load``'s index, with a fresh variable that runs
+    over its values and their count."""
+    taken = set(c.extents) | {v for i in load.index for v in ex.free_vars(i)}
+    found: dict[ex.Expr, tuple[str, int]] = {}
+    for node in (n for i in load.index for n in ex.walk(i)):
+        if isinstance(node, ex.Op) and node.op == "floordiv" and isinstance(node.args[0], ex.Var) \
+                and node.args[0].name in c.batch and isinstance(node.args[1], ex.Const) and node.args[1].value > 0 \
+                and node not in found:
+            var = fresh_name(f"{node.args[0].name}_group", taken)
+            taken.add(var)
+            found[node] = (var, -(-c.extents[node.args[0].name] // node.args[1].value))
+    return found
 
 
 def _reads_k_major(kernel: loop_ir.Kernel) -> bool:
