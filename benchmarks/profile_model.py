@@ -9,7 +9,8 @@ of its layers (``--size small`` for the scaled-down one), compiles it as its use
 twice, then profiles ``--passes`` forward passes with torch.profiler and sums each GPU kernel's
 time per pass by the kernel's name. A lamina kernel is named after what it computes
 (``linear_sum``), and the kernels of a model's layers that compile to the same code share the
-first one's name, so a line adds up those layers' launches. torch.compile's default backend is
+first one's name, so a line adds up those layers' launches (kernels of other code under the same
+name are numbered: ``mul``, ``mul_2``). torch.compile's default backend is
 profiled beside it (``--no-inductor`` leaves it out).
 """
 

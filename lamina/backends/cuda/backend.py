@@ -36,7 +36,9 @@ def anonymous_kernel(kernel: kernel_ir.Kernel, name: str = "lamina_kernel") -> k
 def shared_name(kernel: kernel_ir.Kernel) -> str:
     """The ``__global__`` name of ``kernel`` and the kernels equal to it: its own without the
     numbers that tell a model's layers apart (``linear_5_sum``: ``linear_sum``), so that a
-    profiler's line names what the kernel computes and a repeated layer's kernels add up on one."""
+    profiler's line names what the kernel computes and a repeated layer's kernels add up on one.
+    A kernel of other code under the same name gets a number again, in order of first appearance
+    (``mul``, ``mul_2``: a layer's norm and its silu * up), so that no line adds up two codes."""
     return re.sub(r"_\d+(?=_|$)", "", kernel.name) or kernel.name
 
 
@@ -109,10 +111,13 @@ class CudaBackend:
         symbol_of: dict[str, str] = {}
         source_of: dict[str, str] = {}
         emitted: dict[kernel_ir.Kernel, str] = {}  # a model's layers repeat kernels: each is printed once
+        distinct: dict[str, int] = {}  # kernels of different code under one shared name so far
         for kernel in program.kernels:
             anonymous = anonymous_kernel(kernel)
             if anonymous not in emitted:
-                named = anonymous_kernel(kernel, shared_name(kernel))
+                base = shared_name(kernel)
+                distinct[base] = distinct.get(base, 0) + 1
+                named = anonymous_kernel(kernel, base if distinct[base] == 1 else f"{base}_{distinct[base]}")
                 emitted[anonymous] = emit_cuda(named)
                 symbol_of[emitted[anonymous]] = kernel_symbol(named)
             source = source_of[kernel.name] = emitted[anonymous]

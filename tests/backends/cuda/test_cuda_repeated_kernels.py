@@ -35,6 +35,17 @@ def test_a_shared_kernel_is_named_for_a_profiler_after_what_it_computes():
     assert shared_name(attrs.evolve(program.kernels[0], name="_to_copy_8")) == "_to_copy"
 
 
+def test_kernels_of_different_code_under_one_name_are_told_apart(tmp_path):
+    def different_layers(x, w1, y, w2):
+        return torch.relu(x @ w1), torch.relu(y @ w2 + 1)
+
+    inputs = tuple(torch.randn(32, 32) for _ in range(4))
+    program = lamina.compile(different_layers, inputs).compilation.kernels
+    assert [shared_name(k) for k in program.kernels] == ["relu", "relu"]
+    compiled = CudaBackend(cache_dir=tmp_path).compile(program, "sm_90")
+    assert [compiled[k.name].name for k in program.kernels] == ["relu", "relu_2"]
+
+
 def test_a_compile_error_names_the_real_kernel(tmp_path):
     inputs = tuple(torch.randn(8, 8) for _ in range(4))
     program = lamina.compile(two_layers, inputs).compilation.kernels
