@@ -30,6 +30,7 @@ from lamina.plugins.schedules.contraction.recognise import Contraction, NotACont
 from lamina.plugins.schedules.contraction.wgmma_tma import operands
 from lamina.plugins.schedules.contraction.wgmma_tma.setting import ARCH, operands_problem
 
+
 class StoreTmaOperandsKMajor:
     name = "store_tma_operands_k_major"
     priority = 7
@@ -39,30 +40,49 @@ class StoreTmaOperandsKMajor:
     def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
         if target.compute_capability != ARCH:
             return None
+        buffers = analysis.buffers(program)
+        taken = set(buffers) | {k.name for k in program.kernels}
         for position, kernel in enumerate(program.kernels):
             try:
                 c = analyse(kernel)
             except NotAContraction:
                 continue
-            operand = _to_copy(c)
-            if operand is None:
+            copied = _copied(c, taken)
+            if copied is None:
                 continue
-            copied = _with_copy(program, position, c, operand)
-            if not copies_along_its_rows(analysis.pointwise(copied.kernels[position])) \
-                    and _reads_k_major(copied.kernels[position + 1]):
-                return copied
+            copy, rewritten = copied
+            (buffer,) = copy.outputs
+            kernels = list(program.kernels)
+            kernels[position:position + 1] = [copy, analysis.with_exact_inputs(rewritten, {**buffers, buffer.name: buffer})]
+            return attrs.evolve(program, temporaries=program.temporaries + (buffer,), kernels=tuple(kernels))
         return None
 
 
 def tma_reads_with_a_copy(c: Contraction, target: Target) -> bool:
     """Whether the TMA GEMM can take the contraction on ``target``, its operands as they lie or one
     of them copied K-major by this rule."""
-    return target.compute_capability == ARCH and (_reads_both(c) or _to_copy(c) is not None)
+    if target.compute_capability != ARCH:
+        return False
+    return _reads_both(c) or _copied(c, {b.name for b in c.kernel.inputs + c.kernel.outputs}) is not None
+
+
+def _copied(c: Contraction, taken: set[str]) -> tuple[loop_ir.Kernel, loop_ir.Kernel] | None:
+    """The kernel that copies the contraction's one unreadable operand K-major (its buffer named
+    apart from ``taken``), and the contraction reading the copy; None where there is no such
+    operand, the copy would run along its rows as they lie (``inline_pointwise_producers`` would
+    inline it again), or the TMA still could not read the copy."""
+    operand = _to_copy(c)
+    if operand is None:
+        return None
+    copy, rewritten = _with_copy(c, operand, taken)
+    if copies_along_its_rows(analysis.pointwise(copy)) or not _reads_k_major(rewritten):
+        return None
+    return copy, rewritten
 
 
 def _to_copy(c: Contraction) -> Operand | None:
     """The one operand of two 16-bit ones that the TMA cannot read as it lies and a K-major copy
-    lets it read, or None."""
+    may let it read, or None."""
     factors = operands.factors(c)
     if factors is None:
         return None
@@ -86,12 +106,11 @@ def _moves_along_one_axis(c: Contraction, operand: Operand) -> bool:
     return isinstance(step, ex.Const) and step.value == 1
 
 
-def _with_copy(program: loop_ir.Program, position: int, c: Contraction, operand: Operand) -> loop_ir.Program:
-    """The program with a kernel before the contraction at ``position`` that copies ``operand``
-    over (its batch axes, its side's variable, the reduction variable), and the contraction
-    reading the copy there. A batch variable that the operand reads only through ``h // g``
-    (grouped-query attention's key-value head) is copied over that head, once per group, not
-    once per query head."""
+def _with_copy(c: Contraction, operand: Operand, taken: set[str]) -> tuple[loop_ir.Kernel, loop_ir.Kernel]:
+    """A kernel that copies ``operand`` over (its batch axes, its side's variable, the reduction
+    variable) into a buffer named apart from ``taken``, and the contraction reading the copy. A
+    batch variable that the operand reads only through ``h // g`` (grouped-query attention's
+    key-value head) is copied over that head, once per group, not once per query head."""
     groups = _groups(c, operand.load)
     load = ex.transform(operand.load, lambda n: ex.Var(groups[n][0]) if n in groups else None)
     used = set().union(*(ex.free_vars(i) for i in load.index))
@@ -99,23 +118,17 @@ def _with_copy(program: loop_ir.Program, position: int, c: Contraction, operand:
     extents = {**c.extents, **{var: extent for var, extent in groups.values()}}
     axes = [v for v in [*c.batch, *(var for var, _ in groups.values())] if v in used] + [side, c.reduce_var]
     reads_at = {var: term for term, (var, _) in groups.items()}
-    buffers = analysis.buffers(program)
-    name = fresh_name(f"{operand.load.buffer}_k_major", set(buffers) | {k.name for k in program.kernels})
+    name = fresh_name(f"{operand.load.buffer}_k_major", taken)
     buffer = loop_ir.Buffer(name, TensorType(tuple(extents[v] for v in axes), operand.load.dtype))
-    source = buffers[operand.load.buffer]
     body: tuple = (loop_ir.Store(name, tuple(ex.Var(v) for v in axes), load),)
     for v in reversed(axes):
         body = (loop_ir.Loop(v, extents[v], "parallel", body),)
-    copy = loop_ir.Kernel(name, (source,), (buffer,), body)
+    copy = loop_ir.Kernel(name, (c.kernel.buffer(operand.load.buffer),), (buffer,), body)
     read = loop_ir.Load(name, tuple(reads_at.get(v, ex.Var(v)) for v in axes), operand.load.dtype)
-    known = {**buffers, name: buffer}
-    contraction = program.kernels[position]
-    body = loop_ir.map_expressions(contraction.body,
+    known = {**{b.name: b for b in c.kernel.inputs + c.kernel.outputs}, name: buffer}
+    body = loop_ir.map_expressions(c.kernel.body,
                                    lambda e: ex.transform(e, lambda n: read if n == operand.load else None))
-    rewritten = analysis.with_exact_inputs(attrs.evolve(contraction, body=body), known)
-    kernels = list(program.kernels)
-    kernels[position:position + 1] = [copy, rewritten]
-    return attrs.evolve(program, temporaries=program.temporaries + (buffer,), kernels=tuple(kernels))
+    return copy, analysis.with_exact_inputs(attrs.evolve(c.kernel, body=body), known)
 
 
 def _groups(c: Contraction, load: loop_ir.Load) -> dict[ex.Expr, tuple[str, int]]:
