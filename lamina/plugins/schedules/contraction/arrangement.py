@@ -132,12 +132,14 @@ def block_order(c: Contraction, choices: Choices, resident_per_sm: int, target: 
     return ("block_order", order)
 
 
-def grouped_blocks(row: Var, column: Var, columns: int, rows: int, grouped_rows: int) -> list:
+def grouped_blocks(row: Var, column: Var, columns: int, rows: int, grouped_rows: int, flat=None) -> list:
     """Kernel IR declaring the block's ``row`` and ``column`` in a grid of ``columns`` x ``rows``
     blocks: CUDA's order renumbered to run down groups of ``grouped_rows`` grid rows, column by
-    column (the last group holds the rows that are left)."""
+    column (the last group holds the rows that are left). ``flat`` is the block's place in CUDA's
+    order (by default its own; a persistent block passes the tile it is at)."""
     group = min(grouped_rows, rows)
-    flat = kernel_ir.block_idx("y") * columns + kernel_ir.block_idx("x")
+    if flat is None:
+        flat = kernel_ir.block_idx("y") * columns + kernel_ir.block_idx("x")
     per_group = group * columns
     first = flat // per_group * group
     height = ex.const(group) if rows % group == 0 else ex.op("min", rows - first, group)

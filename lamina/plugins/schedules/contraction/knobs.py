@@ -13,7 +13,7 @@ KNOB_NAMES = (
     "block_m", "block_n", "block_k", "thread_m", "thread_n", "in_block_k_splits", "buffers", "padding",
     "fragment_width", "warp_columns", "grouped_rows", "copy_steps", "products",
 )
-PIPELINE_KNOB_NAMES = ("stages", "consumer_warpgroups")
+PIPELINE_KNOB_NAMES = ("stages", "consumer_warpgroups", "tile_scheduler")
 """Knobs of ``products = wgmma_tma`` alone (the contraction schedule's, not the schedules built on
 its block)."""
 PRODUCTS = FMA, MMA_SYNC, WGMMA, WGMMA_TMA = ("fma", "mma_sync", "wgmma", "wgmma_tma")
@@ -23,6 +23,10 @@ Hopper's warpgroup ``wgmma``, on the tensor cores each float32 operand as two tf
 as they are by ``wgmma`` (``wgmma_tma``)."""
 MIN_STAGES, MAX_STAGES = 2, 5
 CONSUMER_WARPGROUPS = (1, 2)
+TILE_SCHEDULERS = GRID, PERSISTENT = ("grid", "persistent")
+"""How the Hopper GEMM's blocks meet the output tiles: a block per tile (``grid``), or a block per
+SM that walks its share of the tiles, its producer copying the next tile's k-tiles while its
+consumers store the last (``persistent``)."""
 FIELDS = {"in_block_k_splits": "splits"}
 """The ``Choices`` field of each knob whose name differs from it."""
 KNOBS = {field: knob for knob, field in FIELDS.items()}
@@ -64,8 +68,9 @@ class Choices:
     two tf32 pieces, with warp-wide ``mma.sync`` (``mma_sync``) or with Hopper's warpgroup
     ``wgmma`` (``wgmma``), instead of with FMAs on the CUDA cores (``fma``). ``splits`` is
     the knob ``in_block_k_splits``. With ``products = wgmma_tma`` (16-bit operands), ``stages``
-    k-tiles are in the TMA's ring at once and ``consumer_warpgroups`` warpgroups run the wgmma
-    (``wgmma_tma``); the other settings leave both None.
+    k-tiles are in the TMA's ring at once, ``consumer_warpgroups`` warpgroups run the wgmma and
+    ``tile_scheduler`` (``TILE_SCHEDULERS``) gives the blocks their tiles (``wgmma_tma``); the
+    other settings leave the three None.
     """
 
     block_m: int
@@ -83,6 +88,7 @@ class Choices:
     products: str = FMA
     stages: int | None = None
     consumer_warpgroups: int | None = None
+    tile_scheduler: str | None = None
 
     @property
     def threads_m(self) -> int:
@@ -99,8 +105,9 @@ class Choices:
     def summary(self) -> str:
         if self.products == WGMMA_TMA:
             groups = self.consumer_warpgroups
+            walk = ", persistent blocks" if self.tile_scheduler == PERSISTENT else ""
             return (f"block {self.block_m}x{self.block_n}x{self.block_k}, {self.stages} stages, {groups} consumer "
-                    f"warpgroup{'s' if groups > 1 else ''}, on tensor cores through TMA and wgmma")
+                    f"warpgroup{'s' if groups > 1 else ''}{walk}, on tensor cores through TMA and wgmma")
         text = (
             f"block {self.block_m}x{self.block_n}x{self.block_k}, thread {self.thread_m}x{self.thread_n}, "
             f"in-block k-splits {self.splits}, buffers {self.buffers}, fragment width {self.fragment_width}"
@@ -131,6 +138,14 @@ def read_pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
                     "pieces) or wgmma_tma (bf16 or fp16 operands copied by the TMA, on Hopper's wgmma)"
                 )
             pinned["products"] = value
+            continue
+        if key == "tile_scheduler":
+            if value not in TILE_SCHEDULERS:
+                raise ScheduleError(
+                    f"{where}: knob tile_scheduler = {value!r} must be grid (a block per output tile) or persistent "
+                    "(a block per SM, walking its share of the tiles)"
+                )
+            pinned["tile_scheduler"] = value
             continue
         if isinstance(value, bool) or not isinstance(value, int):
             raise ScheduleError(f"{where}: knob {key} must be an integer, not {value!r}")

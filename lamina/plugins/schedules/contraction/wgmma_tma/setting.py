@@ -27,8 +27,11 @@ from lamina.core.ir import kernel_ir, loop_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction.knobs import (
     CONSUMER_WARPGROUPS,
+    GRID,
     MAX_STAGES,
     MIN_STAGES,
+    PERSISTENT,
+    TILE_SCHEDULERS,
     WGMMA_TMA,
     Choices,
     pins_text,
@@ -59,7 +62,10 @@ FIXED_BY_TMA = ("block_k", "thread_m", "thread_n", "splits", "padding", "fragmen
 ``warp_columns`` None: the warps are the wgmma's): pinning one without ``products`` keeps to the
 others. ``grouped_rows``, the order of the blocks, it shares with them
 (``arrangement.grouped``)."""
-TMA_ONLY = ("stages", "consumer_warpgroups")
+TMA_ONLY = ("stages", "consumer_warpgroups", "tile_scheduler")
+UNPINNED_SCHEDULERS = (GRID,)
+"""The tile schedulers the cost model weighs: persistent blocks run only where pinned until they are
+timed against the grid on the suite's linears."""
 MIN_UNPINNED_ROWS = kernel_ir.WGMMA_M
 """Products of fewer rows (decoding's M = 1, and skinny ones up to 63) are offered this setting only
 where it is pinned: a wgmma computes 64 rows whatever M is, so such a product is all copying of
@@ -73,11 +79,12 @@ def uses(choices: Choices) -> bool:
     return choices.products == WGMMA_TMA
 
 
-def choices_for(block_m: int, block_n: int, stages: int, groups: int) -> Choices:
-    """The setting of a block of ``block_m`` x ``block_n`` with ``stages`` and ``groups`` consumer warpgroups."""
+def choices_for(block_m: int, block_n: int, stages: int, groups: int, scheduler: str = GRID) -> Choices:
+    """The setting of a block of ``block_m`` x ``block_n`` with ``stages`` and ``groups`` consumer warpgroups,
+    given its tiles by ``scheduler``."""
     thread_m = max(1, block_m // (kernel_ir.WARP_SIZE * groups))
     return Choices(block_m, block_n, BLOCK_K, thread_m, block_n // 4, 1, 1, 0, 1, None, None, 0, WGMMA_TMA,
-                   stages, groups)
+                   stages, groups, scheduler)
 
 
 def settings(c: Contraction, pinned: dict, target: Target):
@@ -96,10 +103,11 @@ def settings(c: Contraction, pinned: dict, target: Target):
     def values(key, default):
         return [pinned[key]] if key in pinned else default
 
-    for block_m, block_n, stages, groups in itertools.product(
+    for block_m, block_n, stages, groups, scheduler in itertools.product(
             values("block_m", BLOCK_MS), values("block_n", BLOCK_NS),
-            values("stages", range(MIN_STAGES, MAX_STAGES + 1)), values("consumer_warpgroups", CONSUMER_WARPGROUPS)):
-        yield attrs.evolve(choices_for(block_m, block_n, stages, groups), **pinned)
+            values("stages", range(MIN_STAGES, MAX_STAGES + 1)), values("consumer_warpgroups", CONSUMER_WARPGROUPS),
+            values("tile_scheduler", UNPINNED_SCHEDULERS)):
+        yield attrs.evolve(choices_for(block_m, block_n, stages, groups, scheduler), **pinned)
 
 
 def accumulators(choices: Choices) -> int:
@@ -176,6 +184,11 @@ def problem(c: Contraction, choices: Choices, target: Target) -> str | None:
         return f"products = wgmma_tma takes {MIN_STAGES} to {MAX_STAGES} stages"
     if choices.consumer_warpgroups not in CONSUMER_WARPGROUPS:
         return "products = wgmma_tma takes 1 or 2 consumer warpgroups"
+    if choices.tile_scheduler not in TILE_SCHEDULERS:
+        return f"products = wgmma_tma takes tile_scheduler = {' or '.join(TILE_SCHEDULERS)}"
+    if choices.tile_scheduler == PERSISTENT and c.slice_bound is not None:
+        return ("tile_scheduler = persistent walks tiles of the whole reduction; this kernel sums a split-K slice "
+                "(pin split_k = 1, or the grid)")
     if choices.block_m % (kernel_ir.WGMMA_M * choices.consumer_warpgroups):
         return (f"{choices.consumer_warpgroups} consumer warpgroups of 64-row wgmma do not share "
                 f"{choices.block_m} rows")

@@ -5,19 +5,22 @@ The bindings say what each consumer thread owns, as the wgmma's accumulators lie
 32 threads per consumer warpgroup, each with ``block_m / (32 groups)`` rows. Both operands
 are staged K-major, ``block x 64`` k-tiles in ``stages`` buffers, copied by the TMA in the
 128-byte swizzle. ``TmaGemmSettings`` adds the producer warpgroup to the block's threads, the
-mbarriers to its shared memory, and prints the pipeline.
+mbarriers to its shared memory, and prints the pipeline and, with ``tile_scheduler = persistent``,
+how many blocks walk the tiles.
 """
 
 from __future__ import annotations
+
+import math
 
 import attrs
 
 from lamina.core.ir import kernel_ir, tile_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction.knobs import Choices
+from lamina.plugins.schedules.contraction.knobs import GRID, PERSISTENT, Choices
 from lamina.plugins.schedules.contraction.recognise import Contraction
 from lamina.plugins.schedules.contraction.settings import ContractionSettings
-from lamina.plugins.schedules.contraction.wgmma_tma import operands, setting
+from lamina.plugins.schedules.contraction.wgmma_tma import cost, operands, setting
 
 PRODUCTS = "wgmma 16-bit tma"
 """The ``ContractionSettings.products`` of this setting."""
@@ -34,6 +37,9 @@ class TmaGemmSettings(ContractionSettings):
     mbarrier guarding each stage."""
 
     consumer_warpgroups: int = 1
+    tile_scheduler: str = GRID
+    persistent_blocks: int = 0
+    """With ``tile_scheduler = persistent``, the blocks launched: each walks every this-many-th output tile."""
 
     def extra_threads(self, tk: tile_ir.TileKernel) -> int:
         return setting.PRODUCER_THREADS
@@ -49,6 +55,11 @@ class TmaGemmSettings(ContractionSettings):
                   else "1 consumer warpgroup")
         order = ([f"  blocks run down groups of {self.grouped_rows} grid rows, column by column"]
                  if self.grouped_rows > 1 else [])
+        if self.tile_scheduler == PERSISTENT:
+            tiles = persistent_tiles(tk)
+            order.append(f"  persistent: {self.persistent_blocks} blocks walk the {tiles} tiles, block b taking tiles "
+                         f"b, b + {self.persistent_blocks}, ...; the producer copies a tile's first k-tiles while the "
+                         "consumers store the tile before")
         return order + [
             f"  copies: one thread of a producer warpgroup issues each stage's TMA loads (zero-filled past the edges), "
             f"in a ring of {_stages(tk)} stages, each guarded by a full and an empty mbarrier",
@@ -77,6 +88,18 @@ class TmaGemmSettings(ContractionSettings):
 
 def _stages(tk: tile_ir.TileKernel) -> int:
     return tk.stages[0].buffers if tk.stages else 0
+
+
+def persistent_tiles(tk: tile_ir.TileKernel) -> int:
+    """The output tiles of the whole grid, the batch's included."""
+    return math.prod(tk.grid_shape().values())
+
+
+def persistent_blocks(c: Contraction, choices: Choices, target: Target) -> int:
+    """As many blocks as the SMs hold at once (``cost.resident``), or one per tile where there are fewer."""
+    tiles = (math.ceil(c.extents[c.m] / choices.block_m) * math.ceil(c.extents[c.n] / choices.block_n)
+             * math.prod(c.extents[v] for v in c.batch))
+    return min(tiles, cost.resident(c, choices, target) * target.sm_count)
 
 
 def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tuple[str, object]],
@@ -109,7 +132,9 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
     tile = tile_ir.TileKernel(
         kernel=c.kernel, schedule=schedule, grid=grid, reduction=reduction, stages=tuple(stages), knobs=recorded,
         settings=TmaGemmSettings(grouped_rows=choices.grouped_rows or 1, products=PRODUCTS,
-                                 consumer_warpgroups=groups),
+                                 consumer_warpgroups=groups, tile_scheduler=choices.tile_scheduler or GRID,
+                                 persistent_blocks=(persistent_blocks(c, choices, target)
+                                                    if choices.tile_scheduler == PERSISTENT else 0)),
     )
     tile_ir.verify_tile_kernel(tile, target.max_threads_per_block, target.max_shared_bytes_optin)
     return tile

@@ -16,6 +16,12 @@ this k-tile's group is still running and so release the stage of the k-tile befo
 wgmma are done: the tensor cores always have the next k-tile's wgmma queued while a stage is
 refilled. After the last k-tile they wait for every wgmma and run the epilogue
 (``epilogue.TmaGemmEpilogue``).
+
+With ``tile_scheduler = persistent`` the grid is as many blocks as the SMs hold, and both roles
+walk the block's tiles, ``blockIdx.x``, then every ``gridDim.x``-th: the ring's k-tiles are
+counted across the tiles, so that the producer goes on to the next tile's first k-tiles as soon
+as the consumers release the stages of the last, while they still run its epilogue; the
+consumers release the last k-tile's stage once its wgmma are done.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from lamina.core.ir import dtypes, expr as ex, kernel_ir, loop_ir, tile_ir
 from lamina.core.ir.expr import Expr
 from lamina.plugins.schedules import loop_to_kernel
 from lamina.plugins.schedules.contraction import arrangement
+from lamina.plugins.schedules.contraction.knobs import PERSISTENT
 from lamina.plugins.schedules.contraction.layout import KernelNames, batch_coordinates, dynamic_shared_bytes
 from lamina.plugins.schedules.contraction.recognise import Contraction
 from lamina.plugins.schedules.contraction.wgmma_tma import operands, setting
@@ -56,7 +63,10 @@ class TmaGemmWriter:
         self.tid, self.kt, self.stage, self.round, self.warpgroup, self.batch = (
             ex.Var(names.fresh(n)) for n in ("tid", "kt", "stage", "round", "warpgroup", "batch"))
         self.grouped_rows = settings.grouped_rows
-        if self.grouped_rows > 1:
+        self.persistent = settings.tile_scheduler == PERSISTENT
+        self.blocks = settings.persistent_blocks
+        self.walk, self.tile_index, self.count = (ex.Var(names.fresh(n)) for n in ("walk", "tile", "count"))
+        if self.grouped_rows > 1 or self.persistent:
             self.block_row, self.block_col = ex.Var(names.fresh("block_row")), ex.Var(names.fresh("block_col"))
         else:
             self.block_row, self.block_col = kernel_ir.block_idx("y"), kernel_ir.block_idx("x")
@@ -73,9 +83,15 @@ class TmaGemmWriter:
 
     # --- the two roles -----------------------------------------------------------
 
+    def _k_tiles_before(self) -> Expr:
+        """The ring's k-tiles this thread has passed before k-tile ``kt`` of its tile: those of its
+        earlier tiles, with persistent blocks."""
+        return self.walk * self.k_tiles + self.kt if self.persistent else self.kt
+
     def _stage_of_k_tile(self) -> list[kernel_ir.Stmt]:
-        return [kernel_ir.Declare(self.stage.name, self.stage.dtype, self.kt % self.stages),
-                kernel_ir.Declare(self.round.name, self.round.dtype, self.kt // self.stages)]
+        count = self._k_tiles_before()
+        return [kernel_ir.Declare(self.stage.name, self.stage.dtype, count % self.stages),
+                kernel_ir.Declare(self.round.name, self.round.dtype, count // self.stages)]
 
     def _box_rows(self, side: str) -> Expr:
         """The tensor map's row of the block's first row of the operand on ``side``."""
@@ -110,7 +126,33 @@ class TmaGemmWriter:
                 kernel_ir.MbarrierWait(self.empty, at_stage, (self.round + 1) % 2),
                 kernel_ir.MbarrierArrive(self.full, at_stage, box_bytes),
                 *loads]
-        return [self._k_tile_loop(body)]
+        return self._each_tile([self._k_tile_loop(body)])
+
+    def _each_tile(self, body: list[kernel_ir.Stmt]) -> list[kernel_ir.Stmt]:
+        """``body`` for the block's tile, or with persistent blocks for each of its tiles, its
+        coordinates declared first (every block walks as many steps; a step past the last tile does
+        nothing)."""
+        if not self.persistent:
+            return body
+        tiles = math.prod(self.tile.grid_shape().values())
+        steps = math.ceil(tiles / self.blocks)
+        tile = self.walk * self.blocks + kernel_ir.block_idx("x")
+        return [kernel_ir.For(self.walk.name, ex.const(0), ex.const(steps), 1, [
+            kernel_ir.Declare(self.tile_index.name, self.tile_index.dtype, tile),
+            kernel_ir.If(ex.op("lt", self.tile_index, tiles), [*self._coordinates(self.tile_index), *body])])]
+
+    def _coordinates(self, tile: Expr) -> list[kernel_ir.Stmt]:
+        """The block row, block column and batch of the grid's ``tile``-th block in CUDA's order (x
+        fastest), renumbered as ``grouped_rows`` asks."""
+        grid = self.tile.grid_shape()
+        per_batch = grid["x"] * grid["y"]
+        flat = tile % per_batch if grid["z"] > 1 else tile
+        out = [kernel_ir.Declare(self.batch.name, self.batch.dtype, tile // per_batch)] if self.c.batch else []
+        if self.grouped_rows > 1:
+            return out + arrangement.grouped_blocks(self.block_row, self.block_col, grid["x"], grid["y"],
+                                                    self.grouped_rows, flat)
+        return out + [kernel_ir.Declare(self.block_row.name, self.block_row.dtype, flat // grid["x"]),
+                      kernel_ir.Declare(self.block_col.name, self.block_col.dtype, flat % grid["x"])]
 
     def _k_tile_loop(self, body: list[kernel_ir.Stmt]) -> kernel_ir.For:
         """``body`` for each k-tile of the block: every block loops as long (loop bounds are the same
@@ -140,7 +182,7 @@ class TmaGemmWriter:
         init = ex.cast(self.c.init, self.c.acc_dtype)
         clear = [kernel_ir.Store(self.acc, (ex.const(q), ex.const(p)), init)
                  for q in range(self.slices) for p in range(self.block_n // 2)]
-        before = (self.kt + (self.stages - 1)) % self.stages
+        before = (self._k_tiles_before() + (self.stages - 1)) % self.stages
         body = [*self._stage_of_k_tile(),
                 kernel_ir.MbarrierWait(self.full, (self.stage,), self.round % 2),
                 kernel_ir.WgmmaFence(),
@@ -148,19 +190,20 @@ class TmaGemmWriter:
                 kernel_ir.WgmmaCommit(),
                 kernel_ir.WgmmaWait(1),
                 kernel_ir.If(ex.op("gt", self.kt, 0), [kernel_ir.MbarrierArrive(self.empty, (before,))])]
+        done = [kernel_ir.WgmmaWait(0)]
+        if self.persistent:  # the next tile's k-tiles wait for this stage
+            last = (self.walk * self.k_tiles + (self.k_tiles - 1)) % self.stages
+            done.append(kernel_ir.MbarrierArrive(self.empty, (last,)))
         return [kernel_ir.Declare(self.warpgroup.name, self.warpgroup.dtype, self.tid // kernel_ir.WARPGROUP_SIZE),
-                *clear,
-                self._k_tile_loop(body),
-                kernel_ir.WgmmaWait(0),
-                *self.epilogue.statements()]
+                *self._each_tile([*clear, self._k_tile_loop(body), *done, *self.epilogue.statements()])]
 
     # --- the kernel --------------------------------------------------------------
 
     def body(self) -> list[kernel_ir.Stmt]:
         out: list[kernel_ir.Stmt] = [kernel_ir.Declare(self.tid.name, self.tid.dtype, kernel_ir.thread_idx("x"))]
-        if self.c.batch:
+        if self.c.batch and not self.persistent:
             out.append(kernel_ir.Declare(self.batch.name, self.batch.dtype, kernel_ir.block_idx("z")))
-        if self.grouped_rows > 1:
+        if self.grouped_rows > 1 and not self.persistent:
             grid = self.tile.grid_shape()
             out += arrangement.grouped_blocks(self.block_row, self.block_col, grid["x"], grid["y"], self.grouped_rows)
         out += self._slice_k_tiles()
@@ -197,6 +240,8 @@ class TmaGemmWriter:
     def kernel_ir(self, static_shared_bytes: int) -> kernel_ir.Kernel:
         """The kernel; past ``static_shared_bytes`` its shared arrays come from dynamic shared memory."""
         grid = self.tile.grid_shape()
+        if self.persistent:
+            grid = {"x": self.blocks, "y": 1, "z": 1}
         arrays = self.arrays()
         return kernel_ir.Kernel(
             name=self.kernel.name,
