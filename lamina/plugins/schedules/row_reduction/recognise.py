@@ -16,7 +16,8 @@ The fusion rules write norms, softmax, sums and means as one nest of parallel lo
 
 Every loop over the row has the same extent and reads the row contiguously (the column
 variable has stride 1 in every access that uses it), so that threads striding over the
-row read adjacent elements. Some reduction must read a row of its own for each row of
+row read adjacent elements; only the epilogue may also gather elements of the row at
+columns no affine function of its variable (RoPE's rotated half after a query norm). Some reduction must read a row of its own for each row of
 the nest: matmuls (where rows share operands) are the contraction schedule's.
 """
 
@@ -172,7 +173,8 @@ def _row_accesses(row: RowReduction) -> dict[tuple, int]:
             if isinstance(s, loop_ir.Store):
                 _check_contiguous(row.kernel, s.buffer, s.index, loop.var, "writes")
         for node in _row_loads(loop):
-            _check_contiguous(row.kernel, node.buffer, node.index, loop.var, "reads")
+            if loop.kind == "reduce" or not _gathers(row.kernel, node, loop.var):
+                _check_contiguous(row.kernel, node.buffer, node.index, loop.var, "reads")
             if loop.kind == "reduce" and distinct_rows <= set().union(*map(ex.free_vars, node.index)):
                 owns_a_row = True
             seen[row.key(node, loop.var)] = None
@@ -195,6 +197,14 @@ def _row_loads(loop: loop_ir.Loop) -> Iterator[loop_ir.Load]:
 
 def _uses(idx: tuple, var: str) -> bool:
     return any(var in ex.free_vars(i) for i in idx)
+
+
+def _gathers(kernel: loop_ir.Kernel, load: loop_ir.Load, var: str) -> bool:
+    """Whether ``load`` in the epilogue's loop over ``var`` reads the row at columns that are no
+    affine function of it (RoPE's rotated half, ``x[i % 64 + 64]``): each element is then one
+    load of its own, from L1 where the row was just read, not a stride threads walk together."""
+    offset = index.linearize(load.index, kernel.buffer(load.buffer).type.shape)
+    return index.coefficient(offset, var) is None
 
 
 def _check_contiguous(kernel: loop_ir.Kernel, buffer: str, idx: tuple, var: str, verb: str) -> None:

@@ -22,6 +22,14 @@ def add_rms_norm(x, r, w):
     return h, rms_norm(h, w)
 
 
+def rms_norm_rotated(x, w, cos, sin):
+    """Qwen3's query: a norm over each head's row, then RoPE, whose rotated half gathers the row
+    at other columns."""
+    n = rms_norm(x, w)
+    half = n.shape[-1] // 2
+    return n * cos + torch.cat([-n[..., half:], n[..., :half]], -1) * sin
+
+
 def softmax(x):
     return torch.softmax(x, -1)
 
@@ -63,6 +71,8 @@ PROGRAMS = [
     RowProgram("causal_softmax", causal_softmax, lambda rows, n: ((n, n),)),
     RowProgram("rms_norm_bf16", rms_norm, lambda rows, n: ((rows, n), (n,)), torch.bfloat16),
     RowProgram("softmax_bf16", softmax, lambda rows, n: ((rows, n),), torch.bfloat16),
+    RowProgram("rms_norm_rotated_bf16", rms_norm_rotated, lambda rows, n: ((rows, n), (n,), (rows, n), (rows, n)),
+               torch.bfloat16),
 ]
 BY_ID = {p.id: p for p in PROGRAMS}
 
