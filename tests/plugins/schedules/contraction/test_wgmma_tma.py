@@ -71,6 +71,15 @@ SIMULATED = {
 }
 
 
+def assert_matches_eager_and_float64(case: Case, out: torch.Tensor, inputs: dict) -> None:
+    """``x @ w.T`` equal to eager's and to float64 within 1e-6 of the operands' scale."""
+    x, w = inputs.values()
+    torch.testing.assert_close(out, case.reference(x, w), rtol=1e-4, atol=1e-3)
+    exact = float64_reference(lambda x, w: x @ w.T, (x, w))
+    scale = x.abs().double() @ w.abs().double().T
+    assert ((out.double() - exact).abs() / scale).max() < 1e-6
+
+
 @pytest.mark.parametrize("name", SIMULATED)
 def test_the_kernels_match_eager_and_float64_on_ragged_shapes_without_faults(name):
     case, knobs = SIMULATED[name]
@@ -82,11 +91,7 @@ def test_the_kernels_match_eager_and_float64_on_ragged_shapes_without_faults(nam
     inputs = case.inputs()
     out, report = simulate_case(case, kernel, inputs)
     assert report.faults == []
-    x, w = inputs.values()
-    torch.testing.assert_close(out, case.reference(x, w), rtol=1e-4, atol=1e-3)
-    exact = float64_reference(lambda x, w: x @ w.T, (x, w))
-    scale = x.abs().double() @ w.abs().double().T
-    assert ((out.double() - exact).abs() / scale).max() < 1e-6
+    assert_matches_eager_and_float64(case, out, inputs)
     compiled = compiling.result()
     assert compiled.registers > 0
     assert (compiled.spill_stores, compiled.spill_loads) == (0, 0)

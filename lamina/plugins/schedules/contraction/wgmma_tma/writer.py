@@ -37,7 +37,7 @@ from lamina.plugins.schedules.contraction.layout import KernelNames, batch_coord
 from lamina.plugins.schedules.contraction.recognise import Contraction
 from lamina.plugins.schedules.contraction.wgmma_tma import operands, setting
 from lamina.plugins.schedules.contraction.wgmma_tma.epilogue import TmaGemmEpilogue
-from lamina.plugins.schedules.contraction.wgmma_tma.tiling import TmaGemmSettings
+from lamina.plugins.schedules.contraction.wgmma_tma.tiling import TmaGemmSettings, persistent_tiles
 
 
 class TmaGemmWriter:
@@ -134,7 +134,7 @@ class TmaGemmWriter:
         nothing)."""
         if not self.persistent:
             return body
-        tiles = math.prod(self.tile.grid_shape().values())
+        tiles = persistent_tiles(self.tile)
         steps = math.ceil(tiles / self.blocks)
         tile = self.walk * self.blocks + kernel_ir.block_idx("x")
         return [kernel_ir.For(self.walk.name, ex.const(0), ex.const(steps), 1, [
