@@ -24,9 +24,9 @@ as they are by ``wgmma`` (``wgmma_tma``)."""
 MIN_STAGES, MAX_STAGES = 2, 5
 CONSUMER_WARPGROUPS = (1, 2)
 TILE_SCHEDULERS = GRID, PERSISTENT = ("grid", "persistent")
-"""How the Hopper GEMM's blocks meet the output tiles: a block per tile (``grid``), or a block per
-SM that walks its share of the tiles, its producer copying the next tile's k-tiles while its
-consumers store the last (``persistent``)."""
+"""How the Hopper GEMM's blocks meet the output tiles: a block per tile (``grid``), or as many
+blocks as the SMs hold, each walking its share of the tiles, its producer copying the next tile's
+k-tiles while its consumers store the last (``persistent``)."""
 FIELDS = {"in_block_k_splits": "splits"}
 """The ``Choices`` field of each knob whose name differs from it."""
 KNOBS = {field: knob for knob, field in FIELDS.items()}
@@ -143,7 +143,7 @@ def read_pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
             if value not in TILE_SCHEDULERS:
                 raise ScheduleError(
                     f"{where}: knob tile_scheduler = {value!r} must be grid (a block per output tile) or persistent "
-                    "(a block per SM, walking its share of the tiles)"
+                    "(as many blocks as the SMs hold, each walking its share of the tiles)"
                 )
             pinned["tile_scheduler"] = value
             continue
