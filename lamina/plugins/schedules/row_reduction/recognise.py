@@ -17,8 +17,9 @@ The fusion rules write norms, softmax, sums and means as one nest of parallel lo
 Every loop over the row has the same extent and reads the row contiguously (the column
 variable has stride 1 in every access that uses it), so that threads striding over the
 row read adjacent elements; only the epilogue may also gather elements of the row at
-columns no affine function of its variable (RoPE's rotated half after a query norm). Some reduction must read a row of its own for each row of
-the nest: matmuls (where rows share operands) are the contraction schedule's.
+columns no affine function of its variable (RoPE's rotated half after a query norm). Some
+reduction must read a row of its own for each row of the nest: matmuls (where rows share
+operands) are the contraction schedule's.
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ class TmaGemmWriter:
         self.grouped_rows = settings.grouped_rows
         self.persistent = settings.tile_scheduler == PERSISTENT
         self.blocks = settings.persistent_blocks
-        self.walk, self.tile_index, self.count = (ex.Var(names.fresh(n)) for n in ("walk", "tile", "count"))
+        self.walk, self.tile_index = ex.Var(names.fresh("walk")), ex.Var(names.fresh("tile"))
         if self.grouped_rows > 1 or self.persistent:
             self.block_row, self.block_col = ex.Var(names.fresh("block_row")), ex.Var(names.fresh("block_col"))
         else:
