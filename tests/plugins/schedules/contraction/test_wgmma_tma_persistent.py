@@ -127,13 +127,26 @@ def test_the_consumers_release_the_last_stage_of_each_tile():
 
 @pytest.mark.parametrize("knobs, message", [
     ({**pins(64, 64, 2, 1), "tile_scheduler": "sideways"}, "tile_scheduler = 'sideways' must be grid"),
-    ({**persistent(64, 64, 2, 1), "split_k": 3}, "tile_scheduler = persistent walks tiles of the whole reduction"),
+    ({**persistent(64, 64, 2, 1), "split_k": 3}, "split_k = 3 leaves the partial sums no setting"),
 ])
 def test_what_cannot_run_is_refused_with_the_reason(knobs, message):
-    """Three slices of K = 448 are 192, 192 and 64 deep: the last slice's tiles end sooner."""
+    """Three slices of K = 448 are 192, 192 and 64 deep, the last slice's tiles ending sooner, or 160,
+    160 and 128, not whole k-tiles: persistent blocks can walk neither."""
     x, w = torch.randn(128, 448, dtype=torch.bfloat16), torch.randn(256, 448, dtype=torch.bfloat16)
     with pytest.raises(ScheduleError, match=message):
         lamina.compile(lambda x, w: x @ w.T, (x, w), target="sm_90", knobs={"contraction": knobs})
+
+
+def test_a_pinned_tile_scheduler_reaches_the_split_k_decision():
+    """A skinny product the cost model splits along K: with persistent blocks pinned alone, the
+    split-K rule weighs only slices that persistent blocks can walk (equal ones), instead of
+    choosing slices that the schedule then refuses."""
+    x, w = torch.randn(128, 2048, dtype=torch.bfloat16), torch.randn(2560, 2048, dtype=torch.bfloat16)
+    compiled = lamina.compile(lambda x, w: x @ w.T, (x, w), target="sm_90",
+                              knobs={"contraction": {"tile_scheduler": "persistent"}})
+    products = [t for t in compiled.compilation.tiles if t.schedule == "contraction"]
+    assert len(products) == 1 and products[0].kernel.name.endswith("_partials")
+    assert products[0].settings.tile_scheduler == "persistent"
 
 
 def test_the_cost_model_keeps_the_grid_unless_persistent_blocks_are_pinned():

@@ -33,7 +33,7 @@ import attrs
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import loop_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.contraction.knobs import FORMER_KNOB_NAMES, KNOB_NAMES, KNOBS, read_pinned
+from lamina.plugins.schedules.contraction.knobs import FORMER_KNOB_NAMES, KNOB_NAMES, KNOBS, PIPELINE_KNOB_NAMES, read_pinned
 from lamina.plugins.schedules.contraction.split_k.partial_sums import partial_of, slices_fit, split
 from lamina.plugins.schedules.contraction.recognise import NotAContraction, analyse
 from lamina.plugins.schedules.contraction import schedule as contraction_schedule
@@ -166,7 +166,7 @@ class SplitContractionsAcrossBlocks:
     name = "split_contractions_across_blocks"
     priority = 5
     knob_namespace = "contraction"
-    knob_names = (KNOB, *KNOB_NAMES)
+    knob_names = (KNOB, *KNOB_NAMES, *PIPELINE_KNOB_NAMES)
     former_knob_names = FORMER_KNOB_NAMES
 
     def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
