@@ -132,12 +132,17 @@ def _lower_reduction(o: tensor_ir.Reduction, types, taken: set[str]) -> loop_ir.
         raise LaminaError(f"reduction {o.name} uses {o.op!r}; Loop IR knows {', '.join(tensor_ir.REDUCTIONS)}")
     axes = set(o.axes)
     kept = [d for d in range(len(in_shape)) if d not in axes]
-    reduced = [d for d in range(len(in_shape)) if d in axes]
+    runs = _adjacent_runs(sorted(axes))
     loop_vars = _series("i", len(kept), taken)
-    reduce_vars = _series("r", len(reduced), taken)
+    reduce_vars = _series("r", len(runs), taken)
     (acc,) = _series("acc", 1, taken)
-    var_of = {d: ex.Var(v) for d, v in zip(kept, loop_vars)}
-    var_of.update({d: ex.Var(v) for d, v in zip(reduced, reduce_vars)})
+    var_of: dict[int, Expr] = {d: ex.Var(v) for d, v in zip(kept, loop_vars)}
+    run_extents = [math.prod(in_shape[d] for d in run) for run in runs]
+    for run, v, extent in zip(runs, reduce_vars, run_extents):
+        inner_size = extent
+        for d in run:
+            inner_size //= in_shape[d]
+            var_of[d] = index.simplify((ex.Var(v) // inner_size) % in_shape[d], {v: extent})
 
     source_index = tuple(var_of[d] for d in range(len(in_shape)))
     out_index: list[Expr] = []
@@ -151,8 +156,8 @@ def _lower_reduction(o: tensor_ir.Reduction, types, taken: set[str]) -> loop_ir.
     dtype = o.type.dtype
     loaded = ex.cast(loop_ir.Load(o.input, source_index, types[o.input].dtype), dtype)
     inner: tuple[loop_ir.Stmt, ...] = (loop_ir.Accumulate(acc, o.op, loaded),)
-    for d, v in reversed(tuple(zip(reduced, reduce_vars))):
-        inner = (loop_ir.Loop(v, in_shape[d], "reduce", inner),)
+    for extent, v in reversed(tuple(zip(run_extents, reduce_vars))):
+        inner = (loop_ir.Loop(v, extent, "reduce", inner),)
     identity = ex.Const(_identity(o.op, dtype), dtype)
     body = (
         loop_ir.Init(acc, identity),
@@ -161,6 +166,19 @@ def _lower_reduction(o: tensor_ir.Reduction, types, taken: set[str]) -> loop_ir.
     )
     nest = _parallel_nest(loop_vars, tuple(in_shape[d] for d in kept), body)
     return _kernel(o.name, types, loop_ir.Buffer(o.name, o.type), nest)
+
+
+def _adjacent_runs(axes: list[int]) -> list[list[int]]:
+    """The reduced axes in runs of neighbours: each run is summed by one loop over its elements in
+    row-major order (``mean`` over an image's height and width is one loop of ``h * w``), so that
+    a schedule sees one row per output, as it would after a reshape, not a nest of short loops."""
+    runs: list[list[int]] = []
+    for d in axes:
+        if runs and runs[-1][-1] == d - 1:
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    return runs
 
 
 def _identity(op: str, dtype) -> float | int | bool:

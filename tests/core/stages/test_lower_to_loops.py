@@ -92,6 +92,23 @@ def test_reduction_with_keepdim_stores_at_zero_on_the_reduced_axes():
     )
 
 
+def test_neighbouring_reduced_axes_are_one_loop_in_row_major_order():
+    """``mean`` over an image's height and width: one row of ``h * w`` per channel, as a schedule
+    of rows takes it; axes that are not neighbours keep a loop each."""
+    b = tp.TensorProgramBuilder()
+    x = b.input("x", 2, 3, 5, 7)
+    program = lower_to_loops(b.program(b.reduce(x, (0, 2, 3), "sum")))
+    assert loop_ir.format_kernel(program.kernels[0]) == (
+        "kernel sum(x: f32[2, 3, 5, 7]) -> (sum: f32[3]):\n"
+        "  for i0 in parallel(3):\n"
+        "    acc0: f32 = 0.0\n"
+        "    for r0 in reduce(2):\n"
+        "      for r1 in reduce(35):\n"
+        "        acc0 += x[r0, i0, r1 // 7, r1 % 7]\n"
+        "    sum[i0] = acc0"
+    )
+
+
 def test_full_reduction_has_no_parallel_loop():
     b = tp.TensorProgramBuilder()
     x = b.input("x", 7)

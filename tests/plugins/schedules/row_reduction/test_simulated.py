@@ -11,6 +11,7 @@ import attrs
 import pytest
 import torch
 
+import lamina
 from lamina.backends.reference.simulator import simulate
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.ir import expr as ex, kernel_ir, loop_ir
@@ -128,3 +129,18 @@ def test_the_softmax_multiplies_by_the_reciprocal_of_the_row_sum_computed_once_p
     divisions = [name for name, value in values if value is not None
                  for node in ex.walk(value) if isinstance(node, ex.Op) and node.op == "div"]
     assert divisions == ["acc1_reciprocal"]
+
+
+def test_global_average_pooling_is_one_row_per_channel():
+    """An image's height and width are one row of the reduction (13 x 11 = 143 elements, no multiple
+    of a vector), so global average pooling runs on this schedule, not on the generic one."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 13, 11, dtype=torch.bfloat16)
+
+    def pool(x):
+        return torch.nn.functional.adaptive_avg_pool2d(torch.relu(x), 1)
+
+    compiled = lamina.compile(pool, (x,))
+    assert [t.schedule for t in compiled.compilation.tiles] == ["row_reduction"]
+    reference = float64_reference(pool, (x,))
+    assert relative_error(compiled(x), reference) <= 1.25 * relative_error(pool(x), reference) + 1e-3
