@@ -155,6 +155,8 @@ def _check_identity(a: loop_ir.Accumulate, init: loop_ir.Init | None) -> None:
     if not isinstance(value, ex.Const) or value.dtype == dtypes.bool_:
         raise NotARowReduction(f"accumulator {a.acc} starts from {loop_ir.format_value(value)}, not a constant identity")
     identity = {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf}.get(a.op)
+    if not value.dtype.is_float and a.op in ("max", "min"):  # an integer's extremes: an any() is an int32 max
+        identity = dtypes.integer_range(value.dtype)[0 if a.op == "max" else 1]
     if identity is None or value.value != identity:
         raise NotARowReduction(f"accumulator {a.acc} starts from {value.value}, not the identity of {a.op}")
 
@@ -174,7 +176,7 @@ def _row_accesses(row: RowReduction) -> dict[tuple, int]:
             if isinstance(s, loop_ir.Store):
                 _check_contiguous(row.kernel, s.buffer, s.index, loop.var, "writes")
         for node in _row_loads(loop):
-            if loop.kind == "reduce" or not _gathers(row.kernel, node, loop.var):
+            if not _gathers(row.kernel, node, loop.var):
                 _check_contiguous(row.kernel, node.buffer, node.index, loop.var, "reads")
             if loop.kind == "reduce" and distinct_rows <= set().union(*map(ex.free_vars, node.index)):
                 owns_a_row = True
@@ -201,9 +203,10 @@ def _uses(idx: tuple, var: str) -> bool:
 
 
 def _gathers(kernel: loop_ir.Kernel, load: loop_ir.Load, var: str) -> bool:
-    """Whether ``load`` in the epilogue's loop over ``var`` reads the row at columns that are no
-    affine function of it (RoPE's rotated half, ``x[i % 64 + 64]``): each element is then one
-    load of its own, from L1 where the row was just read, not a stride threads walk together."""
+    """Whether ``load`` in the loop over ``var`` reads at columns that are no affine function of it
+    (RoPE's rotated half, ``x[i % 64 + 64]``; T5's position bias, a table read at a bucket of the
+    distance between query and key): each element is then one load of its own, not a stride
+    threads walk together."""
     offset = index.linearize(load.index, kernel.buffer(load.buffer).type.shape)
     return index.coefficient(offset, var) is None
 

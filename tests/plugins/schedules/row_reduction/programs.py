@@ -34,6 +34,17 @@ def softmax(x):
     return torch.softmax(x, -1)
 
 
+def softmax_with_position_bias(scores, table):
+    """T5's attention, as PyTorch's attention math writes it: a bias read from a small table at a
+    bucket of each key's distance from the query (a gather inside the reductions), and the rows
+    masked whole set to zero, found by an ``any`` over the row (none is masked here)."""
+    n = scores.shape[-1]
+    distance = torch.arange(n)[None, :] - torch.arange(n)[:, None]
+    biased = scores + table[distance.abs().clamp(max=table.shape[0] - 1)]
+    keep = (biased != float("-inf")).any(-1, keepdim=True)
+    return torch.where(keep, torch.softmax(biased, -1), 0.0)
+
+
 def row_sum(x):
     return x.sum(-1)
 
@@ -71,6 +82,7 @@ PROGRAMS = [
     RowProgram("causal_softmax", causal_softmax, lambda rows, n: ((n, n),)),
     RowProgram("rms_norm_bf16", rms_norm, lambda rows, n: ((rows, n), (n,)), torch.bfloat16),
     RowProgram("softmax_bf16", softmax, lambda rows, n: ((rows, n),), torch.bfloat16),
+    RowProgram("softmax_with_position_bias", softmax_with_position_bias, lambda rows, n: ((n, n), (9,))),
     RowProgram("rms_norm_rotated_bf16", rms_norm_rotated, lambda rows, n: ((rows, n), (n,), (rows, n), (rows, n)),
                torch.bfloat16),
 ]
