@@ -322,6 +322,21 @@ def test_a_batched_matmul_in_bf16_matches_eager_on_the_simulator():
     torch.testing.assert_close(out, program(a, b), rtol=1.6e-2, atol=1e-2)
 
 
+def test_operands_widened_and_scaled_by_one_are_read_as_they_lie():
+    """PyTorch's attention math with a scale of 1 (T5's) multiplies each operand, widened to
+    float32, by 1.0: the products are still those of the 16-bit values, so they run on it."""
+    torch.manual_seed(2)
+    q, k = torch.randn(2, 70, 64, dtype=torch.bfloat16), torch.randn(2, 72, 64, dtype=torch.bfloat16)
+
+    def program(q, k):
+        return torch.bmm(q.float() * 1.0, k.float().transpose(-1, -2) * 1.0)
+
+    compiled = lamina.compile(program, (q, k), knobs=SMALL)
+    assert [t.settings.products for t in compiled.compilation.tiles] == [TMA]
+    reference = float64_reference(program, (q, k))
+    assert relative_error(compiled(q, k), reference) <= 1.25 * relative_error(program(q, k), reference) + 1e-6
+
+
 def test_causal_attention_scores_in_bf16_match_eager_on_the_simulator():
     """The scores' product (its reduction, the head dimension, one k-tile) kept apart from the softmax,
     the scale and the causal mask in its epilogue or in the softmax after it."""

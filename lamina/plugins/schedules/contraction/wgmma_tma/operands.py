@@ -65,10 +65,22 @@ class TmaView:
 
 
 def _unwrapped(value: ex.Expr) -> ex.Expr:
-    """A load under a cast to float32, as the load."""
-    if isinstance(value, ex.Op) and value.op == "cast" and value.dtype == dtypes.float32:
-        return value.args[0]
+    """A load under casts to a wider float type and multiplications by exactly 1.0 (PyTorch's
+    attention with a scale of 1, T5's, multiplies each operand by it), as the load: both leave
+    a 16-bit value as it is."""
+    while isinstance(value, ex.Op):
+        if value.op == "cast" and value.dtype.is_float and value.dtype.itemsize > value.args[0].dtype.itemsize \
+                and value.args[0].dtype.is_float:
+            value = value.args[0]
+        elif value.op == "mul" and value.dtype.is_float and any(_is_one(a) for a in value.args):
+            (value,) = [a for a in value.args if not _is_one(a)] or [value.args[0]]
+        else:
+            break
     return value
+
+
+def _is_one(value: ex.Expr) -> bool:
+    return isinstance(value, ex.Const) and value.value == 1.0
 
 
 def factors(c: Contraction) -> tuple[Operand, Operand] | None:
