@@ -17,6 +17,7 @@ from lamina.plugins.schedules.contraction.split_k.fusion_rule import SplitContra
 from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME, grid_fits
 from lamina.plugins.schedules.contraction.split_k.unrolled_reduction import UnrolledReductionSchedule
 from lamina.plugins.schedules.contraction.wgmma_tma.k_major_operands import StoreTmaOperandsKMajor
+from lamina.plugins.schedules.contraction.wgmma_tma.padded_rows import PadTmaOperandRows
 
 
 class ContractionSchedule:
@@ -52,4 +53,5 @@ def lamina_register_schedules(register):
 @hookimpl
 def lamina_register_fusion_rules(register):
     register(SplitContractionsAcrossBlocks())
+    register(PadTmaOperandRows())
     register(StoreTmaOperandsKMajor())

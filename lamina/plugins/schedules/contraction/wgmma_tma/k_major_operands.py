@@ -28,6 +28,7 @@ from lamina.plugins.fusion import analysis
 from lamina.plugins.fusion.inline_pointwise_producers import TMA_MIN_ROWS, copies_along_its_rows
 from lamina.plugins.schedules.contraction.recognise import Contraction, NotAContraction, Operand, analyse
 from lamina.plugins.schedules.contraction.wgmma_tma import operands
+from lamina.plugins.schedules.contraction.wgmma_tma.padded_rows import padded_shape, with_buffer_in_kernel
 from lamina.plugins.schedules.contraction.wgmma_tma.setting import ARCH, operands_problem
 
 
@@ -68,14 +69,20 @@ def tma_reads_with_a_copy(c: Contraction, target: Target) -> bool:
 
 def _copied(c: Contraction, taken: set[str]) -> tuple[loop_ir.Kernel, loop_ir.Kernel] | None:
     """The kernel that copies the contraction's one unreadable operand K-major (its buffer named
-    apart from ``taken``), and the contraction reading the copy; None where there is no such
+    apart from ``taken``, its rows padded to 16 bytes as ``padded_rows`` pads them), and the
+    contraction reading the copy; None where there is no such
     operand, the copy would run along its rows as they lie (``inline_pointwise_producers`` would
     inline it again), or the TMA still could not read the copy."""
     operand = _to_copy(c)
     if operand is None:
         return None
     copy, rewritten = _with_copy(c, operand, taken)
-    if copies_along_its_rows(analysis.pointwise(copy)) or not _reads_k_major(rewritten):
+    if copies_along_its_rows(analysis.pointwise(copy)):
+        return None
+    (buffer,) = copy.outputs
+    padded = attrs.evolve(buffer, type=padded_shape(buffer.type))
+    copy, rewritten = (with_buffer_in_kernel(k, padded) for k in (copy, rewritten))
+    if not _reads_k_major(rewritten):
         return None
     return copy, rewritten
 

@@ -1,0 +1,93 @@
+"""Rows of a 16-bit temporary padded to a multiple of 16 bytes, so that the TMA can read them.
+
+The TMA copies boxes of a tensor whose rows lie a multiple of 16 bytes apart
+(``operands.view``). Attention's probabilities over Whisper's 1 500 audio frames or ViT's 197
+patches are rows of 3 000 and 394 bytes, so the product that sums them with the values would run
+on the CUDA cores, at a twentieth of the TMA GEMM's rate. Where such an operand is a temporary of
+the program read along its last axis, this rule rounds that axis of its buffer up to 16 bytes:
+every kernel indexes the buffer as before, so the writer stores each row where it did and no
+kernel touches the elements past a row's end, while the TMA reads the rows at their padded stride
+and fills the columns past the reduction's end with zeros. A K-major copy of the other operand
+(``k_major_operands``) is padded the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import attrs
+
+from lamina.core.ir import expr as ex, loop_ir
+from lamina.core.ir.kernel_ir import hopper_tma
+from lamina.core.ir.torch_ir import TensorType
+from lamina.core.target import Target
+from lamina.plugins.schedules.contraction.recognise import Contraction, NotAContraction, Operand, analyse
+from lamina.plugins.schedules.contraction.wgmma_tma import operands
+from lamina.plugins.schedules.contraction.wgmma_tma.setting import ARCH, MIN_UNPINNED_ROWS
+
+
+class PadTmaOperandRows:
+    name = "pad_tma_operand_rows"
+    priority = 8
+    """Before ``store_tma_operands_k_major`` (7), which copies the other operand once this one
+    is readable, and before split-K (5) weighs the product on the TMA GEMM."""
+
+    def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
+        if target.compute_capability != ARCH:
+            return None
+        temporaries = {b.name: b for b in program.temporaries}
+        for kernel in program.kernels:
+            try:
+                c = analyse(kernel)
+            except NotAContraction:
+                continue
+            padded = _padded_operand(c, temporaries)
+            if padded is not None:
+                return with_buffer(program, padded)
+        return None
+
+
+def padded_shape(type: TensorType) -> TensorType:
+    """``type`` with its last axis rounded up to a whole number of 16-byte steps."""
+    step = hopper_tma.GLOBAL_ALIGNMENT // type.dtype.itemsize
+    *outer, last = type.shape
+    return TensorType((*outer, -(-last // step) * step), type.dtype)
+
+
+def _padded_operand(c: Contraction, temporaries: dict[str, loop_ir.Buffer]) -> loop_ir.Buffer | None:
+    """The buffer of a 16-bit operand of ``c`` that the TMA cannot read only because its rows are
+    not 16 bytes apart, padded; None where there is none."""
+    factors = operands.factors(c)
+    if factors is None or c.extents[c.m] < MIN_UNPINNED_ROWS:
+        return None
+    for operand in factors:
+        buffer = temporaries.get(operand.load.buffer)
+        if buffer is None or not _read_along_its_last_axis(c, operand) or not isinstance(operands.view(c, operand), str):
+            continue
+        padded = attrs.evolve(buffer, type=padded_shape(buffer.type))
+        if padded.type == buffer.type:
+            continue
+        rewritten = analyse(with_buffer_in_kernel(c.kernel, padded))
+        (same,) = [o for o in rewritten.operands if o.load == operand.load]
+        if not isinstance(operands.view(rewritten, same), str):
+            return padded
+    return None
+
+
+def _read_along_its_last_axis(c: Contraction, operand: Operand) -> bool:
+    return operand.load.index[-1] == ex.Var(c.reduce_var)
+
+
+def with_buffer_in_kernel(kernel: loop_ir.Kernel, buffer: loop_ir.Buffer) -> loop_ir.Kernel:
+    def swap(buffers: tuple[loop_ir.Buffer, ...]) -> tuple[loop_ir.Buffer, ...]:
+        return tuple(buffer if b.name == buffer.name else b for b in buffers)
+
+    return attrs.evolve(kernel, inputs=swap(kernel.inputs), outputs=swap(kernel.outputs))
+
+
+def with_buffer(program: loop_ir.Program, buffer: loop_ir.Buffer) -> loop_ir.Program:
+    """``program`` with the temporary of ``buffer``'s name declared as ``buffer`` everywhere."""
+    return attrs.evolve(
+        program,
+        temporaries=tuple(buffer if b.name == buffer.name else b for b in program.temporaries),
+        kernels=tuple(with_buffer_in_kernel(k, buffer) for k in program.kernels))
