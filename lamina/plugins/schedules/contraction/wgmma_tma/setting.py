@@ -64,8 +64,9 @@ others. ``grouped_rows``, the order of the blocks, it shares with them
 (``arrangement.grouped``)."""
 TMA_ONLY = ("stages", "consumer_warpgroups", "tile_scheduler")
 UNPINNED_SCHEDULERS = (GRID,)
-"""The tile schedulers the cost model weighs: persistent blocks run only where pinned until they are
-timed against the grid on the suite's linears."""
+"""The tile schedulers the cost model weighs: persistent blocks, timed against the grid on the
+suite's bf16 linears, gained at most 2 % (``experiments/persistent_tiles/``), so they run only
+where pinned."""
 MIN_UNPINNED_ROWS = kernel_ir.WGMMA_M
 """Products of fewer rows (decoding's M = 1, and skinny ones up to 63) are offered this setting only
 where it is pinned: a wgmma computes 64 rows whatever M is, so such a product is all copying of
