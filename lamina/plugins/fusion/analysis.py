@@ -178,10 +178,12 @@ def shared_in_reduction(kernel: loop_ir.Kernel, buffer: str) -> bool:
 
 EXPENSIVE_OPS = frozenset({"exp", "log", "tanh", "sigmoid", "sin", "cos", "erf"})
 """Scalar ops that cost tens of instructions (a division by a variable too): worth computing once."""
-RECOMPUTE_LIMIT = 256
+RECOMPUTE_LIMIT = 32
 """Inlined into a reader that broadcasts it, a value is recomputed for every point of the
 axes its index misses (a matmul operand: every output column); past this many, an expensive
-value is cheaper to store once and read back."""
+value is cheaper to store once and read back. Attention's probabilities before the product with
+the values are read once per column of a head (64 to 256): recomputed, their exponentials cost
+T5's layers (which reach lamina as PyTorch's attention math) several times a stored pass."""
 
 
 def expensive(value: Expr) -> bool:

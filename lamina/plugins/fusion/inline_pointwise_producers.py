@@ -12,9 +12,10 @@ producer that would make a consumer too large (see
 lookup) read by several kernels or as a matmul's operand: the lookup is written once
 rather than copied into each reader, where it would cost a dependent load and make the
 operand one that a matmul cannot stage tile by tile. An expensive value (an exponential, a
-division by a variable) that a view broadcasts over hundreds of points, as a matmul's
+division by a variable) that a view broadcasts over more than a few dozen points, as a matmul's
 operand is broadcast over its output columns, is stored once: a transformer's
-``silu(gate) * up``, which its down projection would otherwise recompute for every column.
+``silu(gate) * up``, which its down projection would otherwise recompute for every column,
+and attention's probabilities, for every column of a head.
 A value that reads one buffer at several points (RoPE's rotation) is stored before a
 matmul reads it, for the same reason as a lookup. On Hopper a 16-bit matmul operand is stored
 too (a normalisation before a projection), so that the TMA can copy it.

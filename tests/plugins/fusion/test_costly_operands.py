@@ -60,3 +60,19 @@ def test_a_pointwise_reader_of_a_broadcast_keeps_it_inlined():
     x, y = torch.randn(2 * analysis.RECOMPUTE_LIMIT + 1, 3), torch.randn(3)
     compiled = lamina.compile(lambda x, y: torch.relu(x + y) * 2.0 - torch.sigmoid(y), (x, y))
     assert compiled.kernel_count == 1
+
+
+def attention_with_bias(q, k, v, bias):
+    return torch.softmax(q @ k.transpose(-1, -2) + bias, -1) @ v
+
+
+def test_attention_probabilities_are_written_once_before_the_product_with_the_values():
+    """As T5's attention reaches lamina through torch.compile (PyTorch's attention math): the
+    probabilities, an exponential, are stored rather than recomputed for each of a head's 64
+    output columns by the product that reads them."""
+    torch.manual_seed(0)
+    inputs = (torch.randn(2, 20, 64), torch.randn(2, 23, 64), torch.randn(2, 23, 64), torch.randn(2, 20, 23))
+    compiled = lamina.compile(attention_with_bias, inputs)
+    last = compiled.compilation.loop.kernels[-1]
+    assert "exp(" not in loop_ir.format_kernel(last), loop_ir.format_kernel(last)
+    assert relative_error(compiled(*inputs), float64_reference(attention_with_bias, inputs)) < 1e-5

@@ -99,6 +99,7 @@ OUTER_REDUCTIONS = {
     "sum_of_rows": (lambda x: x.sum(0), (6, 40)),
     "max_of_ragged_rows": (lambda x: torch.amax(x, 0) * 2, (7, 37)),
     "mean_over_a_middle_axis": (lambda x: x.mean(1), (3, 5, 24)),
+    "max_pooling_of_ragged_images": (lambda x: F.max_pool2d(torch.relu(x), 2, ceil_mode=True), (2, 3, 13, 11)),
 }
 
 

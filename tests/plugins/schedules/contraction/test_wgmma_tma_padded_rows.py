@@ -59,7 +59,7 @@ def test_an_input_with_unaligned_rows_is_not_padded_and_its_product_still_runs()
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("heads, length", [(12, 1500), (12, 197), (3, 70)])
+@pytest.mark.parametrize("heads, length", [(12, 1500), (12, 197)])
 def test_attention_over_unaligned_lengths_matches_eager_on_the_gpu(heads, length):
     torch.manual_seed(5)
     q, k, v = (torch.randn(1, heads, length, 64, dtype=torch.bfloat16, device="cuda") for _ in range(3))

@@ -7,7 +7,8 @@ to the generic fallback, one element per access. With S at most ``MAX_UNROLLED``
 reduce loop is written out, ``epilogue(partials[0, i, j] + partials[1, i, j] + ...)``:
 a pointwise kernel, which the pointwise schedule runs with neighbouring threads on
 neighbouring ``j`` and 16-byte vector loads of every ``partials[s, i, j]``. It takes any
-kernel of that shape whose reduced reads are contiguous along the innermost loop.
+kernel of that shape whose reduced reads move a few elements at most along the innermost
+loop: a max pooling's 2x2 window is such a reduction too, read every other element.
 """
 
 from __future__ import annotations
@@ -16,15 +17,17 @@ from typing import Any, Mapping
 
 import attrs
 
-from lamina.core.ir import expr as ex, kernel_ir, loop_ir, tile_ir
+from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction.recognise import outer_loads
 from lamina.plugins.schedules.loop_to_kernel import combine, split_parallel_nest
 from lamina.plugins.schedules.pointwise import PointwiseSchedule
-from lamina.plugins.schedules.pointwise.analysis import is_contiguous
 
 MAX_UNROLLED = 32
 """Longer reductions would hold too many loaded vectors in a thread's registers at once."""
+MAX_STEP = 4
+"""Elements between the reads of neighbouring threads: up to a window's width (a 2x2 or 4x4
+pooling), a warp's reads still share their 32-byte sectors."""
 
 POINTWISE = PointwiseSchedule()
 
@@ -47,10 +50,20 @@ def short_reductions(kernel: loop_ir.Kernel) -> tuple[loop_ir.Loop, ...] | None:
             return None
         moving = [load for load in outer_loads(accumulate.value)
                   if any(reduce_loop.var in ex.free_vars(i) for i in load.index)]
-        if not moving or not all(is_contiguous(kernel, load.buffer, load.index, loops[-1].var) for load in moving):
+        if not moving or not all(_walks_along(kernel, load, loops[-1].var) for load in moving):
             return None
         found.append(reduce_loop)
     return tuple(found)
+
+
+def _walks_along(kernel: loop_ir.Kernel, load: loop_ir.Load, inner: str) -> bool:
+    """Whether neighbouring threads (along ``inner``) read ``load`` at most a few elements apart,
+    and not through another buffer: one element after the other (a combine's partial sums), or
+    every other one (a max pooling's window, clamped at a ragged image's edge)."""
+    if any(isinstance(node, loop_ir.Load) for i in load.index for node in ex.walk(i)):
+        return False
+    step = index.coefficient(index.linearize(load.index, kernel.buffer(load.buffer).type.shape), inner)
+    return step is None or 0 < step <= MAX_STEP
 
 
 def unrolled(kernel: loop_ir.Kernel) -> loop_ir.Kernel:
