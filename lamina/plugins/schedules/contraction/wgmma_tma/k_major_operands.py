@@ -28,7 +28,7 @@ from lamina.plugins.fusion import analysis
 from lamina.plugins.fusion.inline_pointwise_producers import TMA_MIN_ROWS, copies_along_its_rows
 from lamina.plugins.schedules.contraction.recognise import Contraction, NotAContraction, Operand, analyse
 from lamina.plugins.schedules.contraction.wgmma_tma import operands
-from lamina.plugins.schedules.contraction.wgmma_tma.padded_rows import padded_shape, with_buffer_in_kernel
+from lamina.plugins.schedules.contraction.wgmma_tma.operands import padded_shape, with_buffer_in_kernel
 from lamina.plugins.schedules.contraction.wgmma_tma.setting import ARCH, operands_problem
 
 
@@ -48,7 +48,7 @@ class StoreTmaOperandsKMajor:
                 c = analyse(kernel)
             except NotAContraction:
                 continue
-            copied = _copied(c, taken)
+            copied = copied_k_major(c, taken)
             if copied is None:
                 continue
             copy, rewritten = copied
@@ -64,10 +64,10 @@ def tma_reads_with_a_copy(c: Contraction, target: Target) -> bool:
     of them copied K-major by this rule."""
     if target.compute_capability != ARCH:
         return False
-    return _reads_both(c) or _copied(c, {b.name for b in c.kernel.inputs + c.kernel.outputs}) is not None
+    return _reads_both(c) or copied_k_major(c, {b.name for b in c.kernel.inputs + c.kernel.outputs}) is not None
 
 
-def _copied(c: Contraction, taken: set[str]) -> tuple[loop_ir.Kernel, loop_ir.Kernel] | None:
+def copied_k_major(c: Contraction, taken: set[str]) -> tuple[loop_ir.Kernel, loop_ir.Kernel] | None:
     """The kernel that copies the contraction's one unreadable operand K-major (its buffer named
     apart from ``taken``, its rows padded to 16 bytes as ``padded_rows`` pads them), and the
     contraction reading the copy; None where there is no such

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import attrs
 
-from lamina.core.ir import dtypes, expr as ex, index
+from lamina.core.ir import dtypes, expr as ex, index, loop_ir
 from lamina.core.ir.kernel_ir import hopper_tma
+from lamina.core.ir.torch_ir import TensorType
 from lamina.plugins.schedules.contraction.recognise import Contraction, Operand
 
 OPERAND_DTYPES = (dtypes.bfloat16, dtypes.float16)
@@ -144,3 +145,19 @@ def view(c: Contraction, operand: Operand) -> TmaView | str:
     return TmaView(operand, rows, columns, row_stride, {v: s // row_stride for v, s in steps.items()},
                    form.constant // row_stride, batch_columns, {t: s // row_stride for t, s in terms.items()},
                    constant_columns)
+
+
+def padded_shape(type: TensorType) -> TensorType:
+    """``type`` with its last axis rounded up to a whole number of 16-byte steps."""
+    step = hopper_tma.GLOBAL_ALIGNMENT // type.dtype.itemsize
+    *outer, last = type.shape
+    return TensorType((*outer, -(-last // step) * step), type.dtype)
+
+
+def with_buffer_in_kernel(kernel: loop_ir.Kernel, buffer: loop_ir.Buffer) -> loop_ir.Kernel:
+    """``kernel`` with the buffer of ``buffer``'s name, among its inputs and outputs, declared as ``buffer``."""
+
+    def swap(buffers: tuple[loop_ir.Buffer, ...]) -> tuple[loop_ir.Buffer, ...]:
+        return tuple(buffer if b.name == buffer.name else b for b in buffers)
+
+    return attrs.evolve(kernel, inputs=swap(kernel.inputs), outputs=swap(kernel.outputs))

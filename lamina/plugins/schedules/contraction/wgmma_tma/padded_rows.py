@@ -18,40 +18,47 @@ from typing import Any, Mapping
 import attrs
 
 from lamina.core.ir import expr as ex, loop_ir
-from lamina.core.ir.kernel_ir import hopper_tma
-from lamina.core.ir.torch_ir import TensorType
 from lamina.core.target import Target
+from lamina.plugins.fusion import analysis
+from lamina.plugins.schedules.contraction.knobs import FORMER_KNOB_NAMES, KNOB_NAMES, PIPELINE_KNOB_NAMES, WGMMA_TMA
 from lamina.plugins.schedules.contraction.recognise import Contraction, NotAContraction, Operand, analyse
+from lamina.plugins.schedules.contraction.schedule import estimate_contraction
 from lamina.plugins.schedules.contraction.wgmma_tma import operands
-from lamina.plugins.schedules.contraction.wgmma_tma.setting import ARCH, MIN_UNPINNED_ROWS
+from lamina.plugins.schedules.contraction.wgmma_tma.k_major_operands import copied_k_major
+from lamina.plugins.schedules.contraction.wgmma_tma.operands import padded_shape, with_buffer_in_kernel
+from lamina.plugins.schedules.contraction.wgmma_tma.setting import ARCH, MIN_UNPINNED_ROWS, TMA_ONLY
+from lamina.plugins.schedules.pointwise import PointwiseSchedule
+
+POINTWISE = PointwiseSchedule()
 
 
 class PadTmaOperandRows:
+    """Pads an operand's rows where the cost model expects the product to gain by it, or wherever
+    the TMA GEMM is pinned (``products = wgmma_tma``, or one of its own knobs)."""
+
     name = "pad_tma_operand_rows"
     priority = 8
     """Before ``store_tma_operands_k_major`` (7), which copies the other operand once this one
     is readable, and before split-K (5) weighs the product on the TMA GEMM."""
+    knob_namespace = "contraction"
+    knob_names = (*KNOB_NAMES, *PIPELINE_KNOB_NAMES)
+    former_knob_names = FORMER_KNOB_NAMES
 
     def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
         if target.compute_capability != ARCH:
             return None
         temporaries = {b.name: b for b in program.temporaries}
+        taken = set(analysis.buffers(program)) | {k.name for k in program.kernels}
+        pinned = knobs.get("products") == WGMMA_TMA or any(k in knobs for k in TMA_ONLY)
         for kernel in program.kernels:
             try:
                 c = analyse(kernel)
             except NotAContraction:
                 continue
             padded = _padded_operand(c, temporaries)
-            if padded is not None:
+            if padded is not None and (pinned or _pays(c, with_buffer_in_kernel(kernel, padded), target, taken)):
                 return with_buffer(program, padded)
         return None
-
-
-def padded_shape(type: TensorType) -> TensorType:
-    """``type`` with its last axis rounded up to a whole number of 16-byte steps."""
-    step = hopper_tma.GLOBAL_ALIGNMENT // type.dtype.itemsize
-    *outer, last = type.shape
-    return TensorType((*outer, -(-last // step) * step), type.dtype)
 
 
 def _padded_operand(c: Contraction, temporaries: dict[str, loop_ir.Buffer]) -> loop_ir.Buffer | None:
@@ -74,15 +81,21 @@ def _padded_operand(c: Contraction, temporaries: dict[str, loop_ir.Buffer]) -> l
     return None
 
 
+def _pays(c: Contraction, padded: loop_ir.Kernel, target: Target, taken: set[str]) -> bool:
+    """Whether the cost model expects the product over the padded operand, with the K-major copy of
+    the other operand where that needs one, to run faster than the product as it is: over ViT's
+    197 patches the copy costs about what the TMA GEMM saves, over Whisper's 1 500 frames a
+    fifth of it."""
+    copied = copied_k_major(analyse(padded), taken)
+    if copied is None:
+        return estimate_contraction(padded, target) < estimate_contraction(c.kernel, target)
+    copy, reading = copied
+    return estimate_contraction(reading, target) + POINTWISE.estimate_cost(copy, target) \
+        < estimate_contraction(c.kernel, target)
+
+
 def _read_along_its_last_axis(c: Contraction, operand: Operand) -> bool:
     return operand.load.index[-1] == ex.Var(c.reduce_var)
-
-
-def with_buffer_in_kernel(kernel: loop_ir.Kernel, buffer: loop_ir.Buffer) -> loop_ir.Kernel:
-    def swap(buffers: tuple[loop_ir.Buffer, ...]) -> tuple[loop_ir.Buffer, ...]:
-        return tuple(buffer if b.name == buffer.name else b for b in buffers)
-
-    return attrs.evolve(kernel, inputs=swap(kernel.inputs), outputs=swap(kernel.outputs))
 
 
 def with_buffer(program: loop_ir.Program, buffer: loop_ir.Buffer) -> loop_ir.Program:
