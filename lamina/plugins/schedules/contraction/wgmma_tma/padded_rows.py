@@ -85,7 +85,7 @@ def _pays(c: Contraction, padded: loop_ir.Kernel, target: Target, taken: set[str
     """Whether the cost model expects the product over the padded operand, with the K-major copy of
     the other operand where that needs one, to run faster than the product as it is: over ViT's
     197 patches the copy costs about what the TMA GEMM saves, over Whisper's 1 500 frames a
-    fifth of it."""
+    tenth of it."""
     copied = copied_k_major(analyse(padded), taken)
     if copied is None:
         return estimate_contraction(padded, target) < estimate_contraction(c.kernel, target)
