@@ -18,6 +18,7 @@ from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME, grid_fits
 from lamina.plugins.schedules.contraction.split_k.unrolled_reduction import UnrolledReductionSchedule
 from lamina.plugins.schedules.contraction.wgmma_tma.k_major_operands import StoreTmaOperandsKMajor
 from lamina.plugins.schedules.contraction.wgmma_tma.padded_rows import PadTmaOperandRows
+from lamina.plugins.schedules.contraction.wgmma_tma.reordered_axes import ReorderTmaOperandAxes
 
 
 class ContractionSchedule:
@@ -53,5 +54,6 @@ def lamina_register_schedules(register):
 @hookimpl
 def lamina_register_fusion_rules(register):
     register(SplitContractionsAcrossBlocks())
+    register(ReorderTmaOperandAxes())
     register(PadTmaOperandRows())
     register(StoreTmaOperandsKMajor())
