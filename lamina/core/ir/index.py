@@ -61,12 +61,16 @@ class Affine:
 
 
 def _recombine_divisions(a: Affine) -> Affine:
-    """``(x // d) * d * c + (x % d) * c`` is ``x * c``: views of views fold back to plain coordinates."""
+    """``(x // d) * d * c + (x % d) * c`` is ``x * c``: views of views fold back to plain coordinates
+    (``x // a // d`` written ``x // (a * d)``, as ``affine`` writes it: a convolution's window
+    ``r // 9 * 9 + r // 3 % 3 * 3 + r % 3`` is ``r``)."""
     for atom, coef in list(a.terms.items()):
         if not (isinstance(atom, Op) and atom.op == "mod" and isinstance(atom.args[1], Const)):
             continue
         x, d = atom.args[0], int(atom.args[1].value)
         quotient = Op("floordiv", (x, atom.args[1]), dtypes.index)
+        if isinstance(x, Op) and x.op == "floordiv" and isinstance(x.args[1], Const):
+            quotient = Op("floordiv", (x.args[0], const(int(x.args[1].value) * d)), dtypes.index)
         if a.terms.get(quotient) == coef * d and atom in a.terms:
             terms = {t: c for t, c in a.terms.items() if t not in (atom, quotient)}
             return _recombine_divisions(Affine(terms, a.constant).plus(affine(x).scaled(coef)))

@@ -9,7 +9,7 @@ k of the k-tile before (``spread``, the order ``copy_issue`` gives).
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Mapping
 
 from lamina.core.ir import expr as ex, index, kernel_ir, tile_ir
 from lamina.core.ir.expr import Expr
@@ -30,12 +30,15 @@ def same_position(side: str, staged: Expr, block_rows: int) -> Expr:
 class SharedCopies:
     """The copies of the ``stages`` of a block laid out as ``layout``: ``round_`` numbers a
     thread's copies, ``ranges`` bounds the kernel's variables, ``k_axis`` is the staged tiles'
-    axis along k, and ``staged_position`` places their rows."""
+    axis along k, and ``staged_position`` places their rows. ``masks`` gives, by a stage's
+    operand text, a Loop IR condition outside which the stage holds zeros."""
 
     def __init__(self, layout: BlockLayout, stages: tuple[tile_ir.SharedStage, ...], round_: ex.Var,
-                 ranges: index.Ranges, k_axis: int, staged_position: StagedPosition):
+                 ranges: index.Ranges, k_axis: int, staged_position: StagedPosition,
+                 masks: Mapping[str, Expr] | None = None):
         self.layout, self.stages, self.round, self.ranges = layout, stages, round_, ranges
         self.k_axis, self.staged_position = k_axis, staged_position
+        self.masks = dict(masks or {})
 
     @property
     def asynchronous(self) -> bool:
@@ -103,6 +106,8 @@ class SharedCopies:
             env[stage.dims[1 - self.k_axis]] = position
             if binding.extent % binding.block_tile:
                 guards.append(below(position, binding.extent, ranges))
+        if stage.index in self.masks:
+            guards.append(loop_to_kernel.translate_expr(self.masks[stage.index], c.kernel, env))
         source = loop_to_kernel.translate_expr(operand.load, c.kernel, env)
         copy = self._copy_element(stage, (slot, *coords), source, all_of(guards))
         if count % w.threads:

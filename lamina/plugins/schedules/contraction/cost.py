@@ -101,6 +101,13 @@ resident on the same SM overlap: its first copies' trip to memory, and the end o
 It decides between block shapes where a block has few k-tiles: the attention scores'
 products (2 and 4 k-tiles) run faster in 128 x 64 blocks, two per SM, than in 128 x 128, one
 per SM, and the linears (64 k-tiles and more) the other way round."""
+STAGED_COPIES_PER_US_PER_SM = 3700
+"""Copies into shared memory (an element, or a 16-byte run) that an SM's threads issue per
+microsecond when they stage 16-bit wgmma operands: each copy of a convolution's window computes
+its address and its bounds, which takes longer than the tensor cores take for the products.
+Fitted to the first convolution of the model matrix's CNN (3 to 64 channels on 224 x 224, one
+k-tile a block: 17.1 us on the H200, ``benchmarks/results/2026-12-03_h200_models_b1_s512_bf16.json``'s
+run); the model then gives the CNN's three blocks within a few percent of their measured total."""
 FIXED_BY_WGMMA = ("block_k", "thread_m", "thread_n", "splits", "padding", "fragment_width", "warp_columns",
                   "copy_steps")
 """Knobs whose values wgmma fixes: pinning one without ``products`` keeps to FMAs."""
@@ -254,15 +261,19 @@ def _wgmma_settings(c: Contraction, pinned: dict[str, int], target: Target):
     """The wgmma settings (``products = wgmma``), each block shape with its one setting of the
     other knobs, three buffers where shared memory allows (``_fitted`` lowers them): wherever
     ``products = wgmma`` is pinned, and on Hopper where neither it nor a knob that wgmma fixes
-    is (``tiling.illegal`` drops them where the product cannot run on wgmma)."""
+    is (``tiling.illegal`` drops them where the product cannot run on wgmma). Sixteen-bit
+    products are offered them only where the TMA cannot read an operand: the TMA GEMM is faster
+    wherever it runs."""
     if "products" in pinned:
         if pinned["products"] != WGMMA:
             return
     elif (target.compute_capability != wgmma_products.ARCH or any(k in pinned for k in FIXED_BY_WGMMA)
           or any(k in pinned for k in tma_setting.TMA_ONLY)):
         return
+    if "products" not in pinned and wgmma_products.sixteen_bit(c) and tma_setting.operands_problem(c) is None:
+        return
     for block_m, block_n in itertools.product(wgmma_products.BLOCK_MS, wgmma_products.BLOCK_NS):
-        choices = wgmma_products.choices_for(block_m, block_n, pinned.get("buffers", 3))
+        choices = wgmma_products.choices_for(block_m, block_n, pinned.get("buffers", 3), wgmma_products.block_k(c))
         yield attrs.evolve(choices, **{k: v for k, v in pinned.items() if k != "buffers"})
 
 
@@ -328,7 +339,11 @@ def estimate(c: Contraction, choices: Choices, target: Target) -> Estimate:
     written = sum(math.prod(c.kernel.buffer(s.buffer).type.shape) * c.kernel.buffer(s.buffer).type.dtype.itemsize
                   for s in c.epilogue)
     if wgmma_products.uses(choices):
-        compute_us = wgmma_compute_us(choices, target, deepest, resident, k_tiles)
+        compute_us = wgmma_compute_us(choices, target, deepest, resident, k_tiles, wgmma_products.sixteen_bit(c))
+        if wgmma_products.sixteen_bit(c):
+            copies = sum(math.prod(stage.tile) * stage.dtype.itemsize // stage.copy_bytes
+                         for stage in (tiling.stage_for(c, o, choices, target) for o in c.operands))
+            compute_us = max(compute_us, deepest * k_tiles * copies / STAGED_COPIES_PER_US_PER_SM)
         moved = sum(math.prod(c.kernel.buffer(o.load.buffer).type.shape) * o.load.dtype.itemsize
                     for o in c.operands) + written
     else:
@@ -354,12 +369,15 @@ def estimate(c: Contraction, choices: Choices, target: Target) -> Estimate:
     return Estimate(total, compute_us, memory_us, target.launch_us, blocks, resident)
 
 
-def wgmma_compute_us(choices: Choices, target: Target, deepest: int, resident: int, k_tiles: int) -> float:
+def wgmma_compute_us(choices: Choices, target: Target, deepest: int, resident: int, k_tiles: int,
+                     sixteen_bit: bool = False) -> float:
     """The busiest SM's time for its ``deepest`` wgmma blocks: their k-tiles one after another
     on its tensor cores, and each block's fixed cost (``WGMMA_BLOCK_US``), which the blocks
-    resident at once overlap."""
+    resident at once overlap. Sixteen-bit products run one wgmma per value at the target's
+    16-bit rate, staged by the same threads as the float32 ones, so the same efficiencies."""
     efficiency = WGMMA_EFFICIENCY[choices.block_m, choices.block_n]
-    sm_flops_per_us = target.tf32_wgmma_flops_per_us / mma_sync.PRODUCTS / target.sm_count * efficiency
+    rate = target.bf16_tensor_flops_per_us if sixteen_bit else target.tf32_wgmma_flops_per_us / mma_sync.PRODUCTS
+    sm_flops_per_us = rate / target.sm_count * efficiency
     k_tile_us = 2 * choices.block_m * choices.block_n * choices.block_k / sm_flops_per_us
     block_us = WGMMA_BLOCK_US * choices.block_m * choices.block_n / (128 * 64)
     return deepest * k_tiles * k_tile_us + deepest * block_us / min(resident, deepest)

@@ -92,7 +92,12 @@ class ContractionWriter:
             self.batch, self.thread_row, self.thread_col, self.block_row, self.block_col, self.batch_env, self.acc,
             self.tiles, self.names)
         self.copies = SharedCopies(self.layout, tile.stages, self.round, self.ranges, self.K_AXIS,
-                                   self.staged_position)
+                                   self.staged_position, self.copy_masks())
+
+    def copy_masks(self) -> dict[str, Expr]:
+        """Conditions outside which a staged operand holds zeros (``SharedCopies``): none, the
+        products applying their own."""
+        return {}
 
     # --- coordinates ---------------------------------------------------------
 

@@ -16,9 +16,7 @@ from lamina.core.ir.kernel_ir import SWIZZLE_BYTES, WARP_SIZE
 
 MMA_WARP = (8, 4)
 """The rows by columns of threads (y by x) of a warp holding m16n8k8 accumulators."""
-MMA_PRODUCTS, WGMMA_PRODUCTS = "3xtf32", "wgmma 3xtf32"
-WGMMA_ROW = 32
-"""Elements of a swizzled float32 row: a k-tile of wgmma products is this deep."""
+MMA_PRODUCTS, WGMMA_PRODUCTS, WGMMA_16_BIT_PRODUCTS = "3xtf32", "wgmma 3xtf32", "wgmma 16-bit"
 
 
 @attrs.frozen
@@ -33,8 +31,9 @@ class ContractionSettings(tile_ir.ScheduleSettings):
     cores (``MMA_PRODUCTS``: each float32 operand as two tf32 pieces, three m16n8k8 mma per
     product, warps of 8 x 4 threads holding the mma's accumulators; ``WGMMA_PRODUCTS``: the
     same pieces, three wgmma m64nNk8 per product by each warpgroup, a 64-row slice of the
-    block, the rows' operand from registers and the columns' from swizzled shared memory), or
-    None for FMAs on the CUDA cores."""
+    block, the rows' operand from registers and the columns' from swizzled shared memory;
+    ``WGMMA_16_BIT_PRODUCTS``: bf16 or fp16 operands as they are, one wgmma m64nNk16 per 16 k,
+    both from swizzled shared memory), or None for FMAs on the CUDA cores."""
 
     warp_patch: tuple[int, int] | None = None
     grouped_rows: int = 1
@@ -61,6 +60,11 @@ class ContractionSettings(tile_ir.ScheduleSettings):
         if self.products == MMA_PRODUCTS:
             lines.append("  products on tensor cores: mma m16n8k8 on tf32, each f32 operand as big + small tf32, "
                          "3 mma per product")
+        if self.products == WGMMA_16_BIT_PRODUCTS:
+            columns = column_stage(tk)
+            lines.append(f"  products on tensor cores: wgmma m64n{columns.tile[0]}k16 on {columns.dtype.name}, each "
+                         "warpgroup 64 rows, both operands from swizzled shared memory that the block's threads fill, "
+                         "f32 accumulators")
         if self.products == WGMMA_PRODUCTS:
             columns = column_stage(tk).tile[0]
             lines.append(f"  products on tensor cores: wgmma m64n{columns}k8 on tf32, each warpgroup 64 rows, each "
@@ -104,13 +108,13 @@ class ContractionSettings(tile_ir.ScheduleSettings):
         the schedule checks the Tile IR of its products as a contraction instead."""
         if self.products is None:
             return []
-        if self.products not in (MMA_PRODUCTS, WGMMA_PRODUCTS):
-            return [f"unknown tensor-core products {self.products!r}; the kinds are {MMA_PRODUCTS!r} and "
-                    f"{WGMMA_PRODUCTS!r}"]
+        if self.products not in (MMA_PRODUCTS, WGMMA_PRODUCTS, WGMMA_16_BIT_PRODUCTS):
+            return [f"unknown tensor-core products {self.products!r}; the kinds are {MMA_PRODUCTS!r}, "
+                    f"{WGMMA_PRODUCTS!r} and {WGMMA_16_BIT_PRODUCTS!r}"]
         by_dim = {b.thread_dim: b for b in tk.grid}
         if "x" not in by_dim:
             return []
-        problems = _wgmma_problems(tk) if self.products == WGMMA_PRODUCTS else []
+        problems = _wgmma_problems(tk, self.products) if self.products != MMA_PRODUCTS else []
         columns, rows = by_dim.get("x"), by_dim.get("y")
         across = min(columns.threads, WARP_SIZE) if columns else WARP_SIZE
         patch = self.warp_patch or (WARP_SIZE // across, across)
@@ -140,17 +144,22 @@ def column_stage(tk: tile_ir.TileKernel) -> tile_ir.SharedStage:
     return next(s for s in tk.stages if s.dims[0] not in rows)
 
 
-def _wgmma_problems(tk: tile_ir.TileKernel) -> list[str]:
+def _wgmma_problems(tk: tile_ir.TileKernel, products: str) -> list[str]:
     problems = []
     by_dim = {b.thread_dim: b for b in tk.grid}
     columns, rows = by_dim.get("x"), by_dim.get("y")
     if rows is None or rows.block_tile % 64 or rows.per_thread != 2 or columns is None or columns.threads != 4:
         problems.append("wgmma products need blocks of whole warpgroups of 64 rows, 2 rows and 4 threads across "
                         "per warp's row of threads")
-    if tk.reduction is None or tk.reduction.step != WGMMA_ROW:
-        problems.append(f"wgmma products take k-tiles of {WGMMA_ROW}: one swizzled row of float32")
-    if len(tk.stages) != 2 or any(s.swizzle != SWIZZLE_BYTES or s.tile[-1] != WGMMA_ROW or s.copy != "cp.async"
-                                  or s.buffers < 2 for s in tk.stages):
-        problems.append("wgmma products read two operands staged K-major by cp.async in the 128-byte swizzle, "
-                        "at least two buffers each")
+    sixteen_bit = products == WGMMA_16_BIT_PRODUCTS
+    itemsize = 2 if sixteen_bit else 4
+    row = SWIZZLE_BYTES // itemsize
+    if tk.reduction is None or tk.reduction.step != row:
+        problems.append(f"wgmma products take k-tiles of {row}: one swizzled row of "
+                        f"{'16-bit values' if sixteen_bit else 'float32'}")
+    copies = ("cp.async", "load_store") if sixteen_bit else ("cp.async",)
+    if len(tk.stages) != 2 or any(s.swizzle != SWIZZLE_BYTES or s.tile[-1] != row or s.copy not in copies
+                                  or s.dtype.itemsize != itemsize or s.buffers < 2 for s in tk.stages):
+        problems.append(f"wgmma products read two operands of {itemsize}-byte values staged K-major by "
+                        f"{' or '.join(copies)} in the 128-byte swizzle, at least two buffers each")
     return problems

@@ -141,18 +141,25 @@ def _k_major_dims(c: Contraction, operand: Operand) -> tuple[str, str]:
 
 
 def _swizzled_stage(c: Contraction, operand: Operand, choices: Choices) -> tile_ir.SharedStage:
-    """The operand's k-tiles row by row, K-major, in the 128-byte swizzle that wgmma reads."""
+    """The operand's k-tiles row by row, K-major, in the 128-byte swizzle that wgmma reads:
+    ``cp.async`` in 16-byte runs where the operand is contiguous along the reduction in such
+    runs, else (16-bit operands only: a convolution's window) element by element."""
     dims = _k_major_dims(c, operand)
     block = choices.block_m if operand.side == "m" else choices.block_n
     dtype = operand.load.dtype
+    run = kernel_ir.SWIZZLE_BYTES // wgmma_products.SWIZZLE_CHUNKS // dtype.itemsize
+    aligned = _widest_copy(c, operand, dims, _contiguous_dim(c, operand, dims)) >= run
     return tile_ir.SharedStage(
-        buffer=operand.load.buffer, index=operand.text, dims=dims, tile=(block, wgmma_products.BLOCK_K),
-        dtype=dtype, padding=0, buffers=choices.buffers, copy="cp.async",
-        copy_bytes=wgmma_products.COPY_ELEMENTS * dtype.itemsize, swizzle=kernel_ir.SWIZZLE_BYTES)
+        buffer=operand.load.buffer, index=operand.text, dims=dims, tile=(block, choices.block_k),
+        dtype=dtype, padding=0, buffers=choices.buffers, copy="cp.async" if aligned else "load_store",
+        copy_bytes=run * dtype.itemsize if aligned else dtype.itemsize, swizzle=kernel_ir.SWIZZLE_BYTES)
 
 
 def _wgmma_operand_problem(c: Contraction) -> str | None:
-    """Why an operand cannot be copied into swizzled rows 16 bytes at a time, or None."""
+    """Why a float32 operand cannot be copied into swizzled rows 16 bytes at a time, or None
+    (16-bit operands are staged element by element where they must be)."""
+    if wgmma_products.sixteen_bit(c):
+        return None
     for operand in c.operands:
         dims = _k_major_dims(c, operand)
         widest = _widest_copy(c, operand, dims, _contiguous_dim(c, operand, dims))
@@ -177,7 +184,7 @@ def partial_sums_shape(thread_m: int, thread_n: int, threads: int) -> tuple[int,
 
 def shared_bytes(c: Contraction, choices: Choices, target: Target) -> int:
     if wgmma_products.uses(choices):
-        return wgmma_products.shared_bytes(choices)
+        return wgmma_products.shared_bytes(c, choices)
     staged = sum(stage_for(c, o, choices, target).bytes for o in c.operands)
     if choices.splits == 1:
         return staged
@@ -292,9 +299,9 @@ def _store_text(c: Contraction, choices: Choices) -> str:
     return f"{count} per store ({' and '.join(map(str, sizes))} B)"
 
 
-def _products_name(choices: Choices) -> str | None:
+def _products_name(c: Contraction, choices: Choices) -> str | None:
     if wgmma_products.uses(choices):
-        return wgmma_products.NAME
+        return wgmma_products.products_name(c)
     return mma_sync.NAME if choices.on_tensor_cores else None
 
 
@@ -344,7 +351,7 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
     tile = tile_ir.TileKernel(
         kernel=c.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction, stages=stages, knobs=recorded,
         settings=ContractionSettings(arrangement.warp_patch(choices), choices.grouped_rows or 1,
-                                     choices.copy_steps or 0, _products_name(choices)),
+                                     choices.copy_steps or 0, _products_name(c, choices)),
     )
     tile_ir.verify_tile_kernel(tile, target.max_threads_per_block, target.max_shared_bytes_optin)
     return tile

@@ -11,7 +11,7 @@ from lamina.core.ir import expr as ex, kernel_ir, tile_ir
 from lamina.plugins.schedules.contraction import ContractionSchedule, analyse, candidates
 from lamina.plugins.schedules.contraction.wgmma.products import staged_row
 
-from ..contraction_kernels import SM_90, batched_scores, half_inputs, linear, matmul, running_example, simulate_case
+from ..contraction_kernels import SM_90, batched_scores, linear, matmul, running_example, simulate_case
 from ..nvrtc_in_background import start_compiling
 
 SCHEDULE = ContractionSchedule()
@@ -132,7 +132,6 @@ def test_products_wgmma_cannot_read_stay_on_fmas():
     (linear(64, 64, 64), {**ON_WGMMA, "block_k": 16}, "takes block_k = 32"),
     (linear(64, 64, 64), {**ON_WGMMA, "buffers": 1}, "buffers must be 2 or 3"),
     (running_example(), ON_WGMMA, "needs a float32 sum of products of one operand along the rows"),
-    (half_inputs(64, 64, 64), ON_WGMMA, "needs a float32 sum of products of one operand along the rows"),
 ])
 def test_settings_wgmma_cannot_run_are_refused_with_the_reason(case, knobs, reason):
     with pytest.raises(ScheduleError, match=reason):

@@ -41,6 +41,13 @@ is the block's row ``staged_row(r)``.
 A hand-written kernel of this design, with both operands split in shared memory, ran the
 suite's M = 2048 linears at 1.39 to 1.77x cuBLAS SGEMM, each closer to float64; every
 measurement of this design is in ``experiments/tensor_cores/``.
+
+Sixteen-bit operands (bf16 or fp16, summed in float32) need no pieces: each k-tile is 64 deep
+(one swizzled row of 128 bytes), both operands are read by wgmma m64nNk16 from shared memory,
+one product per value, straight into the accumulators. This is how a 16-bit product runs on
+the tensor cores when the TMA cannot read an operand (``wgmma_tma``): a convolution's
+operand gathered from its image (the threads stage it element by element, zeros where the
+window overhangs the edge), or rows not 16 bytes apart.
 """
 
 from __future__ import annotations
@@ -50,17 +57,22 @@ from lamina.core.target import Target
 from lamina.plugins.schedules.contraction.mma_sync import products as mma_sync
 from lamina.plugins.schedules.contraction.knobs import WGMMA, Choices, pins_text
 from lamina.plugins.schedules.contraction.recognise import Contraction, Operand
-from lamina.plugins.schedules.contraction.settings import WGMMA_PRODUCTS
+from lamina.plugins.schedules.contraction.settings import WGMMA_16_BIT_PRODUCTS, WGMMA_PRODUCTS
+from lamina.plugins.schedules.contraction.wgmma_tma import operands as tma_operands
 
 NAME = WGMMA_PRODUCTS
 BLOCK_K = kernel_ir.SWIZZLE_BYTES // 4
 """A k-tile is one swizzled row of float32: 32 deep."""
+SIXTEEN_BIT_BLOCK_K = kernel_ir.SWIZZLE_BYTES // 2
+"""A k-tile of 16-bit operands is one swizzled row of them: 64 deep."""
 BLOCK_MS = (64, 128)
 """One or two warpgroups along the block's rows."""
 BLOCK_NS = (64, 128)
 """The wgmma's n: the columns of the block."""
 COPY_ELEMENTS = 4
-"""Each ``cp.async`` moves one 16-byte chunk of a swizzled row."""
+"""Each ``cp.async`` moves one 16-byte chunk of a swizzled row (four float32)."""
+SWIZZLE_CHUNKS = 8
+"""16-byte chunks of a swizzled row."""
 ARCH = 90
 """wgmma is Hopper's alone (sm_90a)."""
 
@@ -69,9 +81,81 @@ def uses(choices: Choices) -> bool:
     return choices.products == WGMMA
 
 
-def choices_for(block_m: int, block_n: int, buffers: int) -> Choices:
-    """The one setting of the other knobs that a wgmma block of ``block_m`` x ``block_n`` takes."""
-    return Choices(block_m, block_n, BLOCK_K, 2, block_n // mma_sync.PATCH_COLUMNS, 1, buffers, 0, 1,
+def factors(c: Contraction) -> tuple[Operand, Operand] | None:
+    """The m-side and n-side operands of a float32 sum of their products, both float32 or both
+    of one 16-bit type (each perhaps zero where a condition fails: ``masks``), or None."""
+    if c.acc_dtype != dtypes.float32:
+        return None
+    found = mma_sync.factors(c)
+    if found is None and (masked := _masked_factors(c)) is not None:
+        found = (masked[0][0], masked[1][0])
+    return found
+
+
+def masks(c: Contraction) -> dict[str, ex.Expr]:
+    """Each 16-bit operand's condition, by its text, where the product reads it as zero unless
+    the condition holds (a convolution's window past the image's edge: ``where(inside, x, 0)``);
+    the threads stage zeros there."""
+    masked = _masked_factors(c) if c.acc_dtype == dtypes.float32 else None
+    return {o.text: mask for o, mask in masked or () if mask is not None}
+
+
+def _masked_factors(c: Contraction) -> tuple[tuple[Operand, ex.Expr | None], ...] | None:
+    """The 16-bit operands of the product on the m and n sides, each with the condition outside
+    which it is read as zero (or None); the condition may name only the batch variables, its
+    side's variable and the reduction's."""
+    value = c.value
+    if not (isinstance(value, ex.Op) and value.op == "mul" and value.dtype == dtypes.float32
+            and len(value.args) == 2):
+        return None
+    by_load = {o.load: o for o in c.operands}
+    found = [_masked(arg, by_load) for arg in value.args]
+    if any(f is None for f in found):
+        return None
+    kinds = {o.load.dtype for o, _ in found}
+    if len(kinds) != 1 or kinds.pop() not in tma_operands.OPERAND_DTYPES:
+        return None
+    sides = {o.side: (o, mask) for o, mask in found}
+    if set(sides) != {"m", "n"}:
+        return None
+    for side, (_, mask) in sides.items():
+        allowed = {*c.batch, c.m if side == "m" else c.n, c.reduce_var}
+        if mask is not None and not ex.free_vars(mask) <= allowed:
+            return None
+    return sides["m"], sides["n"]
+
+
+def _masked(value: ex.Expr, by_load: dict) -> tuple[Operand, ex.Expr | None] | None:
+    mask = None
+    value = tma_operands.unwrapped(value)
+    if isinstance(value, ex.Op) and value.op == "where" and _is_zero(value.args[2]):
+        mask, value = value.args[0], tma_operands.unwrapped(value.args[1])
+    operand = by_load.get(value)
+    return None if operand is None else (operand, mask)
+
+
+def _is_zero(value: ex.Expr) -> bool:
+    return isinstance(value, ex.Const) and value.value == 0
+
+
+def sixteen_bit(c: Contraction) -> bool:
+    """Whether the products take 16-bit operands, one wgmma per value (else split tf32)."""
+    found = factors(c)
+    return found is not None and found[0].load.dtype.itemsize == 2
+
+
+def block_k(c: Contraction) -> int:
+    return SIXTEEN_BIT_BLOCK_K if sixteen_bit(c) else BLOCK_K
+
+
+def products_name(c: Contraction) -> str:
+    return WGMMA_16_BIT_PRODUCTS if sixteen_bit(c) else NAME
+
+
+def choices_for(block_m: int, block_n: int, buffers: int, depth: int = BLOCK_K) -> Choices:
+    """The one setting of the other knobs that a wgmma block of ``block_m`` x ``block_n`` takes,
+    its k-tiles ``depth`` deep."""
+    return Choices(block_m, block_n, depth, 2, block_n // mma_sync.PATCH_COLUMNS, 1, buffers, 0, 1,
                    mma_sync.PATCH_COLUMNS, None, 0, WGMMA)
 
 
@@ -92,10 +176,10 @@ def problem(c: Contraction, choices: Choices, target: Target) -> str | None:
     """Why ``products = wgmma`` cannot apply to ``choices``, or None."""
     if target.compute_capability != ARCH:
         return f"products = wgmma needs Hopper's wgmma (sm_90); {target.name} is {target.arch}"
-    if c.acc_dtype != dtypes.float32 or mma_sync.factors(c) is None:
+    if factors(c) is None:
         return ("products = wgmma needs a float32 sum of products of one operand along the rows and one along "
-                "the columns")
-    expected = choices_for(choices.block_m, choices.block_n, choices.buffers)
+                "the columns, both float32 or both of one 16-bit type")
+    expected = choices_for(choices.block_m, choices.block_n, choices.buffers, block_k(c))
     if choices.block_m not in BLOCK_MS or choices.block_n not in BLOCK_NS:
         return (f"products = wgmma takes blocks of {' or '.join(map(str, BLOCK_MS))} rows by "
                 f"{' or '.join(map(str, BLOCK_NS))} columns, not {choices.block_m}x{choices.block_n}")
@@ -117,8 +201,9 @@ def unaligned_operand(c: Contraction, operand: Operand) -> str:
             f"{COPY_ELEMENTS} (tf32 wgmma reads its operands K-major and cannot transpose them)")
 
 
-def shared_bytes(choices: Choices) -> int:
-    """The staged k-tiles of both operands (``buffers`` of them) and two k-tiles of the n side's
-    small pieces."""
-    row = BLOCK_K * dtypes.float32.itemsize
-    return choices.buffers * (choices.block_m + choices.block_n) * row + 2 * choices.block_n * row
+def shared_bytes(c: Contraction, choices: Choices) -> int:
+    """The staged k-tiles of both operands (``buffers`` of them), and for float32 two k-tiles of
+    the n side's small pieces."""
+    row = kernel_ir.SWIZZLE_BYTES
+    small_pieces = 0 if sixteen_bit(c) else 2 * choices.block_n * row
+    return choices.buffers * (choices.block_m + choices.block_n) * row + small_pieces

@@ -11,6 +11,12 @@ wgmma read; then start the warpgroup's three wgmma per eight k into the k-tile's
 the last k-tile, wait for its wgmma and add their sum. The prologue, the copies' guards and
 the epilogue are the FMA kernels' (``contraction.lowering.ContractionWriter``), the register tile being
 the wgmma's accumulators.
+
+With 16-bit operands (``SixteenBitWarpgroupWriter``) there is nothing to split: per k-tile, wait
+for its copies and for the last k-tile's wgmma, fence the copies for the asynchronous proxy and
+meet at a barrier, start copying the k-tile ``buffers - 1`` ahead into the slot the last
+k-tile's wgmma read, and start the warpgroup's four wgmma m64nNk16 on the k-tile, adding
+straight into the accumulators.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ class WarpgroupWriter(ContractionWriter):
 
     def __init__(self, tile, c, taken=frozenset()):
         super().__init__(tile, c, taken)
-        self.m_side, self.n_side = mma_sync.factors(c)
+        self.m_side, self.n_side = wgmma_products.factors(c)
         self.m_stage = next(s for s in tile.stages if s.index == self.m_side.text)
         self.n_stage = next(s for s in tile.stages if s.index == self.n_side.text)
         self.n_small = self.names.fresh(f"{self.n_stage.buffer}_small")
@@ -168,3 +174,60 @@ class WarpgroupWriter(ContractionWriter):
         return [kernel_ir.Array(self.step_sum, self.c.acc_dtype, tile, "register"),
                 *(kernel_ir.Array(name, self.c.acc_dtype, values, "register") for name in self.fragments.values()),
                 *(kernel_ir.Array(name, self.c.acc_dtype, chunk, "register") for name in self.pieces.values())]
+
+
+class SixteenBitWarpgroupWriter(ContractionWriter):
+    """Writes the Kernel IR of a contraction of bf16 or fp16 operands scheduled onto wgmma, both
+    operands staged in swizzled shared memory by the block's threads."""
+
+    K_AXIS = 1
+    staged_position = staticmethod(wgmma_products.staged_position)
+
+    def __init__(self, tile, c, taken=frozenset()):
+        super().__init__(tile, c, taken)
+        self.m_side, self.n_side = wgmma_products.factors(c)
+        self.m_stage = next(s for s in tile.stages if s.index == self.m_side.text)
+        self.n_stage = next(s for s in tile.stages if s.index == self.n_side.text)
+        self.warpgroup = ex.Var(self.names.fresh("warpgroup"))
+        self.ranges[self.warpgroup.name] = self.threads // kernel_ir.WARPGROUP_SIZE
+
+    def copy_masks(self) -> dict[str, Expr]:
+        """The operands' conditions (``wgmma.products.masks``): wgmma multiplies what is staged."""
+        return wgmma_products.masks(self.c)
+
+    def _products(self, slot: Expr) -> list[kernel_ir.Stmt]:
+        """The warpgroup's wgmma over the k-tile in ``slot``, its 64 staged rows of the m side by
+        every staged row of the n side, added into the accumulators, and committed."""
+        n = self.cols.block_tile
+        accumulators = [(ex.const(p % 4 // 2), ex.const(p // 4 * 2 + p % 2)) for p in range(n // 2)]
+        dtype = self.m_stage.dtype
+        first_row = self.warpgroup * kernel_ir.WGMMA_M
+        out: list[kernel_ir.Stmt] = [kernel_ir.WgmmaFence()]
+        for k in range(0, self.block_k, kernel_ir.wgmma_k(dtype)):
+            out.append(kernel_ir.Wgmma(self.acc, accumulators, self.tiles[self.m_stage.index],
+                                       (slot, first_row, ex.const(k)), self.tiles[self.n_stage.index],
+                                       (slot, ex.const(0), ex.const(k)), n, operand_dtype=dtype))
+        return out + [kernel_ir.WgmmaCommit()]
+
+    def k_tile(self, waits: list[kernel_ir.Stmt], refill: kernel_ir.Stmt, slot: Expr) -> list[kernel_ir.Stmt]:
+        """K-tile ``kt`` from ``slot``: landed, the last k-tile's wgmma done, the copies fenced for
+        the asynchronous proxy that wgmma reads through; after the barrier no warpgroup reads the
+        last k-tile's slot, which the copy of a k-tile ahead then refills while this one's wgmma run."""
+        return [*waits, kernel_ir.WgmmaWait(0), kernel_ir.AsyncProxyFence(), kernel_ir.Barrier(), refill,
+                *self._products(slot)]
+
+    def main_loop(self) -> list[kernel_ir.Stmt]:
+        """The k-tiles, then a wait for the last one's wgmma before the epilogue reads the sums."""
+        return super().main_loop() + [kernel_ir.WgmmaWait(0)]
+
+    def prologue(self) -> list[kernel_ir.Stmt]:
+        warpgroup = kernel_ir.Declare(self.warpgroup.name, self.warpgroup.dtype, self.tid // kernel_ir.WARPGROUP_SIZE)
+        return super().prologue() + [warpgroup]
+
+    def shared_arrays(self) -> list[kernel_ir.Array]:
+        return [kernel_ir.Array(self.tiles[s.index], s.dtype, s.padded_shape, "shared", swizzle=s.swizzle)
+                for s in self.tile.stages]
+
+    def fragment_arrays(self) -> list[kernel_ir.Array]:
+        """None: wgmma reads both operands from shared memory."""
+        return []

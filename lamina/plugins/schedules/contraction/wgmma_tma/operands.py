@@ -65,7 +65,7 @@ class TmaView:
         return column
 
 
-def _unwrapped(value: ex.Expr) -> ex.Expr:
+def unwrapped(value: ex.Expr) -> ex.Expr:
     """A load under casts to a wider float type and multiplications by exactly 1.0 (PyTorch's
     attention with a scale of 1, T5's, multiplies each operand by it), as the load: both leave
     a 16-bit value as it is."""
@@ -92,7 +92,7 @@ def factors(c: Contraction) -> tuple[Operand, Operand] | None:
                                              and value.dtype == dtypes.float32):
         return None
     by_load = {o.load: o for o in c.operands}
-    found = [by_load.get(_unwrapped(arg)) for arg in value.args]
+    found = [by_load.get(unwrapped(arg)) for arg in value.args]
     if any(o is None for o in found) or len(found) != 2:
         return None
     kinds = {o.load.dtype for o in found}
