@@ -205,10 +205,11 @@ def _uses(idx: tuple, var: str) -> bool:
 def _gathers(kernel: loop_ir.Kernel, load: loop_ir.Load, var: str) -> bool:
     """Whether ``load`` in the loop over ``var`` reads at columns that are no affine function of it
     (RoPE's rotated half, ``x[i % 64 + 64]``; T5's position bias, a table read at a bucket of the
-    distance between query and key): each element is then one load of its own, not a stride
-    threads walk together."""
+    distance between query and key) or lie apart (a norm over the channels of a convolution's
+    output, stored channel by channel: Whisper's): each element is then one load of its own, not
+    a stride threads walk together."""
     offset = index.linearize(load.index, kernel.buffer(load.buffer).type.shape)
-    return index.coefficient(offset, var) is None
+    return index.coefficient(offset, var) != 1
 
 
 def _check_contiguous(kernel: loop_ir.Kernel, buffer: str, idx: tuple, var: str, verb: str) -> None:

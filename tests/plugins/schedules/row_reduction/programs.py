@@ -60,6 +60,12 @@ def causal_softmax(scores):
     return torch.softmax(scores.masked_fill(future, float("-inf")), -1)
 
 
+def layer_norm_over_channels(x, w, b):
+    """A norm over the channels of a (channels, positions) tensor, a convolution's output as it is
+    stored (Whisper's): each row's elements lie a row of positions apart."""
+    return torch.nn.functional.layer_norm(x.transpose(0, 1), (x.shape[0],), w, b)
+
+
 @attrs.frozen
 class RowProgram:
     id: str
@@ -83,6 +89,7 @@ PROGRAMS = [
     RowProgram("rms_norm_bf16", rms_norm, lambda rows, n: ((rows, n), (n,)), torch.bfloat16),
     RowProgram("softmax_bf16", softmax, lambda rows, n: ((rows, n),), torch.bfloat16),
     RowProgram("softmax_with_position_bias", softmax_with_position_bias, lambda rows, n: ((n, n), (9,))),
+    RowProgram("layer_norm_over_channels", layer_norm_over_channels, lambda rows, n: ((n, rows), (n,), (n,))),
     RowProgram("rms_norm_rotated_bf16", rms_norm_rotated, lambda rows, n: ((rows, n), (n,), (rows, n), (rows, n)),
                torch.bfloat16),
 ]

@@ -17,7 +17,7 @@ from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.ir import expr as ex, kernel_ir, loop_ir
 from lamina.plugins.schedules.row_reduction import RowReductionSchedule
 
-from .programs import BY_ID, PROGRAMS, loop_kernel, run
+from .programs import BY_ID, PROGRAMS, compile_program, loop_kernel, run
 from .test_tiling import SM_90
 
 SCHEDULE = RowReductionSchedule()
@@ -144,3 +144,10 @@ def test_global_average_pooling_is_one_row_per_channel():
     assert [t.schedule for t in compiled.compilation.tiles] == ["row_reduction"]
     reference = float64_reference(pool, (x,))
     assert relative_error(compiled(x), reference) <= 1.25 * relative_error(pool(x), reference) + 1e-3
+
+
+def test_a_norm_over_channels_stored_apart_is_one_row_per_position():
+    """Whisper normalises a convolution's output over its channels, which lie a row of positions
+    apart: each element is a load of its own, but the rows still run on this schedule."""
+    compilation = compile_program(BY_ID["layer_norm_over_channels"], 70, 100)
+    assert [t.schedule for t in compilation.tiles] == ["row_reduction"]
