@@ -2,7 +2,7 @@
 
 A kernel that stores bfloat16 values widened to float32 (attention's query, rotated in
 bfloat16 and widened for its product; its probabilities, rounded to bfloat16 for the second
-product) holds no more than bfloat16 can: stored in bfloat16 and widened by each reader, the
+product; a convolution's input padded with zeros) holds no more than bfloat16 can: stored in bfloat16 and widened by each reader, the
 values are the same and the bytes half. It runs before the other rules, so that they see a
 matmul reading two 16-bit operands, as the tensor cores want (``inline_pointwise_producers``
 keeps such an operand stored on Hopper, and ``fuse_contraction_into_row_reduction`` leaves
@@ -44,10 +44,33 @@ def _widened_sources(program: loop_ir.Program) -> dict[str, DType | None]:
         for s in loop_ir.statements(kernel.body):
             if not isinstance(s, loop_ir.Store):
                 continue
-            value = s.value
-            source = value.args[0].dtype if isinstance(value, ex.Op) and value.op == "cast" else None
+            source = _widened_from(s.value)
             if s.buffer not in found:
                 found[s.buffer] = source
             elif found[s.buffer] != source:
                 found[s.buffer] = None
     return found
+
+
+EXACT_IN_EVERY_FLOAT = 256
+"""Whole numbers up to this size, zero and the infinities are exact in bf16 and fp16 alike."""
+
+
+def _widened_from(value: ex.Expr) -> DType | None:
+    """The dtype ``value`` is a cast from, where every value it takes is one: a cast, or a
+    ``where`` choosing between such casts and constants every float dtype holds exactly (a
+    convolution's input padded with zeros); None otherwise."""
+    if isinstance(value, ex.Op) and value.op == "cast":
+        return value.args[0].dtype
+    if isinstance(value, ex.Op) and value.op == "where":
+        sources = {_widened_from(v) for v in value.args[1:] if not _exact_constant(v)}
+        if len(sources) == 1:
+            return sources.pop()
+    return None
+
+
+def _exact_constant(value: ex.Expr) -> bool:
+    if not isinstance(value, ex.Const):
+        return False
+    v = float(value.value)
+    return v in (float("inf"), float("-inf")) or (v == int(v) and abs(v) <= EXACT_IN_EVERY_FLOAT)

@@ -47,3 +47,23 @@ def test_scores_of_widened_bf16_operands_run_on_the_tensor_cores_and_match_eager
     assert [b.type.dtype for b in compiled.compilation.loop.temporaries] == [dtypes.bfloat16] * 2
     expected = rotated_scores(q, k, cos, sin)
     torch.testing.assert_close(compiled(q, k, cos, sin), expected, rtol=1e-5, atol=1e-5)
+
+
+def whisper_front(features, w1, w2):
+    """Whisper's two convolutions: the second reads the first's GELU, widened from bf16, through a
+    window padded with zeros."""
+    hidden = F.gelu(F.conv1d(features, w1, padding=1))
+    return F.gelu(F.conv1d(hidden, w2, padding=1, stride=2))
+
+
+def test_an_input_padded_with_zeros_is_stored_in_bf16_and_convolved_on_wgmma():
+    """Zero is exact in bf16: the GELU stored, padded, for the second convolution (Whisper-small's:
+    80 mel bins, 3 000 frames, 768 channels) is stored in bf16, so both of that convolution's
+    operands are 16-bit and its products run on wgmma."""
+    args = (torch.randn(1, 80, 3000, dtype=torch.bfloat16), torch.randn(768, 80, 3, dtype=torch.bfloat16),
+            torch.randn(768, 768, 3, dtype=torch.bfloat16))
+    compiled = lamina.compile(whisper_front, args, target="sm_90")
+    padded = [b for b in compiled.compilation.loop.temporaries if b.name.endswith("_pad")]
+    assert padded and all(b.type.dtype == dtypes.bfloat16 for b in padded), compiled.compilation.loop.temporaries
+    assert all(t.settings.products == "wgmma 16-bit" for t in compiled.compilation.tiles
+               if t.schedule == "contraction"), compiled.ir("tile")

@@ -167,6 +167,8 @@ def _row_accesses(row: RowReduction) -> dict[tuple, int]:
     readers: dict[tuple, int] = {}
     distinct_rows = {loop.var for loop in row.rows if loop.extent > 1}
     owns_a_row = False
+    writes_rows = any(isinstance(s, loop_ir.Store) for phase in row.phases if phase.loop is not None
+                      for s in phase.loop.body)
     for phase in row.phases:
         loop = phase.loop
         if loop is None:
@@ -176,7 +178,7 @@ def _row_accesses(row: RowReduction) -> dict[tuple, int]:
             if isinstance(s, loop_ir.Store):
                 _check_contiguous(row.kernel, s.buffer, s.index, loop.var, "writes")
         for node in _row_loads(loop):
-            if not _gathers(row.kernel, node, loop.var):
+            if not _read_apart(row.kernel, node, loop.var, writes_rows):
                 _check_contiguous(row.kernel, node.buffer, node.index, loop.var, "reads")
             if loop.kind == "reduce" and distinct_rows <= set().union(*map(ex.free_vars, node.index)):
                 owns_a_row = True
@@ -202,14 +204,16 @@ def _uses(idx: tuple, var: str) -> bool:
     return any(var in ex.free_vars(i) for i in idx)
 
 
-def _gathers(kernel: loop_ir.Kernel, load: loop_ir.Load, var: str) -> bool:
+def _read_apart(kernel: loop_ir.Kernel, load: loop_ir.Load, var: str, writes_rows: bool) -> bool:
     """Whether ``load`` in the loop over ``var`` reads at columns that are no affine function of it
     (RoPE's rotated half, ``x[i % 64 + 64]``; T5's position bias, a table read at a bucket of the
-    distance between query and key) or lie apart (a norm over the channels of a convolution's
-    output, stored channel by channel: Whisper's): each element is then one load of its own, not
-    a stride threads walk together."""
+    distance between query and key) or, in a kernel that writes its rows (a norm), columns that
+    lie apart (Whisper's norm over the channels of a convolution's output, stored channel by
+    channel): each element is then one load of its own, not a stride threads walk together. A
+    column sum, or a matmul, writes no rows: other schedules read its columns together."""
     offset = index.linearize(load.index, kernel.buffer(load.buffer).type.shape)
-    return index.coefficient(offset, var) != 1
+    step = index.coefficient(offset, var)
+    return step is None or (writes_rows and step != 1)
 
 
 def _check_contiguous(kernel: loop_ir.Kernel, buffer: str, idx: tuple, var: str, verb: str) -> None:

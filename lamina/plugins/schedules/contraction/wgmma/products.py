@@ -126,8 +126,16 @@ def _masked_factors(c: Contraction) -> tuple[tuple[Operand, ex.Expr | None], ...
 
 
 def _masked(value: ex.Expr, by_load: dict) -> tuple[Operand, ex.Expr | None] | None:
-    mask = None
+    """The operand ``value`` reads, under widening casts and ``where(mask, x, 0)`` (perhaps
+    rounded back to ``x``'s own dtype, which changes nothing: ``bf16(where(m, f32(x), 0))``),
+    and the mask."""
     value = tma_operands.unwrapped(value)
+    if isinstance(value, ex.Op) and value.op == "cast" and isinstance(value.args[0], ex.Op) \
+            and value.args[0].op == "where":
+        narrow, value = value.dtype, value.args[0]
+        if tma_operands.unwrapped(value.args[1]).dtype != narrow:
+            return None
+    mask = None
     if isinstance(value, ex.Op) and value.op == "where" and _is_zero(value.args[2]):
         mask, value = value.args[0], tma_operands.unwrapped(value.args[1])
     operand = by_load.get(value)
