@@ -23,15 +23,13 @@ from lamina.models.architectures import ARCHITECTURES, build, example_inputs
 
 ONCE = {
     "opt": 1,
-    "vit": 2,
-    "whisper-encoder": 1,
     "mistral": 2,
     "gemma2": 1,
 }
 """Generic kernels of a two-layer model that run once: OPT's position ids (a running sum of the
-attention mask); the norms that read ViT's and Whisper's embeddings straight from their
-convolution, whose channels lie strided along the row; the copies of the empty tensors that
-Mistral's and Gemma-2's caches start from into the graph's outputs."""
+attention mask); the copies of the empty tensors that Mistral's and Gemma-2's caches start from
+into the graph's outputs. (The norms that read ViT's and Whisper's embeddings straight from their
+convolution, whose channels lie apart along the row, are row reductions.)"""
 
 
 def kernels_for_sm_90(model: torch.nn.Module, inputs: dict) -> list[tile_ir.TileKernel]:

@@ -152,14 +152,13 @@ def _wgmma_problems(tk: tile_ir.TileKernel, products: str) -> list[str]:
         problems.append("wgmma products need blocks of whole warpgroups of 64 rows, 2 rows and 4 threads across "
                         "per warp's row of threads")
     sixteen_bit = products == WGMMA_16_BIT_PRODUCTS
-    itemsize = 2 if sixteen_bit else 4
-    row = SWIZZLE_BYTES // itemsize
+    row = SWIZZLE_BYTES // (2 if sixteen_bit else 4)
     if tk.reduction is None or tk.reduction.step != row:
         problems.append(f"wgmma products take k-tiles of {row}: one swizzled row of "
                         f"{'16-bit values' if sixteen_bit else 'float32'}")
     copies = ("cp.async", "load_store") if sixteen_bit else ("cp.async",)
     if len(tk.stages) != 2 or any(s.swizzle != SWIZZLE_BYTES or s.tile[-1] != row or s.copy not in copies
-                                  or s.dtype.itemsize != itemsize or s.buffers < 2 for s in tk.stages):
-        problems.append(f"wgmma products read two operands of {itemsize}-byte values staged K-major by "
-                        f"{' or '.join(copies)} in the 128-byte swizzle, at least two buffers each")
+                                  or (sixteen_bit and s.dtype.itemsize != 2) or s.buffers < 2 for s in tk.stages):
+        problems.append(f"wgmma products read two operands staged K-major by {' or '.join(copies)} in the "
+                        "128-byte swizzle, at least two buffers each")
     return problems

@@ -150,7 +150,7 @@ def _swizzled_stage(c: Contraction, operand: Operand, choices: Choices) -> tile_
     run = kernel_ir.SWIZZLE_BYTES // wgmma_products.SWIZZLE_CHUNKS // dtype.itemsize
     aligned = _widest_copy(c, operand, dims, _contiguous_dim(c, operand, dims)) >= run
     return tile_ir.SharedStage(
-        buffer=operand.load.buffer, index=operand.text, dims=dims, tile=(block, choices.block_k),
+        buffer=operand.load.buffer, index=operand.text, dims=dims, tile=(block, wgmma_products.block_k(c)),
         dtype=dtype, padding=0, buffers=choices.buffers, copy="cp.async" if aligned else "load_store",
         copy_bytes=run * dtype.itemsize if aligned else dtype.itemsize, swizzle=kernel_ir.SWIZZLE_BYTES)
 

@@ -53,7 +53,7 @@ from lamina.plugins.schedules.contraction import (
     warp_patch,
 )
 from lamina.plugins.schedules.contraction.mma_sync import COLUMN_RUN
-from lamina.plugins.schedules.contraction.wgmma import BLOCK_MS, BLOCK_NS, choices_for, runs_on_wgmma
+from lamina.plugins.schedules.contraction.wgmma import BLOCK_MS, BLOCK_NS, choices_for, runs_on_wgmma, sixteen_bit
 from lamina.plugins.schedules.matmul_row_reduction import last_block
 from lamina.plugins.schedules.matmul_row_reduction.settings import RowSettings
 from lamina.plugins.schedules.matmul_row_reduction.recognise import ContractionRows
@@ -148,7 +148,10 @@ def _wgmma_layouts(length: int, pinned: Mapping[str, int]) -> list[dict[str, int
 def on_wgmma(rows: ContractionRows, target: Target, pinned: Mapping[str, int]) -> bool:
     """Whether the products run on wgmma: where ``products = wgmma`` is pinned, or where
     ``products`` is not pinned and a wgmma block can run the product with the knobs pinned
-    (on Hopper, float32 operands contiguous along the reduction)."""
+    (on Hopper, float32 operands contiguous along the reduction: this schedule's wgmma blocks
+    split them into tf32 pieces, and 16-bit operands are not among them)."""
+    if sixteen_bit(rows.contraction):
+        return False
     if "products" in pinned:
         return pinned["products"] == WGMMA
     return any(candidates(rows.contraction, target, {**fixed_on_wgmma(n), **pinned})
