@@ -50,6 +50,21 @@ def test_a_ragged_matmul_pinned_to_staged_wgmma_matches_eager():
     assert close_to_eager(compiled, torch.matmul, args)
 
 
+def strided_convolution(x, w):
+    return F.conv1d(x, w, padding=1, stride=2)
+
+
+def test_split_k_slices_of_a_strided_convolution_on_staged_wgmma_match_eager():
+    """Whisper's second convolution: stride 2 over an input padded with zeros, split across blocks
+    into three slices of 128 (whole k-tiles) and a combine."""
+    torch.manual_seed(14)
+    args = (torch.randn(1, 128, 41, dtype=torch.bfloat16), torch.randn(70, 128, 3, dtype=torch.bfloat16))
+    compiled = lamina.compile(strided_convolution, args, target="sm_90",
+                              knobs={"contraction": {"products": "wgmma", "split_k": 3}})
+    assert products(compiled) == [STAGED]
+    assert close_to_eager(compiled, strided_convolution, args)
+
+
 def test_the_cost_model_puts_a_cnns_convolution_on_wgmma():
     args = (torch.randn(1, 64, 56, 56, dtype=torch.bfloat16), torch.randn(128, 64, 3, 3, dtype=torch.bfloat16))
     assert products(lamina.compile(convolution, args, target="sm_90")) == [STAGED]
