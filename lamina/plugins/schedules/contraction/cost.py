@@ -374,7 +374,8 @@ def wgmma_compute_us(choices: Choices, target: Target, deepest: int, resident: i
     """The busiest SM's time for its ``deepest`` wgmma blocks: their k-tiles one after another
     on its tensor cores, and each block's fixed cost (``WGMMA_BLOCK_US``), which the blocks
     resident at once overlap. Sixteen-bit products run one wgmma per value at the target's
-    16-bit rate, staged by the same threads as the float32 ones, so the same efficiencies."""
+    16-bit rate, taken to reach the same fraction of it as the float32 blocks (not fitted apart:
+    their staging, ``STAGED_COPIES_PER_US_PER_SM``, is what bounds them)."""
     efficiency = WGMMA_EFFICIENCY[choices.block_m, choices.block_n]
     rate = target.bf16_tensor_flops_per_us if sixteen_bit else target.tf32_wgmma_flops_per_us / mma_sync.PRODUCTS
     sm_flops_per_us = rate / target.sm_count * efficiency
