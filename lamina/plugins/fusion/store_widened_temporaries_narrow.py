@@ -2,8 +2,8 @@
 
 A kernel that stores bfloat16 values widened to float32 (attention's query, rotated in
 bfloat16 and widened for its product; its probabilities, rounded to bfloat16 for the second
-product; a convolution's input padded with zeros) holds no more than bfloat16 can: stored in bfloat16 and widened by each reader, the
-values are the same and the bytes half. It runs before the other rules, so that they see a
+product; a convolution's input padded with zeros) holds no more than bfloat16 can: stored in
+bfloat16 and widened by each reader, the values are the same and the bytes half. It runs before the other rules, so that they see a
 matmul reading two 16-bit operands, as the tensor cores want (``inline_pointwise_producers``
 keeps such an operand stored on Hopper, and ``fuse_contraction_into_row_reduction`` leaves
 its product to the TMA GEMM).
@@ -11,6 +11,7 @@ its product to the TMA GEMM).
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 from lamina.core.ir import expr as ex, loop_ir
@@ -73,4 +74,4 @@ def _exact_constant(value: ex.Expr) -> bool:
     if not isinstance(value, ex.Const):
         return False
     v = float(value.value)
-    return v in (float("inf"), float("-inf")) or (v == int(v) and abs(v) <= EXACT_IN_EVERY_FLOAT)
+    return math.isinf(v) or (math.isfinite(v) and v == int(v) and abs(v) <= EXACT_IN_EVERY_FLOAT)
