@@ -106,7 +106,7 @@ STAGED_COPIES_PER_US_PER_SM = 3700
 microsecond when they stage 16-bit wgmma operands: each copy of a convolution's window computes
 its address and its bounds, which takes longer than the tensor cores take for the products.
 Fitted to the first convolution of the model matrix's CNN (3 to 64 channels on 224 x 224, one
-k-tile a block: 17.1 us on the H200, ``benchmarks/results/2026-12-03_h200_profile_cnn_b1_s224_bf16.json``);
+k-tile a block), as timed in ``benchmarks/results/2026-12-03_h200_profile_cnn_b1_s224_bf16.json``;
 the model then gives the CNN's three blocks within a tenth of their measured total."""
 FIXED_BY_WGMMA = ("block_k", "thread_m", "thread_n", "splits", "padding", "fragment_width", "warp_columns",
                   "copy_steps")

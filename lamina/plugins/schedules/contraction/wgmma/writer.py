@@ -31,8 +31,9 @@ PIECE_PAIRS = (("small", "big"), ("big", "small"), ("big", "big"))
 """The three products of each eight k, the small ones first, as (m side, n side)."""
 
 
-class WarpgroupWriter(ContractionWriter):
-    """Writes the Kernel IR of a contraction scheduled onto wgmma."""
+class StagedWarpgroupWriter(ContractionWriter):
+    """What the writers of wgmma on operands the threads stage share: the two staged sides and
+    each thread's warpgroup."""
 
     K_AXIS = 1
     """Staged tiles are K-major, row by row, as wgmma reads them."""
@@ -44,13 +45,29 @@ class WarpgroupWriter(ContractionWriter):
         self.m_side, self.n_side = wgmma_products.factors(c)
         self.m_stage = next(s for s in tile.stages if s.index == self.m_side.text)
         self.n_stage = next(s for s in tile.stages if s.index == self.n_side.text)
+        self.warpgroup = ex.Var(self.names.fresh("warpgroup"))
+        self.ranges[self.warpgroup.name] = self.threads // kernel_ir.WARPGROUP_SIZE
+
+    def prologue(self) -> list[kernel_ir.Stmt]:
+        warpgroup = kernel_ir.Declare(self.warpgroup.name, self.warpgroup.dtype, self.tid // kernel_ir.WARPGROUP_SIZE)
+        return super().prologue() + [warpgroup]
+
+    def shared_arrays(self) -> list[kernel_ir.Array]:
+        """The staged k-tiles, swizzled."""
+        return [kernel_ir.Array(self.tiles[s.index], s.dtype, s.padded_shape, "shared", swizzle=s.swizzle)
+                for s in self.tile.stages]
+
+
+class WarpgroupWriter(StagedWarpgroupWriter):
+    """Writes the Kernel IR of a float32 contraction scheduled onto wgmma."""
+
+    def __init__(self, tile, c, taken=frozenset()):
+        super().__init__(tile, c, taken)
         self.n_small = self.names.fresh(f"{self.n_stage.buffer}_small")
         self.fragments = {p: self.names.fresh(f"a_{p}") for p in ("big", "small")}
         self.step_sum = self.names.fresh("k_tile_sum")
-        self.warpgroup = ex.Var(self.names.fresh("warpgroup"))
         self.step = ex.Var(self.names.fresh("step"))
         self.pieces = {p: self.names.fresh(f"{p}_piece") for p in ("raw", "big", "small")}
-        self.ranges[self.warpgroup.name] = self.threads // kernel_ir.WARPGROUP_SIZE
         self.ranges[self.step.name] = wgmma_products.BLOCK_K // kernel_ir.WGMMA_K
 
     # --- a k-tile ------------------------------------------------------------------
@@ -150,19 +167,17 @@ class WarpgroupWriter(ContractionWriter):
         return super().main_loop() + self._add_step_sum()
 
     def prologue(self) -> list[kernel_ir.Stmt]:
-        warpgroup = kernel_ir.Declare(self.warpgroup.name, self.warpgroup.dtype, self.tid // kernel_ir.WARPGROUP_SIZE)
         zero = ex.cast(ex.const(0), self.c.acc_dtype)
         no_sum_yet = [kernel_ir.Store(self.step_sum, (ex.const(a), ex.const(b)), zero) for a, b in self.register_tile()]
-        return super().prologue() + [warpgroup, *no_sum_yet]
+        return super().prologue() + no_sum_yet
 
     # --- arrays --------------------------------------------------------------------
 
     def shared_arrays(self) -> list[kernel_ir.Array]:
         """The staged k-tiles and the n side's small pieces, swizzled."""
-        arrays = [kernel_ir.Array(self.tiles[s.index], s.dtype, s.padded_shape, "shared", swizzle=s.swizzle)
-                  for s in self.tile.stages]
         stage = self.n_stage
-        return arrays + [kernel_ir.Array(self.n_small, stage.dtype, (2, *stage.tile), "shared", swizzle=stage.swizzle)]
+        return super().shared_arrays() + [
+            kernel_ir.Array(self.n_small, stage.dtype, (2, *stage.tile), "shared", swizzle=stage.swizzle)]
 
     def fragment_arrays(self) -> list[kernel_ir.Array]:
         """The k-tile's sum of products, beside the accumulators; the thread's values of A, big
@@ -176,20 +191,9 @@ class WarpgroupWriter(ContractionWriter):
                 *(kernel_ir.Array(name, self.c.acc_dtype, chunk, "register") for name in self.pieces.values())]
 
 
-class SixteenBitWarpgroupWriter(ContractionWriter):
+class SixteenBitWarpgroupWriter(StagedWarpgroupWriter):
     """Writes the Kernel IR of a contraction of bf16 or fp16 operands scheduled onto wgmma, both
     operands staged in swizzled shared memory by the block's threads."""
-
-    K_AXIS = 1
-    staged_position = staticmethod(wgmma_products.staged_position)
-
-    def __init__(self, tile, c, taken=frozenset()):
-        super().__init__(tile, c, taken)
-        self.m_side, self.n_side = wgmma_products.factors(c)
-        self.m_stage = next(s for s in tile.stages if s.index == self.m_side.text)
-        self.n_stage = next(s for s in tile.stages if s.index == self.n_side.text)
-        self.warpgroup = ex.Var(self.names.fresh("warpgroup"))
-        self.ranges[self.warpgroup.name] = self.threads // kernel_ir.WARPGROUP_SIZE
 
     def copy_masks(self) -> dict[str, Expr]:
         """The operands' conditions (``wgmma.products.masks``): wgmma multiplies what is staged."""
@@ -219,14 +223,6 @@ class SixteenBitWarpgroupWriter(ContractionWriter):
     def main_loop(self) -> list[kernel_ir.Stmt]:
         """The k-tiles, then a wait for the last one's wgmma before the epilogue reads the sums."""
         return super().main_loop() + [kernel_ir.WgmmaWait(0)]
-
-    def prologue(self) -> list[kernel_ir.Stmt]:
-        warpgroup = kernel_ir.Declare(self.warpgroup.name, self.warpgroup.dtype, self.tid // kernel_ir.WARPGROUP_SIZE)
-        return super().prologue() + [warpgroup]
-
-    def shared_arrays(self) -> list[kernel_ir.Array]:
-        return [kernel_ir.Array(self.tiles[s.index], s.dtype, s.padded_shape, "shared", swizzle=s.swizzle)
-                for s in self.tile.stages]
 
     def fragment_arrays(self) -> list[kernel_ir.Array]:
         """None: wgmma reads both operands from shared memory."""

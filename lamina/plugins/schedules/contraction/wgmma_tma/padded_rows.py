@@ -20,13 +20,13 @@ import attrs
 from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.target import Target
 from lamina.plugins.fusion import analysis
-from lamina.plugins.schedules.contraction.knobs import FORMER_KNOB_NAMES, KNOB_NAMES, PIPELINE_KNOB_NAMES, WGMMA_TMA
+from lamina.plugins.schedules.contraction.knobs import FORMER_KNOB_NAMES, KNOB_NAMES, PIPELINE_KNOB_NAMES
 from lamina.plugins.schedules.contraction.recognise import Contraction, NotAContraction, Operand, analyse
 from lamina.plugins.schedules.contraction.schedule import estimate_contraction
 from lamina.plugins.schedules.contraction.wgmma_tma import operands
 from lamina.plugins.schedules.contraction.wgmma_tma.k_major_operands import copied_k_major
 from lamina.plugins.schedules.contraction.wgmma_tma.operands import padded_shape, with_buffer_in_kernel
-from lamina.plugins.schedules.contraction.wgmma_tma.setting import ARCH, MIN_UNPINNED_ROWS, TMA_ONLY
+from lamina.plugins.schedules.contraction.wgmma_tma.setting import ARCH, MIN_UNPINNED_ROWS, pinned_by
 from lamina.plugins.schedules.pointwise import PointwiseSchedule
 
 POINTWISE = PointwiseSchedule()
@@ -49,7 +49,7 @@ class PadTmaOperandRows:
             return None
         temporaries = {b.name: b for b in program.temporaries}
         taken = set(analysis.buffers(program)) | {k.name for k in program.kernels}
-        pinned = knobs.get("products") == WGMMA_TMA or any(k in knobs for k in TMA_ONLY)
+        pinned = pinned_by(knobs)
         for kernel in program.kernels:
             try:
                 c = analyse(kernel)

@@ -63,6 +63,12 @@ FIXED_BY_TMA = ("block_k", "thread_m", "thread_n", "splits", "padding", "fragmen
 others. ``grouped_rows``, the order of the blocks, it shares with them
 (``arrangement.grouped``)."""
 TMA_ONLY = ("stages", "consumer_warpgroups", "tile_scheduler")
+
+
+def pinned_by(knobs) -> bool:
+    """Whether ``knobs`` (a rule's view of the contraction knobs) pin the TMA GEMM: ``products =
+    wgmma_tma``, or one of its own knobs."""
+    return knobs.get("products") == WGMMA_TMA or any(k in knobs for k in TMA_ONLY)
 UNPINNED_SCHEDULERS = (GRID,)
 """The tile schedulers the cost model weighs: persistent blocks, timed against the grid on the
 suite's bf16 linears, gained at most 2 % (``experiments/persistent_tiles/``), so they run only
