@@ -93,3 +93,29 @@ def test_the_reordered_attention_block_matches_eager_on_the_gpu():
     compiled = lamina.compile(attention_block, args)
     reference = float64_reference(attention_block, args)
     assert relative_error(compiled(*args), reference) <= 1.25 * relative_error(attention_block(*args), reference) + 1e-3
+
+
+def test_reordering_moves_every_access_and_the_unread_elements_with_the_axes():
+    """``with_axes_in_order`` on a (3, 4) temporary stored as (4, 3): the writer's store, the
+    reader's load and the condition naming the elements no kernel reads all follow the axes."""
+    from lamina.core.ir import dtypes, expr as ex, loop_ir
+    from lamina.core.ir.torch_ir import TensorType
+    from lamina.plugins.schedules.contraction.wgmma_tma.reordered_axes import with_axes_in_order
+
+    i, j = ex.Var("i"), ex.Var("j")
+    x = loop_ir.Buffer("x", TensorType((3, 4), dtypes.float32))
+    t = loop_ir.Buffer("t", TensorType((3, 4), dtypes.float32), unread=ex.op("lt", loop_ir.axis_var(0), ex.const(1)))
+    y = loop_ir.Buffer("y", TensorType((4, 3), dtypes.float32))
+
+    def nest(store: loop_ir.Store) -> tuple:
+        return (loop_ir.Loop("i", 3, "parallel", (loop_ir.Loop("j", 4, "parallel", (store,)),)),)
+
+    write = loop_ir.Kernel("write", (x,), (t,), nest(loop_ir.Store("t", (i, j), loop_ir.Load("x", (i, j), dtypes.float32))))
+    read = loop_ir.Kernel("read", (t,), (y,), nest(loop_ir.Store("y", (j, i), loop_ir.Load("t", (i, j), dtypes.float32))))
+    program = with_axes_in_order(loop_ir.Program((x,), (y,), (t,), (write, read)), t, (1, 0))
+    (moved,) = program.temporaries
+    assert moved.type.shape == (4, 3) and moved.unread == ex.op("lt", loop_ir.axis_var(1), ex.const(1))
+    stores = [s for k in program.kernels for s in loop_ir.statements(k.body) if isinstance(s, loop_ir.Store)]
+    assert stores[0].index == (j, i)
+    assert loop_ir.loads(program.kernels[1].body) and next(loop_ir.loads(program.kernels[1].body)).index == (j, i)
+    assert all(b.type.shape == (4, 3) for k in program.kernels for b in k.inputs + k.outputs if b.name == "t")
