@@ -12,6 +12,7 @@ sum and a ``SliceBound``.
 from __future__ import annotations
 
 import functools
+from typing import Iterator
 
 import attrs
 
@@ -201,3 +202,12 @@ def _column_var(kernel: loop_ir.Kernel, store: loop_ir.Store, parallel: list[str
     if strides[best] == float("inf"):
         raise NotAContraction(f"{where}: the store to {store.buffer} does not move with any parallel variable")
     return best
+
+
+def contractions(program: loop_ir.Program) -> Iterator[tuple[int, Contraction]]:
+    """Each kernel of ``program`` that is a contraction, by its position, as ``analyse`` finds it."""
+    for position, kernel in enumerate(program.kernels):
+        try:
+            yield position, analyse(kernel)
+        except NotAContraction:
+            continue

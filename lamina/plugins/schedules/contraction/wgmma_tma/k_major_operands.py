@@ -26,7 +26,7 @@ from lamina.core.ir.torch_ir import TensorType
 from lamina.core.target import Target
 from lamina.plugins.fusion import analysis
 from lamina.plugins.fusion.inline_pointwise_producers import TMA_MIN_ROWS, copies_along_its_rows
-from lamina.plugins.schedules.contraction.recognise import Contraction, NotAContraction, Operand, analyse
+from lamina.plugins.schedules.contraction.recognise import Contraction, NotAContraction, Operand, analyse, contractions
 from lamina.plugins.schedules.contraction.wgmma_tma import operands
 from lamina.plugins.schedules.contraction.wgmma_tma.operands import padded_shape, with_buffer_in_kernel
 from lamina.plugins.schedules.contraction.wgmma_tma.setting import ARCH, operands_problem
@@ -43,11 +43,7 @@ class StoreTmaOperandsKMajor:
             return None
         buffers = analysis.buffers(program)
         taken = set(buffers) | {k.name for k in program.kernels}
-        for position, kernel in enumerate(program.kernels):
-            try:
-                c = analyse(kernel)
-            except NotAContraction:
-                continue
+        for position, c in contractions(program):
             copied = copied_k_major(c, taken)
             if copied is None:
                 continue

@@ -161,3 +161,11 @@ def with_buffer_in_kernel(kernel: loop_ir.Kernel, buffer: loop_ir.Buffer) -> loo
         return tuple(buffer if b.name == buffer.name else b for b in buffers)
 
     return attrs.evolve(kernel, inputs=swap(kernel.inputs), outputs=swap(kernel.outputs))
+
+
+def with_buffer(program: loop_ir.Program, buffer: loop_ir.Buffer) -> loop_ir.Program:
+    """``program`` with the temporary of ``buffer``'s name declared as ``buffer`` everywhere."""
+    return attrs.evolve(
+        program,
+        temporaries=tuple(buffer if b.name == buffer.name else b for b in program.temporaries),
+        kernels=tuple(with_buffer_in_kernel(k, buffer) for k in program.kernels))

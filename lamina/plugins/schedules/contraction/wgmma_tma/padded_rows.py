@@ -21,11 +21,11 @@ from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.target import Target
 from lamina.plugins.fusion import analysis
 from lamina.plugins.schedules.contraction.knobs import FORMER_KNOB_NAMES, KNOB_NAMES, PIPELINE_KNOB_NAMES
-from lamina.plugins.schedules.contraction.recognise import Contraction, NotAContraction, Operand, analyse
+from lamina.plugins.schedules.contraction.recognise import Contraction, Operand, analyse, contractions
 from lamina.plugins.schedules.contraction.schedule import estimate_contraction
 from lamina.plugins.schedules.contraction.wgmma_tma import operands
 from lamina.plugins.schedules.contraction.wgmma_tma.k_major_operands import copied_k_major
-from lamina.plugins.schedules.contraction.wgmma_tma.operands import padded_shape, with_buffer_in_kernel
+from lamina.plugins.schedules.contraction.wgmma_tma.operands import padded_shape, with_buffer, with_buffer_in_kernel
 from lamina.plugins.schedules.contraction.wgmma_tma.setting import ARCH, MIN_UNPINNED_ROWS, pinned_by
 from lamina.plugins.schedules.pointwise import PointwiseSchedule
 
@@ -50,13 +50,9 @@ class PadTmaOperandRows:
         temporaries = {b.name: b for b in program.temporaries}
         taken = set(analysis.buffers(program)) | {k.name for k in program.kernels}
         pinned = pinned_by(knobs)
-        for kernel in program.kernels:
-            try:
-                c = analyse(kernel)
-            except NotAContraction:
-                continue
+        for _, c in contractions(program):
             padded = _padded_operand(c, temporaries)
-            if padded is not None and (pinned or _pays(c, with_buffer_in_kernel(kernel, padded), target, taken)):
+            if padded is not None and (pinned or _pays(c, with_buffer_in_kernel(c.kernel, padded), target, taken)):
                 return with_buffer(program, padded)
         return None
 
@@ -96,11 +92,3 @@ def _pays(c: Contraction, padded: loop_ir.Kernel, target: Target, taken: set[str
 
 def _read_along_its_last_axis(c: Contraction, operand: Operand) -> bool:
     return operand.load.index[-1] == ex.Var(c.reduce_var)
-
-
-def with_buffer(program: loop_ir.Program, buffer: loop_ir.Buffer) -> loop_ir.Program:
-    """``program`` with the temporary of ``buffer``'s name declared as ``buffer`` everywhere."""
-    return attrs.evolve(
-        program,
-        temporaries=tuple(buffer if b.name == buffer.name else b for b in program.temporaries),
-        kernels=tuple(with_buffer_in_kernel(k, buffer) for k in program.kernels))

@@ -22,10 +22,11 @@ from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.target import Target
 from lamina.plugins.fusion import analysis
 from lamina.plugins.schedules.contraction.knobs import FORMER_KNOB_NAMES, KNOB_NAMES, PIPELINE_KNOB_NAMES
-from lamina.plugins.schedules.contraction.recognise import Contraction, NotAContraction, Operand, analyse
+from lamina.plugins.schedules.contraction.recognise import Contraction, Operand, analyse, contractions
 from lamina.plugins.schedules.contraction.schedule import estimate_contraction
 from lamina.plugins.schedules.contraction.wgmma_tma import operands
 from lamina.plugins.schedules.contraction.wgmma_tma.k_major_operands import tma_reads_with_a_copy
+from lamina.plugins.schedules.contraction.wgmma_tma.operands import with_buffer
 from lamina.plugins.schedules.contraction.wgmma_tma.setting import ARCH, MIN_UNPINNED_ROWS, pinned_by
 
 
@@ -47,11 +48,8 @@ class ReorderTmaOperandAxes:
             return None
         temporaries = {b.name: b for b in program.temporaries}
         pinned = pinned_by(knobs)
-        for kernel in program.kernels:
-            try:
-                c = analyse(kernel)
-            except NotAContraction:
-                continue
+        for _, c in contractions(program):
+            kernel = c.kernel
             factors = operands.factors(c)
             if factors is None or c.extents[c.m] < MIN_UNPINNED_ROWS:
                 continue
@@ -103,6 +101,7 @@ def with_axes_in_order(program: loop_ir.Program, buffer: loop_ir.Buffer, order: 
     if unread is not None:
         unread = ex.substitute(unread, {loop_ir.axis_var(a).name: loop_ir.axis_var(k) for k, a in enumerate(order)})
     reordered = attrs.evolve(buffer, type=attrs.evolve(buffer.type, shape=shape), unread=unread)
+    program = with_buffer(program, reordered)
 
     def permuted(index: tuple[ex.Expr, ...]) -> tuple[ex.Expr, ...]:
         return tuple(index[a] for a in order)
@@ -116,12 +115,7 @@ def with_axes_in_order(program: loop_ir.Program, buffer: loop_ir.Buffer, order: 
         statements = loop_ir.map_expressions(statements, lambda e: ex.transform(e, load))
         return tuple(_stores_permuted(s, buffer.name, permuted) for s in statements)
 
-    def kernel(k: loop_ir.Kernel) -> loop_ir.Kernel:
-        swap = lambda bs: tuple(reordered if b.name == buffer.name else b for b in bs)  # noqa: E731
-        return attrs.evolve(k, inputs=swap(k.inputs), outputs=swap(k.outputs), body=body(k.body))
-
-    return attrs.evolve(program, temporaries=tuple(reordered if b.name == buffer.name else b for b in program.temporaries),
-                        kernels=tuple(kernel(k) for k in program.kernels))
+    return attrs.evolve(program, kernels=tuple(attrs.evolve(k, body=body(k.body)) for k in program.kernels))
 
 
 def _stores_permuted(statement: loop_ir.Stmt, buffer: str, permuted) -> loop_ir.Stmt:
