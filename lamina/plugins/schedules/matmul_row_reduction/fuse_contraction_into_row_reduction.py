@@ -60,7 +60,9 @@ class FuseContractionIntoRowReduction:
                 continue
             if tma_reads_with_a_copy(c, target):
                 continue
-            fused = _fused(c, store, kernels[readers[0]])
+            if c.extents[c.n] > tiling.MAX_FUSED_ROW_LENGTH:
+                continue
+            fused = computed_where_read(c, store, kernels[readers[0]])
             if fused is None:
                 continue
             fused = analysis.with_exact_inputs(fused, known)
@@ -74,10 +76,9 @@ class FuseContractionIntoRowReduction:
         return None
 
 
-def _fused(c: Contraction, store: loop_ir.Store, consumer: loop_ir.Kernel) -> loop_ir.Kernel | None:
-    """The consumer computing the product where it reads it, or None where it reads it otherwise."""
-    if c.extents[c.n] > tiling.MAX_FUSED_ROW_LENGTH:
-        return None
+def computed_where_read(c: Contraction, store: loop_ir.Store, consumer: loop_ir.Kernel) -> loop_ir.Kernel | None:
+    """The consumer computing the product where it reads it, each loop over a row computing
+    its element (a dot product) first, or None where it reads the product otherwise."""
     loops, inner = split_parallel_nest(consumer.body)
     rows = {loop.var for loop in loops}
     taken = analysis.bound_names(consumer.body) | analysis.bound_names(c.kernel.body)

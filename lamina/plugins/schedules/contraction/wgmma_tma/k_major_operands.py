@@ -72,13 +72,28 @@ def copied_k_major(c: Contraction, taken: set[str]) -> tuple[loop_ir.Kernel, loo
     operand = _to_copy(c)
     if operand is None:
         return None
+    copied = copy_k_major(c, operand, taken)
+    if copied is None or not _reads_k_major(copied[1]):
+        return None
+    return copied
+
+
+def copy_k_major(c: Contraction, operand: Operand, taken: set[str]) -> tuple[loop_ir.Kernel, loop_ir.Kernel] | None:
+    """The kernel that copies ``operand`` K-major, its rows padded to 16 bytes, and the
+    contraction reading the copy; None where the copy would run along the operand's rows as
+    they lie or the TMA could not read the copy either."""
     copy, rewritten = _with_copy(c, operand, taken)
     if copies_along_its_rows(analysis.pointwise(copy)):
         return None
     (buffer,) = copy.outputs
     padded = attrs.evolve(buffer, type=padded_shape(buffer.type))
     copy, rewritten = (with_buffer_in_kernel(k, padded) for k in (copy, rewritten))
-    if not _reads_k_major(rewritten):
+    try:
+        moved = analyse(rewritten)
+    except NotAContraction:
+        return None
+    found = operands.factors(moved)
+    if found is None or isinstance(operands.view(moved, found[0 if operand.side == "m" else 1]), str):
         return None
     return copy, rewritten
 
