@@ -163,15 +163,16 @@ def gathers(value: Expr) -> bool:
 
 def shared_in_reduction(kernel: loop_ir.Kernel, buffer: str) -> bool:
     """Whether a reduce loop of ``kernel`` reads ``buffer`` at an index that misses one of
-    the kernel's parallel variables: each element then serves several points, as a
-    matmul's operand does."""
+    the kernel's parallel variables, or the reduce loop's own: each element then serves
+    several points, as a matmul's operand does (or several terms of the reduction, as
+    attention's queries serve every key)."""
     loops, _ = parallel_nest(kernel)
     parallel = {loop.var for loop in loops}
     for s in loop_ir.statements(kernel.body):
         if isinstance(s, loop_ir.Loop) and s.kind == "reduce":
             for load in loop_ir.loads(s.body):
                 used = set().union(*(ex.free_vars(i) for i in load.index)) if load.index else set()
-                if load.buffer == buffer and not parallel <= used:
+                if load.buffer == buffer and not (parallel | {s.var}) <= used:
                     return True
     return False
 
@@ -212,6 +213,30 @@ def replication(kernel: loop_ir.Kernel, buffer: str) -> int:
         if load.buffer == buffer:
             used = set().union(*(ex.free_vars(i) for i in load.index)) if load.index else set()
             most = max(most, math.prod(loop.extent for loop in loops if loop.var not in used))
+    return most
+
+
+def reads_per_element(kernel: loop_ir.Kernel, buffer: str) -> int:
+    """How many times ``kernel`` reads each element of ``buffer`` at most: ``replication``'s
+    parallel points, times the iterations of each reduce loop around the load that its index
+    misses (attention's queries, read once per key by the loops over the keys)."""
+    loops, _ = parallel_nest(kernel)
+    most = 1
+
+    def visit(body: tuple[loop_ir.Stmt, ...], around: tuple[loop_ir.Loop, ...]) -> None:
+        nonlocal most
+        for s in body:
+            if isinstance(s, loop_ir.Loop):
+                visit(s.body, around + ((s,) if s.kind == "reduce" else ()))
+                continue
+            for load in (n for e in loop_ir.expressions(s) for n in ex.walk(e) if isinstance(n, loop_ir.Load)):
+                if load.buffer != buffer:
+                    continue
+                used = set().union(*(ex.free_vars(i) for i in load.index)) if load.index else set()
+                missed = [loop for loop in loops + around if loop.var not in used]
+                most = max(most, math.prod(loop.extent for loop in missed))
+
+    visit(kernel.body, ())
     return most
 
 

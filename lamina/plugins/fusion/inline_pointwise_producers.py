@@ -88,7 +88,7 @@ def _keeps_tma_operand(producer: analysis.Pointwise, consumers: list[loop_ir.Ker
             or buffer.type.dtype not in (dtypes.bfloat16, dtypes.float16) \
             or math.prod(buffer.type.shape[:-1]) < TMA_MIN_ROWS or copies_along_its_rows(producer):
         return False
-    return any(_broadcasts(k, buffer.name) and analysis.replication(k, buffer.name) >= TMA_MIN_ROWS
+    return any(_broadcasts(k, buffer.name) and analysis.reads_per_element(k, buffer.name) >= TMA_MIN_ROWS
                for k in consumers)
 
 
