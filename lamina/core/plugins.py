@@ -41,6 +41,7 @@ BUILTIN_PLUGINS = {
     "lamina.builtin.schedules.generic": "lamina.plugins.schedules.generic.plugin",
     "lamina.builtin.schedules.contraction": "lamina.plugins.schedules.contraction.plugin",
     "lamina.builtin.schedules.matmul_row_reduction": "lamina.plugins.schedules.matmul_row_reduction.plugin",
+    "lamina.builtin.schedules.attention": "lamina.plugins.schedules.attention.plugin",
     "lamina.builtin.schedules.pointwise": "lamina.plugins.schedules.pointwise.plugin",
     "lamina.builtin.schedules.row_reduction": "lamina.plugins.schedules.row_reduction.plugin",
     "lamina.builtin.schedules.transpose": "lamina.plugins.schedules.transpose.plugin",

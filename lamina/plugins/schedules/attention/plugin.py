@@ -1,0 +1,62 @@
+"""Registers the ``attention`` schedule and the fusion rule that gives it its kernels."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from lamina.core.errors import NoSettingRuns, ScheduleError
+from lamina.core.hookspecs import hookimpl
+from lamina.core.ir import kernel_ir, loop_ir, tile_ir
+from lamina.core.target import Target
+from lamina.plugins.schedules.attention import tiling
+from lamina.plugins.schedules.attention.fuse_attention import FuseAttention
+from lamina.plugins.schedules.attention.recognise import NotAttention, analyse
+from lamina.plugins.schedules.attention.writer import lower_attention
+
+
+class AttentionSchedule:
+    """``softmax(q @ k^T) @ v`` in one pass over the keys, on Hopper's TMA and wgmma."""
+
+    name = tiling.SCHEDULE_NAME
+    priority = 15
+    knob_names = tiling.KNOB_NAMES
+
+    def applies(self, kernel: loop_ir.Kernel, target: Target) -> bool:
+        if target.compute_capability != tiling.ARCH:
+            return False
+        try:
+            analyse(kernel)
+        except NotAttention:
+            return False
+        return True
+
+    def schedule(self, kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:
+        """The kernel's Tile IR; where no setting can run it and none of this schedule's knobs is
+        pinned, ``NoSettingRuns``, so that the next schedule takes it."""
+        try:
+            return tiling.tile(analyse(kernel), target, knobs)
+        except NoSettingRuns:
+            raise
+        except ScheduleError as e:
+            if knobs:
+                raise
+            raise NoSettingRuns(str(e)) from None
+
+    def estimate_cost(self, kernel: loop_ir.Kernel, target: Target) -> float:
+        try:
+            return tiling.choose(analyse(kernel), target, {})[1]
+        except ScheduleError:
+            return float("inf")
+
+    def lower(self, tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Kernel:
+        return lower_attention(tile, target)
+
+
+@hookimpl
+def lamina_register_schedules(register):
+    register(AttentionSchedule())
+
+
+@hookimpl
+def lamina_register_fusion_rules(register):
+    register(FuseAttention())

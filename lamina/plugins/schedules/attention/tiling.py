@@ -1,0 +1,233 @@
+"""The attention schedule's knobs, its cost model and its Tile IR.
+
+A block takes ``block_queries`` query rows of one batch and head (64 per consumer warpgroup)
+and walks the keys ``block_keys`` at a time: the TMA copies each key block's keys and values
+into a ring of ``stages`` buffers while the warpgroups work on the block before. Causal
+attention walks only the key blocks that some query of the block sees.
+
+The cost model is fitted to the H200: a key block of 128 queries by 128 keys takes a block
+``KEY_BLOCK_US + KEY_BLOCK_US_PER_FEATURE * d`` (the products, the exponentials and the
+waits between them, which this schedule does not yet overlap), a warpgroup of 64 queries
+alone ``ONE_WARPGROUP_SLOWDOWN`` times that with two such blocks on an SM (the kernel's
+registers allow one block of two warpgroups, or two of one); each read of another buffer that
+the score makes (a mask) adds ``SCORE_READ_NS`` per score and SM. The blocks spread over the
+SMs; the longest block bounds the kernel. ``benchmarks/results/2026-12-03_h200_bench_attention_bf16.json``
+holds the measurements.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any, Mapping
+
+import attrs
+
+from lamina.core.errors import ScheduleError
+from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
+from lamina.core.ir.kernel_ir import hopper_barriers
+from lamina.core.target import Target
+from lamina.plugins.schedules.attention.recognise import Attention
+
+SCHEDULE_NAME = "attention"
+ARCH = 90
+"""TMA and wgmma are Hopper's (sm_90a)."""
+PANEL = 64
+"""Elements of a 16-bit row in one 128-byte swizzled row: the TMA's boxes are this wide."""
+KNOB_NAMES = ("block_queries", "block_keys", "stages")
+BLOCK_QUERIES = (64, 128)
+BLOCK_KEYS = (64, 128)
+STAGES = (2, 3, 4)
+DEFAULT_STAGES = 2
+MAX_ACCUMULATORS = 128
+"""Float32 accumulators of the two products a thread holds at most (scores and output)."""
+MAX_FEATURES = 256
+"""The wgmma's largest N, the values' features a block computes at once."""
+
+KEY_BLOCK_US = 1.46
+KEY_BLOCK_US_PER_FEATURE = 0.0105
+"""A key block of 128 x 128 scores in a block of two warpgroups: 2.13 us at 64 features, 2.8 at
+128 (TinyLlama's and Qwen's shapes at 8 192 positions)."""
+ONE_WARPGROUP_SLOWDOWN = 1.8
+"""A 64-query block's key block, two such blocks sharing an SM (TinyLlama at 512 positions)."""
+SCORE_READ_NS = 0.5
+"""Per score, per read of a mask or bias, on one SM: a decoder's padding mask, read at each
+score, more than doubled the kernel in TinyLlama's layer."""
+LAUNCH_US = 2.0
+REGISTER_BOUND_THREADS = 256
+"""The kernel's threads use every register: an SM holds 256 of them, one block of two
+warpgroups or two of one."""
+@attrs.frozen
+class AttentionChoice:
+    block_queries: int
+    block_keys: int
+    stages: int
+
+    @property
+    def consumer_warpgroups(self) -> int:
+        return self.block_queries // kernel_ir.WGMMA_M
+
+
+def _read_pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
+    legal = {"block_queries": BLOCK_QUERIES, "block_keys": BLOCK_KEYS, "stages": STAGES}
+    pinned = {}
+    for key, value in knobs.items():
+        if key not in legal:
+            continue
+        if value not in legal[key] or isinstance(value, bool):
+            raise ScheduleError(f"{where}: knob {key} = {value!r} must be one of {', '.join(map(str, legal[key]))}")
+        pinned[key] = value
+    return pinned
+
+
+def key_blocks(a: Attention, choice: AttentionChoice, query_block: int) -> int:
+    """The key blocks that the queries of ``query_block`` see."""
+    every = math.ceil(a.keys_extent / choice.block_keys)
+    last_query = min(a.queries_extent, (query_block + 1) * choice.block_queries) - 1
+    last = a.last_visible_key(ex.const(last_query))
+    if last is None:
+        return every
+    return max(0, min(every, index.affine(last).constant // choice.block_keys + 1))
+
+
+def shared_bytes(a: Attention, choice: AttentionChoice) -> int:
+    item = a.dtype.itemsize
+    panels = math.ceil(a.depth / PANEL)
+    queries = panels * choice.block_queries * PANEL * item
+    keys = choice.stages * panels * choice.block_keys * PANEL * item
+    values = choice.stages * choice.block_keys * a.features * item
+    probabilities = choice.block_queries * choice.block_keys * item
+    return queries + keys + values + probabilities + (choice.stages + 1) * hopper_barriers.MBARRIER_BYTES
+
+
+def problem(a: Attention, choice: AttentionChoice, target: Target) -> str | None:
+    if choice.block_keys // 2 + a.features // 2 > MAX_ACCUMULATORS:
+        return (f"{choice.block_keys} keys and {a.features} features need {choice.block_keys // 2 + a.features // 2} "
+                f"accumulators per thread, more than {MAX_ACCUMULATORS}")
+    if shared_bytes(a, choice) > target.max_shared_bytes_optin:
+        return f"{shared_bytes(a, choice)} B of shared memory exceed the {target.max_shared_bytes_optin} B a block may have"
+    return None
+
+
+def score_reads(a: Attention) -> int:
+    """Reads of buffers other than the product's that each score makes."""
+    return sum(1 for node in ex.walk(a.score) if isinstance(node, loop_ir.Load))
+
+
+def score_reads_us(a: Attention, target: Target) -> float:
+    """What the score's reads cost for every score of the attention, spread over the SMs: the
+    same whichever kernel computes the scores."""
+    scores = a.batch_size * a.queries_extent * a.keys_extent
+    return scores * score_reads(a) * SCORE_READ_NS * 1e-3 / target.sm_count
+
+
+def estimate_us(a: Attention, choice: AttentionChoice, target: Target) -> float:
+    groups = choice.consumer_warpgroups
+    resident = REGISTER_BOUND_THREADS // (groups * kernel_ir.WARPGROUP_SIZE)
+    per_key_block = (KEY_BLOCK_US + KEY_BLOCK_US_PER_FEATURE * a.depth) * choice.block_keys / 128
+    if groups == 1:
+        per_key_block *= ONE_WARPGROUP_SLOWDOWN
+    scores = kernel_ir.WGMMA_M * groups * choice.block_keys
+    per_key_block += scores * score_reads(a) * SCORE_READ_NS * 1e-3 * resident
+    query_blocks = math.ceil(a.queries_extent / choice.block_queries)
+    blocks = [key_blocks(a, choice, q) * per_key_block for q in range(query_blocks)] * a.batch_size
+    return LAUNCH_US + max(max(blocks, default=0.0), sum(blocks) / (target.sm_count * resident))
+
+
+def choose(a: Attention, target: Target, knobs: Mapping[str, Any]) -> tuple[AttentionChoice, float, int]:
+    """The cheapest setting the pins allow, its estimate in microseconds, and how many were weighed."""
+    where = f"kernel {a.kernel.name}, attention schedule"
+    if target.compute_capability != ARCH:
+        raise ScheduleError(f"{where}: the attention schedule runs on Hopper (sm_90) only")
+    if a.features > MAX_FEATURES or a.features % 8:
+        raise ScheduleError(f"{where}: {a.features} features per value; the schedule takes multiples of 8 up to "
+                            f"{MAX_FEATURES}")
+    pinned = _read_pinned(knobs, where)
+    found, problems = [], []
+    for queries, keys, stages in itertools.product(
+            [pinned["block_queries"]] if "block_queries" in pinned else BLOCK_QUERIES,
+            [pinned["block_keys"]] if "block_keys" in pinned else BLOCK_KEYS,
+            [pinned["stages"]] if "stages" in pinned else (DEFAULT_STAGES,)):
+        choice = AttentionChoice(queries, keys, stages)
+        why = problem(a, choice, target)
+        if why is not None:
+            problems.append(why)
+            continue
+        found.append((estimate_us(a, choice, target), -queries, -keys, choice))
+    if not found:
+        raise ScheduleError(f"{where}: no setting can run it: {'; '.join(dict.fromkeys(problems))}")
+    estimate, _, _, choice = min(found)
+    return choice, estimate, len(found)
+
+
+@attrs.frozen
+class AttentionSettings(tile_ir.ScheduleSettings):
+    """What the bindings do not say: the key blocks' size, the ring's stages, the warpgroups."""
+
+    block_keys: int
+    stages: int
+    consumer_warpgroups: int
+    causal: bool
+
+    def extra_threads(self, tk: tile_ir.TileKernel) -> int:
+        """The 4 threads across each query row of a wgmma accumulator: the bindings count one."""
+        return 3 * kernel_ir.WARP_SIZE * self.consumer_warpgroups
+
+    def shared_bytes(self, tk: tile_ir.TileKernel) -> int:
+        rows = kernel_ir.WGMMA_M * self.consumer_warpgroups
+        probabilities = rows * self.block_keys * tk.stages[0].dtype.itemsize
+        return probabilities + (self.stages + 1) * hopper_barriers.MBARRIER_BYTES
+
+    def reduction_text(self, tk: tile_ir.TileKernel) -> str:
+        return ", one pass: online softmax (running maximum and sum, earlier sums rescaled)"
+
+    def lines(self, tk: tile_ir.TileKernel) -> list[str]:
+        dtype = tk.stages[0].dtype
+        keys, features = self.block_keys, tk.stages[2].tile[0]
+        groups = "1 consumer warpgroup" if self.consumer_warpgroups == 1 else \
+            f"{self.consumer_warpgroups} consumer warpgroups"
+        lines = [
+            f"  copies: thread 0 issues the TMA loads of the queries once and of each key block's keys and values "
+            f"into a ring of {self.stages} stages, each guarded by an mbarrier, refilled once the block is done with it",
+            f"  products on tensor cores: {groups} of 64 query rows; per key block, wgmma m64n{keys}k16 on {dtype} "
+            f"gives the scores, the probabilities go to shared memory in {dtype}, wgmma m64n{features}k16 adds them "
+            f"times the values; f32 accumulators",
+        ]
+        if self.causal:
+            lines.append("  causal: key blocks past the block's last visible key are skipped")
+        return lines
+
+
+def tile(a: Attention, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:
+    choice, estimate, count = choose(a, target, knobs)
+    pins = ", ".join(f"{k} = {v}" for k, v in sorted(_read_pinned(knobs, "").items())) or "none"
+    groups = choice.consumer_warpgroups
+    grid = [tile_ir.AxisBinding((a.query_var,), a.queries_extent, "x", kernel_ir.WARP_SIZE * groups, 2, "x",
+                                contiguous=False)]
+    if a.batch:
+        grid.append(tile_ir.AxisBinding(a.batch, a.batch_size, "y", 1, 1, "y"))
+    panels = math.ceil(a.depth / PANEL)
+    scores, values = a.scores, a.values
+    queries, keys = a.queries.operand, a.keys.operand
+    item = a.dtype.itemsize
+    stages = [
+        tile_ir.SharedStage(queries.load.buffer, queries.text, (scores.m, scores.reduce_var),
+                            (choice.block_queries, panels * PANEL), a.dtype, 0, 1, "tma",
+                            choice.block_queries * panels * PANEL * item, kernel_ir.SWIZZLE_BYTES),
+        tile_ir.SharedStage(keys.load.buffer, keys.text, (scores.n, scores.reduce_var),
+                            (choice.block_keys, panels * PANEL), a.dtype, 0, choice.stages, "tma",
+                            choice.block_keys * panels * PANEL * item, kernel_ir.SWIZZLE_BYTES),
+        tile_ir.SharedStage(a.value_rows.operand.load.buffer, a.value_rows.operand.text, (values.n, values.reduce_var),
+                            (a.features, choice.block_keys), a.dtype, 0, choice.stages, "tma",
+                            a.features * choice.block_keys * item, kernel_ir.SWIZZLE_BYTES),
+    ]
+    reduction = tile_ir.ReductionPlan((a.key_var,), a.keys_extent, "serial", choice.block_keys)
+    notes = [("chosen", f"{choice.block_queries} queries x {choice.block_keys} keys, {choice.stages} stages; "
+                        f"cheapest of {count} settings, pinned: {pins}"),
+             ("estimate", f"{estimate:.1f} us")]
+    tk = tile_ir.TileKernel(
+        kernel=a.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction, stages=stages, knobs=notes,
+        settings=AttentionSettings(choice.block_keys, choice.stages, groups,
+                                   a.last_visible_key(ex.Var(a.query_var)) is not None))
+    tile_ir.verify_tile_kernel(tk, target.max_threads_per_block, target.max_shared_bytes_optin)
+    return tk
