@@ -38,6 +38,11 @@ MEASURED_TARGET = "sm_90"
 """The target whose ceilings the suite's figures are read against: the H200's."""
 
 SEQUENCE_LENGTHS = (1, 128, 2048)
+ATTENTION_LENGTHS = (128, 512, 2048, 8192)
+"""Prompt lengths of the whole-attention cases (``F.scaled_dot_product_attention``)."""
+DECODE_CACHE_LENGTHS = (512, 4096, 32768)
+"""Cached positions that one new query attends to in the decoding cases."""
+ATTENTION_DTYPES = (torch.bfloat16, torch.float32)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SHORT = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 EPS = 1e-6
@@ -165,6 +170,33 @@ def model_cases(m: Model, s: int, dtype: torch.dtype) -> list[Case]:
     return found
 
 
+def attention_cases(m: Model, dtype: torch.dtype) -> list[Case]:
+    """Whole attention of ``m``'s heads (its grouped key-value heads read as they are): prefill at
+    each of ``ATTENTION_LENGTHS``, causal and not, and one query against a cache of each of
+    ``DECODE_CACHE_LENGTHS`` positions.
+
+    FLOPs: 4 d per score (two products), half of them where causal (the scores above the diagonal
+    are not needed), as FlashAttention's papers count them.
+    """
+    d, heads, kv = m.head_dim, m.heads, m.kv_heads
+    short = SHORT[dtype]
+    found = []
+    for s in ATTENTION_LENGTHS:
+        shapes = _inputs(dtype, q=(1, heads, s, d), k=(1, kv, s, d), v=(1, kv, s, d))
+        flops = 4 * heads * s * s * d
+        found.append(make_case(f"{m.name}.attention.s{s}.{short}",
+                               "F.scaled_dot_product_attention(q, k, v, enable_gqa=True)", shapes, flops))
+        found.append(make_case(f"{m.name}.attention_causal.s{s}.{short}",
+                               "F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)", shapes,
+                               flops // 2))
+    for cached in DECODE_CACHE_LENGTHS:
+        shapes = _inputs(dtype, q=(1, heads, 1, d), k=(1, kv, cached, d), v=(1, kv, cached, d))
+        found.append(make_case(f"{m.name}.attention_decode.c{cached}.{short}",
+                               "F.scaled_dot_product_attention(q, k, v, enable_gqa=True)", shapes,
+                               4 * heads * cached * d))
+    return found
+
+
 def running_example_case(dtype: torch.dtype) -> Case:
     """relu(matmul(x + bias, w)) with x 16x64, bias 64, w 64x16: the example DESIGN.md follows."""
     inputs = tuple(attrs.evolve(parse_input(text), dtype=dtype) for text in RUNNING_EXAMPLE_INPUTS)
@@ -177,6 +209,9 @@ def builtin_suite() -> list[Case]:
         for m in MODELS:
             for s in SEQUENCE_LENGTHS:
                 cases += model_cases(m, s, dtype)
+    for dtype in ATTENTION_DTYPES:
+        for m in MODELS:
+            cases += attention_cases(m, dtype)
     return cases
 
 
