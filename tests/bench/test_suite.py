@@ -105,3 +105,20 @@ def test_suite_file_errors_say_what_to_fix(tmp_path, text, message):
 def test_make_case_default_flops_is_one_per_output_element():
     case = make_case("t", "x.sum(0)", (parse_input("x=5,7"),))
     assert case.flops == 7 and case.bytes_moved == (35 + 7) * 4
+
+
+def test_whole_attention_cases_of_both_models(suite):
+    from lamina.bench.suite import ATTENTION_LENGTHS, DECODE_CACHE_LENGTHS
+    for model in MODELS:
+        for short in ("bf16", "fp32"):
+            for s in ATTENTION_LENGTHS:
+                assert f"{model.name}.attention.s{s}.{short}" in suite
+                assert f"{model.name}.attention_causal.s{s}.{short}" in suite
+            for cached in DECODE_CACHE_LENGTHS:
+                assert f"{model.name}.attention_decode.c{cached}.{short}" in suite
+    case = suite["qwen.attention_causal.s2048.bf16"]
+    # q: 28 heads, k and v: 4 heads, of 2048 x 128; the output as q
+    assert case.bytes_moved == (2 * 28 + 2 * 4) * 2048 * 128 * 2
+    assert case.flops == 4 * 28 * 2048 * 2048 * 128 // 2
+    decode = suite["tinyllama.attention_decode.c4096.bf16"]
+    assert decode.inputs[0].shape == (1, 32, 1, 64) and decode.inputs[1].shape == (1, 4, 4096, 64)
