@@ -213,3 +213,8 @@ def simulate_case(case: Case, kernel_ir_kernel, inputs: dict[str, torch.Tensor])
     report = simulate(kernel_ir_kernel, arrays, raise_on_fault=True)
     (out,) = case.kernel.outputs
     return arrays[out.name].reshape(out.type.shape), report
+
+
+THREE_KERNELS = ("lamina.builtin.schedules.attention",)
+"""Attention's products, softmax and values as three kernels, as without the attention schedule
+(which fuses them where it expects to gain): the products' path is what these tests check."""

@@ -17,8 +17,9 @@ from lamina.core.errors import ScheduleError, SimulationError
 from lamina.core.ir import dtypes, expr as ex, kernel_ir, tile_ir
 from lamina.plugins.schedules.contraction import ContractionSchedule
 
-from ..contraction_kernels import F32, SM_90, Case, contraction, linear, load, simulate_case
+from ..contraction_kernels import F32, SM_90, THREE_KERNELS, Case, contraction, linear, load, simulate_case
 from ..nvrtc_in_background import start_compiling
+
 
 SCHEDULE = ContractionSchedule()
 
@@ -380,7 +381,7 @@ def test_attention_in_bf16_runs_both_products_on_it_and_matches_eager_on_the_sim
     def attention(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
-    compiled = lamina.compile(attention, (q, k, v), knobs=SMALL)
+    compiled = lamina.compile(attention, (q, k, v), knobs=SMALL, disable=THREE_KERNELS)
     assert [t.settings.products for t in compiled.compilation.tiles if t.schedule == "contraction"] == [TMA, TMA]
     assert "buffer v_k_major: bf16[2, 72, 136]" in compiled.ir("loop")  # per head, the positions last
     expected = attention(*(t.double() for t in (q, k, v)))
