@@ -41,6 +41,8 @@ from lamina.plugins.schedules.attention.recognise import NotAttention, analyse
 class FuseAttention:
     name = "fuse_attention"
     priority = 6
+    """After the values are copied K-major (``store_tma_operands_k_major``, 7); before split-K
+    would divide the values' product and the scores' unread elements are marked (5)."""
     knob_namespace = tiling.SCHEDULE_NAME
     knob_names = tiling.KNOB_NAMES
 
@@ -78,7 +80,8 @@ class FuseAttention:
                 _, fused_us, _ = tiling.choose(attention, target, knobs)
             except (NotAttention, ScheduleError):
                 continue
-            apart_us = (estimate_contraction(kernels[scores_at], target) + row_reduction_cost(kernels[softmax_at], target)
+            apart_us = (estimate_contraction(kernels[scores_at], target)
+                        + row_reduction_cost(kernels[softmax_at], target)
                         + estimate_contraction(kernels[position], target) + tiling.score_reads_us(attention, target))
             if fused_us >= apart_us and not knobs:
                 continue

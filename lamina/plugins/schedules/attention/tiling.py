@@ -11,8 +11,7 @@ waits between them, which this schedule does not yet overlap), a warpgroup of 64
 alone ``ONE_WARPGROUP_SLOWDOWN`` times that with two such blocks on an SM (the kernel's
 registers allow one block of two warpgroups, or two of one); each read of another buffer that
 the score makes (a mask) adds ``SCORE_READ_NS`` per score and SM. The blocks spread over the
-SMs; the longest block bounds the kernel. ``benchmarks/results/2026-12-03_h200_bench_attention_bf16.json``
-holds the measurements.
+SMs; the longest block bounds the kernel. The fit: ``experiments/attention_in_one_kernel/``.
 """
 
 from __future__ import annotations
@@ -46,13 +45,12 @@ MAX_FEATURES = 256
 
 KEY_BLOCK_US = 1.46
 KEY_BLOCK_US_PER_FEATURE = 0.0105
-"""A key block of 128 x 128 scores in a block of two warpgroups: 2.13 us at 64 features, 2.8 at
-128 (TinyLlama's and Qwen's shapes at 8 192 positions)."""
+"""A key block of 128 x 128 scores in a block of two warpgroups, by its features."""
 ONE_WARPGROUP_SLOWDOWN = 1.8
-"""A 64-query block's key block, two such blocks sharing an SM (TinyLlama at 512 positions)."""
+"""A 64-query block's key block, two such blocks sharing an SM."""
 SCORE_READ_NS = 0.5
 """Per score, per read of a mask or bias, on one SM: a decoder's padding mask, read at each
-score, more than doubled the kernel in TinyLlama's layer."""
+score, tripled the kernel in TinyLlama's layer."""
 LAUNCH_US = 2.0
 REGISTER_BOUND_THREADS = 256
 """The kernel's threads use every register: an SM holds 256 of them, one block of two
@@ -105,7 +103,8 @@ def problem(a: Attention, choice: AttentionChoice, target: Target) -> str | None
         return (f"{choice.block_keys} keys and {a.features} features need {choice.block_keys // 2 + a.features // 2} "
                 f"accumulators per thread, more than {MAX_ACCUMULATORS}")
     if shared_bytes(a, choice) > target.max_shared_bytes_optin:
-        return f"{shared_bytes(a, choice)} B of shared memory exceed the {target.max_shared_bytes_optin} B a block may have"
+        return (f"{shared_bytes(a, choice)} B of shared memory exceed the {target.max_shared_bytes_optin} B "
+                "a block may have")
     return None
 
 
@@ -188,7 +187,8 @@ class AttentionSettings(tile_ir.ScheduleSettings):
             f"{self.consumer_warpgroups} consumer warpgroups"
         lines = [
             f"  copies: thread 0 issues the TMA loads of the queries once and of each key block's keys and values "
-            f"into a ring of {self.stages} stages, each guarded by an mbarrier, refilled once the block is done with it",
+            f"into a ring of {self.stages} stages, each guarded by an mbarrier, refilled once the block is done "
+            "with it",
             f"  products on tensor cores: {groups} of 64 query rows; per key block, wgmma m64n{keys}k16 on {dtype} "
             f"gives the scores, the probabilities go to shared memory in {dtype}, wgmma m64n{features}k16 adds them "
             f"times the values; f32 accumulators",

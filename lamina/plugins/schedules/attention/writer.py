@@ -55,23 +55,20 @@ class AttentionWriter:
         loop_vars = {s.var for s in loop_ir.statements(self.kernel.body) if isinstance(s, loop_ir.Loop)}
         self.names = names = KernelNames({b.name for b in self.kernel.inputs + self.kernel.outputs} | loop_vars
                                          | {a.scores.acc, a.values.acc})
-        (self.tid, self.warpgroup, self.lane, self.warp, self.batch, self.row, self.kb, self.stage, self.visible,
-         self.maximum, self.largest, self.used, self.scale, self.total) = (
-            ex.Var(names.fresh(n)) for n in ("tid", "warpgroup", "lane", "warp", "batch", "row", "kb", "stage",
-                                             "key_blocks", "block_max", "new_max", "max_used", "rescale", "sum"))
-        self.maximum = ex.Var(self.maximum.name, dtypes.float32)
-        self.largest = ex.Var(self.largest.name, dtypes.float32)
-        self.used = ex.Var(self.used.name, dtypes.float32)
-        self.scale = ex.Var(self.scale.name, dtypes.float32)
-        self.total = ex.Var(self.total.name, dtypes.float32)
-        self.arrays_named = {n: names.fresh(n) for n in ("q_tile", "k_tile", "v_tile", "p_tile", "q_full", "full",
+        (self.tid, self.warpgroup, self.lane, self.warp, self.batch, self.row, self.kb, self.stage,
+         self.visible) = (ex.Var(names.fresh(n)) for n in ("tid", "warpgroup", "lane", "warp", "batch", "row", "kb",
+                                                           "stage", "key_blocks"))
+        (self.maximum, self.largest, self.used, self.scale, self.total) = (
+            ex.Var(names.fresh(n), dtypes.float32) for n in ("block_max", "new_max", "max_used", "rescale", "sum"))
+        self.array_names = {n: names.fresh(n) for n in ("q_tile", "k_tile", "v_tile", "p_tile", "q_full", "full",
                                                           "scores", "out", "running_max", "running_sum")}
         self.maps = {side: names.fresh(f"{view.operand.load.buffer}_map")
                      for side, view in (("q", a.queries), ("k", a.keys), ("v", a.value_rows))}
         self.batch_env = batch_coordinates(a.scores, self.batch)
 
     def _n(self, key: str) -> str:
-        return self.arrays_named[key]
+        """The Kernel IR name of the kernel's array ``key``."""
+        return self.array_names[key]
 
     # --- copies ------------------------------------------------------------------
 
@@ -250,7 +247,8 @@ class AttentionWriter:
             kernel_ir.Declare(self.tid.name, self.tid.dtype, tid),
             kernel_ir.Declare(self.warpgroup.name, self.warpgroup.dtype, self.tid // kernel_ir.WARPGROUP_SIZE),
             kernel_ir.Declare(self.lane.name, self.lane.dtype, self.tid % kernel_ir.WARP_SIZE),
-            kernel_ir.Declare(self.warp.name, self.warp.dtype, self.tid % kernel_ir.WARPGROUP_SIZE // kernel_ir.WARP_SIZE),
+            kernel_ir.Declare(self.warp.name, self.warp.dtype,
+                              self.tid % kernel_ir.WARPGROUP_SIZE // kernel_ir.WARP_SIZE),
             kernel_ir.Declare(self.batch.name, self.batch.dtype, kernel_ir.block_idx("y")),
             kernel_ir.Declare(self.row.name, self.row.dtype,
                               kernel_ir.block_idx("x") * self.block_queries + self.warpgroup * kernel_ir.WGMMA_M
