@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from lamina.core.errors import NoSettingRuns, ScheduleError
+from lamina.core.errors import ScheduleError
 from lamina.core.hookspecs import hookimpl
 from lamina.core.ir import kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
@@ -15,6 +15,7 @@ from lamina.plugins.schedules.matmul_row_reduction.fuse_contraction_into_row_red
 )
 from lamina.plugins.schedules.matmul_row_reduction.lowering import lower_matmul_row_reduction
 from lamina.plugins.schedules.matmul_row_reduction.recognise import NotContractionRows, analyse
+from lamina.plugins.schedules.passing_over import tile_or_pass_over
 
 
 class MatmulRowReductionSchedule:
@@ -36,14 +37,7 @@ class MatmulRowReductionSchedule:
     def schedule(self, kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:
         """The kernel's Tile IR; where no setting can run it and none of this schedule's knobs is
         pinned, ``NoSettingRuns``, so that the next schedule takes it."""
-        try:
-            return tiling.tile(analyse(kernel), target, knobs)
-        except NoSettingRuns:
-            raise
-        except ScheduleError as e:
-            if knobs:
-                raise
-            raise NoSettingRuns(str(e)) from None
+        return tile_or_pass_over(lambda: tiling.tile(analyse(kernel), target, knobs), knobs)
 
     def estimate_cost(self, kernel: loop_ir.Kernel, target: Target) -> float:
         try:
