@@ -68,7 +68,7 @@ class FuseAttention:
             if softmax is None or values is None:
                 continue
             copy, values_kernel = values
-            fused = _values_reading_the_softmax(softmax, values_kernel)
+            fused = values_reading_the_softmax(softmax, values_kernel)
             if fused is None:
                 continue
             copied = {b.name: b for b in (copy.outputs if copy is not None else ())}
@@ -143,10 +143,21 @@ def _chain(position: int, kernels, writers, readers, temporaries):
     return None
 
 
-def _values_reading_the_softmax(softmax: loop_ir.Kernel, values_kernel: loop_ir.Kernel) -> loop_ir.Kernel | None:
+def _probabilities_times_values(kernel: loop_ir.Kernel) -> tuple[Contraction, loop_ir.Load] | None:
+    """The values' product as a contraction, and its read of the probabilities."""
+    try:
+        c = analyse_contraction(kernel)
+    except NotAContraction:
+        return None
+    return c, factors(c)[0].load
+
+
+def values_reading_the_softmax(softmax: loop_ir.Kernel, values_kernel: loop_ir.Kernel,
+                               describe=_probabilities_times_values) -> loop_ir.Kernel | None:
     """The values' kernel over the softmax's rows: the softmax's reductions first, then for each
     feature the values' sum, each term computing its probability as the softmax stored it; None
-    where the two do not line up (the values read the probabilities elsewhere than along a row)."""
+    where the two do not line up (the values read the probabilities elsewhere than along a row).
+    ``describe`` gives the values' product as a contraction and its read of the probabilities."""
     rows, inner = split_parallel_nest(softmax.body)
     if not inner or not isinstance(inner[-1], loop_ir.Loop) or inner[-1].kind != "serial":
         return None
@@ -158,11 +169,10 @@ def _values_reading_the_softmax(softmax: loop_ir.Kernel, values_kernel: loop_ir.
     taken = analysis.bound_names(softmax.body) - substituted | {b.name for b in softmax.inputs + softmax.outputs}
     renames = analysis.fresh_names(analysis.bound_names(values_kernel.body), taken)
     values_kernel = attrs.evolve(values_kernel, body=analysis.renamed(values_kernel.body, renames))
-    try:
-        c = analyse_contraction(values_kernel)
-    except NotAContraction:
+    described = describe(values_kernel)
+    if described is None:
         return None
-    read = factors(c)[0].load
+    c, read = described
     mapping = _rows_in_values(rows, store_loop.var, store, read, c)
     if mapping is None or store_loop.extent != c.reduce_extent:
         return None

@@ -1,4 +1,5 @@
-"""Registers the ``attention`` schedule and the fusion rule that gives it its kernels."""
+"""Registers the ``attention`` and ``attention_decode`` schedules and the fusion rules that give
+them their kernels."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from lamina.core.hookspecs import hookimpl
 from lamina.core.ir import kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.attention import tiling
+from lamina.plugins.schedules.attention.decode import recognise as decode_recognise, tiling as decode_tiling
+from lamina.plugins.schedules.attention.decode.fuse import FuseDecodeAttention
+from lamina.plugins.schedules.attention.decode.writer import lower_decode_attention
 from lamina.plugins.schedules.attention.fuse_attention import FuseAttention
 from lamina.plugins.schedules.attention.recognise import NotAttention, analyse
 from lamina.plugins.schedules.attention.writer import lower_attention
@@ -46,11 +50,43 @@ class AttentionSchedule:
         return lower_attention(tile, target)
 
 
+class DecodeAttentionSchedule:
+    """A few queries against many keys: the keys split over blocks, each range's softmax and
+    output combined by the last block of its rows (flash-decoding), on the CUDA cores."""
+
+    name = decode_tiling.SCHEDULE_NAME
+    priority = 15
+    knob_names = decode_tiling.KNOB_NAMES
+
+    def applies(self, kernel: loop_ir.Kernel, target: Target) -> bool:
+        if target.compute_capability < decode_tiling.MIN_ARCH:
+            return False
+        try:
+            decode_recognise.analyse(kernel)
+        except NotAttention:
+            return False
+        return True
+
+    def schedule(self, kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:
+        return tile_or_pass_over(lambda: decode_tiling.tile(decode_recognise.analyse(kernel), target, knobs), knobs)
+
+    def estimate_cost(self, kernel: loop_ir.Kernel, target: Target) -> float:
+        try:
+            return decode_tiling.choose(decode_recognise.analyse(kernel), target, {})[1]
+        except ScheduleError:
+            return float("inf")
+
+    def lower(self, tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Kernel:
+        return lower_decode_attention(tile, target)
+
+
 @hookimpl
 def lamina_register_schedules(register):
     register(AttentionSchedule())
+    register(DecodeAttentionSchedule())
 
 
 @hookimpl
 def lamina_register_fusion_rules(register):
     register(FuseAttention())
+    register(FuseDecodeAttention())

@@ -1,16 +1,9 @@
 """Recognising attention in Loop IR: ``softmax(score) @ v`` in one kernel, the scores never stored.
 
-The kernel that ``fuse_attention`` builds is, for each row of the output (batch, head, query):
-
-    m = max over keys j of score(j)
-    l = sum over keys j of exp(score(j) - m)
-    for each feature f:  out[..., f] = epilogue(sum over keys j of p(j) * v[.., f, j])
-
-where ``score(j)`` is a function (scale, mask, soft cap) of the dot product of the query's row
-with key ``j``'s, computed inside each loop over the keys, and ``p(j) = exp(score(j) - m) / l``
-rounded to the 16-bit type of ``v``. Since all three loops run over the same keys, a block can
-run them as one (the online softmax of FlashAttention): the recogniser checks that the three
-scores are one function and that the loops say exactly the above, and describes the two
+The kernel that ``fuse_attention`` builds has the loops that ``loops.attention_loops`` reads,
+its probabilities rounded to the 16-bit type of the values. Since all three loops run over the
+same keys, a block can run them as one (the online softmax of FlashAttention): the recogniser
+describes the two
 products as contractions (``scores``: queries by keys over the features; ``values``: queries by
 features over the keys), so that the TMA sees their operands as the Hopper GEMM does
 (``contraction.wgmma_tma.operands``).
@@ -22,20 +15,14 @@ import math
 
 import attrs
 
-from lamina.core.errors import ScheduleError
 from lamina.core.ir import dtypes, expr as ex, index, loop_ir
 from lamina.core.ir.expr import Expr
 from lamina.core.ir.names import fresh_name
 from lamina.core.ir.torch_ir import TensorType
-from lamina.plugins.fusion import analysis
 from lamina.plugins.schedules.contraction import Contraction, NotAContraction
 from lamina.plugins.schedules.contraction import analyse as analyse_contraction
+from lamina.plugins.schedules.attention.loops import NotAttention, attention_loops, is_op
 from lamina.plugins.schedules.contraction.wgmma_tma.operands import TmaView, factors, view
-from lamina.plugins.schedules.loop_to_kernel import split_parallel_nest
-
-
-class NotAttention(ScheduleError):
-    """The kernel is not attention as this schedule runs it; the message says why."""
 
 
 @attrs.frozen
@@ -93,90 +80,16 @@ class Attention:
         return _causal_limit(self.score, self.scores.n, self.scores.m, query)
 
 
-def _unwrapped_dot_loop(loop: loop_ir.Loop) -> tuple[str, loop_ir.Init, loop_ir.Loop, Expr] | None:
-    """A loop over keys ``[Init dot; reduce loop summing into dot; Accumulate acc op value]``:
-    (its accumulator, the dot's Init, the dot's loop, the value it accumulates)."""
-    body = loop.body
-    if len(body) != 3:
-        return None
-    init, dot_loop, accumulate = body
-    if not (isinstance(init, loop_ir.Init) and isinstance(dot_loop, loop_ir.Loop) and dot_loop.kind == "reduce"
-            and isinstance(accumulate, loop_ir.Accumulate) and len(dot_loop.body) == 1):
-        return None
-    inner = dot_loop.body[0]
-    if not (isinstance(inner, loop_ir.Accumulate) and inner.acc == init.acc and inner.op == "sum"):
-        return None
-    return accumulate.acc, init, dot_loop, accumulate.value
-
-
-def _canonical(loop: loop_ir.Loop, like: loop_ir.Loop) -> tuple[loop_ir.Stmt, ...]:
-    """``loop``'s body with its key variable, dot and depth variable named as ``like``'s."""
-    names = {loop.var: like.var, loop.body[0].acc: like.body[0].acc, loop.body[1].var: like.body[1].var}
-    return analysis.renamed(loop.body, names)
-
-
-def _is(value: Expr, op: str, arity: int) -> bool:
-    return isinstance(value, ex.Op) and value.op == op and len(value.args) == arity
-
-
-def _without_rounding(value: Expr, dtype: dtypes.DType) -> Expr | None:
-    """``x`` from ``f32(dtype(x))``: the probability rounded to the values' type, or None."""
-    if _is(value, "cast", 1) and value.dtype == dtypes.float32:
-        inner = value.args[0]
-        if _is(inner, "cast", 1) and inner.dtype == dtype and inner.args[0].dtype == dtypes.float32:
-            return inner.args[0]
-    return None
-
-
 def analyse(kernel: loop_ir.Kernel) -> Attention:
     """The attention in ``kernel``, or ``NotAttention`` saying which part does not fit."""
-    where = f"loop kernel {kernel.name}"
-    loops, inner = split_parallel_nest(kernel.body)
-    if len(loops) < 1 or len(inner) != 5:
-        raise NotAttention(f"{where} is not a maximum, a sum and a loop over features inside its parallel loops")
-    init_max, max_loop, init_sum, sum_loop, feature_loop = inner
-    if not (isinstance(init_max, loop_ir.Init) and isinstance(init_sum, loop_ir.Init)
-            and all(isinstance(s, loop_ir.Loop) and s.kind == "reduce" for s in (max_loop, sum_loop))
-            and isinstance(feature_loop, loop_ir.Loop) and feature_loop.kind == "serial"):
-        raise NotAttention(f"{where} is not a maximum, a sum and a loop over features inside its parallel loops")
-    maximum, total = init_max.acc, init_sum.acc
-    first = _unwrapped_dot_loop(max_loop)
-    second = _unwrapped_dot_loop(sum_loop)
-    if first is None or second is None or first[0] != maximum or second[0] != total \
-            or max_loop.body[2].op != "max" or sum_loop.body[2].op != "sum" \
-            or init_max.value != ex.const(-math.inf, init_max.value.dtype) or sum_loop.extent != max_loop.extent:
-        raise NotAttention(f"{where}: the loops over keys do not take a maximum and then a sum of dot products")
-    if not (len(feature_loop.body) >= 3 and isinstance(feature_loop.body[0], loop_ir.Init)
-            and isinstance(feature_loop.body[1], loop_ir.Loop) and feature_loop.body[1].kind == "reduce"
-            and all(isinstance(s, loop_ir.Store) for s in feature_loop.body[2:])):
-        raise NotAttention(f"{where}: the loop over features does not sum over keys and store")
-    out_init, values_loop, *stores = feature_loop.body
-    third = _unwrapped_dot_loop(values_loop)
-    if third is None or third[0] != out_init.acc or values_loop.body[2].op != "sum" \
-            or values_loop.extent != max_loop.extent:
-        raise NotAttention(f"{where}: the loop over features does not sum a product over the keys")
-    score = first[3]
-    canonical_sum = _canonical(sum_loop, max_loop)
-    if canonical_sum[:2] != max_loop.body[:2] \
-            or canonical_sum[2].value != ex.op("exp", ex.op("sub", score, ex.Var(maximum, score.dtype))):
-        raise NotAttention(f"{where}: the sum is not of exp(score - maximum) over the same scores")
-    canonical_values = _canonical(values_loop, max_loop)
-    if canonical_values[:2] != max_loop.body[:2]:
-        raise NotAttention(f"{where}: the values' loop computes other scores")
-    weighted = canonical_values[2].value
-    if not _is(weighted, "mul", 2):
-        raise NotAttention(f"{where}: the values' loop does not sum probabilities times values")
-    probability = ex.op("div", ex.op("exp", ex.op("sub", score, ex.Var(maximum, score.dtype))),
-                        ex.Var(total, score.dtype))
-    rounded = [i for i, (arg, other) in enumerate((weighted.args, weighted.args[::-1]))
-               if other.dtype == dtypes.float32 and _is(other, "cast", 1)
-               and _without_rounding(arg, other.args[0].dtype) == probability]
-    if not rounded:
-        raise NotAttention(f"{where}: the values are not weighted by exp(score - maximum) / sum rounded to their type")
-    value = values_loop.body[2].value.args[1 - rounded[0]]
-    dtype = value.args[0].dtype
-    scores, values = _contractions(kernel, loops, max_loop, score, feature_loop, value, dtype)
-    return _checked(kernel, scores, values, dtype)
+    loops = attention_loops(kernel)
+    value = loops.value
+    if loops.rounding is None or not is_op(value, "cast", 1) or value.args[0].dtype != loops.rounding:
+        raise NotAttention(f"loop kernel {kernel.name}: the values are not weighted by exp(score - maximum) / sum "
+                           "rounded to their type")
+    scores, values = _contractions(kernel, loops.rows, loops.max_loop, loops.score, loops.feature_loop, value,
+                                   loops.rounding)
+    return _checked(kernel, scores, values, loops.rounding)
 
 
 def _contractions(kernel: loop_ir.Kernel, loops, max_loop: loop_ir.Loop, score: Expr, feature_loop: loop_ir.Loop,
@@ -239,11 +152,11 @@ def _checked(kernel: loop_ir.Kernel, scores: Contraction, values: Contraction, d
 def _causal_limit(score: Expr, key: str, query: str, at: Expr) -> Expr | None:
     """Where ``score`` is ``where(key <= query + c and ..., ..., -inf)`` (possibly nested, or with
     ``<``), the last visible key of query ``at``: ``at + c``."""
-    while _is(score, "where", 3):
+    while is_op(score, "where", 3):
         condition, kept, other = score.args
         if isinstance(other, ex.Const) and other.value == -math.inf:
             for term in _conjuncts(condition):
-                if (_is(term, "le", 2) or _is(term, "lt", 2)) and term.args[0] == ex.Var(key):
+                if (is_op(term, "le", 2) or is_op(term, "lt", 2)) and term.args[0] == ex.Var(key):
                     form = index.affine(term.args[1])
                     if form.terms == {ex.Var(query): 1}:
                         return at + (form.constant - (1 if term.op == "lt" else 0))
@@ -252,6 +165,6 @@ def _causal_limit(score: Expr, key: str, query: str, at: Expr) -> Expr | None:
 
 
 def _conjuncts(condition: Expr) -> list[Expr]:
-    if _is(condition, "and", 2):
+    if is_op(condition, "and", 2):
         return _conjuncts(condition.args[0]) + _conjuncts(condition.args[1])
     return [condition]

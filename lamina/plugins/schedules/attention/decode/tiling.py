@@ -1,0 +1,148 @@
+"""The decode schedule's knob, its cost model and its Tile IR.
+
+A block takes the ``group_rows`` rows that read the same keys and values and ``keys_per_block``
+of the keys (flash-decoding): the grid is the row groups along x by the key ranges along z, so
+that one sequence's single query fills the SMs. Reading the cache is the whole cost: each
+block copies its keys and values once, and with more than one range each writes its rows'
+maximum, sum and unscaled output (float32) for the last of them to combine. The estimate is
+those bytes at the H200's bandwidth, scaled up where fewer blocks than SMs share it, and a
+fixed cost per wave of blocks (their copies' trip to memory, the phases between barriers).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import attrs
+
+from lamina.core.errors import ScheduleError
+from lamina.core.ir import kernel_ir, loop_ir, tile_ir
+from lamina.core.target import Target
+from lamina.plugins.schedules.attention.decode.recognise import DecodeAttention
+
+SCHEDULE_NAME = "attention_decode"
+KNOB_NAMES = ("keys_per_block",)
+KEYS_PER_BLOCK = (64, 128, 256)
+THREADS = 128
+MIN_ARCH = 80
+"""cp.async copies global memory into shared memory from Ampere (sm_80) on."""
+LAUNCH_US = 2.0
+WAVE_US = 1.5
+"""A wave of blocks: the copies' trip to memory and the phases between the block's barriers."""
+SHARED_BYTES_PER_SM = 228 * 1024
+
+
+@attrs.frozen
+class DecodeChoice:
+    keys_per_block: int
+
+    def splits(self, d: DecodeAttention) -> int:
+        return math.ceil(d.keys_extent / self.keys_per_block)
+
+
+def padded(d: DecodeAttention, width: int) -> int:
+    """A staged row's elements: ``width`` and one more 16-byte copy, so that threads reading
+    a row each hit other banks."""
+    return width + d.vector
+
+
+def lanes_per_row(d: DecodeAttention) -> int:
+    """Lanes that share a staged row of values, a 16-byte run each: a power of two, so that
+    the lanes of other rows combine their sums by shuffles."""
+    return 1 << math.ceil(math.log2(d.features // d.vector))
+
+
+def shared_bytes(d: DecodeAttention, choice: DecodeChoice) -> int:
+    keys = choice.keys_per_block
+    staged = keys * (padded(d, d.depth) + padded(d, d.features)) * d.dtype.itemsize
+    floats = d.group_rows * (d.depth + keys + 2) + (THREADS // kernel_ir.WARP_SIZE) * d.group_rows * d.features
+    return staged + floats * 4 + 16
+
+
+def estimate_us(d: DecodeAttention, choice: DecodeChoice, target: Target) -> float:
+    splits = choice.splits(d)
+    blocks = d.row_groups * splits
+    read = d.row_groups * d.keys_extent * (d.depth + d.features) * d.dtype.itemsize
+    combined = d.rows_extent * splits * (d.features + 2) * 4 * 2 if splits > 1 else 0
+    resident = max(1, min(target.max_threads_per_sm // THREADS, SHARED_BYTES_PER_SM // shared_bytes(d, choice)))
+    waves = math.ceil(blocks / (target.sm_count * resident))
+    spread = max(1.0, target.sm_count / blocks)
+    return LAUNCH_US + (read + combined) / target.memory_bytes_per_us * spread + WAVE_US * waves
+
+
+def _pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
+    value = knobs.get("keys_per_block")
+    if value is None:
+        return {}
+    if value not in KEYS_PER_BLOCK or isinstance(value, bool):
+        raise ScheduleError(f"{where}: knob keys_per_block = {value!r} must be one of "
+                            f"{', '.join(map(str, KEYS_PER_BLOCK))}")
+    return {"keys_per_block": value}
+
+
+def choose(d: DecodeAttention, target: Target, knobs: Mapping[str, Any]) -> tuple[DecodeChoice, float, int]:
+    """The cheapest setting the pins allow, its estimate in microseconds, and how many were weighed."""
+    where = f"kernel {d.kernel.name}, attention_decode schedule"
+    if target.compute_capability < MIN_ARCH:
+        raise ScheduleError(f"{where}: the schedule copies with cp.async, which needs sm_80 or later")
+    pinned = _pinned(knobs, where)
+    found = []
+    for keys in [pinned["keys_per_block"]] if pinned else KEYS_PER_BLOCK:
+        choice = DecodeChoice(keys)
+        if shared_bytes(d, choice) <= target.max_shared_bytes_optin:
+            found.append((estimate_us(d, choice, target), -keys, choice))
+    if not found:
+        raise ScheduleError(f"{where}: no setting fits in {target.max_shared_bytes_optin} B of shared memory")
+    estimate, _, choice = min(found)
+    return choice, estimate, len(found)
+
+
+@attrs.frozen
+class DecodeSettings(tile_ir.ScheduleSettings):
+    """What the bindings do not say: the block's threads and the combining of the key ranges."""
+
+    splits: int
+    group_rows: int
+
+    def extra_threads(self, tk: tile_ir.TileKernel) -> int:
+        """The block's threads share its keys: the bindings give one."""
+        return THREADS - 1
+
+    def shared_bytes(self, tk: tile_ir.TileKernel) -> int:
+        return (self.group_rows * (tk.reduction.step + 2) + (THREADS // kernel_ir.WARP_SIZE) * self.group_rows
+                * tk.stages[1].tile[1]) * 4
+
+    def reduction_text(self, tk: tile_ir.TileKernel) -> str:
+        if self.splits == 1:
+            return ", one block: softmax over the block's keys"
+        return (", each block's maximum, sum and unscaled output to memory; the last block of a row group to "
+                "finish combines them")
+
+    def lines(self, tk: tile_ir.TileKernel) -> list[str]:
+        return [f"  rows: {self.group_rows} per block, reading the same keys and values; {THREADS} threads, one "
+                "key each for the scores, the values' features 16 bytes per lane for the output",
+                "  copies: cp.async, 16 bytes each, the values' copies in flight while the scores are computed"]
+
+
+def tile(d: DecodeAttention, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:
+    choice, estimate, count = choose(d, target, knobs)
+    pins = ", ".join(f"{k} = {v}" for k, v in sorted(_pinned(knobs, "").items())) or "none"
+    a = d.loops
+    keys = choice.keys_per_block
+    grid = [tile_ir.AxisBinding(tuple(loop.var for loop in a.rows), d.rows_extent, "x", 1, d.group_rows, "x")]
+    splits = choice.splits(d)
+    reduction = tile_ir.ReductionPlan((a.key_var,), d.keys_extent, "split_k", keys, splits)
+    stages = [
+        tile_ir.SharedStage(d.keys.buffer, loop_ir.format_value(d.keys), (a.key_var, a.dot_loop.var), (keys, d.depth), d.dtype,
+                            d.vector, 1, "cp.async", 16),
+        tile_ir.SharedStage(d.values.buffer, loop_ir.format_value(d.values), (a.values_loop.var, a.feature_loop.var),
+                            (keys, d.features), d.dtype, d.vector, 1, "cp.async", 16),
+    ]
+    notes = [("chosen", f"{keys} keys per block, {splits} key range{'s' if splits > 1 else ''}; cheapest of "
+                        f"{count} settings, pinned: {pins}"),
+             ("estimate", f"{estimate:.1f} us")]
+    tk = tile_ir.TileKernel(kernel=d.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction, stages=stages,
+                            knobs=notes, settings=DecodeSettings(splits, d.group_rows))
+    tile_ir.verify_tile_kernel(tk, target.max_threads_per_block, target.max_shared_bytes_optin)
+    return tk

@@ -1,0 +1,367 @@
+"""The Kernel IR of the decode schedule: flash-decoding on the CUDA cores.
+
+Block ``(x, z)`` takes row group ``x`` (rows ``G x .. G x + G - 1``, which read the same keys
+and values) and key range ``z`` (keys ``C z .. C z + C - 1``)::
+
+    cp.async the range's keys, then its values, into shared memory (rows padded by 16 bytes)
+    stage the G rows' query factors in shared memory, as float32
+    wait for the keys; each thread takes a key: its G dot products, then the program's score
+        (scale, mask, soft cap) for each row; keys past the last are -inf
+    each warp takes rows: the range's maximum m (-inf read as 0 where every key is masked),
+        p = exp(score - m) rounded as the program rounds the probabilities, the sum l of p
+    wait for the values; 16-byte runs of a value row per lane, the other lanes of the warp on
+        other keys: sum p * v, then added across those lanes by shuffles and across warps
+    one range: out = sum / l through the program's epilogue
+    else: m, l and the unscaled sums to scratch memory; the range's counter is raised, and the
+        last block of the row group to finish reads every range back through L2 and writes
+        out = sum_z exp(m_z - M) sum_z / sum_z exp(m_z - M) l_z, M the largest m_z
+"""
+
+from __future__ import annotations
+
+import math
+
+from lamina.core.ir import dtypes, expr as ex, kernel_ir, tile_ir
+from lamina.core.ir.expr import Expr
+from lamina.core.target import Target
+from lamina.plugins.schedules import loop_to_kernel
+from lamina.plugins.schedules.attention.decode import tiling
+from lamina.plugins.schedules.attention.decode.recognise import COPY_BYTES, DecodeAttention, analyse, row_coordinates
+from lamina.plugins.schedules.contraction.layout import KernelNames, dynamic_shared_bytes
+
+F32 = dtypes.float32
+LANES = kernel_ir.WARP_SIZE
+FLOAT_RUN = 4
+"""Float32 elements of one 16-byte shared-memory read."""
+
+
+def _declare(name: str, value: Expr, dtype=dtypes.index) -> kernel_ir.Declare:
+    return kernel_ir.Declare(name, dtype, value)
+
+
+class DecodeWriter:
+    def __init__(self, tile: tile_ir.TileKernel, d: DecodeAttention):
+        self.tile, self.d, self.a, self.kernel = tile, d, d.loops, d.kernel
+        self.keys = tile.reduction.step
+        self.splits = tile.settings.splits
+        self.group = d.group_rows
+        self.warps = tiling.THREADS // LANES
+        self.row_lanes = tiling.lanes_per_row(d)
+        self.key_lanes = LANES // self.row_lanes
+        loop_vars = {loop.var for loop in self.a.rows} | {self.a.key_var, self.a.dot_loop.var,
+                                                          self.a.values_loop.var, self.a.feature_loop.var}
+        names = KernelNames({b.name for b in self.kernel.inputs + self.kernel.outputs} | loop_vars
+                            | {self.a.dot_init.acc, self.a.output_acc, self.a.maximum, self.a.total})
+        self.v = {n: ex.Var(names.fresh(n)) for n in (
+            "tid", "lane", "warp", "group", "split", "first_key", "i", "key", "part", "row", "j", "slot", "s")}
+        self.f = {n: ex.Var(names.fresh(n), F32) for n in ("m", "m_used", "l", "p", "w", "total", "out")}
+        self.n = {n: names.fresh(n) for n in (
+            "k_tile", "v_tile", "q_rows", "scores", "row_max", "row_sum", "warp_out", "dots", "k_run", "v_run",
+            "sums", "split_stats", "split_out", "counters", "done", "last", "read", "pair", "combined",
+            "combined_max", "combined_sum")}
+
+    # --- helpers ----------------------------------------------------------------
+
+    def _rows(self, g: Expr) -> dict[str, Expr]:
+        return row_coordinates(self.a.rows, self.v["group"] * self.group + g)
+
+    def _load(self, array: str, idx: tuple[Expr, ...]) -> kernel_ir.Load:
+        return kernel_ir.Load(array, idx, F32)
+
+    def _read_l2(self, array: str, offset: Expr) -> kernel_ir.Stmt:
+        """Two float32 of scratch memory that other blocks wrote, read through L2 into ``read``."""
+        return kernel_ir.VectorLoad(self.n["read"], (ex.const(0),), array, (offset,), 2, cache="l2")
+
+    # --- copies -----------------------------------------------------------------
+
+    def _copies(self, tile: str, load, width: int, key_var: str, along: str) -> list[kernel_ir.Stmt]:
+        d, v = self.d, self.v
+        runs = width // d.vector
+        count = self.keys * runs
+        key = v["i"] // runs
+        part = v["i"] % runs
+        position = v["first_key"] + key
+        env = {**self._rows(ex.const(0)), key_var: position, along: part * d.vector}
+        source = loop_to_kernel.translate_expr(load, self.kernel, env)
+        copy = kernel_ir.CpAsync(tile, (key, part * d.vector), source.array, source.index, COPY_BYTES,
+                                 ex.op("lt", position, d.keys_extent) if d.keys_extent % self.keys else None)
+        body = [_declare(v["i"].name, v["j"] * tiling.THREADS + v["tid"]), copy]
+        if count % tiling.THREADS:
+            body = [body[0], kernel_ir.If(ex.op("lt", v["i"], count), [copy])]
+        return [kernel_ir.For(v["j"].name, ex.const(0), ex.const(math.ceil(count / tiling.THREADS)), 1, body),
+                kernel_ir.CpAsyncCommit()]
+
+    def _query_rows(self) -> list[kernel_ir.Stmt]:
+        d, v, a = self.d, self.v, self.a
+        count = self.group * d.depth
+        g, r = v["i"] // d.depth, v["i"] % d.depth
+        value = loop_to_kernel.translate_expr(d.query, self.kernel, {**self._rows(g), a.dot_loop.var: r})
+        store = kernel_ir.Store(self.n["q_rows"], (g, r), ex.cast(value, F32))
+        body = [_declare(v["i"].name, v["j"] * tiling.THREADS + v["tid"]),
+                kernel_ir.If(ex.op("lt", v["i"], count), [store]) if count % tiling.THREADS else store]
+        return [kernel_ir.For(v["j"].name, ex.const(0), ex.const(math.ceil(count / tiling.THREADS)), 1, body)]
+
+    # --- scores -----------------------------------------------------------------
+
+    def _scores(self) -> list[kernel_ir.Stmt]:
+        d, v, a, n = self.d, self.v, self.a, self.n
+        dots = [self._load(n["dots"], (ex.const(g),)) for g in range(self.group)]
+        per_run = []
+        for e in range(d.vector):
+            key_element = ex.cast(kernel_ir.Load(n["k_run"], (ex.const(e),), d.dtype), F32)
+            for g in range(self.group):
+                query = self._load(n["q_rows"], (ex.const(g), v["part"] * d.vector + e))
+                per_run.append(kernel_ir.Store(n["dots"], (ex.const(g),),
+                                               ex.op("add", dots[g], ex.op("mul", query, key_element))))
+        dot_loop = kernel_ir.For(v["part"].name, ex.const(0), ex.const(d.depth // d.vector), 1, [
+            kernel_ir.VectorLoad(n["k_run"], (ex.const(0),), n["k_tile"], (v["key"], v["part"] * d.vector), d.vector),
+            *per_run])
+        position = v["first_key"] + v["key"]
+        scores = []
+        for g in range(self.group):
+            env = {**self._rows(ex.const(g)), a.key_var: position, a.dot_init.acc: dots[g]}
+            score = ex.cast(loop_to_kernel.translate_expr(a.score, self.kernel, env), F32)
+            if d.keys_extent % self.keys:
+                score = ex.op("where", ex.op("lt", position, d.keys_extent), score, ex.const(-math.inf, F32))
+            scores.append(kernel_ir.Store(n["scores"], (ex.const(g), v["key"]), score))
+        body = [_declare(v["key"].name, v["j"] * tiling.THREADS + v["tid"]),
+                *(kernel_ir.Store(n["dots"], (ex.const(g),), ex.const(0.0, F32)) for g in range(self.group)),
+                dot_loop, *scores]
+        if self.keys % tiling.THREADS:
+            body = [body[0], kernel_ir.If(ex.op("lt", v["key"], self.keys), body[1:])]
+        return [kernel_ir.For(v["j"].name, ex.const(0), ex.const(math.ceil(self.keys / tiling.THREADS)), 1, body)]
+
+    def _softmax(self) -> list[kernel_ir.Stmt]:
+        """Each warp's rows: the range's maximum, the probabilities in place of the scores, their sum."""
+        v, f, n = self.v, self.f, self.n
+        rounds = self.keys // LANES
+        row = v["row"]
+        at = [(row, v["lane"] + LANES * j) for j in range(rounds)]
+        scores = [self._load(n["scores"], i) for i in at]
+        minus_infinity = ex.const(-math.inf, F32)
+        body: list[kernel_ir.Stmt] = [kernel_ir.Declare(f["m"].name, F32, _tree("max", scores))]
+        for mask in (16, 8, 4, 2, 1):
+            body.append(kernel_ir.Assign(f["m"].name, ex.op("max", f["m"], kernel_ir.ShuffleXor(f["m"], mask))))
+        body.append(kernel_ir.Declare(f["m_used"].name, F32, ex.op("where", ex.op("eq", f["m"], minus_infinity),
+                                                                   ex.const(0.0, F32), f["m"])))
+        body.append(kernel_ir.Declare(f["l"].name, F32, ex.const(0.0, F32)))
+        rounding = self.d.loops.rounding
+        for j, (i, score) in enumerate(zip(at, scores)):
+            p = ex.op("exp", ex.op("sub", score, f["m_used"]))
+            body.append(kernel_ir.Declare(f["p"].name, F32, p) if j == 0 else kernel_ir.Assign(f["p"].name, p))
+            body.append(kernel_ir.Assign(f["l"].name, ex.op("add", f["l"], f["p"])))
+            kept = ex.cast(ex.cast(f["p"], rounding), F32) if rounding is not None else f["p"]
+            body.append(kernel_ir.Store(n["scores"], i, kept))
+        for mask in (16, 8, 4, 2, 1):
+            body.append(kernel_ir.Assign(f["l"].name, ex.op("add", f["l"], kernel_ir.ShuffleXor(f["l"], mask))))
+        body.append(kernel_ir.If(ex.op("eq", v["lane"], 0), [kernel_ir.Store(n["row_max"], (row,), f["m"]),
+                                                             kernel_ir.Store(n["row_sum"], (row,), f["l"])]))
+        rounds_of_rows = math.ceil(self.group / self.warps)
+        pick = _declare(row.name, v["s"] * self.warps + v["warp"])
+        guarded = [kernel_ir.If(ex.op("lt", row, self.group), body)] if self.group % self.warps else body
+        return [kernel_ir.For(v["s"].name, ex.const(0), ex.const(rounds_of_rows), 1, [pick, *guarded])]
+
+    # --- the values ---------------------------------------------------------------
+
+    def _values(self) -> list[kernel_ir.Stmt]:
+        """Each lane's 16-byte run of the features over its keys, summed over the warp's other
+        keys by shuffles, each warp's sums to ``warp_out``."""
+        d, v, n = self.d, self.v, self.n
+        runs = d.features // d.vector
+        part = v["lane"] % self.row_lanes
+        sums = [[self._load(n["sums"], (ex.const(g * d.vector + e),)) for e in range(d.vector)]
+                for g in range(self.group)]
+        clear = [kernel_ir.Store(n["sums"], (ex.const(i),), ex.const(0.0, F32))
+                 for i in range(self.group * d.vector)]
+        add = [kernel_ir.VectorLoad(n["v_run"], (ex.const(0),), n["v_tile"], (v["key"], part * d.vector), d.vector)]
+        for g in range(self.group):
+            p = self._load(n["scores"], (ex.const(g), v["key"]))
+            for e in range(d.vector):
+                value = ex.cast(kernel_ir.Load(n["v_run"], (ex.const(e),), d.dtype), F32)
+                add.append(kernel_ir.Store(n["sums"], (ex.const(g * d.vector + e),),
+                                           ex.op("add", sums[g][e], ex.op("mul", p, value))))
+        step = self.warps * self.key_lanes
+        walk = kernel_ir.For(v["s"].name, ex.const(0), ex.const(self.keys // step), 1, [
+            _declare(v["key"].name, v["s"] * step + v["warp"] * self.key_lanes + v["lane"] // self.row_lanes), *add])
+        out: list[kernel_ir.Stmt] = [*clear, kernel_ir.If(ex.op("lt", part, runs), [walk]) if runs < self.row_lanes
+                                     else walk]
+        for mask in [self.row_lanes << k for k in range(int(math.log2(self.key_lanes)))]:
+            for g in range(self.group):
+                for e in range(d.vector):
+                    out.append(kernel_ir.Store(n["sums"], (ex.const(g * d.vector + e),), ex.op(
+                        "add", sums[g][e], kernel_ir.ShuffleXor(sums[g][e], mask))))
+        keep = [kernel_ir.Store(n["warp_out"], (v["warp"], ex.const(g), part * d.vector + e), sums[g][e])
+                for g in range(self.group) for e in range(d.vector)]
+        out.append(kernel_ir.If(ex.op("and", ex.op("lt", v["lane"], self.row_lanes), ex.op("lt", part, runs)), keep))
+        return out
+
+    def _each_output(self, body, width: int = 1) -> list[kernel_ir.Stmt]:
+        """``body(g, feature)`` for each run of ``width`` of the block's outputs, the threads
+        taking them in turn."""
+        d, v = self.d, self.v
+        runs = d.features // width
+        count = self.group * runs
+        inner = body(v["i"] // runs, v["i"] % runs * width)
+        guarded = [kernel_ir.If(ex.op("lt", v["i"], count), inner)] if count % tiling.THREADS else inner
+        loop_body = [_declare(v["i"].name, v["j"] * tiling.THREADS + v["tid"]), *guarded]
+        return [kernel_ir.For(v["j"].name, ex.const(0), ex.const(math.ceil(count / tiling.THREADS)), 1, loop_body)]
+
+    def _epilogue(self, g: Expr, feature: Expr, value: Expr) -> list[kernel_ir.Stmt]:
+        a = self.a
+        env = {**self._rows(g), a.feature_loop.var: feature, a.output_acc: value}
+        return list(loop_to_kernel.translate_body(a.stores, self.kernel, env))
+
+    def _warp_total(self, g: Expr, feature: Expr) -> Expr:
+        return _tree("add", [self._load(self.n["warp_out"], (ex.const(w), g, feature)) for w in range(self.warps)])
+
+    def _one_range(self) -> list[kernel_ir.Stmt]:
+        def body(g, feature):
+            total = self._load(self.n["row_sum"], (g,))
+            return self._epilogue(g, feature, ex.op("div", self._warp_total(g, feature), total))
+        return self._each_output(body)
+
+    def _ranges(self) -> list[kernel_ir.Stmt]:
+        """Every range's part to scratch memory; the row group's last block combines them."""
+        d, v, f, n = self.d, self.v, self.f, self.n
+        row = self.v["group"] * self.group
+
+        def part(g, feature):
+            at = ((row + g) * self.splits + v["split"]) * d.features + feature
+            return [kernel_ir.Store(n["split_out"], (at,), self._warp_total(g, feature))]
+
+        out = self._each_output(part)
+        at = 2 * ((row + v["tid"]) * self.splits + v["split"])
+        out.append(kernel_ir.If(ex.op("lt", v["tid"], self.group), [
+            kernel_ir.Store(n["split_stats"], (at,), self._load(n["row_max"], (v["tid"],))),
+            kernel_ir.Store(n["split_stats"], (at + 1,), self._load(n["row_sum"], (v["tid"],)))]))
+        int32 = dtypes.int32
+        done = kernel_ir.Load(n["done"], (ex.const(0),), int32)
+        out += [kernel_ir.ThreadFence(), kernel_ir.Barrier(),
+                kernel_ir.If(ex.op("eq", v["tid"], 0), [
+                    kernel_ir.AtomicAdd(n["done"], (ex.const(0),), n["counters"], v["group"], ex.const(1, int32)),
+                    kernel_ir.Store(n["last"], (ex.const(0),), ex.op("where", ex.op("eq", done, self.splits - 1),
+                                                                      ex.const(1, int32), ex.const(0, int32)))]),
+                kernel_ir.Barrier()]
+        read = [self._load(n["read"], (ex.const(e),)) for e in range(2)]
+        first = (row + v["tid"]) * self.splits
+        weights = [
+            kernel_ir.Declare(f["m"].name, F32, ex.const(-math.inf, F32)),
+            kernel_ir.For(v["s"].name, ex.const(0), ex.const(self.splits), 1, [
+                self._read_l2(n["split_stats"], 2 * (first + v["s"])),
+                kernel_ir.Assign(f["m"].name, ex.op("max", f["m"], read[0]))]),
+            kernel_ir.Declare(f["m_used"].name, F32, ex.op("where", ex.op("eq", f["m"], ex.const(-math.inf, F32)),
+                                                           ex.const(0.0, F32), f["m"])),
+            kernel_ir.Declare(f["l"].name, F32, ex.const(0.0, F32)),
+            kernel_ir.For(v["s"].name, ex.const(0), ex.const(self.splits), 1, [
+                self._read_l2(n["split_stats"], 2 * (first + v["s"])),
+                kernel_ir.Assign(f["l"].name, ex.op("add", f["l"], ex.op("mul", ex.op(
+                    "exp", ex.op("sub", read[0], f["m_used"])), read[1])))]),
+            kernel_ir.Store(n["combined_max"], (v["tid"],), f["m_used"]),
+            kernel_ir.Store(n["combined_sum"], (v["tid"],), f["l"]),
+        ]
+        pair = [self._load(n["pair"], (ex.const(e),)) for e in range(2)]
+        sums = [self._load(n["combined"], (ex.const(e),)) for e in range(2)]
+
+        def combine(g, feature):
+            start = (row + g) * self.splits
+            total = self._load(n["combined_sum"], (g,))
+            return [
+                *(kernel_ir.Store(n["combined"], (ex.const(e),), ex.const(0.0, F32)) for e in range(2)),
+                kernel_ir.For(v["s"].name, ex.const(0), ex.const(self.splits), 1, [
+                    self._read_l2(n["split_stats"], 2 * (start + v["s"])),
+                    kernel_ir.Declare(f["w"].name, F32, ex.op("exp", ex.op("sub", read[0], self._load(
+                        n["combined_max"], (g,))))),
+                    kernel_ir.VectorLoad(n["pair"], (ex.const(0),), n["split_out"],
+                                         ((start + v["s"]) * d.features + feature,), 2, cache="l2"),
+                    *(kernel_ir.Store(n["combined"], (ex.const(e),),
+                                      ex.op("add", sums[e], ex.op("mul", f["w"], pair[e]))) for e in range(2))]),
+                *self._epilogue(g, feature, ex.op("div", sums[0], total)),
+                *self._epilogue(g, feature + 1, ex.op("div", sums[1], total))]
+
+        last = [kernel_ir.ThreadFence(), kernel_ir.If(ex.op("lt", v["tid"], self.group), weights),
+                kernel_ir.Barrier(), *self._each_output(combine, 2)]
+        out.append(kernel_ir.If(ex.op("ne", kernel_ir.Load(n["last"], (ex.const(0),), int32), ex.const(0, int32)),
+                                last))
+        return out
+
+    # --- the kernel -------------------------------------------------------------
+
+    def body(self) -> list[kernel_ir.Stmt]:
+        d, v, a = self.d, self.v, self.a
+        tid = kernel_ir.thread_idx("x")
+        out: list[kernel_ir.Stmt] = [
+            _declare(v["tid"].name, tid),
+            _declare(v["lane"].name, v["tid"] % LANES),
+            _declare(v["warp"].name, v["tid"] // LANES),
+            _declare(v["group"].name, kernel_ir.block_idx("x")),
+            _declare(v["split"].name, kernel_ir.block_idx("z")),
+            _declare(v["first_key"].name, v["split"] * self.keys),
+            *self._copies(self.n["k_tile"], d.keys, d.depth, a.key_var, a.dot_loop.var),
+            *self._copies(self.n["v_tile"], d.values, d.features, a.values_loop.var, a.feature_loop.var),
+            *self._query_rows(),
+            kernel_ir.CpAsyncWait(1),
+            kernel_ir.Barrier(),
+            *self._scores(),
+            kernel_ir.Barrier(),
+            *self._softmax(),
+            kernel_ir.CpAsyncWait(0),
+            kernel_ir.Barrier(),
+            *self._values(),
+            kernel_ir.Barrier(),
+        ]
+        return out + (self._one_range() if self.splits == 1 else self._ranges())
+
+    def arrays(self) -> list[kernel_ir.Array]:
+        d, n = self.d, self.n
+        arrays = [
+            kernel_ir.Array(n["k_tile"], d.dtype, (self.keys, tiling.padded(d, d.depth)), "shared"),
+            kernel_ir.Array(n["v_tile"], d.dtype, (self.keys, tiling.padded(d, d.features)), "shared"),
+            kernel_ir.Array(n["q_rows"], F32, (self.group, d.depth), "shared"),
+            kernel_ir.Array(n["scores"], F32, (self.group, self.keys), "shared"),
+            kernel_ir.Array(n["row_max"], F32, (self.group,), "shared"),
+            kernel_ir.Array(n["row_sum"], F32, (self.group,), "shared"),
+            kernel_ir.Array(n["warp_out"], F32, (self.warps, self.group, d.features), "shared"),
+            kernel_ir.Array(n["dots"], F32, (self.group,), "register"),
+            kernel_ir.Array(n["k_run"], d.dtype, (d.vector,), "register"),
+            kernel_ir.Array(n["v_run"], d.dtype, (d.vector,), "register"),
+            kernel_ir.Array(n["sums"], F32, (self.group * d.vector,), "register"),
+        ]
+        if self.splits > 1:
+            arrays += [kernel_ir.Array(n["done"], dtypes.int32, (1,), "register"),
+                       kernel_ir.Array(n["last"], dtypes.int32, (1,), "shared"),
+                       kernel_ir.Array(n["read"], F32, (2,), "register"),
+                       kernel_ir.Array(n["pair"], F32, (2,), "register"),
+                       kernel_ir.Array(n["combined"], F32, (2,), "register"),
+                       kernel_ir.Array(n["combined_max"], F32, (self.group,), "shared"),
+                       kernel_ir.Array(n["combined_sum"], F32, (self.group,), "shared")]
+        return arrays
+
+    def params(self) -> list[kernel_ir.Param]:
+        params = list(loop_to_kernel.params(self.kernel))
+        if self.splits > 1:
+            d, n = self.d, self.n
+            ranges = d.rows_extent * self.splits
+            params += [kernel_ir.Param(n["split_stats"], F32, 2 * ranges, writable=True, scratch=True),
+                       kernel_ir.Param(n["split_out"], F32, ranges * d.features, writable=True, scratch=True),
+                       kernel_ir.Param(n["counters"], dtypes.int32, d.row_groups, writable=True, scratch=True)]
+        return params
+
+    def kernel_ir(self, static_shared_bytes: int) -> kernel_ir.Kernel:
+        arrays = self.arrays()
+        return kernel_ir.Kernel(
+            name=self.kernel.name, params=self.params(), arrays=arrays, body=self.body(),
+            launch=kernel_ir.Launch((self.d.row_groups, 1, self.splits), (tiling.THREADS, 1, 1),
+                                    dynamic_shared_bytes(arrays, static_shared_bytes)))
+
+
+def _tree(op: str, values: list[Expr]) -> Expr:
+    while len(values) > 1:
+        values = [ex.op(op, values[i], values[i + 1]) if i + 1 < len(values) else values[i]
+                  for i in range(0, len(values), 2)]
+    return values[0]
+
+
+def lower_decode_attention(tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Kernel:
+    kernel = DecodeWriter(tile, analyse(tile.kernel)).kernel_ir(target.max_shared_bytes_per_block)
+    kernel_ir.verify_kernel(kernel, target.max_threads_per_block, target.max_shared_bytes_optin)
+    return kernel

@@ -1,0 +1,118 @@
+"""Attention of a few queries against many keys (decoding): the fusion into one kernel, its
+split over the keys and the last block's combining, run by the simulator and checked against
+float64; compiled by NVRTC without spills; run on the GPU."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lamina
+from lamina.bench.measure import float64_reference, relative_error
+
+from ..nvrtc_in_background import start_compiling
+
+SLACK = 1e-3
+
+
+def attention(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+
+def causal_attention(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+
+def masked_attention(q, k, v, mask):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+
+
+def decode_inputs(heads, kv_heads, queries, keys, depth, dtype=torch.bfloat16, batch=1, device="cpu"):
+    return (torch.randn(batch, heads, queries, depth, dtype=dtype, device=device),
+            torch.randn(batch, kv_heads, keys, depth, dtype=dtype, device=device),
+            torch.randn(batch, kv_heads, keys, depth, dtype=dtype, device=device))
+
+
+def schedules(compiled) -> list[str]:
+    return [t.schedule for t in compiled.compilation.tiles]
+
+
+def check(fn, args, knobs=None):
+    compiled = lamina.compile(fn, args, target="sm_90", knobs=knobs or {})
+    assert schedules(compiled) == ["attention_decode"], schedules(compiled)
+    reference = float64_reference(fn, args)
+    assert relative_error(compiled(*args), reference) <= 1.25 * relative_error(fn(*args), reference) + SLACK
+    return compiled
+
+
+@pytest.mark.parametrize("fn", [attention, causal_attention], ids=["full", "causal"])
+@pytest.mark.parametrize("heads, kv_heads, queries, keys, depth", [
+    (2, 2, 1, 3, 64),       # three keys
+    (2, 1, 1, 7, 64),       # two heads per key-value head, fewer keys than a block
+    (7, 1, 1, 33, 80),      # seven heads per key-value head, 80 features
+    (4, 2, 2, 130, 64),     # two queries: each group holds 2 heads x 2 queries
+    (2, 2, 1, 700, 128),    # several key ranges, the last ragged
+])
+def test_matches_float64_on_the_simulator(fn, heads, kv_heads, queries, keys, depth):
+    torch.manual_seed(heads * keys + depth)
+    check(fn, decode_inputs(heads, kv_heads, queries, keys, depth))
+
+
+def test_float16_and_a_batch_of_two():
+    torch.manual_seed(3)
+    check(attention, decode_inputs(4, 2, 1, 300, 64, dtype=torch.float16, batch=2))
+
+
+@pytest.mark.parametrize("kind", ["boolean", "additive"])
+def test_masks_hide_keys_in_some_ranges_and_all_of_others(kind):
+    """A padding mask that hides a whole key range (its maximum -inf) and parts of others."""
+    torch.manual_seed(4)
+    q, k, v = decode_inputs(4, 2, 1, 400, 64, batch=2)
+    keep = torch.rand(2, 1, 1, 400) > 0.3
+    keep[0, :, :, 128:256] = False
+    mask = keep if kind == "boolean" else torch.where(keep, 0.0, -math.inf).to(torch.bfloat16)
+    check(masked_attention, (q, k, v, mask), {"attention_decode": {"keys_per_block": 128}})
+
+
+@pytest.mark.parametrize("keys_per_block", [64, 128, 256])
+def test_pinned_knob_runs_and_shows_in_the_tile_ir(keys_per_block):
+    torch.manual_seed(6)
+    compiled = check(attention, decode_inputs(8, 1, 1, 520, 64), {"attention_decode": {"keys_per_block": keys_per_block}})
+    ranges = math.ceil(520 / keys_per_block)
+    assert f"{keys_per_block} keys per block, {ranges} key ranges" in compiled.ir("tile")
+    assert "the last block of a row group to finish combines them" in compiled.ir("tile")
+
+
+def test_the_tile_ir_of_a_decoding_step():
+    q, k, v = decode_inputs(32, 4, 1, 4096, 64)
+    tile = lamina.compile(attention, (q, k, v), target="sm_90").ir("tile")
+    assert "schedule=attention_decode" in tile
+    assert "block.x tile 8" in tile  # the eight query heads that share a key-value head
+    assert "shared k[0, i1 // 8, r0, r1] as bf16[r0 128][r1 64 + pad 8], 1 buffer, copy cp.async 16 B" in tile
+
+
+def test_many_queries_are_left_to_the_other_schedules():
+    q, k, v = decode_inputs(2, 2, 64, 64, 64)
+    assert "attention_decode" not in schedules(lamina.compile(attention, (q, k, v), target="sm_90"))
+
+
+@pytest.mark.parametrize("heads, kv_heads, depth, keys", [(32, 4, 64, 4096), (28, 4, 128, 32768), (16, 16, 80, 512)])
+def test_compiles_for_sm_90a_without_spills(heads, kv_heads, depth, keys):
+    q, k, v = decode_inputs(heads, kv_heads, 1, keys, depth)
+    compiled = lamina.compile(attention, (q, k, v), target="sm_90")
+    (kernel,) = compiled.compilation.kernels.kernels
+    built = start_compiling(kernel, "sm_90a").result()
+    assert built.registers > 0 and (built.spill_stores, built.spill_loads) == (0, 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fn", [attention, causal_attention], ids=["full", "causal"])
+@pytest.mark.parametrize("heads, kv_heads, depth, keys", [(32, 4, 64, 4096), (28, 4, 128, 32768), (12, 12, 64, 700)])
+def test_matches_eager_on_the_gpu(fn, heads, kv_heads, depth, keys):
+    torch.manual_seed(7)
+    args = decode_inputs(heads, kv_heads, 1, keys, depth, device="cuda")
+    compiled = lamina.compile(fn, args)
+    assert schedules(compiled) == ["attention_decode"]
+    reference = float64_reference(fn, args)
+    assert relative_error(compiled(*args), reference) <= 1.25 * relative_error(fn(*args), reference) + SLACK
