@@ -1,12 +1,14 @@
-"""The decode schedule's knob, its cost model and its Tile IR.
+"""The decode schedule's knobs, its cost model and its Tile IR.
 
-A block takes the ``group_rows`` rows that read the same keys and values and ``keys_per_block``
-of the keys (flash-decoding): the grid is the row groups along x by the key ranges along z, so
-that one sequence's single query fills the SMs. Reading the cache is the whole cost: each
-block copies its keys and values once, and with more than one range each writes its rows'
-maximum, sum and unscaled output (float32) for the last of them to combine. The estimate is
-those bytes at the H200's bandwidth, scaled up where fewer blocks than SMs share it, and a
-fixed cost per wave of blocks (their copies' trip to memory, the phases between barriers).
+A block takes the ``group_rows`` rows that read the same keys and values and a range of
+``keys_per_block`` keys (flash-decoding), which it walks ``keys_per_tile`` at a time, copying
+the next tile while it works on the one before: the grid is the row groups along x by the key
+ranges along z, so that one sequence's single query fills the SMs. Reading the cache is most of
+the cost: each block copies its keys and values once, and with more than one range each writes
+its rows' maximum, sum and unscaled output (float32) for the last of them to combine, which
+reads every range's back. The estimate is those bytes at the H200's bandwidth, scaled up where
+fewer blocks than SMs share it, a fixed cost per wave of blocks (the first copy's trip to
+memory, the phases between the block's barriers) and the last block's combining, per range.
 """
 
 from __future__ import annotations
@@ -19,26 +21,34 @@ import attrs
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.attention.decode.recognise import DecodeAttention
+from lamina.plugins.schedules.attention.decode.recognise import COPY_BYTES, DecodeAttention
 
 SCHEDULE_NAME = "attention_decode"
-KNOB_NAMES = ("keys_per_block",)
-KEYS_PER_BLOCK = (64, 128, 256)
+KNOB_NAMES = ("keys_per_block", "keys_per_tile")
+KEYS_PER_TILE = (64, 128)
+KEYS_PER_BLOCK = tuple(64 << k for k in range(10))
 THREADS = 128
 MIN_ARCH = 80
 """cp.async copies global memory into shared memory from Ampere (sm_80) on."""
 LAUNCH_US = 2.0
 WAVE_US = 1.5
-"""A wave of blocks: the copies' trip to memory and the phases between the block's barriers."""
+"""A wave of blocks: the first copy's trip to memory and the phases between the block's barriers."""
+COMBINE_US = 0.05
+"""The last block's combining, per range and per pair of outputs that one of its threads combines."""
 SHARED_BYTES_PER_SM = 228 * 1024
 
 
 @attrs.frozen
 class DecodeChoice:
     keys_per_block: int
+    keys_per_tile: int
 
     def splits(self, d: DecodeAttention) -> int:
         return math.ceil(d.keys_extent / self.keys_per_block)
+
+    @property
+    def tiles(self) -> int:
+        return self.keys_per_block // self.keys_per_tile
 
 
 def padded(d: DecodeAttention, width: int) -> int:
@@ -54,9 +64,10 @@ def lanes_per_row(d: DecodeAttention) -> int:
 
 
 def shared_bytes(d: DecodeAttention, choice: DecodeChoice) -> int:
-    keys = choice.keys_per_block
-    staged = keys * (padded(d, d.depth) + padded(d, d.features)) * d.dtype.itemsize
-    floats = d.group_rows * (d.depth + keys + 2) + (THREADS // kernel_ir.WARP_SIZE) * d.group_rows * d.features
+    keys = choice.keys_per_tile
+    staged = 2 * keys * (padded(d, d.depth) + padded(d, d.features)) * d.dtype.itemsize
+    floats = d.group_rows * (d.depth + keys + 4 + choice.splits(d)) \
+        + (THREADS // kernel_ir.WARP_SIZE) * d.group_rows * d.features
     return staged + floats * 4 + 16
 
 
@@ -68,17 +79,20 @@ def estimate_us(d: DecodeAttention, choice: DecodeChoice, target: Target) -> flo
     resident = max(1, min(target.max_threads_per_sm // THREADS, SHARED_BYTES_PER_SM // shared_bytes(d, choice)))
     waves = math.ceil(blocks / (target.sm_count * resident))
     spread = max(1.0, target.sm_count / blocks)
-    return LAUNCH_US + (read + combined) / target.memory_bytes_per_us * spread + WAVE_US * waves
+    combining = COMBINE_US * splits * math.ceil(d.group_rows * d.features / 2 / THREADS) if splits > 1 else 0.0
+    return LAUNCH_US + (read + combined) / target.memory_bytes_per_us * spread + WAVE_US * waves + combining
 
 
 def _pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
-    value = knobs.get("keys_per_block")
-    if value is None:
-        return {}
-    if value not in KEYS_PER_BLOCK or isinstance(value, bool):
-        raise ScheduleError(f"{where}: knob keys_per_block = {value!r} must be one of "
-                            f"{', '.join(map(str, KEYS_PER_BLOCK))}")
-    return {"keys_per_block": value}
+    pinned = {}
+    for name, legal in (("keys_per_block", KEYS_PER_BLOCK), ("keys_per_tile", KEYS_PER_TILE)):
+        value = knobs.get(name)
+        if value is None:
+            continue
+        if value not in legal or isinstance(value, bool):
+            raise ScheduleError(f"{where}: knob {name} = {value!r} must be one of {', '.join(map(str, legal))}")
+        pinned[name] = value
+    return pinned
 
 
 def choose(d: DecodeAttention, target: Target, knobs: Mapping[str, Any]) -> tuple[DecodeChoice, float, int]:
@@ -88,13 +102,17 @@ def choose(d: DecodeAttention, target: Target, knobs: Mapping[str, Any]) -> tupl
         raise ScheduleError(f"{where}: the schedule copies with cp.async, which needs sm_80 or later")
     pinned = _pinned(knobs, where)
     found = []
-    for keys in [pinned["keys_per_block"]] if pinned else KEYS_PER_BLOCK:
-        choice = DecodeChoice(keys)
-        if shared_bytes(d, choice) <= target.max_shared_bytes_optin:
-            found.append((estimate_us(d, choice, target), -keys, choice))
+    longest = max(64, 1 << math.ceil(math.log2(d.keys_extent)))
+    for tile in [pinned["keys_per_tile"]] if "keys_per_tile" in pinned else KEYS_PER_TILE:
+        for keys in [pinned["keys_per_block"]] if "keys_per_block" in pinned else KEYS_PER_BLOCK:
+            if keys % tile or keys > max(longest, tile):
+                continue
+            choice = DecodeChoice(keys, tile)
+            if shared_bytes(d, choice) <= target.max_shared_bytes_optin:
+                found.append((estimate_us(d, choice, target), -tile, keys, choice))
     if not found:
         raise ScheduleError(f"{where}: no setting fits in {target.max_shared_bytes_optin} B of shared memory")
-    estimate, _, choice = min(found)
+    estimate, _, _, choice = min(found)
     return choice, estimate, len(found)
 
 
@@ -104,14 +122,15 @@ class DecodeSettings(tile_ir.ScheduleSettings):
 
     splits: int
     group_rows: int
+    tiles_per_range: int
 
     def extra_threads(self, tk: tile_ir.TileKernel) -> int:
         """The block's threads share its keys: the bindings give one."""
         return THREADS - 1
 
     def shared_bytes(self, tk: tile_ir.TileKernel) -> int:
-        return (self.group_rows * (tk.reduction.step + 2) + (THREADS // kernel_ir.WARP_SIZE) * self.group_rows
-                * tk.stages[1].tile[1]) * 4
+        return (self.group_rows * (tk.reduction.step + 4 + self.splits) + (THREADS // kernel_ir.WARP_SIZE)
+                * self.group_rows * tk.stages[1].tile[1]) * 4
 
     def reduction_text(self, tk: tile_ir.TileKernel) -> str:
         if self.splits == 1:
@@ -122,7 +141,8 @@ class DecodeSettings(tile_ir.ScheduleSettings):
     def lines(self, tk: tile_ir.TileKernel) -> list[str]:
         return [f"  rows: {self.group_rows} per block, reading the same keys and values; {THREADS} threads, one "
                 "key each for the scores, the values' features 16 bytes per lane for the output",
-                "  copies: cp.async, 16 bytes each, the values' copies in flight while the scores are computed"]
+                f"  key tiles: {self.tiles_per_range} per range, online softmax across them; cp.async, 16 bytes "
+                "each, copies the next tile into the other of 2 buffers while the block works on one"]
 
 
 def tile(d: DecodeAttention, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:
@@ -132,17 +152,18 @@ def tile(d: DecodeAttention, target: Target, knobs: Mapping[str, Any]) -> tile_i
     keys = choice.keys_per_block
     grid = [tile_ir.AxisBinding(tuple(loop.var for loop in a.rows), d.rows_extent, "x", 1, d.group_rows, "x")]
     splits = choice.splits(d)
-    reduction = tile_ir.ReductionPlan((a.key_var,), d.keys_extent, "split_k", keys, splits)
+    reduction = tile_ir.ReductionPlan((a.key_var,), d.keys_extent, "split_k", choice.keys_per_tile, splits)
+    tile = choice.keys_per_tile
     stages = [
-        tile_ir.SharedStage(d.keys.buffer, loop_ir.format_value(d.keys), (a.key_var, a.dot_loop.var), (keys, d.depth), d.dtype,
-                            d.vector, 1, "cp.async", 16),
+        tile_ir.SharedStage(d.keys.buffer, loop_ir.format_value(d.keys), (a.key_var, a.dot_loop.var), (tile, d.depth),
+                            d.dtype, d.vector, 2, "cp.async", COPY_BYTES),
         tile_ir.SharedStage(d.values.buffer, loop_ir.format_value(d.values), (a.values_loop.var, a.feature_loop.var),
-                            (keys, d.features), d.dtype, d.vector, 1, "cp.async", 16),
+                            (tile, d.features), d.dtype, d.vector, 2, "cp.async", COPY_BYTES),
     ]
-    notes = [("chosen", f"{keys} keys per block, {splits} key range{'s' if splits > 1 else ''}; cheapest of "
-                        f"{count} settings, pinned: {pins}"),
+    notes = [("chosen", f"{keys} keys per block in tiles of {tile}, {splits} key range{'s' if splits > 1 else ''}; "
+                        f"cheapest of {count} settings, pinned: {pins}"),
              ("estimate", f"{estimate:.1f} us")]
     tk = tile_ir.TileKernel(kernel=d.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction, stages=stages,
-                            knobs=notes, settings=DecodeSettings(splits, d.group_rows))
+                            knobs=notes, settings=DecodeSettings(splits, d.group_rows, choice.tiles))
     tile_ir.verify_tile_kernel(tk, target.max_threads_per_block, target.max_shared_bytes_optin)
     return tk

@@ -1,16 +1,20 @@
 """The Kernel IR of the decode schedule: flash-decoding on the CUDA cores.
 
 Block ``(x, z)`` takes row group ``x`` (rows ``G x .. G x + G - 1``, which read the same keys
-and values) and key range ``z`` (keys ``C z .. C z + C - 1``)::
+and values) and key range ``z``, ``tiles`` tiles of ``C`` keys::
 
-    cp.async the range's keys, then its values, into shared memory (rows padded by 16 bytes)
     stage the G rows' query factors in shared memory, as float32
-    wait for the keys; each thread takes a key: its G dot products, then the program's score
-        (scale, mask, soft cap) for each row; keys past the last are -inf
-    each warp takes rows: the range's maximum m (-inf read as 0 where every key is masked),
-        p = exp(score - m) rounded as the program rounds the probabilities, the sum l of p
-    wait for the values; 16-byte runs of a value row per lane, the other lanes of the warp on
-        other keys: sum p * v, then added across those lanes by shuffles and across warps
+    cp.async tile 0's keys and values into stage 0 (rows padded by 16 bytes)
+    for each tile t:
+        cp.async tile t + 1 into the other stage; wait for tile t
+        each thread takes a key: its G dot products, then the program's score (scale, mask,
+            soft cap) for each row; keys past the last are -inf
+        each warp takes rows: the running maximum m raised to the tile's (-inf read as 0 where
+            every key so far is masked), p = exp(score - m) rounded as the program rounds the
+            probabilities, the running sum l rescaled by exp(old m - m) plus the sum of p
+        16-byte runs of a value row per lane, the other lanes on other keys: the lane's sums of
+            p * v, first rescaled as l was
+    the lanes' sums added across the warp by shuffles, and across warps in shared memory
     one range: out = sum / l through the program's epilogue
     else: m, l and the unscaled sums to scratch memory; the range's counter is raised, and the
         last block of the row group to finish reads every range back through L2 and writes
@@ -44,6 +48,7 @@ class DecodeWriter:
         self.tile, self.d, self.a, self.kernel = tile, d, d.loops, d.kernel
         self.keys = tile.reduction.step
         self.splits = tile.settings.splits
+        self.tiles = tile.settings.tiles_per_range
         self.group = d.group_rows
         self.warps = tiling.THREADS // LANES
         self.row_lanes = tiling.lanes_per_row(d)
@@ -53,12 +58,12 @@ class DecodeWriter:
         names = KernelNames({b.name for b in self.kernel.inputs + self.kernel.outputs} | loop_vars
                             | {self.a.dot_init.acc, self.a.output_acc, self.a.maximum, self.a.total})
         self.v = {n: ex.Var(names.fresh(n)) for n in (
-            "tid", "lane", "warp", "group", "split", "first_key", "i", "key", "part", "row", "j", "slot", "s")}
-        self.f = {n: ex.Var(names.fresh(n), F32) for n in ("m", "m_used", "l", "p", "w", "total", "out")}
+            "tid", "lane", "warp", "group", "split", "first_key", "i", "key", "part", "row", "j", "t", "s", "stage")}
+        self.f = {n: ex.Var(names.fresh(n), F32) for n in ("m", "m_new", "m_used", "l", "p", "w", "out")}
         self.n = {n: names.fresh(n) for n in (
             "k_tile", "v_tile", "q_rows", "scores", "row_max", "row_sum", "warp_out", "dots", "k_run", "v_run",
-            "sums", "split_stats", "split_out", "counters", "done", "last", "read", "pair", "combined",
-            "combined_max", "combined_sum")}
+            "sums", "rescale", "split_stats", "split_out", "counters", "done", "last", "read", "pair",
+            "combined", "weights", "combined_sum")}
 
     # --- helpers ----------------------------------------------------------------
 
@@ -74,22 +79,31 @@ class DecodeWriter:
 
     # --- copies -----------------------------------------------------------------
 
-    def _copies(self, tile: str, load, width: int, key_var: str, along: str) -> list[kernel_ir.Stmt]:
+    def _ragged(self) -> bool:
+        """Whether some tile reaches past the last key."""
+        return self.splits * self.tiles * self.keys != self.d.keys_extent
+
+    def _copies(self, tile: str, load, width: int, key_var: str, along: str, t: Expr) -> list[kernel_ir.Stmt]:
+        """Tile ``t``'s rows of ``load`` (keys or values) into its stage of ``tile``."""
         d, v = self.d, self.v
         runs = width // d.vector
         count = self.keys * runs
         key = v["i"] // runs
         part = v["i"] % runs
-        position = v["first_key"] + key
+        position = v["first_key"] + t * self.keys + key
         env = {**self._rows(ex.const(0)), key_var: position, along: part * d.vector}
         source = loop_to_kernel.translate_expr(load, self.kernel, env)
-        copy = kernel_ir.CpAsync(tile, (key, part * d.vector), source.array, source.index, COPY_BYTES,
-                                 ex.op("lt", position, d.keys_extent) if d.keys_extent % self.keys else None)
+        copy = kernel_ir.CpAsync(tile, (t % 2 * self.keys + key, part * d.vector), source.array, source.index,
+                                 COPY_BYTES, ex.op("lt", position, d.keys_extent) if self._ragged() else None)
         body = [_declare(v["i"].name, v["j"] * tiling.THREADS + v["tid"]), copy]
         if count % tiling.THREADS:
             body = [body[0], kernel_ir.If(ex.op("lt", v["i"], count), [copy])]
-        return [kernel_ir.For(v["j"].name, ex.const(0), ex.const(math.ceil(count / tiling.THREADS)), 1, body),
-                kernel_ir.CpAsyncCommit()]
+        return [kernel_ir.For(v["j"].name, ex.const(0), ex.const(math.ceil(count / tiling.THREADS)), 1, body)]
+
+    def _tile_copies(self, t: Expr) -> list[kernel_ir.Stmt]:
+        d, a = self.d, self.a
+        return [*self._copies(self.n["k_tile"], d.keys, d.depth, a.key_var, a.dot_loop.var, t),
+                *self._copies(self.n["v_tile"], d.values, d.features, a.values_loop.var, a.feature_loop.var, t)]
 
     def _query_rows(self) -> list[kernel_ir.Stmt]:
         d, v, a = self.d, self.v, self.a
@@ -114,14 +128,15 @@ class DecodeWriter:
                 per_run.append(kernel_ir.Store(n["dots"], (ex.const(g),),
                                                ex.op("add", dots[g], ex.op("mul", query, key_element))))
         dot_loop = kernel_ir.For(v["part"].name, ex.const(0), ex.const(d.depth // d.vector), 1, [
-            kernel_ir.VectorLoad(n["k_run"], (ex.const(0),), n["k_tile"], (v["key"], v["part"] * d.vector), d.vector),
+            kernel_ir.VectorLoad(n["k_run"], (ex.const(0),), n["k_tile"], (v["stage"] * self.keys + v["key"],
+                                                                            v["part"] * d.vector), d.vector),
             *per_run])
-        position = v["first_key"] + v["key"]
+        position = v["first_key"] + v["t"] * self.keys + v["key"]
         scores = []
         for g in range(self.group):
             env = {**self._rows(ex.const(g)), a.key_var: position, a.dot_init.acc: dots[g]}
             score = ex.cast(loop_to_kernel.translate_expr(a.score, self.kernel, env), F32)
-            if d.keys_extent % self.keys:
+            if self._ragged():
                 score = ex.op("where", ex.op("lt", position, d.keys_extent), score, ex.const(-math.inf, F32))
             scores.append(kernel_ir.Store(n["scores"], (ex.const(g), v["key"]), score))
         body = [_declare(v["key"].name, v["j"] * tiling.THREADS + v["tid"]),
@@ -132,7 +147,8 @@ class DecodeWriter:
         return [kernel_ir.For(v["j"].name, ex.const(0), ex.const(math.ceil(self.keys / tiling.THREADS)), 1, body)]
 
     def _softmax(self) -> list[kernel_ir.Stmt]:
-        """Each warp's rows: the range's maximum, the probabilities in place of the scores, their sum."""
+        """Each warp's rows: the running maximum raised to the tile's, the probabilities in place
+        of the scores, the running sum rescaled and added to, the rescaling kept for the sums."""
         v, f, n = self.v, self.f, self.n
         rounds = self.keys // LANES
         row = v["row"]
@@ -142,8 +158,11 @@ class DecodeWriter:
         body: list[kernel_ir.Stmt] = [kernel_ir.Declare(f["m"].name, F32, _tree("max", scores))]
         for mask in (16, 8, 4, 2, 1):
             body.append(kernel_ir.Assign(f["m"].name, ex.op("max", f["m"], kernel_ir.ShuffleXor(f["m"], mask))))
-        body.append(kernel_ir.Declare(f["m_used"].name, F32, ex.op("where", ex.op("eq", f["m"], minus_infinity),
-                                                                   ex.const(0.0, F32), f["m"])))
+        before, after = v["stage"], 1 - v["stage"]
+        running_max = self._load(n["row_max"], (before, row))
+        body.append(kernel_ir.Declare(f["m_new"].name, F32, ex.op("max", running_max, f["m"])))
+        body.append(kernel_ir.Declare(f["m_used"].name, F32, ex.op(
+            "where", ex.op("eq", f["m_new"], minus_infinity), ex.const(0.0, F32), f["m_new"])))
         body.append(kernel_ir.Declare(f["l"].name, F32, ex.const(0.0, F32)))
         rounding = self.d.loops.rounding
         for j, (i, score) in enumerate(zip(at, scores)):
@@ -154,8 +173,12 @@ class DecodeWriter:
             body.append(kernel_ir.Store(n["scores"], i, kept))
         for mask in (16, 8, 4, 2, 1):
             body.append(kernel_ir.Assign(f["l"].name, ex.op("add", f["l"], kernel_ir.ShuffleXor(f["l"], mask))))
-        body.append(kernel_ir.If(ex.op("eq", v["lane"], 0), [kernel_ir.Store(n["row_max"], (row,), f["m"]),
-                                                             kernel_ir.Store(n["row_sum"], (row,), f["l"])]))
+        body.append(kernel_ir.Declare(f["w"].name, F32, ex.op("exp", ex.op("sub", running_max, f["m_used"]))))
+        body.append(kernel_ir.If(ex.op("eq", v["lane"], 0), [
+            kernel_ir.Store(n["row_max"], (after, row), f["m_new"]),
+            kernel_ir.Store(n["row_sum"], (after, row), ex.op("add", ex.op("mul", self._load(n["row_sum"], (before, row)),
+                                                                         f["w"]), f["l"])),
+            kernel_ir.Store(n["rescale"], (row,), f["w"])]))
         rounds_of_rows = math.ceil(self.group / self.warps)
         pick = _declare(row.name, v["s"] * self.warps + v["warp"])
         guarded = [kernel_ir.If(ex.op("lt", row, self.group), body)] if self.group % self.warps else body
@@ -163,17 +186,22 @@ class DecodeWriter:
 
     # --- the values ---------------------------------------------------------------
 
+    def _sums(self) -> list[list[Expr]]:
+        d = self.d
+        return [[self._load(self.n["sums"], (ex.const(g * d.vector + e),)) for e in range(d.vector)]
+                for g in range(self.group)]
+
     def _values(self) -> list[kernel_ir.Stmt]:
-        """Each lane's 16-byte run of the features over its keys, summed over the warp's other
-        keys by shuffles, each warp's sums to ``warp_out``."""
+        """Each lane's 16-byte run of the features: its sums rescaled, then p * v added over its keys."""
         d, v, n = self.d, self.v, self.n
         runs = d.features // d.vector
         part = v["lane"] % self.row_lanes
-        sums = [[self._load(n["sums"], (ex.const(g * d.vector + e),)) for e in range(d.vector)]
-                for g in range(self.group)]
-        clear = [kernel_ir.Store(n["sums"], (ex.const(i),), ex.const(0.0, F32))
-                 for i in range(self.group * d.vector)]
-        add = [kernel_ir.VectorLoad(n["v_run"], (ex.const(0),), n["v_tile"], (v["key"], part * d.vector), d.vector)]
+        sums = self._sums()
+        rescale = [kernel_ir.Store(n["sums"], (ex.const(g * d.vector + e),),
+                                   ex.op("mul", sums[g][e], self._load(n["rescale"], (ex.const(g),))))
+                   for g in range(self.group) for e in range(d.vector)]
+        add = [kernel_ir.VectorLoad(n["v_run"], (ex.const(0),), n["v_tile"], (v["stage"] * self.keys + v["key"],
+                                                                               part * d.vector), d.vector)]
         for g in range(self.group):
             p = self._load(n["scores"], (ex.const(g), v["key"]))
             for e in range(d.vector):
@@ -183,8 +211,15 @@ class DecodeWriter:
         step = self.warps * self.key_lanes
         walk = kernel_ir.For(v["s"].name, ex.const(0), ex.const(self.keys // step), 1, [
             _declare(v["key"].name, v["s"] * step + v["warp"] * self.key_lanes + v["lane"] // self.row_lanes), *add])
-        out: list[kernel_ir.Stmt] = [*clear, kernel_ir.If(ex.op("lt", part, runs), [walk]) if runs < self.row_lanes
-                                     else walk]
+        return [*rescale, kernel_ir.If(ex.op("lt", part, runs), [walk]) if runs < self.row_lanes else walk]
+
+    def _warp_sums(self) -> list[kernel_ir.Stmt]:
+        """The lanes' sums added over the warp's other keys by shuffles, each warp's to ``warp_out``."""
+        d, v, n = self.d, self.v, self.n
+        runs = d.features // d.vector
+        part = v["lane"] % self.row_lanes
+        sums = self._sums()
+        out: list[kernel_ir.Stmt] = []
         for mask in [self.row_lanes << k for k in range(int(math.log2(self.key_lanes)))]:
             for g in range(self.group):
                 for e in range(d.vector):
@@ -216,7 +251,7 @@ class DecodeWriter:
 
     def _one_range(self) -> list[kernel_ir.Stmt]:
         def body(g, feature):
-            total = self._load(self.n["row_sum"], (g,))
+            total = self._load(self.n["row_sum"], (ex.const(self.tiles % 2), g))
             return self._epilogue(g, feature, ex.op("div", self._warp_total(g, feature), total))
         return self._each_output(body)
 
@@ -232,8 +267,9 @@ class DecodeWriter:
         out = self._each_output(part)
         at = 2 * ((row + v["tid"]) * self.splits + v["split"])
         out.append(kernel_ir.If(ex.op("lt", v["tid"], self.group), [
-            kernel_ir.Store(n["split_stats"], (at,), self._load(n["row_max"], (v["tid"],))),
-            kernel_ir.Store(n["split_stats"], (at + 1,), self._load(n["row_sum"], (v["tid"],)))]))
+            kernel_ir.Store(n["split_stats"], (at,), self._load(n["row_max"], (ex.const(self.tiles % 2), v["tid"]))),
+            kernel_ir.Store(n["split_stats"], (at + 1,), self._load(n["row_sum"],
+                                                                    (ex.const(self.tiles % 2), v["tid"])))]))
         int32 = dtypes.int32
         done = kernel_ir.Load(n["done"], (ex.const(0),), int32)
         out += [kernel_ir.ThreadFence(), kernel_ir.Barrier(),
@@ -254,9 +290,9 @@ class DecodeWriter:
             kernel_ir.Declare(f["l"].name, F32, ex.const(0.0, F32)),
             kernel_ir.For(v["s"].name, ex.const(0), ex.const(self.splits), 1, [
                 self._read_l2(n["split_stats"], 2 * (first + v["s"])),
-                kernel_ir.Assign(f["l"].name, ex.op("add", f["l"], ex.op("mul", ex.op(
-                    "exp", ex.op("sub", read[0], f["m_used"])), read[1])))]),
-            kernel_ir.Store(n["combined_max"], (v["tid"],), f["m_used"]),
+                kernel_ir.Declare(f["w"].name, F32, ex.op("exp", ex.op("sub", read[0], f["m_used"]))),
+                kernel_ir.Store(n["weights"], (v["tid"], v["s"]), f["w"]),
+                kernel_ir.Assign(f["l"].name, ex.op("add", f["l"], ex.op("mul", f["w"], read[1])))]),
             kernel_ir.Store(n["combined_sum"], (v["tid"],), f["l"]),
         ]
         pair = [self._load(n["pair"], (ex.const(e),)) for e in range(2)]
@@ -268,13 +304,10 @@ class DecodeWriter:
             return [
                 *(kernel_ir.Store(n["combined"], (ex.const(e),), ex.const(0.0, F32)) for e in range(2)),
                 kernel_ir.For(v["s"].name, ex.const(0), ex.const(self.splits), 1, [
-                    self._read_l2(n["split_stats"], 2 * (start + v["s"])),
-                    kernel_ir.Declare(f["w"].name, F32, ex.op("exp", ex.op("sub", read[0], self._load(
-                        n["combined_max"], (g,))))),
                     kernel_ir.VectorLoad(n["pair"], (ex.const(0),), n["split_out"],
                                          ((start + v["s"]) * d.features + feature,), 2, cache="l2"),
-                    *(kernel_ir.Store(n["combined"], (ex.const(e),),
-                                      ex.op("add", sums[e], ex.op("mul", f["w"], pair[e]))) for e in range(2))]),
+                    *(kernel_ir.Store(n["combined"], (ex.const(e),), ex.op("add", sums[e], ex.op(
+                        "mul", self._load(n["weights"], (g, v["s"])), pair[e]))) for e in range(2))], unroll=True),
                 *self._epilogue(g, feature, ex.op("div", sums[0], total)),
                 *self._epilogue(g, feature + 1, ex.op("div", sums[1], total))]
 
@@ -287,7 +320,7 @@ class DecodeWriter:
     # --- the kernel -------------------------------------------------------------
 
     def body(self) -> list[kernel_ir.Stmt]:
-        d, v, a = self.d, self.v, self.a
+        d, v, n = self.d, self.v, self.n
         tid = kernel_ir.thread_idx("x")
         out: list[kernel_ir.Stmt] = [
             _declare(v["tid"].name, tid),
@@ -295,31 +328,45 @@ class DecodeWriter:
             _declare(v["warp"].name, v["tid"] // LANES),
             _declare(v["group"].name, kernel_ir.block_idx("x")),
             _declare(v["split"].name, kernel_ir.block_idx("z")),
-            _declare(v["first_key"].name, v["split"] * self.keys),
-            *self._copies(self.n["k_tile"], d.keys, d.depth, a.key_var, a.dot_loop.var),
-            *self._copies(self.n["v_tile"], d.values, d.features, a.values_loop.var, a.feature_loop.var),
+            _declare(v["first_key"].name, v["split"] * (self.tiles * self.keys)),
+        ]
+        start = [kernel_ir.Store(n["row_max"], (ex.const(0), v["tid"]), ex.const(-math.inf, F32)),
+                 kernel_ir.Store(n["row_sum"], (ex.const(0), v["tid"]), ex.const(0.0, F32))]
+        out += [
             *self._query_rows(),
+            kernel_ir.If(ex.op("lt", v["tid"], self.group), start),
+            *(kernel_ir.Store(n["sums"], (ex.const(i),), ex.const(0.0, F32)) for i in range(self.group * d.vector)),
+            *self._tile_copies(ex.const(0)),
+            kernel_ir.CpAsyncCommit(),
+        ]
+        tile = [
+            _declare(v["stage"].name, v["t"] % 2),
+            kernel_ir.If(ex.op("lt", v["t"] + 1, self.tiles), self._tile_copies(v["t"] + 1)),
+            kernel_ir.CpAsyncCommit(),
             kernel_ir.CpAsyncWait(1),
             kernel_ir.Barrier(),
             *self._scores(),
             kernel_ir.Barrier(),
             *self._softmax(),
-            kernel_ir.CpAsyncWait(0),
             kernel_ir.Barrier(),
             *self._values(),
             kernel_ir.Barrier(),
         ]
+        out += [kernel_ir.For(v["t"].name, ex.const(0), ex.const(self.tiles), 1, tile),
+                *self._warp_sums(),
+                kernel_ir.Barrier()]
         return out + (self._one_range() if self.splits == 1 else self._ranges())
 
     def arrays(self) -> list[kernel_ir.Array]:
         d, n = self.d, self.n
         arrays = [
-            kernel_ir.Array(n["k_tile"], d.dtype, (self.keys, tiling.padded(d, d.depth)), "shared"),
-            kernel_ir.Array(n["v_tile"], d.dtype, (self.keys, tiling.padded(d, d.features)), "shared"),
+            kernel_ir.Array(n["k_tile"], d.dtype, (2 * self.keys, tiling.padded(d, d.depth)), "shared"),
+            kernel_ir.Array(n["v_tile"], d.dtype, (2 * self.keys, tiling.padded(d, d.features)), "shared"),
             kernel_ir.Array(n["q_rows"], F32, (self.group, d.depth), "shared"),
             kernel_ir.Array(n["scores"], F32, (self.group, self.keys), "shared"),
-            kernel_ir.Array(n["row_max"], F32, (self.group,), "shared"),
-            kernel_ir.Array(n["row_sum"], F32, (self.group,), "shared"),
+            kernel_ir.Array(n["row_max"], F32, (2, self.group), "shared"),
+            kernel_ir.Array(n["row_sum"], F32, (2, self.group), "shared"),
+            kernel_ir.Array(n["rescale"], F32, (self.group,), "shared"),
             kernel_ir.Array(n["warp_out"], F32, (self.warps, self.group, d.features), "shared"),
             kernel_ir.Array(n["dots"], F32, (self.group,), "register"),
             kernel_ir.Array(n["k_run"], d.dtype, (d.vector,), "register"),
@@ -332,7 +379,7 @@ class DecodeWriter:
                        kernel_ir.Array(n["read"], F32, (2,), "register"),
                        kernel_ir.Array(n["pair"], F32, (2,), "register"),
                        kernel_ir.Array(n["combined"], F32, (2,), "register"),
-                       kernel_ir.Array(n["combined_max"], F32, (self.group,), "shared"),
+                       kernel_ir.Array(n["weights"], F32, (self.group, self.splits), "shared"),
                        kernel_ir.Array(n["combined_sum"], F32, (self.group,), "shared")]
         return arrays
 
