@@ -27,12 +27,12 @@ for name, h, kvh, d in [("tinyllama", 32, 4, 64), ("qwen", 28, 4, 128)]:
         bytes_ = 2 * k.numel() * 2
         eager = graph_us(attention, (q, k, v))
         row = {"case": f"{name}.c{cache}", "eager_us": eager, "cache_bytes": bytes_}
-        for kpb in (None, (256, 64), (512, 128), (1024, 128), (2048, 128), (4096, 128)):
+        for kpb in (None, (256, 64, 2), (256, 64, 4), (1024, 64, 4), (512, 128, 2), (512, 128, 3), (1024, 128, 3), (2048, 128, 3)):
             if kpb and kpb[0] > cache: continue
-            knobs = {"attention_decode": {"keys_per_block": kpb[0], "keys_per_tile": kpb[1]}} if kpb else {}
+            knobs = {"attention_decode": dict(zip(("keys_per_block", "keys_per_tile", "stages"), kpb))} if kpb else {}
             c = lamina.compile(attention, (q, k, v), knobs=knobs)
             t = graph_us(c, (q, k, v))
-            row[f"lamina_{kpb[0] if kpb else 'chosen'}_us"] = t
+            row[f"lamina_{'_'.join(map(str, kpb)) if kpb else 'chosen'}_us"] = t
             if kpb is None:
                 row["chosen"] = [kk for kk, vv in c.compilation.tiles[0].knobs if kk == "chosen"] and dict(c.compilation.tiles[0].knobs)["chosen"]
                 err = (c(q, k, v).float() - attention(q, k, v).float()).abs().max().item()

@@ -4,7 +4,8 @@ Both backends share it: they differ only in how one kernel is launched. Each buf
 program writes is allocated right before its first kernel and, unless it is an output,
 dropped right after its last (the program's memory plan), so that the device allocator
 reuses its bytes the way it does for eager PyTorch. A kernel's scratch parameters
-(``kernel_ir.Param.scratch``) are allocated, zeroed, for each of its launches.
+(``kernel_ir.Param.scratch``) are allocated, zeroed unless the kernel says it need not be, for
+each of its launches.
 """
 
 from __future__ import annotations
@@ -60,9 +61,15 @@ class ProgramRunner:
         return torch.empty(shape, dtype=dtype, device=self.device).view(-1)
 
     def _scratch(self, param: kernel_ir.Param) -> torch.Tensor:
-        """A kernel's own working memory, zeroed for each launch: two calls running at once on
-        different streams never share it."""
-        return torch.zeros(param.numel, dtype=torch_dtype(param.dtype), device=self.device)
+        """A kernel's own working memory, new for each launch (two calls running at once on
+        different streams never share it): zeroed, or where the kernel writes before it reads,
+        left as it is (NaN with ``poison``)."""
+        dtype = torch_dtype(param.dtype)
+        if param.zeroed:
+            return torch.zeros(param.numel, dtype=dtype, device=self.device)
+        if self.poison and dtype.is_floating_point:
+            return torch.full((param.numel,), math.nan, dtype=dtype, device=self.device)
+        return torch.empty(param.numel, dtype=dtype, device=self.device)
 
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         buffers: dict[str, torch.Tensor] = {}

@@ -122,7 +122,8 @@ class Param:
 
     A ``scratch`` parameter is no buffer of the program: the kernel's own working memory
     (counters that its blocks share), which the program's runner allocates, zeroed, for each
-    launch.
+    launch; not ``zeroed`` where the kernel writes each element before any block reads it (a
+    block's partial results), which spares the launch a memset.
     """
 
     name: str
@@ -130,6 +131,7 @@ class Param:
     numel: int
     writable: bool = False
     scratch: bool = False
+    zeroed: bool = True
 
 
 @attrs.frozen

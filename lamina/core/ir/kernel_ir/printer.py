@@ -201,7 +201,7 @@ def format_kernel(k: Kernel) -> str:
              + (f"  dynamic shared {k.launch.dynamic_shared_bytes} B" if k.launch.dynamic_shared_bytes else "")
              + ("  overlapping the previous kernel" if k.launch.overlaps_previous_kernel else "")]
     for p in k.params:
-        mode = "scratch" if p.scratch else "out" if p.writable else "in"
+        mode = ("scratch" if p.zeroed else "scratch unset") if p.scratch else "out" if p.writable else "in"
         lines.append(f"  param {mode} {p.name}: {p.dtype}[{p.numel}]")
     for a in k.arrays:
         swizzle = f", {a.swizzle}-byte swizzle" if a.swizzle else ""

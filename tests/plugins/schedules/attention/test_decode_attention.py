@@ -72,18 +72,20 @@ def test_masks_hide_keys_in_some_ranges_and_all_of_others(kind):
     keep = torch.rand(2, 1, 1, 400) > 0.3
     keep[0, :, :, 128:256] = False
     mask = keep if kind == "boolean" else torch.where(keep, 0.0, -math.inf).to(torch.bfloat16)
-    check(masked_attention, (q, k, v, mask), {"attention_decode": {"keys_per_block": 128, "keys_per_tile": 64}})
+    check(masked_attention, (q, k, v, mask), {"attention_decode": {"keys_per_block": 128, "keys_per_tile": 64, "stages": 2}})
 
 
-@pytest.mark.parametrize("keys_per_block, keys_per_tile", [(64, 64), (256, 64), (512, 128), (1024, 128)])
-def test_pinned_knobs_run_and_show_in_the_tile_ir(keys_per_block, keys_per_tile):
-    """One tile per range, several tiles per range (the online softmax across them), one range."""
+@pytest.mark.parametrize("keys_per_block, keys_per_tile, stages", [
+    (64, 64, 2), (256, 64, 2), (256, 64, 4), (512, 128, 3), (1024, 128, 2)])
+def test_pinned_knobs_run_and_show_in_the_tile_ir(keys_per_block, keys_per_tile, stages):
+    """One tile per range, several tiles per range (the online softmax across them) in rings of
+    two to four stages, one range for all the keys."""
     torch.manual_seed(6)
-    knobs = {"attention_decode": {"keys_per_block": keys_per_block, "keys_per_tile": keys_per_tile}}
+    knobs = {"attention_decode": {"keys_per_block": keys_per_block, "keys_per_tile": keys_per_tile, "stages": stages}}
     compiled = check(attention, decode_inputs(8, 1, 1, 520, 64), knobs)
     ranges = math.ceil(520 / keys_per_block)
     tile = compiled.ir("tile")
-    assert f"{keys_per_block} keys per block in tiles of {keys_per_tile}, {ranges} key range" in tile
+    assert f"{keys_per_block} keys per block in tiles of {keys_per_tile}, {stages} stages, {ranges} key range" in tile
     assert ("the last block of a row group to finish combines them" in tile) == (ranges > 1)
 
 
@@ -92,7 +94,7 @@ def test_the_tile_ir_of_a_decoding_step():
     tile = lamina.compile(attention, (q, k, v), target="sm_90").ir("tile")
     assert "schedule=attention_decode" in tile
     assert "block.x tile 8" in tile  # the eight query heads that share a key-value head
-    assert "shared k[0, i1 // 8, r0, r1] as bf16[r0 128][r1 64 + pad 8], 2 buffers, copy cp.async 16 B" in tile
+    assert "shared k[0, i1 // 8, r0, r1] as bf16[r0 64][r1 64 + pad 8], 4 buffers, copy cp.async 16 B" in tile
 
 
 def test_many_queries_are_left_to_the_other_schedules():

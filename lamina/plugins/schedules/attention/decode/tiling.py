@@ -7,12 +7,15 @@ ranges along z, so that one sequence's single query fills the SMs. Reading the c
 the cost: each block copies its keys and values once, and with more than one range each writes
 its rows' maximum, sum and unscaled output (float32) for the last of them to combine, which
 reads every range's back. The estimate is those bytes at the H200's bandwidth, scaled up where
-fewer blocks than SMs share it, a fixed cost per wave of blocks (the first copy's trip to
-memory, the phases between the block's barriers) and the last block's combining, per range.
+fewer blocks than SMs share it, or the walk over the tiles where that takes longer (each tile's
+arithmetic on the CUDA cores, shared by the blocks on an SM, or its copy's trip to memory, which
+the stages ahead hide a share of), a fixed cost per wave of blocks and the last block's
+combining, per range. The constants are fitted to the H200 (``experiments/decode_attention/``).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any, Mapping
 
@@ -24,16 +27,22 @@ from lamina.core.target import Target
 from lamina.plugins.schedules.attention.decode.recognise import COPY_BYTES, DecodeAttention
 
 SCHEDULE_NAME = "attention_decode"
-KNOB_NAMES = ("keys_per_block", "keys_per_tile")
+KNOB_NAMES = ("keys_per_block", "keys_per_tile", "stages")
 KEYS_PER_TILE = (64, 128)
+STAGES = (2, 3, 4)
 KEYS_PER_BLOCK = tuple(64 << k for k in range(10))
 THREADS = 128
 MIN_ARCH = 80
 """cp.async copies global memory into shared memory from Ampere (sm_80) on."""
 LAUNCH_US = 2.0
 WAVE_US = 1.5
-"""A wave of blocks: the first copy's trip to memory and the phases between the block's barriers."""
-COMBINE_US = 0.05
+"""A wave of blocks: the first copy's trip to memory."""
+TILE_LATENCY_US = 1.6
+"""A tile's copy from memory to the block, which the stages before it hide a share of."""
+TILE_NS_PER_WORK = 1.3e-5
+"""A tile's arithmetic on one SM, per key, row and feature (the queries' and the values'): the
+dot products and the values' sums on the CUDA cores."""
+COMBINE_US = 0.1
 """The last block's combining, per range and per pair of outputs that one of its threads combines."""
 SHARED_BYTES_PER_SM = 228 * 1024
 
@@ -42,6 +51,7 @@ SHARED_BYTES_PER_SM = 228 * 1024
 class DecodeChoice:
     keys_per_block: int
     keys_per_tile: int
+    stages: int
 
     def splits(self, d: DecodeAttention) -> int:
         return math.ceil(d.keys_extent / self.keys_per_block)
@@ -65,7 +75,7 @@ def lanes_per_row(d: DecodeAttention) -> int:
 
 def shared_bytes(d: DecodeAttention, choice: DecodeChoice) -> int:
     keys = choice.keys_per_tile
-    staged = 2 * keys * (padded(d, d.depth) + padded(d, d.features)) * d.dtype.itemsize
+    staged = choice.stages * keys * (padded(d, d.depth) + padded(d, d.features)) * d.dtype.itemsize
     floats = d.group_rows * (d.depth + keys + 4 + choice.splits(d)) \
         + (THREADS // kernel_ir.WARP_SIZE) * d.group_rows * d.features
     return staged + floats * 4 + 16
@@ -78,14 +88,18 @@ def estimate_us(d: DecodeAttention, choice: DecodeChoice, target: Target) -> flo
     combined = d.rows_extent * splits * (d.features + 2) * 4 * 2 if splits > 1 else 0
     resident = max(1, min(target.max_threads_per_sm // THREADS, SHARED_BYTES_PER_SM // shared_bytes(d, choice)))
     waves = math.ceil(blocks / (target.sm_count * resident))
-    spread = max(1.0, target.sm_count / blocks)
+    together = min(resident, math.ceil(blocks / target.sm_count))
+    work = choice.keys_per_tile * d.group_rows * (d.depth + d.features)
+    per_tile = max(TILE_NS_PER_WORK * 1e-3 * work * together, TILE_LATENCY_US / (choice.stages - 1))
+    walking = waves * choice.tiles * per_tile
+    memory = (read + combined) / target.memory_bytes_per_us * max(1.0, target.sm_count / blocks)
     combining = COMBINE_US * splits * math.ceil(d.group_rows * d.features / 2 / THREADS) if splits > 1 else 0.0
-    return LAUNCH_US + (read + combined) / target.memory_bytes_per_us * spread + WAVE_US * waves + combining
+    return LAUNCH_US + WAVE_US * waves + max(memory, walking) + combining
 
 
 def _pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
     pinned = {}
-    for name, legal in (("keys_per_block", KEYS_PER_BLOCK), ("keys_per_tile", KEYS_PER_TILE)):
+    for name, legal in (("keys_per_block", KEYS_PER_BLOCK), ("keys_per_tile", KEYS_PER_TILE), ("stages", STAGES)):
         value = knobs.get(name)
         if value is None:
             continue
@@ -103,16 +117,19 @@ def choose(d: DecodeAttention, target: Target, knobs: Mapping[str, Any]) -> tupl
     pinned = _pinned(knobs, where)
     found = []
     longest = max(64, 1 << math.ceil(math.log2(d.keys_extent)))
-    for tile in [pinned["keys_per_tile"]] if "keys_per_tile" in pinned else KEYS_PER_TILE:
-        for keys in [pinned["keys_per_block"]] if "keys_per_block" in pinned else KEYS_PER_BLOCK:
-            if keys % tile or keys > max(longest, tile):
-                continue
-            choice = DecodeChoice(keys, tile)
-            if shared_bytes(d, choice) <= target.max_shared_bytes_optin:
-                found.append((estimate_us(d, choice, target), -tile, keys, choice))
+    def options(name: str, legal: tuple[int, ...]) -> list[int]:
+        return [pinned[name]] if name in pinned else list(legal)
+
+    for tile, keys, stages in itertools.product(options("keys_per_tile", KEYS_PER_TILE),
+                                                options("keys_per_block", KEYS_PER_BLOCK), options("stages", STAGES)):
+        if keys % tile or keys > max(longest, tile) or (stages > 2 and stages > keys // tile):
+            continue
+        choice = DecodeChoice(keys, tile, stages)
+        if shared_bytes(d, choice) <= target.max_shared_bytes_optin:
+            found.append((estimate_us(d, choice, target), -tile, keys, stages, choice))
     if not found:
         raise ScheduleError(f"{where}: no setting fits in {target.max_shared_bytes_optin} B of shared memory")
-    estimate, _, _, choice = min(found)
+    estimate, _, _, _, choice = min(found)
     return choice, estimate, len(found)
 
 
@@ -142,7 +159,8 @@ class DecodeSettings(tile_ir.ScheduleSettings):
         return [f"  rows: {self.group_rows} per block, reading the same keys and values; {THREADS} threads, one "
                 "key each for the scores, the values' features 16 bytes per lane for the output",
                 f"  key tiles: {self.tiles_per_range} per range, online softmax across them; cp.async, 16 bytes "
-                "each, copies the next tile into the other of 2 buffers while the block works on one"]
+                f"each, copies the tiles {tk.stages[0].buffers - 1} ahead into a ring of {tk.stages[0].buffers} "
+                "buffers while the block works on one"]
 
 
 def tile(d: DecodeAttention, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:
@@ -156,11 +174,12 @@ def tile(d: DecodeAttention, target: Target, knobs: Mapping[str, Any]) -> tile_i
     tile = choice.keys_per_tile
     stages = [
         tile_ir.SharedStage(d.keys.buffer, loop_ir.format_value(d.keys), (a.key_var, a.dot_loop.var), (tile, d.depth),
-                            d.dtype, d.vector, 2, "cp.async", COPY_BYTES),
+                            d.dtype, d.vector, choice.stages, "cp.async", COPY_BYTES),
         tile_ir.SharedStage(d.values.buffer, loop_ir.format_value(d.values), (a.values_loop.var, a.feature_loop.var),
-                            (tile, d.features), d.dtype, d.vector, 2, "cp.async", COPY_BYTES),
+                            (tile, d.features), d.dtype, d.vector, choice.stages, "cp.async", COPY_BYTES),
     ]
-    notes = [("chosen", f"{keys} keys per block in tiles of {tile}, {splits} key range{'s' if splits > 1 else ''}; "
+    notes = [("chosen", f"{keys} keys per block in tiles of {tile}, {choice.stages} stages, {splits} key "
+                        f"range{'s' if splits > 1 else ''}; "
                         f"cheapest of {count} settings, pinned: {pins}"),
              ("estimate", f"{estimate:.1f} us")]
     tk = tile_ir.TileKernel(kernel=d.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction, stages=stages,

@@ -49,6 +49,7 @@ class DecodeWriter:
         self.keys = tile.reduction.step
         self.splits = tile.settings.splits
         self.tiles = tile.settings.tiles_per_range
+        self.stages = tile.stages[0].buffers
         self.group = d.group_rows
         self.warps = tiling.THREADS // LANES
         self.row_lanes = tiling.lanes_per_row(d)
@@ -61,7 +62,7 @@ class DecodeWriter:
             "tid", "lane", "warp", "group", "split", "first_key", "i", "key", "part", "row", "j", "t", "s", "stage")}
         self.f = {n: ex.Var(names.fresh(n), F32) for n in ("m", "m_new", "m_used", "l", "p", "w", "out")}
         self.n = {n: names.fresh(n) for n in (
-            "k_tile", "v_tile", "q_rows", "scores", "row_max", "row_sum", "warp_out", "dots", "k_run", "v_run",
+            "k_tile", "v_tile", "q_rows", "scores", "row_max", "row_sum", "warp_out", "dots", "k_run", "v_run", "q_run",
             "sums", "rescale", "split_stats", "split_out", "counters", "done", "last", "read", "pair",
             "combined", "weights", "combined_sum")}
 
@@ -93,12 +94,13 @@ class DecodeWriter:
         position = v["first_key"] + t * self.keys + key
         env = {**self._rows(ex.const(0)), key_var: position, along: part * d.vector}
         source = loop_to_kernel.translate_expr(load, self.kernel, env)
-        copy = kernel_ir.CpAsync(tile, (t % 2 * self.keys + key, part * d.vector), source.array, source.index,
+        copy = kernel_ir.CpAsync(tile, (t % self.stages * self.keys + key, part * d.vector), source.array, source.index,
                                  COPY_BYTES, ex.op("lt", position, d.keys_extent) if self._ragged() else None)
         body = [_declare(v["i"].name, v["j"] * tiling.THREADS + v["tid"]), copy]
         if count % tiling.THREADS:
             body = [body[0], kernel_ir.If(ex.op("lt", v["i"], count), [copy])]
-        return [kernel_ir.For(v["j"].name, ex.const(0), ex.const(math.ceil(count / tiling.THREADS)), 1, body)]
+        return [kernel_ir.For(v["j"].name, ex.const(0), ex.const(math.ceil(count / tiling.THREADS)), 1, body,
+                              unroll=True)]
 
     def _tile_copies(self, t: Expr) -> list[kernel_ir.Stmt]:
         d, a = self.d, self.a
@@ -120,17 +122,20 @@ class DecodeWriter:
     def _scores(self) -> list[kernel_ir.Stmt]:
         d, v, a, n = self.d, self.v, self.a, self.n
         dots = [self._load(n["dots"], (ex.const(g),)) for g in range(self.group)]
+        keys = [ex.cast(kernel_ir.Load(n["k_run"], (ex.const(e),), d.dtype), F32) for e in range(d.vector)]
         per_run = []
-        for e in range(d.vector):
-            key_element = ex.cast(kernel_ir.Load(n["k_run"], (ex.const(e),), d.dtype), F32)
-            for g in range(self.group):
-                query = self._load(n["q_rows"], (ex.const(g), v["part"] * d.vector + e))
+        for g in range(self.group):
+            per_run += [kernel_ir.VectorLoad(n["q_run"], (ex.const(e),), n["q_rows"],
+                                             (ex.const(g), v["part"] * d.vector + e), FLOAT_RUN)
+                        for e in range(0, d.vector, FLOAT_RUN)]
+            for e in range(d.vector):
+                query = self._load(n["q_run"], (ex.const(e),))
                 per_run.append(kernel_ir.Store(n["dots"], (ex.const(g),),
-                                               ex.op("add", dots[g], ex.op("mul", query, key_element))))
+                                               ex.op("add", dots[g], ex.op("mul", query, keys[e]))))
         dot_loop = kernel_ir.For(v["part"].name, ex.const(0), ex.const(d.depth // d.vector), 1, [
             kernel_ir.VectorLoad(n["k_run"], (ex.const(0),), n["k_tile"], (v["stage"] * self.keys + v["key"],
                                                                             v["part"] * d.vector), d.vector),
-            *per_run])
+            *per_run], unroll=True)
         position = v["first_key"] + v["t"] * self.keys + v["key"]
         scores = []
         for g in range(self.group):
@@ -158,7 +163,8 @@ class DecodeWriter:
         body: list[kernel_ir.Stmt] = [kernel_ir.Declare(f["m"].name, F32, _tree("max", scores))]
         for mask in (16, 8, 4, 2, 1):
             body.append(kernel_ir.Assign(f["m"].name, ex.op("max", f["m"], kernel_ir.ShuffleXor(f["m"], mask))))
-        before, after = v["stage"], 1 - v["stage"]
+        before = v["t"] % 2
+        after = 1 - before
         running_max = self._load(n["row_max"], (before, row))
         body.append(kernel_ir.Declare(f["m_new"].name, F32, ex.op("max", running_max, f["m"])))
         body.append(kernel_ir.Declare(f["m_used"].name, F32, ex.op(
@@ -210,7 +216,8 @@ class DecodeWriter:
                                            ex.op("add", sums[g][e], ex.op("mul", p, value))))
         step = self.warps * self.key_lanes
         walk = kernel_ir.For(v["s"].name, ex.const(0), ex.const(self.keys // step), 1, [
-            _declare(v["key"].name, v["s"] * step + v["warp"] * self.key_lanes + v["lane"] // self.row_lanes), *add])
+            _declare(v["key"].name, v["s"] * step + v["warp"] * self.key_lanes + v["lane"] // self.row_lanes), *add],
+            unroll=True)
         return [*rescale, kernel_ir.If(ex.op("lt", part, runs), [walk]) if runs < self.row_lanes else walk]
 
     def _warp_sums(self) -> list[kernel_ir.Stmt]:
@@ -336,14 +343,15 @@ class DecodeWriter:
             *self._query_rows(),
             kernel_ir.If(ex.op("lt", v["tid"], self.group), start),
             *(kernel_ir.Store(n["sums"], (ex.const(i),), ex.const(0.0, F32)) for i in range(self.group * d.vector)),
-            *self._tile_copies(ex.const(0)),
-            kernel_ir.CpAsyncCommit(),
         ]
+        for t in range(self.stages - 1):
+            out += [*(self._tile_copies(ex.const(t)) if t < self.tiles else []), kernel_ir.CpAsyncCommit()]
         tile = [
-            _declare(v["stage"].name, v["t"] % 2),
-            kernel_ir.If(ex.op("lt", v["t"] + 1, self.tiles), self._tile_copies(v["t"] + 1)),
+            _declare(v["stage"].name, v["t"] % self.stages),
+            kernel_ir.If(ex.op("lt", v["t"] + self.stages - 1, self.tiles),
+                         self._tile_copies(v["t"] + self.stages - 1)),
             kernel_ir.CpAsyncCommit(),
-            kernel_ir.CpAsyncWait(1),
+            kernel_ir.CpAsyncWait(self.stages - 1),
             kernel_ir.Barrier(),
             *self._scores(),
             kernel_ir.Barrier(),
@@ -360,8 +368,9 @@ class DecodeWriter:
     def arrays(self) -> list[kernel_ir.Array]:
         d, n = self.d, self.n
         arrays = [
-            kernel_ir.Array(n["k_tile"], d.dtype, (2 * self.keys, tiling.padded(d, d.depth)), "shared"),
-            kernel_ir.Array(n["v_tile"], d.dtype, (2 * self.keys, tiling.padded(d, d.features)), "shared"),
+            kernel_ir.Array(n["k_tile"], d.dtype, (self.stages * self.keys, tiling.padded(d, d.depth)), "shared"),
+            kernel_ir.Array(n["v_tile"], d.dtype, (self.stages * self.keys, tiling.padded(d, d.features)),
+                            "shared"),
             kernel_ir.Array(n["q_rows"], F32, (self.group, d.depth), "shared"),
             kernel_ir.Array(n["scores"], F32, (self.group, self.keys), "shared"),
             kernel_ir.Array(n["row_max"], F32, (2, self.group), "shared"),
@@ -370,6 +379,7 @@ class DecodeWriter:
             kernel_ir.Array(n["warp_out"], F32, (self.warps, self.group, d.features), "shared"),
             kernel_ir.Array(n["dots"], F32, (self.group,), "register"),
             kernel_ir.Array(n["k_run"], d.dtype, (d.vector,), "register"),
+            kernel_ir.Array(n["q_run"], F32, (d.vector,), "register"),
             kernel_ir.Array(n["v_run"], d.dtype, (d.vector,), "register"),
             kernel_ir.Array(n["sums"], F32, (self.group * d.vector,), "register"),
         ]
@@ -388,8 +398,9 @@ class DecodeWriter:
         if self.splits > 1:
             d, n = self.d, self.n
             ranges = d.rows_extent * self.splits
-            params += [kernel_ir.Param(n["split_stats"], F32, 2 * ranges, writable=True, scratch=True),
-                       kernel_ir.Param(n["split_out"], F32, ranges * d.features, writable=True, scratch=True),
+            params += [kernel_ir.Param(n["split_stats"], F32, 2 * ranges, writable=True, scratch=True, zeroed=False),
+                       kernel_ir.Param(n["split_out"], F32, ranges * d.features, writable=True, scratch=True,
+                                       zeroed=False),
                        kernel_ir.Param(n["counters"], dtypes.int32, d.row_groups, writable=True, scratch=True)]
         return params
 
