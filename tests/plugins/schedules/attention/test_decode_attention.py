@@ -64,18 +64,6 @@ def test_float16_and_a_batch_of_two():
     check(attention, decode_inputs(4, 2, 1, 300, 64, dtype=torch.float16, batch=2))
 
 
-def test_float32_keeps_its_accuracy_on_the_cuda_cores():
-    torch.manual_seed(8)
-    compiled = check(attention, decode_inputs(32, 4, 1, 700, 64, dtype=torch.float32))
-    assert "products on CUDA cores" in compiled.ir("tile")
-
-
-def test_bfloat16_runs_on_the_tensor_cores():
-    compiled = check(attention, decode_inputs(7, 1, 1, 200, 80))
-    assert "mma.sync m16n8k8 tf32 (the 16-bit keys, values and probabilities exactly), the 7 rows padded to 16" \
-        in compiled.ir("tile")
-
-
 @pytest.mark.parametrize("kind", ["boolean", "additive"])
 def test_masks_hide_keys_in_some_ranges_and_all_of_others(kind):
     """A padding mask that hides a whole key range (its maximum -inf) and parts of others."""

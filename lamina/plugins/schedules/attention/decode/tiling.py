@@ -25,7 +25,6 @@ from lamina.core.errors import ScheduleError
 from lamina.core.ir import kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.attention.decode.recognise import COPY_BYTES, DecodeAttention
-from lamina.plugins.schedules.attention.decode.tensor_cores import exact_in_tf32
 
 SCHEDULE_NAME = "attention_decode"
 KNOB_NAMES = ("keys_per_block", "keys_per_tile", "stages")
@@ -35,21 +34,14 @@ KEYS_PER_BLOCK = tuple(64 << k for k in range(10))
 THREADS = 128
 MIN_ARCH = 80
 """cp.async copies global memory into shared memory from Ampere (sm_80) on."""
-CUDA_CORES = "fma"
-TENSOR_CORES = "mma_sync"
-"""Where the products run: mma.sync on the tensor cores where tf32 holds every operand exactly
-(16-bit programs, ``tensor_cores``), else fused multiply-adds on the CUDA cores (float32
-programs, keeping their accuracy)."""
-MMA_ROWS = 16
 LAUNCH_US = 2.0
 WAVE_US = 1.5
 """A wave of blocks: the first copy's trip to memory."""
 TILE_LATENCY_US = 1.6
 """A tile's copy from memory to the block, which the stages before it hide a share of."""
-TILE_NS_PER_WORK = {CUDA_CORES: 1.3e-5, TENSOR_CORES: 2.5e-6}
+TILE_NS_PER_WORK = 1.3e-5
 """A tile's arithmetic on one SM, per key, row and feature (the queries' and the values'): the
-dot products and the values' sums, by where they run (on the tensor cores, the group's rows
-padded to 16 count as 16)."""
+dot products and the values' sums on the CUDA cores."""
 COMBINE_US = 0.1
 """The last block's combining, per range and per pair of outputs that one of its threads combines."""
 SHARED_BYTES_PER_SM = 228 * 1024
@@ -81,18 +73,11 @@ def lanes_per_row(d: DecodeAttention) -> int:
     return 1 << math.ceil(math.log2(d.features // d.vector))
 
 
-def products(d: DecodeAttention) -> str:
-    return TENSOR_CORES if exact_in_tf32(d.query, d.dtype, d.loops.rounding) else CUDA_CORES
-
-
 def shared_bytes(d: DecodeAttention, choice: DecodeChoice) -> int:
     keys = choice.keys_per_tile
     staged = choice.stages * keys * (padded(d, d.depth) + padded(d, d.features)) * d.dtype.itemsize
-    if products(d) == TENSOR_CORES:
-        floats = MMA_ROWS * (d.depth + keys + 5) + d.group_rows * (4 + choice.splits(d))
-    else:
-        floats = d.group_rows * (d.depth + keys + 5 + choice.splits(d)) \
-            + (THREADS // kernel_ir.WARP_SIZE) * d.group_rows * d.features
+    floats = d.group_rows * (d.depth + keys + 4 + choice.splits(d)) \
+        + (THREADS // kernel_ir.WARP_SIZE) * d.group_rows * d.features
     return staged + floats * 4 + 16
 
 
@@ -104,10 +89,8 @@ def estimate_us(d: DecodeAttention, choice: DecodeChoice, target: Target) -> flo
     resident = max(1, min(target.max_threads_per_sm // THREADS, SHARED_BYTES_PER_SM // shared_bytes(d, choice)))
     waves = math.ceil(blocks / (target.sm_count * resident))
     together = min(resident, math.ceil(blocks / target.sm_count))
-    where = products(d)
-    rows = MMA_ROWS if where == TENSOR_CORES else d.group_rows
-    work = choice.keys_per_tile * rows * (d.depth + d.features)
-    per_tile = max(TILE_NS_PER_WORK[where] * 1e-3 * work * together, TILE_LATENCY_US / (choice.stages - 1))
+    work = choice.keys_per_tile * d.group_rows * (d.depth + d.features)
+    per_tile = max(TILE_NS_PER_WORK * 1e-3 * work * together, TILE_LATENCY_US / (choice.stages - 1))
     walking = waves * choice.tiles * per_tile
     memory = (read + combined) / target.memory_bytes_per_us * max(1.0, target.sm_count / blocks)
     combining = COMBINE_US * splits * math.ceil(d.group_rows * d.features / 2 / THREADS) if splits > 1 else 0.0
@@ -157,18 +140,14 @@ class DecodeSettings(tile_ir.ScheduleSettings):
     splits: int
     group_rows: int
     tiles_per_range: int
-    products: str
 
     def extra_threads(self, tk: tile_ir.TileKernel) -> int:
         """The block's threads share its keys: the bindings give one."""
         return THREADS - 1
 
     def shared_bytes(self, tk: tile_ir.TileKernel) -> int:
-        keys, depth, features = tk.reduction.step, tk.stages[0].tile[1], tk.stages[1].tile[1]
-        if self.products == TENSOR_CORES:
-            return (MMA_ROWS * (depth + keys + 5) + self.group_rows * (4 + self.splits)) * 4
-        return (self.group_rows * (depth + keys + 5 + self.splits) + (THREADS // kernel_ir.WARP_SIZE)
-                * self.group_rows * features) * 4
+        return (self.group_rows * (tk.reduction.step + 4 + self.splits) + (THREADS // kernel_ir.WARP_SIZE)
+                * self.group_rows * tk.stages[1].tile[1]) * 4
 
     def reduction_text(self, tk: tile_ir.TileKernel) -> str:
         if self.splits == 1:
@@ -177,14 +156,8 @@ class DecodeSettings(tile_ir.ScheduleSettings):
                 "finish combines them")
 
     def lines(self, tk: tile_ir.TileKernel) -> list[str]:
-        if self.products == TENSOR_CORES:
-            products = (f"  products on tensor cores: mma.sync m16n8k8 tf32 (the 16-bit keys, values and probabilities "
-                        f"exactly), the {self.group_rows} rows padded to 16; each warp 8 keys at a time for the scores, "
-                        "8 features at a time for the output")
-        else:
-            products = (f"  products on CUDA cores: {THREADS} threads, one key each for the scores, 16-byte runs of the "
-                        "values' features per lane for the output")
-        return [f"  rows: {self.group_rows} per block, reading the same keys and values", products,
+        return [f"  rows: {self.group_rows} per block, reading the same keys and values; {THREADS} threads, one "
+                "key each for the scores, the values' features 16 bytes per lane for the output",
                 f"  key tiles: {self.tiles_per_range} per range, online softmax across them; cp.async, 16 bytes "
                 f"each, copies the tiles {tk.stages[0].buffers - 1} ahead into a ring of {tk.stages[0].buffers} "
                 "buffers while the block works on one"]
@@ -210,6 +183,6 @@ def tile(d: DecodeAttention, target: Target, knobs: Mapping[str, Any]) -> tile_i
                         f"cheapest of {count} settings, pinned: {pins}"),
              ("estimate", f"{estimate:.1f} us")]
     tk = tile_ir.TileKernel(kernel=d.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction, stages=stages,
-                            knobs=notes, settings=DecodeSettings(splits, d.group_rows, choice.tiles, products(d)))
+                            knobs=notes, settings=DecodeSettings(splits, d.group_rows, choice.tiles))
     tile_ir.verify_tile_kernel(tk, target.max_threads_per_block, target.max_shared_bytes_optin)
     return tk

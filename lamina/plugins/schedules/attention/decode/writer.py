@@ -29,9 +29,8 @@ from lamina.core.ir import dtypes, expr as ex, kernel_ir, tile_ir
 from lamina.core.ir.expr import Expr
 from lamina.core.target import Target
 from lamina.plugins.schedules import loop_to_kernel
-from lamina.plugins.schedules.attention.decode import tensor_cores, tiling
+from lamina.plugins.schedules.attention.decode import tiling
 from lamina.plugins.schedules.attention.decode.recognise import COPY_BYTES, DecodeAttention, analyse, row_coordinates
-from lamina.plugins.schedules.attention.decode.tensor_cores import TensorCoreProducts
 from lamina.plugins.schedules.contraction.layout import KernelNames, dynamic_shared_bytes
 
 F32 = dtypes.float32
@@ -51,7 +50,6 @@ class DecodeWriter:
         self.splits = tile.settings.splits
         self.tiles = tile.settings.tiles_per_range
         self.stages = tile.stages[0].buffers
-        self.threads = tiling.THREADS
         self.group = d.group_rows
         self.warps = tiling.THREADS // LANES
         self.row_lanes = tiling.lanes_per_row(d)
@@ -66,9 +64,7 @@ class DecodeWriter:
         self.n = {n: names.fresh(n) for n in (
             "k_tile", "v_tile", "q_rows", "scores", "row_max", "row_sum", "warp_out", "dots", "k_run", "v_run", "q_run",
             "sums", "rescale", "split_stats", "split_out", "counters", "done", "last", "read", "pair",
-            "combined", "weights", "combined_sum", "score_acc", "out_acc")}
-        self.tensor_cores = TensorCoreProducts(self) if tile.settings.products == tiling.TENSOR_CORES else None
-        self.query_rows = tensor_cores.ROWS if self.tensor_cores else self.group
+            "combined", "weights", "combined_sum")}
 
     # --- helpers ----------------------------------------------------------------
 
@@ -112,15 +108,11 @@ class DecodeWriter:
                 *self._copies(self.n["v_tile"], d.values, d.features, a.values_loop.var, a.feature_loop.var, t)]
 
     def _query_rows(self) -> list[kernel_ir.Stmt]:
-        """The rows' query factors, as float32 (zero in the rows that pad the group to the mma's)."""
         d, v, a = self.d, self.v, self.a
-        count = self.query_rows * d.depth
+        count = self.group * d.depth
         g, r = v["i"] // d.depth, v["i"] % d.depth
         value = loop_to_kernel.translate_expr(d.query, self.kernel, {**self._rows(g), a.dot_loop.var: r})
         store = kernel_ir.Store(self.n["q_rows"], (g, r), ex.cast(value, F32))
-        if self.query_rows > self.group:
-            store = kernel_ir.If(ex.op("lt", g, self.group), [store],
-                                 [kernel_ir.Store(self.n["q_rows"], (g, r), ex.const(0.0, F32))])
         body = [_declare(v["i"].name, v["j"] * tiling.THREADS + v["tid"]),
                 kernel_ir.If(ex.op("lt", v["i"], count), [store]) if count % tiling.THREADS else store]
         return [kernel_ir.For(v["j"].name, ex.const(0), ex.const(math.ceil(count / tiling.THREADS)), 1, body)]
@@ -264,28 +256,22 @@ class DecodeWriter:
     def _warp_total(self, g: Expr, feature: Expr) -> Expr:
         return _tree("add", [self._load(self.n["warp_out"], (ex.const(w), g, feature)) for w in range(self.warps)])
 
-    def _outputs(self, visit) -> list[kernel_ir.Stmt]:
-        """``visit(row, feature, unscaled sum)`` for each output of the block, each by one thread."""
-        if self.tensor_cores:
-            return self.tensor_cores.each_output(visit)
-        return self._each_output(lambda g, feature: visit(g, feature, self._warp_total(g, feature)))
-
     def _one_range(self) -> list[kernel_ir.Stmt]:
-        def visit(g, feature, unscaled):
+        def body(g, feature):
             total = self._load(self.n["row_sum"], (ex.const(self.tiles % 2), g))
-            return self._epilogue(g, feature, ex.op("div", unscaled, total))
-        return self._outputs(visit)
+            return self._epilogue(g, feature, ex.op("div", self._warp_total(g, feature), total))
+        return self._each_output(body)
 
     def _ranges(self) -> list[kernel_ir.Stmt]:
         """Every range's part to scratch memory; the row group's last block combines them."""
         d, v, f, n = self.d, self.v, self.f, self.n
         row = self.v["group"] * self.group
 
-        def part(g, feature, unscaled):
+        def part(g, feature):
             at = ((row + g) * self.splits + v["split"]) * d.features + feature
-            return [kernel_ir.Store(n["split_out"], (at,), unscaled)]
+            return [kernel_ir.Store(n["split_out"], (at,), self._warp_total(g, feature))]
 
-        out = self._outputs(part)
+        out = self._each_output(part)
         at = 2 * ((row + v["tid"]) * self.splits + v["split"])
         out.append(kernel_ir.If(ex.op("lt", v["tid"], self.group), [
             kernel_ir.Store(n["split_stats"], (at,), self._load(n["row_max"], (ex.const(self.tiles % 2), v["tid"]))),
@@ -353,11 +339,11 @@ class DecodeWriter:
         ]
         start = [kernel_ir.Store(n["row_max"], (ex.const(0), v["tid"]), ex.const(-math.inf, F32)),
                  kernel_ir.Store(n["row_sum"], (ex.const(0), v["tid"]), ex.const(0.0, F32))]
-        out += [*self._query_rows(), kernel_ir.If(ex.op("lt", v["tid"], self.group), start)]
-        if self.tensor_cores:
-            out += self.tensor_cores.start()
-        else:
-            out += [kernel_ir.Store(n["sums"], (ex.const(i),), ex.const(0.0, F32)) for i in range(self.group * d.vector)]
+        out += [
+            *self._query_rows(),
+            kernel_ir.If(ex.op("lt", v["tid"], self.group), start),
+            *(kernel_ir.Store(n["sums"], (ex.const(i),), ex.const(0.0, F32)) for i in range(self.group * d.vector)),
+        ]
         for t in range(self.stages - 1):
             out += [*(self._tile_copies(ex.const(t)) if t < self.tiles else []), kernel_ir.CpAsyncCommit()]
         tile = [
@@ -367,43 +353,36 @@ class DecodeWriter:
             kernel_ir.CpAsyncCommit(),
             kernel_ir.CpAsyncWait(self.stages - 1),
             kernel_ir.Barrier(),
-            *(self.tensor_cores.scores() if self.tensor_cores else self._scores()),
+            *self._scores(),
             kernel_ir.Barrier(),
             *self._softmax(),
             kernel_ir.Barrier(),
-            *(self.tensor_cores.values() if self.tensor_cores else self._values()),
+            *self._values(),
             kernel_ir.Barrier(),
         ]
-        out.append(kernel_ir.For(v["t"].name, ex.const(0), ex.const(self.tiles), 1, tile))
-        if not self.tensor_cores:
-            out += [*self._warp_sums(), kernel_ir.Barrier()]
+        out += [kernel_ir.For(v["t"].name, ex.const(0), ex.const(self.tiles), 1, tile),
+                *self._warp_sums(),
+                kernel_ir.Barrier()]
         return out + (self._one_range() if self.splits == 1 else self._ranges())
 
     def arrays(self) -> list[kernel_ir.Array]:
         d, n = self.d, self.n
-        rows = self.query_rows
         arrays = [
             kernel_ir.Array(n["k_tile"], d.dtype, (self.stages * self.keys, tiling.padded(d, d.depth)), "shared"),
             kernel_ir.Array(n["v_tile"], d.dtype, (self.stages * self.keys, tiling.padded(d, d.features)),
                             "shared"),
-            kernel_ir.Array(n["q_rows"], F32, (rows, d.depth), "shared"),
-            kernel_ir.Array(n["scores"], F32, (rows, self.keys + (tensor_cores.QUAD if self.tensor_cores else 0)),
-                            "shared"),
+            kernel_ir.Array(n["q_rows"], F32, (self.group, d.depth), "shared"),
+            kernel_ir.Array(n["scores"], F32, (self.group, self.keys), "shared"),
             kernel_ir.Array(n["row_max"], F32, (2, self.group), "shared"),
             kernel_ir.Array(n["row_sum"], F32, (2, self.group), "shared"),
-            kernel_ir.Array(n["rescale"], F32, (rows,), "shared"),
+            kernel_ir.Array(n["rescale"], F32, (self.group,), "shared"),
+            kernel_ir.Array(n["warp_out"], F32, (self.warps, self.group, d.features), "shared"),
+            kernel_ir.Array(n["dots"], F32, (self.group,), "register"),
+            kernel_ir.Array(n["k_run"], d.dtype, (d.vector,), "register"),
+            kernel_ir.Array(n["q_run"], F32, (d.vector,), "register"),
+            kernel_ir.Array(n["v_run"], d.dtype, (d.vector,), "register"),
+            kernel_ir.Array(n["sums"], F32, (self.group * d.vector,), "register"),
         ]
-        if self.tensor_cores:
-            arrays += self.tensor_cores.arrays()
-        else:
-            arrays += [
-                kernel_ir.Array(n["warp_out"], F32, (self.warps, self.group, d.features), "shared"),
-                kernel_ir.Array(n["dots"], F32, (self.group,), "register"),
-                kernel_ir.Array(n["k_run"], d.dtype, (d.vector,), "register"),
-                kernel_ir.Array(n["q_run"], F32, (d.vector,), "register"),
-                kernel_ir.Array(n["v_run"], d.dtype, (d.vector,), "register"),
-                kernel_ir.Array(n["sums"], F32, (self.group * d.vector,), "register"),
-            ]
         if self.splits > 1:
             arrays += [kernel_ir.Array(n["done"], dtypes.int32, (1,), "register"),
                        kernel_ir.Array(n["last"], dtypes.int32, (1,), "shared"),
