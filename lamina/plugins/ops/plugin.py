@@ -5,7 +5,7 @@ from __future__ import annotations
 from lamina.core.hookspecs import hookimpl
 from lamina.plugins.ops import (
     activations, attention, concat, convolution, division, elementwise, gather, iota, masks, matmul, norms, padding,
-    pooling, reductions, structural, views,
+    pooling, reductions, scatter, structural, views,
 )
 
 DECOMPOSITIONS = {
@@ -16,6 +16,7 @@ DECOMPOSITIONS = {
     **reductions.DECOMPOSITIONS,
     **structural.DECOMPOSITIONS,
     **gather.DECOMPOSITIONS,
+    **scatter.DECOMPOSITIONS,
     **concat.DECOMPOSITIONS,
     **iota.DECOMPOSITIONS,
     **masks.DECOMPOSITIONS,

@@ -1,0 +1,58 @@
+"""Writes at a tensor of indices: ``index_put`` along one axis, as a key-value cache is updated.
+
+A static key-value cache (Hugging Face's ``StaticCache``) writes each step's keys at
+``cache_position`` with ``index_copy_``, which reaches lamina as ``index_put(cache, [None,
+None, positions], keys)``. Tensor IR has no scatter, so the write is read the other way
+round: for each position ``p`` of the axis, the last ``j`` with ``positions[j] == p`` (a max
+reduction over the few written positions, -1 where none is), and the output reads
+``values[..., j, ...]`` there and the input elsewhere (a gather and a ``where``). Where one
+position is written twice, the later write wins, as in eager PyTorch on the CPU. Negative
+positions count from the end.
+"""
+
+from __future__ import annotations
+
+from lamina.core.ir import dtypes, expr as ex, tensor_ir
+from lamina.core.ir.tensor_builder import TensorBuilder
+from lamina.core.ir.tensor_ir import Arg, Coord, Gathered
+from lamina.core.ir.torch_ir import Node
+from lamina.plugins.ops.arguments import argument, tensor
+
+
+def decompose_index_put(b: TensorBuilder, node: Node) -> str:
+    """``index_put(x, indices, values, accumulate=False)`` with one 1-D index tensor."""
+    x = tensor(b, node)
+    shape = b.shape(x)
+    given = list(argument(node, 1, "indices"))
+    indexed = [k for k, i in enumerate(given) if i is not None]
+    if len(indexed) != 1:
+        raise b.fail(f"index_put with {len(indexed)} index tensors; lamina writes along one axis at a time "
+                     "(x[..., positions, ...] = values)")
+    if argument(node, 3, "accumulate", False):
+        raise b.fail("index_put with accumulate=True (a scatter-add) is not supported; use index_add or write "
+                     "each position once")
+    axis = indexed[0]
+    positions = b.value(given[axis])
+    if len(b.shape(positions)) != 1:
+        raise b.fail(f"index_put's index tensor has shape {list(b.shape(positions))}; lamina takes a 1-D one")
+    count, length = b.shape(positions)[0], shape[axis]
+    written = shape[:axis] + (count,) + shape[axis + 1:]
+    values = b.broadcast_to(b.cast(b.value(argument(node, 2, "values")), b.dtype(x)), written, role="values")
+    index_type = b.dtype(positions)
+    wrapped = ex.op("where", ex.op("lt", Arg(0, index_type), 0), Arg(0, index_type) + length, Arg(0, index_type))
+    grid = b.broadcast_to(b.elementwise(wrapped, [positions], role="positions"), (length, count), role="positions")
+    match = ex.op("where", ex.op("eq", Arg(0, index_type), ex.cast(Coord(0), index_type)),
+                  ex.cast(Coord(1), dtypes.int64), ex.const(-1, dtypes.int64))
+    last = b.reduction(b.elementwise(match, [grid], role="writers"), [1], "max", role="last_writer")
+    d = tensor_ir.output_vars(len(shape))
+    found = Gathered(0, (d[axis],))
+    index = list(d)
+    index[axis] = ex.op("where", ex.op("lt", found, 0), ex.const(0), found)
+    read = b.index_map(values, index, shape, gathers=[last], role="written")
+    at = b.index_map(last, [d[axis]], shape, role="last_writer")
+    return b.where(b.binary("ge", at, 0), read, x, role="index_put")
+
+
+DECOMPOSITIONS = {
+    "aten.index_put.default": decompose_index_put,
+}
