@@ -6,8 +6,9 @@ at their positions of the cache: ``index_put``)."""
 import pytest
 import torch
 
+import lamina
 from lamina.api import Compiler
-from lamina.models.architectures import architecture, build
+from lamina.models.architectures import architecture, build, example_inputs
 
 NEW_TOKENS = 8
 
@@ -27,9 +28,8 @@ def compiled_programs(monkeypatch):
     return found
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen2"])
-@pytest.mark.parametrize("prompt", [13, 32])
-def test_greedy_generation_with_a_static_cache_matches_eager(name, prompt, compiled_programs):
+def generated_and_expected(name: str, prompt: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy tokens with a static cache, through lamina and in eager PyTorch."""
     torch.manual_seed(prompt)
     model = build(architecture(name), size="small")
     ids = torch.randint(0, model.config.vocab_size, (1, prompt))
@@ -40,5 +40,26 @@ def test_greedy_generation_with_a_static_cache_matches_eager(name, prompt, compi
         model.forward = torch.compile(model.forward, backend="lamina")
         generated = model.generate(ids, **settings)
     torch._dynamo.reset()
+    return generated, expected
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2"])
+@pytest.mark.parametrize("prompt", [13, 32])
+def test_greedy_generation_with_a_static_cache_matches_eager(name, prompt, compiled_programs):
+    generated, expected = generated_and_expected(name, prompt)
+    assert torch.equal(generated, expected)
+    assert len(compiled_programs) == 2, [len(p) for p in compiled_programs]
+
+
+def test_a_model_compiled_before_by_lamina_compile_does_not_make_each_step_compile_again(compiled_programs):
+    """``lamina.compile`` of a module watches submodule assignments process-wide; Dynamo must not
+    see that count, or every decoding step (which assigns one) would compile again."""
+    arch = architecture("llama")
+    model = build(arch, size="small")
+    inputs = example_inputs(arch, model, length=13)
+    with torch.no_grad():
+        lamina.compile(model, example_kwargs=inputs)(**inputs)
+    compiled_programs.clear()
+    generated, expected = generated_and_expected("llama", 13)
     assert torch.equal(generated, expected)
     assert len(compiled_programs) == 2, [len(p) for p in compiled_programs]

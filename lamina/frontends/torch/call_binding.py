@@ -225,6 +225,12 @@ where it has not moved since a binding found the modules holding its tensors, th
 
 
 def _count_submodule_assignment(module, name, submodule) -> None:
+    """Counts, except while Dynamo traces the assignment: the count it would read and guard on
+    then changes with every call of code that assigns a submodule (a generation step), and
+    every call would compile again; Dynamo's compiled code makes the assignment itself when
+    it runs, and this hook counts it then."""
+    if torch.compiler.is_compiling():
+        return
     _submodule_assignments[0] += 1
 
 
