@@ -9,7 +9,8 @@ value heads (fewer of them than query heads) are read by index: query head ``h``
 reads key head ``h // group``, an IndexMap that folds into the product's operand
 read, so the keys are never repeated in memory. ``is_causal`` lets position ``l``
 see keys ``s <= l``; ``attn_mask`` is a boolean mask (true: attend) or added to the
-scores.
+scores. A query that a mask hides every key from gets zeros, as from PyTorch's kernels and
+its math path (``_safe_softmax``), not the NaN of a plain softmax.
 
 On CUDA, Dynamo and AOTAutograd turn ``scaled_dot_product_attention`` into the kernel
 PyTorch would run (flash, memory-efficient, cuDNN; on the CPU, its flash kernel), an
@@ -70,6 +71,14 @@ WITH_BIAS = AttentionArguments(mask=(3, "attn_bias"), dropout=5, causal=6)
 OVERRIDEABLE = AttentionArguments(mask=(3, "attn_bias"), dropout=4, causal=5)
 
 
+def _mask_of(node: Node, schema: AttentionArguments):
+    """The op's mask or bias argument, or None."""
+    if schema.mask is None:
+        return None
+    position, name = schema.mask
+    return node.kwarg(name) if position is None else argument(node, position, name)
+
+
 def _masked(b: TensorBuilder, scores: str, node: Node, schema: AttentionArguments) -> str:
     rank = len(b.shape(scores))
     acc = b.dtype(scores)
@@ -77,10 +86,7 @@ def _masked(b: TensorBuilder, scores: str, node: Node, schema: AttentionArgument
         visible = ex.op("le", Coord(rank - 1), Coord(rank - 2))
         fn = ex.op("where", visible, Arg(0, acc), ex.Const(-math.inf, acc))
         scores = b.elementwise(fn, [scores], role="causal")
-    if schema.mask is None:
-        return scores
-    position, name = schema.mask
-    mask = node.kwarg(name) if position is None else argument(node, position, name)
+    mask = _mask_of(node, schema)
     if mask is None:
         return scores
     mask = b.value(mask)
@@ -109,6 +115,9 @@ def attention(b: TensorBuilder, node: Node, schema: AttentionArguments) -> tuple
     scores = b.binary("mul", b.matmul(q, b.transpose(k, -2, -1)), float(scale), role="scores")
     softmax = softmax_of(b, _masked(b, scores, node, schema), -1)
     probabilities = softmax.probabilities()
+    if _mask_of(node, schema) is not None:
+        hidden = b.binary("eq", softmax.maximum, -math.inf, role="hidden")
+        probabilities = b.where(hidden, 0.0, probabilities, role="probabilities")
     if out_dtype.itemsize < acc.itemsize:
         probabilities = b.cast(b.cast(probabilities, out_dtype, role="probabilities"), acc)
     out = b.matmul(probabilities, v)

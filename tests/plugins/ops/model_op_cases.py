@@ -25,6 +25,16 @@ def gathers(table, ids, short_ids, x, rows, cols, depth, picks):
             x[rows, cols], torch.index_select(x, 2, picks), x.bfloat16()[:, cols])
 
 
+def cache_writes(cache, positions, states, rows, row_values):
+    """A static cache's update (``index_copy_`` reaches lamina as ``index_put``), a write of
+    rows by assignment (a position written twice: the later write wins), negative positions."""
+    written = cache.clone()
+    written.index_copy_(2, positions, states)
+    assigned = rows.clone()
+    assigned[torch.tensor([4, -1, 4])] = row_values
+    return written, assigned
+
+
 def concats(a, b, c, h):
     return (torch.cat([a, b], 1), torch.cat([a, b, c], -1), torch.cat([a, a], 0), torch.cat([a, h], 1),
             torch.cat([h, h], 1), torch.stack([a, a * 2], 1), torch.stack([b, c.expand(5, 10)]))
@@ -84,6 +94,7 @@ def _attention_inputs(dtype=torch.float32):
 
     attend = torch.rand(13, 21) > 0.5
     attend[:, 0] = True
+    attend[5] = False  # a query that sees no key: zeros, as eager gives
     bias = torch.randn(2, 1, 13, 21, dtype=dtype)
     return (make(2, 4, 13, 16), make(2, 4, 21, 16), make(2, 4, 21, 16), make(2, 2, 21, 16), make(2, 2, 21, 16),
             make(2, 4, 21, 24), attend, bias)
@@ -94,6 +105,9 @@ MODEL_OP_CASES = [
         torch.randn(37, 19), torch.randint(0, 37, (3, 11)), torch.randint(0, 37, (5,), dtype=torch.int32),
         torch.randn(7, 9, 5), torch.randint(-7, 7, (4, 3)), torch.randint(-9, 9, (3,)), torch.randint(-5, 5, (4, 1)),
         torch.randint(0, 5, (6,))), keep=KEEP_CREATION),
+    Case("cache-writes", cache_writes, lambda: (
+        torch.randn(2, 3, 11, 5), torch.tensor([7, 2, 9]), torch.randn(2, 3, 3, 5), torch.randn(9, 6),
+        torch.randn(3, 6)), keep=KEEP_CREATION),
     Case("concats", concats, lambda: (torch.randn(5, 7), torch.randn(5, 10), torch.randn(5, 1),
                                       torch.randn(5, 3, dtype=torch.float16)), keep=KEEP_CREATION),
     Case("positions", positions, lambda: (torch.randn(5, 23), torch.randint(-9, 9, (23,)),

@@ -8,7 +8,8 @@ For each row of the output (batch, head, query)::
 
 where ``score(j)`` is a function (scale, mask, soft cap) of a dot product over the features
 that queries and keys share, computed inside each loop over the keys, and ``p(j) = exp(score(j)
-- m) / l``, rounded to the values' 16-bit type where the program rounds it. Both schedules that
+- m) / l``, rounded to the values' 16-bit type where the program rounds it; under a mask, 0
+where ``m`` is -inf (a row the mask hides every key from gets zeros, ``zero_hidden_rows``). Both schedules that
 run such a kernel (``attention`` for many queries on Hopper's tensor cores, ``attention_decode``
 for a few queries split over the keys) read it through ``AttentionLoops``, which checks that the
 three loops compute one score and say exactly the above.
@@ -47,6 +48,15 @@ class AttentionLoops:
     score: Expr
     value: Expr
     rounding: dtypes.DType | None
+    zero_hidden_rows: bool = False
+    """Whether a row whose every score is -inf gets zeros (its sum is 0) rather than NaN."""
+
+    def divided(self, summed: Expr, total: Expr) -> Expr:
+        """The output ``summed / total`` as the program computes it for a row."""
+        quotient = ex.op("div", summed, total)
+        if not self.zero_hidden_rows:
+            return quotient
+        return ex.op("where", ex.op("eq", total, ex.const(0.0, total.dtype)), ex.const(0.0, quotient.dtype), quotient)
 
     @property
     def key_var(self) -> str:
@@ -152,16 +162,16 @@ def attention_loops(kernel: loop_ir.Kernel) -> AttentionLoops:
         raise NotAttention(f"{where}: the values' loop does not sum probabilities times values")
     probability = ex.op("div", ex.op("exp", ex.op("sub", score, ex.Var(maximum, score.dtype))),
                         ex.Var(total, score.dtype))
+    hidden = ex.op("eq", ex.Var(maximum, score.dtype), ex.const(-math.inf, score.dtype))
+    zeroed = ex.op("where", hidden, ex.const(0.0, probability.dtype), probability)
     for i, (arg, other) in enumerate((weighted.args, weighted.args[::-1])):
         if other.dtype != dtypes.float32:
             continue
         unrounded = _without_rounding(arg)
-        if unrounded is not None and unrounded[0] == probability:
-            rounding = unrounded[1]
-        elif arg == probability:
-            rounding = None
-        else:
+        weight, rounding = unrounded if unrounded is not None else (arg, None)
+        if weight not in (probability, zeroed):
             continue
         value = values_loop.body[2].value.args[1 - i]
-        return AttentionLoops(kernel, loops, maximum, total, max_loop, feature_loop, score, value, rounding)
+        return AttentionLoops(kernel, loops, maximum, total, max_loop, feature_loop, score, value, rounding,
+                              weight == zeroed)
     raise NotAttention(f"{where}: the values are not weighted by exp(score - maximum) / sum")

@@ -21,7 +21,7 @@ from lamina.core.ir.names import fresh_name
 from lamina.core.ir.torch_ir import TensorType
 from lamina.plugins.schedules.contraction import Contraction, NotAContraction
 from lamina.plugins.schedules.contraction import analyse as analyse_contraction
-from lamina.plugins.schedules.attention.loops import NotAttention, attention_loops, is_op
+from lamina.plugins.schedules.attention.loops import AttentionLoops, NotAttention, attention_loops, is_op
 from lamina.plugins.schedules.contraction.wgmma_tma.operands import TmaView, factors, view
 
 
@@ -39,6 +39,7 @@ class Attention:
     keys: TmaView
     value_rows: TmaView
     dtype: dtypes.DType
+    loops: AttentionLoops
 
     @property
     def query_var(self) -> str:
@@ -89,7 +90,7 @@ def analyse(kernel: loop_ir.Kernel) -> Attention:
                            "rounded to their type")
     scores, values = _contractions(kernel, loops.rows, loops.max_loop, loops.score, loops.feature_loop, value,
                                    loops.rounding)
-    return _checked(kernel, scores, values, loops.rounding)
+    return _checked(loops, scores, values)
 
 
 def _contractions(kernel: loop_ir.Kernel, loops, max_loop: loop_ir.Loop, score: Expr, feature_loop: loop_ir.Loop,
@@ -130,7 +131,8 @@ def _nested(loops, body: tuple[loop_ir.Stmt, ...]) -> tuple[loop_ir.Stmt, ...]:
     return body
 
 
-def _checked(kernel: loop_ir.Kernel, scores: Contraction, values: Contraction, dtype: dtypes.DType) -> Attention:
+def _checked(loops: AttentionLoops, scores: Contraction, values: Contraction) -> Attention:
+    kernel, dtype = loops.kernel, loops.rounding
     where = f"loop kernel {kernel.name}"
     if scores.m != values.m or set(scores.batch) != set(values.batch) or scores.slice_bound or values.slice_bound:
         raise NotAttention(f"{where}: the two products do not share their rows")
@@ -146,7 +148,7 @@ def _checked(kernel: loop_ir.Kernel, scores: Contraction, values: Contraction, d
         if isinstance(v, str):
             raise NotAttention(f"{where}: {v}")
     score = scores.epilogue[0].value
-    return Attention(kernel, scores, values, score, *views, dtype)
+    return Attention(kernel, scores, values, score, *views, dtype, loops)
 
 
 def _causal_limit(score: Expr, key: str, query: str, at: Expr) -> Expr | None:

@@ -23,7 +23,8 @@ key block's boxes completing on its stage's barrier; after every key block it as
 A key block's stage is refilled after a second barrier, once every warpgroup's products of it
 are done. At the end the four lanes of a row add up their parts of the sum, and the output,
 divided by it, goes through the program's epilogue (the cast, the output's layout). A row that
-sees no key has a sum of zero, as the program's softmax does.
+sees no key has a sum of zero: NaN, as a plain softmax gives, or zeros where the program asks
+for them (``AttentionLoops.divided``).
 """
 
 from __future__ import annotations
@@ -237,7 +238,7 @@ class AttentionWriter:
                     acc = kernel_ir.Load(self._n("out"), (ex.const(i),), dtypes.float32)
                     feature = 8 * j + e + 2 * (self.lane % QUAD)
                     env = {**self.batch_env, a.values.m: query, a.values.n: feature,
-                           a.values.acc: ex.op("div", acc, self.total)}
+                           a.values.acc: a.loops.divided(acc, self.total)}
                     out += loop_to_kernel.translate_body(a.values.epilogue, self.kernel, env, guard=guard)
         return out
 

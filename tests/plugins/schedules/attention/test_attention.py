@@ -86,18 +86,6 @@ def test_masks_are_read_where_the_scores_are_computed(kind):
     check(masked_attention, (q, k, v, mask), PINNED)
 
 
-def test_rows_that_see_no_key_are_nan_as_in_eager():
-    """A row whose mask hides every key has no softmax: PyTorch's math gives NaN there, and so does
-    lamina (the running sum stays zero)."""
-    q, k, v = qkv(2, 2, 64, 64)
-    mask = torch.ones(64, 64, dtype=torch.bool)
-    mask[5] = False
-    compiled = lamina.compile(masked_attention, (q, k, v, mask), target="sm_90", knobs=PINNED)
-    assert "attention" in schedules(compiled)
-    out = compiled(q, k, v, mask)
-    assert out[:, :, 5].isnan().all() and not out[:, :, :5].isnan().any()
-
-
 def _rope(x, inverse_frequencies):
     angles = torch.arange(x.shape[-2]).float()[:, None] * inverse_frequencies[None, :]
     angles = torch.cat((angles, angles), -1)
@@ -218,6 +206,17 @@ def test_a_planted_fault_in_the_rescaling_is_caught(monkeypatch):
     compiled = lamina.compile(attention, (q, k, v), target="sm_90", knobs={"attention": {"block_keys": 64}})
     reference = float64_reference(attention, (q, k, v))
     assert relative_error(compiled(q, k, v), reference) > 10 * relative_error(attention(q, k, v), reference)
+
+
+def test_a_query_that_sees_no_key_gets_zeros_as_in_pytorch():
+    torch.manual_seed(17)
+    q, k, v = qkv(4, 2, 100, 64)
+    keep = torch.rand(1, 1, 100, 100) > 0.3
+    keep[:, :, :7] = False  # the first seven queries see no key
+    compiled = check(masked_attention, (q, k, v, keep), PINNED)
+    out = compiled(q, k, v, keep)
+    assert torch.equal(out[:, :, :7], torch.zeros_like(out[:, :, :7]))
+    assert torch.equal(masked_attention(q, k, v, keep)[:, :, :7], out[:, :, :7])
 
 
 @pytest.mark.parametrize("heads, kv_heads, depth, length, knobs", [

@@ -75,6 +75,24 @@ def test_masks_hide_keys_in_some_ranges_and_all_of_others(kind):
     check(masked_attention, (q, k, v, mask), {"attention_decode": {"keys_per_block": 128, "keys_per_tile": 64, "stages": 2}})
 
 
+@pytest.mark.parametrize("keys_per_block", [64, 512])
+def test_a_row_that_sees_no_key_gets_zeros_as_in_pytorch(keys_per_block):
+    """PyTorch's kernels and its math path give a query that the mask hides every key from
+    zeros; one range or several, the kernel does too."""
+    torch.manual_seed(5)
+    q, k, v = decode_inputs(2, 1, 1, 300, 64)
+    keep = torch.rand(1, 2, 1, 300) > 0.5
+    keep[:, 1] = False
+    compiled = lamina.compile(masked_attention, (q, k, v, keep), target="sm_90",
+                              knobs={"attention_decode": {"keys_per_block": keys_per_block}})
+    assert schedules(compiled) == ["attention_decode"]
+    out = compiled(q, k, v, keep)
+    expected = masked_attention(q, k, v, keep)
+    assert torch.equal(out[:, 1], torch.zeros_like(out[:, 1])) and torch.equal(expected[:, 1], out[:, 1])
+    assert relative_error(out, float64_reference(masked_attention, (q, k, v, keep))) <= 2 * relative_error(
+        expected, float64_reference(masked_attention, (q, k, v, keep))) + SLACK
+
+
 @pytest.mark.parametrize("keys_per_block, keys_per_tile, stages", [
     (64, 64, 2), (256, 64, 2), (256, 64, 4), (512, 128, 3), (1024, 128, 2)])
 def test_pinned_knobs_run_and_show_in_the_tile_ir(keys_per_block, keys_per_tile, stages):

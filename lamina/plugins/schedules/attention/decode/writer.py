@@ -259,7 +259,7 @@ class DecodeWriter:
     def _one_range(self) -> list[kernel_ir.Stmt]:
         def body(g, feature):
             total = self._load(self.n["row_sum"], (ex.const(self.tiles % 2), g))
-            return self._epilogue(g, feature, ex.op("div", self._warp_total(g, feature), total))
+            return self._epilogue(g, feature, self.a.divided(self._warp_total(g, feature), total))
         return self._each_output(body)
 
     def _ranges(self) -> list[kernel_ir.Stmt]:
@@ -315,8 +315,8 @@ class DecodeWriter:
                                          ((start + v["s"]) * d.features + feature,), 2, cache="l2"),
                     *(kernel_ir.Store(n["combined"], (ex.const(e),), ex.op("add", sums[e], ex.op(
                         "mul", self._load(n["weights"], (g, v["s"])), pair[e]))) for e in range(2))], unroll=True),
-                *self._epilogue(g, feature, ex.op("div", sums[0], total)),
-                *self._epilogue(g, feature + 1, ex.op("div", sums[1], total))]
+                *self._epilogue(g, feature, self.a.divided(sums[0], total)),
+                *self._epilogue(g, feature + 1, self.a.divided(sums[1], total))]
 
         last = [kernel_ir.ThreadFence(), kernel_ir.If(ex.op("lt", v["tid"], self.group), weights),
                 kernel_ir.Barrier(), *self._each_output(combine, 2)]
