@@ -297,6 +297,8 @@ register_cases("aten.index_put.default", [
     Case("cache_positions", (T((2, 3, 11, 5)), [None, None, T((4,), values="index", dtype="i64")], T((2, 3, 4, 5))),
          compiled=True),
     Case("broadcast_values", (T((10, 6)), [T((3,), values="index", dtype="i64")], T((6,)))),
+    Case("accumulated", (T((10, 6)), [T((7,), values="index", dtype="i64")], T((7, 6)), True), compiled=True,
+         dtypes=("f32", "f64")),
 ], dtypes=VIEW_DTYPES)
 register_cases("aten.index.Tensor", [
     Case("first_axis", (T((10, 6)), [T((5,), values="index", dtype="i64")]), compiled=True),
