@@ -117,6 +117,7 @@ def choose(d: DecodeAttention, target: Target, knobs: Mapping[str, Any]) -> tupl
     pinned = _pinned(knobs, where)
     found = []
     longest = max(64, 1 << math.ceil(math.log2(d.keys_extent)))
+
     def options(name: str, legal: tuple[int, ...]) -> list[int]:
         return [pinned[name]] if name in pinned else list(legal)
 

@@ -4,9 +4,10 @@ Block ``(x, z)`` takes row group ``x`` (rows ``G x .. G x + G - 1``, which read 
 and values) and key range ``z``, ``tiles`` tiles of ``C`` keys::
 
     stage the G rows' query factors in shared memory, as float32
-    cp.async tile 0's keys and values into stage 0 (rows padded by 16 bytes)
+    cp.async the first S - 1 tiles' keys and values into a ring of S stages (rows padded by
+        16 bytes)
     for each tile t:
-        cp.async tile t + 1 into the other stage; wait for tile t
+        cp.async tile t + S - 1 into the stage tile t - 1 used; wait for tile t
         each thread takes a key: its G dot products, then the program's score (scale, mask,
             soft cap) for each row; keys past the last are -inf
         each warp takes rows: the running maximum m raised to the tile's (-inf read as 0 where
@@ -60,7 +61,7 @@ class DecodeWriter:
                             | {self.a.dot_init.acc, self.a.output_acc, self.a.maximum, self.a.total})
         self.v = {n: ex.Var(names.fresh(n)) for n in (
             "tid", "lane", "warp", "group", "split", "first_key", "i", "key", "part", "row", "j", "t", "s", "stage")}
-        self.f = {n: ex.Var(names.fresh(n), F32) for n in ("m", "m_new", "m_used", "l", "p", "w", "out")}
+        self.f = {n: ex.Var(names.fresh(n), F32) for n in ("m", "m_new", "m_used", "l", "p", "w")}
         self.n = {n: names.fresh(n) for n in (
             "k_tile", "v_tile", "q_rows", "scores", "row_max", "row_sum", "warp_out", "dots", "k_run", "v_run", "q_run",
             "sums", "rescale", "split_stats", "split_out", "counters", "done", "last", "read", "pair",
