@@ -100,6 +100,16 @@ def loaded_buffers(kernel: loop_ir.Kernel) -> tuple[str, ...]:
     return tuple(dict.fromkeys(load.buffer for load in loop_ir.loads(kernel.body)))
 
 
+def writers_and_readers(kernels: list[loop_ir.Kernel]) -> tuple[dict[str, int], dict[str, list[int]]]:
+    """Which kernel (by position) writes each buffer, and which kernels read it, in order."""
+    writers = {b.name: i for i, k in enumerate(kernels) for b in k.outputs}
+    readers: dict[str, list[int]] = {}
+    for i, k in enumerate(kernels):
+        for name in loaded_buffers(k):
+            readers.setdefault(name, []).append(i)
+    return writers, readers
+
+
 def with_exact_inputs(kernel: loop_ir.Kernel, known: dict[str, loop_ir.Buffer]) -> loop_ir.Kernel:
     """The kernel with its inputs set to exactly the buffers it loads, in order of first load."""
     inputs = tuple(known[name] for name in loaded_buffers(kernel))

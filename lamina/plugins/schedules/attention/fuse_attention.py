@@ -52,11 +52,7 @@ class FuseAttention:
         temporaries = {b.name for b in program.temporaries}
         known = analysis.buffers(program)
         kernels = list(program.kernels)
-        writers = {b.name: i for i, k in enumerate(kernels) for b in k.outputs}
-        readers: dict[str, list[int]] = {}
-        for i, k in enumerate(kernels):
-            for name in analysis.loaded_buffers(k):
-                readers.setdefault(name, []).append(i)
+        writers, readers = analysis.writers_and_readers(kernels)
         taken = set(known) | {k.name for k in program.kernels}
         for position, values_kernel in enumerate(kernels):
             chain = _chain(position, kernels, writers, readers, temporaries)

@@ -6,36 +6,19 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import lamina
 from lamina.bench.measure import float64_reference, relative_error
 
 from ..nvrtc_in_background import start_compiling
 
-SLACK = 1e-3
-
-
-def attention(q, k, v):
-    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-
-
-def causal_attention(q, k, v):
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-
-
-def masked_attention(q, k, v, mask):
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+from .test_attention import SLACK, attention, causal_attention, masked_attention, schedules
 
 
 def decode_inputs(heads, kv_heads, queries, keys, depth, dtype=torch.bfloat16, batch=1, device="cpu"):
     return (torch.randn(batch, heads, queries, depth, dtype=dtype, device=device),
             torch.randn(batch, kv_heads, keys, depth, dtype=dtype, device=device),
             torch.randn(batch, kv_heads, keys, depth, dtype=dtype, device=device))
-
-
-def schedules(compiled) -> list[str]:
-    return [t.schedule for t in compiled.compilation.tiles]
 
 
 def check(fn, args, knobs=None):

@@ -81,11 +81,7 @@ class FuseDecodeAttention:
         temporaries = {b.name for b in program.temporaries}
         known = analysis.buffers(program)
         kernels = list(program.kernels)
-        writers = {b.name: i for i, k in enumerate(kernels) for b in k.outputs}
-        readers: dict[str, list[int]] = {}
-        for i, k in enumerate(kernels):
-            for name in analysis.loaded_buffers(k):
-                readers.setdefault(name, []).append(i)
+        writers, readers = analysis.writers_and_readers(kernels)
 
         def only_feeds(buffer: str, reader: int) -> int | None:
             """The kernel writing ``buffer`` where it is a temporary that kernel ``reader`` alone reads."""
