@@ -2,7 +2,7 @@
 
 A block takes the ``group_rows`` rows that read the same keys and values and a range of
 ``keys_per_block`` keys (flash-decoding), which it walks ``keys_per_tile`` at a time, copying
-the next tile while it works on the one before: the grid is the row groups along x by the key
+up to ``stages - 1`` tiles ahead while it works on one: the grid is the row groups along x by the key
 ranges along z, so that one sequence's single query fills the SMs. Reading the cache is most of
 the cost: each block copies its keys and values once, and with more than one range each writes
 its rows' maximum, sum and unscaled output (float32) for the last of them to combine, which
@@ -39,9 +39,9 @@ WAVE_US = 1.5
 """A wave of blocks: the first copy's trip to memory."""
 TILE_LATENCY_US = 1.6
 """A tile's copy from memory to the block, which the stages before it hide a share of."""
-TILE_NS_PER_WORK = 1.3e-5
-"""A tile's arithmetic on one SM, per key, row and feature (the queries' and the values'): the
-dot products and the values' sums on the CUDA cores."""
+TILE_NS_PER_WORK = 1.3e-2
+"""A tile's arithmetic on one SM, in nanoseconds per key, row and feature (the queries' and the
+values'): the dot products and the values' sums on the CUDA cores."""
 COMBINE_US = 0.1
 """The last block's combining, per range and per pair of outputs that one of its threads combines."""
 SHARED_BYTES_PER_SM = 228 * 1024
