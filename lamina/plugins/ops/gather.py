@@ -2,8 +2,11 @@
 
 ``embedding`` reads row ``ids[...]`` of its table; ``index.Tensor`` reads the indexed
 axes at the broadcast index tensors, where negative indices count from the end as in
-PyTorch (a ``where`` in the index: C's ``%`` would keep the sign). No index tensor is ever broadcast in memory: each is read where the output
-coordinates say.
+PyTorch (a ``where`` in the index: C's ``%`` would keep the sign). An axis of length 1 is read
+at 0 without reading its index tensor, the one index PyTorch accepts there (0 or -1): a padding
+mask of one sequence, ``attention_mask[batch, key]`` at batch 1, is then a plain read that
+inlines into every reader instead of a lookup stored once. No index tensor is ever broadcast in
+memory: each is read where the output coordinates say.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ def decompose_index(b: TensorBuilder, node: Node) -> str:
     if not indexed:
         return x
     names = [b.value(given[k]) for k in indexed]
+    single = {k for k in indexed if src[k] == 1}
     batch = broadcast_shape(*(b.shape(n) for n in names))
     if batch is None:
         raise b.fail("the index tensors do not broadcast: " + ", ".join(f"{list(b.shape(n))}" for n in names))
@@ -57,10 +61,12 @@ def decompose_index(b: TensorBuilder, node: Node) -> str:
     batch_coords = d[len(before):len(before) + len(batch)]
     index = {k: d[p] for p, k in enumerate(before)}
     index.update({k: d[len(before) + len(batch) + p] for p, k in enumerate(after)})
-    for position, (k, name) in enumerate(zip(indexed, names)):
+    read = [(k, name) for k, name in zip(indexed, names) if k not in single]
+    index.update({k: ex.const(0) for k in single})
+    for position, (k, name) in enumerate(read):
         found = Gathered(position, _reads(b, name, batch, batch_coords))
         index[k] = ex.op("where", ex.op("lt", found, 0), found + src[k], found)
-    return b.index_map(x, [index[k] for k in range(len(src))], shape, gathers=names, role="gather")
+    return b.index_map(x, [index[k] for k in range(len(src))], shape, gathers=[n for _, n in read], role="gather")
 
 
 def decompose_index_select(b: TensorBuilder, node: Node) -> str:
