@@ -168,7 +168,7 @@ class AttentionWriter:
                 else:
                     out.append(store)
             values = [kernel_ir.Load(scores, (ex.const(i),), dtypes.float32) for i, _ in cells]
-            out.append(_set(self.maximum, _tree("max", values), declare=h == 0))
+            out.append(_set(self.maximum, balanced_tree("max", values), declare=h == 0))
             for mask in (1, 2):
                 out.append(kernel_ir.Assign(self.maximum.name,
                                             ex.op("max", self.maximum, kernel_ir.ShuffleXor(self.maximum, mask))))
@@ -184,7 +184,8 @@ class AttentionWriter:
             for (i, _), value in zip(cells, values):
                 out.append(kernel_ir.Store(scores, (ex.const(i),), ex.op("exp", ex.op("sub", value, self.used))))
             out.append(kernel_ir.Store(self._n("running_sum"), (ex.const(h),),
-                                       ex.op("add", ex.op("mul", running_sum, self.scale), _tree("add", values))))
+                                       ex.op("add", ex.op("mul", running_sum, self.scale),
+                                             balanced_tree("add", values))))
             row_in_tile = self.warp * 16 + self.lane // QUAD + 8 * h
             for i, column in cells:
                 panel, at = divmod(column, PANEL)
@@ -323,7 +324,7 @@ def _set(var: ex.Var, value: Expr, declare: bool) -> kernel_ir.Stmt:
     return kernel_ir.Declare(var.name, var.dtype, value) if declare else kernel_ir.Assign(var.name, value)
 
 
-def _tree(op: str, values: list[Expr]) -> Expr:
+def balanced_tree(op: str, values: list[Expr]) -> Expr:
     """``values`` combined by ``op`` in a balanced tree, so that the adds and maxima can overlap."""
     while len(values) > 1:
         values = [ex.op(op, values[i], values[i + 1]) if i + 1 < len(values) else values[i]

@@ -32,6 +32,7 @@ from lamina.core.target import Target
 from lamina.plugins.schedules import loop_to_kernel
 from lamina.plugins.schedules.attention.decode import tiling
 from lamina.plugins.schedules.attention.decode.recognise import COPY_BYTES, DecodeAttention, analyse, row_coordinates
+from lamina.plugins.schedules.attention.writer import balanced_tree
 from lamina.plugins.schedules.contraction.layout import KernelNames, dynamic_shared_bytes
 
 F32 = dtypes.float32
@@ -161,7 +162,7 @@ class DecodeWriter:
         at = [(row, v["lane"] + LANES * j) for j in range(rounds)]
         scores = [self._load(n["scores"], i) for i in at]
         minus_infinity = ex.const(-math.inf, F32)
-        body: list[kernel_ir.Stmt] = [kernel_ir.Declare(f["m"].name, F32, _tree("max", scores))]
+        body: list[kernel_ir.Stmt] = [kernel_ir.Declare(f["m"].name, F32, balanced_tree("max", scores))]
         for mask in (16, 8, 4, 2, 1):
             body.append(kernel_ir.Assign(f["m"].name, ex.op("max", f["m"], kernel_ir.ShuffleXor(f["m"], mask))))
         before = v["t"] % 2
@@ -183,8 +184,8 @@ class DecodeWriter:
         body.append(kernel_ir.Declare(f["w"].name, F32, ex.op("exp", ex.op("sub", running_max, f["m_used"]))))
         body.append(kernel_ir.If(ex.op("eq", v["lane"], 0), [
             kernel_ir.Store(n["row_max"], (after, row), f["m_new"]),
-            kernel_ir.Store(n["row_sum"], (after, row), ex.op("add", ex.op("mul", self._load(n["row_sum"], (before, row)),
-                                                                         f["w"]), f["l"])),
+            kernel_ir.Store(n["row_sum"], (after, row),
+                            ex.op("add", ex.op("mul", self._load(n["row_sum"], (before, row)), f["w"]), f["l"])),
             kernel_ir.Store(n["rescale"], (row,), f["w"])]))
         rounds_of_rows = math.ceil(self.group / self.warps)
         pick = _declare(row.name, v["s"] * self.warps + v["warp"])
@@ -255,7 +256,8 @@ class DecodeWriter:
         return list(loop_to_kernel.translate_body(a.stores, self.kernel, env))
 
     def _warp_total(self, g: Expr, feature: Expr) -> Expr:
-        return _tree("add", [self._load(self.n["warp_out"], (ex.const(w), g, feature)) for w in range(self.warps)])
+        return balanced_tree("add", [self._load(self.n["warp_out"], (ex.const(w), g, feature))
+                                     for w in range(self.warps)])
 
     def _one_range(self) -> list[kernel_ir.Stmt]:
         def body(g, feature):
@@ -411,13 +413,6 @@ class DecodeWriter:
             name=self.kernel.name, params=self.params(), arrays=arrays, body=self.body(),
             launch=kernel_ir.Launch((self.d.row_groups, 1, self.splits), (tiling.THREADS, 1, 1),
                                     dynamic_shared_bytes(arrays, static_shared_bytes)))
-
-
-def _tree(op: str, values: list[Expr]) -> Expr:
-    while len(values) > 1:
-        values = [ex.op(op, values[i], values[i + 1]) if i + 1 < len(values) else values[i]
-                  for i in range(0, len(values), 2)]
-    return values[0]
 
 
 def lower_decode_attention(tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Kernel:
