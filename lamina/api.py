@@ -157,6 +157,8 @@ class Specialization:
         for graph_input, tensor in zip(self.compilation.graph.inputs, tensors):
             if tensor.device != device and graph_input.kind == "constant":
                 tensor = self._constant_on(graph_input.name, tensor, device)
+            elif tensor.device != device and tensor.device.type == "cpu" and tensor.dim() == 0:
+                tensor = tensor.to(device)  # eager PyTorch takes a CPU scalar beside GPU tensors
             elif tensor.device != device:
                 raise InputMismatchError(
                     f"{graph_input.name} is on {tensor.device}, the inputs on {device}; move the module to {device}"

@@ -37,6 +37,11 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     models.add_argument("--seq", type=int, help="tokens in the input (default: 128)")
     models.add_argument("--layers", type=int, metavar="N", help="keep the first N decoder layers (default: all)")
     models.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="the weights' dtype (default: float32)")
+    models.add_argument("--generate", type=int, metavar="N",
+                        help="generate N tokens greedily with a static cache (model.generate), timed against eager "
+                             "and torch.compile, instead of one forward pass")
+    models.add_argument("--prompt", type=int, metavar="TOKENS", help="with --generate: the prompt's length (default: 128)")
+    models.add_argument("--batch", type=int, metavar="B", help="with --generate: sequences generated at once (default: 1)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "compile":
             from lamina.cli.compile_command import compile_command
             return compile_command(args)
+        if args.command == "run" and args.model is not None and args.generate is not None:
+            from lamina.cli.run_generate import run_generate_command
+            return run_generate_command(args)
         if args.command == "run" and args.model is not None:
             from lamina.cli.run_model import run_model_command
             return run_model_command(args)

@@ -41,21 +41,20 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} minutes" if seconds > 120 else f"{seconds:.0f} seconds"
 
 
-def _check_size(config: ModelConfig, seq: int, layers: int) -> None:
-    """The simulator executes every thread of every kernel on the CPU: full-size models are out of reach."""
-    flops = config.forward_flops(seq, layers)
-    what = (f"{config.name} with {layers} layer(s) at {seq} tokens is {flops:.1e} FLOPs per forward pass, "
-            f"about {_duration(flops / SIMULATOR_FLOPS_PER_SECOND)} on the Kernel IR simulator")
+def check_simulator_size(config: ModelConfig, flops: float, what: str, smaller: str) -> None:
+    """The simulator executes every thread of every kernel on the CPU: full-size models are out of reach.
+    ``what`` says what takes ``flops`` (``... at 128 tokens``); ``smaller`` how to ask for less."""
+    what = f"{what} is {flops:.1e} FLOPs, about {_duration(flops / SIMULATOR_FLOPS_PER_SECOND)} on the Kernel IR simulator"
     if flops > SIMULATOR_REFUSE_FLOPS:
         raise LaminaError(
-            f"{what}; lamina simulates at most {SIMULATOR_REFUSE_FLOPS:.0e} FLOPs per pass. Pass --layers 1 and a "
-            f"small --seq (such as --seq 8) to simulate a slice of {config.name}, or run on a GPU"
+            f"{what}; lamina simulates at most {SIMULATOR_REFUSE_FLOPS:.0e} FLOPs. Pass {smaller} to simulate "
+            f"a slice of {config.name}, or run on a GPU"
         )
     if flops > SIMULATOR_WARN_FLOPS:
         print(f"lamina: warning: {what}", file=sys.stderr)
 
 
-def _layers(config: ModelConfig, requested: int | None) -> int:
+def model_layers(config: ModelConfig, requested: int | None) -> int:
     if requested is None:
         return config.num_hidden_layers
     if not 1 <= requested <= config.num_hidden_layers:
@@ -70,15 +69,19 @@ def _gib(n: int) -> str:
 def run_model_command(args) -> int:
     if args.code is not None or args.input:
         raise LaminaError("--model runs a shipped model: leave out -c and --input")
+    if args.prompt is not None or args.batch is not None:
+        raise LaminaError("--prompt and --batch are for --generate N; a forward pass takes --seq")
     device = choose_device(args.device)
     config = model_config(args.model)
-    layers = _layers(config, args.layers)
+    layers = model_layers(config, args.layers)
     dtype_name = args.dtype or "float32"
     dtype = DTYPES[dtype_name]
     seq = DEFAULT_SEQ if args.seq is None else args.seq
     ids = random_input_ids(config, seq, device=device, seed=args.seed)
     if device == "cpu":
-        _check_size(config, seq, layers)
+        check_simulator_size(config, config.forward_flops(seq, layers),
+                             f"a forward pass of {config.name} with {layers} layer(s) at {seq} tokens",
+                             "--layers 1 and a small --seq (such as --seq 8)")
     model = build_model(config, num_layers=layers, dtype=dtype, device=device, seed=args.seed)
     print(f"model     {config.describe()}")
     print(f"          {layers} of {config.num_hidden_layers} layers, random weights (seed {args.seed}), "

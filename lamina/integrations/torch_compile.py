@@ -11,7 +11,9 @@ and Dynamo guards the rest (a replaced module tensor is a new argument or a new 
 ``fallback``: with ``"error"`` (the default) an op that no plugin decomposes is an error
 listing every such op; with ``"eager"`` the graph is split into the parts lamina
 supports, which it compiles, and the rest, which runs in PyTorch, and a warning names
-the ops that ran there.
+the ops that ran there. ``mode="reduce-overhead"`` (or the option ``cuda_graphs=True``,
+where other options are given: ``torch.compile`` takes a mode or options, not both) replays
+each inference call on a GPU from a CUDA graph (``cuda_graphs``).
 
 Like ``lamina.compile``, a compiled graph is specialised to concrete shapes: when Dynamo
 marks a dimension dynamic, each new size compiles once more, on its first call.
@@ -33,13 +35,14 @@ from lamina.api import Compiler, Specialization, signature
 from lamina.core.errors import ConfigError, InputMismatchError
 from lamina.frontends.torch.call_binding import output_value
 from lamina.frontends.torch.fx_graph import Constant, FxProgram, fx_to_torch_ir
+from lamina.integrations.cuda_graphs import CudaGraphReplay, uses_cuda_graphs
 
 FALLBACKS = (None, "error", "eager")
 
 
 def lamina_backend(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any],
                    options: dict[str, Any] | None = None, mode: str | None = None):
-    """The entry point that ``torch.compile`` finds under the name ``lamina``; ``mode`` is ignored."""
+    """The entry point that ``torch.compile`` finds under the name ``lamina``."""
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.aot_autograd import make_boxed_func
 
@@ -48,17 +51,33 @@ def lamina_backend(graph_module: torch.fx.GraphModule, example_inputs: Sequence[
     if fallback not in FALLBACKS:
         raise ConfigError(f"unknown fallback {fallback!r}; use 'eager' to run unsupported ops in PyTorch, "
                           "or leave it out to make them an error")
+    graphs = uses_cuda_graphs(mode, settings.pop("cuda_graphs", None))
     compiler = Compiler(**settings)
+    training = _needs_gradients(example_inputs)
 
     def compile_graph(aten_graph: torch.fx.GraphModule, inputs: Sequence[Any]):
         if fallback == "eager":
-            return make_boxed_func(_with_eager_fallback(aten_graph, inputs, compiler))
-        return make_boxed_func(GraphRunner(compiler, aten_graph, inputs))
+            return _with_eager_fallback(aten_graph, inputs, compiler)
+        return GraphRunner(compiler, aten_graph, inputs)
 
-    backend = aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph,
+    def compile_forward(aten_graph: torch.fx.GraphModule, inputs: Sequence[Any]):
+        run = compile_graph(aten_graph, inputs)
+        if graphs and not training:
+            run = CudaGraphReplay(run, _mutated_inputs())
+        return make_boxed_func(run)
+
+    backend = aot_autograd(fw_compiler=compile_forward, bw_compiler=lambda g, i: make_boxed_func(compile_graph(g, i)),
                            decompositions=decompositions(compiler.keep))
-    with _differentiable_attention(_needs_gradients(example_inputs)):
+    with _differentiable_attention(training):
         return backend(graph_module, example_inputs)
+
+
+def _mutated_inputs() -> int:
+    """How many inputs the forward graph being compiled mutates: AOTAutograd returns their new
+    values as its first outputs and copies them into the inputs."""
+    context = torch._guards.TracingContext.try_get()
+    metadata = getattr(context, "fw_metadata", None)
+    return metadata.num_mutated_inp_runtime_indices if metadata is not None else 0
 
 
 def _needs_gradients(example_inputs: Sequence[Any]) -> bool:
@@ -138,7 +157,11 @@ def _is_static(graph_module: torch.fx.GraphModule) -> bool:
 
 
 def _device(args: Sequence[Any]) -> torch.device:
+    """The device of the tensor arguments; a CPU scalar may sit beside GPU tensors, as in eager
+    PyTorch (a static key-value cache counts its length in one before its first update)."""
     devices = {a.device for a in args if isinstance(a, torch.Tensor)}
+    if len(devices) > 1:
+        devices -= {a.device for a in args if isinstance(a, torch.Tensor) and a.dim() == 0 and a.device.type == "cpu"}
     if len(devices) > 1:
         raise InputMismatchError(f"inputs are on several devices ({', '.join(map(str, devices))}); put them on one")
     return devices.pop() if devices else torch.device("cpu")

@@ -34,7 +34,7 @@ def test_run_model_on_the_simulator_reports_kernels_and_error(capsys, tiny_qwen,
 def test_a_full_size_model_is_refused_on_the_simulator(capsys):
     code, out, err = run(capsys, "run", "--model", "tinyllama", "--device", "cpu")
     assert code == 2
-    assert "FLOPs per forward pass" in err and "--layers 1" in err and "GPU" in err
+    assert "a forward pass of tinyllama with 22 layer(s) at 128 tokens is" in err and "--layers 1" in err and "GPU" in err
     assert "Traceback" not in err
 
 
@@ -51,7 +51,7 @@ def test_a_slice_of_a_full_size_model_is_a_warning(capsys, monkeypatch):
     monkeypatch.setattr(run_model, "build_model", build)
     with pytest.raises(Built) as built:
         main(["run", "--model", "tinyllama", "--device", "cpu", "--layers", "1", "--seq", "8"])
-    assert "FLOPs per forward pass, about 88 seconds on the Kernel IR simulator" in capsys.readouterr().err
+    assert "a forward pass of tinyllama with 1 layer(s) at 8 tokens is 1.8e+09 FLOPs, about 88 seconds on the Kernel IR simulator" in capsys.readouterr().err
     assert built.value.args[0]["num_layers"] == 1 and built.value.args[0]["dtype"] == torch.float32
 
 

@@ -1,0 +1,128 @@
+"""``torch.compile(..., backend="lamina", mode="reduce-overhead")``: calls replayed from CUDA graphs.
+
+A decoding step of a language model is hundreds of small kernels, and launching each from
+Python takes longer than running it. With CUDA graphs a compiled graph is recorded once per
+signature of its arguments and each later call is one replay. The arguments whose memory
+changes from call to call (token ids, positions) are copied into buffers of the recording;
+those that stay where they are (weights, a static key-value cache) are read in place. Which
+is which is learnt from the first two calls: an argument at the same address in both is read
+in place; if it moves later, the graph is recorded again with that argument copied.
+
+The outputs of a replay are the recording's own buffers, which the next replay overwrites, so
+each is cloned, as eager's outputs are the caller's to keep; the new values of mutated
+arguments (AOTAutograd returns them first and copies them into the arguments at once) are not.
+A call with an argument that is not on the GPU, or a program that cannot be recorded (it reads a
+value back to the host), runs as without this mode; the latter with a warning.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Sequence
+
+import torch
+
+from lamina.api import signature
+from lamina.core.errors import ConfigError
+
+MODES = {None: False, "default": False, "max-autotune-no-cudagraphs": False,
+         "reduce-overhead": True, "max-autotune": True}
+"""``torch.compile``'s modes, and whether each replays from CUDA graphs (as Inductor's do)."""
+
+
+def uses_cuda_graphs(mode: str | None, option: Any) -> bool:
+    """Whether ``mode`` or the ``cuda_graphs`` option asks for CUDA graphs."""
+    if mode not in MODES:
+        raise ConfigError(f"unknown mode {mode!r}; lamina takes {', '.join(repr(m) for m in MODES if m)}")
+    if option not in (None, True, False):
+        raise ConfigError(f"the cuda_graphs option is True or False, not {option!r}")
+    return bool(option) if option is not None else MODES[mode]
+
+
+def _address(value: Any) -> int | None:
+    return value.data_ptr() if isinstance(value, torch.Tensor) else None
+
+
+def _recordable(args: Sequence[Any]) -> bool:
+    """Whether the tensor arguments are all on a GPU: a CPU one (a scalar beside GPU tensors, as
+    a static cache's length before its first update) is read on the host at each call."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    return bool(tensors) and all(t.is_cuda for t in tensors)
+
+
+class _Recording:
+    """One CUDA graph of ``run``, with buffers for the arguments listed in ``copied``."""
+
+    def __init__(self, run: Callable[..., Sequence[Any]], args: Sequence[Any], copied: frozenset[int],
+                 mutated_outputs: int):
+        self.copied = copied
+        self.mutated_outputs = mutated_outputs
+        self.addresses = [None if i in copied else _address(a) for i, a in enumerate(args)]
+        self.inputs = [torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device) if i in copied else a
+                       for i, a in enumerate(args)]
+        for i in copied:
+            self.inputs[i].copy_(args[i])
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.outputs = tuple(run(*self.inputs))
+
+    def moved(self, args: Sequence[Any]) -> set[int]:
+        """The arguments read in place that are not where they were when recorded."""
+        return {i for i, (a, recorded) in enumerate(zip(args, self.addresses))
+                if recorded is not None and _address(a) != recorded}
+
+    def replay(self, args: Sequence[Any]) -> tuple:
+        for i in self.copied:
+            self.inputs[i].copy_(args[i])
+        self.graph.replay()
+        return tuple(self._output(position, out, args) for position, out in enumerate(self.outputs))
+
+    def _output(self, position: int, out: Any, args: Sequence[Any]) -> Any:
+        if not isinstance(out, torch.Tensor):
+            return out
+        for i in self.copied:  # an output that is (a view of) a copied argument is one of the argument
+            buffer = self.inputs[i]
+            if out.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr():
+                offset = out.storage_offset() - buffer.storage_offset() + args[i].storage_offset()
+                return args[i].as_strided(out.size(), out.stride(), offset)
+        if position < self.mutated_outputs or any(out is a for a in args):
+            return out
+        return out.clone()
+
+
+class CudaGraphReplay:
+    """``run`` (a compiled graph's call) replayed from one CUDA graph per signature of its arguments."""
+
+    def __init__(self, run: Callable[..., Sequence[Any]], mutated_outputs: int):
+        self.run = run
+        self.mutated_outputs = mutated_outputs
+        self._recordings: dict[Any, _Recording] = {}
+        self._previous: dict[Any, list[int | None]] = {}
+        self._unrecordable: set[Any] = set()
+
+    def __call__(self, *args: Any) -> tuple:
+        if not _recordable(args) or torch.cuda.is_current_stream_capturing():
+            return tuple(self.run(*args))
+        key = signature(args)
+        if key in self._unrecordable:
+            return tuple(self.run(*args))
+        recording = self._recordings.get(key)
+        moved = recording.moved(args) if recording is not None else set()
+        if recording is not None and not moved:
+            return recording.replay(args)
+        addresses = [_address(a) for a in args]
+        previous = self._previous.setdefault(key, addresses)
+        if previous is addresses:  # the first call compiles and loads the kernels: not recorded
+            return tuple(self.run(*args))
+        copied = {i for i, (a, b) in enumerate(zip(previous, addresses)) if a != b} | moved
+        if recording is not None:
+            copied |= recording.copied
+        try:
+            recording = _Recording(self.run, args, frozenset(copied), self.mutated_outputs)
+        except RuntimeError as error:
+            self._unrecordable.add(key)
+            warnings.warn(f"lamina could not record this program in a CUDA graph, so it runs without one: {error}",
+                          stacklevel=2)
+            return tuple(self.run(*args))
+        self._recordings[key] = recording
+        return recording.replay(args)
