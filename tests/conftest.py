@@ -29,7 +29,12 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True, scope="session")
 def private_kernel_cache(tmp_path_factory):
+    """Kernels compiled into a folder of the session's (also where no ``cache_dir`` is
+    configured), and no program cache unless a test asks for one: tests patch lamina's
+    internals, which a program compiled before the patch would not see."""
     patch = pytest.MonkeyPatch()
     patch.setenv("LAMINA_CACHE_DIR", str(tmp_path_factory.mktemp("kernel-cache")))
+    patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("user-cache")))
+    patch.setenv("LAMINA_PROGRAM_CACHE", "0")
     yield
     patch.undo()

@@ -65,12 +65,15 @@ class Config:
     cache_dir: str | None = None
     #: A compile that runs past two seconds shows its stage and kernels on a terminal.
     progress: bool = True
+    #: Compiled programs are kept under ``cache_dir`` and reused by later processes
+    #: (``lamina.core.program_cache``).
+    program_cache: bool = True
     #: The file the settings came from, if any.
     source: str | None = None
 
 
 _LIST_KEYS = {"plugins", "disable", "keep"}
-_BOOL_KEYS = {"strict_plugins", "strict", "progress"}
+_BOOL_KEYS = {"strict_plugins", "strict", "progress", "program_cache"}
 _STR_KEYS = {"target", "backend", "schedule", "selection", "cache_dir"}
 _ENV = {
     "LAMINA_PLUGINS": "plugins",
@@ -84,6 +87,7 @@ _ENV = {
     "LAMINA_KEEP": "keep",
     "LAMINA_CACHE_DIR": "cache_dir",
     "LAMINA_PROGRESS": "progress",
+    "LAMINA_PROGRAM_CACHE": "program_cache",
 }
 
 

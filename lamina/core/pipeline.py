@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import functools
 import time
+import types
 from typing import Any, Callable
 
 import attrs
 
-from lamina.core.config import Config
+from lamina.core.config import Config, user_cache_dir
 from lamina.core.errors import ConfigError, LaminaError, NoSettingRuns, ScheduleError
 from lamina.core.ir import kernel_ir, loop_ir, tensor_ir, tile_ir, torch_ir
 from lamina.core.knobs import sort_out, warn_unused
 from lamina.core.plugins import PluginManager
+from lamina.core.program_cache import ProgramCache, code_digest, program_key
 from lamina.core.progress import CompileProgress
 from lamina.core.stages.decompose import decompose
 from lamina.core.stages.fuse import fuse
@@ -88,11 +90,49 @@ class Pipeline:
         return entry.provider
 
     def compile(self, graph: torch_ir.Graph, target: Target) -> Compilation:
+        """Every level of ``graph`` compiled for ``target``: from the program cache where an earlier
+        compile of the same graph, target, settings and code left it, else through the stages."""
+        cache, key = self._program_cache(graph, target)
+        if key is not None:
+            started = time.perf_counter()
+            cached = cache.get(key)
+            if cached is not None:
+                return self._reused(cached, time.perf_counter() - started)
         progress = CompileProgress(self.config.progress)
         try:
-            return self._compile(graph, target, progress)
+            compilation = self._compile(graph, target, progress)
         finally:
             progress.done()
+        if key is not None:
+            with compilation.timings.stage("storing in the program cache"):
+                cache.put(key, compilation)
+        return compilation
+
+    def _program_cache(self, graph: torch_ir.Graph, target: Target) -> tuple[ProgramCache | None, str | None]:
+        if not self.config.program_cache:
+            return None, None
+        modules = [info.module for info in self.plugins.plugins if info.status == "loaded"]
+        for plugin in self.plugins.pm.get_plugins():  # plugins registered by hand as well
+            modules.append(getattr(plugin, "__name__", None) if isinstance(plugin, types.ModuleType)
+                           else type(plugin).__module__)
+        code = code_digest(tuple(m for m in modules if m)) if all(modules) else None
+        if code is None:
+            return None, None
+        settings = attrs.evolve(self.config, cache_dir=None, progress=True, source=None)
+        key = program_key(graph, target, settings, code)
+        return ProgramCache(self.config.cache_dir or user_cache_dir()), key
+
+    def _reused(self, compilation: Compilation, seconds: float) -> Compilation:
+        """A cached compilation as this compile's: this configuration, its own timings, shown to the observers."""
+        compilation.config = self.config
+        compilation.timings = Timings()
+        compilation.timings.add("loading from the program cache", seconds)
+        for level, ir in (("torch", compilation.graph), ("tensor", compilation.tensor), ("loop", compilation.loop),
+                          ("tile", compilation.tiles), ("kernel", compilation.kernels)):
+            self._observe(level, ir, compilation)
+        if compilation.emit_sources is not None and self.plugins.observed():
+            self._observe("cuda", compilation.sources, compilation)
+        return compilation
 
     def _compile(self, graph: torch_ir.Graph, target: Target, progress: CompileProgress) -> Compilation:
         knobs = self.knobs()

@@ -25,6 +25,7 @@ SETTINGS = {
     "keep": ('["aten.gelu.default"]', {"LAMINA_KEEP": "aten.gelu.default"}, ("aten.gelu.default",)),
     "cache_dir": ('"/somewhere/kernels"', {"LAMINA_CACHE_DIR": "/somewhere/kernels"}, "/somewhere/kernels"),
     "progress": ("false", {"LAMINA_PROGRESS": "0"}, False),
+    "program_cache": ("false", {"LAMINA_PROGRAM_CACHE": "0"}, False),
 }
 
 

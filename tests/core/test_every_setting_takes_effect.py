@@ -162,6 +162,16 @@ def check_progress(config: Config, site: Path) -> None:
     assert "lamina: compiling for" in shown.getvalue() and hidden.getvalue() == ""
 
 
+def check_program_cache(config: Config, site: Path) -> None:
+    stored = site / "cache"
+    compiled_matmul(attrs.evolve(config, program_cache=True, cache_dir=str(stored)))
+    assert len(list((stored / "programs").glob("*.pickle"))) == 1
+    reused = compiled_matmul(attrs.evolve(config, program_cache=True, cache_dir=str(stored)))
+    assert "loading from the program cache" in reused.compilation.timings.stages
+    again = compiled_matmul(attrs.evolve(config, cache_dir=str(stored)))
+    assert "loading from the program cache" not in again.compilation.timings.stages
+
+
 @attrs.frozen
 class Setting:
     """A value in TOML and in the variable ({site}: the test's folder), what to install first, what to check."""
@@ -188,6 +198,7 @@ SETTINGS = {
     "keep": Setting('["aten.softmax.int"]', "aten.softmax.int", check_keep),
     "cache_dir": Setting('"{site}/kernels"', "{site}/kernels", check_cache_dir),
     "progress": Setting("false", "0", check_progress),
+    "program_cache": Setting("false", "0", check_program_cache),
 }
 
 
@@ -209,7 +220,10 @@ def test_the_setting_takes_effect(site, name, source):
     else:
         variable = "LAMINA_KNOB_CONTRACTION__BLOCK_K" if variable == KNOB_VARIABLE else variable
         environ = {variable: setting.variable.replace("{site}", str(site))}
-    setting.check(load_config(start=site, environ=environ), site)
+    config = load_config(start=site, environ=environ)
+    if name != "program_cache":  # the checks watch compiles run, not loaded from an earlier test's
+        config = attrs.evolve(config, program_cache=False)
+    setting.check(config, site)
 
 
 def test_without_the_settings_the_checks_see_lamina_s_defaults(site):

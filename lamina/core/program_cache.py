@@ -1,0 +1,152 @@
+"""The on-disk cache of compiled programs: a second process skips the pipeline.
+
+A language model's program takes tens of seconds to go through fusion, scheduling and
+lowering, and the same model compiles to the same program in every process. An entry holds
+every level of one ``Compilation`` (pickled), under a key that names everything the pipeline
+reads: the Torch IR graph (its ops, arguments, shapes, dtypes and source lines: it holds no
+tensor data, the constants being inputs read at each call), the target, the settings that
+steer the compile, the versions of Python and PyTorch, and the code of lamina and of every
+plugin loaded (a digest of their source files, so that an edited plugin misses). A graph that
+holds something whose ``repr`` does not name it exactly (a tensor) is not cached.
+
+An entry is one file, ``programs/<key>.pickle`` under the cache directory: a header line with
+the format, the body's length and its SHA-256 with the key, then the body. It is written to a
+temporary file and renamed into place; an entry that does not check out is a miss with a
+warning, and the compile that follows rewrites it. Entries are Python pickles: like the kernel
+cache, the cache directory must be the user's own.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import json
+import os
+import pickle
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+
+FORMAT = b"lamina-program-1"
+LAMINA_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+@functools.lru_cache(maxsize=None)
+def _package_digest(folder: Path) -> str:
+    """SHA-256 over the paths and contents of the Python files under ``folder``."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*.py")):
+        digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _module_folder(module: str) -> Path | None:
+    """The folder of the top-level package that ``module`` belongs to (its file, if a single module)."""
+    spec = importlib.util.find_spec(module.partition(":")[0].split(".")[0])
+    if spec is None or spec.origin is None:
+        return None
+    origin = Path(spec.origin).resolve()
+    return origin.parent if origin.name == "__init__.py" else origin
+
+
+def code_digest(plugin_modules: tuple[str, ...]) -> str | None:
+    """A digest of lamina's code and that of the plugins' packages, or None where a plugin's
+    code cannot be found (then nothing is cached)."""
+    digests = [_package_digest(LAMINA_PACKAGE)]
+    for module in sorted(set(plugin_modules)):
+        folder = _module_folder(module)
+        if folder is None:
+            return None
+        if folder == LAMINA_PACKAGE or LAMINA_PACKAGE in folder.parents:
+            continue
+        if folder.is_file():
+            digests.append(hashlib.sha256(folder.read_bytes()).hexdigest())
+        else:
+            digests.append(_package_digest(folder))
+    return hashlib.sha256("\n".join(digests).encode()).hexdigest()
+
+
+def _names_exactly(value: Any) -> bool:
+    """Whether ``repr`` names ``value`` and everything in it exactly: no tensor, whose ``repr`` elides."""
+    if isinstance(value, torch.Tensor):
+        return False
+    if isinstance(value, (tuple, list, set, frozenset)):
+        return all(_names_exactly(v) for v in value)
+    if isinstance(value, dict):
+        return all(_names_exactly(k) and _names_exactly(v) for k, v in value.items())
+    if attrs.has(type(value)):
+        return all(_names_exactly(getattr(value, f.name)) for f in attrs.fields(type(value)))
+    return True
+
+
+def program_key(graph: Any, target: Any, settings: Any, code: str) -> str | None:
+    """The key of a program compiled from ``graph`` for ``target`` under ``settings`` by ``code``,
+    or None where the graph cannot be named exactly."""
+    if not _names_exactly(graph):
+        return None
+    payload = "\n".join([FORMAT.decode(), repr(graph), repr(target), repr(settings), code,
+                         sys.version.split()[0], torch.__version__])
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _checksum(key: str, body: bytes) -> str:
+    return hashlib.sha256(key.encode() + b"\0" + body).hexdigest()
+
+
+class ProgramCache:
+    """Compiled programs under ``<root>/programs``."""
+
+    def __init__(self, root: Path | str):
+        self.directory = Path(root) / "programs"
+
+    def path(self, key: str) -> Path:
+        return self.directory / f"{key}.pickle"
+
+    def get(self, key: str) -> Any | None:
+        """The compilation stored under ``key``, or None if there is no sound entry."""
+        path = self.path(key)
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        header, _, body = data.partition(b"\n")
+        prefix, _, meta = header.partition(b" ")
+        if prefix != FORMAT:
+            return None
+        try:
+            expected = json.loads(meta)
+            sound = expected["body_bytes"] == len(body) and expected["sha256"] == _checksum(key, body)
+            compilation = pickle.loads(body) if sound else None
+        except Exception as error:  # a damaged entry of any kind is a miss
+            sound, compilation = False, None
+            damage = f"{type(error).__name__}: {error}"
+        else:
+            damage = "its checksum does not match"
+        if not sound:
+            warnings.warn(f"lamina's program cache entry {path} is damaged ({damage}); the program is compiled "
+                          "again and the entry rewritten", stacklevel=3)
+        return compilation
+
+    def put(self, key: str, compilation: Any) -> None:
+        """Store an entry atomically. A cache that cannot be written only costs a compile next time."""
+        try:
+            body = pickle.dumps(compilation, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # a plugin's provider that cannot be pickled: the program is not cached
+            return
+        meta = json.dumps({"body_bytes": len(body), "sha256": _checksum(key, body)}, sort_keys=True)
+        temporary = None
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(dir=self.directory, prefix=".writing-")
+            with os.fdopen(handle, "wb") as f:
+                f.write(FORMAT + b" " + meta.encode() + b"\n" + body)
+            os.replace(temporary, self.path(key))
+        except OSError:
+            if temporary is not None:
+                Path(temporary).unlink(missing_ok=True)

@@ -1,0 +1,119 @@
+"""The program cache: a compile that an earlier one left in the cache skips the pipeline."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import lamina
+from lamina.core import program_cache
+from lamina.core.hookspecs import hookimpl
+from lamina.core.ir import torch_ir
+from lamina.core.pipeline import LEVELS
+
+LOADED = "loading from the program cache"
+
+
+def mlp(x, w1, w2, bias):
+    return torch.relu(x @ w1 + bias) @ w2
+
+
+def inputs(seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    return (torch.randn(13, 40, generator=generator), torch.randn(40, 24, generator=generator),
+            torch.randn(24, 7, generator=generator), torch.randn(24, generator=generator))
+
+
+def compiled(tmp_path, **settings):
+    x, w1, w2, bias = inputs()
+    return lamina.compile(mlp, (x, w1, w2, bias), program_cache=True, cache_dir=str(tmp_path), **settings)
+
+
+def entries(tmp_path):
+    return sorted((tmp_path / "programs").glob("*.pickle"))
+
+
+def test_a_second_compile_of_the_same_program_loads_it_and_computes_the_same(tmp_path):
+    first = compiled(tmp_path)
+    assert LOADED not in first.compilation.timings.stages and len(entries(tmp_path)) == 1
+    second = compiled(tmp_path)
+    assert list(second.compilation.timings.stages) == ["capture", LOADED]
+    for level in LEVELS[:-1]:
+        assert second.ir(level) == first.ir(level)
+    for seed in (1, 2):
+        args = inputs(seed)
+        torch.testing.assert_close(second(*args), mlp(*args), rtol=1e-5, atol=1e-5)
+
+
+def test_other_settings_or_shapes_compile_again(tmp_path):
+    compiled(tmp_path)
+    pinned = compiled(tmp_path, schedule="generic")
+    assert LOADED not in pinned.compilation.timings.stages
+    x, w1, w2, bias = inputs()
+    other = lamina.compile(mlp, (x[:5], w1, w2, bias), program_cache=True, cache_dir=str(tmp_path))
+    assert LOADED not in other.compilation.timings.stages
+    assert len(entries(tmp_path)) == 3
+
+
+def test_without_the_program_cache_nothing_is_stored(tmp_path):
+    x, w1, w2, bias = inputs()
+    lamina.compile(mlp, (x, w1, w2, bias), program_cache=False, cache_dir=str(tmp_path))
+    assert entries(tmp_path) == []
+
+
+@pytest.mark.parametrize("damage", ["truncated", "overwritten"])
+def test_a_damaged_entry_is_compiled_again_and_rewritten_with_a_warning(tmp_path, damage):
+    compiled(tmp_path)
+    (entry,) = entries(tmp_path)
+    data = entry.read_bytes()
+    entry.write_bytes(data[:len(data) // 2] if damage == "truncated" else data[:-10] + b"0123456789")
+    with pytest.warns(UserWarning, match="program cache entry .* is damaged"):
+        again = compiled(tmp_path)
+    assert LOADED not in again.compilation.timings.stages
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert LOADED in compiled(tmp_path).compilation.timings.stages
+
+
+class LevelWatcher:
+    def __init__(self):
+        self.levels = []
+
+    @hookimpl
+    def lamina_observe_ir(self, level, ir, compilation):
+        self.levels.append(level)
+
+
+def test_observers_see_every_level_of_a_loaded_program(tmp_path):
+    """A plugin registered by hand counts in the key like any other (its module's code)."""
+    watcher = LevelWatcher()
+    manager = lamina.Compiler().plugins.pm
+    manager.register(watcher)
+    try:
+        compiled(tmp_path)
+        watcher.levels.clear()
+        assert LOADED in compiled(tmp_path).compilation.timings.stages
+    finally:
+        manager.unregister(watcher)
+    assert watcher.levels == list(LEVELS)
+    assert LOADED not in compiled(tmp_path).compilation.timings.stages  # another set of plugins
+
+
+def test_a_graph_that_holds_a_tensor_has_no_key():
+    node = torch_ir.Node(name="add", target="aten.add.Tensor", args=(torch_ir.Ref("x"), torch.ones(3)))
+    graph = torch_ir.Graph(inputs=(), nodes=(node,), outputs=("add",))
+    assert program_cache.program_key(graph, "sm_90", "settings", "code") is None
+    plain = torch_ir.Graph(inputs=(), nodes=(node.__class__(name="add", target="aten.add.Tensor",
+                                                             args=(torch_ir.Ref("x"), 1.5)),), outputs=("add",))
+    assert program_cache.program_key(plain, "sm_90", "settings", "code") is not None
+
+
+def test_an_edited_plugin_changes_the_code_digest(tmp_path):
+    package = tmp_path / "edited_plugin"
+    package.mkdir()
+    (package / "__init__.py").write_text("PRIORITY = 1\n")
+    before = program_cache._package_digest.__wrapped__(package)
+    (package / "__init__.py").write_text("PRIORITY = 2\n")
+    assert program_cache._package_digest.__wrapped__(package) != before
