@@ -206,7 +206,6 @@ class LastBlockOfRows:
         return out
 
     def _reciprocals(self) -> list[kernel_ir.Stmt]:
-        w = self.w
         return [kernel_ir.Store(name, (ex.const(0),), reciprocals.reciprocal(self.registers.value(acc, 0)))
                 for acc, name in self.registers.reciprocals.items()]
 

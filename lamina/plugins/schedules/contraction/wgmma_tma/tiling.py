@@ -76,7 +76,7 @@ class TmaGemmSettings(ContractionSettings):
                             f"in runs of {COLUMN_RUN}")
         if rows is None or rows.threads != kernel_ir.WARP_SIZE * self.consumer_warpgroups or \
                 rows.block_tile % (kernel_ir.WGMMA_M * self.consumer_warpgroups):
-            problems.append(f"wgmma_tma products need 32 threads along the rows per consumer warpgroup, each "
+            problems.append("wgmma_tma products need 32 threads along the rows per consumer warpgroup, each "
                             "warpgroup 64-row slices of the block")
         if tk.reduction is None or tk.reduction.step != setting.BLOCK_K or tk.reduction.splits != 1:
             problems.append(f"wgmma_tma products take k-tiles of {setting.BLOCK_K}: one swizzled row")
