@@ -110,6 +110,23 @@ def _is_sum_identity(value: Expr) -> bool:
 
 def analyse(kernel: loop_ir.Kernel) -> Contraction:
     """The contraction in ``kernel``, or ``NotAContraction`` saying which part does not fit."""
+    found = _analysed(kernel)
+    if isinstance(found, NotAContraction):
+        raise NotAContraction(str(found))
+    return found
+
+
+@functools.lru_cache(maxsize=4096)
+def _analysed(kernel: loop_ir.Kernel) -> Contraction | NotAContraction:
+    """``analyse``'s answer, kept: fusion rules ask again of every unchanged kernel after each change
+    to the program (thousands of times over a model's compile)."""
+    try:
+        return _analyse(kernel)
+    except NotAContraction as reason:
+        return reason
+
+
+def _analyse(kernel: loop_ir.Kernel) -> Contraction:
     where = f"loop kernel {kernel.name}"
     loops, inner = split_parallel_nest(kernel.body)
     if len(loops) < 2:
@@ -155,7 +172,8 @@ def _parts(kernel: loop_ir.Kernel, loops, init: loop_ir.Init, reduce_loop: loop_
         if _reads_buffers(load):
             raise NotAContraction(f"{where}: {loop_ir.format_value(load)} reads another buffer in its index (a gather)")
 
-    n = _column_var(kernel, stores[0], parallel, where)
+    strides = _store_strides(stores[0], kernel, parallel)
+    n = _column_var(stores[0], strides, where)
     if not any(n in _index_vars(load) for load in moving):
         raise NotAContraction(f"{where}: no operand moves with {n}, the contiguous axis of {stores[0].buffer}")
     with_n = set().union(*(_index_vars(load) for load in moving if n in _index_vars(load)))
@@ -164,7 +182,7 @@ def _parts(kernel: loop_ir.Kernel, loops, init: loop_ir.Init, reduce_loop: loop_
         raise NotAContraction(
             f"{where}: no operand moves with an output row variable without also moving with the column variable {n}"
         )
-    m = min(rows, key=lambda v: _store_stride(stores[0], kernel, v))
+    m = min(rows, key=lambda v: strides[v])
     batch = tuple(v for v in parallel if v not in (m, n))
 
     operands = []
@@ -188,17 +206,16 @@ def _parts(kernel: loop_ir.Kernel, loops, init: loop_ir.Init, reduce_loop: loop_
     )
 
 
-def _store_stride(store: loop_ir.Store, kernel: loop_ir.Kernel, var: str) -> float:
-    """How far apart in the output two neighbouring values of ``var`` are written (inf if unknown)."""
+def _store_strides(store: loop_ir.Store, kernel: loop_ir.Kernel, variables: list[str]) -> dict[str, float]:
+    """How far apart in the output two neighbouring values of each variable are written (inf if unknown)."""
     offset = index.linearize(store.index, kernel.buffer(store.buffer).type.shape)
-    step = index.coefficient(offset, var)
-    return abs(step) if step else float("inf")
+    steps = {v: index.coefficient(offset, v) for v in variables}
+    return {v: abs(step) if step else float("inf") for v, step in steps.items()}
 
 
-def _column_var(kernel: loop_ir.Kernel, store: loop_ir.Store, parallel: list[str], where: str) -> str:
+def _column_var(store: loop_ir.Store, strides: dict[str, float], where: str) -> str:
     """The parallel variable along which the output is contiguous."""
-    strides = {v: _store_stride(store, kernel, v) for v in parallel}
-    best = min(parallel, key=lambda v: strides[v])
+    best = min(strides, key=lambda v: strides[v])
     if strides[best] == float("inf"):
         raise NotAContraction(f"{where}: the store to {store.buffer} does not move with any parallel variable")
     return best
