@@ -115,7 +115,7 @@ class Pipeline:
         for plugin in self.plugins.pm.get_plugins():  # plugins registered by hand as well
             modules.append(getattr(plugin, "__name__", None) if isinstance(plugin, types.ModuleType)
                            else type(plugin).__module__)
-        code = code_digest(tuple(m for m in modules if m)) if all(modules) else None
+        code = code_digest(tuple(modules)) if all(modules) else None
         if code is None:
             return None, None
         settings = attrs.evolve(self.config, cache_dir=None, progress=True, source=None)
