@@ -42,8 +42,21 @@ class ExpressionCompiler:
         self.env = env
         self.memories = memories
         self.sites = sites
+        self._compiled: dict[tuple[int, int], tuple[ex.Expr, Mapping, Evaluator]] = {}
 
     def compile(self, e: ex.Expr, scope: Mapping[str, DType]) -> Evaluator:
+        """``e``'s evaluator. An expression that appears several times in one tree (the same
+        object: index arithmetic nests its parts) is compiled once: walked as a tree, a deep
+        nest of shared parts takes exponential time."""
+        key = (id(e), id(scope))
+        known = self._compiled.get(key)
+        if known is not None and known[0] is e and known[1] is scope:
+            return known[2]
+        evaluator = self._compile(e, scope)
+        self._compiled[key] = (e, scope, evaluator)
+        return evaluator
+
+    def _compile(self, e: ex.Expr, scope: Mapping[str, DType]) -> Evaluator:
         if isinstance(e, ex.Const):
             value = as_tensor(e.value, e.dtype)
             return lambda mask: value
