@@ -105,3 +105,26 @@ def test_a_graph_that_reads_the_log_sum_exp_gets_it_padded_as_pytorch_pads_it():
     assert lse.shape == (2, 4, 32) and torch.isinf(lse[..., 13:]).all()
     assert relative_error(out, expected_out) < 1e-5
     assert relative_error(lse[..., :13], expected_lse) < 1e-5
+
+
+
+def test_a_prompt_s_attention_written_query_by_query_is_not_a_decoding_step_s():
+    """GPT-2's attention as cuDNN's op gives it, its output read query by query by the next
+    product: the fused kernel's rows run over the heads of one query first, so no two consecutive
+    rows read the same keys; still each head's 40 queries read its keys, which makes it a prompt's
+    attention, which the decode schedule must not take (it walks every key once per query)."""
+    heads, length = 4, 40
+    qkv = torch.randn(1, length, 3 * heads * 64, dtype=torch.bfloat16)
+    w = torch.randn(heads * 64, heads * 64, dtype=torch.bfloat16)
+
+    def prompt(qkv, w):
+        q, k, v = (aten.permute(aten.view(t, [1, length, heads, 64]), [0, 2, 1, 3])
+                   for t in aten.split(qkv, heads * 64, 2))
+        out = aten._scaled_dot_product_cudnn_attention(q, k, v, None, False, 0.0, True, False, scale=SCALE)[0]
+        by_query = aten.clone(aten.transpose(out, 1, 2), memory_format=torch.contiguous_format)
+        return aten.mm(aten.view(by_query, [length, heads * 64]), w)
+
+    runner = GraphRunner(Compiler(target="sm_90"), traced_on_cuda(prompt, (qkv, w)), (qkv, w))
+    ((_, specialization),) = runner._specializations.values()
+    schedules = [t.schedule for t in specialization.compilation.tiles]
+    assert "attention_decode" not in schedules, schedules

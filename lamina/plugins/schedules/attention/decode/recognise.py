@@ -102,17 +102,24 @@ def _check_rows_of_16_bytes(kernel: loop_ir.Kernel, load: loop_ir.Load, along: s
 
 
 def _group_rows(a: AttentionLoops, keys: loop_ir.Load, values: loop_ir.Load, where: str) -> int:
-    """The run of consecutive rows that read the same keys and values (1 where none share)."""
+    """The run of consecutive rows that read the same keys and values (1 where none share).
+    More than ``MAX_GROUP_ROWS`` rows reading the same keys, consecutive or not, are a prompt's
+    queries, not a decoding step's: ``NotAttention``."""
     kernel, rows = a.kernel, a.rows
     zero = {a.key_var: ex.const(0), a.dot_loop.var: ex.const(0), a.values_loop.var: ex.const(0),
             a.feature_loop.var: ex.const(0)}
     starts = []
+    readers: dict[tuple, int] = {}
     for row in range(math.prod(loop.extent for loop in rows)):
         env = {**row_coordinates(rows, ex.const(row)), **zero}
         first = (_offset(kernel, keys, env), _offset(kernel, values, env))
         if not all(isinstance(e, ex.Const) for e in first):
             raise NotAttention(f"{where}: where a row's keys and values start is not known")
         starts.append(tuple(e.value for e in first))
+        readers[starts[-1]] = readers.get(starts[-1], 0) + 1
+        if readers[starts[-1]] > MAX_GROUP_ROWS:
+            raise NotAttention(f"{where}: more than {MAX_GROUP_ROWS} rows read the same keys (a prompt's queries); "
+                               f"the decode schedule holds at most {MAX_GROUP_ROWS}")
     runs = [1]
     for before, after in zip(starts, starts[1:]):
         if after == before:
