@@ -218,7 +218,7 @@ class _KernelPrinter:
         self.mma_used = False
         self.wgmma_sizes: set[tuple[int, bool]] = set()
         """The n of the wgmma shapes used: each needs its ``lamina_wgmma_tf32_n{n}``."""
-        self.sixteen_bit_wgmma: set[tuple[str, int]] = set()
+        self.sixteen_bit_wgmma: set[tuple[str, int, str]] = set()
         """The operand type and n of the bf16 and fp16 wgmma used: each needs its ``lamina_wgmma_bf16_n{n}``."""
         self.unrolled: list[str] = []
         """The variables of the unrolled loops around the statement being printed."""
@@ -260,10 +260,12 @@ class _KernelPrinter:
             sections.append(wgmma.DESCRIPTOR_HELPER)
         for n, registers in sorted(self.wgmma_sizes):
             sections.append(wgmma.mma_helper(n, registers))
-        for name in sorted({name for name, _ in self.sixteen_bit_wgmma}):
+        for name in sorted({name for name, _, _ in self.sixteen_bit_wgmma}):
             sections.append(wgmma.sixteen_bit_descriptor_helper(dtypes.from_name(name)))
-        for name, n in sorted(self.sixteen_bit_wgmma):
-            sections.append(wgmma.sixteen_bit_mma_helper(n, dtypes.from_name(name)))
+        for name in sorted({name for name, _, layout in self.sixteen_bit_wgmma if layout == kir.N_MAJOR}):
+            sections.append(wgmma.n_major_descriptor_helper(dtypes.from_name(name)))
+        for name, n, layout in sorted(self.sixteen_bit_wgmma):
+            sections.append(wgmma.sixteen_bit_mma_helper(n, dtypes.from_name(name), layout))
         sections += hopper_copies.helpers(self.kernel)
         for size in sorted(self.cp_async_sizes):
             sections.append(_CP_ASYNC_HELPER.format(bytes=size, cache="cg" if size == 16 else "ca"))
@@ -403,10 +405,15 @@ class _KernelPrinter:
     def _wgmma(self, s: kir.Wgmma, indent: str) -> list[str]:
         registers = s.a_from == "registers"
         if s.operand_dtype != dtypes.float32:
-            self.sixteen_bit_wgmma.add((s.operand_dtype.name, s.n))
+            self.sixteen_bit_wgmma.add((s.operand_dtype.name, s.n, s.b_layout))
             accumulators = [self._element(s.acc, i) for i in s.acc_index]
+            panel_bytes = None
+            if s.b_layout == kir.N_MAJOR:
+                b = self.kernel.array(s.b)
+                panel_bytes = b.shape[-2] * b.shape[-1] * b.dtype.itemsize
             return wgmma.call(s.n, self._operand_start(s.a, s.a_index), self._operand_start(s.b, s.b_index),
-                              s.accumulate, accumulators, indent, operand_dtype=s.operand_dtype)
+                              s.accumulate, accumulators, indent, operand_dtype=s.operand_dtype,
+                              panel_bytes=panel_bytes)
         self.wgmma_sizes.add((s.n, registers))
         accumulators = [self._element(s.acc, i) for i in s.acc_index]
         if registers:

@@ -8,7 +8,9 @@ With A from registers, each thread passes its four values of A as 32-bit registe
 bf16 and fp16 operands take the same descriptors (the layout is in bytes) through an overload
 of the descriptor helper for their pointers, and the k16 instruction, whose two last immediates
 say that neither operand is transposed: both are K-major, as a TMA with the 128-byte swizzle
-writes them (PTX ISA, "Matrix Descriptor Format" and "wgmma.mma_async").
+writes them (PTX ISA, "Matrix Descriptor Format" and "wgmma.mma_async"). A 16-bit B may also
+lie along n (``Wgmma.b_layout``, a row-major ``x @ W`` weight): its descriptor then names
+panels of 64 columns, each a run of 128-byte rows of k, and the last immediate transposes it.
 The inline PTX is that of ``experiments/tensor_cores/wgmma_experiment.py``, measured on the H200.
 
 wgmma and its fence, commit and wait exist only in ``sm_90a``, Hopper's architecture-specific
@@ -46,6 +48,17 @@ __device__ __forceinline__ unsigned long long lamina_wgmma_descriptor(const floa
 _SIXTEEN_BIT_DESCRIPTOR_HELPER = """\
 __device__ __forceinline__ unsigned long long lamina_wgmma_descriptor(const {c_type}* first) {{
   return lamina_wgmma_descriptor(reinterpret_cast<const float*>(first));
+}}"""
+
+_N_MAJOR_DESCRIPTOR_HELPER = """\
+// The matrix descriptor of a 16-bit wgmma operand stored along n (N-major) whose first row starts at `first`: panels of
+// 64 columns (one 128-byte swizzled row per k), `panel_bytes` apart (the leading byte offset), 1024 bytes from one group
+// of 8 rows of k to the next (the stride byte offset), and the 128-byte swizzle.
+__device__ __forceinline__ unsigned long long lamina_wgmma_descriptor_n_major(const {c_type}* first, unsigned panel_bytes) {{
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(first));
+  return static_cast<unsigned long long>((address & 0x3FFFF) >> 4)
+       | (static_cast<unsigned long long>((panel_bytes >> 4) & 0x3FFF) << 16)
+       | (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62);
 }}"""
 
 _SWIZZLED_HELPER = """\
@@ -104,33 +117,48 @@ def sixteen_bit_descriptor_helper(operand_dtype: dtypes.DType) -> str:
     return _SIXTEEN_BIT_DESCRIPTOR_HELPER.format(c_type=operand_dtype.c_type)
 
 
-def sixteen_bit_mma_helper(n: int, operand_dtype: dtypes.DType) -> str:
+def n_major_descriptor_helper(operand_dtype: dtypes.DType) -> str:
+    """``lamina_wgmma_descriptor_n_major``: the descriptor of a 16-bit B stored along n in panels of 64 columns."""
+    return _N_MAJOR_DESCRIPTOR_HELPER.format(c_type=operand_dtype.c_type)
+
+
+def sixteen_bit_mma_helper(n: int, operand_dtype: dtypes.DType, b_layout: str = kir.K_MAJOR) -> str:
     """``lamina_wgmma_bf16_n{n}`` (or ``_f16_``): one m64n{n}k16 wgmma on bf16 (fp16) operands in shared memory that
-    start at ``a`` and ``b``, K-major, adding to float32 accumulators (``accumulate`` 1) or replacing them (0)."""
+    start at ``a`` and ``b``, K-major, adding to float32 accumulators (``accumulate`` 1) or replacing them (0). With
+    ``b_layout`` ``n_major``, ``lamina_wgmma_bf16_n{n}_n_major`` reads B stored along n, in panels ``panel_bytes`` apart,
+    and asks the tensor cores to transpose it (``imm-trans-b`` 1)."""
     count, asm, kind, c_type = n // 2, " " * 15, operand_dtype.short, operand_dtype.c_type
     outputs = [f'{asm}"{row} "' for row in _rows([f"%{i}" for i in range(count)], ",")]
+    n_major = b_layout == kir.N_MAJOR
+    name = f"lamina_wgmma_{kind}_n{n}" + ("_n_major" if n_major else "")
+    panels = " unsigned panel_bytes," if n_major else ""
+    b_descriptor = "lamina_wgmma_descriptor_n_major(b, panel_bytes)" if n_major else "lamina_wgmma_descriptor(b)"
     return "\n".join([
-        f"__device__ __forceinline__ void lamina_wgmma_{kind}_n{n}(const {c_type}* a, const {c_type}* b, int accumulate,",
+        f"__device__ __forceinline__ void {name}(const {c_type}* a, const {c_type}* b,{panels} int accumulate,",
         *_rows([f"float& d{i}" for i in range(count)], ",", "    ", ") {"),
         f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{count + 2}, 0;\\n"',
         f'{asm}"wgmma.mma_async.sync.aligned.m{kir.WGMMA_M}n{n}k16.f32.{kind}.{kind} {{"',
         *outputs,
-        f'{asm}"}}, %{count}, %{count + 1}, p, 1, 1, 0, 0;\\n}}\\n"',
+        f'{asm}"}}, %{count}, %{count + 1}, p, 1, 1, 0, {int(n_major)};\\n}}\\n"',
         *_rows([f'"+f"(d{i})' for i in range(count)], ",", asm + ": ", "", continued=asm + "  "),
-        f'{asm}: "l"(lamina_wgmma_descriptor(a)), "l"(lamina_wgmma_descriptor(b)), "r"(accumulate)',
+        f'{asm}: "l"(lamina_wgmma_descriptor(a)), "l"({b_descriptor}), "r"(accumulate)',
         f'{asm}: "memory");',
         "}",
     ])
 
 
 def call(n: int, a: str, b: str, accumulate: bool, accumulators: list[str], indent: str,
-         registers: bool = False, operand_dtype: dtypes.DType = dtypes.float32) -> list[str]:
+         registers: bool = False, operand_dtype: dtypes.DType = dtypes.float32, panel_bytes: int | None = None
+         ) -> list[str]:
     """The lines of a call of ``lamina_wgmma_tf32_n{n}``; ``a`` and ``b`` are the operands' start addresses (with
     ``registers``, of ``lamina_wgmma_tf32_rs_n{n}``, ``a`` the thread's four values of A; with a 16-bit
-    ``operand_dtype``, of ``lamina_wgmma_bf16_n{n}`` or ``lamina_wgmma_f16_n{n}``)."""
+    ``operand_dtype``, of ``lamina_wgmma_bf16_n{n}`` or ``lamina_wgmma_f16_n{n}``; with ``panel_bytes``, of its
+    ``_n_major`` form, B stored along n in panels that far apart)."""
     kind = "tf32" if operand_dtype == dtypes.float32 else operand_dtype.short
     name = f"lamina_wgmma_{kind}_rs_n{n}" if registers else f"lamina_wgmma_{kind}_n{n}"
-    return [f"{indent}{name}({a}, {b}, {int(accumulate)},",
+    b_operands = b if panel_bytes is None else f"{b}, {panel_bytes}"
+    name += "" if panel_bytes is None else "_n_major"
+    return [f"{indent}{name}({a}, {b_operands}, {int(accumulate)},",
             *_rows(accumulators, ",", indent + "    ", ");")]
 
 

@@ -273,14 +273,17 @@ class _Operand:
     """A or B of one wgmma statement: ``rows`` rows of k elements (8 tf32, 16 bf16 or fp16) of a
     shared array from the (row, column) that each warpgroup gives, read through the array with
     element ``128 q + i`` (row-major) counted for thread ``i`` of the warpgroup. Each of the rounds
-    ``q`` holds every thread's offsets from the row and column, and which threads read (None for all)."""
+    ``q`` holds every thread's offsets from the index's last axes, and which threads read (None for
+    all). An ``n_major`` B lies along its rows instead: row ``j`` and column ``kk`` of the operand
+    are at (panel + j // 64, k + kk, j % 64) of the array's last three axes."""
 
     def __init__(self, runner: WgmmaRunner, name: str, index: tuple, rows: int, scope: dict[str, DType], text: str,
-                 operand_dtype: DType = dtypes.float32):
+                 operand_dtype: DType = dtypes.float32, n_major: bool = False):
         memory = runner.exprs.memory(name, len(index), "wgmma read of")
-        if not isinstance(memory, SharedArray) or memory.dtype != operand_dtype or len(memory.shape) < 2:
+        rank = 3 if n_major else 2
+        if not isinstance(memory, SharedArray) or memory.dtype != operand_dtype or len(memory.shape) < rank:
             raise VerificationError(f"kernel {runner.kernel}: wgmma reads {name}, which is not a {operand_dtype} shared "
-                                    "array of rank 2 or more")
+                                    f"array of rank {rank} or more")
         runner.proxy.watch(memory)
         self.runner, self.memory, self.name, self.rows, self.text = runner, memory, name, rows, text
         self.tf32 = operand_dtype == dtypes.float32
@@ -293,20 +296,25 @@ class _Operand:
         for first in range(0, count, WARPGROUP_SIZE):
             element = slot + first
             within = element < count if first + WARPGROUP_SIZE > count else None
-            self.rounds.append((element // k, element % k, within))
+            row, column = element // k, element % k
+            if n_major:
+                steps = (row // kernel_ir.SWIZZLE_PANEL, column, row % kernel_ir.SWIZZLE_PANEL)
+            else:
+                steps = (row, column)
+            self.rounds.append((steps, within))
 
     def read(self, mask: Mask) -> torch.Tensor:
         """The operand of each warpgroup, [warpgroups, rows, k], as the tensor cores read it (tf32 of
         float32, bf16 and fp16 as they are), in float64; zeros for a warpgroup that does not run."""
         index = [f(mask) for f in self.index_of]
         self._check(index, mask)
-        *leading, row, column = index
-        row, column = as_index(row), as_index(column)
+        moved = len(self.rounds[0][0])
+        leading, starts = index[:-moved], [as_index(i) for i in index[-moved:]]
         values = []
-        for row_step, column_step, within in self.rounds:
+        for steps, within in self.rounds:
             reading = mask if within is None else mask.narrow(within)
-            value, lanes = self.memory.read_uncounted(leading + [row + row_step, column + column_step], reading,
-                                                      self.site, "wgmma read of")
+            place = [start + step for start, step in zip(starts, steps)]
+            value, lanes = self.memory.read_uncounted(leading + place, reading, self.site, "wgmma read of")
             if lanes is not None:
                 self.runner.proxy.read(self.memory, lanes, self.site, self.text)
             values.append(value)
@@ -441,7 +449,9 @@ class WgmmaRunner:
             a = _RegisterOperand(self, s.a, scope, text)
         else:
             a = _Operand(self, s.a, s.a_index, WGMMA_M, scope, text, s.operand_dtype)
-        b = _Operand(self, s.b, s.b_index, s.n, scope, text, s.operand_dtype)
+        if s.b_layout == kernel_ir.N_MAJOR and s.operand_dtype == dtypes.float32:
+            raise VerificationError(f"kernel {self.kernel}: `{text}` reads tf32 B n-major; only 16-bit wgmma do")
+        b = _Operand(self, s.b, s.b_index, s.n, scope, text, s.operand_dtype, s.b_layout == kernel_ir.N_MAJOR)
         places = [[self.exprs.compile(i, scope) for i in place] for place in s.acc_index]
         wgmma = self.registers.watch(acc, text)
         site, layout, accumulate, n = next(self.sites), _accumulator_layout(s.n), s.accumulate, s.n

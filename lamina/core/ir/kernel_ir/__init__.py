@@ -7,13 +7,17 @@ memory accelerator in ``hopper_tma``; ``traversal`` walks a kernel, ``printer`` 
 """
 
 from lamina.core.ir.kernel_ir.hopper import (
+    K_MAJOR,
     MAX_CLUSTER_BLOCKS,
     MAX_PORTABLE_CLUSTER_BLOCKS,
+    N_MAJOR,
     OVERLAPPING_LAUNCH_COMPUTE_CAPABILITY,
     SWIZZLE_ALIGNMENT,
     SWIZZLE_BYTES,
+    SWIZZLE_PANEL,
     WARPGROUP_SIZE,
     WGMMA_A_SOURCES,
+    WGMMA_B_LAYOUTS,
     WGMMA_K,
     WGMMA_M,
     WGMMA_OPERAND_DTYPES,
@@ -92,7 +96,7 @@ from lamina.core.ir.kernel_ir.verifier import verify_kernel, verify_program
 __all__ = [
     "LOAD_CACHE_HINTS", "MAX_CLUSTER_BLOCKS", "MAX_PORTABLE_CLUSTER_BLOCKS", "OVERLAPPING_LAUNCH_COMPUTE_CAPABILITY",
     "SPACES", "SPECIALS", "STORE_CACHE_HINTS", "SWIZZLE_ALIGNMENT", "SWIZZLE_BYTES", "VECTOR_BYTES", "WARP_SIZE",
-    "WARPGROUP_SIZE", "WGMMA_A_SOURCES", "WGMMA_K", "WGMMA_M", "WGMMA_OPERAND_DTYPES",
+    "WARPGROUP_SIZE", "WGMMA_A_SOURCES", "WGMMA_B_LAYOUTS", "K_MAJOR", "N_MAJOR", "SWIZZLE_PANEL", "WGMMA_K", "WGMMA_M", "WGMMA_OPERAND_DTYPES",
     "GLOBAL_ALIGNMENT", "MAX_BOX", "MAX_TRANSACTION_BYTES", "MBARRIER_BYTES", "MBARRIER_STATEMENTS", "TMA_SWIZZLES",
     "MbarrierArrive", "MbarrierInit", "MbarrierWait", "TMA_STATEMENTS", "TensorMap", "TmaLoad", "TmaStore",
     "TmaStoreCommit", "TmaStoreWait", "Wgmma", "wgmma_k",

@@ -91,6 +91,11 @@ WGMMA_A_SOURCES = ("shared", "registers")
 """Where a ``Wgmma`` reads operand A from."""
 WGMMA_OPERAND_DTYPES = (dtypes.float32, dtypes.bfloat16, dtypes.float16)
 """The operand types of ``Wgmma``: float32 (read as tf32), bfloat16 and float16."""
+K_MAJOR, N_MAJOR = "k_major", "n_major"
+WGMMA_B_LAYOUTS = (K_MAJOR, N_MAJOR)
+"""How a ``Wgmma`` finds B in shared memory: its rows along n (K-major), or its rows along k (N-major)."""
+SWIZZLE_PANEL = 64
+"""Columns of a 16-bit N-major operand in one 128-byte swizzled row: the width of its panels."""
 
 
 def wgmma_k(operand_dtype: DType) -> int:
@@ -113,8 +118,12 @@ class Wgmma:
     A and B from shared memory only.
 
     B is ``n`` rows from row ``r`` and columns ``k .. k + 7`` of the last two axes of shared
-    array ``b``, where ``b_index`` = (leading indices..., r, k). A is read from where
-    ``a_from`` says:
+    array ``b``, where ``b_index`` = (leading indices..., r, k). With ``b_layout`` ``n_major``
+    (16-bit operands only; PTX's transposed B, ``imm-trans-b`` 1) B is stored along n instead,
+    as it lies in a row-major ``x @ W`` weight or in attention's values: ``b`` has panels of
+    ``SWIZZLE_PANEL`` columns of n, each a run of 128-byte rows, one per k, and ``b_index`` =
+    (leading indices..., p, k, 0) means ``B[j][kk]`` = ``b[..., p + j // 64, k + kk, j % 64]``
+    (``k`` a multiple of 8). A is read from where ``a_from`` says:
 
     - ``"shared"``: rows ``r .. r + 63`` of shared array ``a`` from ``a_index``, as B.
       Both arrays are of ``operand_dtype`` and swizzled (``Array.swizzle``), with rows of
@@ -149,6 +158,7 @@ class Wgmma:
     accumulate: bool = True
     a_from: str = "shared"
     operand_dtype: DType = dtypes.float32
+    b_layout: str = K_MAJOR
 
     @property
     def k(self) -> int:

@@ -6,6 +6,8 @@ from lamina.core.ir import expr as ex
 from lamina.core.ir.expr import Expr
 from lamina.core.ir import dtypes
 from lamina.core.ir.kernel_ir.hopper import (
+    N_MAJOR,
+    SWIZZLE_PANEL,
     WGMMA_M,
     AsyncProxyFence,
     ClusterBarrier,
@@ -182,9 +184,14 @@ def _format_wgmma(s: Wgmma) -> str:
         a = _register_values(s.a)
     else:
         a = _operand_rows(s.a, s.a_index, WGMMA_M, s.k)
-    b = _operand_rows(s.b, s.b_index, s.n, s.k)
+    if s.b_layout == N_MAJOR:
+        *leading, panel, row, _ = s.b_index
+        b = f"{s.b}{_index(leading)}[{_span(panel, -(-s.n // SWIZZLE_PANEL))}][{_span(row, s.k)}][0..{SWIZZLE_PANEL - 1}]"
+        b_text = f"{b} (panels of n)"
+    else:
+        b_text = _operand_rows(s.b, s.b_index, s.n, s.k) + "^T"
     operands = "tf32" if s.operand_dtype == dtypes.float32 else str(s.operand_dtype)
-    return f"wgmma m{WGMMA_M}n{s.n}k{s.k} {operands} ({acc}) {sign} {a} x {b}^T"
+    return f"wgmma m{WGMMA_M}n{s.n}k{s.k} {operands} ({acc}) {sign} {a} x {b_text}"
 
 
 def _format_tensor_map(m: TensorMap) -> str:

@@ -9,9 +9,13 @@ import math
 from lamina.core.errors import VerificationError
 from lamina.core.ir import dtypes, expr as ex
 from lamina.core.ir.kernel_ir.hopper import (
+    K_MAJOR,
     MAX_CLUSTER_BLOCKS,
+    N_MAJOR,
     SWIZZLE_BYTES,
+    SWIZZLE_PANEL,
     WGMMA_A_SOURCES,
+    WGMMA_B_LAYOUTS,
     WGMMA_OPERAND_DTYPES,
     ClusterLoad,
     LetNextKernelLaunch,
@@ -280,7 +284,11 @@ def _wgmma_problems(s: Wgmma, arrays: dict) -> list[str]:
         problems.append(f"wgmma m64nNk{s.k} takes n a multiple of 8 from 8 to 256, not {s.n}")
     elif len(s.acc_index) != s.n // 2:
         problems.append(f"wgmma m64n{s.n}k{s.k} takes {s.n // 2} accumulators per thread, not {len(s.acc_index)}")
-    operands = [(s.b, s.b_index)]
+    operands = [(s.b, s.b_index)] if s.b_layout == K_MAJOR else []
+    if s.b_layout not in WGMMA_B_LAYOUTS:
+        problems.append(f"wgmma reads B {s.b_layout!r}; it reads B {' or '.join(WGMMA_B_LAYOUTS)}")
+    elif s.b_layout == N_MAJOR:
+        problems.extend(_n_major_b_problems(s, arrays))
     if s.a_from == "registers" and s.operand_dtype != dtypes.float32:
         problems.append(f"wgmma on {s.operand_dtype} operands reads A from shared memory only")
     elif s.a_from not in WGMMA_A_SOURCES:
@@ -303,6 +311,30 @@ def _wgmma_problems(s: Wgmma, arrays: dict) -> list[str]:
             for what, value in (("row", idx[-2]), ("column", idx[-1])):
                 if isinstance(value, ex.Const) and int(value.value) % 8:
                     problems.append(f"wgmma operand {name} starts at {what} {int(value.value)}, not a multiple of 8")
+    return problems
+
+
+def _n_major_b_problems(s: Wgmma, arrays: dict) -> list[str]:
+    """B stored along n: panels of ``SWIZZLE_PANEL`` 16-bit columns, a 128-byte row per k."""
+    operand = arrays.get(s.b)
+    if s.operand_dtype == dtypes.float32:
+        return ["wgmma reads B n-major only from 16-bit operands (tf32 takes B K-major)"]
+    if not isinstance(operand, Array) or operand.space != "shared" or operand.dtype != s.operand_dtype \
+            or operand.swizzle != SWIZZLE_BYTES or len(operand.shape) < 3 or operand.shape[-1] != SWIZZLE_PANEL:
+        return [f"wgmma reads B n-major from {s.b}: it must be a {s.operand_dtype} shared array in the "
+                f"{SWIZZLE_BYTES}-byte swizzle, of panels of {SWIZZLE_PANEL} columns (shape [..., panels, k, "
+                f"{SWIZZLE_PANEL}])"]
+    if len(s.b_index) != len(operand.shape):
+        return [f"wgmma operand {s.b} indexed with {len(s.b_index)} indices; it has rank {len(operand.shape)}"]
+    problems = []
+    panel, row, column = s.b_index[-3:]
+    if not (isinstance(column, ex.Const) and int(column.value) == 0):
+        problems.append(f"wgmma reads B n-major from the first column of its panels, not {format_expr(column)}")
+    if isinstance(row, ex.Const) and int(row.value) % 8:
+        problems.append(f"wgmma operand {s.b} starts at k {int(row.value)}, not a multiple of 8")
+    if isinstance(panel, ex.Const) and int(panel.value) + -(-s.n // SWIZZLE_PANEL) > operand.shape[-3]:
+        problems.append(f"wgmma m64n{s.n} reads {-(-s.n // SWIZZLE_PANEL)} panels of {s.b} from panel "
+                        f"{int(panel.value)}; it has {operand.shape[-3]}")
     return problems
 
 

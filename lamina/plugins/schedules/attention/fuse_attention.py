@@ -22,7 +22,7 @@ from typing import Any, Mapping
 import attrs
 
 from lamina.core.errors import ScheduleError
-from lamina.core.ir import expr as ex, loop_ir
+from lamina.core.ir import expr as ex, kernel_ir, loop_ir
 from lamina.core.ir.expr import Expr
 from lamina.core.target import Target
 from lamina.plugins.fusion import analysis
@@ -93,7 +93,8 @@ class FuseAttention:
 
 def _values_read_by_the_tma(kernel: loop_ir.Kernel, taken: set[str]):
     """(None, the values' kernel) where the TMA reads its values K-major as they lie, else (a
-    kernel that copies them K-major, the values' kernel reading the copy); None where neither."""
+    kernel that copies them K-major, the values' kernel reading the copy); None where neither.
+    The attention kernel stages the values K-major only, as they lie or copied."""
     try:
         c = analyse_contraction(kernel)
     except NotAContraction:
@@ -101,7 +102,8 @@ def _values_read_by_the_tma(kernel: loop_ir.Kernel, taken: set[str]):
     found = factors(c)
     if found is None:
         return None
-    if not isinstance(view(c, found[1]), str):
+    found_view = view(c, found[1])
+    if not isinstance(found_view, str) and found_view.layout == kernel_ir.K_MAJOR:
         return None, kernel
     return copy_k_major(c, found[1], taken)
 

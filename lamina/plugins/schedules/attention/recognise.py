@@ -15,7 +15,7 @@ import math
 
 import attrs
 
-from lamina.core.ir import dtypes, expr as ex, index, loop_ir
+from lamina.core.ir import dtypes, expr as ex, index, kernel_ir, loop_ir
 from lamina.core.ir.expr import Expr
 from lamina.core.ir.names import fresh_name
 from lamina.core.ir.torch_ir import TensorType
@@ -147,6 +147,9 @@ def _checked(loops: AttentionLoops, scores: Contraction, values: Contraction) ->
     for v in views:
         if isinstance(v, str):
             raise NotAttention(f"{where}: {v}")
+    if views[2].layout != kernel_ir.K_MAJOR:
+        raise NotAttention(f"{where}: the values lie along the features; the attention kernel reads them K-major, "
+                           "along the keys (copied so by fuse_attention)")
     score = scores.epilogue[0].value
     return Attention(kernel, scores, values, score, *views, dtype, loops)
 

@@ -69,15 +69,24 @@ SIMULATED = {
     "bf16_128x192_two_warpgroups": (linear16(130, 136, 200), AT_SIZE[2048, 3584, 4608]),
     "fp16_64x96": (linear16(70, 72, 100, dtypes.float16), pins(64, 96, 2, 1)),
     "bf16_blocks_down_groups_of_3_rows": (linear16(200, 72, 150), {**pins(64, 64, 2, 1), "grouped_rows": 3}),
+    "bf16_n_major_64x64_2_stages": (matmul16(70, 136, 72), pins(64, 64, 2, 1)),
+    "bf16_n_major_128x128_two_warpgroups": (matmul16(130, 200, 200), pins(128, 128, 3, 2)),
+    "bf16_n_major_64x256": (matmul16(37, 72, 264), pins(64, 256, 2, 1)),
+    "bf16_n_major_64x192": (matmul16(70, 136, 136), pins(64, 192, 2, 1)),
 }
 
 
+def product(case: Case):
+    """The case's product in PyTorch: ``x @ w.T``, or ``x @ w`` where ``w`` is stored in by out."""
+    return (lambda x, w: x @ w) if case.id == "matmul" else (lambda x, w: x @ w.T)
+
+
 def assert_matches_eager_and_float64(case: Case, out: torch.Tensor, inputs: dict) -> None:
-    """``x @ w.T`` equal to eager's and to float64 within 1e-6 of the operands' scale."""
+    """The product equal to eager's and to float64 within 1e-6 of the operands' scale."""
     x, w = inputs.values()
     torch.testing.assert_close(out, case.reference(x, w), rtol=1e-4, atol=1e-3)
-    exact = float64_reference(lambda x, w: x @ w.T, (x, w))
-    scale = x.abs().double() @ w.abs().double().T
+    exact = float64_reference(product(case), (x, w))
+    scale = product(case)(x.abs().double(), w.abs().double())
     assert ((out.double() - exact).abs() / scale).max() < 1e-6
 
 
@@ -175,16 +184,31 @@ def test_decoding_and_tiny_products_keep_the_cuda_cores(m, k, n):
 
 
 def test_float32_sm_80_and_operands_the_tma_cannot_read_never_get_it():
-    """Sixteen-bit operands the TMA cannot read (a weight stored in by out, rows not 16 bytes
-    apart) are staged for wgmma by the block's threads instead."""
+    """Sixteen-bit operands the TMA cannot read (rows not 16 bytes apart, either way) are staged for
+    wgmma by the block's threads instead."""
     assert SCHEDULE.schedule(linear(2048, 2048, 2048).kernel, SM_90, {}).settings.products == "wgmma 3xtf32"
     assert SCHEDULE.schedule(linear16(2048, 2048, 2048).kernel, SM_80, {}).settings.products is None
-    assert SCHEDULE.schedule(matmul16(2048, 2048, 2048).kernel, SM_90, {}).settings.products == "wgmma 16-bit"
     assert SCHEDULE.schedule(linear16(2048, 2044, 2048).kernel, SM_90, {}).settings.products == "wgmma 16-bit"
+    assert SCHEDULE.schedule(matmul16(2048, 2048, 2044).kernel, SM_90, {}).settings.products == "wgmma 16-bit"
+
+
+def test_a_weight_stored_in_by_out_is_read_as_it_lies_in_panels_of_n():
+    """``x @ w`` with ``w`` (k, n), as GPT-2's ``Conv1D`` stores it: B is staged along n, 64
+    columns to a TMA box, and the wgmma transposes it; only blocks of whole panels run."""
+    tile = SCHEDULE.schedule(matmul16(2048, 2048, 2048).kernel, SM_90, {})
+    assert (tile.settings.products, tile.settings.b_layout) == (TMA, "n_major")
+    assert tile.stages[1].dims == ("r0", "i1") and tile.stages[1].tile[0] == 64
+    assert "B n-major: staged as it lies, along n, in panels of 64 columns" in tile_ir.format_tile_kernel(tile)
+    kernel = SCHEDULE.lower(tile, SM_90)
+    wgmma = [s for s in kernel_ir.statements(kernel.body) if isinstance(s, kernel_ir.Wgmma)]
+    assert {s.b_layout for s in wgmma} == {"n_major"}
+    with pytest.raises(ScheduleError, match="in panels of 64 columns: it takes blocks of 64, 128, 192, 256 columns"):
+        SCHEDULE.schedule(matmul16(256, 256, 256).kernel, SM_90, pins(64, 96, 2, 1))
 
 
 @pytest.mark.parametrize("case, knobs, reason", [
-    (matmul16(256, 256, 256), {"products": "wgmma_tma"}, "w[r0, i1] is not contiguous along r0 (K-major)"),
+    (matmul16(256, 256, 260), {"products": "wgmma_tma"},
+     "w[r0, i1]'s rows along r0 are 260 elements (520 bytes) apart: the TMA needs them at least 260 elements"),
     (linear16(256, 140, 256), {"products": "wgmma_tma"},
      "rows are 140 elements (280 bytes) apart: the TMA needs rows at least 140 elements and a multiple of 16 bytes"),
     (linear(256, 256, 256), {"products": "wgmma_tma"}, "needs a float32 sum of products of two bf16 or two fp16"),
@@ -390,14 +414,18 @@ def test_attention_in_bf16_runs_both_products_on_it_and_matches_eager_on_the_sim
     assert lamina_error <= 1.25 * eager_error, (lamina_error, eager_error)
 
 
-def test_a_weight_stored_in_by_out_is_copied_k_major_and_the_product_runs_on_it():
-    """``x @ w`` with ``w`` stored in by out (GPT-2's ``Conv1D``): a kernel copies ``w`` with its
-    reduction axis last, once for every row of ``x``, and the product reads the copy."""
+def test_a_weight_stored_in_by_out_is_read_as_it_lies_and_the_product_runs_on_it():
+    """``x @ w`` with ``w`` stored in by out (GPT-2's ``Conv1D``): one kernel, which reads ``w``
+    along n; a weight whose rows the TMA cannot read (not 16 bytes apart) is copied K-major."""
     torch.manual_seed(7)
     x, w = torch.randn(2, 100, 136, dtype=torch.bfloat16), torch.randn(136, 72, dtype=torch.bfloat16)
     compiled = lamina.compile(lambda x, w: x @ w, (x, w), knobs=SMALL)
-    assert "buffer w_k_major: bf16[72, 136]" in compiled.ir("loop")
-    assert [t.settings.products for t in compiled.compilation.tiles if t.schedule == "contraction"] == [TMA]
+    assert "k_major" not in compiled.ir("loop")
+    assert [(t.settings.products, t.settings.b_layout) for t in compiled.compilation.tiles] == [(TMA, "n_major")]
+    torch.testing.assert_close(compiled(x, w), x @ w, rtol=1.6e-2, atol=1e-2)
+    w = torch.randn(136, 70, dtype=torch.bfloat16)
+    compiled = lamina.compile(lambda x, w: x @ w, (x, w), knobs=SMALL)
+    assert "buffer w_k_major: bf16[70, 136]" in compiled.ir("loop")
     torch.testing.assert_close(compiled(x, w), x @ w, rtol=1.6e-2, atol=1e-2)
 
 
@@ -477,11 +505,11 @@ def test_attention_runs_both_products_on_it_and_matches_eager_on_the_gpu(heads, 
 def test_the_simulated_settings_match_eager_on_the_gpu(name):
     case, knobs = SIMULATED[name]
     x, w = (torch.randn(b.type.shape, dtype=TORCH[b.type.dtype], device="cuda") for b in case.kernel.inputs)
-    compiled = lamina.compile(lambda x, w: x @ w.T, (x, w), knobs={"contraction": knobs})
+    compiled = lamina.compile(product(case), (x, w), knobs={"contraction": knobs})
     assert TMA in [t.settings.products if t.settings else None for t in compiled.compilation.tiles]
     out = compiled(x, w)
-    reference = float64_reference(lambda x, w: x @ w.T, (x, w))
-    assert relative_error(out, reference) < 1.5 * relative_error(x @ w.T, reference) + 1e-4
+    reference = float64_reference(product(case), (x, w))
+    assert relative_error(out, reference) < 1.5 * relative_error(product(case)(x, w), reference) + 1e-4
 
 
 @pytest.mark.parametrize("k, splits", [(448, 2), (384, 3)])

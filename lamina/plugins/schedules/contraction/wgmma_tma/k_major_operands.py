@@ -1,14 +1,16 @@
 """A K-major copy of a 16-bit matmul operand that the TMA GEMM could not read as it lies.
 
-The TMA GEMM reads both operands K-major (``operands.view``): along the reduction,
-contiguous. Attention's values are not: ``probabilities @ v`` sums over the positions, and
-``v`` lies position by position, its features contiguous; nor is ``W`` in ``x @ W`` when it is
-stored in by out (GPT-2's ``Conv1D``). On Hopper such a product gets a kernel before it that
-copies the operand with the reduction's axis last, and reads the copy: a pass over the
-operand (the values, or the weight), against a product that otherwise runs on the CUDA
-cores, at about 33 TFLOP/s in bf16 where the TMA GEMM reaches 550 to 780
-(``benchmarks/results/2026-12-02_h200_bench_bfloat16.txt``). The copy holds only the axes the
-operand moves along: a weight shared by every batch is copied once. Products of fewer than 64 rows
+The TMA GEMM reads A K-major (``operands.view``): along the reduction, contiguous; B K-major
+or, where it lies along n (``W`` in ``x @ W`` stored in by out, GPT-2's ``Conv1D``; attention's
+values), in panels of n that the wgmma transposes. An operand it reads neither way (B whose rows
+of n are not 16 bytes apart, or whose batches a k-tile would run into) gets a kernel before the
+product that copies it with the reduction's axis last, and the product reads the copy: a pass
+over the operand, against a product that otherwise runs on the CUDA cores, at about 33 TFLOP/s
+in bf16 where the TMA GEMM reaches 550 to 780
+(``benchmarks/results/2026-12-02_h200_bench_bfloat16.txt``). The attention kernel reads its
+values K-major only, and ``fuse_attention`` copies them with ``copy_k_major``. The copy holds
+only the axes the operand moves along: a weight shared by every batch is copied once. Products
+of fewer than 64 rows
 (``TMA_MIN_ROWS``, a decoding step) stay as they are: the TMA GEMM does not take them; so does
 an operand whose copy would run along its rows as it lies, a copy ``inline_pointwise_producers``
 inlines again.

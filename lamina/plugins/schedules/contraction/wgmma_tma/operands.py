@@ -4,9 +4,10 @@ wgmma multiplies bf16 or fp16 operands exactly and sums in float32, which is wha
 16-bit matmul's Loop IR says (``f32(x[i, r]) * f32(w[j, r])``): the summed value must be
 that product of one operand along the rows (m) and one along the columns (n), both of the
 same 16-bit type. The TMA copies 2-D boxes of a tensor whose rows lie a multiple of 16
-bytes apart, and wgmma on 16-bit operands reads both K-major: each operand must be
-contiguous along the reduction, its rows (along m or n) some stride apart, and every other
-term of its offset (the batch variables' strides, a constant offset) whole rows, so that
+bytes apart, and wgmma on 16-bit operands reads A K-major: contiguous along the reduction,
+its rows (along m) some stride apart; B likewise, or N-major (``_n_major_view``): contiguous
+along n, a row per step of k, as a row-major ``x @ W`` weight lies. Every other term of an
+operand's offset (the batch variables' strides, a constant offset) must be whole rows, so that
 one 2-D tensor map over the buffer's rows (``TmaView``) covers every batch; a batch's first row
 may be any function of the batch variables (a grouped key head ``h // group``). A box's rows
 past the operand's last row in a batch are the next batch's (or zeros past the buffer's
@@ -20,6 +21,7 @@ from __future__ import annotations
 import attrs
 
 from lamina.core.ir import dtypes, expr as ex, index, loop_ir
+from lamina.core.ir import kernel_ir
 from lamina.core.ir.kernel_ir import hopper_tma
 from lamina.core.ir.torch_ir import TensorType
 from lamina.plugins.schedules.contraction.recognise import Contraction, Operand
@@ -47,6 +49,9 @@ class TmaView:
     """Rows per unit of each other term of the batch variables alone (``h // group``)."""
     constant_columns: int = 0
     """Columns of each row before the operand's first (the queries' before the keys')."""
+    layout: str = kernel_ir.K_MAJOR
+    """``k_major``: a row per element of the side, along k; ``n_major`` (the n side only): a row
+    per step of k, along n, as a row-major ``x @ W`` weight lies, which wgmma reads transposed."""
 
     def first_row(self, batch_env: dict[str, ex.Expr]) -> ex.Expr:
         """The row of the operand's first row in the batch whose variables ``batch_env`` gives."""
@@ -120,9 +125,11 @@ def view(c: Contraction, operand: Operand) -> TmaView | str:
         else:
             return f"{operand.text} is not read at an affine offset of the loop variables"
     k_step, row_stride = steps.pop(c.reduce_var, 0), steps.pop(side_var, 0)
+    if k_step != 1 and row_stride == 1 and operand.side == "n":
+        return _n_major_view(c, operand, form, steps, terms, k_step)
     if k_step != 1:
-        return (f"{operand.text} is not contiguous along {c.reduce_var} (K-major): wgmma_tma reads both operands "
-                "K-major and cannot transpose them")
+        return (f"{operand.text} is not contiguous along {c.reduce_var} (K-major), nor is it the columns' operand "
+                f"contiguous along {side_var}: wgmma_tma reads A K-major and B K-major or N-major")
     batch_columns = {v: s for v, s in steps.items() if v in c.batch and s < row_stride}
     for v in batch_columns:
         del steps[v]
@@ -145,6 +152,38 @@ def view(c: Contraction, operand: Operand) -> TmaView | str:
     return TmaView(operand, rows, columns, row_stride, {v: s // row_stride for v, s in steps.items()},
                    form.constant // row_stride, batch_columns, {t: s // row_stride for t, s in terms.items()},
                    constant_columns)
+
+
+def _n_major_view(c: Contraction, operand: Operand, form: index.Affine, steps: dict[str, int],
+                  terms: dict[ex.Expr, int], row_stride: int) -> TmaView | str:
+    """``operand``, contiguous along n, as rows of n elements ``row_stride`` apart, one per step of k.
+
+    A k-tile past the reduction's end reads rows past the operand's last: they must be past the
+    tensor map's rows (zeros), which holds where the operand is one batch; where batches follow
+    each other the reduction must be whole k-tiles."""
+    itemsize = operand.load.dtype.itemsize
+    constant_columns = form.constant % row_stride if row_stride else 0
+    columns = c.extents[c.n] + constant_columns
+    if row_stride < columns or (row_stride * itemsize) % hopper_tma.GLOBAL_ALIGNMENT:
+        return (f"{operand.text}'s rows along {c.reduce_var} are {row_stride} elements ({row_stride * itemsize} bytes) "
+                f"apart: the TMA needs them at least {columns} elements and a multiple of "
+                f"{hopper_tma.GLOBAL_ALIGNMENT} bytes apart")
+    if any(v not in c.batch or s % row_stride for v, s in steps.items()) or any(s % row_stride for s in terms.values()):
+        return f"{operand.text}'s batches do not start on whole rows of its buffer"
+    batch_rows = {v: s // row_stride for v, s in steps.items()}
+    constant_rows = form.constant // row_stride
+    if batch_rows or terms:
+        if c.reduce_extent % kernel_ir.SWIZZLE_PANEL:
+            return (f"{operand.text} lies along n in batches of {c.reduce_extent} rows of k, which k-tiles of "
+                    f"{kernel_ir.SWIZZLE_PANEL} would run past into the next batch's")
+        numel = 1
+        for extent in c.kernel.buffer(operand.load.buffer).type.shape:
+            numel *= extent
+        rows = (numel - columns) // row_stride + 1
+    else:
+        rows = constant_rows + c.reduce_extent
+    return TmaView(operand, rows, columns, row_stride, batch_rows, constant_rows, {},
+                   {t: s // row_stride for t, s in terms.items()}, constant_columns, kernel_ir.N_MAJOR)
 
 
 def padded_shape(type: TensorType) -> TensorType:

@@ -156,6 +156,12 @@ def operands_problem(c: Contraction) -> str | None:
 _unreadable: dict[loop_ir.Kernel, str | None] = {}
 
 
+def b_layout(c: Contraction) -> str:
+    """How the TMA GEMM reads the columns' operand B: ``k_major`` or ``n_major`` (``operands.view``)."""
+    found = operands.view(c, operands.factors(c)[1])
+    return kernel_ir.K_MAJOR if isinstance(found, str) else found.layout
+
+
 def _find_operands_problem(c: Contraction) -> str | None:
     factors = operands.factors(c)
     if factors is None:
@@ -187,6 +193,10 @@ def problem(c: Contraction, choices: Choices, target: Target) -> str | None:
     if choices.block_m not in BLOCK_MS or choices.block_n not in BLOCK_NS:
         return (f"products = wgmma_tma takes blocks of {' or '.join(map(str, BLOCK_MS))} rows by "
                 f"{', '.join(map(str, BLOCK_NS))} columns, not {choices.block_m}x{choices.block_n}")
+    if choices.block_n % kernel_ir.SWIZZLE_PANEL and b_layout(c) == kernel_ir.N_MAJOR:
+        return (f"products = wgmma_tma reads B along n (N-major) in panels of {kernel_ir.SWIZZLE_PANEL} columns: "
+                f"it takes blocks of {', '.join(str(n) for n in BLOCK_NS if n % kernel_ir.SWIZZLE_PANEL == 0)} "
+                f"columns, not {choices.block_n}")
     if choices.stages is None or not MIN_STAGES <= choices.stages <= MAX_STAGES:
         return f"products = wgmma_tma takes {MIN_STAGES} to {MAX_STAGES} stages"
     if choices.consumer_warpgroups not in CONSUMER_WARPGROUPS:

@@ -2,9 +2,9 @@
 
 The bindings say what each consumer thread owns, as the wgmma's accumulators lie: along x,
 4 threads across a row of the block, each with its columns in runs of 2, 8 apart; along y,
-32 threads per consumer warpgroup, each with ``block_m / (32 groups)`` rows. Both operands
+32 threads per consumer warpgroup, each with ``block_m / (32 groups)`` rows. The operands
 are staged K-major, ``block x 64`` k-tiles in ``stages`` buffers, copied by the TMA in the
-128-byte swizzle. ``TmaGemmSettings`` adds the producer warpgroup to the block's threads, the
+128-byte swizzle; B that lies along n is staged so, ``64 x block`` (``b_layout``). ``TmaGemmSettings`` adds the producer warpgroup to the block's threads, the
 mbarriers to its shared memory, and prints the pipeline and, with ``tile_scheduler = persistent``,
 how many blocks walk the tiles.
 """
@@ -38,6 +38,8 @@ class TmaGemmSettings(ContractionSettings):
 
     consumer_warpgroups: int = 1
     tile_scheduler: str = GRID
+    b_layout: str = kernel_ir.K_MAJOR
+    """``n_major``: B is staged as it lies, along n, in panels of 64 columns that the wgmma transposes."""
     persistent_blocks: int = 0
     """With ``tile_scheduler = persistent``, the blocks launched: each walks every this-many-th output tile."""
 
@@ -65,7 +67,8 @@ class TmaGemmSettings(ContractionSettings):
             f"in a ring of {_stages(tk)} stages, each guarded by a full and an empty mbarrier",
             f"  products on tensor cores: wgmma m64n{columns}k16 on {dtype} from swizzled shared memory, {groups}, "
             "f32 accumulators; a stage is released once the wgmma of the next have started",
-        ]
+        ] + ([f"  B n-major: staged as it lies, along n, in panels of {kernel_ir.SWIZZLE_PANEL} columns, one TMA box "
+              "each; the wgmma transposes it"] if self.b_layout == kernel_ir.N_MAJOR else [])
 
     def problems(self, tk: tile_ir.TileKernel) -> list[str]:
         problems = []
@@ -80,10 +83,19 @@ class TmaGemmSettings(ContractionSettings):
                             "warpgroup 64-row slices of the block")
         if tk.reduction is None or tk.reduction.step != setting.BLOCK_K or tk.reduction.splits != 1:
             problems.append(f"wgmma_tma products take k-tiles of {setting.BLOCK_K}: one swizzled row")
-        if len(tk.stages) != 2 or any(s.copy != "tma" or s.swizzle != kernel_ir.SWIZZLE_BYTES
-                                      or s.tile[-1] != setting.BLOCK_K for s in tk.stages):
-            problems.append("wgmma_tma products read two operands staged K-major by the TMA in the 128-byte swizzle")
+        if len(tk.stages) != 2 or any(s.copy != "tma" or s.swizzle != kernel_ir.SWIZZLE_BYTES for s in tk.stages) \
+                or tk.stages[0].tile[-1] != setting.BLOCK_K or not _staged_as_read(tk.stages[1], self.b_layout):
+            problems.append("wgmma_tma products read A staged K-major and B K-major or in panels of n, by the TMA in "
+                            "the 128-byte swizzle")
         return problems
+
+
+def _staged_as_read(stage: tile_ir.SharedStage, b_layout: str) -> bool:
+    """Whether B's stage holds k-tiles as ``b_layout`` reads them: rows of 64 k, or 64 rows of k
+    by whole panels of n."""
+    if b_layout == kernel_ir.N_MAJOR:
+        return stage.tile[0] == setting.BLOCK_K and stage.tile[-1] % kernel_ir.SWIZZLE_PANEL == 0
+    return stage.tile[-1] == setting.BLOCK_K
 
 
 def _stages(tk: tile_ir.TileKernel) -> int:
@@ -120,12 +132,17 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
         grid.append(tile_ir.AxisBinding(c.batch, batch, "z", 1, 1, "z"))
     reduction = tile_ir.ReductionPlan((c.reduce_var,), c.reduce_extent, "serial", setting.BLOCK_K, 1)
     stages = []
+    b_layout = setting.b_layout(c)
     for operand in operands.factors(c):
         block = choices.block_m if operand.side == "m" else choices.block_n
         side_var = c.m if operand.side == "m" else c.n
         box = block * setting.BLOCK_K * operand.load.dtype.itemsize
+        dims, tile = (side_var, c.reduce_var), (block, setting.BLOCK_K)
+        if operand.side == "n" and b_layout == kernel_ir.N_MAJOR:
+            dims, tile = dims[::-1], tile[::-1]
+            box = setting.BLOCK_K * kernel_ir.SWIZZLE_PANEL * operand.load.dtype.itemsize
         stages.append(tile_ir.SharedStage(
-            buffer=operand.load.buffer, index=operand.text, dims=(side_var, c.reduce_var), tile=(block, setting.BLOCK_K),
+            buffer=operand.load.buffer, index=operand.text, dims=dims, tile=tile,
             dtype=operand.load.dtype, padding=0, buffers=choices.stages, copy="tma", copy_bytes=box,
             swizzle=kernel_ir.SWIZZLE_BYTES))
     recorded = [("register_tile", f"{choices.block_m // row_threads}x{choices.block_n // COLUMN_THREADS}"), *notes]
@@ -133,6 +150,7 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
         kernel=c.kernel, schedule=schedule, grid=grid, reduction=reduction, stages=tuple(stages), knobs=recorded,
         settings=TmaGemmSettings(grouped_rows=choices.grouped_rows or 1, products=PRODUCTS,
                                  consumer_warpgroups=groups, tile_scheduler=choices.tile_scheduler or GRID,
+                                 b_layout=b_layout,
                                  persistent_blocks=(persistent_blocks(c, choices, target)
                                                     if choices.tile_scheduler == PERSISTENT else 0)),
     )

@@ -9,7 +9,8 @@ The producer warpgroup's first thread walks the k-tiles: for k-tile ``kt`` in st
 ``kt % stages``, round ``kt // stages``, it waits until the consumers have emptied the stage
 in the round before (at once in the first round), arrives on its full barrier expecting the
 bytes of both boxes, and asks the TMA for the box of A's rows and of B's rows at columns
-``64 kt``; the boxes land swizzled, elements past the tensors' edges as zeros that count
+``64 kt`` (B that lies along n, ``b_layout``: one box of the k-tile's rows per 64 of the
+block's columns); the boxes land swizzled, elements past the tensors' edges as zeros that count
 toward the bytes. The consumers wait for the stage's full phase, start the wgmma of the
 k-tile (per 16 k, one m64nNk16 per 64 rows of their slice), commit them, wait until at most
 this k-tile's group is still running and so release the stage of the k-tile before, whose
@@ -70,6 +71,9 @@ class TmaGemmWriter:
             self.block_row, self.block_col = ex.Var(names.fresh("block_row")), ex.Var(names.fresh("block_col"))
         else:
             self.block_row, self.block_col = kernel_ir.block_idx("y"), kernel_ir.block_idx("x")
+        self.n_major = settings.b_layout == kernel_ir.N_MAJOR
+        self.panels = self.block_n // kernel_ir.SWIZZLE_PANEL
+        """With B n-major: its stage's panels of 64 columns, a TMA box each."""
         self.tiles = {side: names.fresh(f"{o.load.buffer}_tile") for side, o in (("m", self.m_side), ("n", self.n_side))}
         self.maps = {side: names.fresh(f"{o.load.buffer}_map") for side, o in (("m", self.m_side), ("n", self.n_side))}
         self.full, self.empty, self.acc = names.fresh("full"), names.fresh("empty"), names.fresh("acc")
@@ -115,13 +119,25 @@ class TmaGemmWriter:
         tiles = ex.op("min", (left + (setting.BLOCK_K - 1)) // setting.BLOCK_K, self.k_tiles)
         return [kernel_ir.Declare(self.k_tiles_here.name, self.k_tiles_here.dtype, tiles)]
 
+    def _n_major_loads(self) -> list[kernel_ir.TmaLoad]:
+        """B's boxes of a k-tile where it lies along n: one per panel of 64 columns, its rows the k-tile's."""
+        view = operands.view(self.c, self.n_side)
+        row = view.first_row(self.batch_env) + self.kt * setting.BLOCK_K
+        column = view.first_column(self.batch_env) + self.block_col * self.block_n
+        return [kernel_ir.TmaLoad(self.tiles["n"], (self.stage, ex.const(p), ex.const(0), ex.const(0)), self.maps["n"],
+                                  row, column + kernel_ir.SWIZZLE_PANEL * p, self.full, (self.stage,))
+                for p in range(self.panels)]
+
     def producer(self) -> list[kernel_ir.Stmt]:
-        """The elected thread's loop: a stage emptied, its bytes expected, its two boxes asked for."""
+        """The elected thread's loop: a stage emptied, its bytes expected, its boxes asked for."""
         box_bytes = (self.block_m + self.block_n) * setting.BLOCK_K * self.dtype.itemsize
         at_stage = (self.stage,)
+        sides = ("m",) if self.n_major else ("m", "n")
         loads = [kernel_ir.TmaLoad(self.tiles[side], (self.stage, ex.const(0), ex.const(0)), self.maps[side],
                                    self._box_rows(side), self._box_column(side), self.full, at_stage)
-                 for side in ("m", "n")]
+                 for side in sides]
+        if self.n_major:
+            loads += self._n_major_loads()
         body = [*self._stage_of_k_tile(),
                 kernel_ir.MbarrierWait(self.empty, at_stage, (self.round + 1) % 2),
                 kernel_ir.MbarrierArrive(self.full, at_stage, box_bytes),
@@ -170,10 +186,13 @@ class TmaGemmWriter:
         for j in range(setting.BLOCK_K // k):
             for q in range(self.slices):
                 accumulators = [(ex.const(q), ex.const(p)) for p in range(n // 2)]
+                b_index = ((self.stage, ex.const(0), ex.const(k * j), ex.const(0)) if self.n_major
+                           else (self.stage, ex.const(0), ex.const(k * j)))
                 out.append(kernel_ir.Wgmma(
                     self.acc, accumulators, self.tiles["m"], (self.stage, first_row + kernel_ir.WGMMA_M * q,
                                                               ex.const(k * j)),
-                    self.tiles["n"], (self.stage, ex.const(0), ex.const(k * j)), n, operand_dtype=self.dtype))
+                    self.tiles["n"], b_index, n, operand_dtype=self.dtype,
+                    b_layout=kernel_ir.N_MAJOR if self.n_major else kernel_ir.K_MAJOR))
         return out
 
     def consumer(self) -> list[kernel_ir.Stmt]:
@@ -221,21 +240,27 @@ class TmaGemmWriter:
         maps = []
         for side, operand, block in (("m", self.m_side, self.block_m), ("n", self.n_side, self.block_n)):
             view = operands.view(self.c, operand)
+            box = (setting.BLOCK_K, kernel_ir.SWIZZLE_PANEL) if side == "n" and self.n_major else (block, setting.BLOCK_K)
             maps.append(kernel_ir.TensorMap(self.maps[side], operand.load.buffer, (view.rows, view.columns),
-                                            view.row_stride, (block, setting.BLOCK_K), kernel_ir.SWIZZLE_BYTES))
+                                            view.row_stride, box, kernel_ir.SWIZZLE_BYTES))
         return maps
 
     def arrays(self) -> list[kernel_ir.Array]:
         shared = [
             kernel_ir.Array(self.tiles["m"], self.dtype, (self.stages, self.block_m, setting.BLOCK_K), "shared",
                             swizzle=kernel_ir.SWIZZLE_BYTES),
-            kernel_ir.Array(self.tiles["n"], self.dtype, (self.stages, self.block_n, setting.BLOCK_K), "shared",
-                            swizzle=kernel_ir.SWIZZLE_BYTES),
+            kernel_ir.Array(self.tiles["n"], self.dtype, self._n_tile_shape(), "shared", swizzle=kernel_ir.SWIZZLE_BYTES),
             kernel_ir.Array(self.full, dtypes.int64, (self.stages,), "shared"),
             kernel_ir.Array(self.empty, dtypes.int64, (self.stages,), "shared"),
         ]
         registers = [kernel_ir.Array(self.acc, self.c.acc_dtype, (self.slices, self.block_n // 2), "register")]
         return shared + registers + self.epilogue.arrays()
+
+    def _n_tile_shape(self) -> tuple[int, ...]:
+        """B's ring: per stage ``block_n`` rows of a k-tile, or where B lies along n, its panels of 64 rows of k."""
+        if self.n_major:
+            return (self.stages, self.panels, setting.BLOCK_K, kernel_ir.SWIZZLE_PANEL)
+        return (self.stages, self.block_n, setting.BLOCK_K)
 
     def kernel_ir(self, static_shared_bytes: int) -> kernel_ir.Kernel:
         """The kernel; past ``static_shared_bytes`` its shared arrays come from dynamic shared memory."""
