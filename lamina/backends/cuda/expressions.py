@@ -305,10 +305,12 @@ class ExpressionPrinter:
             self.extremes_used.add((c_type(compute), name))
             operands = ", ".join(self._operand(a, compute, 0) for a in args)
             printed = (f"lamina_{name}({operands})", PRIMARY)
-        elif name == "pow" and isinstance(args[1], Const) and float(args[1].value) == 2.0:
-            # A square, as norms write it: powf's general path is slow and takes a stack frame.
+        elif name == "pow" and isinstance(args[1], Const) and float(args[1].value) in (2.0, 3.0):
+            # A square or a cube (norms, GPT-2's tanh GELU) as products, as PyTorch's CUDA kernel computes
+            # them: powf's general path is slow and takes a stack frame (a cube made GPT-2's MLP product's
+            # epilogue five times the product's time).
             x = self._operand(args[0], compute, MUL + 1)
-            printed = (f"{x} * {x}", MUL)
+            printed = (" * ".join([x] * int(args[1].value)), MUL)
         else:
             operands = ", ".join(self._operand(a, compute, 0) for a in args)
             printed = (f"{_FLOAT_FUNCTIONS[name]}{suffix}({operands})", PRIMARY)

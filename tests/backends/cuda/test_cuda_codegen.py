@@ -303,6 +303,8 @@ def printed(e, index="int") -> str:
     (op("rsqrt", a), "rsqrtf(a)"), (op("tanh", a), "tanhf(a)"), (op("sin", a), "sinf(a)"),
     (op("cos", a), "cosf(a)"), (op("erf", a), "erff(a)"), (op("abs", a), "fabsf(a)"),
     (op("max", a, b), "lamina_max(a, b)"), (op("min", a, b), "lamina_min(a, b)"), (op("pow", a, b), "powf(a, b)"),
+    (op("pow", a, Const(2.0, F32)), "a * a"), (op("pow", op("add", a, b), Const(3.0, F32)), "(a + b) * (a + b) * (a + b)"),
+    (op("pow", a, Const(2.5, F32)), "powf(a, 2.5f)"),
     (op("exp", u), "exp(u)"), (op("max", u, Const(0.0, F64)), "lamina_max(u, 0.0)"), (op("rsqrt", u), "rsqrt(u)"),
     (op("sigmoid", a), "1.0f / (1.0f + expf(-a))"),
     (op("sigmoid", op("neg", a)), "1.0f / (1.0f + expf(-(-a)))"),
