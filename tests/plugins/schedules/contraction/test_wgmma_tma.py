@@ -69,6 +69,8 @@ SIMULATED = {
     "bf16_128x192_two_warpgroups": (linear16(130, 136, 200), AT_SIZE[2048, 3584, 4608]),
     "fp16_64x96": (linear16(70, 72, 100, dtypes.float16), pins(64, 96, 2, 1)),
     "bf16_blocks_down_groups_of_3_rows": (linear16(200, 72, 150), {**pins(64, 64, 2, 1), "grouped_rows": 3}),
+    "bf16_odd_rows_through_shared_memory": (linear16(70, 136, 77), pins(64, 64, 2, 1)),
+    "bf16_odd_rows_through_shared_memory_two_warpgroups": (linear16(130, 72, 201), pins(128, 128, 2, 2)),
     "bf16_n_major_64x64_2_stages": (matmul16(70, 136, 72), pins(64, 64, 2, 1)),
     "bf16_n_major_128x128_two_warpgroups": (matmul16(130, 200, 200), pins(128, 128, 3, 2)),
     "bf16_n_major_64x256": (matmul16(37, 72, 264), pins(64, 256, 2, 1)),
@@ -442,6 +444,22 @@ def test_batches_of_b_that_lie_along_n_are_read_in_place_and_match_float64(progr
     assert [(t.settings.products, t.settings.b_layout) for t in compiled.compilation.tiles] == [(TMA, "n_major")]
     reference = float64_reference(program, args)
     assert relative_error(compiled(*args), reference) <= 1.25 * relative_error(program(*args), reference)
+
+
+def test_outputs_whose_rows_break_aligned_pairs_go_through_a_shared_tile():
+    """GPT-2's LM head (an odd number of words to a row of bf16 logits): the consumers put the
+    outputs in a shared tile and the whole block writes it out a row at a time; where the row
+    length allows pairs, or with persistent blocks, the consumers store them directly."""
+    tile = SCHEDULE.schedule(linear16(512, 768, 50257).kernel, SM_90, {})
+    assert tile.settings.staged_output_bytes > 0
+    printed = tile_ir.format_tile_kernel(tile)
+    assert "outputs through shared memory" in printed
+    assert "epilogue_stores = one output per store (4 B), from a shared tile" in printed  # float32 sums
+    kernel = SCHEDULE.lower(tile, SM_90)
+    assert sum(isinstance(s, kernel_ir.Barrier) for s in kernel.body) == 2
+    assert SCHEDULE.schedule(linear16(512, 768, 50304).kernel, SM_90, {}).settings.staged_output_bytes == 0
+    persistent = {**pins(128, 128, 4, 1), "tile_scheduler": "persistent"}
+    assert SCHEDULE.schedule(linear16(512, 768, 50257).kernel, SM_90, persistent).settings.staged_output_bytes == 0
 
 
 def test_a_decoding_step_keeps_its_operands_as_they_lie():

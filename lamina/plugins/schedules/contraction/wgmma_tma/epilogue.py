@@ -8,7 +8,8 @@ other contraction kernels run it (``loop_to_kernel.translate_body``), guarded wh
 block overhangs the output's rows or columns. Where every epilogue store's columns are
 contiguous and the output's row length is even, the two adjacent columns ``e = 0, 1`` a
 thread holds are computed into registers and written in one access
-(``contraction.tiling.store_width``).
+(``contraction.tiling.store_width``); where they cannot start aligned, the values go through a
+shared tile that the whole block then writes out a row at a time (``staged_outputs``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from lamina.plugins.schedules import loop_to_kernel
 from lamina.plugins.schedules.contraction.layout import KernelNames, all_of
 from lamina.plugins.schedules.contraction.recognise import Contraction
 from lamina.plugins.schedules.contraction.tiling import store_width
+from lamina.plugins.schedules.contraction.wgmma_tma.staged_outputs import StagedOutputs
 
 COLUMN_RUN = 2
 
@@ -27,13 +29,15 @@ class TmaGemmEpilogue:
     """The epilogue statements and registers of one consumer thread."""
 
     def __init__(self, c: Contraction, names: KernelNames, tid: Expr, warpgroup: Expr, acc: str, block_m: int,
-                 block_n: int, slices: int, batch_env: dict[str, Expr], block_row: Expr, block_col: Expr):
+                 block_n: int, slices: int, batch_env: dict[str, Expr], block_row: Expr, block_col: Expr,
+                 staged: StagedOutputs | None = None):
         self.c, self.kernel, self.acc = c, c.kernel, acc
         self.block_m, self.block_n, self.slices = block_m, block_n, slices
         self.tid, self.warpgroup, self.batch_env = tid, warpgroup, batch_env
         self.block_row, self.block_col = block_row, block_col
         self.row, self.col = ex.Var(names.fresh("row")), ex.Var(names.fresh("col"))
-        self.width = store_width(c, COLUMN_RUN)
+        self.staged = staged
+        self.width = store_width(c, COLUMN_RUN) if staged is None else 1
         self.outputs = [names.fresh(f"{s.buffer}_out") for s in c.epilogue] if self.width > 1 else []
 
     def _first(self) -> list[kernel_ir.Stmt]:
@@ -69,10 +73,26 @@ class TmaGemmEpilogue:
                     if self.width > 1:
                         out += self._vector_stores(row, col, q, 4 * j + 2 * h, guard)
                         continue
+                    if self.staged is not None:
+                        out += self._staged_stores(row, col, q, 4 * j + 2 * h)
+                        continue
                     for e in range(COLUMN_RUN):
                         env = self._env(row, col + e, q, 4 * j + 2 * h + e)
                         out += loop_to_kernel.translate_body(self.c.epilogue, self.kernel, env,
                                                              guard=self._guard(row, col + e))
+        return out
+
+    def _staged_stores(self, row: Expr, col: Expr, q: int, p: int) -> list[kernel_ir.Stmt]:
+        """The two adjacent outputs from ``(row, col)`` into the block's shared tile (``staged_outputs``),
+        each where it lies inside the output (past the edge, its epilogue may read past its inputs')."""
+        out: list[kernel_ir.Stmt] = []
+        (store,) = self.c.epilogue
+        for e in range(COLUMN_RUN):
+            env = self._env(row, col + e, q, p + e)
+            value = loop_to_kernel.translate_expr(store.value, self.kernel, env)
+            put = self.staged.put(row - self.block_row * self.block_m, col + e - self.block_col * self.block_n, value)
+            guard = self._guard(row, col + e)
+            out.append(kernel_ir.If(guard, [put]) if guard is not None else put)
         return out
 
     def _vector_stores(self, row: Expr, col: Expr, q: int, p: int, guard: Expr | None) -> list[kernel_ir.Stmt]:

@@ -37,7 +37,7 @@ from lamina.plugins.schedules.contraction.knobs import (
     pins_text,
 )
 from lamina.plugins.schedules.contraction.recognise import Contraction
-from lamina.plugins.schedules.contraction.wgmma_tma import operands
+from lamina.plugins.schedules.contraction.wgmma_tma import operands, staged_outputs
 
 ARCH = 90
 """TMA and wgmma are Hopper's (sm_90a)."""
@@ -136,10 +136,14 @@ def barrier_bytes(stages: int) -> int:
 
 
 def shared_bytes(c: Contraction, choices: Choices) -> int:
-    """The ring's stages of both operands' k-tiles, and a full and an empty mbarrier per stage."""
+    """The ring's stages of both operands' k-tiles, a full and an empty mbarrier per stage, and the
+    outputs' tile where they go through shared memory (``staged_outputs``)."""
     factors = operands.factors(c)
     itemsize = factors[0].load.dtype.itemsize if factors else 2
-    return choices.stages * (choices.block_m + choices.block_n) * BLOCK_K * itemsize + barrier_bytes(choices.stages)
+    staged = (staged_outputs.tile_bytes(c, choices.block_m, choices.block_n)
+              if staged_outputs.stages_outputs(c, choices.tile_scheduler) else 0)
+    return (choices.stages * (choices.block_m + choices.block_n) * BLOCK_K * itemsize + barrier_bytes(choices.stages)
+            + staged)
 
 
 def operands_problem(c: Contraction) -> str | None:

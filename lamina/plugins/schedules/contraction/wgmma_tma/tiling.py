@@ -20,7 +20,7 @@ from lamina.core.target import Target
 from lamina.plugins.schedules.contraction.knobs import GRID, PERSISTENT, Choices
 from lamina.plugins.schedules.contraction.recognise import Contraction
 from lamina.plugins.schedules.contraction.settings import ContractionSettings
-from lamina.plugins.schedules.contraction.wgmma_tma import cost, operands, setting
+from lamina.plugins.schedules.contraction.wgmma_tma import cost, operands, setting, staged_outputs
 
 PRODUCTS = "wgmma 16-bit tma"
 """The ``ContractionSettings.products`` of this setting."""
@@ -40,6 +40,8 @@ class TmaGemmSettings(ContractionSettings):
     tile_scheduler: str = GRID
     b_layout: str = kernel_ir.K_MAJOR
     """``n_major``: B is staged as it lies, along n, in panels of 64 columns that the wgmma transposes."""
+    staged_output_bytes: int = 0
+    """Where the outputs go through a shared tile, written out a row at a time (``staged_outputs``): its bytes."""
     persistent_blocks: int = 0
     """With ``tile_scheduler = persistent``, the blocks launched: each walks every this-many-th output tile."""
 
@@ -47,7 +49,7 @@ class TmaGemmSettings(ContractionSettings):
         return setting.PRODUCER_THREADS
 
     def shared_bytes(self, tk: tile_ir.TileKernel) -> int:
-        return setting.barrier_bytes(_stages(tk))
+        return setting.barrier_bytes(_stages(tk)) + self.staged_output_bytes
 
     def lines(self, tk: tile_ir.TileKernel) -> list[str]:
         columns = next(b.block_tile for b in tk.grid if b.block_dim == "x")
@@ -68,7 +70,10 @@ class TmaGemmSettings(ContractionSettings):
             f"  products on tensor cores: wgmma m64n{columns}k16 on {dtype} from swizzled shared memory, {groups}, "
             "f32 accumulators; a stage is released once the wgmma of the next have started",
         ] + ([f"  B n-major: staged as it lies, along n, in panels of {kernel_ir.SWIZZLE_PANEL} columns, one TMA box "
-              "each; the wgmma transposes it"] if self.b_layout == kernel_ir.N_MAJOR else [])
+              "each; the wgmma transposes it"] if self.b_layout == kernel_ir.N_MAJOR else []) + (
+            ["  outputs through shared memory: the consumers put the epilogue's values in a tile, then the whole "
+             "block writes it out a row at a time (rows whose outputs cannot be stored in aligned pairs)"]
+            if self.staged_output_bytes else [])
 
     def problems(self, tk: tile_ir.TileKernel) -> list[str]:
         problems = []
@@ -151,6 +156,9 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
         settings=TmaGemmSettings(grouped_rows=choices.grouped_rows or 1, products=PRODUCTS,
                                  consumer_warpgroups=groups, tile_scheduler=choices.tile_scheduler or GRID,
                                  b_layout=b_layout,
+                                 staged_output_bytes=(staged_outputs.tile_bytes(c, choices.block_m, choices.block_n)
+                                                      if staged_outputs.stages_outputs(c, choices.tile_scheduler)
+                                                      else 0),
                                  persistent_blocks=(persistent_blocks(c, choices, target)
                                                     if choices.tile_scheduler == PERSISTENT else 0)),
     )

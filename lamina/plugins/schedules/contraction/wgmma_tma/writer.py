@@ -16,7 +16,8 @@ k-tile (per 16 k, one m64nNk16 per 64 rows of their slice), commit them, wait un
 this k-tile's group is still running and so release the stage of the k-tile before, whose
 wgmma are done: the tensor cores always have the next k-tile's wgmma queued while a stage is
 refilled. After the last k-tile they wait for every wgmma and run the epilogue
-(``epilogue.TmaGemmEpilogue``).
+(``epilogue.TmaGemmEpilogue``); where it goes through a shared tile (``staged_outputs``), the
+whole block meets after it and writes the tile out.
 
 With ``tile_scheduler = persistent`` the grid is as many blocks as the SMs hold, and both roles
 walk the block's tiles, ``blockIdx.x``, then every ``gridDim.x``-th: the ring's k-tiles are
@@ -38,6 +39,7 @@ from lamina.plugins.schedules.contraction.layout import KernelNames, batch_coord
 from lamina.plugins.schedules.contraction.recognise import Contraction
 from lamina.plugins.schedules.contraction.wgmma_tma import operands, setting
 from lamina.plugins.schedules.contraction.wgmma_tma.epilogue import TmaGemmEpilogue
+from lamina.plugins.schedules.contraction.wgmma_tma.staged_outputs import StagedOutputs
 from lamina.plugins.schedules.contraction.wgmma_tma.tiling import TmaGemmSettings, persistent_tiles
 
 
@@ -82,8 +84,14 @@ class TmaGemmWriter:
         self.k_tiles_here: Expr = ex.const(self.k_tiles)
         if c.slice_bound is not None:
             self.k_tiles_here = ex.Var(names.fresh("slice_k_tiles"))
+        self.staged = None
+        if settings.staged_output_bytes:
+            self.staged = StagedOutputs(c, names.fresh("out_tile"), self.block_m, self.block_n,
+                                        self.consumers + setting.PRODUCER_THREADS, self.block_row, self.block_col,
+                                        self.batch_env, names.fresh)
         self.epilogue = TmaGemmEpilogue(c, self.names, self.tid, self.warpgroup, self.acc, self.block_m,
-                                        self.block_n, self.slices, self.batch_env, self.block_row, self.block_col)
+                                        self.block_n, self.slices, self.batch_env, self.block_row, self.block_col,
+                                        self.staged)
 
     # --- the two roles -----------------------------------------------------------
 
@@ -234,6 +242,9 @@ class TmaGemmWriter:
                 kernel_ir.Barrier(),
                 kernel_ir.If(ex.op("ge", self.tid, self.consumers), [kernel_ir.If(elected, self.producer())],
                              self.consumer())]
+        if self.staged is not None:
+            translate = lambda e, env: loop_to_kernel.translate_expr(e, self.kernel, env)  # noqa: E731
+            out += [kernel_ir.Barrier(), *self.staged.copy_out(translate)]
         return out
 
     def tensor_maps(self) -> list[kernel_ir.TensorMap]:
@@ -253,6 +264,8 @@ class TmaGemmWriter:
             kernel_ir.Array(self.full, dtypes.int64, (self.stages,), "shared"),
             kernel_ir.Array(self.empty, dtypes.int64, (self.stages,), "shared"),
         ]
+        if self.staged is not None:
+            shared.append(self.staged.array())
         registers = [kernel_ir.Array(self.acc, self.c.acc_dtype, (self.slices, self.block_n // 2), "register")]
         return shared + registers + self.epilogue.arrays()
 
