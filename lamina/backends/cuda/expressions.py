@@ -307,8 +307,8 @@ class ExpressionPrinter:
             printed = (f"lamina_{name}({operands})", PRIMARY)
         elif name == "pow" and isinstance(args[1], Const) and float(args[1].value) in (2.0, 3.0):
             # A square or a cube (norms, GPT-2's tanh GELU) as products, as PyTorch's CUDA kernel computes
-            # them: powf's general path is slow and takes a stack frame (a cube made GPT-2's MLP product's
-            # epilogue five times the product's time).
+            # them: powf's general path is slow and takes a stack frame (the cube took four fifths of the
+            # time of GPT-2's MLP product, whose epilogue computes it).
             x = self._operand(args[0], compute, MUL + 1)
             printed = (" * ".join([x] * int(args[1].value)), MUL)
         else:

@@ -54,7 +54,8 @@ _N_MAJOR_DESCRIPTOR_HELPER = """\
 // The matrix descriptor of a 16-bit wgmma operand stored along n (N-major) whose first row starts at `first`: panels of
 // 64 columns (one 128-byte swizzled row per k), `panel_bytes` apart (the leading byte offset), 1024 bytes from one group
 // of 8 rows of k to the next (the stride byte offset), and the 128-byte swizzle.
-__device__ __forceinline__ unsigned long long lamina_wgmma_descriptor_n_major(const {c_type}* first, unsigned panel_bytes) {{
+__device__ __forceinline__ unsigned long long lamina_wgmma_descriptor_n_major(const {c_type}* first,
+                                                                              unsigned panel_bytes) {{
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(first));
   return static_cast<unsigned long long>((address & 0x3FFFF) >> 4)
        | (static_cast<unsigned long long>((panel_bytes >> 4) & 0x3FFF) << 16)

@@ -186,8 +186,8 @@ def _format_wgmma(s: Wgmma) -> str:
         a = _operand_rows(s.a, s.a_index, WGMMA_M, s.k)
     if s.b_layout == N_MAJOR:
         *leading, panel, row, _ = s.b_index
-        b = f"{s.b}{_index(leading)}[{_span(panel, -(-s.n // SWIZZLE_PANEL))}][{_span(row, s.k)}][0..{SWIZZLE_PANEL - 1}]"
-        b_text = f"{b} (panels of n)"
+        panels = _span(panel, -(-s.n // SWIZZLE_PANEL))
+        b_text = f"{s.b}{_index(leading)}[{panels}][{_span(row, s.k)}][0..{SWIZZLE_PANEL - 1}] (panels of n)"
     else:
         b_text = _operand_rows(s.b, s.b_index, s.n, s.k) + "^T"
     operands = "tf32" if s.operand_dtype == dtypes.float32 else str(s.operand_dtype)

@@ -29,7 +29,8 @@ ROW_PAD_BYTES = 16
 
 def stages_outputs(c: Contraction, tile_scheduler: str | None) -> bool:
     """Whether the block writes its outputs through shared memory: one output, contiguous along
-    the columns, whose rows do not let a thread's two adjacent outputs start 4-byte aligned."""
+    the columns, whose rows start on odd elements, so that a thread's two adjacent outputs
+    cannot be stored as one aligned pair on every row."""
     if (tile_scheduler or GRID) != GRID or len(c.epilogue) != 1 or c.slice_bound is not None:
         return False
     store = c.epilogue[0]

@@ -4,9 +4,10 @@ The bindings say what each consumer thread owns, as the wgmma's accumulators lie
 4 threads across a row of the block, each with its columns in runs of 2, 8 apart; along y,
 32 threads per consumer warpgroup, each with ``block_m / (32 groups)`` rows. The operands
 are staged K-major, ``block x 64`` k-tiles in ``stages`` buffers, copied by the TMA in the
-128-byte swizzle; B that lies along n is staged so, ``64 x block`` (``b_layout``). ``TmaGemmSettings`` adds the producer warpgroup to the block's threads, the
-mbarriers to its shared memory, and prints the pipeline and, with ``tile_scheduler = persistent``,
-how many blocks walk the tiles.
+128-byte swizzle; B that lies along n is staged so, ``64 x block`` (``b_layout``).
+``TmaGemmSettings`` adds the producer warpgroup to the block's threads, the mbarriers (and the
+outputs' tile, ``staged_outputs``) to its shared memory, and prints the pipeline and, with
+``tile_scheduler = persistent``, how many blocks walk the tiles.
 """
 
 from __future__ import annotations

@@ -251,7 +251,8 @@ class TmaGemmWriter:
         maps = []
         for side, operand, block in (("m", self.m_side, self.block_m), ("n", self.n_side, self.block_n)):
             view = operands.view(self.c, operand)
-            box = (setting.BLOCK_K, kernel_ir.SWIZZLE_PANEL) if side == "n" and self.n_major else (block, setting.BLOCK_K)
+            n_major = side == "n" and self.n_major
+            box = (setting.BLOCK_K, kernel_ir.SWIZZLE_PANEL) if n_major else (block, setting.BLOCK_K)
             maps.append(kernel_ir.TensorMap(self.maps[side], operand.load.buffer, (view.rows, view.columns),
                                             view.row_stride, box, kernel_ir.SWIZZLE_BYTES))
         return maps
@@ -260,7 +261,8 @@ class TmaGemmWriter:
         shared = [
             kernel_ir.Array(self.tiles["m"], self.dtype, (self.stages, self.block_m, setting.BLOCK_K), "shared",
                             swizzle=kernel_ir.SWIZZLE_BYTES),
-            kernel_ir.Array(self.tiles["n"], self.dtype, self._n_tile_shape(), "shared", swizzle=kernel_ir.SWIZZLE_BYTES),
+            kernel_ir.Array(self.tiles["n"], self.dtype, self._n_tile_shape(), "shared",
+                            swizzle=kernel_ir.SWIZZLE_BYTES),
             kernel_ir.Array(self.full, dtypes.int64, (self.stages,), "shared"),
             kernel_ir.Array(self.empty, dtypes.int64, (self.stages,), "shared"),
         ]
