@@ -71,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
     plugins_parser.add_argument("--json", action="store_true", help="print JSON for machines")
     plugins_parser.add_argument("--stages", action="store_true",
                                 help="only which provider each stage will use under the current config")
+    cache_parser = commands.add_parser(
+        "cache", help="show or empty lamina's caches of compiled programs and kernels",
+        description="Show what lamina's caches hold under the cache directory (cache_dir, $LAMINA_CACHE_DIR), or "
+                    "remove every entry.")
+    cache_parser.add_argument("action", choices=("info", "clear"),
+                              help="info: the entries and bytes of each cache and the size limit; clear: remove them")
     _add_bench_parser(commands)
     models_parser = commands.add_parser(
         "models", help="list the architectures lamina compiles whole",
@@ -145,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "bench":
             from lamina.cli.bench_command import bench_command
             return bench_command(args)
+        if args.command == "cache":
+            from lamina.cli.cache_command import cache_command
+            return cache_command(args)
         from lamina.cli.plugins_command import plugins_command
         return plugins_command(args)
     except LaminaError as e:

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 import attrs
 
+from lamina.core.cache_usage import parse_size
 from lamina.core.errors import ConfigError
 from lamina.core.ineffective import does_nothing
 from lamina.core.knobs import ENVIRONMENT_PREFIX, from_environment_name, namespaced
@@ -26,6 +27,16 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
+
+
+def _check_size(value: str | None) -> None:
+    if value is not None:
+        parse_size(value)
+
+
+def size_limit(config: Config) -> int | None:
+    """``cache_size_limit`` in bytes, or None."""
+    return None if config.cache_size_limit is None else parse_size(config.cache_size_limit)
 
 
 def user_cache_dir() -> str:
@@ -68,13 +79,16 @@ class Config:
     #: Compiled programs are kept under ``cache_dir`` and reused by later processes
     #: (``lamina.core.program_cache``).
     program_cache: bool = True
+    #: The most the caches under ``cache_dir`` may hold (``"4 GB"``); past it, the entries used
+    #: longest ago are removed after each write (``lamina.core.cache_usage``). None: no limit.
+    cache_size_limit: str | None = attrs.field(default=None, validator=lambda _, __, value: _check_size(value))
     #: The file the settings came from, if any.
     source: str | None = None
 
 
 _LIST_KEYS = {"plugins", "disable", "keep"}
 _BOOL_KEYS = {"strict_plugins", "strict", "progress", "program_cache"}
-_STR_KEYS = {"target", "backend", "schedule", "selection", "cache_dir"}
+_STR_KEYS = {"target", "backend", "schedule", "selection", "cache_dir", "cache_size_limit"}
 _ENV = {
     "LAMINA_PLUGINS": "plugins",
     "LAMINA_DISABLE_PLUGINS": "disable",
@@ -88,6 +102,7 @@ _ENV = {
     "LAMINA_CACHE_DIR": "cache_dir",
     "LAMINA_PROGRESS": "progress",
     "LAMINA_PROGRAM_CACHE": "program_cache",
+    "LAMINA_CACHE_SIZE_LIMIT": "cache_size_limit",
 }
 
 

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import attrs
 
-from lamina.core.config import Config, user_cache_dir
+from lamina.core.config import Config, size_limit, user_cache_dir
 from lamina.core.errors import ConfigError, LaminaError, NoSettingRuns, ScheduleError
 from lamina.core.ir import kernel_ir, loop_ir, tensor_ir, tile_ir, torch_ir
 from lamina.core.knobs import sort_out, warn_unused
@@ -118,9 +118,9 @@ class Pipeline:
         code = code_digest(tuple(modules)) if all(modules) else None
         if code is None:
             return None, None
-        settings = attrs.evolve(self.config, cache_dir=None, progress=True, source=None)
+        settings = attrs.evolve(self.config, cache_dir=None, progress=True, source=None, cache_size_limit=None)
         key = program_key(graph, target, settings, code)
-        return ProgramCache(self.config.cache_dir or user_cache_dir()), key
+        return ProgramCache(self.config.cache_dir or user_cache_dir(), size_limit(self.config)), key
 
     def _reused(self, compilation: Compilation, seconds: float) -> Compilation:
         """A cached compilation as this compile's: this configuration, its own timings, shown to the observers."""

@@ -33,6 +33,8 @@ from typing import Any
 import attrs
 import torch
 
+from lamina.core import cache_usage
+
 FORMAT = b"lamina-program-1"
 LAMINA_PACKAGE = Path(__file__).resolve().parents[1]
 
@@ -100,10 +102,12 @@ def _checksum(key: str, body: bytes) -> str:
 
 
 class ProgramCache:
-    """Compiled programs under ``<root>/programs``."""
+    """Compiled programs under ``<root>/programs``; with ``size_limit``, every cache under ``root``
+    is trimmed to it after each write (``cache_usage``)."""
 
-    def __init__(self, root: Path | str):
-        self.directory = Path(root) / "programs"
+    def __init__(self, root: Path | str, size_limit: int | None = None):
+        self.root, self.size_limit = Path(root), size_limit
+        self.directory = self.root / "programs"
 
     def path(self, key: str) -> Path:
         return self.directory / f"{key}.pickle"
@@ -131,6 +135,8 @@ class ProgramCache:
         if not sound:
             warnings.warn(f"lamina's program cache entry {path} is damaged ({damage}); the program is compiled "
                           "again and the entry rewritten", stacklevel=3)
+        else:
+            cache_usage.mark_used(path)
         return compilation
 
     def put(self, key: str, compilation: Any) -> None:
@@ -150,3 +156,6 @@ class ProgramCache:
         except OSError:
             if temporary is not None:
                 Path(temporary).unlink(missing_ok=True)
+            return
+        if self.size_limit is not None:
+            cache_usage.trim(self.root, self.size_limit)

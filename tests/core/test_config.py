@@ -26,6 +26,7 @@ SETTINGS = {
     "cache_dir": ('"/somewhere/kernels"', {"LAMINA_CACHE_DIR": "/somewhere/kernels"}, "/somewhere/kernels"),
     "progress": ("false", {"LAMINA_PROGRESS": "0"}, False),
     "program_cache": ("false", {"LAMINA_PROGRAM_CACHE": "0"}, False),
+    "cache_size_limit": ('"4 GB"', {"LAMINA_CACHE_SIZE_LIMIT": "4 GB"}, "4 GB"),
 }
 
 

@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 
 import lamina
-from lamina.core import progress
-from lamina.core.config import Config, load_config
+from lamina.core import cache_usage, progress
+from lamina.core.config import Config, load_config, size_limit
 from lamina.core.errors import ConfigError, DeviceError, PluginError
 
 from tests.core.plugin_distributions import fusion_rule_plugin, install_plugin
@@ -172,6 +172,16 @@ def check_program_cache(config: Config, site: Path) -> None:
     assert "loading from the program cache" not in again.compilation.timings.stages
 
 
+def check_cache_size_limit(config: Config, site: Path) -> None:
+    """Two programs under a limit that holds one: the one compiled first is removed."""
+    stored = site / "limited"
+    compiled_matmul(attrs.evolve(config, program_cache=True, cache_dir=str(stored)))
+    assert cache_usage.usage(stored)["programs"][0] == 1
+    compiled_matmul(attrs.evolve(config, program_cache=True, cache_dir=str(stored), target="sm_80"))
+    count, size = cache_usage.usage(stored)["programs"]
+    assert count == 1 and size <= size_limit(config)
+
+
 @attrs.frozen
 class Setting:
     """A value in TOML and in the variable ({site}: the test's folder), what to install first, what to check."""
@@ -199,6 +209,7 @@ SETTINGS = {
     "cache_dir": Setting('"{site}/kernels"', "{site}/kernels", check_cache_dir),
     "progress": Setting("false", "0", check_progress),
     "program_cache": Setting("false", "0", check_program_cache),
+    "cache_size_limit": Setting('"20 kB"', "20 kB", check_cache_size_limit),  # a program here: 16 kB
 }
 
 

@@ -16,6 +16,8 @@ from lamina.backends.cuda.cubin_cache import default_cache_dir
 from lamina.backends.cuda.driver import LaunchableKernel, device_arch
 from lamina.backends.cuda.nvrtc import CompiledKernel, compile_kernel, nvrtc_version
 from lamina.backends.cuda.wgmma import kernel_arch
+from lamina.core import cache_usage
+from lamina.core.config import size_limit
 from lamina.core.errors import CompileError, LaminaError
 from lamina.core.ir import kernel_ir
 from lamina.core.target import Target
@@ -95,9 +97,11 @@ class CudaBackend:
             return Path(config.cache_dir)
         return default_cache_dir()
 
-    def compile(self, program: kernel_ir.Program, arch: str, cache_dir: Path | None = None) -> dict[str, CompiledKernel]:
+    def compile(self, program: kernel_ir.Program, arch: str, cache_dir: Path | None = None,
+                size_limit: int | None = None) -> dict[str, CompiledKernel]:
         """Every kernel of ``program`` compiled for ``arch`` (through the cubin cache under ``cache_dir``,
-        else this backend's, else the configuration's); needs no GPU.
+        else this backend's, else the configuration's); needs no GPU. With ``size_limit``, the caches
+        under that directory are then trimmed to it (``cache_usage.trim``).
 
         Kernels that differ only in the names of their arrays (the same layer of a
         model, repeated) are compiled once: each is compiled under positional names. Distinct
@@ -136,6 +140,8 @@ class CudaBackend:
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=compile_threads(len(first_of))) as pool:
             by_source = dict(zip(first_of, pool.map(compile_one, first_of)))
+        if size_limit is not None and any(not k.from_cache for k in by_source.values()):
+            cache_usage.trim(cache_dir, size_limit)
         return {name: by_source[source] for name, source in source_of.items()}
 
     def load(self, compilation: Any, target: Target | None = None) -> ProgramRunner:
@@ -145,7 +151,9 @@ class CudaBackend:
         if repeated:
             raise LaminaError(f"the Kernel IR program has several kernels named {', '.join(repeated)}; kernel names must be unique")
         arch = self.arch(target if target is not None else compilation.target)
-        compiled = self.compile(program, arch, self.cache_dir_for(compilation))
+        config = getattr(compilation, "config", None)
+        compiled = self.compile(program, arch, self.cache_dir_for(compilation),
+                                size_limit(config) if config is not None else None)
         kernels = {k.name: LaunchableKernel(k, compiled[k.name]) for k in program.kernels}
         for kernel in kernels.values():
             kernel.prepare()

@@ -21,6 +21,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
+from lamina.core import cache_usage
 from lamina.core.config import load_config, user_cache_dir
 
 FORMAT = b"lamina-cubin-2"
@@ -72,6 +73,7 @@ class CubinCache:
                           "and the entry rewritten", stacklevel=3)
             return None
         report, _, cubin = body.partition(b"\n")
+        cache_usage.mark_used(path)
         return cubin, json.loads(report)
 
     def put(self, key: str, cubin: bytes, report: dict[str, Any]) -> None:

@@ -86,3 +86,23 @@ def test_a_program_run_on_the_gpu_caches_its_cubins_where_python_said(monkeypatc
     torch.testing.assert_close(compiled(x), program(x))
     assert len(cubins(tmp_path / "python")) == compiled.kernel_count
     assert cubins(tmp_path / "environment") == []
+
+
+def test_the_kernel_cache_is_trimmed_to_the_configured_size_limit(without_a_gpu):
+    """A program of several kernels into a cache that holds one: the kernels compiled, the cache
+    is trimmed to the limit, the entries used longest ago removed first."""
+    def several_kernels(x):
+        return torch.softmax(x, 1) @ x.t() + x.sum()
+
+    x = torch.randn(5, 37)
+    root = without_a_gpu / "limited"
+    compiled = lamina.compile(several_kernels, (x,), cache_dir=str(root))
+    compiled.compiler.backend("cuda").load(compiled.compilation)
+    assert compiled.kernel_count > 1 and len(cubins(root)) == compiled.kernel_count
+    largest = max(path.stat().st_size for path in cubins(root))
+    for path in cubins(root):
+        path.unlink()
+    limited = lamina.compile(several_kernels, (x,), cache_dir=str(root), cache_size_limit=str(largest))
+    limited.compiler.backend("cuda").load(limited.compilation)
+    assert 1 <= len(cubins(root)) < compiled.kernel_count
+    assert sum(path.stat().st_size for path in cubins(root)) <= largest
