@@ -1,8 +1,11 @@
 """What lamina's caches hold on disk, and keeping them under a size limit.
 
 The cache directory (``Config.cache_dir``) has a folder per cache: ``programs`` (the program
-cache) and ``cubins`` (the CUDA backend's kernels). An entry is a file of its own; a file whose
-name starts with a dot is one being written. A cache reads an entry's modification time as
+cache) and ``cubins`` (the CUDA backend's kernels). An entry is a file of its own: a header line
+(the cache's format, a space, its own description of the body, such as its length and checksum)
+and the body (``read_entry``), written to a temporary file whose name starts with a dot and
+renamed into place (``write_atomically``), so that a reader, in any process, sees a whole entry or
+none. A cache reads an entry's modification time as
 its last use: it touches the entry when it loads it (``mark_used``), so that ``trim`` removes
 the entries used longest ago first. The caches trim after each write where the configuration
 sets ``cache_size_limit``; ``lamina cache info`` and ``lamina cache clear`` show and empty them.
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path
 
 import attrs
@@ -65,6 +69,31 @@ def usage(root: Path | str) -> dict[str, tuple[int, int]]:
         count, size = out.get(entry.path.parent.name, (0, 0))
         out[entry.path.parent.name] = (count + 1, size + entry.bytes)
     return out
+
+
+def read_entry(path: Path) -> tuple[bytes, bytes, bytes] | None:
+    """The format, the description and the body of the entry at ``path``; None where there is none."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    header, _, body = data.partition(b"\n")
+    prefix, _, meta = header.partition(b" ")
+    return prefix, meta, body
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """``data`` into ``path`` through a temporary file in its folder, renamed into place; an
+    ``OSError`` where the folder cannot be written (the temporary file removed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem[:16]}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as f:
+            f.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def mark_used(path: Path) -> None:

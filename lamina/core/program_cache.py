@@ -22,10 +22,8 @@ import functools
 import hashlib
 import importlib.util
 import json
-import os
 import pickle
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -115,14 +113,10 @@ class ProgramCache:
     def get(self, key: str) -> Any | None:
         """The compilation stored under ``key``, or None if there is no sound entry."""
         path = self.path(key)
-        try:
-            data = path.read_bytes()
-        except OSError:
+        found = cache_usage.read_entry(path)
+        if found is None or found[0] != FORMAT:
             return None
-        header, _, body = data.partition(b"\n")
-        prefix, _, meta = header.partition(b" ")
-        if prefix != FORMAT:
-            return None
+        _, meta, body = found
         try:
             expected = json.loads(meta)
             sound = expected["body_bytes"] == len(body) and expected["sha256"] == _checksum(key, body)
@@ -146,16 +140,9 @@ class ProgramCache:
         except Exception:  # a plugin's provider that cannot be pickled: the program is not cached
             return
         meta = json.dumps({"body_bytes": len(body), "sha256": _checksum(key, body)}, sort_keys=True)
-        temporary = None
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            handle, temporary = tempfile.mkstemp(dir=self.directory, prefix=".writing-")
-            with os.fdopen(handle, "wb") as f:
-                f.write(FORMAT + b" " + meta.encode() + b"\n" + body)
-            os.replace(temporary, self.path(key))
+            cache_usage.write_atomically(self.path(key), FORMAT + b" " + meta.encode() + b"\n" + body)
         except OSError:
-            if temporary is not None:
-                Path(temporary).unlink(missing_ok=True)
             return
         if self.size_limit is not None:
             cache_usage.trim(self.root, self.size_limit)

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Sequence
@@ -59,12 +57,10 @@ class CubinCache:
     def get(self, key: str) -> tuple[bytes, dict[str, Any]] | None:
         """The cubin and report stored under ``key``, or None if there is no sound entry."""
         path = self.path(key)
-        try:
-            data = path.read_bytes()
-        except OSError:
+        found = cache_usage.read_entry(path)
+        if found is None:
             return None
-        header, _, body = data.partition(b"\n")
-        prefix, _, meta = header.partition(b" ")
+        prefix, meta, body = found
         if prefix != FORMAT and prefix.startswith(FORMER_FORMATS):
             return None
         damage = _damage(key, prefix, meta, body)
@@ -80,27 +76,14 @@ class CubinCache:
         """Store an entry atomically. A cache that cannot be written only costs a recompile."""
         body = json.dumps(report, sort_keys=True).encode() + b"\n" + cubin
         meta = json.dumps({"body_bytes": len(body), "sha256": _checksum(key, body)}, sort_keys=True)
-        data = FORMAT + b" " + meta.encode() + b"\n" + body
-        temporary = None
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fd, temporary = tempfile.mkstemp(dir=self.directory, prefix=f".{key[:16]}.", suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(temporary, self.path(key))
-            temporary = None
+            cache_usage.write_atomically(self.path(key), FORMAT + b" " + meta.encode() + b"\n" + body)
         except OSError as error:
             warnings.warn(
                 f"lamina could not write its kernel cache in {self.directory} ({error}); "
                 "kernels will be compiled again in the next process. Set LAMINA_CACHE_DIR to a writable directory.",
                 stacklevel=3,
             )
-        finally:
-            if temporary is not None:
-                try:
-                    os.unlink(temporary)
-                except OSError:
-                    pass
 
 
 def _checksum(key: str, body: bytes) -> str:
