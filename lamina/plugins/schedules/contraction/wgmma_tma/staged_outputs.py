@@ -20,6 +20,7 @@ import math
 
 from lamina.core.ir import expr as ex, index, kernel_ir
 from lamina.core.ir.expr import Expr
+from lamina.plugins.schedules import loop_to_kernel
 from lamina.plugins.schedules.contraction.knobs import GRID
 from lamina.plugins.schedules.contraction.recognise import Contraction
 
@@ -74,10 +75,9 @@ class StagedOutputs:
         """A consumer's epilogue value into the tile."""
         return kernel_ir.Store(self.name, (row_in_block, col_in_block), ex.cast(value, self.dtype))
 
-    def copy_out(self, translate) -> list[kernel_ir.Stmt]:
+    def copy_out(self) -> list[kernel_ir.Stmt]:
         """After the barrier: element ``step * threads + tid`` of the tile (row-major) to its output,
-        where it lies inside the output. ``translate(expr, env)`` gives a Loop IR expression of the
-        output's coordinates in Kernel IR."""
+        where it lies inside the output."""
         c, size = self.c, self.block_m * self.block_n
         tid = kernel_ir.thread_idx("x")
         element = self.step * self.threads + tid
@@ -86,7 +86,8 @@ class StagedOutputs:
         col = self.block_col * self.block_n + col_in_block
         env = {**self.batch_env, c.m: row, c.n: col}
         buffer = c.kernel.buffer(self.store.buffer).type
-        target = (index.linearize(tuple(translate(i, env) for i in self.store.index), buffer.shape),)
+        coordinates = tuple(loop_to_kernel.translate_expr(i, c.kernel, env) for i in self.store.index)
+        target = (index.linearize(coordinates, buffer.shape),)
         inside = [ex.op("lt", self.element, size)]
         if c.extents[c.m] % self.block_m:
             inside.append(ex.op("lt", row, c.extents[c.m]))

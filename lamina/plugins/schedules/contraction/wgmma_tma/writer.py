@@ -243,8 +243,7 @@ class TmaGemmWriter:
                 kernel_ir.If(ex.op("ge", self.tid, self.consumers), [kernel_ir.If(elected, self.producer())],
                              self.consumer())]
         if self.staged is not None:
-            translate = lambda e, env: loop_to_kernel.translate_expr(e, self.kernel, env)  # noqa: E731
-            out += [kernel_ir.Barrier(), *self.staged.copy_out(translate)]
+            out += [kernel_ir.Barrier(), *self.staged.copy_out()]
         return out
 
     def tensor_maps(self) -> list[kernel_ir.TensorMap]:
