@@ -26,7 +26,7 @@ from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import arrangement, copy_issue, copy_layout, unneeded_blocks, unread_outputs
 from lamina.plugins.schedules.contraction.mma_sync import products as mma_sync
 from lamina.plugins.schedules.contraction.wgmma import products as wgmma_products
-from lamina.plugins.schedules.contraction.wgmma_tma import setting as tma_setting, staged_outputs, tiling as tma_tiling
+from lamina.plugins.schedules.contraction.wgmma_tma import setting as tma_setting, tiling as tma_tiling
 from lamina.plugins.schedules.contraction.knobs import Choices
 from lamina.plugins.schedules.contraction.recognise import Contraction, Operand
 from lamina.plugins.schedules.contraction.settings import ContractionSettings
@@ -296,7 +296,7 @@ def _store_text(c: Contraction, choices: Choices) -> str:
     width = store_width(c, column_run(choices))
     sizes = sorted({width * c.kernel.buffer(s.buffer).type.dtype.itemsize for s in c.epilogue})
     count = f"{width} adjacent outputs" if width > 1 else "one output"
-    staged = tma_setting.uses(choices) and staged_outputs.stages_outputs(c, choices.tile_scheduler)
+    staged = tma_setting.uses(choices) and tma_setting.stages_outputs(c, choices.tile_scheduler)
     return f"{count} per store ({' and '.join(map(str, sizes))} B)" + (
         ", from a shared tile, consecutive threads writing consecutive columns" if staged else "")
 

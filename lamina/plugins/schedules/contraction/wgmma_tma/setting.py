@@ -141,29 +141,49 @@ def shared_bytes(c: Contraction, choices: Choices) -> int:
     factors = operands.factors(c)
     itemsize = factors[0].load.dtype.itemsize if factors else 2
     staged = (staged_outputs.tile_bytes(c, choices.block_m, choices.block_n)
-              if staged_outputs.stages_outputs(c, choices.tile_scheduler) else 0)
+              if stages_outputs(c, choices.tile_scheduler) else 0)
     return (choices.stages * (choices.block_m + choices.block_n) * BLOCK_K * itemsize + barrier_bytes(choices.stages)
             + staged)
 
 
+@attrs.frozen
+class _KernelFacts:
+    """What this setting asks of a contraction's kernel whatever the setting: the same for every
+    setting the cost model weighs, so worked out once per kernel (a contraction is what
+    ``analyse`` finds in its kernel)."""
+
+    operands_problem: str | None
+    b_layout: str
+    odd_rows: bool
+
+
+def _facts(c: Contraction) -> _KernelFacts:
+    if c.kernel not in _known:
+        if len(_known) >= 1024:
+            _known.clear()
+        found = operands.view(c, operands.factors(c)[1]) if operands.factors(c) else "no factors"
+        layout = kernel_ir.K_MAJOR if isinstance(found, str) else found.layout
+        _known[c.kernel] = _KernelFacts(_find_operands_problem(c), layout, staged_outputs.odd_rows(c))
+    return _known[c.kernel]
+
+
+_known: dict[loop_ir.Kernel, _KernelFacts] = {}
+
+
 def operands_problem(c: Contraction) -> str | None:
-    """Why the TMA cannot read the contraction's operands, or None: the same for every setting
-    the cost model weighs, so worked out once per kernel (a contraction is what ``analyse``
-    finds in its kernel)."""
-    if c.kernel not in _unreadable:
-        if len(_unreadable) >= 1024:
-            _unreadable.clear()
-        _unreadable[c.kernel] = _find_operands_problem(c)
-    return _unreadable[c.kernel]
-
-
-_unreadable: dict[loop_ir.Kernel, str | None] = {}
+    """Why the TMA cannot read the contraction's operands, or None."""
+    return _facts(c).operands_problem
 
 
 def b_layout(c: Contraction) -> str:
     """How the TMA GEMM reads the columns' operand B: ``k_major`` or ``n_major`` (``operands.view``)."""
-    found = operands.view(c, operands.factors(c)[1])
-    return kernel_ir.K_MAJOR if isinstance(found, str) else found.layout
+    return _facts(c).b_layout
+
+
+def stages_outputs(c: Contraction, tile_scheduler: str | None) -> bool:
+    """Whether the block writes its outputs through a shared tile (``staged_outputs``): its grid's
+    blocks, where the output's rows do not let a thread store aligned pairs."""
+    return (tile_scheduler or GRID) == GRID and _facts(c).odd_rows
 
 
 def _find_operands_problem(c: Contraction) -> str | None:

@@ -10,8 +10,8 @@ banks); after a barrier of the whole block, every thread, the producer warpgroup
 the tile out row by row, consecutive threads writing consecutive columns.
 
 Only the grid's blocks do so (a persistent block's producer runs ahead into its next tile, and
-the barrier needs it), for one output contiguous along the columns; the tile costs shared memory,
-which the setting counts (``setting.shared_bytes``).
+the barrier needs it), for one output contiguous along the columns (``setting.stages_outputs``);
+the tile costs shared memory, which the setting counts (``setting.shared_bytes``).
 """
 
 from __future__ import annotations
@@ -21,18 +21,18 @@ import math
 from lamina.core.ir import expr as ex, index, kernel_ir
 from lamina.core.ir.expr import Expr
 from lamina.plugins.schedules import loop_to_kernel
-from lamina.plugins.schedules.contraction.knobs import GRID
 from lamina.plugins.schedules.contraction.recognise import Contraction
 
 ROW_PAD_BYTES = 16
 """Added to each row of the shared tile: a warp's eight rows then start four banks apart."""
 
 
-def stages_outputs(c: Contraction, tile_scheduler: str | None) -> bool:
-    """Whether the block writes its outputs through shared memory: one output, contiguous along
-    the columns, whose rows start on odd elements, so that a thread's two adjacent outputs
-    cannot be stored as one aligned pair on every row."""
-    if (tile_scheduler or GRID) != GRID or len(c.epilogue) != 1 or c.slice_bound is not None:
+def odd_rows(c: Contraction) -> bool:
+    """Whether the contraction has one output, contiguous along the columns, whose rows start on
+    odd elements, so that a thread's two adjacent outputs cannot be stored as one aligned pair on
+    every row: a grid block then writes its outputs through shared memory
+    (``setting.stages_outputs``, which keeps the answer per kernel)."""
+    if len(c.epilogue) != 1 or c.slice_bound is not None:
         return False
     store = c.epilogue[0]
     buffer = c.kernel.buffer(store.buffer).type

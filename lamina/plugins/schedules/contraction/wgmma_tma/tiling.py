@@ -158,7 +158,7 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
                                  consumer_warpgroups=groups, tile_scheduler=choices.tile_scheduler or GRID,
                                  b_layout=b_layout,
                                  staged_output_bytes=(staged_outputs.tile_bytes(c, choices.block_m, choices.block_n)
-                                                      if staged_outputs.stages_outputs(c, choices.tile_scheduler)
+                                                      if setting.stages_outputs(c, choices.tile_scheduler)
                                                       else 0),
                                  persistent_blocks=(persistent_blocks(c, choices, target)
                                                     if choices.tile_scheduler == PERSISTENT else 0)),
