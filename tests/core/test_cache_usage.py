@@ -29,7 +29,7 @@ def test_sizes_are_read_with_their_units(text, size):
 
 
 @pytest.mark.parametrize("text", ["lots", "4 GBs", "-1 GB", ""])
-def test_a_size_that_is_none_is_a_config_error_that_says_how_to_write_one(text):
+def test_anything_else_is_a_config_error_that_says_how_to_write_a_size(text):
     with pytest.raises(ConfigError, match='"500 MB" or "4 GB"'):
         Config(cache_size_limit=text)
 
