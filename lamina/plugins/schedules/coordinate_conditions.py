@@ -6,14 +6,16 @@ them alone whether the mask holds (or fails) at every point: then the block need
 compute what the mask throws away (``contraction/unneeded_blocks``), nor a vector be read
 (``row_reduction``). Comparisons of affine integer expressions are decided exactly; ``and``,
 ``or`` and ``not`` of them soundly (``or`` may miss a box that its two sides cover between
-them); anything else, such as a load, is left undecided.
+them); anything else, such as a load, is left undecided. Where a comparison is settled, for
+a block or by the ranges of its coordinates, ``settled`` folds what it settles, so that a
+block's code keeps only the part of a mask that still depends on the point.
 """
 
 from __future__ import annotations
 
 from typing import Mapping
 
-from lamina.core.ir import expr as ex, index
+from lamina.core.ir import dtypes, expr as ex, index
 from lamina.core.ir.expr import Expr
 
 Box = Mapping[str, tuple[Expr, Expr]]
@@ -88,3 +90,59 @@ def _span(difference: Expr, box: Box) -> tuple[Expr, Expr] | None:
         lowest = lowest + low * coefficient
         highest = highest + high * coefficient
     return index.simplify(lowest), index.simplify(highest)
+
+
+def settled(expr: Expr, ranges: index.Ranges | None = None) -> Expr:
+    """``expr`` with every comparison of integers that ``ranges`` (each variable's extent)
+    decides replaced by its value, and the ``and``, ``or``, ``not`` and ``where`` that such
+    values settle folded: ``where(r < 0, r + n, r)`` over ``r`` in ``[0, n)`` is ``r``."""
+    ranges = dict(ranges or {})
+
+    def fold(node: Expr) -> Expr | None:
+        if not isinstance(node, ex.Op):
+            return None
+        name, args = node.op, node.args
+        if name in _FLIPPED or name in ("eq", "ne"):
+            return _compared(name, args, ranges)
+        known = [bool(a.value) if isinstance(a, ex.Const) and a.dtype == dtypes.bool_ else None for a in args]
+        if name == "not" and known[0] is not None:
+            return ex.const(not known[0], node.dtype)
+        if name in ("and", "or") and node.dtype == dtypes.bool_:
+            absorbing = name == "or"
+            for i in (0, 1):
+                if known[i] is not None:
+                    return ex.const(absorbing, node.dtype) if known[i] == absorbing else args[1 - i]
+        if name == "where":
+            if isinstance(args[0], ex.Const):
+                return ex.cast(args[1] if args[0].value else args[2], node.dtype)
+            if args[1] == args[2]:
+                return ex.cast(args[1], node.dtype)
+        return None
+
+    return ex.transform(expr, fold)
+
+
+def with_decided(expr: Expr, term: Expr, truth: bool) -> Expr:
+    """``expr`` where comparison ``term`` is ``truth``, with what that settles folded."""
+    value = ex.const(truth, term.dtype)
+    return settled(ex.transform(expr, lambda node: value if node == term else None))
+
+
+def _compared(name: str, args: tuple[Expr, ...], ranges: index.Ranges) -> Expr | None:
+    """A comparison of integers as a constant, where the ranges decide it."""
+    if any(a.dtype.is_float or a.dtype == dtypes.bool_ for a in args):
+        return None
+    low, high = index.bounds(index.affine(ex.op("sub", args[0], args[1]), ranges), ranges)
+    if low is None or high is None:
+        return None
+    truth = comparison_over(name, low, high)
+    return None if truth is None else ex.const(truth)
+
+
+def comparison_over(name: str, low: int, high: int) -> bool | None:
+    """What ``d name 0`` is for every ``d`` from ``low`` to ``high``: True, False, or None
+    where it differs between them."""
+    holds, fails = {"lt": (high < 0, low >= 0), "le": (high <= 0, low > 0), "gt": (low > 0, high <= 0),
+                    "ge": (low >= 0, high < 0), "eq": (low == high == 0, low > 0 or high < 0),
+                    "ne": (low > 0 or high < 0, low == high == 0)}[name]
+    return True if holds else False if fails else None

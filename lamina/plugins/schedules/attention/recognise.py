@@ -21,8 +21,10 @@ from lamina.core.ir.names import fresh_name
 from lamina.core.ir.torch_ir import TensorType
 from lamina.plugins.schedules.contraction import Contraction, NotAContraction
 from lamina.plugins.schedules.contraction import analyse as analyse_contraction
+from lamina.plugins.schedules.attention.block_masks import BlockScores, block_scores
 from lamina.plugins.schedules.attention.loops import AttentionLoops, NotAttention, attention_loops, is_op
 from lamina.plugins.schedules.contraction.wgmma_tma.operands import TmaView, factors, view
+from lamina.plugins.schedules.coordinate_conditions import settled
 
 
 @attrs.frozen
@@ -40,6 +42,8 @@ class Attention:
     value_rows: TmaView
     dtype: dtypes.DType
     loops: AttentionLoops
+    by_block: BlockScores
+    """The score as each block of queries and keys computes it, its mask settled where it can be."""
 
     @property
     def query_var(self) -> str:
@@ -150,8 +154,8 @@ def _checked(loops: AttentionLoops, scores: Contraction, values: Contraction) ->
     if views[2].layout != kernel_ir.K_MAJOR:
         raise NotAttention(f"{where}: the values lie along the features; the attention kernel reads them K-major, "
                            "along the keys (copied so by fuse_attention)")
-    score = scores.epilogue[0].value
-    return Attention(kernel, scores, values, score, *views, dtype, loops)
+    score = settled(scores.epilogue[0].value, scores.extents)
+    return Attention(kernel, scores, values, score, *views, dtype, loops, block_scores(score, scores.n, scores.m))
 
 
 def _causal_limit(score: Expr, key: str, query: str, at: Expr) -> Expr | None:

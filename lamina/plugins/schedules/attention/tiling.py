@@ -23,9 +23,10 @@ from typing import Any, Mapping
 import attrs
 
 from lamina.core.errors import ScheduleError
-from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
+from lamina.core.ir import expr as ex, index, kernel_ir, tile_ir
 from lamina.core.ir.kernel_ir import hopper_barriers
 from lamina.core.target import Target
+from lamina.plugins.schedules.attention.block_masks import reads
 from lamina.plugins.schedules.attention.recognise import Attention
 
 SCHEDULE_NAME = "attention"
@@ -108,16 +109,18 @@ def problem(a: Attention, choice: AttentionChoice, target: Target) -> str | None
     return None
 
 
-def score_reads(a: Attention) -> int:
-    """Reads of buffers other than the product's that each score makes."""
-    return sum(1 for node in ex.walk(a.score) if isinstance(node, loop_ir.Load))
-
-
 def score_reads_us(a: Attention, target: Target) -> float:
-    """What the score's reads cost for every score of the attention, spread over the SMs: the
-    same whichever kernel computes the scores."""
+    """What the score's reads cost for every score of the attention, spread over the SMs, where
+    every score reads what the program's score reads (the scores computed apart)."""
     scores = a.batch_size * a.queries_extent * a.keys_extent
-    return scores * score_reads(a) * SCORE_READ_NS * 1e-3 / target.sm_count
+    return scores * reads(a.score) * SCORE_READ_NS * 1e-3 / target.sm_count
+
+
+def _key_block_reads(a: Attention, choice: AttentionChoice, query_block: int, key_block: int) -> int:
+    """The reads each score of a key block makes, its mask settled over the block (``block_masks``)."""
+    first_query, first_key = query_block * choice.block_queries, key_block * choice.block_keys
+    return reads(a.by_block.score_over(range(first_query, first_query + choice.block_queries),
+                                       range(first_key, first_key + choice.block_keys)))
 
 
 def estimate_us(a: Attention, choice: AttentionChoice, target: Target) -> float:
@@ -126,10 +129,11 @@ def estimate_us(a: Attention, choice: AttentionChoice, target: Target) -> float:
     per_key_block = (KEY_BLOCK_US + KEY_BLOCK_US_PER_FEATURE * a.depth) * choice.block_keys / 128
     if groups == 1:
         per_key_block *= ONE_WARPGROUP_SLOWDOWN
-    scores = kernel_ir.WGMMA_M * groups * choice.block_keys
-    per_key_block += scores * score_reads(a) * SCORE_READ_NS * 1e-3 * resident
+    read_us = kernel_ir.WGMMA_M * groups * choice.block_keys * SCORE_READ_NS * 1e-3 * resident
     query_blocks = math.ceil(a.queries_extent / choice.block_queries)
-    blocks = [key_blocks(a, choice, q) * per_key_block for q in range(query_blocks)] * a.batch_size
+    blocks = [sum(per_key_block + read_us * _key_block_reads(a, choice, q, kb)
+                  for kb in range(key_blocks(a, choice, q)))
+              for q in range(query_blocks)] * a.batch_size
     return LAUNCH_US + max(max(blocks, default=0.0), sum(blocks) / (target.sm_count * resident))
 
 
@@ -167,6 +171,8 @@ class AttentionSettings(tile_ir.ScheduleSettings):
     stages: int
     consumer_warpgroups: int
     causal: bool
+    mask_by_block: str | None = None
+    """How the score's mask is settled per key block (``block_masks.BlockScores.text``), if it is."""
 
     def extra_threads(self, tk: tile_ir.TileKernel) -> int:
         """The 4 threads across each query row of a wgmma accumulator: the bindings count one."""
@@ -195,10 +201,13 @@ class AttentionSettings(tile_ir.ScheduleSettings):
         ]
         if self.causal:
             lines.append("  causal: key blocks past the block's last visible key are skipped")
+        if self.mask_by_block is not None:
+            lines.append(f"  mask by key block: {self.mask_by_block}")
         return lines
 
 
 def tile(a: Attention, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:
+    causal = a.last_visible_key(ex.Var(a.query_var)) is not None
     choice, estimate, count = choose(a, target, knobs)
     pins = ", ".join(f"{k} = {v}" for k, v in sorted(_read_pinned(knobs, "").items())) or "none"
     groups = choice.consumer_warpgroups
@@ -227,7 +236,6 @@ def tile(a: Attention, target: Target, knobs: Mapping[str, Any]) -> tile_ir.Tile
              ("estimate", f"{estimate:.1f} us")]
     tk = tile_ir.TileKernel(
         kernel=a.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction, stages=stages, knobs=notes,
-        settings=AttentionSettings(choice.block_keys, choice.stages, groups,
-                                   a.last_visible_key(ex.Var(a.query_var)) is not None))
+        settings=AttentionSettings(choice.block_keys, choice.stages, groups, causal, a.by_block.text(not causal)))
     tile_ir.verify_tile_kernel(tk, target.max_threads_per_block, target.max_shared_bytes_optin)
     return tk

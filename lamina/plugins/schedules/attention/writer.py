@@ -138,35 +138,59 @@ class AttentionWriter:
                 self.features, operand_dtype=self.a.dtype))
         return out
 
-    def _score(self, i: int, query: Expr, key: Expr) -> Expr:
+    def _score(self, score: Expr, i: int, query: Expr, key: Expr) -> Expr:
         a = self.a
         dot = kernel_ir.Load(self._n("scores"), (ex.const(i),), dtypes.float32)
         env = {**self.batch_env, a.query_var: query, a.key_var: key, a.scores.acc: dot}
-        return ex.cast(loop_to_kernel.translate_expr(a.score, self.kernel, env), dtypes.float32)
+        return ex.cast(loop_to_kernel.translate_expr(score, self.kernel, env), dtypes.float32)
 
-    def _softmax(self) -> list[kernel_ir.Stmt]:
-        """Steps 2 and 3 for the thread's two rows."""
+    def _cells(self, h: int) -> list[tuple[int, int]]:
+        """(accumulator, column in the key block) of the thread's scores in row ``h`` of its two."""
+        return [(4 * j + 2 * h + e, 8 * j + e) for j in range(self.block_keys // 8) for e in range(2)]
+
+    def _score_stores(self, score: Expr) -> list[kernel_ir.Stmt]:
+        """Step 2 for the thread's two rows with ``score``: keys and queries past the last as -inf."""
         a, out = self.a, []
-        scores = self._n("scores")
         t = self.lane % QUAD
-        minus_infinity = ex.const(-math.inf, dtypes.float32)
         for h in range(2):
             query = self.row + 8 * h
-            cells = [(4 * j + 2 * h + e, 8 * j + e) for j in range(self.block_keys // 8) for e in range(2)]
-            for i, column in cells:
+            for i, column in self._cells(h):
                 key = self.kb * self.block_keys + column + 2 * t
                 guard = []
                 if a.keys_extent % self.block_keys:
                     guard.append(ex.op("lt", key, a.keys_extent))
                 if a.queries_extent % self.block_queries:
                     guard.append(ex.op("lt", query, a.queries_extent))
-                store = kernel_ir.Store(scores, (ex.const(i),), self._score(i, query, key))
+                store = kernel_ir.Store(self._n("scores"), (ex.const(i),), self._score(score, i, query, key))
                 if guard:
                     condition = guard[0] if len(guard) == 1 else ex.op("and", *guard)
-                    out.append(kernel_ir.If(condition, [store], [kernel_ir.Store(scores, (ex.const(i),),
-                                                                                 minus_infinity)]))
+                    out.append(kernel_ir.If(condition, [store], [kernel_ir.Store(
+                        self._n("scores"), (ex.const(i),), ex.const(-math.inf, dtypes.float32))]))
                 else:
                     out.append(store)
+        return out
+
+    def _scores_by_block(self) -> list[kernel_ir.Stmt]:
+        """Step 2 with the score that the key block allows (``block_masks``): the mask's
+        comparison of key and query settled where the block lies off the diagonal."""
+        first_query = kernel_ir.block_idx("x") * self.block_queries
+        first_key = self.kb * self.block_keys
+        box = {self.a.query_var: (first_query, first_query + self.block_queries - 1),
+               self.a.key_var: (first_key, first_key + self.block_keys - 1)}
+        variants = self.a.by_block.variants(box, hidden=not self.tile.settings.causal)
+        stores = self._score_stores(variants[-1][1])
+        for condition, score in reversed(variants[:-1]):
+            stores = [kernel_ir.If(condition, self._score_stores(score), stores)]
+        return stores
+
+    def _softmax(self) -> list[kernel_ir.Stmt]:
+        """Steps 2 and 3 for the thread's two rows."""
+        a, out = self.a, self._scores_by_block()
+        scores = self._n("scores")
+        t = self.lane % QUAD
+        minus_infinity = ex.const(-math.inf, dtypes.float32)
+        for h in range(2):
+            cells = self._cells(h)
             values = [kernel_ir.Load(scores, (ex.const(i),), dtypes.float32) for i, _ in cells]
             out.append(_set(self.maximum, balanced_tree("max", values), declare=h == 0))
             for mask in (1, 2):

@@ -186,6 +186,7 @@ tile scaled_dot_product_attention  schedule=attention
   copies: thread 0 issues the TMA loads of the queries once and of each key block's keys and values into a ring of 2 stages, each guarded by an mbarrier, refilled once the block is done with it
   products on tensor cores: 2 consumer warpgroups of 64 query rows; per key block, wgmma m64n128k16 on bf16 gives the scores, the probabilities go to shared memory in bf16, wgmma m64n64k16 adds them times the values; f32 accumulators
   causal: key blocks past the block's last visible key are skipped
+  mask by key block: r0 <= i2 settled per key block: where it holds each score reads nothing; compared at each score only where the diagonal crosses the block
   chosen = 128 queries x 128 keys, 2 stages; cheapest of 4 settings, pinned: none
   estimate = 4.1 us
 """

@@ -109,6 +109,15 @@ def test_the_bias_is_recomputed_in_each_attention_kernel_from_the_padding_vector
         assert all(b.type.shape[-2:] != (length, length) for b in kernel.inputs)
 
 
+def test_the_causal_comparison_is_settled_per_key_block():
+    """Left of the diagonal a score reads only the padding vector, right of it nothing; the
+    numbers of blocks of each kind (left, crossed, right) are checked above, at 130 and 200
+    queries, two query blocks by two key blocks."""
+    tile = compiled_attention(one_layer, inputs(4, 2, 200, 64, 3)).ir("tile")
+    assert "mask by key block: r0 <= i1 settled per key block: where it holds each score reads attention_mask, " \
+           "where it fails nothing; compared at each score only where the diagonal crosses the block" in tile
+
+
 def test_a_batch_of_one_reads_its_padding_mask_without_a_lookup():
     """``attention_mask[arange(1), key]``: the batch axis has one index PyTorch accepts, read as 0."""
     length = 96

@@ -1,0 +1,92 @@
+"""A causal mask settled once per block of queries and keys, not at every score.
+
+A decoder's mask is ``key <= query`` (in Hugging Face's models and-ed with the padding
+vector's entry for the key) turned into a bias that each score adds. Over a block of queries
+and a block of keys that comparison has one value wherever the key block lies wholly left of
+the diagonal (it holds: every key is seen) or wholly right of it (it fails); only the blocks
+that the diagonal crosses need it per score. With the comparison settled the rest of the
+mask often folds away: right of the diagonal the score adds the bias's constant and reads
+nothing, left of it the score reads only the padding vector. The attention kernel computes
+each key block's scores with the variant that its block allows.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from lamina.core.ir import expr as ex, index, loop_ir
+from lamina.core.ir.expr import Expr
+from lamina.plugins.schedules.coordinate_conditions import Box, comparison_over, decidable, holds_over, with_decided
+
+_COMPARISONS = ("lt", "le", "gt", "ge")
+
+
+@attrs.frozen
+class BlockScores:
+    """The score, and where it compares its key with its query (``term``), the score where
+    that comparison holds over a block (``seen``) and where it fails over it (``hidden``)."""
+
+    general: Expr
+    key: str
+    query: str
+    term: Expr | None = None
+    seen: Expr | None = None
+    hidden: Expr | None = None
+
+    def variants(self, box: Box, hidden: bool = True) -> list[tuple[Expr | None, Expr]]:
+        """(condition on the box's bounds, score) pairs: a block takes the first whose
+        condition holds, the last has none; ``hidden`` False leaves out the variant of blocks
+        the comparison hides (a kernel that never walks them)."""
+        if self.term is None:
+            return [(None, self.general)]
+        found = [(holds_over(self.term, box), self.seen)]
+        if hidden:
+            found.append((holds_over(ex.op("not", self.term), box), self.hidden))
+        return [(c, s) for c, s in found if c is not None] + [(None, self.general)]
+
+    def score_over(self, queries: range, keys: range) -> Expr:
+        """The score that a block of the ``queries`` by the ``keys`` computes."""
+        if self.term is None:
+            return self.general
+        form = index.affine(ex.op("sub", *self.term.args))
+        low = high = form.constant
+        for atom, coefficient in form.terms.items():
+            span = queries if atom.name == self.query else keys
+            ends = (coefficient * span[0], coefficient * span[-1])
+            low, high = low + min(ends), high + max(ends)
+        truth = comparison_over(self.term.op, low, high)
+        return self.general if truth is None else self.seen if truth else self.hidden
+
+
+    def text(self, hidden: bool = True) -> str | None:
+        """A line for Tile IR: the comparison settled and what each kind of block reads."""
+        if self.term is None:
+            return None
+        failed = f", where it fails {_read_text(self.hidden)}" if hidden else ""
+        return (f"{ex.format_expr(self.term)} settled per key block: where it holds each score reads "
+                f"{_read_text(self.seen)}{failed}; compared at each score only where the diagonal crosses the block")
+
+
+def _read_text(score: Expr) -> str:
+    names = sorted({node.buffer for node in ex.walk(score) if _varying_read(node)})
+    return ", ".join(names) if names else "nothing"
+
+
+def _varying_read(node: Expr) -> bool:
+    """A read at an index that moves with the coordinates: a scalar is read once, not per score."""
+    return isinstance(node, loop_ir.Load) and any(ex.free_vars(i) for i in node.index)
+
+
+def block_scores(score: Expr, key: str, query: str) -> BlockScores:
+    """``score`` with its first comparison of ``key`` and ``query`` (``key <= query + c`` or
+    any other affine comparison of the two) settled both ways, where it has one."""
+    for node in ex.walk(score):
+        if isinstance(node, ex.Op) and node.op in _COMPARISONS and ex.free_vars(node) == {key, query} \
+                and not any(isinstance(n, loop_ir.Load) for n in ex.walk(node)) and decidable(node):
+            return BlockScores(score, key, query, node, with_decided(score, node, True), with_decided(score, node, False))
+    return BlockScores(score, key, query)
+
+
+def reads(score: Expr) -> int:
+    """Reads of buffers that ``score`` makes at indices that move with its coordinates."""
+    return sum(1 for node in ex.walk(score) if _varying_read(node))
