@@ -133,3 +133,22 @@ class BlockLayout:
 
     def accumulator(self, a: int, b: int) -> kernel_ir.Load:
         return kernel_ir.Load(self.acc, (ex.const(a), ex.const(b)), self.contraction.acc_dtype)
+
+
+def store_width(c: Contraction, fragment_width: int) -> int:
+    """How many adjacent outputs one epilogue store writes: a thread's run of ``fragment_width``
+    columns where every store's columns are contiguous and each run starts aligned and lies
+    wholly inside or outside the output, else 1."""
+    if fragment_width == 1 or c.extents[c.n] % fragment_width:
+        return 1
+    for store in c.epilogue:
+        buffer = c.kernel.buffer(store.buffer).type
+        if fragment_width * buffer.dtype.itemsize not in kernel_ir.VECTOR_BYTES:
+            return 1
+        form = index.affine(index.linearize(store.index, buffer.shape))
+        if not all(isinstance(atom, ex.Var) for atom in form.terms):
+            return 1
+        steps = {atom.name: coef for atom, coef in form.terms.items()}
+        if steps.pop(c.n, None) != 1 or any(step % fragment_width for step in (*steps.values(), form.constant)):
+            return 1
+    return fragment_width

@@ -25,6 +25,7 @@ from lamina.plugins.schedules.contraction.layout import (
     BlockLayout,
     KernelNames,
     all_of,
+    store_width,
     batch_coordinates,
     dynamic_shared_bytes,
     any_of,
@@ -72,7 +73,7 @@ class ContractionWriter:
         self.invariants = {load: names.fresh(f"{load.buffer}_value") for load in c.invariant_loads()}
         self.mma = (TensorCoreSteps(self.names, mma_sync.factors(c), c.acc_dtype)
                     if self.settings.products == MMA_PRODUCTS else None)
-        self.store_width = tiling.store_width(c, self.cols.group)
+        self.store_width = store_width(c, self.cols.group)
         self.outputs = [names.fresh(f"{s.buffer}_out") for s in c.epilogue] if self.store_width > 1 else []
         self.ranges = {
             self.tid.name: self.threads, self.kt.name: self.k_tiles, self.kk.name: self.k_slice,

@@ -28,6 +28,7 @@ from lamina.plugins.schedules.contraction.mma_sync import products as mma_sync
 from lamina.plugins.schedules.contraction.wgmma import products as wgmma_products
 from lamina.plugins.schedules.contraction.wgmma_tma import setting as tma_setting, tiling as tma_tiling
 from lamina.plugins.schedules.contraction.knobs import Choices
+from lamina.plugins.schedules.contraction.layout import store_width
 from lamina.plugins.schedules.contraction.recognise import Contraction, Operand
 from lamina.plugins.schedules.contraction.settings import ContractionSettings
 
@@ -261,25 +262,6 @@ def illegal(c: Contraction, choices: Choices, target: Target) -> str | None:
     if shared > target.max_shared_bytes_optin:
         return f"{shared} B of shared memory exceed the {target.max_shared_bytes_optin} B {target.name} allows per block"
     return None
-
-
-def store_width(c: Contraction, fragment_width: int) -> int:
-    """How many adjacent outputs one epilogue store writes: a thread's run of ``fragment_width``
-    columns where every store's columns are contiguous and each run starts aligned and lies
-    wholly inside or outside the output, else 1."""
-    if fragment_width == 1 or c.extents[c.n] % fragment_width:
-        return 1
-    for store in c.epilogue:
-        buffer = c.kernel.buffer(store.buffer).type
-        if fragment_width * buffer.dtype.itemsize not in kernel_ir.VECTOR_BYTES:
-            return 1
-        form = index.affine(index.linearize(store.index, buffer.shape))
-        if not all(isinstance(atom, ex.Var) for atom in form.terms):
-            return 1
-        steps = {atom.name: coef for atom, coef in form.terms.items()}
-        if steps.pop(c.n, None) != 1 or any(step % fragment_width for step in (*steps.values(), form.constant)):
-            return 1
-    return fragment_width
 
 
 def _fragment_text(c: Contraction, choices: Choices) -> str:

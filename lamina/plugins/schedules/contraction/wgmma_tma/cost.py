@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 
+from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction.knobs import Choices
 from lamina.plugins.schedules.contraction.recognise import Contraction
@@ -36,6 +37,11 @@ interpolated (``tile_efficiency``)."""
 STAGE_EFFICIENCY = {2: 0.6, 3: 0.85, 4: 1.0, 5: 0.97}
 BLOCK_US = 1.5
 """A block's fixed cost, in microseconds."""
+LATE_READ_US = 0.09
+"""What each value of another buffer that a consumer thread's epilogue reads after the products
+adds to its block (a trip to memory per few reads): TinyLlama's o-projection's residual, 64
+values a thread, added 6 us (``experiments/llama_products/``). Reads issued before the products
+(``early_reads``) cost only their bytes."""
 BLOCKS_PER_SM = 32
 REGISTERS_PER_SM = 65536
 SHARED_BYTES_PER_SM = 228 * 1024
@@ -62,9 +68,14 @@ def useful_stages(stages: int, k_tiles: int) -> int:
 def resident(c: Contraction, choices: Choices, target: Target) -> int:
     """Blocks one SM holds at once, by threads, registers and shared memory."""
     threads = setting.threads(choices)
-    registers = math.ceil(setting.registers(choices) / 8) * 8
+    registers = math.ceil(setting.registers(c, choices) / 8) * 8
     return max(1, min(BLOCKS_PER_SM, target.max_threads_per_sm // threads, REGISTERS_PER_SM // (registers * threads),
                       SHARED_BYTES_PER_SM // setting.shared_bytes(c, choices)))
+
+
+def _bytes(c: Contraction, buffer: str) -> int:
+    found = c.kernel.buffer(buffer).type
+    return math.prod(found.shape) * found.dtype.itemsize
 
 
 def compute_and_memory_us(c: Contraction, choices: Choices, target: Target) -> tuple[float, float, int, int]:
@@ -78,11 +89,14 @@ def compute_and_memory_us(c: Contraction, choices: Choices, target: Target) -> t
                   * STAGE_EFFICIENCY[useful_stages(choices.stages, k_tiles)])
     sm_flops_per_us = target.bf16_tensor_flops_per_us / target.sm_count * efficiency
     k_tile_us = 2 * choices.block_m * choices.block_n * choices.block_k / sm_flops_per_us
-    compute_us = deepest * k_tiles * k_tile_us + deepest * BLOCK_US / min(per_sm, deepest)
-    written = sum(math.prod(c.kernel.buffer(s.buffer).type.shape) * c.kernel.buffer(s.buffer).type.dtype.itemsize
-                  for s in c.epilogue)
-    moved = sum(math.prod(c.kernel.buffer(o.load.buffer).type.shape) * o.load.dtype.itemsize
-                for o in c.operands) + written
+    late_reads = 0 if setting.early_read_registers(c, choices) else setting.epilogue_read_values(c, choices)
+    block_us = BLOCK_US + LATE_READ_US * late_reads
+    compute_us = deepest * k_tiles * k_tile_us + deepest * block_us / min(per_sm, deepest)
+    written = sum(_bytes(c, s.buffer) for s in c.epilogue)
+    factors = {o.load.buffer for o in c.operands}
+    read_by_epilogue = {node.buffer for s in c.epilogue for node in ex.walk(s.value)
+                        if isinstance(node, loop_ir.Load) and node.buffer not in factors}
+    moved = sum(_bytes(c, name) for name in factors | read_by_epilogue) + written
     busy_sms = min(blocks, target.sm_count)
     memory_us = moved / (target.memory_bytes_per_us * busy_sms / target.sm_count)
     return compute_us, memory_us, blocks, per_sm

@@ -8,8 +8,9 @@ other contraction kernels run it (``loop_to_kernel.translate_body``), guarded wh
 block overhangs the output's rows or columns. Where every epilogue store's columns are
 contiguous and the output's row length is even, the two adjacent columns ``e = 0, 1`` a
 thread holds are computed into registers and written in one access
-(``contraction.tiling.store_width``); where they cannot start aligned, the values go through a
-shared tile that the whole block then writes out a row at a time (``staged_outputs``).
+(``contraction.layout.store_width``); where they cannot start aligned, the values go through a
+shared tile that the whole block then writes out a row at a time (``staged_outputs``). In
+either case the reads of other buffers may be issued before the products (``early_reads``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from __future__ import annotations
 from lamina.core.ir import expr as ex, index, kernel_ir
 from lamina.core.ir.expr import Expr
 from lamina.plugins.schedules import loop_to_kernel
-from lamina.plugins.schedules.contraction.layout import KernelNames, all_of
+from lamina.plugins.schedules.contraction.layout import KernelNames, all_of, store_width
 from lamina.plugins.schedules.contraction.recognise import Contraction
-from lamina.plugins.schedules.contraction.tiling import store_width
+from lamina.plugins.schedules.contraction.wgmma_tma.early_reads import EarlyReads
 from lamina.plugins.schedules.contraction.wgmma_tma.staged_outputs import StagedOutputs
 
 COLUMN_RUN = 2
@@ -30,7 +31,7 @@ class TmaGemmEpilogue:
 
     def __init__(self, c: Contraction, names: KernelNames, tid: Expr, warpgroup: Expr, acc: str, block_m: int,
                  block_n: int, slices: int, batch_env: dict[str, Expr], block_row: Expr, block_col: Expr,
-                 staged: StagedOutputs | None = None):
+                 staged: StagedOutputs | None = None, reads_early: bool = False):
         self.c, self.kernel, self.acc = c, c.kernel, acc
         self.block_m, self.block_n, self.slices = block_m, block_n, slices
         self.tid, self.warpgroup, self.batch_env = tid, warpgroup, batch_env
@@ -39,6 +40,9 @@ class TmaGemmEpilogue:
         self.staged = staged
         self.width = store_width(c, COLUMN_RUN) if staged is None else 1
         self.outputs = [names.fresh(f"{s.buffer}_out") for s in c.epilogue] if self.width > 1 else []
+        self.early = (EarlyReads({b.name for b in c.kernel.inputs}, self.row.name, names.fresh)
+                      if reads_early and (self.width > 1 or staged is not None) else None)
+        self._statements: list[kernel_ir.Stmt] | None = None
 
     def _first(self) -> list[kernel_ir.Stmt]:
         """The thread's first row and column in the output."""
@@ -62,7 +66,30 @@ class TmaGemmEpilogue:
             parts.append(ex.op("lt", col, self.c.extents[self.c.n]))
         return all_of(parts)
 
+    def _built(self) -> list[kernel_ir.Stmt]:
+        """The whole epilogue, its first row and column declared first, built once: its early
+        reads are gathered as it is."""
+        if self._statements is None:
+            self._statements = self._build()
+        return self._statements
+
+    def _reads_early(self) -> bool:
+        return bool(self._built()) and self.early is not None and bool(self.early.reads)
+
+    def before_products(self) -> list[kernel_ir.Stmt]:
+        """What the thread does before its first k-tile: its first row and column and its early
+        reads (``early_reads``), where it has any."""
+        return [*self._built()[:2], *self.early.reads] if self._reads_early() else []
+
     def statements(self) -> list[kernel_ir.Stmt]:
+        """The epilogue, after the last k-tile."""
+        return self._built()[2:] if self._reads_early() else self._built()
+
+    def _value(self, value: Expr, guard: Expr | None) -> Expr:
+        """An epilogue value, reading registers where the early reads took its reads."""
+        return value if self.early is None else self.early.replaced(value, guard)
+
+    def _build(self) -> list[kernel_ir.Stmt]:
         out = self._first()
         for q in range(self.slices):
             for h in range(2):
@@ -89,9 +116,9 @@ class TmaGemmEpilogue:
         (store,) = self.c.epilogue
         for e in range(COLUMN_RUN):
             env = self._env(row, col + e, q, p + e)
-            value = loop_to_kernel.translate_expr(store.value, self.kernel, env)
-            put = self.staged.put(row - self.block_row * self.block_m, col + e - self.block_col * self.block_n, value)
             guard = self._guard(row, col + e)
+            value = self._value(loop_to_kernel.translate_expr(store.value, self.kernel, env), guard)
+            put = self.staged.put(row - self.block_row * self.block_m, col + e - self.block_col * self.block_n, value)
             out.append(kernel_ir.If(guard, [put]) if guard is not None else put)
         return out
 
@@ -102,8 +129,8 @@ class TmaGemmEpilogue:
         for store, register in zip(self.c.epilogue, self.outputs):
             for e in range(COLUMN_RUN):
                 env = self._env(row, col + e, q, p + e)
-                body.append(kernel_ir.Store(register, (ex.const(e),),
-                                            loop_to_kernel.translate_expr(store.value, self.kernel, env)))
+                body.append(kernel_ir.Store(register, (ex.const(e),), self._value(
+                    loop_to_kernel.translate_expr(store.value, self.kernel, env), guard)))
             env = self._env(row, col, q, p)
             coords = tuple(loop_to_kernel.translate_expr(i, self.kernel, env) for i in store.index)
             offset = index.linearize(coords, self.kernel.buffer(store.buffer).type.shape)
@@ -111,5 +138,7 @@ class TmaGemmEpilogue:
         return [kernel_ir.If(guard, body)] if guard is not None else body
 
     def arrays(self) -> list[kernel_ir.Array]:
+        self._built()
+        early = self.early.arrays() if self.early is not None else []
         return [kernel_ir.Array(name, self.kernel.buffer(store.buffer).type.dtype, (COLUMN_RUN,), "register")
-                for store, name in zip(self.c.epilogue, self.outputs)]
+                for store, name in zip(self.c.epilogue, self.outputs)] + early

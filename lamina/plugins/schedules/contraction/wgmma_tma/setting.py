@@ -23,7 +23,7 @@ import itertools
 
 import attrs
 
-from lamina.core.ir import kernel_ir, loop_ir
+from lamina.core.ir import expr as ex, kernel_ir, loop_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction.knobs import (
     CONSUMER_WARPGROUPS,
@@ -36,6 +36,7 @@ from lamina.plugins.schedules.contraction.knobs import (
     Choices,
     pins_text,
 )
+from lamina.plugins.schedules.contraction.layout import store_width
 from lamina.plugins.schedules.contraction.recognise import Contraction
 from lamina.plugins.schedules.contraction.wgmma_tma import operands, staged_outputs
 
@@ -56,6 +57,12 @@ MAX_ACCUMULATORS = 128
 """Float32 accumulators a consumer thread holds at most, leaving registers for addresses."""
 OTHER_REGISTERS = 40
 """Registers a consumer thread needs besides its accumulators: addresses, the epilogue's values."""
+PAIR = 2
+"""Adjacent columns a consumer thread holds of each row (``epilogue.COLUMN_RUN``)."""
+REGISTERS_PER_BLOCK = 65536
+EARLY_READ_REGISTER_LIMIT = 200
+"""A block reads its epilogue's other buffers before the products (``early_reads``) only where
+its accumulators, those reads and the rest fit in about this many registers a thread."""
 FIXED_BY_TMA = ("block_k", "thread_m", "thread_n", "splits", "padding", "fragment_width", "warp_columns",
                 "copy_steps", "buffers")
 """Knobs of the other products that this setting fixes (``buffers`` 1: the ring is ``stages``;
@@ -122,8 +129,30 @@ def accumulators(choices: Choices) -> int:
     return choices.block_m // (kernel_ir.WGMMA_M * choices.consumer_warpgroups) * choices.block_n // 2
 
 
-def registers(choices: Choices) -> int:
-    return accumulators(choices) + OTHER_REGISTERS
+def registers(c: Contraction, choices: Choices) -> int:
+    return accumulators(choices) + early_read_registers(c, choices) + OTHER_REGISTERS
+
+
+def epilogue_read_values(c: Contraction, choices: Choices) -> int:
+    """The values of other buffers that a consumer thread's epilogue reads at its outputs' rows (a
+    residual, a gate; not a bias, the same for every row and soon in cache): of each distinct such
+    read, one per row of the thread, times one per column if its index moves with the column."""
+    rows = choices.block_m // (kernel_ir.WGMMA_M * choices.consumer_warpgroups) * 2
+    columns = choices.block_n // 4  # four threads across a row
+    return sum(rows * (columns if by_column else 1) for by_row, by_column in _facts(c).epilogue_reads if by_row)
+
+
+def early_read_registers(c: Contraction, choices: Choices) -> int:
+    """Registers of the epilogue's reads that the block issues before the products (``early_reads``):
+    all of them where they fit (``EARLY_READ_REGISTER_LIMIT``, and the block's registers) and the
+    epilogue computes each pair of a thread's outputs as one (stored together or through the shared
+    tile), else none."""
+    values = epilogue_read_values(c, choices)
+    if not values or not (_facts(c).stores_pairs or stages_outputs(c, choices.tile_scheduler)):
+        return 0
+    total = accumulators(choices) + values + OTHER_REGISTERS
+    fits = total <= EARLY_READ_REGISTER_LIMIT and total * threads(choices) <= REGISTERS_PER_BLOCK
+    return values if fits else 0
 
 
 def threads(choices: Choices) -> int:
@@ -155,6 +184,11 @@ class _KernelFacts:
     operands_problem: str | None
     b_layout: str
     odd_rows: bool
+    stores_pairs: bool
+    """Whether a thread stores its two adjacent outputs as one access (``layout.store_width``)."""
+    epilogue_reads: tuple[tuple[bool, bool], ...]
+    """Each distinct read of another buffer in the epilogue: whether its index moves with the row,
+    and with the column."""
 
 
 def _facts(c: Contraction) -> _KernelFacts:
@@ -163,7 +197,8 @@ def _facts(c: Contraction) -> _KernelFacts:
             _known.clear()
         found = operands.view(c, operands.factors(c)[1]) if operands.factors(c) else "no factors"
         layout = kernel_ir.K_MAJOR if isinstance(found, str) else found.layout
-        _known[c.kernel] = _KernelFacts(_find_operands_problem(c), layout, staged_outputs.odd_rows(c))
+        _known[c.kernel] = _KernelFacts(_find_operands_problem(c), layout, staged_outputs.odd_rows(c),
+                                        store_width(c, PAIR) > 1, _epilogue_reads(c))
     return _known[c.kernel]
 
 
@@ -184,6 +219,17 @@ def stages_outputs(c: Contraction, tile_scheduler: str | None) -> bool:
     """Whether the block writes its outputs through a shared tile (``staged_outputs``): its grid's
     blocks, where the output's rows do not let a thread store aligned pairs."""
     return (tile_scheduler or GRID) == GRID and _facts(c).odd_rows
+
+
+def _epilogue_reads(c: Contraction) -> tuple[tuple[bool, bool], ...]:
+    inputs = {b.name for b in c.kernel.inputs}
+    reads = {node for store in c.epilogue for node in ex.walk(store.value)
+             if isinstance(node, loop_ir.Load) and node.buffer in inputs}
+    found = []
+    for read in reads:
+        names = set().union(*(ex.free_vars(i) for i in read.index)) if read.index else set()
+        found.append((c.m in names, c.n in names))
+    return tuple(sorted(found))
 
 
 def _find_operands_problem(c: Contraction) -> str | None:
@@ -237,8 +283,8 @@ def problem(c: Contraction, choices: Choices, target: Target) -> str | None:
         return (f"a {choices.block_m}x{choices.block_n} block on {choices.consumer_warpgroups} consumer "
                 f"warpgroup{'s' if choices.consumer_warpgroups > 1 else ''} holds {accumulators(choices)} "
                 f"accumulators per thread; at most {MAX_ACCUMULATORS} fit beside the rest")
-    if registers(choices) * threads(choices) > target.registers_per_block:
-        return f"about {registers(choices)} registers for each of {threads(choices)} threads exceed the block's"
+    if registers(c, choices) * threads(choices) > target.registers_per_block:
+        return f"about {registers(c, choices)} registers for each of {threads(choices)} threads exceed the block's"
     shared = shared_bytes(c, choices)
     if shared > target.max_shared_bytes_optin:
         return (f"{choices.stages} stages of {choices.block_m}x{choices.block_n} blocks take {shared} B of shared "

@@ -45,6 +45,9 @@ class TmaGemmSettings(ContractionSettings):
     """Where the outputs go through a shared tile, written out a row at a time (``staged_outputs``): its bytes."""
     persistent_blocks: int = 0
     """With ``tile_scheduler = persistent``, the blocks launched: each walks every this-many-th output tile."""
+    early_read_registers: int = 0
+    """Where the epilogue's reads of other buffers are issued before the products (``early_reads``):
+    the registers they take in a consumer thread."""
 
     def extra_threads(self, tk: tile_ir.TileKernel) -> int:
         return setting.PRODUCER_THREADS
@@ -74,7 +77,9 @@ class TmaGemmSettings(ContractionSettings):
               "each; the wgmma transposes it"] if self.b_layout == kernel_ir.N_MAJOR else []) + (
             ["  outputs through shared memory: the consumers put the epilogue's values in a tile, then the whole "
              "block writes it out a row at a time (rows whose outputs cannot be stored in aligned pairs)"]
-            if self.staged_output_bytes else [])
+            if self.staged_output_bytes else []) + (
+            [f"  epilogue reads: issued before the products, into {self.early_read_registers} registers a consumer "
+             "thread, so that they arrive while the tensor cores work"] if self.early_read_registers else [])
 
     def problems(self, tk: tile_ir.TileKernel) -> list[str]:
         problems = []
@@ -161,7 +166,8 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
                                                       if setting.stages_outputs(c, choices.tile_scheduler)
                                                       else 0),
                                  persistent_blocks=(persistent_blocks(c, choices, target)
-                                                    if choices.tile_scheduler == PERSISTENT else 0)),
+                                                    if choices.tile_scheduler == PERSISTENT else 0),
+                                 early_read_registers=setting.early_read_registers(c, choices)),
     )
     tile_ir.verify_tile_kernel(tile, target.max_threads_per_block, target.max_shared_bytes_optin)
     return tile

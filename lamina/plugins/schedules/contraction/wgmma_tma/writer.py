@@ -91,7 +91,7 @@ class TmaGemmWriter:
                                         self.batch_env, names.fresh)
         self.epilogue = TmaGemmEpilogue(c, self.names, self.tid, self.warpgroup, self.acc, self.block_m,
                                         self.block_n, self.slices, self.batch_env, self.block_row, self.block_col,
-                                        self.staged)
+                                        self.staged, settings.early_read_registers > 0)
 
     # --- the two roles -----------------------------------------------------------
 
@@ -222,7 +222,8 @@ class TmaGemmWriter:
             last = (self.walk * self.k_tiles + (self.k_tiles - 1)) % self.stages
             done.append(kernel_ir.MbarrierArrive(self.empty, (last,)))
         return [kernel_ir.Declare(self.warpgroup.name, self.warpgroup.dtype, self.tid // kernel_ir.WARPGROUP_SIZE),
-                *self._each_tile([*clear, self._k_tile_loop(body), *done, *self.epilogue.statements()])]
+                *self._each_tile([*clear, *self.epilogue.before_products(), self._k_tile_loop(body), *done,
+                                  *self.epilogue.statements()])]
 
     # --- the kernel --------------------------------------------------------------
 
