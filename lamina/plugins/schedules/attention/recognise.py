@@ -151,6 +151,9 @@ def _checked(loops: AttentionLoops, scores: Contraction, values: Contraction) ->
     for v in views:
         if isinstance(v, str):
             raise NotAttention(f"{where}: {v}")
+    if views[1].layout != kernel_ir.K_MAJOR:
+        raise NotAttention(f"{where}: the keys lie along the keys; the attention kernel reads them K-major, along "
+                           "the features")
     if views[2].layout != kernel_ir.K_MAJOR:
         raise NotAttention(f"{where}: the values lie along the features; the attention kernel reads them K-major, "
                            "along the keys (copied so by fuse_attention)")

@@ -133,6 +133,22 @@ def test_the_cost_model_fuses_where_the_blocks_fill_the_gpu():
     assert "attention" not in schedules(_decoder_layer_attention(12, 12, 64))
 
 
+def test_keys_that_lie_along_the_keys_keep_the_three_kernels_and_match_eager():
+    """``softmax(x @ w) @ w.T``: the keys are the columns of ``w``, which lies along them (N-major);
+    the attention kernel reads keys K-major, so the three kernels stay (it read them as if K-major,
+    and gave a wrong answer)."""
+    torch.manual_seed(0)
+    x, w = torch.randn(80, 64, dtype=torch.bfloat16), torch.randn(64, 64, dtype=torch.bfloat16) * 0.1
+
+    def program(x, w):
+        return torch.softmax((x @ w).float(), -1).to(x.dtype) @ w.T
+
+    compiled = lamina.compile(program, (x, w), target="sm_90")
+    assert "attention" not in schedules(compiled)
+    reference = program(x.double(), w.double())
+    assert relative_error(compiled(x, w), reference) <= 1.25 * relative_error(program(x, w), reference) + 1e-3
+
+
 def test_fewer_than_64_queries_keep_the_three_kernels():
     """A wgmma computes 64 query rows: fewer (a decoding step) stay with the products and the softmax."""
     q, k, v = qkv(2, 2, 33, 64)
