@@ -110,6 +110,34 @@ def writers_and_readers(kernels: list[loop_ir.Kernel]) -> tuple[dict[str, int], 
     return writers, readers
 
 
+class Untouched:
+    """The kernels and buffers that the changes a rule has made in one call touched. A rule
+    that would make one change per call (the driver starting over from the first rule after
+    each) makes, in the same call, every further change whose kernels share no buffer that a
+    kernel writes with those: the rules before it declined those kernels already, and nothing
+    they read or write has moved since, so the driver would have come back for each, one call
+    at a time (a decoder's next layer). The program's inputs, which no kernel writes (weights,
+    a rotation's tables), may be shared."""
+
+    def __init__(self, program: loop_ir.Program):
+        self.inputs = {b.name for b in program.inputs}
+        self.buffers: set[str] = set()
+
+    def holds(self, *kernels: loop_ir.Kernel | None) -> bool:
+        """Whether none of ``kernels`` (None: one already replaced) touches what earlier changes did."""
+        return all(k is not None and not (self._written(k) & self.buffers) for k in kernels)
+
+    def touch(self, *kernels: loop_ir.Kernel) -> None:
+        for k in kernels:
+            self.buffers |= self._written(k)
+
+    def _written(self, kernel: loop_ir.Kernel) -> set[str]:
+        return {b.name for b in kernel.inputs + kernel.outputs} - self.inputs
+
+    def __bool__(self) -> bool:
+        return bool(self.buffers)
+
+
 def with_exact_inputs(kernel: loop_ir.Kernel, known: dict[str, loop_ir.Buffer]) -> loop_ir.Kernel:
     """The kernel with its inputs set to exactly the buffers it loads, in order of first load."""
     inputs = tuple(known[name] for name in loaded_buffers(kernel))

@@ -49,9 +49,11 @@ class FuseReductionIntoConsumer:
     priority = 50
 
     def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
-        """One fusion per call, a reduction with a single reader first: taking it in whole
-        leaves the reader a single store, so that it can in turn fuse into its own reader
-        (softmax's sum into the normalisation, then the max into both)."""
+        """A reduction with a single reader first: taking it in whole leaves the reader a single
+        store, so that it can in turn fuse into its own reader (softmax's sum into the
+        normalisation, then the max into both). After the first fusion, every other that touches
+        none of the kernels and buffers of those made before (the next layer's) is made in the
+        same call (``analysis.Untouched``)."""
         outputs = {b.name for b in program.outputs}
         known = analysis.buffers(program)
         kernels = list(program.kernels)
@@ -65,18 +67,25 @@ class FuseReductionIntoConsumer:
             if readers:
                 kept = len(readers) > 1 or store.buffer in outputs
                 candidates.append((kept, position, store, readers[0]))
+        untouched = analysis.Untouched(program)
+        dropped: set[str] = set()
         for kept, position, store, reader in sorted(candidates, key=lambda c: (c[0], c[1])):
             reduction, consumer = kernels[position], kernels[reader]
-            if not analysis.copies_fit(consumer, store.buffer, store.value, extra=analysis.nodes(reduction)):
+            if not untouched.holds(reduction, consumer) \
+                    or not analysis.copies_fit(consumer, store.buffer, store.value, extra=analysis.nodes(reduction)):
                 continue
             fused = _fuse(reduction, store, consumer, kept)
             if fused is None:
                 continue
+            untouched.touch(reduction, consumer)
             kernels[reader] = analysis.with_exact_inputs(fused, known)
-            del kernels[position]
-            program = attrs.evolve(program, kernels=tuple(kernels))
-            return program if kept else analysis.without_buffers(program, {store.buffer})
-        return None
+            kernels[position] = None
+            if not kept:
+                dropped.add(store.buffer)
+        if not untouched:
+            return None
+        program = attrs.evolve(program, kernels=tuple(k for k in kernels if k is not None))
+        return analysis.without_buffers(program, dropped)
 
 
 def _fuse(

@@ -51,15 +51,21 @@ class FuseAttention:
             return None
         temporaries = {b.name for b in program.temporaries}
         known = analysis.buffers(program)
-        kernels = list(program.kernels)
-        writers, readers = analysis.writers_and_readers(kernels)
+        kernels = [[k] for k in program.kernels]
+        writers, readers = analysis.writers_and_readers(list(program.kernels))
         taken = set(known) | {k.name for k in program.kernels}
-        for position, values_kernel in enumerate(kernels):
-            chain = _chain(position, kernels, writers, readers, temporaries)
+        untouched = analysis.Untouched(program)
+        copies: dict[str, loop_ir.Buffer] = {}
+        dropped: set[str] = set()
+        for position, values_kernel in enumerate(program.kernels):
+            chain = _chain(position, list(program.kernels), writers, readers, temporaries)
             if chain is None:
                 continue
             scores_at, softmax_at, scores, c = chain
-            softmax = computed_where_read(c, scores, kernels[softmax_at])
+            originals = [program.kernels[i] for i in (scores_at, softmax_at, position)]
+            if not untouched.holds(*originals):
+                continue
+            softmax = computed_where_read(c, scores, originals[1])
             values = _values_read_by_the_tma(values_kernel, taken)
             if softmax is None or values is None:
                 continue
@@ -76,19 +82,21 @@ class FuseAttention:
                 _, fused_us, _ = tiling.choose(attention, target, knobs)
             except (NotAttention, ScheduleError):
                 continue
-            apart_us = (estimate_contraction(kernels[scores_at], target)
-                        + row_reduction_cost(kernels[softmax_at], target)
-                        + estimate_contraction(kernels[position], target) + tiling.score_reads_us(attention, target))
+            apart_us = (estimate_contraction(originals[0], target) + row_reduction_cost(originals[1], target)
+                        + estimate_contraction(originals[2], target) + tiling.score_reads_us(attention, target))
             if fused_us >= apart_us and not knobs:
                 continue
-            kernels[position:position + 1] = [copy, fused] if copy is not None else [fused]
-            for i in sorted((scores_at, softmax_at), reverse=True):
-                del kernels[i]
-            dropped = {scores.buffer, program.kernels[softmax_at].outputs[0].name}
-            fused_program = attrs.evolve(program, kernels=tuple(kernels),
-                                         temporaries=program.temporaries + tuple(copied.values()))
-            return analysis.without_buffers(fused_program, dropped)
-        return None
+            untouched.touch(*originals)
+            kernels[position] = [copy, fused] if copy is not None else [fused]
+            kernels[scores_at] = kernels[softmax_at] = []
+            copies.update(copied)
+            taken |= set(copied) | ({copy.name} if copy is not None else set())
+            dropped |= {scores.buffer, program.kernels[softmax_at].outputs[0].name}
+        if not untouched:
+            return None
+        fused_program = attrs.evolve(program, kernels=tuple(k for replaced in kernels for k in replaced),
+                                     temporaries=program.temporaries + tuple(copies.values()))
+        return analysis.without_buffers(fused_program, dropped)
 
 
 def _values_read_by_the_tma(kernel: loop_ir.Kernel, taken: set[str]):

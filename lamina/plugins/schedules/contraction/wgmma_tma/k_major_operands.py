@@ -45,16 +45,25 @@ class StoreTmaOperandsKMajor:
             return None
         buffers = analysis.buffers(program)
         taken = set(buffers) | {k.name for k in program.kernels}
+        kernels = [[k] for k in program.kernels]
+        copies: list[loop_ir.Buffer] = []
+        untouched = analysis.Untouched(program)
         for position, c in contractions(program):
+            if not untouched.holds(program.kernels[position]):
+                continue
             copied = copied_k_major(c, taken)
             if copied is None:
                 continue
             copy, rewritten = copied
             (buffer,) = copy.outputs
-            kernels = list(program.kernels)
-            kernels[position:position + 1] = [copy, analysis.with_exact_inputs(rewritten, {**buffers, buffer.name: buffer})]
-            return attrs.evolve(program, temporaries=program.temporaries + (buffer,), kernels=tuple(kernels))
-        return None
+            untouched.touch(program.kernels[position])
+            taken |= {buffer.name, copy.name}
+            kernels[position] = [copy, analysis.with_exact_inputs(rewritten, {**buffers, buffer.name: buffer})]
+            copies.append(buffer)
+        if not copies:
+            return None
+        return attrs.evolve(program, temporaries=program.temporaries + tuple(copies),
+                            kernels=tuple(k for replaced in kernels for k in replaced))
 
 
 def tma_reads_with_a_copy(c: Contraction, target: Target) -> bool:
