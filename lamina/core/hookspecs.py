@@ -74,7 +74,9 @@ def lamina_register_kernel_passes(register):
 
     Called once when the plugin manager is set up. ``register(kernel_pass)`` takes an
     object with ``name``, ``priority`` and ``apply(kernel, target) -> kernel`` (see
-    ``lamina.core.providers.KernelPass``); passes run highest priority first. Any
+    ``lamina.core.providers.KernelPass``); passes run highest priority first. A pass sees
+    one kernel of each set that differ only in names (a model's repeated layers): the
+    others take its result with their own names, so a pass must not decide by names. Any
     plugin may implement it. Returns nothing.
     """
 

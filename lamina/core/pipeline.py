@@ -23,6 +23,7 @@ from lamina.core.program_cache import ProgramCache, code_digest, program_key
 from lamina.core.progress import CompileProgress
 from lamina.core.stages.decompose import decompose
 from lamina.core.stages.fuse import fuse
+from lamina.core.stages.lower_to_kernels import KernelLowering
 from lamina.core.stages.lower_to_loops import lower_to_loops
 from lamina.core.target import Target
 from lamina.core.timings import Timings
@@ -170,17 +171,13 @@ class Pipeline:
             tile_ir.verify_tile_kernel(t, target.max_threads_per_block, target.max_shared_bytes_optin)
         self._observe("tile", c.tiles, c)
 
-        passes = [e.provider for e in self.registry.ranked("kernel_pass")]
+        lowering = KernelLowering([e.provider for e in self.registry.ranked("kernel_pass")], target)
         kernels = []
         with timings.stage("lowering to kernels"):
             for done, (schedule, tile) in enumerate(zip(chosen, c.tiles)):
                 progress.update("lowering to kernels", done, len(c.tiles))
                 started = time.perf_counter()
-                kernel = schedule.lower(tile, target)
-                for kernel_pass in passes:
-                    kernel = kernel_pass.apply(kernel, target)
-                kernel_ir.verify_kernel(kernel, target.max_threads_per_block, target.max_shared_bytes_optin)
-                kernels.append(kernel)
+                kernels.append(lowering.lower(schedule, tile))
                 timings.add_kernel(tile.kernel.name, time.perf_counter() - started)
         c.kernels = kernel_ir.Program(kernels)
         self._observe("kernel", c.kernels, c)

@@ -1,0 +1,54 @@
+"""A kernel the same as an earlier one but for its buffers' names is lowered once: the later
+ones take its Kernel IR under their own names, which is, names aside, what lowering them anew
+gives, and runs as eager does."""
+
+import torch
+
+import lamina
+from lamina.api import Compiler
+from lamina.backends.cuda.backend import anonymous_kernel
+from lamina.backends.cuda.targets import SM90 as SM_90
+from lamina.core.stages.lower_to_kernels import KernelLowering
+from tests.plugins.fusion.test_repeated_layers import H, S, layers
+
+
+class _Counting:
+    """A schedule whose lowerings are counted."""
+
+    def __init__(self, schedule, calls):
+        self.schedule, self.calls, self.name = schedule, calls, schedule.name
+
+    def lower(self, tile, target):
+        self.calls.append(tile.kernel.name)
+        return self.schedule.lower(tile, target)
+
+
+def _compiled(count):
+    torch.manual_seed(count)
+    x = torch.randn(S, H, dtype=torch.bfloat16)
+    norms = [torch.randn(H, dtype=torch.bfloat16) for _ in range(count)]
+    weights = [torch.randn(H, H, dtype=torch.bfloat16) * 0.1 for _ in range(count)]
+    return lamina.compile(layers, (x, norms, weights), target="sm_90"), (x, norms, weights)
+
+
+def test_each_distinct_kernel_is_lowered_once_and_the_others_are_as_if_lowered_anew():
+    compiled, _ = _compiled(4)
+    registry = Compiler().plugins.registry
+    passes = [e.provider for e in registry.ranked("kernel_pass")]
+    schedules = {e.provider.name: e.provider for e in registry.ranked("schedule")}
+    calls = []
+    lowering = KernelLowering(passes, SM_90)
+    tiles = compiled.compilation.tiles
+    kernels = [lowering.lower(_Counting(schedules[t.schedule], calls), t) for t in tiles]
+    assert len(calls) <= len(tiles) // 2, "the first layer differs from the rest; the third and fourth are the second's"
+    for tile, kernel in zip(tiles, kernels):
+        assert kernel.name == tile.kernel.name
+        anew = KernelLowering(passes, SM_90).lower(schedules[tile.schedule], tile)
+        assert anonymous_kernel(kernel) == anonymous_kernel(anew)
+        assert {p.name for p in kernel.params} == {b.name for b in tile.kernel.inputs + tile.kernel.outputs}
+
+
+def test_layers_lowered_once_run_as_eager_does():
+    _, args = _compiled(3)
+    simulated = lamina.compile(layers, args)
+    torch.testing.assert_close(simulated(*args), layers(*args), rtol=2e-2, atol=2e-2)
