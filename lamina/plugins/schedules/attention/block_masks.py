@@ -57,7 +57,6 @@ class BlockScores:
         truth = comparison_over(self.term.op, low, high)
         return self.general if truth is None else self.seen if truth else self.hidden
 
-
     def text(self, hidden: bool = True) -> str | None:
         """A line for Tile IR: the comparison settled and what each kind of block reads."""
         if self.term is None:

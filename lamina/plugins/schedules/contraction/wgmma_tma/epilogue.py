@@ -74,7 +74,8 @@ class TmaGemmEpilogue:
         return self._statements
 
     def _reads_early(self) -> bool:
-        return bool(self._built()) and self.early is not None and bool(self.early.reads)
+        self._built()
+        return self.early is not None and bool(self.early.reads)
 
     def before_products(self) -> list[kernel_ir.Stmt]:
         """What the thread does before its first k-tile: its first row and column and its early
