@@ -46,7 +46,10 @@ def lamina_register_fusion_rules(register):
     declares them as a tuple ``knob_names``; the user pins them as ``<rule name>.<knob>``,
     or under the schedule the rule names in ``knob_namespace`` (``contraction.split_k``),
     and the rule receives only those. The pipeline applies rules, highest
-    priority first, until none changes the program. A rule must preserve the
+    priority first, until none changes the program, starting again from the first
+    after each change; a rule may make several changes in one call where their kernels
+    share no buffer that a kernel writes, as the driver would have made them one call
+    at a time. A rule must preserve the
     program's results and must never duplicate a reduction per use. Any plugin may
     implement it. Returns nothing.
     """
