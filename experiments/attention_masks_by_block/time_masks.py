@@ -3,7 +3,6 @@ bf16) under three masks: ``is_causal`` (no mask tensor), a causal bias ``where(k
 -65504)``, and that bias and-ed with a padding vector as Hugging Face builds it; lamina against
 torch.compile and eager. Run on a GPU: ``python experiments/attention_masks_by_block/time_masks.py``
 (writes ``time_masks.json`` under ``$OUT``, or here)."""
-import collections
 import json
 import os
 
@@ -11,24 +10,9 @@ import torch
 import torch.nn.functional as F
 
 import lamina
+from lamina.bench.measure import profiled_us
 
 HEADS, KV_HEADS, LENGTH, DEPTH = 32, 4, 512, 64
-
-
-def kernel_us(fn, args, reps=20):
-    """GPU time of one call, all its kernels together, from the profiler."""
-    for _ in range(3):
-        fn(*args)
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as p:
-        for _ in range(reps):
-            fn(*args)
-        torch.cuda.synchronize()
-    us = collections.defaultdict(float)
-    for e in p.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            us[e.name] += e.device_time_total / reps
-    return round(sum(us.values()), 1)
 
 
 def _bias(keep, dtype):
@@ -62,8 +46,8 @@ results = {}
 for fn in (causal, causal_bias, causal_and_padding_bias):
     compiled = lamina.compile(fn, args)
     results[fn.__name__] = {
-        "lamina": kernel_us(compiled, args), "torch.compile": kernel_us(torch.compile(fn), args),
-        "eager": kernel_us(fn, args),
+        "lamina": profiled_us(compiled, args), "torch.compile": profiled_us(torch.compile(fn), args),
+        "eager": profiled_us(fn, args),
         "lamina kernels": [f"{t.kernel.name}: {t.schedule}" for t in compiled.compilation.tiles]}
     print(fn.__name__, results[fn.__name__], flush=True)
 out = os.path.join(os.environ.get("OUT", os.path.dirname(__file__)), "time_masks.json")

@@ -1,7 +1,6 @@
 """GPU time of TinyLlama's products at 512 rows (bf16) under the cost model's setting and pinned
 ones, against torch.compile (cuBLAS). Run on a GPU: ``python experiments/llama_products/pinned.py``
 (writes ``pinned.json`` under ``$OUT``, or here)."""
-import collections
 import json
 import os
 import time
@@ -9,22 +8,7 @@ import time
 import torch
 
 import lamina
-
-
-def kernel_us(fn, args, reps=20):
-    """GPU time of one call, all its kernels together, from the profiler."""
-    for _ in range(3):
-        fn(*args)
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as p:
-        for _ in range(reps):
-            fn(*args)
-        torch.cuda.synchronize()
-    us = collections.defaultdict(float)
-    for e in p.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            us[e.name] += e.device_time_total / reps
-    return round(sum(us.values()), 1)
+from lamina.bench.measure import profiled_us
 
 
 def pins(block_m, block_n, stages, groups, split=1):
@@ -66,7 +50,7 @@ SETTINGS = [None, pins(128, 64, 4, 1), pins(128, 96, 4, 2), pins(128, 128, 4, 1)
             pins(128, 128, 4, 2, 2), pins(128, 64, 4, 1, 2)]
 results = {}
 for case, (fn, args) in CASES.items():
-    results[f"{case} torch.compile"] = kernel_us(torch.compile(fn), args)
+    results[f"{case} torch.compile"] = profiled_us(torch.compile(fn), args)
     print(case, "torch.compile", results[f"{case} torch.compile"], flush=True)
     for setting in SETTINGS:
         key = f"{case} " + ("cost model" if setting is None else
@@ -74,7 +58,7 @@ for case, (fn, args) in CASES.items():
         start = time.time()
         try:
             compiled = lamina.compile(fn, args, knobs={"contraction": setting} if setting else {})
-            results[key] = kernel_us(compiled, args)
+            results[key] = profiled_us(compiled, args)
             results[f"{key} tiles"] = [
                 f"{t.kernel.name}: {t.schedule} " + "; ".join(f"{k}={v}" for k, v in t.knobs if k == "chosen")
                 + (f"; early reads {t.settings.early_read_registers}" if getattr(t.settings, "early_read_registers", 0)

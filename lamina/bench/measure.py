@@ -87,3 +87,18 @@ def time_cuda_graph(fn: Callable, inputs: tuple[torch.Tensor, ...], replays: int
         end.synchronize()
         times.append(start.elapsed_time(end) * 1000.0 / calls_per_graph)
     return statistics.median(times)
+
+
+def profiled_us(fn: Callable, inputs: tuple, calls: int = 20, warmup: int = 3) -> float:
+    """GPU time in microseconds of one call of ``fn(*inputs)``: every kernel it launches, added up
+    from the PyTorch profiler over ``calls`` calls after ``warmup`` (what a kernel's own time is,
+    without the gaps between kernels that a CUDA-graph replay also counts)."""
+    for _ in range(warmup):
+        fn(*inputs)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        for _ in range(calls):
+            fn(*inputs)
+        torch.cuda.synchronize()
+    total = sum(e.device_time_total for e in profile.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    return round(total / calls, 1)

@@ -39,10 +39,9 @@ BLOCK_US = 1.5
 """A block's fixed cost, in microseconds."""
 LATE_READ_US = 0.09
 """What each value of another buffer that a consumer thread's epilogue reads after the products
-adds to its block (a trip to memory per few reads): TinyLlama's o-projection's residual, 64
-values a thread, added 6 to 9 us, its up-projection's gate, 96 values, 7.6 us
-(``experiments/llama_products/``). Reads issued before the products
-(``early_reads``) cost only their bytes."""
+adds to its block (a trip to memory per few reads), fitted to TinyLlama's o-projection with its
+residual and up-projection with its gate (``experiments/llama_products/``). Reads issued before
+the products (``early_reads``) cost only their bytes."""
 BLOCKS_PER_SM = 32
 REGISTERS_PER_SM = 65536
 SHARED_BYTES_PER_SM = 228 * 1024
