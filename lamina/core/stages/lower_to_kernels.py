@@ -4,8 +4,8 @@ same as an earlier one but for its buffers' names (a model's next layer) is not 
 A decoder's layers are the same program over other weights: their kernels differ in names only,
 and so do their schedules' choices. Lowering one kernel takes a few milliseconds to half a second
 (the attention kernel), a hundred layers' worth of them seconds, so each distinct kernel is
-lowered once and the others take its Kernel IR with their own names for the buffers
-(``kernel_ir.rename_arrays``). Distinct means: the same schedule, the same Loop IR under
+lowered once and the others take its Kernel IR with their own names for the buffers and for
+the arrays named after them (``kernel_ir.rename_arrays``). Distinct means: the same schedule, the same Loop IR under
 positional buffer names, and the same Tile IR with those names.
 """
 
@@ -29,7 +29,7 @@ class KernelLowering:
         key = (schedule.name, *_shape(tile))
         if key in self.lowered:
             first, kernel = self.lowered[key]
-            renamed = kernel_ir.rename_arrays(kernel, _same_buffers(first, tile.kernel), name=tile.kernel.name)
+            renamed = kernel_ir.rename_arrays(kernel, _same_buffers(first, kernel, tile.kernel), name=tile.kernel.name)
             if _names_distinct(renamed):
                 return renamed
         kernel = schedule.lower(tile, self.target)
@@ -51,9 +51,19 @@ def _shape(tile: tile_ir.TileKernel) -> tuple[str, str]:
             positional(tile_ir.format_tile_kernel(tile)))
 
 
-def _same_buffers(first: loop_ir.Kernel, other: loop_ir.Kernel) -> dict[str, str]:
-    """Each buffer of ``first`` to the buffer of ``other`` in its place."""
-    return {a.name: b.name for a, b in zip(first.inputs + first.outputs, other.inputs + other.outputs)}
+def _same_buffers(first: loop_ir.Kernel, lowered: kernel_ir.Kernel, other: loop_ir.Kernel) -> dict[str, str]:
+    """Each buffer of ``first`` to the buffer of ``other`` in its place, and each array or tensor
+    map that ``lowered`` (``first``'s Kernel IR) named after them (``x_tile``, ``row_x``) to the
+    same name after ``other``'s."""
+    buffers = {a.name: b.name for a, b in zip(first.inputs + first.outputs, other.inputs + other.outputs)}
+    if not buffers:
+        return {}
+    alternatives = "|".join(map(re.escape, sorted(buffers, key=len, reverse=True)))
+    part = re.compile(rf"(?:(?<=_)|^)({alternatives})(?=_|$)")
+    mapping = dict(buffers)
+    for name in [a.name for a in lowered.arrays] + [m.name for m in lowered.tensor_maps]:
+        mapping[name] = part.sub(lambda m: buffers[m.group(1)], name)
+    return mapping
 
 
 def _names_distinct(kernel: kernel_ir.Kernel) -> bool:
