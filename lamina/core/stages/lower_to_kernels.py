@@ -5,14 +5,14 @@ A decoder's layers are the same program over other weights: their kernels differ
 and so do their schedules' choices. Lowering one kernel takes a few milliseconds to half a second
 (the attention kernel), a hundred layers' worth of them seconds, so each distinct kernel is
 lowered once and the others take its Kernel IR with their own names for the buffers and for
-the arrays named after them (``kernel_ir.rename_arrays``). Distinct means: the same schedule, the same Loop IR under
-positional buffer names, and the same Tile IR with those names.
+the arrays named after them (``kernel_ir.rename_arrays``). Distinct means: the same schedule,
+the same Loop IR under positional buffer names, and the same Tile IR with those names.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from lamina.core.ir import kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
@@ -46,9 +46,8 @@ def _shape(tile: tile_ir.TileKernel) -> tuple[str, str]:
     names = {b.name: f"buffer{i}" for i, b in enumerate(kernel.inputs + kernel.outputs)}
     names[kernel.name] = "kernel"
     pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")\b")
-    positional: Callable[[str], str] = lambda text: pattern.sub(lambda m: names[m.group(1)], text)
-    return (loop_ir.format_kernel(loop_ir.with_positional_names(kernel)),
-            positional(tile_ir.format_tile_kernel(tile)))
+    tile_text = pattern.sub(lambda m: names[m.group(1)], tile_ir.format_tile_kernel(tile))
+    return loop_ir.format_kernel(loop_ir.with_positional_names(kernel)), tile_text
 
 
 def _same_buffers(first: loop_ir.Kernel, lowered: kernel_ir.Kernel, other: loop_ir.Kernel) -> dict[str, str]:
