@@ -14,6 +14,8 @@ from typing import Callable
 
 import torch
 
+from lamina.models.layer_counts import cuda_events
+
 
 def relative_error(out: torch.Tensor, reference: torch.Tensor, chunk: int = 1 << 24) -> float:
     """``||out - ref|| / ||ref||`` in float64, inf where ``out`` has another shape or a value that is not finite.
@@ -93,12 +95,5 @@ def profiled_us(fn: Callable, inputs: tuple, calls: int = 20, warmup: int = 3) -
     """GPU time in microseconds of one call of ``fn(*inputs)``: every kernel it launches, added up
     from the PyTorch profiler over ``calls`` calls after ``warmup`` (what a kernel's own time is,
     without the gaps between kernels that a CUDA-graph replay also counts)."""
-    for _ in range(warmup):
-        fn(*inputs)
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
-        for _ in range(calls):
-            fn(*inputs)
-        torch.cuda.synchronize()
-    total = sum(e.device_time_total for e in profile.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    total = sum(e.device_time_total for e in cuda_events(fn, inputs, calls, warmup))
     return round(total / calls, 1)

@@ -52,16 +52,21 @@ def layer_counts(count: Callable[[CausalLMLogits], int], model: CausalLMLogits, 
                        shallow_total=shallow_total)
 
 
-def cuda_kernels_per_call(fn: Callable, inputs: tuple[torch.Tensor, ...], calls: int = 3) -> int:
-    """How many CUDA kernels one call of ``fn(*inputs)`` launches, by the PyTorch profiler
-    (after a warm-up call, so that one-time work is not counted)."""
+def cuda_events(fn: Callable, inputs: tuple, calls: int, warmup: int = 1) -> list:
+    """The PyTorch profiler's CUDA events (kernels, copies) of ``calls`` calls of ``fn(*inputs)``,
+    after ``warmup`` calls, so that one-time work is not counted; gradients off."""
     with torch.no_grad():
-        fn(*inputs)
+        for _ in range(warmup):
+            fn(*inputs)
         torch.cuda.synchronize()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
             for _ in range(calls):
                 fn(*inputs)
             torch.cuda.synchronize()
-    kernels = [e for e in profile.events() if e.device_type == torch.autograd.DeviceType.CUDA
-               and not e.name.startswith(("Memcpy", "Memset"))]
+    return [e for e in profile.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def cuda_kernels_per_call(fn: Callable, inputs: tuple[torch.Tensor, ...], calls: int = 3) -> int:
+    """How many CUDA kernels one call of ``fn(*inputs)`` launches, by the PyTorch profiler."""
+    kernels = [e for e in cuda_events(fn, inputs, calls) if not e.name.startswith(("Memcpy", "Memset"))]
     return round(len(kernels) / calls)
