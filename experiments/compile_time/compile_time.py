@@ -1,7 +1,8 @@
-"""How long TinyLlama-1.1B (22 layers, bf16, 512 tokens) takes to compile: cold (empty caches),
-and warm in a new process (the program cache and the cubins on disk), each until the first call
-has run. Run on a GPU: ``python experiments/compile_time/tinyllama.py`` (writes ``tinyllama.json``
-under ``$OUT``, or here); ``--phase`` runs one compile in this process."""
+"""How long a model of the suite (TinyLlama-1.1B's 22 layers by default; bf16, 512 tokens) takes
+to compile: cold (empty caches), and warm in a new process (the program cache and the cubins on
+disk), each until the first call has run. Run on a GPU: ``python experiments/compile_time/compile_time.py
+[--arch qwen2 --layers 28]`` (writes ``ARCH_LAYERS.json`` under ``$OUT``, or here); ``--phase`` runs
+one compile in this process."""
 import argparse
 import json
 import os
@@ -13,12 +14,12 @@ import time
 import torch
 
 
-def one_compile() -> dict:
+def one_compile(arch_name: str, layers: int | None) -> dict:
     import lamina
     from lamina.models.architectures import architecture, build, example_inputs
 
-    arch = architecture("llama")
-    model = build(arch, size="real", dtype=torch.bfloat16, device="cuda")
+    arch = architecture(arch_name)
+    model = build(arch, size="real", layers=layers, dtype=torch.bfloat16, device="cuda")
     inputs = example_inputs(arch, model, length=512, device="cuda")
     started = time.perf_counter()
     compiled = lamina.Compiler().compile(model, (), inputs)
@@ -33,20 +34,25 @@ def one_compile() -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--phase", action="store_true")
-    if parser.parse_args().phase:
-        print(json.dumps(one_compile()))
+    parser.add_argument("--arch", default="llama")
+    parser.add_argument("--layers", type=int, default=None, help="the architecture's layers in the suite if left out")
+    args = parser.parse_args()
+    if args.phase:
+        print(json.dumps(one_compile(args.arch, args.layers)))
         return
     results = {}
     with tempfile.TemporaryDirectory(prefix="lamina-cache-") as cache:
         env = {**os.environ, "LAMINA_CACHE_DIR": cache}
         env.pop("LAMINA_PROGRAM_CACHE", None)
         for phase in ("cold", "warm"):
-            out = subprocess.run([sys.executable, __file__, "--phase"], env=env, capture_output=True, text=True,
-                                 check=True).stdout
+            command = [sys.executable, __file__, "--phase", "--arch", args.arch]
+            command += ["--layers", str(args.layers)] if args.layers else []
+            out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
             results[phase] = json.loads(out.strip().splitlines()[-1])
             print(phase, results[phase]["seconds_to_first_result"], "s", flush=True)
             print(results[phase]["stages"], flush=True)
-    path = os.path.join(os.environ.get("OUT", os.path.dirname(__file__)), "tinyllama.json")
+    name = f"{args.arch}_{args.layers}.json" if args.layers else f"{args.arch}.json"
+    path = os.path.join(os.environ.get("OUT", os.path.dirname(__file__)), name)
     with open(path, "w") as f:
         json.dump(results, f, indent=1)
 
