@@ -51,21 +51,22 @@ class FuseAttention:
             return None
         temporaries = {b.name for b in program.temporaries}
         known = analysis.buffers(program)
-        kernels = [[k] for k in program.kernels]
-        writers, readers = analysis.writers_and_readers(list(program.kernels))
+        originals = list(program.kernels)
+        kernels = [[k] for k in originals]
+        writers, readers = analysis.writers_and_readers(originals)
         taken = set(known) | {k.name for k in program.kernels}
         untouched = analysis.Untouched(program)
         copies: dict[str, loop_ir.Buffer] = {}
         dropped: set[str] = set()
-        for position, values_kernel in enumerate(program.kernels):
-            chain = _chain(position, list(program.kernels), writers, readers, temporaries)
+        for position, values_kernel in enumerate(originals):
+            chain = _chain(position, originals, writers, readers, temporaries)
             if chain is None:
                 continue
             scores_at, softmax_at, scores, c = chain
-            originals = [program.kernels[i] for i in (scores_at, softmax_at, position)]
-            if not untouched.holds(*originals):
+            chained = [originals[i] for i in (scores_at, softmax_at, position)]
+            if not untouched.holds(*chained):
                 continue
-            softmax = computed_where_read(c, scores, originals[1])
+            softmax = computed_where_read(c, scores, chained[1])
             values = _values_read_by_the_tma(values_kernel, taken)
             if softmax is None or values is None:
                 continue
@@ -82,16 +83,16 @@ class FuseAttention:
                 _, fused_us, _ = tiling.choose(attention, target, knobs)
             except (NotAttention, ScheduleError):
                 continue
-            apart_us = (estimate_contraction(originals[0], target) + row_reduction_cost(originals[1], target)
-                        + estimate_contraction(originals[2], target) + tiling.score_reads_us(attention, target))
+            apart_us = (estimate_contraction(chained[0], target) + row_reduction_cost(chained[1], target)
+                        + estimate_contraction(chained[2], target) + tiling.score_reads_us(attention, target))
             if fused_us >= apart_us and not knobs:
                 continue
-            untouched.touch(*originals)
+            untouched.touch(*chained)
             kernels[position] = [copy, fused] if copy is not None else [fused]
             kernels[scores_at] = kernels[softmax_at] = []
             copies.update(copied)
             taken |= set(copied) | ({copy.name} if copy is not None else set())
-            dropped |= {scores.buffer, program.kernels[softmax_at].outputs[0].name}
+            dropped |= {scores.buffer, chained[1].outputs[0].name}
         if not untouched:
             return None
         fused_program = attrs.evolve(program, kernels=tuple(k for replaced in kernels for k in replaced),

@@ -39,6 +39,7 @@ from lamina.plugins.schedules.contraction.knobs import (
 from lamina.plugins.schedules.contraction.layout import store_width
 from lamina.plugins.schedules.contraction.recognise import Contraction
 from lamina.plugins.schedules.contraction.wgmma_tma import operands, staged_outputs
+from lamina.plugins.schedules.contraction.wgmma_tma.epilogue import COLUMN_RUN
 
 ARCH = 90
 """TMA and wgmma are Hopper's (sm_90a)."""
@@ -57,8 +58,6 @@ MAX_ACCUMULATORS = 128
 """Float32 accumulators a consumer thread holds at most, leaving registers for addresses."""
 OTHER_REGISTERS = 40
 """Registers a consumer thread needs besides its accumulators: addresses, the epilogue's values."""
-PAIR = 2
-"""Adjacent columns a consumer thread holds of each row (``epilogue.COLUMN_RUN``)."""
 REGISTERS_PER_BLOCK = 65536
 EARLY_READ_REGISTER_LIMIT = 200
 """A block reads its epilogue's other buffers before the products (``early_reads``) only where
@@ -198,7 +197,7 @@ def _facts(c: Contraction) -> _KernelFacts:
         found = operands.view(c, operands.factors(c)[1]) if operands.factors(c) else "no factors"
         layout = kernel_ir.K_MAJOR if isinstance(found, str) else found.layout
         _known[c.kernel] = _KernelFacts(_find_operands_problem(c), layout, staged_outputs.odd_rows(c),
-                                        store_width(c, PAIR) > 1, _epilogue_reads(c))
+                                        store_width(c, COLUMN_RUN) > 1, _epilogue_reads(c))
     return _known[c.kernel]
 
 
