@@ -10,9 +10,10 @@ reads it before it has seen that phase complete (``MbarrierWait``) races with th
 on the GPU may not have landed. A copy that lands where a pending wgmma still reads is a race
 too (the stage was released before the wgmma was waited for).
 
-A ``TmaStore`` reads its box from shared memory at once, checked as any read and, as it reads
-through the async proxy, against writes that no ``AsyncProxyFence`` covers; it writes the
-box's elements that lie inside the tensor. A box that starts before the tensor (a negative
+A ``TmaStore`` reads its box from shared memory at once and writes the box's elements that lie
+inside the tensor; their reads are checked as any read and, as the TMA reads through the async
+proxy, against writes that no ``AsyncProxyFence`` covers (what the box holds past the tensor's
+edges is never written anywhere, so a block need not fill it). A box that starts before the tensor (a negative
 coordinate, which a load may have) stops the kernel on the GPU, and is a fault here. Its
 reads stay pending until a ``TmaStoreWait`` covers its group (``TmaStoreCommit``): a write there before is a race, and a kernel that
 ends with a store pending is a fault.
@@ -198,8 +199,6 @@ class TmaCopies:
                 lanes = self._box_lanes(src, [int(i[thread]) for i in at], m.box, thread, site, text)
                 if lanes is None:
                     continue
-                src.check_reads(lanes, site)
-                self._check_fenced(src, lanes, site, text)
                 if int(row[thread]) < 0 or int(column[thread]) < 0:
                     describe = self.grid.describe_thread(thread)
                     self.faults.add(OUT_OF_BOUNDS, (site, "store start"), torch.ones(1, dtype=torch.bool), lambda _: (
@@ -210,8 +209,12 @@ class TmaCopies:
                 global_rows, global_columns = int(row[thread]) + rows, int(column[thread]) + columns
                 inside = ((global_rows >= 0) & (global_rows < m.shape[0])
                           & (global_columns >= 0) & (global_columns < m.shape[1])).reshape(-1)
+                stored = Lanes(*(part[inside] for part in (lanes.threads, lanes.local, lanes.flat, lanes.elements)),
+                               every=False)
+                src.check_reads(stored, site)
+                self._check_fenced(src, stored, site, text)
                 offsets = (global_rows * m.row_stride + global_columns).reshape(-1)[inside]
-                dst.data.index_copy_(0, offsets, src.data.index_select(0, lanes.elements)[inside])
+                dst.data.index_copy_(0, offsets, src.data.index_select(0, stored.elements))
                 group = int(self.store_groups.committed[thread])
                 self.store_reads.append((src, lanes, group, text))
 
