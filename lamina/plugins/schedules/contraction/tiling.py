@@ -278,7 +278,10 @@ def _store_text(c: Contraction, choices: Choices) -> str:
     width = store_width(c, column_run(choices))
     sizes = sorted({width * c.kernel.buffer(s.buffer).type.dtype.itemsize for s in c.epilogue})
     count = f"{width} adjacent outputs" if width > 1 else "one output"
-    staged = tma_setting.uses(choices) and tma_setting.stages_outputs(c, choices.tile_scheduler)
+    staged = tma_setting.staged_copy(c, choices) if tma_setting.uses(choices) else ""
+    if staged == tma_setting.TMA_COPY:
+        size = 2 * c.kernel.buffer(c.epilogue[0].buffer).type.dtype.itemsize
+        return f"2 adjacent outputs per store ({size} B) into a shared tile, which the TMA copies out"
     return f"{count} per store ({' and '.join(map(str, sizes))} B)" + (
         ", from a shared tile, consecutive threads writing consecutive columns" if staged else "")
 

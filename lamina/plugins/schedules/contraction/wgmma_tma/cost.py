@@ -42,6 +42,12 @@ LATE_READ_US = 0.09
 adds to its block (a trip to memory per few reads), fitted to TinyLlama's o-projection with its
 residual and up-projection with its gate (``experiments/llama_products/``). Reads issued before
 the products (``early_reads``) cost only their bytes."""
+TMA_STORE_SAVING_US = 0.05
+"""What a block saves, per pair of outputs a consumer thread holds, by putting them in a shared tile
+that the TMA stores (``tma_stores``) instead of storing them from registers, as ``BLOCK_US`` counts
+them; at most the whole of ``BLOCK_US``. Fitted to TinyLlama's gate at 512 rows
+(``experiments/gemm_mainloop/``). Uncapped, it made the model prefer single-warpgroup blocks
+(twice the pairs a thread) for the LM heads, a setting not timed."""
 BLOCKS_PER_SM = 32
 REGISTERS_PER_SM = 65536
 SHARED_BYTES_PER_SM = 228 * 1024
@@ -90,7 +96,9 @@ def compute_and_memory_us(c: Contraction, choices: Choices, target: Target) -> t
     sm_flops_per_us = target.bf16_tensor_flops_per_us / target.sm_count * efficiency
     k_tile_us = 2 * choices.block_m * choices.block_n * choices.block_k / sm_flops_per_us
     late_reads = 0 if setting.early_read_registers(c, choices) else setting.epilogue_read_values(c, choices)
-    block_us = BLOCK_US + LATE_READ_US * late_reads
+    stored_by_tma = setting.staged_copy(c, choices) == setting.TMA_COPY
+    saved = min(BLOCK_US, TMA_STORE_SAVING_US * (setting.accumulators(choices) // 2)) if stored_by_tma else 0
+    block_us = BLOCK_US - saved + LATE_READ_US * late_reads
     compute_us = deepest * k_tiles * k_tile_us + deepest * block_us / min(per_sm, deepest)
     written = sum(_bytes(c, s.buffer) for s in c.epilogue)
     factors = {o.load.buffer for o in c.operands}

@@ -8,8 +8,9 @@ other contraction kernels run it (``loop_to_kernel.translate_body``), guarded wh
 block overhangs the output's rows or columns. Where every epilogue store's columns are
 contiguous and the output's row length is even, the two adjacent columns ``e = 0, 1`` a
 thread holds are computed into registers and written in one access
-(``contraction.layout.store_width``); where they cannot start aligned, the values go through a
-shared tile that the whole block then writes out a row at a time (``staged_outputs``). In
+(``contraction.layout.store_width``); where the TMA can store the output, the values go into a
+shared tile that it copies out (``tma_stores``); where they cannot start aligned, into a shared
+tile that the whole block then writes out a row at a time (``staged_outputs``). In
 either case the reads of other buffers may be issued before the products (``early_reads``).
 """
 
@@ -22,6 +23,7 @@ from lamina.plugins.schedules.contraction.layout import KernelNames, all_of, sto
 from lamina.plugins.schedules.contraction.recognise import Contraction
 from lamina.plugins.schedules.contraction.wgmma_tma.early_reads import EarlyReads
 from lamina.plugins.schedules.contraction.wgmma_tma.staged_outputs import StagedOutputs
+from lamina.plugins.schedules.contraction.wgmma_tma.tma_stores import TmaStoredOutputs
 
 COLUMN_RUN = 2
 
@@ -31,28 +33,34 @@ class TmaGemmEpilogue:
 
     def __init__(self, c: Contraction, names: KernelNames, tid: Expr, warpgroup: Expr, acc: str, block_m: int,
                  block_n: int, slices: int, batch_env: dict[str, Expr], block_row: Expr, block_col: Expr,
-                 staged: StagedOutputs | None = None, reads_early: bool = False):
+                 staged: StagedOutputs | TmaStoredOutputs | None = None, reads_early: bool = False):
         self.c, self.kernel, self.acc = c, c.kernel, acc
         self.block_m, self.block_n, self.slices = block_m, block_n, slices
         self.tid, self.warpgroup, self.batch_env = tid, warpgroup, batch_env
         self.block_row, self.block_col = block_row, block_col
         self.row, self.col = ex.Var(names.fresh("row")), ex.Var(names.fresh("col"))
+        self.tile_row, self.tile_col = ex.Var(names.fresh("tile_row")), ex.Var(names.fresh("tile_col"))
         self.staged = staged
-        self.width = store_width(c, COLUMN_RUN) if staged is None else 1
+        self.width = store_width(c, COLUMN_RUN) if staged is None else (COLUMN_RUN if staged.stores_pairs else 1)
         self.outputs = [names.fresh(f"{s.buffer}_out") for s in c.epilogue] if self.width > 1 else []
         self.early = (EarlyReads({b.name for b in c.kernel.inputs}, self.row.name, names.fresh)
                       if reads_early and (self.width > 1 or staged is not None) else None)
         self._statements: list[kernel_ir.Stmt] | None = None
 
     def _first(self) -> list[kernel_ir.Stmt]:
-        """The thread's first row and column in the output."""
+        """The thread's first row and column in the output (and in the block, where its values go into
+        the TMA's tile: indexed from these, a put costs a few additions, where the output's row and
+        column less the block's corner cost divisions that the printer cannot fold)."""
         lane = self.tid % kernel_ir.WARP_SIZE
         warp = self.tid % kernel_ir.WARPGROUP_SIZE // kernel_ir.WARP_SIZE
-        row = (self.block_row * self.block_m + self.warpgroup * (kernel_ir.WGMMA_M * self.slices)
-               + warp * 16 + lane // 4)
-        col = self.block_col * self.block_n + lane % 4 * COLUMN_RUN
-        return [kernel_ir.Declare(self.row.name, self.row.dtype, row),
-                kernel_ir.Declare(self.col.name, self.col.dtype, col)]
+        row_in_block = self.warpgroup * (kernel_ir.WGMMA_M * self.slices) + warp * 16 + lane // 4
+        col_in_block = lane % 4 * COLUMN_RUN
+        out = [kernel_ir.Declare(self.row.name, self.row.dtype, self.block_row * self.block_m + row_in_block),
+               kernel_ir.Declare(self.col.name, self.col.dtype, self.block_col * self.block_n + col_in_block)]
+        if isinstance(self.staged, TmaStoredOutputs):
+            out += [kernel_ir.Declare(self.tile_row.name, self.tile_row.dtype, row_in_block),
+                    kernel_ir.Declare(self.tile_col.name, self.tile_col.dtype, col_in_block)]
+        return out
 
     def _env(self, row: Expr, col: Expr, q: int, p: int) -> dict[str, Expr]:
         acc = kernel_ir.Load(self.acc, (ex.const(q), ex.const(p)), self.c.acc_dtype)
@@ -80,11 +88,11 @@ class TmaGemmEpilogue:
     def before_products(self) -> list[kernel_ir.Stmt]:
         """What the thread does before its first k-tile: its first row and column and its early
         reads (``early_reads``), where it has any."""
-        return [*self._built()[:2], *self.early.reads] if self._reads_early() else []
+        return [*self._built()[:self._declared], *self.early.reads] if self._reads_early() else []
 
     def statements(self) -> list[kernel_ir.Stmt]:
         """The epilogue, after the last k-tile."""
-        return self._built()[2:] if self._reads_early() else self._built()
+        return self._built()[self._declared:] if self._reads_early() else self._built()
 
     def _value(self, value: Expr, guard: Expr | None) -> Expr:
         """An epilogue value, reading registers where the early reads took its reads."""
@@ -92,6 +100,7 @@ class TmaGemmEpilogue:
 
     def _build(self) -> list[kernel_ir.Stmt]:
         out = self._first()
+        self._declared = len(out)
         for q in range(self.slices):
             for h in range(2):
                 row = self.row + (kernel_ir.WGMMA_M * q + 8 * h)
@@ -99,7 +108,8 @@ class TmaGemmEpilogue:
                     col = self.col + 8 * j
                     guard = self._guard(row, col)
                     if self.width > 1:
-                        out += self._vector_stores(row, col, q, 4 * j + 2 * h, guard)
+                        at = (self.tile_row + (kernel_ir.WGMMA_M * q + 8 * h), 8 * j)
+                        out += self._vector_stores(row, col, q, 4 * j + 2 * h, guard, at)
                         continue
                     if self.staged is not None:
                         out += self._staged_stores(row, col, q, 4 * j + 2 * h)
@@ -123,15 +133,19 @@ class TmaGemmEpilogue:
             out.append(kernel_ir.If(guard, [put]) if guard is not None else put)
         return out
 
-    def _vector_stores(self, row: Expr, col: Expr, q: int, p: int, guard: Expr | None) -> list[kernel_ir.Stmt]:
+    def _vector_stores(self, row: Expr, col: Expr, q: int, p: int, guard: Expr | None,
+                       at: tuple[Expr, int]) -> list[kernel_ir.Stmt]:
         """Each epilogue store of the two adjacent outputs from ``(row, col)``: computed into registers, then
-        written in one access."""
+        written in one access (into the shared tile, where the TMA stores it)."""
         body: list[kernel_ir.Stmt] = []
         for store, register in zip(self.c.epilogue, self.outputs):
             for e in range(COLUMN_RUN):
                 env = self._env(row, col + e, q, p + e)
                 body.append(kernel_ir.Store(register, (ex.const(e),), self._value(
                     loop_to_kernel.translate_expr(store.value, self.kernel, env), guard)))
+            if self.staged is not None:
+                body.append(self.staged.put_pair(at[0], self.tile_col, at[1], register))
+                continue
             env = self._env(row, col, q, p)
             coords = tuple(loop_to_kernel.translate_expr(i, self.kernel, env) for i in store.index)
             offset = index.linearize(coords, self.kernel.buffer(store.buffer).type.shape)

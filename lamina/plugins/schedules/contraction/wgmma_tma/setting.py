@@ -1,7 +1,7 @@
 """``products = wgmma_tma``: a 16-bit contraction as a Hopper GEMM, the settings it takes and
 why a setting cannot run.
 
-A block computes a ``block_m`` x ``block_n`` tile (64 or 128 by 64 to 256 in steps of 32) over k-tiles 64
+A block computes a ``block_m`` x ``block_n`` tile (64 or 128 by 64 to 256 in steps of 16) over k-tiles 64
 deep: one 128-byte swizzled row of a 16-bit type, the box the TMA copies per operand row.
 ``stages`` k-tiles of both operands are in shared memory at once, in a ring that a full
 and an empty mbarrier guard per stage. One elected thread of a producer warpgroup issues the
@@ -38,7 +38,7 @@ from lamina.plugins.schedules.contraction.knobs import (
 )
 from lamina.plugins.schedules.contraction.layout import store_width
 from lamina.plugins.schedules.contraction.recognise import Contraction
-from lamina.plugins.schedules.contraction.wgmma_tma import operands, staged_outputs
+from lamina.plugins.schedules.contraction.wgmma_tma import operands, staged_outputs, tma_stores
 from lamina.plugins.schedules.contraction.wgmma_tma.epilogue import COLUMN_RUN
 
 ARCH = 90
@@ -46,10 +46,13 @@ ARCH = 90
 BLOCK_K = 64
 """A k-tile is one 128-byte swizzled row of a 16-bit type."""
 BLOCK_MS = (64, 128)
-BLOCK_NS = (64, 96, 128, 160, 192, 224, 256)
-"""The block's columns, the wgmma's N (a multiple of 8 up to 256): steps of 32 let a grid end
-in a fuller last wave (Qwen's o projection at 2 048 rows: 224 columns make 256 blocks on 132
-SMs, 1.94 waves, where 256 columns make 224 blocks, 1.7)."""
+BLOCK_NS = tuple(range(64, 257, 16))
+"""The block's columns, the wgmma's N (a multiple of 8 up to 256): steps of 16 let a grid end
+in a fuller last wave (TinyLlama's gate at 512 rows: 176 columns make 128 blocks on 132 SMs, where
+192 make 120 of a larger tile; ``experiments/gemm_mainloop/``)."""
+MEASURED_STEP = 32
+"""The cost model weighs the columns between multiples of this only where the TMA stores the block's
+outputs (``tma_stores``), the only blocks of such widths timed yet; a pin takes any of ``BLOCK_NS``."""
 PRODUCER_THREADS = kernel_ir.WARPGROUP_SIZE
 """A warpgroup beside the consumer warpgroups, of which one thread issues the copies: a whole
 warpgroup, because a block that runs wgmma runs whole warpgroups (the simulator insists), and
@@ -120,7 +123,10 @@ def settings(c: Contraction, pinned: dict, target: Target):
             values("block_m", BLOCK_MS), values("block_n", BLOCK_NS),
             values("stages", range(MIN_STAGES, MAX_STAGES + 1)), values("consumer_warpgroups", CONSUMER_WARPGROUPS),
             values("tile_scheduler", UNPINNED_SCHEDULERS)):
-        yield attrs.evolve(choices_for(block_m, block_n, stages, groups, scheduler), **pinned)
+        choices = attrs.evolve(choices_for(block_m, block_n, stages, groups, scheduler), **pinned)
+        if block_n % MEASURED_STEP and "block_n" not in pinned and staged_copy(c, choices) != TMA_COPY:
+            continue
+        yield choices
 
 
 def accumulators(choices: Choices) -> int:
@@ -147,7 +153,7 @@ def early_read_registers(c: Contraction, choices: Choices) -> int:
     epilogue computes each pair of a thread's outputs as one (stored together or through the shared
     tile), else none."""
     values = epilogue_read_values(c, choices)
-    if not values or not (_facts(c).stores_pairs or stages_outputs(c, choices.tile_scheduler)):
+    if not values or not (_facts(c).stores_pairs or _stages_odd_rows(c, choices)):
         return 0
     total = accumulators(choices) + values + OTHER_REGISTERS
     fits = total <= EARLY_READ_REGISTER_LIMIT and total * threads(choices) <= REGISTERS_PER_BLOCK
@@ -165,13 +171,24 @@ def barrier_bytes(stages: int) -> int:
 
 def shared_bytes(c: Contraction, choices: Choices) -> int:
     """The ring's stages of both operands' k-tiles, a full and an empty mbarrier per stage, and the
-    outputs' tile where they go through shared memory (``staged_outputs``)."""
+    outputs' tile where they go through shared memory (``staged_copy``)."""
+    return _ring_bytes(c, choices) + staged_tile_bytes(c, choices)
+
+
+def _ring_bytes(c: Contraction, choices: Choices) -> int:
     factors = operands.factors(c)
     itemsize = factors[0].load.dtype.itemsize if factors else 2
-    staged = (staged_outputs.tile_bytes(c, choices.block_m, choices.block_n)
-              if stages_outputs(c, choices.tile_scheduler) else 0)
-    return (choices.stages * (choices.block_m + choices.block_n) * BLOCK_K * itemsize + barrier_bytes(choices.stages)
-            + staged)
+    return choices.stages * (choices.block_m + choices.block_n) * BLOCK_K * itemsize + barrier_bytes(choices.stages)
+
+
+def staged_tile_bytes(c: Contraction, choices: Choices) -> int:
+    """The shared tile of the block's outputs (``staged_copy``), or 0."""
+    copy = staged_copy(c, choices)
+    if copy == THREADS_COPY:
+        return staged_outputs.tile_bytes(c, choices.block_m, choices.block_n)
+    if copy == TMA_COPY:
+        return tma_stores.tile_bytes(choices.block_m, choices.block_n, _facts(c).tma_output[1])
+    return 0
 
 
 @attrs.frozen
@@ -188,6 +205,8 @@ class _KernelFacts:
     epilogue_reads: tuple[tuple[bool, bool], ...]
     """Each distinct read of another buffer in the epilogue: whether its index moves with the row,
     and with the column."""
+    tma_output: tuple[int, int] | None
+    """The output's row stride and element size where the TMA can store it (``tma_stores``)."""
 
 
 def _facts(c: Contraction) -> _KernelFacts:
@@ -197,7 +216,8 @@ def _facts(c: Contraction) -> _KernelFacts:
         found = operands.view(c, operands.factors(c)[1]) if operands.factors(c) else "no factors"
         layout = kernel_ir.K_MAJOR if isinstance(found, str) else found.layout
         _known[c.kernel] = _KernelFacts(_find_operands_problem(c), layout, staged_outputs.odd_rows(c),
-                                        store_width(c, COLUMN_RUN) > 1, _epilogue_reads(c))
+                                        store_width(c, COLUMN_RUN) > 1, _epilogue_reads(c),
+                                        tma_stores.output_rows(c))
     return _known[c.kernel]
 
 
@@ -214,10 +234,35 @@ def b_layout(c: Contraction) -> str:
     return _facts(c).b_layout
 
 
-def stages_outputs(c: Contraction, tile_scheduler: str | None) -> bool:
-    """Whether the block writes its outputs through a shared tile (``staged_outputs``): its grid's
-    blocks, where the output's rows do not let a thread store aligned pairs."""
-    return (tile_scheduler or GRID) == GRID and _facts(c).odd_rows
+THREADS_COPY, TMA_COPY = "threads", "tma"
+"""Who writes a block's shared tile of outputs out: the whole block, a row at a time
+(``staged_outputs``), or the TMA (``tma_stores``)."""
+SHARED_BYTES_PER_BLOCK = 227 * 1024
+"""What a Hopper block may opt in to: a tile of outputs for the TMA is taken only where it fits
+beside the ring."""
+
+
+def staged_copy(c: Contraction, choices: Choices) -> str:
+    """How the block's outputs reach memory through a shared tile: ``THREADS_COPY`` where the
+    output's rows do not let a thread store aligned pairs, ``TMA_COPY`` where the TMA can store the
+    output and the tile fits beside the ring, else ``""`` (stored from registers). Only the grid's
+    blocks do either: the whole block meets before the tile goes out, and a persistent block's
+    producer has run ahead into its next tile. A block that holds its epilogue's reads in registers
+    through the products (``early_reads``) stores from registers: with the tile's stores as well,
+    ptxas serialises its wgmma (warning C7514; TinyLlama's o-projection with its residual took 17.4 us
+    instead of 10.5)."""
+    if _stages_odd_rows(c, choices):
+        return THREADS_COPY
+    facts = _facts(c)
+    if (choices.tile_scheduler or GRID) != GRID or early_read_registers(c, choices) or facts.tma_output is None \
+            or tma_stores.layout(facts.tma_output[1], choices.block_n) is None:
+        return ""
+    tile = tma_stores.tile_bytes(choices.block_m, choices.block_n, facts.tma_output[1])
+    return TMA_COPY if _ring_bytes(c, choices) + tile <= SHARED_BYTES_PER_BLOCK else ""
+
+
+def _stages_odd_rows(c: Contraction, choices: Choices) -> bool:
+    return (choices.tile_scheduler or GRID) == GRID and _facts(c).odd_rows
 
 
 def _epilogue_reads(c: Contraction) -> tuple[tuple[bool, bool], ...]:

@@ -10,7 +10,7 @@ banks); after a barrier of the whole block, every thread, the producer warpgroup
 the tile out row by row, consecutive threads writing consecutive columns.
 
 Only the grid's blocks do so (a persistent block's producer runs ahead into its next tile, and
-the barrier needs it), for one output contiguous along the columns (``setting.stages_outputs``);
+the barrier needs it), for one output contiguous along the columns (``setting.staged_copy``);
 the tile costs shared memory, which the setting counts (``setting.shared_bytes``).
 """
 
@@ -31,7 +31,7 @@ def odd_rows(c: Contraction) -> bool:
     """Whether the contraction has one output, contiguous along the columns, whose rows start on
     odd elements, so that a thread's two adjacent outputs cannot be stored as one aligned pair on
     every row: a grid block then writes its outputs through shared memory
-    (``setting.stages_outputs``, which keeps the answer per kernel)."""
+    (``setting.staged_copy``, which keeps the answer per kernel)."""
     if len(c.epilogue) != 1 or c.slice_bound is not None:
         return False
     store = c.epilogue[0]
@@ -71,9 +71,19 @@ class StagedOutputs:
     def array(self) -> kernel_ir.Array:
         return kernel_ir.Array(self.name, self.dtype, (self.block_m, self.row_length), "shared")
 
+    def tensor_maps(self) -> list[kernel_ir.TensorMap]:
+        return []
+
+    stores_pairs = False
+    """Each value is put on its own: the row length that brings the tile here leaves pairs unaligned."""
+
     def put(self, row_in_block: Expr, col_in_block: Expr, value: Expr) -> kernel_ir.Stmt:
         """A consumer's epilogue value into the tile."""
         return kernel_ir.Store(self.name, (row_in_block, col_in_block), ex.cast(value, self.dtype))
+
+    def after_puts(self) -> list[kernel_ir.Stmt]:
+        """What each consumer thread does once its values are in: nothing, the block's barrier follows."""
+        return []
 
     def copy_out(self) -> list[kernel_ir.Stmt]:
         """After the barrier: element ``step * threads + tid`` of the tile (row-major) to its output,

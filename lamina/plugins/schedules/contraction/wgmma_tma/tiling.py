@@ -6,7 +6,7 @@ The bindings say what each consumer thread owns, as the wgmma's accumulators lie
 are staged K-major, ``block x 64`` k-tiles in ``stages`` buffers, copied by the TMA in the
 128-byte swizzle; B that lies along n is staged so, ``64 x block`` (``b_layout``).
 ``TmaGemmSettings`` adds the producer warpgroup to the block's threads, the mbarriers (and the
-outputs' tile, ``staged_outputs``) to its shared memory, and prints the pipeline and, with
+outputs' tile, ``staged_outputs`` or ``tma_stores``) to its shared memory, and prints the pipeline and, with
 ``tile_scheduler = persistent``, how many blocks walk the tiles.
 """
 
@@ -21,7 +21,7 @@ from lamina.core.target import Target
 from lamina.plugins.schedules.contraction.knobs import GRID, PERSISTENT, Choices
 from lamina.plugins.schedules.contraction.recognise import Contraction
 from lamina.plugins.schedules.contraction.settings import ContractionSettings
-from lamina.plugins.schedules.contraction.wgmma_tma import cost, operands, setting, staged_outputs
+from lamina.plugins.schedules.contraction.wgmma_tma import cost, operands, setting, tma_stores
 
 PRODUCTS = "wgmma 16-bit tma"
 """The ``ContractionSettings.products`` of this setting."""
@@ -42,7 +42,10 @@ class TmaGemmSettings(ContractionSettings):
     b_layout: str = kernel_ir.K_MAJOR
     """``n_major``: B is staged as it lies, along n, in panels of 64 columns that the wgmma transposes."""
     staged_output_bytes: int = 0
-    """Where the outputs go through a shared tile, written out a row at a time (``staged_outputs``): its bytes."""
+    """Where the outputs go through a shared tile: its bytes."""
+    staged_output_copy: str = ""
+    """Who writes that tile out (``setting.staged_copy``): ``threads``, the whole block a row at a
+    time (``staged_outputs``), or ``tma`` (``tma_stores``)."""
     persistent_blocks: int = 0
     """With ``tile_scheduler = persistent``, the blocks launched: each walks every this-many-th output tile."""
     early_read_registers: int = 0
@@ -75,11 +78,26 @@ class TmaGemmSettings(ContractionSettings):
             "f32 accumulators; a stage is released once the wgmma of the next have started",
         ] + ([f"  B n-major: staged as it lies, along n, in panels of {kernel_ir.SWIZZLE_PANEL} columns, one TMA box "
               "each; the wgmma transposes it"] if self.b_layout == kernel_ir.N_MAJOR else []) + (
-            ["  outputs through shared memory: the consumers put the epilogue's values in a tile, then the whole "
-             "block writes it out a row at a time (rows whose outputs cannot be stored in aligned pairs)"]
-            if self.staged_output_bytes else []) + (
+            self._staged_lines(rows, columns)) + (
             [f"  epilogue reads: issued before the products, into {self.early_read_registers} registers a consumer "
              "thread, so that they arrive while the tensor cores work"] if self.early_read_registers else [])
+
+    def _staged_lines(self, rows: int, columns: int) -> list[str]:
+        if self.staged_output_copy == setting.THREADS_COPY:
+            return ["  outputs through shared memory: the consumers put the epilogue's values in a tile, then the "
+                    "whole block writes it out a row at a time (rows whose outputs cannot be stored in aligned pairs)"]
+        if self.staged_output_copy == setting.TMA_COPY:
+            itemsize = self.staged_output_bytes // (rows * columns)
+            if tma_stores.layout(itemsize, columns) == tma_stores.SWIZZLED:
+                panels = columns // tma_stores.panel_columns(itemsize)
+                tile = (f"{panels} panel{'s' if panels > 1 else ''} of {tma_stores.panel_columns(itemsize)} columns "
+                        "in the 128-byte swizzle")
+            else:
+                tile, panels = "plain rows", 1
+            return [f"  outputs stored by the TMA: the consumers put the epilogue's values in a shared tile ({tile}), "
+                    f"then one thread copies it out in {panels} TMA store{'s' if panels > 1 else ''}, which write only "
+                    "what lies inside the output"]
+        return []
 
     def problems(self, tk: tile_ir.TileKernel) -> list[str]:
         problems = []
@@ -162,9 +180,8 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
         settings=TmaGemmSettings(grouped_rows=choices.grouped_rows or 1, products=PRODUCTS,
                                  consumer_warpgroups=groups, tile_scheduler=choices.tile_scheduler or GRID,
                                  b_layout=b_layout,
-                                 staged_output_bytes=(staged_outputs.tile_bytes(c, choices.block_m, choices.block_n)
-                                                      if setting.stages_outputs(c, choices.tile_scheduler)
-                                                      else 0),
+                                 staged_output_bytes=setting.staged_tile_bytes(c, choices),
+                                 staged_output_copy=setting.staged_copy(c, choices),
                                  persistent_blocks=(persistent_blocks(c, choices, target)
                                                     if choices.tile_scheduler == PERSISTENT else 0),
                                  early_read_registers=setting.early_read_registers(c, choices)),

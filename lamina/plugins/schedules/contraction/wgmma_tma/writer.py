@@ -41,6 +41,7 @@ from lamina.plugins.schedules.contraction.wgmma_tma import operands, setting
 from lamina.plugins.schedules.contraction.wgmma_tma.epilogue import TmaGemmEpilogue
 from lamina.plugins.schedules.contraction.wgmma_tma.staged_outputs import StagedOutputs
 from lamina.plugins.schedules.contraction.wgmma_tma.tiling import TmaGemmSettings, persistent_tiles
+from lamina.plugins.schedules.contraction.wgmma_tma.tma_stores import TmaStoredOutputs
 
 
 class TmaGemmWriter:
@@ -84,11 +85,14 @@ class TmaGemmWriter:
         self.k_tiles_here: Expr = ex.const(self.k_tiles)
         if c.slice_bound is not None:
             self.k_tiles_here = ex.Var(names.fresh("slice_k_tiles"))
-        self.staged = None
-        if settings.staged_output_bytes:
+        self.staged: StagedOutputs | TmaStoredOutputs | None = None
+        if settings.staged_output_copy == setting.THREADS_COPY:
             self.staged = StagedOutputs(c, names.fresh("out_tile"), self.block_m, self.block_n,
                                         self.consumers + setting.PRODUCER_THREADS, self.block_row, self.block_col,
                                         self.batch_env, names.fresh)
+        elif settings.staged_output_copy == setting.TMA_COPY:
+            self.staged = TmaStoredOutputs(c, names.fresh("out_tile"), names.fresh(f"{c.epilogue[0].buffer}_map"),
+                                           self.block_m, self.block_n, self.block_row, self.block_col)
         self.epilogue = TmaGemmEpilogue(c, self.names, self.tid, self.warpgroup, self.acc, self.block_m,
                                         self.block_n, self.slices, self.batch_env, self.block_row, self.block_col,
                                         self.staged, settings.early_read_registers > 0)
@@ -223,7 +227,8 @@ class TmaGemmWriter:
             done.append(kernel_ir.MbarrierArrive(self.empty, (last,)))
         return [kernel_ir.Declare(self.warpgroup.name, self.warpgroup.dtype, self.tid // kernel_ir.WARPGROUP_SIZE),
                 *self._each_tile([*clear, *self.epilogue.before_products(), self._k_tile_loop(body), *done,
-                                  *self.epilogue.statements()])]
+                                  *self.epilogue.statements(),
+                                  *(self.staged.after_puts() if self.staged is not None else [])])]
 
     # --- the kernel --------------------------------------------------------------
 
@@ -255,7 +260,7 @@ class TmaGemmWriter:
             box = (setting.BLOCK_K, kernel_ir.SWIZZLE_PANEL) if n_major else (block, setting.BLOCK_K)
             maps.append(kernel_ir.TensorMap(self.maps[side], operand.load.buffer, (view.rows, view.columns),
                                             view.row_stride, box, kernel_ir.SWIZZLE_BYTES))
-        return maps
+        return maps + (self.staged.tensor_maps() if self.staged is not None else [])
 
     def arrays(self) -> list[kernel_ir.Array]:
         shared = [
