@@ -58,6 +58,9 @@ def tile_bytes(c: Contraction, block_m: int, block_n: int) -> int:
 class StagedOutputs:
     """The shared tile of a block's outputs and the block's copy of it to global memory."""
 
+    stores_pairs = False
+    """Each value is put on its own: the row length that brings the tile here leaves pairs unaligned."""
+
     def __init__(self, c: Contraction, name: str, block_m: int, block_n: int, threads: int,
                  block_row: Expr, block_col: Expr, batch_env: dict[str, Expr], fresh):
         self.c, self.name = c, name
@@ -73,9 +76,6 @@ class StagedOutputs:
 
     def tensor_maps(self) -> list[kernel_ir.TensorMap]:
         return []
-
-    stores_pairs = False
-    """Each value is put on its own: the row length that brings the tile here leaves pairs unaligned."""
 
     def put(self, row_in_block: Expr, col_in_block: Expr, value: Expr) -> kernel_ir.Stmt:
         """A consumer's epilogue value into the tile."""

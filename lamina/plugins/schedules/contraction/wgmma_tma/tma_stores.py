@@ -78,6 +78,11 @@ def tile_bytes(block_m: int, block_n: int, itemsize: int) -> int:
 class TmaStoredOutputs:
     """The shared tile of a block's outputs and the TMA copies that store it."""
 
+    stores_pairs = True
+    """A consumer thread's two adjacent values are converted together and put in one access: put one by
+    one, each conversion to 16 bits reads an accumulator on its own, and ptxas then serialises the
+    kernel's wgmma (its warning C7514)."""
+
     def __init__(self, c: Contraction, name: str, map_name: str, block_m: int, block_n: int,
                  block_row: Expr, block_col: Expr):
         self.c, self.name, self.map_name = c, name, map_name
@@ -105,11 +110,6 @@ class TmaStoredOutputs:
         shape = (self.c.extents[self.c.m], self.c.extents[self.c.n])
         return [kernel_ir.TensorMap(self.map_name, self.store.buffer, shape, self.stride,
                                     (self.block_m, self.panel), swizzle)]
-
-    stores_pairs = True
-    """A consumer thread's two adjacent values are converted together and put in one access: put one by
-    one, each conversion to 16 bits reads an accumulator on its own, and ptxas then serialises the
-    kernel's wgmma (its warning C7514)."""
 
     def put_pair(self, row_in_block: Expr, first_col: Expr, column: int, register: str) -> kernel_ir.Stmt:
         """A consumer's two adjacent epilogue values, in register array ``register``, into the tile at
