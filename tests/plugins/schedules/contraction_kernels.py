@@ -9,7 +9,7 @@ import attrs
 import torch
 
 from lamina.backends.cuda.targets import SM90 as SM_90
-from lamina.core.ir import dtypes, expr as ex, loop_ir
+from lamina.core.ir import dtypes, expr as ex, kernel_ir, loop_ir
 from lamina.core.ir.torch_ir import TensorType
 from lamina.runtime.program_runner import torch_dtype
 
@@ -218,3 +218,16 @@ def simulate_case(case: Case, kernel_ir_kernel, inputs: dict[str, torch.Tensor])
 THREE_KERNELS = ("lamina.builtin.schedules.attention",)
 """Attention's products, softmax and values as three kernels, as without the attention schedule
 (which fuses them where it expects to gain): the products' path is what these tests check."""
+
+
+def rewritten(body, change):
+    """Kernel IR ``body`` with each statement replaced by ``change(statement)`` (a list), inside loops and
+    branches too: how a test plants a fault in a lowered kernel."""
+    out = []
+    for s in body:
+        if isinstance(s, kernel_ir.For):
+            s = attrs.evolve(s, body=rewritten(s.body, change))
+        elif isinstance(s, kernel_ir.If):
+            s = attrs.evolve(s, then=rewritten(s.then, change), orelse=rewritten(s.orelse, change))
+        out += change(s)
+    return tuple(out)

@@ -17,7 +17,8 @@ from lamina.core.errors import ScheduleError, SimulationError
 from lamina.core.ir import dtypes, expr as ex, kernel_ir, tile_ir
 from lamina.plugins.schedules.contraction import ContractionSchedule
 
-from ..contraction_kernels import F32, SM_90, THREE_KERNELS, Case, contraction, linear, load, simulate_case
+from ..contraction_kernels import (F32, SM_90, THREE_KERNELS, Case, contraction, linear, load, rewritten,
+                                   simulate_case)
 from ..nvrtc_in_background import start_compiling
 
 
@@ -136,22 +137,10 @@ def test_the_kernel_is_a_producer_and_consumers_on_a_ring_of_stages():
         place = lines.index(line, place + 1)
 
 
-def _rewritten(body, change):
-    """``body`` with each statement replaced by ``change(statement)`` (a list), inside loops and branches too."""
-    out = []
-    for s in body:
-        if isinstance(s, kernel_ir.For):
-            s = attrs.evolve(s, body=_rewritten(s.body, change))
-        elif isinstance(s, kernel_ir.If):
-            s = attrs.evolve(s, then=_rewritten(s.then, change), orelse=_rewritten(s.orelse, change))
-        out += change(s)
-    return tuple(out)
-
-
 def _planted(change):
     case, knobs = SIMULATED["bf16_64x64_2_stages_the_ring_wraps"]
     kernel = SCHEDULE.lower(SCHEDULE.schedule(case.kernel, SM_90, knobs), SM_90)
-    return case, attrs.evolve(kernel, body=_rewritten(kernel.body, change))
+    return case, attrs.evolve(kernel, body=rewritten(kernel.body, change))
 
 
 def test_a_stage_released_before_its_wgmma_complete_is_a_race_the_simulator_reports():

@@ -16,6 +16,7 @@ from lamina.core.errors import SimulationError
 from lamina.core.ir import kernel_ir, tile_ir
 from lamina.plugins.schedules.contraction.wgmma_tma import tma_stores
 
+from ..contraction_kernels import rewritten
 from .test_wgmma_tma import SERIALISED_WGMMA, pins
 
 
@@ -106,18 +107,7 @@ def test_the_tile_ir_says_how_the_outputs_go_out():
 def _planted(change):
     x, w = torch.randn(70, 136, dtype=torch.bfloat16), torch.randn(136, 136, dtype=torch.bfloat16)
     compiled, _, (kernel,) = _compiled(linear, (x, w), pins(64, 64, 2, 1))
-    return attrs.evolve(kernel, body=_rewritten(kernel.body, change)), x, w
-
-
-def _rewritten(body, change):
-    out = []
-    for s in body:
-        if isinstance(s, kernel_ir.For):
-            s = attrs.evolve(s, body=_rewritten(s.body, change))
-        elif isinstance(s, kernel_ir.If):
-            s = attrs.evolve(s, then=_rewritten(s.then, change), orelse=_rewritten(s.orelse, change))
-        out += change(s)
-    return tuple(out)
+    return attrs.evolve(kernel, body=rewritten(kernel.body, change)), x, w
 
 
 def _simulate(kernel, x, w):
