@@ -249,8 +249,7 @@ def staged_copy(c: Contraction, choices: Choices) -> str:
     blocks do either: the whole block meets before the tile goes out, and a persistent block's
     producer has run ahead into its next tile. A block that holds its epilogue's reads in registers
     through the products (``early_reads``) stores from registers: with the tile's stores as well,
-    ptxas serialises its wgmma (warning C7514; TinyLlama's o-projection with its residual took 17.4 us
-    instead of 10.5)."""
+    ptxas serialises its wgmma (its warning C7514; ``experiments/gemm_mainloop/``)."""
     if _stages_odd_rows(c, choices):
         return THREADS_COPY
     facts = _facts(c)
