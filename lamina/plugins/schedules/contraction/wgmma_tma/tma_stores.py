@@ -3,7 +3,7 @@
 A consumer thread holds two adjacent columns of each output row it touches. Stored from
 registers, a warp's store writes a few bytes on each of eight rows, and a block's epilogue takes
 one such store per pair of its outputs: at 512 rows, where a block does one tile, the epilogue is
-about a tenth of the kernel (``experiments/gemm_mainloop/``). Instead, the consumers put their
+about a sixth of the kernel (``experiments/gemm_mainloop/``). Instead, the consumers put their
 values into a shared tile laid out as the TMA's box, fence them for the asynchronous proxy, the
 block meets, and one thread asks the TMA to copy the tile out (``TmaStore``); the copy writes
 only the elements inside the output, so a ragged edge needs no guard.
@@ -11,7 +11,8 @@ only the elements inside the output, so a ragged edge needs no guard.
 The tile is laid out so that a warp's eight rows fall in different banks: where the block's
 columns are whole panels of 128 bytes, as panels in the 128-byte swizzle (one box each, as B
 that lies along n is read); otherwise as plain rows where their length puts the eight rows at
-most two to a bank (176, 208 or 240 columns of bf16). Other blocks store from registers.
+most two to a bank (80, 112, 144, 176, 208 or 240 columns of bf16). Other blocks store from
+registers.
 """
 
 from __future__ import annotations
@@ -59,16 +60,18 @@ def layout(itemsize: int, block_n: int) -> str | None:
     or None where neither keeps a warp's writes within ``MOST_ROWS_A_BANK``."""
     if block_n % panel_columns(itemsize) == 0:
         return SWIZZLED
-    if _rows_a_bank(block_n * itemsize) <= MOST_ROWS_A_BANK:
+    if _rows_a_bank(block_n * itemsize, itemsize) <= MOST_ROWS_A_BANK:
         return PLAIN
     return None
 
 
-def _rows_a_bank(row_bytes: int) -> int:
-    """The most of a warp's writes to one bank in a plain tile of rows ``row_bytes`` long: lane
-    ``4 g + t`` writes the 4 bytes of its two columns at row ``g``, column ``2 t``."""
-    banks = collections.Counter((g * row_bytes // 4 + t) % 32 for g in range(8) for t in range(4))
-    return max(banks.values())
+def _rows_a_bank(row_bytes: int, itemsize: int) -> int:
+    """The most of a warp's rows that write one bank in a plain tile of rows ``row_bytes`` long: lane
+    ``4 g + t`` writes its two columns, ``2 itemsize`` bytes, at row ``g``, column ``2 t``."""
+    words = max(1, 2 * itemsize // 4)
+    banks = collections.Counter((g * row_bytes // 4 + 2 * t * itemsize // 4 + w) % 32
+                                for g in range(8) for t in range(4) for w in range(words))
+    return -(-max(banks.values()) // words)
 
 
 def tile_bytes(block_m: int, block_n: int, itemsize: int) -> int:
