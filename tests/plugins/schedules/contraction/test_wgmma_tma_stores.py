@@ -58,6 +58,19 @@ def test_a_bf16_linear_stored_by_the_tma_matches_float64_on_ragged_shapes(shape,
     assert SERIALISED_WGMMA not in built.log
 
 
+def test_float32_outputs_go_through_a_plain_tile_of_8_byte_pairs():
+    """A product cast to float32 in its epilogue: pairs of 8 bytes, 176 columns in plain rows."""
+    def program(x, w):
+        return (x @ w.t()).float()
+
+    torch.manual_seed(3)
+    x, w = torch.randn(130, 136, dtype=torch.bfloat16), torch.randn(200, 136, dtype=torch.bfloat16)
+    compiled, (tile,), (kernel,) = _compiled(program, (x, w), pins(128, 176, 2, 2))
+    assert tile.settings.staged_output_copy == "tma" and tma_stores.layout(4, 176) == tma_stores.PLAIN
+    torch.testing.assert_close(compiled(x, w), program(x, w), rtol=1.6e-2, atol=1e-2)
+    assert SERIALISED_WGMMA not in compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), "sm_90a").log
+
+
 def test_an_epilogue_with_a_bias_and_gelu_goes_through_the_tile():
     torch.manual_seed(1)
     x, w, bias = (torch.randn(130, 72, dtype=torch.bfloat16), torch.randn(200, 72, dtype=torch.bfloat16),
