@@ -9,6 +9,7 @@ from lamina.backends.reference.simulator import simulate
 from lamina.core.ir import expr as ex, kernel_ir
 
 from tests.end_to_end.programs import running_example
+from tests.plugins.schedules.contraction_kernels import rewritten
 
 INPUTS = (torch.randn(17, 65), torch.randn(65), torch.randn(65, 19))
 
@@ -26,18 +27,6 @@ def arrays(kernel):
     return found
 
 
-def rewrite(body, fn):
-    """Rebuild a statement list with ``fn`` applied to every statement, innermost first."""
-    out = []
-    for s in body:
-        if isinstance(s, kernel_ir.For):
-            s = attrs.evolve(s, body=rewrite(s.body, fn))
-        elif isinstance(s, kernel_ir.If):
-            s = attrs.evolve(s, then=rewrite(s.then, fn), orelse=rewrite(s.orelse, fn))
-        out.extend(fn(s))
-    return tuple(out)
-
-
 @pytest.mark.parametrize("schedule", ["generic", "contraction"])
 def test_the_unmodified_kernels_are_clean(schedule):
     kernel = emitted_kernel(schedule=schedule)
@@ -49,7 +38,7 @@ def test_a_removed_barrier_is_reported_as_a_race():
     kernel = emitted_kernel()
     barriers = [s for s in kernel_ir.statements(kernel.body) if isinstance(s, kernel_ir.Barrier)]
     assert barriers
-    racy = attrs.evolve(kernel, body=rewrite(kernel.body, lambda s: [] if isinstance(s, kernel_ir.Barrier) else [s]))
+    racy = attrs.evolve(kernel, body=rewritten(kernel.body, lambda s: [] if isinstance(s, kernel_ir.Barrier) else [s]))
     report = simulate(racy, arrays(racy), raise_on_fault=False)
     assert report.races, str(report)
 
@@ -62,7 +51,7 @@ def test_an_index_off_by_one_is_reported_as_out_of_bounds():
             return [attrs.evolve(s, index=(ex.op("add", s.index[0], 1),))]
         return [s]
 
-    shifted = attrs.evolve(kernel, body=rewrite(kernel.body, shift_output_store))
+    shifted = attrs.evolve(kernel, body=rewritten(kernel.body, shift_output_store))
     report = simulate(shifted, arrays(shifted), raise_on_fault=False)
     assert any("relu" in message for message in report.out_of_bounds), str(report)
 
