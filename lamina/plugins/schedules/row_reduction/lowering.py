@@ -59,8 +59,8 @@ class _RowLowering:
         self.rows_per_block = decisions.rows_per_block
         self.in_registers = decisions.row_in_registers
         self.prefetched_reads = row.reads_after_a_reduction if decisions.prefetch_epilogue_reads else ()
+        self.decisions = decisions
         self.width = decisions.vector_width
-        self.slots = decisions.vectors_per_thread(row.length)
         self.blocks = max(1, math.ceil(row.row_count / self.rows_per_block))
         self.taken = loop_to_kernel.names_in(row.kernel) | {row.column_name}
         self.arrays: list[kernel_ir.Array] = []
@@ -103,20 +103,22 @@ class _RowLowering:
     def _register_index(self) -> tuple[Expr, ...]:
         return (self.slot,) if self.width == 1 else (self.slot, self.element)
 
-    def _guard(self) -> Expr | None:
+    def _guard(self, length: int) -> Expr | None:
         conditions = [self.row_ok] if self.row_ok is not None else []
-        if self.slots * self.threads * self.width != self.row.length:
-            conditions.append(ex.op("lt", self._vector(), self.row.length // self.width))
+        if self.decisions.vectors_per_thread(length) * self.threads * self.width != length:
+            conditions.append(ex.op("lt", self._vector(), length // self.width))
         if not conditions:
             return None
         return conditions[0] if len(conditions) == 1 else ex.op("and", *conditions)
 
-    def _over_row(self, statements: list[kernel_ir.Stmt]) -> list[kernel_ir.Stmt]:
-        """``statements`` for each slot of the thread, guarded by the slot being in the row."""
-        guard = self._guard()
+    def _over_row(self, statements: list[kernel_ir.Stmt], length: int) -> list[kernel_ir.Stmt]:
+        """``statements`` for each slot of the thread in a loop of ``length`` columns, guarded by
+        the slot being in it."""
+        guard = self._guard(length)
+        slots = self.decisions.vectors_per_thread(length)
         body = tuple(statements) if guard is None else (kernel_ir.If(guard, tuple(statements)),)
-        unroll = self.in_registers or self.slots <= UNROLLED_SLOTS
-        return [kernel_ir.For(self.slot.name, ex.const(0), ex.const(self.slots), 1, body, unroll=unroll)]
+        unroll = self.in_registers or slots <= UNROLLED_SLOTS
+        return [kernel_ir.For(self.slot.name, ex.const(0), ex.const(slots), 1, body, unroll=unroll)]
 
     def _per_element(self, statements: list[kernel_ir.Stmt]) -> list[kernel_ir.Stmt]:
         """``statements`` for each element of the slot's vector."""
@@ -160,7 +162,8 @@ class _RowLowering:
             buffer, idx, dtype = key
             name = fresh_name(f"row_{buffer}", self.taken | {a.name for a in self.arrays})
             self.registers[key] = name
-            shape = (self.slots,) if self.width == 1 else (self.slots, self.width)
+            slots = self.decisions.vectors_per_thread(self.row.length)
+            shape = (slots,) if self.width == 1 else (slots, self.width)
             self.arrays.append(kernel_ir.Array(name, dtype, shape, "register"))
             if vectors.is_vector_access(self.kernel_ir, buffer, idx, dtype, self.row.column_name, self.width):
                 offset = self._vector_offset(buffer, idx, self.row.column_name)
@@ -174,7 +177,7 @@ class _RowLowering:
                 load = [kernel_ir.Store(name, self._register_index(), value)]
                 masked = self._unless_masked(key, load, name, [self._register_index()], dtype, self._column(), 1)
                 loads += self._per_element(masked)
-        return self._over_row(loads) if loads else []
+        return self._over_row(loads, self.row.length) if loads else []
 
     def _unless_masked(self, key: tuple, loads: list[kernel_ir.Stmt], register: str, places: list[tuple[Expr, ...]],
                        dtype, first: Expr, columns: int) -> list[kernel_ir.Stmt]:
@@ -217,9 +220,9 @@ class _RowLowering:
             out, body = self._reciprocals(body)
         env = {**self.env, s.var: self._column()}
         if self.width == 1:
-            out += self._over_row(list(loop_to_kernel.translate_body(body, self.kernel_ir, env)))
+            out += self._over_row(list(loop_to_kernel.translate_body(body, self.kernel_ir, env)), s.extent)
         else:
-            out += self._over_row(self._vector_slot(attrs.evolve(s, body=body), env))
+            out += self._over_row(self._vector_slot(attrs.evolve(s, body=body), env), s.extent)
         if s.kind == "reduce":
             for a in s.body:
                 out += self._combine(a.acc)

@@ -14,12 +14,15 @@ The fusion rules write norms, softmax, sums and means as one nest of parallel lo
         out[i0, i1] = exp(x[i0, i1] - acc0) / acc1
       total[i0] = acc1                a Store per row
 
-Every loop over the row has the same extent and reads the row contiguously (the column
-variable has stride 1 in every access that uses it), so that threads striding over the
-row read adjacent elements; only the epilogue may also gather elements of the row at
-columns no affine function of its variable (RoPE's rotated half after a query norm). Some
-reduction must read a row of its own for each row of the nest: matmuls (where rows share
-operands) are the contraction schedule's.
+Every loop over the row reads the row contiguously (the column variable has stride 1 in
+every access that uses it), so that threads striding over the row read adjacent elements;
+only the epilogue may also gather elements of the row at columns no affine function of its
+variable (RoPE's rotated half after a query norm). The reductions run over one length; an
+epilogue may run over another (OPT's positions, a cumulative sum of the padding mask over
+512 tokens, read by a gather of 768 features per token); the row is then read from memory
+by each loop, not kept in registers. No reduction may combine two operands that follow different rows:
+matmuls are the contraction schedule's. A reduction whose rows all read the same elements
+(a cumulative sum's triangle) is a row reduction whose reads hit the cache.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ class RowReduction:
     kernel: loop_ir.Kernel
     rows: tuple[loop_ir.Loop, ...] = attrs.field(converter=tuple)
     length: int
+    """The longest loop over the row: what the threads of a row are sized for."""
     phases: tuple[Phase, ...] = attrs.field(converter=tuple)
     accumulators: dict[str, tuple[str, dtypes.DType]]
     """Reduced accumulator -> (its accumulation, its type)."""
@@ -78,6 +82,16 @@ class RowReduction:
     @property
     def reduce_vars(self) -> tuple[str, ...]:
         return tuple(p.loop.var for p in self.phases if p.reduces)
+
+    @property
+    def reduce_length(self) -> int:
+        return next(p.loop.extent for p in self.phases if p.reduces)
+
+    @property
+    def one_length(self) -> bool:
+        """Whether every loop over the row has the same extent: only then can a thread keep
+        the row's elements in registers from one loop to the next."""
+        return all(p.loop.extent == self.length for p in self.phases if p.loop is not None)
 
     @property
     def shared_reads(self) -> tuple[tuple, ...]:
@@ -137,9 +151,10 @@ def analyse(kernel: loop_ir.Kernel) -> RowReduction:
     unreduced = sorted(set(initial) - set(accumulators))
     if unreduced:
         raise NotARowReduction(f"accumulators {', '.join(unreduced)} are declared but never reduced")
-    if len(lengths) != 1:
-        raise NotARowReduction(f"the loops over the row have different extents {sorted(lengths)}")
-    (length,) = lengths
+    reduce_lengths = {p.loop.extent for p in phases if p.reduces}
+    if len(reduce_lengths) != 1:
+        raise NotARowReduction(f"the reductions run over rows of different lengths {sorted(reduce_lengths)}")
+    length = max(lengths)
     taken = {b.name for b in kernel.inputs + kernel.outputs} | row_vars
     taken |= {s.var for s in loop_ir.statements(kernel.body) if isinstance(s, loop_ir.Loop)}
     result = RowReduction(kernel, rows, length, phases, accumulators, {}, fresh_name(COLUMN, taken))
@@ -162,11 +177,10 @@ def _check_identity(a: loop_ir.Accumulate, init: loop_ir.Init | None) -> None:
 
 
 def _row_accesses(row: RowReduction) -> dict[tuple, int]:
-    """Count the loops reading each row access, checking that rows are read contiguously and
-    that some reduction reads a row of its own for each row of the nest."""
+    """Count the loops reading each row access, checking that rows are read contiguously and that
+    no reduction is a matmul's."""
     readers: dict[tuple, int] = {}
-    distinct_rows = {loop.var for loop in row.rows if loop.extent > 1}
-    owns_a_row = False
+    row_vars = {loop.var for loop in row.rows if loop.extent > 1}
     writes_rows = any(isinstance(s, loop_ir.Store) for phase in row.phases if phase.loop is not None
                       for s in phase.loop.body)
     for phase in row.phases:
@@ -180,15 +194,20 @@ def _row_accesses(row: RowReduction) -> dict[tuple, int]:
         for node in _row_loads(loop):
             if not _read_apart(row.kernel, node, loop.var, writes_rows):
                 _check_contiguous(row.kernel, node.buffer, node.index, loop.var, "reads")
-            if loop.kind == "reduce" and distinct_rows <= set().union(*map(ex.free_vars, node.index)):
-                owns_a_row = True
             seen[row.key(node, loop.var)] = None
+        if loop.kind == "reduce" and _combines_two_sides(loop, row_vars):
+            raise NotARowReduction(f"reduce loop {loop.var} combines operands that follow different rows, as a "
+                                   "matmul does")
         for key in seen:
             readers[key] = readers.get(key, 0) + 1
-    if not owns_a_row:
-        raise NotARowReduction("no reduction reads a row of its own for each row: rows share their operands, "
-                               "as in a matmul")
     return readers
+
+
+def _combines_two_sides(loop: loop_ir.Loop, row_vars: set[str]) -> bool:
+    """Whether two of the loop's reads along it follow different row variables, each one the
+    other does not (``x[i, r] * w[j, r]``); reads that follow every row, or none, do not."""
+    moving = [set().union(*map(ex.free_vars, node.index)) & row_vars for node in _row_loads(loop)]
+    return any(a - b and b - a for a in moving for b in moving)
 
 
 def _row_loads(loop: loop_ir.Loop) -> Iterator[loop_ir.Load]:

@@ -115,12 +115,15 @@ def decide(row: RowReduction, target: Target, knobs: Mapping[str, Any]) -> RowDe
         rows_per_block = _default_rows_per_block(row, threads, target)
     budget = register_budget(threads * rows_per_block)
     needed = row_registers(row, threads, width)
-    fits = needed <= budget
+    fits = needed <= budget and row.one_length
     in_registers = _switch(
         knobs, "row_in_registers", fits and bool(row.shared_reads), fits,
         f"kernel {row.kernel.name}: the knob row_in_registers = true needs {needed} "
         f"registers per thread for a row of {row.length} with {threads} threads per row, more than the "
-        f"{budget} a block of {threads * rows_per_block} threads leaves; pin more threads or leave it false")
+        f"{budget} a block of {threads * rows_per_block} threads leaves; pin more threads or leave it false"
+        if row.one_length else
+        f"kernel {row.kernel.name}: the knob row_in_registers = true needs every loop over the row to have one "
+        "length, and this kernel's loops have several; leave it false")
     early = _prefetch_epilogue_reads(row, knobs, in_registers, row.row_count < target.sm_count, budget - needed,
                                      threads, width)
     return RowDecisions(threads, rows_per_block, in_registers, width, early)
@@ -175,7 +178,8 @@ def _fastest_threads(row: RowReduction, target: Target, width: int) -> int:
     timed = []
     threads = target.warp_size
     while threads <= target.max_threads_per_block:
-        in_registers = bool(row.shared_reads) and row_registers(row, threads, width) <= register_budget(threads)
+        in_registers = bool(row.shared_reads) and row.one_length \
+            and row_registers(row, threads, width) <= register_budget(threads)
         elements = RowDecisions(threads, 1, in_registers, width).elements_per_thread(row.length)
         timed.append((latency.row_us(row, threads, elements, in_registers, target.warp_size), threads))
         threads *= 2
@@ -261,7 +265,7 @@ def tile(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> ti
         threads=decisions.rows_per_block, thread_dim="y",
     )
     plan = tile_ir.ReductionPlan(
-        vars=row.reduce_vars, extent=row.length, strategy=decisions.strategy, splits=decisions.threads
+        vars=row.reduce_vars, extent=row.reduce_length, strategy=decisions.strategy, splits=decisions.threads
     )
     result = tile_ir.TileKernel(
         kernel=kernel, schedule=SCHEDULE_NAME, grid=(rows,), reduction=plan, vector_width=decisions.vector_width,

@@ -76,8 +76,8 @@ def row_itemsizes(row: RowReduction) -> list[int]:
 
 
 def has_vector_access(row: RowReduction, width: int) -> bool:
-    """Whether the row divides into vectors of ``width`` and some access moves them whole."""
-    if width < 2 or row.length % width:
+    """Whether every loop over the row divides into vectors of ``width`` and some access moves them whole."""
+    if width < 2 or any(p.loop.extent % width for p in row.phases if p.loop is not None):
         return False
     return any(vector_loads(row, p.loop, width) or vector_stores(row, p.loop, width)
                for p in row.phases if p.loop is not None)
