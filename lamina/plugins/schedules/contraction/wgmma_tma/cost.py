@@ -46,8 +46,7 @@ TMA_STORE_SAVING_US = 0.05
 """What a block saves, per pair of outputs a consumer thread holds, by putting them in a shared tile
 that the TMA stores (``tma_stores``) instead of storing them from registers, as ``BLOCK_US`` counts
 them; at most the whole of ``BLOCK_US``. Fitted to TinyLlama's gate at 512 rows
-(``experiments/gemm_mainloop/``). Uncapped, it made the model prefer single-warpgroup blocks
-(twice the pairs a thread) for the LM heads, a setting not timed."""
+(``experiments/gemm_mainloop/``); only blocks of two consumer warpgroups take the tile."""
 BLOCKS_PER_SM = 32
 REGISTERS_PER_SM = 65536
 SHARED_BYTES_PER_SM = 228 * 1024

@@ -51,8 +51,12 @@ BLOCK_NS = tuple(range(64, 257, 16))
 in a fuller last wave (TinyLlama's gate at 512 rows: 176 columns make 128 blocks on 132 SMs, where
 192 make 120 of a larger tile; ``experiments/gemm_mainloop/``)."""
 MEASURED_STEP = 32
-"""The cost model weighs the columns between multiples of this only where the TMA stores the block's
-outputs (``tma_stores``), the only blocks of such widths timed yet; a pin takes any of ``BLOCK_NS``."""
+"""The cost model weighs the columns between multiples of this only past ``WIDE_BLOCK_N`` and where the
+TMA stores the block's outputs (``tma_stores``), as timed; a pin takes any of ``BLOCK_NS``."""
+WIDE_BLOCK_N = 128
+"""Below this many columns a width between multiples of ``MEASURED_STEP`` was slower than the next
+multiple itself: BERT's 3 072-wide up-projection at 512 rows took 11.1 us in blocks of 112 columns
+and 9.3 in blocks of 128 (``experiments/tma_stores_by_warpgroups/``)."""
 PRODUCER_THREADS = kernel_ir.WARPGROUP_SIZE
 """A warpgroup beside the consumer warpgroups, of which one thread issues the copies: a whole
 warpgroup, because a block that runs wgmma runs whole warpgroups (the simulator insists), and
@@ -124,7 +128,8 @@ def settings(c: Contraction, pinned: dict, target: Target):
             values("stages", range(MIN_STAGES, MAX_STAGES + 1)), values("consumer_warpgroups", CONSUMER_WARPGROUPS),
             values("tile_scheduler", UNPINNED_SCHEDULERS)):
         choices = attrs.evolve(choices_for(block_m, block_n, stages, groups, scheduler), **pinned)
-        if block_n % MEASURED_STEP and "block_n" not in pinned and staged_copy(c, choices) != TMA_COPY:
+        if block_n % MEASURED_STEP and "block_n" not in pinned \
+                and (block_n < WIDE_BLOCK_N or staged_copy(c, choices) != TMA_COPY):
             continue
         yield choices
 
@@ -249,12 +254,14 @@ def staged_copy(c: Contraction, choices: Choices) -> str:
     blocks do either: the whole block meets before the tile goes out, and a persistent block's
     producer has run ahead into its next tile. A block that holds its epilogue's reads in registers
     through the products (``early_reads``) stores from registers: with the tile's stores as well,
-    ptxas serialises its wgmma (its warning C7514; ``experiments/gemm_mainloop/``)."""
+    ptxas serialises its wgmma (its warning C7514; ``experiments/gemm_mainloop/``). Only blocks of
+    two consumer warpgroups take the TMA's tile: with one, storing from registers was as fast or
+    faster on every product timed (``experiments/tma_stores_by_warpgroups/``)."""
     if _stages_odd_rows(c, choices):
         return THREADS_COPY
     facts = _facts(c)
     if (choices.tile_scheduler or GRID) != GRID or early_read_registers(c, choices) or facts.tma_output is None \
-            or tma_stores.layout(facts.tma_output[1], choices.block_n) is None:
+            or choices.consumer_warpgroups < 2 or tma_stores.layout(facts.tma_output[1], choices.block_n) is None:
         return ""
     tile = tma_stores.tile_bytes(choices.block_m, choices.block_n, facts.tma_output[1])
     return TMA_COPY if _ring_bytes(c, choices) + tile <= SHARED_BYTES_PER_BLOCK else ""
