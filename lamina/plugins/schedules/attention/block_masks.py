@@ -89,3 +89,11 @@ def block_scores(score: Expr, key: str, query: str) -> BlockScores:
 def reads(score: Expr) -> int:
     """Reads of buffers that ``score`` makes at indices that move with its coordinates."""
     return sum(1 for node in ex.walk(score) if _varying_read(node))
+
+
+def reads_by_query(score: Expr, query: str) -> tuple[int, int]:
+    """``score``'s reads at indices that move with the ``query`` coordinate (a bias of its own for
+    each score), and those that move only with the others (a padding mask, one value per key)."""
+    moving = [node for node in ex.walk(score) if _varying_read(node)]
+    per_score = sum(1 for node in moving if any(query in ex.free_vars(i) for i in node.index))
+    return per_score, len(moving) - per_score

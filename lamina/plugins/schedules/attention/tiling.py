@@ -8,9 +8,11 @@ attention walks only the key blocks that some query of the block sees.
 The cost model is fitted to the H200: a key block of 128 queries by 128 keys takes a block
 ``KEY_BLOCK_US + KEY_BLOCK_US_PER_FEATURE * d`` (the products, the exponentials and the
 waits between them, which this schedule does not yet overlap), a warpgroup of 64 queries
-alone ``ONE_WARPGROUP_SLOWDOWN`` times that with two such blocks on an SM (the kernel's
-registers allow one block of two warpgroups, or two of one); each read of another buffer that
-the score makes (a mask) adds ``SCORE_READ_NS`` per score and SM. The blocks spread over the
+``ONE_WARPGROUP_SLOWDOWN`` times that with two such blocks on an SM (the kernel's registers
+allow one block of two warpgroups, or two of one) and ``ONE_WARPGROUP_ALONE`` times it where
+the blocks are no more than the SMs; each read of another buffer that the score makes adds
+``SCORE_READ_NS`` per score and SM where it moves with the query (a bias of each score's own),
+``KEY_READ_NS`` where it moves only with the key (a padding mask). The blocks spread over the
 SMs; the longest block bounds the kernel. The fit: ``experiments/attention_in_one_kernel/``.
 """
 
@@ -26,7 +28,7 @@ from lamina.core.errors import ScheduleError
 from lamina.core.ir import expr as ex, index, kernel_ir, tile_ir
 from lamina.core.ir.kernel_ir import hopper_barriers
 from lamina.core.target import Target
-from lamina.plugins.schedules.attention.block_masks import reads
+from lamina.plugins.schedules.attention.block_masks import reads, reads_by_query
 from lamina.plugins.schedules.attention.recognise import Attention
 
 SCHEDULE_NAME = "attention"
@@ -49,9 +51,13 @@ KEY_BLOCK_US_PER_FEATURE = 0.0105
 """A key block of 128 x 128 scores in a block of two warpgroups, by its features."""
 ONE_WARPGROUP_SLOWDOWN = 1.8
 """A 64-query block's key block, two such blocks sharing an SM."""
+ONE_WARPGROUP_ALONE = 0.88
+"""A 64-query block's key block, alone on its SM: BERT's 12 heads at 512 tokens."""
 SCORE_READ_NS = 0.5
-"""Per score, per read of a mask or bias, on one SM: a decoder's padding mask, read at each
-score, tripled the kernel in TinyLlama's layer."""
+"""Per score, per read of a bias that moves with the query, on one SM: a decoder's mask, read at
+each score, tripled the kernel in TinyLlama's layer before it was settled per key block."""
+KEY_READ_NS = 0.12
+"""Per score, per read that moves only with the key (BERT's padding mask), on one SM."""
 LAUNCH_US = 2.0
 REGISTER_BOUND_THREADS = 256
 """The kernel's threads use every register: an SM holds 256 of them, one block of two
@@ -116,22 +122,26 @@ def score_reads_us(a: Attention, target: Target) -> float:
     return scores * reads(a.score) * SCORE_READ_NS * 1e-3 / target.sm_count
 
 
-def _key_block_reads(a: Attention, choice: AttentionChoice, query_block: int, key_block: int) -> int:
-    """The reads each score of a key block makes, its mask settled over the block (``block_masks``)."""
+def _key_block_reads_ns(a: Attention, choice: AttentionChoice, query_block: int, key_block: int) -> float:
+    """What the reads of each score of a key block cost, its mask settled over the block
+    (``block_masks``), in nanoseconds on one SM."""
     first_query, first_key = query_block * choice.block_queries, key_block * choice.block_keys
-    return reads(a.by_block.score_over(range(first_query, first_query + choice.block_queries),
-                                       range(first_key, first_key + choice.block_keys)))
+    score = a.by_block.score_over(range(first_query, first_query + choice.block_queries),
+                                  range(first_key, first_key + choice.block_keys))
+    per_score, per_key = reads_by_query(score, a.query_var)
+    return per_score * SCORE_READ_NS + per_key * KEY_READ_NS
 
 
 def estimate_us(a: Attention, choice: AttentionChoice, target: Target) -> float:
     groups = choice.consumer_warpgroups
-    resident = REGISTER_BOUND_THREADS // (groups * kernel_ir.WARPGROUP_SIZE)
+    query_blocks = math.ceil(a.queries_extent / choice.block_queries)
+    sharing = a.batch_size * query_blocks > target.sm_count
+    resident = REGISTER_BOUND_THREADS // (groups * kernel_ir.WARPGROUP_SIZE) if sharing else 1
     per_key_block = (KEY_BLOCK_US + KEY_BLOCK_US_PER_FEATURE * a.depth) * choice.block_keys / 128
     if groups == 1:
-        per_key_block *= ONE_WARPGROUP_SLOWDOWN
-    read_us = kernel_ir.WGMMA_M * groups * choice.block_keys * SCORE_READ_NS * 1e-3 * resident
-    query_blocks = math.ceil(a.queries_extent / choice.block_queries)
-    blocks = [sum(per_key_block + read_us * _key_block_reads(a, choice, q, kb)
+        per_key_block *= ONE_WARPGROUP_SLOWDOWN if sharing else ONE_WARPGROUP_ALONE
+    scores_us = kernel_ir.WGMMA_M * groups * choice.block_keys * 1e-3 * resident
+    blocks = [sum(per_key_block + scores_us * _key_block_reads_ns(a, choice, q, kb)
                   for kb in range(key_blocks(a, choice, q)))
               for q in range(query_blocks)] * a.batch_size
     return LAUNCH_US + max(max(blocks, default=0.0), sum(blocks) / (target.sm_count * resident))
