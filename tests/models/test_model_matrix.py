@@ -15,6 +15,7 @@ import torch.utils._pytree as pytree
 import lamina
 from lamina.backends.cuda.backend import CudaBackend
 from lamina.bench.measure import relative_error
+from lamina.frontends.torch.containers import register_library_containers
 from lamina.models.architectures import ARCHITECTURES, ENTRY_POINTS, build, example_inputs, main_output
 from lamina.models.measure import eager_at
 CASES = [(name, entry, length) for name, arch in ARCHITECTURES.items()
@@ -28,6 +29,7 @@ class MatrixCase:
         self.arch = ARCHITECTURES[name]
         self.entry, self.length, self.seed = entry, length, seed
         self.model = build(self.arch, size="small", length=length, seed=seed)
+        register_library_containers()  # to flatten the returned caches below, whichever entry point runs first
         self.inputs = example_inputs(self.arch, self.model, batch=2, length=length, seed=seed)
         torch._dynamo.reset()
         if entry == "lamina.compile":
