@@ -20,9 +20,9 @@ only the epilogue may also gather elements of the row at columns no affine funct
 variable (RoPE's rotated half after a query norm). The reductions run over one length; an
 epilogue may run over another (OPT's positions, a cumulative sum of the padding mask over
 512 tokens, read by a gather of 768 features per token); the row is then read from memory
-by each loop, not kept in registers. No reduction may combine two operands that follow different rows:
-matmuls are the contraction schedule's. A reduction whose rows all read the same elements
-(a cumulative sum's triangle) is a row reduction whose reads hit the cache.
+by each loop, not kept in registers. No reduction may combine two operands that follow
+different rows: matmuls are the contraction schedule's. A reduction whose rows all read the
+same elements (a cumulative sum's triangle) is a row reduction whose reads hit the cache.
 """
 
 from __future__ import annotations

@@ -55,8 +55,8 @@ MEASURED_STEP = 32
 TMA stores the block's outputs (``tma_stores``), as timed; a pin takes any of ``BLOCK_NS``."""
 WIDE_BLOCK_N = 128
 """Below this many columns a width between multiples of ``MEASURED_STEP`` was slower than the next
-multiple itself: BERT's 3 072-wide up-projection at 512 rows took 11.1 us in blocks of 112 columns
-and 9.3 in blocks of 128 (``experiments/tma_stores_by_warpgroups/``)."""
+multiple itself, though each block does less (BERT's up-projection at 512 rows in blocks of 112
+columns against 128: ``experiments/tma_stores_by_warpgroups/``)."""
 PRODUCER_THREADS = kernel_ir.WARPGROUP_SIZE
 """A warpgroup beside the consumer warpgroups, of which one thread issues the copies: a whole
 warpgroup, because a block that runs wgmma runs whole warpgroups (the simulator insists), and
