@@ -255,8 +255,8 @@ def staged_copy(c: Contraction, choices: Choices) -> str:
     producer has run ahead into its next tile. A block that holds its epilogue's reads in registers
     through the products (``early_reads``) stores from registers: with the tile's stores as well,
     ptxas serialises its wgmma (its warning C7514; ``experiments/gemm_mainloop/``). Only blocks of
-    two consumer warpgroups take the TMA's tile: with one, storing from registers was as fast or
-    faster on every product timed (``experiments/tma_stores_by_warpgroups/``)."""
+    two consumer warpgroups take the TMA's tile: it paid on every such block timed, and on blocks of
+    one it paid on some products and lost on others (``experiments/tma_stores_by_warpgroups/``)."""
     if _stages_odd_rows(c, choices):
         return THREADS_COPY
     facts = _facts(c)
