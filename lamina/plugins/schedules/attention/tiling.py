@@ -140,8 +140,8 @@ def estimate_us(a: Attention, choice: AttentionChoice, target: Target) -> float:
     per_key_block = (KEY_BLOCK_US + KEY_BLOCK_US_PER_FEATURE * a.depth) * choice.block_keys / 128
     if groups == 1:
         per_key_block *= ONE_WARPGROUP_SLOWDOWN if sharing else ONE_WARPGROUP_ALONE
-    scores_us = kernel_ir.WGMMA_M * groups * choice.block_keys * 1e-3 * resident
-    blocks = [sum(per_key_block + scores_us * _key_block_reads_ns(a, choice, q, kb)
+    scores = kernel_ir.WGMMA_M * groups * choice.block_keys * resident  # a key block's, times the blocks sharing its SM
+    blocks = [sum(per_key_block + scores * _key_block_reads_ns(a, choice, q, kb) * 1e-3
                   for kb in range(key_blocks(a, choice, q)))
               for q in range(query_blocks)] * a.batch_size
     return LAUNCH_US + max(max(blocks, default=0.0), sum(blocks) / (target.sm_count * resident))
