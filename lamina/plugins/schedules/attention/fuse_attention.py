@@ -22,7 +22,7 @@ from typing import Any, Mapping
 import attrs
 
 from lamina.core.errors import ScheduleError
-from lamina.core.ir import expr as ex, kernel_ir, loop_ir
+from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.ir.expr import Expr
 from lamina.core.target import Target
 from lamina.plugins.fusion import analysis
@@ -35,7 +35,7 @@ from lamina.plugins.schedules.loop_to_kernel import split_parallel_nest
 from lamina.plugins.schedules.matmul_row_reduction import computed_where_read
 from lamina.plugins.schedules.row_reduction.cost import estimate_cost as row_reduction_cost
 from lamina.plugins.schedules.attention import tiling
-from lamina.plugins.schedules.attention.recognise import NotAttention, analyse
+from lamina.plugins.schedules.attention.recognise import NotAttention, analyse, values_read_as_they_lie
 
 
 class FuseAttention:
@@ -101,9 +101,9 @@ class FuseAttention:
 
 
 def _values_read_by_the_tma(kernel: loop_ir.Kernel, taken: set[str]):
-    """(None, the values' kernel) where the TMA reads its values K-major as they lie, else (a
-    kernel that copies them K-major, the values' kernel reading the copy); None where neither.
-    The attention kernel stages the values K-major only, as they lie or copied."""
+    """(None, the values' kernel) where the TMA reads its values as they lie (K-major, or along
+    whole panels of features: ``values_read_as_they_lie``), else (a kernel that copies them
+    K-major, the values' kernel reading the copy); None where neither."""
     try:
         c = analyse_contraction(kernel)
     except NotAContraction:
@@ -112,7 +112,7 @@ def _values_read_by_the_tma(kernel: loop_ir.Kernel, taken: set[str]):
     if found is None:
         return None
     found_view = view(c, found[1])
-    if not isinstance(found_view, str) and found_view.layout == kernel_ir.K_MAJOR:
+    if not isinstance(found_view, str) and values_read_as_they_lie(found_view, c.extents[c.n]):
         return None, kernel
     return copy_k_major(c, found[1], taken)
 

@@ -135,6 +135,13 @@ def _nested(loops, body: tuple[loop_ir.Stmt, ...]) -> tuple[loop_ir.Stmt, ...]:
     return body
 
 
+def values_read_as_they_lie(found: TmaView, features: int) -> bool:
+    """Whether the attention kernel reads the values as ``found`` lays them out: K-major (along the
+    keys), or N-major (along the features, as a model's values lie) in whole 128-byte panels, which
+    the values' wgmma transposes."""
+    return found.layout == kernel_ir.K_MAJOR or features % kernel_ir.SWIZZLE_PANEL == 0
+
+
 def _checked(loops: AttentionLoops, scores: Contraction, values: Contraction) -> Attention:
     kernel, dtype = loops.kernel, loops.rounding
     where = f"loop kernel {kernel.name}"
@@ -154,9 +161,10 @@ def _checked(loops: AttentionLoops, scores: Contraction, values: Contraction) ->
     if views[1].layout != kernel_ir.K_MAJOR:
         raise NotAttention(f"{where}: the keys lie along the keys; the attention kernel reads them K-major, along "
                            "the features")
-    if views[2].layout != kernel_ir.K_MAJOR:
-        raise NotAttention(f"{where}: the values lie along the features; the attention kernel reads them K-major, "
-                           "along the keys (copied so by fuse_attention)")
+    if not values_read_as_they_lie(views[2], values.extents[values.n]):
+        raise NotAttention(f"{where}: the values lie along their {values.extents[values.n]} features; the attention "
+                           f"kernel reads them so in whole panels of {kernel_ir.SWIZZLE_PANEL}, else K-major, along "
+                           "the keys (copied so by fuse_attention)")
     score = settled(scores.epilogue[0].value, scores.extents)
     return Attention(kernel, scores, values, score, *views, dtype, loops, block_scores(score, scores.n, scores.m))
 

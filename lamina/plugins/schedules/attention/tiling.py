@@ -106,6 +106,9 @@ def shared_bytes(a: Attention, choice: AttentionChoice) -> int:
 
 
 def problem(a: Attention, choice: AttentionChoice, target: Target) -> str | None:
+    if a.queries_extent < kernel_ir.WGMMA_M:
+        return (f"{a.queries_extent} queries, fewer than the {kernel_ir.WGMMA_M} rows of a wgmma: the attention_decode "
+                "schedule takes a few queries")
     if choice.block_keys // 2 + a.features // 2 > MAX_ACCUMULATORS:
         return (f"{choice.block_keys} keys and {a.features} features need {choice.block_keys // 2 + a.features // 2} "
                 f"accumulators per thread, more than {MAX_ACCUMULATORS}")
@@ -173,6 +176,9 @@ def choose(a: Attention, target: Target, knobs: Mapping[str, Any]) -> tuple[Atte
     return choice, estimate, len(found)
 
 
+VALUES_ALONG_FEATURES = " (staged as they lie, along the features, and transposed by the wgmma)"
+
+
 @attrs.frozen
 class AttentionSettings(tile_ir.ScheduleSettings):
     """What the bindings do not say: the key blocks' size, the ring's stages, the warpgroups."""
@@ -183,6 +189,8 @@ class AttentionSettings(tile_ir.ScheduleSettings):
     causal: bool
     mask_by_block: str | None = None
     """How the score's mask is settled per key block (``block_masks.BlockScores.text``), if it is."""
+    values_along_features: bool = False
+    """Whether the values are staged as they lie, along the features (N-major), not along the keys."""
 
     def extra_threads(self, tk: tile_ir.TileKernel) -> int:
         """The 4 threads across each query row of a wgmma accumulator: the bindings count one."""
@@ -198,7 +206,8 @@ class AttentionSettings(tile_ir.ScheduleSettings):
 
     def lines(self, tk: tile_ir.TileKernel) -> list[str]:
         dtype = tk.stages[0].dtype
-        keys, features = self.block_keys, tk.stages[2].tile[0]
+        keys = self.block_keys
+        features = tk.stages[2].tile[1] if self.values_along_features else tk.stages[2].tile[0]
         groups = "1 consumer warpgroup" if self.consumer_warpgroups == 1 else \
             f"{self.consumer_warpgroups} consumer warpgroups"
         lines = [
@@ -207,7 +216,7 @@ class AttentionSettings(tile_ir.ScheduleSettings):
             "with it",
             f"  products on tensor cores: {groups} of 64 query rows; per key block, wgmma m64n{keys}k16 on {dtype} "
             f"gives the scores, the probabilities go to shared memory in {dtype}, wgmma m64n{features}k16 adds them "
-            f"times the values; f32 accumulators",
+            f"times the values{VALUES_ALONG_FEATURES if self.values_along_features else ''}; f32 accumulators",
         ]
         if self.causal:
             lines.append("  causal: key blocks past the block's last visible key are skipped")
@@ -226,6 +235,7 @@ def tile(a: Attention, target: Target, knobs: Mapping[str, Any]) -> tile_ir.Tile
     if a.batch:
         grid.append(tile_ir.AxisBinding(a.batch, a.batch_size, "y", 1, 1, "y"))
     panels = math.ceil(a.depth / PANEL)
+    along_features = a.value_rows.layout == kernel_ir.N_MAJOR
     scores, values = a.scores, a.values
     queries, keys = a.queries.operand, a.keys.operand
     item = a.dtype.itemsize
@@ -236,9 +246,11 @@ def tile(a: Attention, target: Target, knobs: Mapping[str, Any]) -> tile_ir.Tile
         tile_ir.SharedStage(keys.load.buffer, keys.text, (scores.n, scores.reduce_var),
                             (choice.block_keys, panels * PANEL), a.dtype, 0, choice.stages, "tma",
                             choice.block_keys * panels * PANEL * item, kernel_ir.SWIZZLE_BYTES),
-        tile_ir.SharedStage(a.value_rows.operand.load.buffer, a.value_rows.operand.text, (values.n, values.reduce_var),
-                            (a.features, choice.block_keys), a.dtype, 0, choice.stages, "tma",
-                            a.features * choice.block_keys * item, kernel_ir.SWIZZLE_BYTES),
+        tile_ir.SharedStage(a.value_rows.operand.load.buffer, a.value_rows.operand.text,
+                            (values.reduce_var, values.n) if along_features else (values.n, values.reduce_var),
+                            (choice.block_keys, a.features) if along_features else (a.features, choice.block_keys),
+                            a.dtype, 0, choice.stages, "tma", a.features * choice.block_keys * item,
+                            kernel_ir.SWIZZLE_BYTES),
     ]
     reduction = tile_ir.ReductionPlan((a.key_var,), a.keys_extent, "serial", choice.block_keys)
     notes = [("chosen", f"{choice.block_queries} queries x {choice.block_keys} keys, {choice.stages} stages; "
@@ -246,6 +258,7 @@ def tile(a: Attention, target: Target, knobs: Mapping[str, Any]) -> tile_ir.Tile
              ("estimate", f"{estimate:.1f} us")]
     tk = tile_ir.TileKernel(
         kernel=a.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction, stages=stages, knobs=notes,
-        settings=AttentionSettings(choice.block_keys, choice.stages, groups, causal, a.by_block.text(not causal)))
+        settings=AttentionSettings(choice.block_keys, choice.stages, groups, causal, a.by_block.text(not causal),
+                                   along_features))
     tile_ir.verify_tile_kernel(tk, target.max_threads_per_block, target.max_shared_bytes_optin)
     return tk

@@ -17,8 +17,10 @@ key block's boxes completing on its stage's barrier; after every key block it as
    accumulators rescaled by ``exp(old - new)``; each probability ``exp(score - maximum)`` is
    added to the lane's part of the running sum and stored rounded to the operands' type in the
    warpgroup's tile of shared memory, in the 128-byte swizzle;
-4. after a barrier, adds the probabilities times the values (wgmma m64nFk16, F the features,
-   the values staged feature by feature along the keys) to its output accumulators.
+4. after a barrier, adds the probabilities times the values (wgmma m64nFk16, F the features)
+   to its output accumulators: the values staged as they lie, key by key along the features, in
+   panels of 64 features that the wgmma transposes (``imm-trans-b``), or, where the features are
+   no whole panels, staged feature by feature along the keys from a K-major copy.
 
 A key block's stage is refilled after a second barrier, once every warpgroup's products of it
 are done. At the end the four lanes of a row add up their parts of the sum, and the output,
@@ -52,6 +54,10 @@ class AttentionWriter:
         self.panels = math.ceil(a.depth / PANEL)
         self.key_panels = self.block_keys // PANEL
         self.features = a.features
+        self.values_along_features = a.value_rows.layout == kernel_ir.N_MAJOR
+        # a stage's panels of values: of 64 features, a row per key, where they lie along the
+        # features; else of 64 keys, a row per feature
+        self.value_panels = self.features // PANEL if self.values_along_features else self.key_panels
         self.all_key_blocks = math.ceil(a.keys_extent / self.block_keys)
         loop_vars = {s.var for s in loop_ir.statements(self.kernel.body) if isinstance(s, loop_ir.Loop)}
         self.names = names = KernelNames({b.name for b in self.kernel.inputs + self.kernel.outputs} | loop_vars
@@ -94,10 +100,15 @@ class AttentionWriter:
             out.append(kernel_ir.TmaLoad(self._n("k_tile"), (stage * self.panels + p, ex.const(0), ex.const(0)),
                                          self.maps["k"], key_row, keys.first_column(self.batch_env) + PANEL * p,
                                          self._n("full"), (stage,)))
-        for p in range(self.key_panels):
-            out.append(kernel_ir.TmaLoad(self._n("v_tile"), (stage * self.key_panels + p, ex.const(0), ex.const(0)),
-                                         self.maps["v"], values.first_row(self.batch_env),
-                                         values.first_column(self.batch_env) + block * self.block_keys + PANEL * p,
+        for p in range(self.value_panels):
+            if self.values_along_features:
+                row = values.first_row(self.batch_env) + block * self.block_keys
+                column = values.first_column(self.batch_env) + PANEL * p
+            else:
+                row = values.first_row(self.batch_env)
+                column = values.first_column(self.batch_env) + block * self.block_keys + PANEL * p
+            out.append(kernel_ir.TmaLoad(self._n("v_tile"), (stage * self.value_panels + p, ex.const(0), ex.const(0)),
+                                         self.maps["v"], row, column,
                                          self._n("full"), (stage,)))
         return out
 
@@ -131,11 +142,15 @@ class AttentionWriter:
         out = []
         for step in range(self.block_keys // k):
             panel, column = divmod(k * step, PANEL)
+            if self.values_along_features:
+                values = (self.stage * self.value_panels, ex.const(k * step), ex.const(0))
+            else:
+                values = (self.stage * self.value_panels + panel, ex.const(0), ex.const(column))
             out.append(kernel_ir.Wgmma(
                 self._n("out"), accumulators, self._n("p_tile"),
                 (self.warpgroup * self.key_panels + panel, ex.const(0), ex.const(column)),
-                self._n("v_tile"), (self.stage * self.key_panels + panel, ex.const(0), ex.const(column)),
-                self.features, operand_dtype=self.a.dtype))
+                self._n("v_tile"), values, self.features, operand_dtype=self.a.dtype,
+                b_layout=kernel_ir.N_MAJOR if self.values_along_features else kernel_ir.K_MAJOR))
         return out
 
     def _score(self, score: Expr, i: int, query: Expr, key: Expr) -> Expr:
@@ -304,7 +319,8 @@ class AttentionWriter:
                 *self._epilogue()]
 
     def tensor_maps(self) -> list[kernel_ir.TensorMap]:
-        boxes = {"q": (self.block_queries, PANEL), "k": (self.block_keys, PANEL), "v": (self.features, PANEL)}
+        boxes = {"q": (self.block_queries, PANEL), "k": (self.block_keys, PANEL),
+                 "v": (self.block_keys, PANEL) if self.values_along_features else (self.features, PANEL)}
         maps = []
         for side, view in (("q", self.a.queries), ("k", self.a.keys), ("v", self.a.value_rows)):
             maps.append(kernel_ir.TensorMap(self.maps[side], view.operand.load.buffer, (view.rows, view.columns),
@@ -317,8 +333,9 @@ class AttentionWriter:
             kernel_ir.Array(self._n("q_tile"), dtype, (self.panels, self.block_queries, PANEL), "shared", swizzle),
             kernel_ir.Array(self._n("k_tile"), dtype, (self.stages * self.panels, self.block_keys, PANEL), "shared",
                             swizzle),
-            kernel_ir.Array(self._n("v_tile"), dtype, (self.stages * self.key_panels, self.features, PANEL), "shared",
-                            swizzle),
+            kernel_ir.Array(self._n("v_tile"), dtype, (self.stages * self.value_panels,
+                                                        self.block_keys if self.values_along_features else self.features,
+                                                        PANEL), "shared", swizzle),
             kernel_ir.Array(self._n("p_tile"), dtype, (self.groups * self.key_panels, kernel_ir.WGMMA_M, PANEL),
                             "shared", swizzle),
             kernel_ir.Array(self._n("q_full"), dtypes.int64, (1,), "shared"),

@@ -181,9 +181,6 @@ def test_the_loop_ir_and_tile_ir_read_as_written():
 
 
 GOLDEN_LOOP = """\
-    for i1_group in parallel(2):
-      for i3 in parallel(64):
-        for r0 in parallel(128):
     for i1 in parallel(4):
       for i2 in parallel(128):
         for r0 in reduce(128):
@@ -204,9 +201,9 @@ tile scaled_dot_product_attention  schedule=attention
   reduce r0 (128): serial, step 128, one pass: online softmax (running maximum and sum, earlier sums rescaled)
   shared q[0, i1, i2, r1] as bf16[i2 64][r1 64, 128-byte swizzle], 1 buffer, copy tma 8192 B
   shared k[0, i1 // 2, r0, r1] as bf16[r0 128][r1 64, 128-byte swizzle], 2 buffers, copy tma 16384 B
-  shared v_k_major[i1 // 2, i3, r4] as bf16[i3 64][r4 128, 128-byte swizzle], 2 buffers, copy tma 16384 B
+  shared v[0, i1 // 2, r4, i3] as bf16[r4 128][i3 64, 128-byte swizzle], 2 buffers, copy tma 16384 B
   copies: thread 0 issues the TMA loads of the queries once and of each key block's keys and values into a ring of 2 stages, each guarded by an mbarrier, refilled once the block is done with it
-  products on tensor cores: 1 consumer warpgroup of 64 query rows; per key block, wgmma m64n128k16 on bf16 gives the scores, the probabilities go to shared memory in bf16, wgmma m64n64k16 adds them times the values; f32 accumulators
+  products on tensor cores: 1 consumer warpgroup of 64 query rows; per key block, wgmma m64n128k16 on bf16 gives the scores, the probabilities go to shared memory in bf16, wgmma m64n64k16 adds them times the values (staged as they lie, along the features, and transposed by the wgmma); f32 accumulators
   causal: key blocks past the block's last visible key are skipped
   mask by key block: r0 <= i2 settled per key block: where it holds each score reads nothing; compared at each score only where the diagonal crosses the block
   chosen = 64 queries x 128 keys, 2 stages; cheapest of 4 settings, pinned: none

@@ -52,6 +52,9 @@ class TmaView:
     layout: str = kernel_ir.K_MAJOR
     """``k_major``: a row per element of the side, along k; ``n_major`` (the n side only): a row
     per step of k, along n, as a row-major ``x @ W`` weight lies, which wgmma reads transposed."""
+    batch_column_terms: dict[ex.Expr, int] = attrs.Factory(dict)
+    """Columns per unit of each term of the batch variables that moves along the rows (an N-major
+    operand's grouped heads side by side in a row, ``h // group``)."""
 
     def first_row(self, batch_env: dict[str, ex.Expr]) -> ex.Expr:
         """The row of the operand's first row in the batch whose variables ``batch_env`` gives."""
@@ -67,6 +70,8 @@ class TmaView:
         column: ex.Expr = ex.const(self.constant_columns)
         for var, columns in self.batch_columns.items():
             column = column + batch_env[var] * columns
+        for term, columns in self.batch_column_terms.items():
+            column = column + ex.substitute(term, batch_env) * columns
         return column
 
 
@@ -158,12 +163,18 @@ def _n_major_view(c: Contraction, operand: Operand, form: index.Affine, steps: d
                   terms: dict[ex.Expr, int], row_stride: int) -> TmaView | str:
     """``operand``, contiguous along n, as rows of n elements ``row_stride`` apart, one per step of k.
 
+    Batches lie after each other (whole rows apart) or side by side in the rows (attention's values
+    of several heads in one row of a projection's output, ``(h // group) * features`` columns in).
     A k-tile past the reduction's end reads rows past the operand's last: they must be past the
-    tensor map's rows (zeros), which holds where the operand is one batch; where batches follow
-    each other the reduction must be whole k-tiles."""
+    tensor map's rows (zeros), which holds where the batches do not follow each other; where they
+    do the reduction must be whole k-tiles."""
     itemsize = operand.load.dtype.itemsize
     constant_columns = form.constant % row_stride if row_stride else 0
-    columns = c.extents[c.n] + constant_columns
+    along_rows = {**{ex.Var(v): s for v, s in steps.items()}, **terms}
+    column_terms = {t: s for t, s in along_rows.items() if s % row_stride and _largest(c, t) is not None}
+    steps = {v: s for v, s in steps.items() if ex.Var(v) not in column_terms}
+    terms = {t: s for t, s in terms.items() if t not in column_terms}
+    columns = c.extents[c.n] + constant_columns + sum(s * _largest(c, t) for t, s in column_terms.items())
     if row_stride < columns or (row_stride * itemsize) % hopper_tma.GLOBAL_ALIGNMENT:
         return (f"{operand.text}'s rows along {c.reduce_var} are {row_stride} elements ({row_stride * itemsize} bytes) "
                 f"apart: the TMA needs them at least {columns} elements and a multiple of "
@@ -183,7 +194,18 @@ def _n_major_view(c: Contraction, operand: Operand, form: index.Affine, steps: d
     else:
         rows = constant_rows + c.reduce_extent
     return TmaView(operand, rows, columns, row_stride, batch_rows, constant_rows, {},
-                   {t: s // row_stride for t, s in terms.items()}, constant_columns, kernel_ir.N_MAJOR)
+                   {t: s // row_stride for t, s in terms.items()}, constant_columns, kernel_ir.N_MAJOR, column_terms)
+
+
+def _largest(c: Contraction, term: ex.Expr) -> int | None:
+    """The largest value of a batch variable, or of a term ``v // g`` of one (the last group of
+    heads), over the batch; None for a term of another form."""
+    if isinstance(term, ex.Var) and term.name in c.batch:
+        return c.extents[term.name] - 1
+    if isinstance(term, ex.Op) and term.op == "floordiv" and isinstance(term.args[0], ex.Var) \
+            and isinstance(term.args[1], ex.Const) and term.args[0].name in c.extents and term.args[1].value > 0:
+        return (c.extents[term.args[0].name] - 1) // term.args[1].value
+    return None
 
 
 def padded_shape(type: TensorType) -> TensorType:
