@@ -6,7 +6,12 @@ signature of its arguments and each later call is one replay. The arguments whos
 changes from call to call (token ids, positions) are copied into buffers of the recording;
 those that stay where they are (weights, a static key-value cache) are read in place. Which
 is which is learnt from the first two calls: an argument at the same address in both is read
-in place; if it moves later, the graph is recorded again with that argument copied.
+in place; if it moves later, the graph is recorded again with that argument copied. An
+argument that the program updates (a key-value cache) is always used in place, since copying
+it would mean copying it in before each replay and out after: where one moves (a new cache
+for each ``generate`` call), the graph is recorded again with it where it now is, once it has
+stayed there for two calls (a prompt's step, which sees a new cache at each call, then runs
+without a graph rather than being recorded at every call).
 
 The outputs of a replay are the recording's own buffers, which the next replay overwrites, so
 each is cloned, as eager's outputs are the caller's to keep; the new values of mutated
@@ -91,19 +96,24 @@ class _Recording:
 
 
 class CudaGraphReplay:
-    """``run`` (a compiled graph's call) replayed from one CUDA graph per signature of its arguments."""
+    """``run`` (a compiled graph's call) replayed from one CUDA graph per signature of its
+    arguments, or from one CUDA graph where the graph is ``static`` (its shapes do not vary:
+    Dynamo guards them, and each argument's device, before the call reaches here)."""
 
-    def __init__(self, run: Callable[..., Sequence[Any]], mutated_outputs: int):
+    def __init__(self, run: Callable[..., Sequence[Any]], mutated_outputs: int, written: frozenset[int] = frozenset(),
+                 static: bool = False):
         self.run = run
         self.mutated_outputs = mutated_outputs
+        self.written = written
+        self.static = static
         self._recordings: dict[Any, _Recording] = {}
         self._previous: dict[Any, list[int | None]] = {}
         self._unrecordable: set[Any] = set()
 
     def __call__(self, *args: Any) -> tuple:
-        if not _recordable(args) or torch.cuda.is_current_stream_capturing():
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
             return tuple(self.run(*args))
-        key = signature(args)
+        key = None if self.static else signature(args)
         if key in self._unrecordable:
             return tuple(self.run(*args))
         recording = self._recordings.get(key)
@@ -111,12 +121,20 @@ class CudaGraphReplay:
         if recording is not None and not moved:
             return recording.replay(args)
         addresses = [_address(a) for a in args]
-        previous = self._previous.setdefault(key, addresses)
-        if previous is addresses:  # the first call compiles and loads the kernels: not recorded
+        previous = self._previous.get(key)
+        self._previous[key] = addresses
+        if previous is None or any(previous[i] != addresses[i] for i in self.written):
+            # The first call compiles and loads the kernels; an argument updated in place that is
+            # new since the last call may be new at every call (a prompt's step, with a new cache
+            # for each generate call), where recording would cost more than it saves.
+            return tuple(self.run(*args))
+        if not _recordable(args):
+            self._unrecordable.add(key)
             return tuple(self.run(*args))
         copied = {i for i, (a, b) in enumerate(zip(previous, addresses)) if a != b} | moved
         if recording is not None:
             copied |= recording.copied
+        copied -= self.written
         try:
             recording = _Recording(self.run, args, frozenset(copied), self.mutated_outputs)
         except RuntimeError as error:

@@ -4,7 +4,10 @@ Dynamo hands over an FX graph of torch-level ops; AOTAutograd lowers it to core 
 (keeping lamina's keep-list whole) and passes the forward graph here, and the backward
 graph when an input or a parameter requires grad in grad mode: lamina compiles both, so
 ``loss.backward()`` gets gradients as in eager. AOTAutograd also keeps eager's aliasing:
-an output that is an input, a view of one or another output is returned as such.
+an output that is an input, a view of one or another output is returned as such. An
+inference graph updates its inputs itself (a key-value cache: AOTAutograd keeps the input
+mutations in the graph as ``copy_`` into them), so the update is part of the program and of
+its CUDA graph rather than copies that PyTorch launches after each call.
 Parameters and buffers arrive as arguments, so they are never copied into the program,
 and Dynamo guards the rest (a replaced module tensor is a new argument or a new graph).
 ``options`` are lamina settings (``schedule``, ``backend``, ``keep``, ...) plus
@@ -34,7 +37,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from lamina.api import Compiler, Specialization, signature
 from lamina.core.errors import ConfigError, InputMismatchError
 from lamina.frontends.torch.call_binding import output_value
-from lamina.frontends.torch.fx_graph import Constant, FxProgram, fx_to_torch_ir
+from lamina.frontends.torch.fx_graph import Constant, FxProgram, fx_to_torch_ir, is_write_to_argument
 from lamina.integrations.cuda_graphs import CudaGraphReplay, uses_cuda_graphs
 
 FALLBACKS = (None, "error", "eager")
@@ -63,11 +66,11 @@ def lamina_backend(graph_module: torch.fx.GraphModule, example_inputs: Sequence[
     def compile_forward(aten_graph: torch.fx.GraphModule, inputs: Sequence[Any]):
         run = compile_graph(aten_graph, inputs)
         if graphs and not training:
-            run = CudaGraphReplay(run, _mutated_inputs())
+            run = CudaGraphReplay(run, _mutated_inputs(), _written_arguments(aten_graph), static=_is_static(aten_graph))
         return make_boxed_func(run)
 
     backend = aot_autograd(fw_compiler=compile_forward, bw_compiler=lambda g, i: make_boxed_func(compile_graph(g, i)),
-                           decompositions=decompositions(compiler.keep))
+                           decompositions=decompositions(compiler.keep), keep_inference_input_mutations=True)
     with _differentiable_attention(training):
         return backend(graph_module, example_inputs)
 
@@ -78,6 +81,13 @@ def _mutated_inputs() -> int:
     context = torch._guards.TracingContext.try_get()
     metadata = getattr(context, "fw_metadata", None)
     return metadata.num_mutated_inp_runtime_indices if metadata is not None else 0
+
+
+def _written_arguments(aten_graph: torch.fx.GraphModule) -> frozenset[int]:
+    """The positions of the arguments that the graph updates in place (``copy_`` into them: the
+    input mutations that AOTAutograd keeps in an inference graph)."""
+    placeholders = [n for n in aten_graph.graph.nodes if n.op == "placeholder"]
+    return frozenset(placeholders.index(n.args[0]) for n in aten_graph.graph.nodes if is_write_to_argument(n))
 
 
 def _needs_gradients(example_inputs: Sequence[Any]) -> bool:
@@ -142,6 +152,8 @@ class GraphRunner:
         program, compiled = self._specialization(args)
         with _disable_current_modes():
             computed = compiled(tuple(args), _device(args)) if compiled is not None else []
+            for position, source in program.writes:
+                args[position].copy_(output_value(source, args, computed))
         return tuple(source.value if isinstance(source, Constant) else output_value(source, args, computed)
                      for source in program.outputs)
 
@@ -183,7 +195,7 @@ class LaminaSupport(OperatorSupportBase):
             return False
         if node.target is operator.getitem:
             return isinstance(node.args[0], torch.fx.Node) and self.is_node_supported(submodules, node.args[0])
-        return _op_name(node) in self.ops
+        return _op_name(node) in self.ops or is_write_to_argument(node)
 
 
 class _CompiledPart(torch.nn.Module):

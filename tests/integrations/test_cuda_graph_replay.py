@@ -76,16 +76,21 @@ def write_at(cache, positions, values):
 
 
 @pytest.mark.gpu
-def test_an_argument_written_in_place_is_written_at_every_replay():
+def test_an_argument_written_in_place_is_written_at_every_replay(recordings):
     torch.manual_seed(0)
-    cache, expected = torch.zeros(16, 8, device="cuda"), torch.zeros(16, 8, device="cuda")
+    cache = torch.randn(16, 8, device="cuda")
+    expected = cache.clone()
     compiled = torch.compile(write_at, backend=lamina_backend, mode="reduce-overhead")
     for step in range(5):
+        if step == 3:  # a new cache, as each generate call makes: recorded again at the next call, in place
+            cache = torch.randn(16, 8, device="cuda")
+            expected = cache.clone()
         positions = torch.tensor([step, step + 8], device="cuda")
         values = torch.randn(2, 8, device="cuda")
         out = compiled(cache, positions, values)
         torch.testing.assert_close(out, write_at(expected, positions, values))
         torch.testing.assert_close(cache, expected)
+    assert recordings == [frozenset({1, 2})] * 2  # the cache is never copied
 
 
 @pytest.mark.gpu
@@ -101,4 +106,6 @@ def test_greedy_generation_with_cuda_graphs_matches_eager(name, recordings):
         generated = model.generate(ids, **settings)
         again = model.generate(ids, **settings)
     assert torch.equal(generated, expected) and torch.equal(again, expected)
-    assert 1 <= len(recordings) <= 2  # the decoding step's graph, and the prompt's on the second call
+    # the decoding step's graph, and again for the second call's new cache (the prompt's step, with a
+    # new cache at each call, runs without a graph)
+    assert 1 <= len(recordings) <= 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import tomllib
@@ -108,6 +109,38 @@ def test_eager_fallback_runs_unsupported_ops_in_pytorch_and_names_them(backend):
     with pytest.warns(UserWarning, match=r"ran these ops in PyTorch, not lamina: aten.sort.default, aten.topk.default$"):
         out = compiled(x, w)
     assert relative_error(out, float64_reference(sort_and_topk, (x, w))) < 1e-5
+
+
+def write_at(cache, positions, values):
+    cache.index_copy_(0, positions, values)
+    return cache.sum(dim=0) * 2
+
+
+def write_then_sort(cache, positions, values):
+    cache.index_copy_(0, positions, values)
+    return torch.sort(cache.sum(dim=1)).values
+
+
+@pytest.mark.parametrize("fallback", [None, "eager"])
+def test_an_updated_argument_is_written_by_the_program(monkeypatch, fallback):
+    """A static cache's update stays in the program (a write into the argument), not a copy
+    that PyTorch makes after the call; with the eager fallback too, beside an op run in PyTorch."""
+    import lamina.integrations.torch_compile as integration
+
+    programs = []
+    original = integration.fx_to_torch_ir
+    monkeypatch.setattr(integration, "fx_to_torch_ir", lambda g: programs.append(original(g)) or programs[-1])
+    function = write_at if fallback is None else write_then_sort
+    compiled = torch.compile(function, backend=lamina_backend, options={"fallback": fallback})
+    cache = torch.randn(16, 8)
+    expected = cache.clone()
+    with torch.no_grad(), pytest.warns(UserWarning) if fallback else contextlib.nullcontext():
+        for step in range(3):
+            positions, values = torch.tensor([step, 15 - step]), torch.randn(2, 8)
+            out = compiled(cache, positions, values)
+            torch.testing.assert_close(out, function(expected, positions, values))
+            torch.testing.assert_close(cache, expected)
+    assert [position for program in programs for position, _ in program.writes] == [0]
 
 
 def test_lamina_settings_pass_through_options(backend):

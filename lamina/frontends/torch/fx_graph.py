@@ -9,6 +9,10 @@ program. Any other ``get_attr`` is a submodule (control flow), which lamina does
 compile. Outputs that the program does not compute (an input returned as it is, a None)
 are passed through at call time rather than compiled: ``outputs`` says where each
 output of the graph comes from.
+
+An input the program updates (a key-value cache) arrives as ``copy_(input, new_value)`` at
+the end of the graph, as AOTAutograd keeps an inference graph's input mutations: the new
+value is computed like an output, and ``writes`` says which argument it is written into.
 """
 
 from __future__ import annotations
@@ -36,6 +40,14 @@ Source = Computed | Argument | View | Constant
 class FxProgram:
     captured: Captured
     outputs: tuple[Source, ...] = attrs.field(converter=tuple)
+    writes: tuple[tuple[int, Source], ...] = attrs.field(default=(), converter=tuple)
+    """(argument position, its new value) for each argument the program updates."""
+
+
+def is_write_to_argument(node: torch.fx.Node) -> bool:
+    """Whether ``node`` is ``copy_(placeholder, value)``: the program updates one of its arguments."""
+    return (node.op == "call_function" and node.target is torch.ops.aten.copy_.default
+            and isinstance(node.args[0], torch.fx.Node) and node.args[0].op == "placeholder")
 
 
 def fx_to_torch_ir(graph_module: torch.fx.GraphModule) -> FxProgram:
@@ -49,6 +61,9 @@ def fx_to_torch_ir(graph_module: torch.fx.GraphModule) -> FxProgram:
     placeholders: dict[str, int] = {}
     computed: list[str] = []
     sources: list[Source] = []
+    written: list[tuple[torch.fx.Node, Any]] = []
+    updated: dict[str, int] = {}
+    writes: list[tuple[int, Source]] = []
     for fx_node in graph_module.graph.nodes:
         if fx_node.op == "placeholder":
             placeholders[fx_node.name] = len(placeholders)
@@ -59,21 +74,30 @@ def fx_to_torch_ir(graph_module: torch.fx.GraphModule) -> FxProgram:
             constants[fx_node.name] = _attribute(graph_module, fx_node.target)
             inputs.append(torch_ir.Input(fx_node.name, _constant_type(fx_node, constants[fx_node.name]), "constant"))
             positions.append(None)
+        elif is_write_to_argument(fx_node):
+            if any(user.op != "output" for user in fx_node.users):
+                raise LaminaError(f"{fx_node.name} (a copy into the argument {fx_node.args[0].name}) is read by "
+                                  f"{', '.join(u.name for u in fx_node.users)}; lamina writes arguments at the end")
+            written.append((fx_node.args[0], fx_node.args[1]))
+            updated[fx_node.name] = placeholders[fx_node.args[0].name]  # returned: the argument, updated
         elif fx_node.op == "call_function":
             nodes.append(_node(fx_node))
         elif fx_node.op == "output":
             returned = _flat_outputs(fx_node.args[0])
-            directly = {value.name for value in returned if isinstance(value, torch.fx.Node)}
+            new_values = [value for _, value in written]
+            directly = {value.name for value in (*returned, *new_values) if isinstance(value, torch.fx.Node)}
             for value in returned:
-                sources.append(_source(value, placeholders, computed, directly))
-            if len(computed) < len(directly - set(placeholders)):
+                sources.append(_source(value, {**placeholders, **updated}, computed, directly))
+            for target, value in written:
+                writes.append((placeholders[target.name], _source(value, placeholders, computed, directly)))
+            if len(computed) < len(directly - set(placeholders) - set(updated)):
                 nodes = _reaching(nodes, computed)
         else:
             raise LaminaError(f"the graph has a {fx_node.op} node ({fx_node.name}): "
                               "control flow and submodule calls are not supported")
     graph = torch_ir.Graph(inputs, nodes, computed)
     torch_ir.verify_graph(graph)
-    return FxProgram(Captured(graph, positions, constants), sources)
+    return FxProgram(Captured(graph, positions, constants), sources, writes)
 
 
 def _attribute(graph_module: torch.fx.GraphModule, target: str):
