@@ -10,10 +10,12 @@ take, so the analysis follows ``start``'s residue: ``start = residue (mod modulu
 for every vector, which is also what proves a vector access aligned.
 
 A condition is uniform when every lane of every vector gives the same answer: ``inner
-< 64`` with ``width`` dividing 64 is, ``inner < 5`` with ``width`` 2 is not. Only
-conditions of index arithmetic count (no loads, divisors that are positive constants),
-so that evaluating one once per vector, even where an element would not have, cannot
-fault.
+< 64`` with ``width`` dividing 64 is, ``inner < 5`` with ``width`` 2 is not. A load
+whose index is the same in every lane reads the same value in every lane (the position a
+key-value cache is written at, ``positions[0] == i2``; the token an embedding row is
+looked up for), so it counts as one unknown number; evaluating it once per vector cannot
+fault, since Loop IR keeps every index in bounds whether its element uses it or not.
+Divisors must be positive constants.
 """
 
 from __future__ import annotations
@@ -57,7 +59,9 @@ def _form(step: int, modulus: int, residue: int) -> LaneForm:
 def lane_form(e: Expr, inner: str, width: int) -> LaneForm | None:
     """The integer expression ``e`` as ``start + step * lane``, or None where it is not
     one (a remainder that wraps inside the vector, a product of lane-varying factors,
-    a load)."""
+    a load that differs between lanes)."""
+    if isinstance(e, loop_ir.Load):
+        return UNKNOWN if is_uniform(e, inner, width) else None
     if isinstance(e, ex.Const):
         return _form(0, 0, int(e.value)) if _is_integer(e) else UNKNOWN
     if isinstance(e, ex.Var):
@@ -124,7 +128,7 @@ _FLIPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
 def is_uniform(e: Expr, inner: str, width: int) -> bool:
     """Whether the condition (or any expression) ``e`` has the same value in every lane."""
     if isinstance(e, loop_ir.Load):
-        return False
+        return all(is_uniform(i, inner, width) for i in e.index)
     if _is_integer(e):
         form = lane_form(e, inner, width)
         return form is not None and form.step == 0

@@ -112,7 +112,11 @@ def test_an_offset_start_is_contiguous_but_not_aligned():
     assert not lane_form(J * 6 + I, "i", 4).is_aligned_to(4)
 
 
-def test_conditions_that_read_memory_or_divide_by_a_variable_are_never_uniform():
-    mask = loop_ir.Load("mask", (J,), dtypes.float32)
-    assert not is_uniform(op("gt", mask, 0.0), "i", 4)
+def test_a_load_is_uniform_where_its_index_is_and_a_division_by_a_variable_never_is():
+    assert not is_uniform(op("gt", loop_ir.Load("mask", (I,), dtypes.float32), 0.0), "i", 4)
     assert not is_uniform(op("lt", op("floordiv", J, J), 1), "i", 4)
+    position = loop_ir.Load("positions", (ex.const(0),), dtypes.int64)  # a key-value cache's write position
+    assert is_uniform(op("gt", loop_ir.Load("mask", (J,), dtypes.float32), 0.0), "i", 4)
+    assert is_uniform(op("eq", position, J), "i", 4)
+    assert lane_form(position * 64 + I, "i", 4) == LaneForm(1, 4, 0)
+    assert lane_form(loop_ir.Load("positions", (I,), dtypes.int64) * 64 + I, "i", 4) is None

@@ -45,3 +45,30 @@ def test_an_input_that_starts_off_the_vector_alignment_is_read_correctly():
     assert shifted.data_ptr() % 16 != 0
     out = compiled(shifted, inputs[1])
     assert relative_error(out, float64_reference(fn, (shifted, inputs[1]))) < 1e-5
+
+
+def write_at(cache, positions, values):
+    return torch.ops.aten.index_put.default(cache, [None, None, positions], values)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("written", [[36], [0], [-1]])
+def test_a_cache_written_at_a_loaded_position_is_read_in_vectors(written, dtype):
+    """A decoding step's key-value cache update: the position is loaded, the same in every lane,
+    so the new keys and the rest of the cache are read in vectors (the simulator checks their
+    alignment)."""
+    cache, values = torch.randn(2, 3, 37, 64).to(dtype), torch.randn(2, 3, len(written), 64).to(dtype)
+    positions = torch.tensor(written)
+    compiled = lamina.compile(write_at, (cache, positions, values))
+    (tile,) = [t for t in compiled.compilation.tiles if t.schedule == "pointwise"]
+    loads = dict(tile.knobs)["vector_loads"]
+    assert tile.vector_width == 16 // dtype.itemsize and "values[" in loads and "cache[" in loads
+    assert torch.equal(compiled(cache, positions, values), write_at(cache, positions, values))
+
+
+def test_an_embedding_row_is_read_in_vectors():
+    table, ids = torch.randn(50, 24), torch.tensor([[3, 49, 0], [7, 7, 12]])
+    compiled = lamina.compile(torch.nn.functional.embedding, (ids, table))
+    (tile,) = compiled.compilation.tiles
+    assert tile.vector_width == 4 and dict(tile.knobs)["vector_loads"] == "weight[input[i0, i1], i2]"
+    assert torch.equal(compiled(ids, table), torch.nn.functional.embedding(ids, table))
