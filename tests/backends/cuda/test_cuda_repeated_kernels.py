@@ -59,14 +59,15 @@ def test_a_compile_error_names_the_real_kernel(tmp_path):
 
 
 def test_positional_names_never_take_an_index_variable_s_name(tmp_path):
-    """Values that are also returned (a key-value cache) are copied with the positions last for the
-    attention's second product. Written by the pointwise schedule, that copy runs over index
-    ``r0`` and keeps its vectors in a register array, which must not be renamed ``r0`` too."""
+    """Values that are also returned (a key-value cache), at a length the attention kernel does not
+    read them in place at (70 keys), are copied with the positions last for its second product.
+    Written by the pointwise schedule, that copy runs over index ``r0`` and keeps its vectors in a
+    register array, which must not be renamed ``r0`` too."""
     def attention_and_values(qkv):
-        q, k, v = (t.view(1, 64, 2, 64).transpose(1, 2) for t in qkv.split(128, dim=-1))
+        q, k, v = (t.view(1, 70, 2, 64).transpose(1, 2) for t in qkv.split(128, dim=-1))
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), v
 
-    qkv = torch.randn(1, 64, 384, dtype=torch.bfloat16)
+    qkv = torch.randn(1, 70, 384, dtype=torch.bfloat16)
     compiled = lamina.compile(attention_and_values, (qkv,), target="sm_90",
                               disable=("lamina.builtin.schedules.transpose",))
     copy = next(k for k in compiled.compilation.kernels.kernels if k.name.endswith("_k_major"))
