@@ -19,7 +19,8 @@ where other options are given: ``torch.compile`` takes a mode or options, not bo
 each inference call on a GPU from a CUDA graph (``cuda_graphs``).
 
 Like ``lamina.compile``, a compiled graph is specialised to concrete shapes: when Dynamo
-marks a dimension dynamic, each new size compiles once more, on its first call.
+marks a dimension dynamic, each new size compiles once more, on its first call, and the
+second size of a graph warns that a size changing at every call compiles at every call.
 """
 
 from __future__ import annotations
@@ -138,6 +139,8 @@ class GraphRunner:
         if key not in self._specializations:
             from torch.fx.experimental.proxy_tensor import make_fx
 
+            if len(self._specializations) == 1:
+                _warn_of_new_sizes(next(iter(self._specializations)), key)
             concrete = make_fx(self.graph_module, tracing_mode="fake")(*args)
             self._specializations[key] = self._compile(concrete, args)
         return self._specializations[key]
@@ -156,6 +159,17 @@ class GraphRunner:
                 args[position].copy_(output_value(source, args, computed))
         return tuple(source.value if isinstance(source, Constant) else output_value(source, args, computed)
                      for source in program.outputs)
+
+
+def _warn_of_new_sizes(first: tuple, now: tuple) -> None:
+    """Once per graph, at its second size: a size that changes at every call compiles at every call."""
+    changed = [f"argument {i}: {a[0]} then {b[0]}" for i, (a, b) in enumerate(zip(first, now))
+               if a != b and isinstance(a[0], tuple)][:3]
+    warnings.warn(
+        f"lamina compiles this graph again for new sizes ({'; '.join(changed)}): each compiled program is "
+        "specialised to its shapes, so a size that changes at every call compiles at every call. With "
+        "transformers' generate, whose default cache grows by a token at each step, pass "
+        "cache_implementation='static'", stacklevel=3)
 
 
 def _is_static(graph_module: torch.fx.GraphModule) -> bool:

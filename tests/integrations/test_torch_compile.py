@@ -6,6 +6,7 @@ import contextlib
 import copy
 import importlib
 import tomllib
+import warnings
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -82,10 +83,13 @@ def test_an_mlp_matches_eager_and_reads_its_current_weights(backend):
 def test_new_shapes_compile_again_and_match(backend):
     model = mlp()
     compiled = torch.compile(model, backend=backend)
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         for rows in (13, 17, 5, 13):
             x = torch.randn(rows, 24)
             assert relative_error(compiled(x), copy.deepcopy(model).double()(x.double())) < 1e-5
+    (warned,) = [w for w in caught if "compiles this graph again" in str(w.message)]  # once, at the third size
+    assert "(5, 24)" in str(warned.message) and "cache_implementation='static'" in str(warned.message)
 
 
 def sort_and_topk(x, w):
