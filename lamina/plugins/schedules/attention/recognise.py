@@ -62,6 +62,11 @@ class Attention:
         return self.scores.extents[self.scores.m]
 
     @property
+    def values_along_features(self) -> bool:
+        """Whether the values are staged as they lie, along the features (N-major), not along the keys."""
+        return self.value_rows.layout == kernel_ir.N_MAJOR
+
+    @property
     def keys_extent(self) -> int:
         return self.scores.extents[self.scores.n]
 

@@ -235,7 +235,7 @@ def tile(a: Attention, target: Target, knobs: Mapping[str, Any]) -> tile_ir.Tile
     if a.batch:
         grid.append(tile_ir.AxisBinding(a.batch, a.batch_size, "y", 1, 1, "y"))
     panels = math.ceil(a.depth / PANEL)
-    along_features = a.value_rows.layout == kernel_ir.N_MAJOR
+    along_features = a.values_along_features
     scores, values = a.scores, a.values
     queries, keys = a.queries.operand, a.keys.operand
     item = a.dtype.itemsize

@@ -54,7 +54,7 @@ class AttentionWriter:
         self.panels = math.ceil(a.depth / PANEL)
         self.key_panels = self.block_keys // PANEL
         self.features = a.features
-        self.values_along_features = a.value_rows.layout == kernel_ir.N_MAJOR
+        self.values_along_features = a.values_along_features
         # a stage's panels of values: of 64 features, a row per key, where they lie along the
         # features; else of 64 keys, a row per feature
         self.value_panels = self.features // PANEL if self.values_along_features else self.key_panels
@@ -150,7 +150,7 @@ class AttentionWriter:
                 self._n("out"), accumulators, self._n("p_tile"),
                 (self.warpgroup * self.key_panels + panel, ex.const(0), ex.const(column)),
                 self._n("v_tile"), values, self.features, operand_dtype=self.a.dtype,
-                b_layout=kernel_ir.N_MAJOR if self.values_along_features else kernel_ir.K_MAJOR))
+                b_layout=self.a.value_rows.layout))
         return out
 
     def _score(self, score: Expr, i: int, query: Expr, key: Expr) -> Expr:
