@@ -25,6 +25,7 @@ from lamina.core.stages.decompose import decompose
 from lamina.core.stages.fuse import fuse
 from lamina.core.stages.lower_to_kernels import KernelLowering
 from lamina.core.stages.lower_to_loops import lower_to_loops
+from lamina.core.stages.update_in_place import updated_buffers, write_updates_in_place
 from lamina.core.target import Target
 from lamina.core.timings import Timings
 
@@ -154,6 +155,7 @@ class Pipeline:
         progress.update("fusion")
         with timings.stage("fusion"):
             c.loop = fuse(loops, rules, target, knobs["fusion_rule"], changed=lambda: progress.update("fusion"))
+            c.loop = write_updates_in_place(c.loop, updated_buffers(graph, c.loop))
             loop_ir.verify_program(c.loop)
         self._observe("loop", c.loop, c)
 

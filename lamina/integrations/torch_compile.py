@@ -156,9 +156,15 @@ class GraphRunner:
         with _disable_current_modes():
             computed = compiled(tuple(args), _device(args)) if compiled is not None else []
             for position, source in program.writes:
-                args[position].copy_(output_value(source, args, computed))
+                new_value = output_value(source, args, computed)
+                if not _same_tensor(new_value, args[position]):  # else the program wrote it in place
+                    args[position].copy_(new_value)
         return tuple(source.value if isinstance(source, Constant) else output_value(source, args, computed)
                      for source in program.outputs)
+
+
+def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype
 
 
 def _warn_of_new_sizes(first: tuple, now: tuple) -> None:

@@ -15,6 +15,7 @@ import torch
 
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.errors import ConfigError, UnsupportedOpError
+from lamina.core.ir import loop_ir
 from lamina.integrations.torch_compile import decompositions, lamina_backend
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
@@ -145,6 +146,59 @@ def test_an_updated_argument_is_written_by_the_program(monkeypatch, fallback):
             torch.testing.assert_close(out, function(expected, positions, values))
             torch.testing.assert_close(cache, expected)
     assert [position for program in programs for position, _ in program.writes] == [0]
+
+
+def decoding_step(cache, position, keys, query):
+    cache.index_copy_(2, position, keys)
+    return (query @ cache.transpose(-1, -2)).softmax(-1)
+
+
+def test_a_cache_updated_at_one_position_is_written_there_in_place(monkeypatch):
+    """A decoding step's cache update writes the new row into the argument itself: the program's
+    output is the argument, its kernel has no loop over the cache's positions, and nothing is copied."""
+    import lamina.integrations.torch_compile as integration
+
+    compiled_programs = []
+    original = integration.GraphRunner._compile
+    monkeypatch.setattr(integration.GraphRunner, "_compile",
+                        lambda self, g, inputs: compiled_programs.append(original(self, g, inputs)) or compiled_programs[-1])
+    copies = []
+    monkeypatch.setattr(integration, "_same_tensor", lambda a, b: copies.append(a.data_ptr() != b.data_ptr()) or not copies[-1])
+    compiled = torch.compile(decoding_step, backend=lamina_backend)
+    cache = torch.randn(1, 3, 37, 16)
+    expected = cache.clone()
+    with torch.no_grad():
+        for position in (0, 36, 17):
+            keys, query = torch.randn(1, 3, 1, 16), torch.randn(1, 3, 1, 16)
+            out = compiled(cache, torch.tensor([position]), keys, query)
+            torch.testing.assert_close(out, decoding_step(expected, torch.tensor([position]), keys, query))
+            torch.testing.assert_close(cache, expected, rtol=0, atol=0)
+    (_, specialization), = compiled_programs
+    loop = specialization.compilation.loop
+    cache_name = loop.inputs[0].name
+    assert cache_name in [b.name for b in loop.outputs]
+    writer, = [k for k in loop.kernels if any(b.name == cache_name for b in k.outputs)]
+    assert sum(isinstance(s, loop_ir.Loop) for s in loop_ir.statements(writer.body)) == 3
+    assert copies == [False, False, False]
+
+
+def old_and_new(cache, position, values):
+    old = cache * 2
+    cache.index_copy_(0, position, values)
+    return old.sum(dim=0) + cache.sum(dim=0)
+
+
+def test_a_cache_whose_old_value_is_read_too_is_still_updated_right():
+    """Where a kernel reads the old value after the update, the update is not in place: the result is eager's."""
+    compiled = torch.compile(old_and_new, backend=lamina_backend)
+    cache = torch.randn(9, 5)
+    expected = cache.clone()
+    with torch.no_grad():
+        for position in (3, 8):
+            values = torch.randn(1, 5)
+            out = compiled(cache, torch.tensor([position]), values)
+            torch.testing.assert_close(out, old_and_new(expected, torch.tensor([position]), values))
+            torch.testing.assert_close(cache, expected, rtol=0, atol=0)
 
 
 def test_lamina_settings_pass_through_options(backend):

@@ -77,6 +77,10 @@ class Graph:
     inputs: tuple[Input, ...] = attrs.field(converter=tuple)
     nodes: tuple[Node, ...] = attrs.field(converter=tuple)
     outputs: tuple[str, ...] = attrs.field(converter=tuple)
+    updates: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=tuple)
+    """``(input, output)`` for each input the program updates (a key-value cache): ``output`` is
+    its new value, which the caller writes into it after the call. The compiled program may write
+    it in place instead, where no kernel reads the old value afterwards."""
 
     def type_of(self, name: str) -> TensorType:
         for inp in self.inputs:
@@ -112,6 +116,7 @@ def format_graph(graph: Graph) -> str:
             line = f"{line:<60}  # {node.source.file.rsplit('/', 1)[-1]}:{node.source.line}"
         lines.append(line.rstrip())
     lines.append(f"    return ({', '.join(graph.outputs)},)")
+    lines += [f"    update {name} = {output}" for name, output in graph.updates]
     return "\n".join(lines)
 
 
@@ -133,6 +138,12 @@ def verify_graph(graph: Graph) -> None:
     for out in graph.outputs:
         if out not in defined:
             problems.append(f"output {out} is not defined")
+    inputs = {i.name: i.type for i in graph.inputs}
+    for name, output in graph.updates:
+        if name not in inputs or output not in graph.outputs:
+            problems.append(f"update {name} = {output} names no input or no output")
+        elif graph.type_of(output) != inputs[name]:
+            problems.append(f"update {name} = {output}: the new value is {graph.type_of(output)}, the input {inputs[name]}")
     if problems:
         raise VerificationError("Torch IR is inconsistent:\n  " + "\n  ".join(problems))
 

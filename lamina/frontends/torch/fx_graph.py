@@ -12,7 +12,9 @@ output of the graph comes from.
 
 An input the program updates (a key-value cache) arrives as ``copy_(input, new_value)`` at
 the end of the graph, as AOTAutograd keeps an inference graph's input mutations: the new
-value is computed like an output, and ``writes`` says which argument it is written into.
+value is computed like an output, and ``writes`` says which argument it is written into. The
+graph names each such output as the input's update (``torch_ir.Graph.updates``), so that the
+program may write it in place.
 """
 
 from __future__ import annotations
@@ -95,7 +97,10 @@ def fx_to_torch_ir(graph_module: torch.fx.GraphModule) -> FxProgram:
         else:
             raise LaminaError(f"the graph has a {fx_node.op} node ({fx_node.name}): "
                               "control flow and submodule calls are not supported")
-    graph = torch_ir.Graph(inputs, nodes, computed)
+    tensor_inputs = {i.name for i in inputs}
+    updates = [(target.name, computed[source.index]) for (target, _), (_, source) in zip(written, writes)
+               if isinstance(source, Computed) and target.name in tensor_inputs]
+    graph = torch_ir.Graph(inputs, nodes, computed, updates)
     torch_ir.verify_graph(graph)
     return FxProgram(Captured(graph, positions, constants), sources, writes)
 

@@ -5,7 +5,8 @@ A static key-value cache (Hugging Face's ``StaticCache``) writes each step's key
 None, positions], keys)``. Tensor IR has no scatter, so the write is read the other way
 round: for each position ``p`` of the axis, the last ``j`` with ``positions[j] == p`` (a max
 reduction over the few written positions, -1 where none is), and the output reads
-``values[..., j, ...]`` there and the input elsewhere (a gather and a ``where``). Where one
+``values[..., j, ...]`` there and the input elsewhere (a gather and a ``where``); one written
+position is compared with the coordinate directly. Where one
 position is written twice, the later write wins, as in eager PyTorch on the CPU. With
 ``accumulate=True`` (an embedding's gradient) each position adds every value written to it: a
 sum over the written positions of those that land there. Negative positions count from the end.
@@ -46,6 +47,8 @@ def decompose_index_put(b: TensorBuilder, node: Node) -> str:
     wrapped_positions = b.elementwise(wrapped, [positions], role="positions")
     if argument(node, 3, "accumulate", False):
         return b.binary("add", x, _added(b, wrapped_positions, values, axis, shape), role="index_put")
+    if count == 1:
+        return _one_position(b, x, wrapped_positions, values, axis, shape)
     grid = b.broadcast_to(wrapped_positions, (length, count), role="positions")
     match = ex.op("where", ex.op("eq", Arg(0, index_type), ex.cast(Coord(0), index_type)),
                   ex.cast(Coord(1), dtypes.int64), ex.const(-1, dtypes.int64))
@@ -57,6 +60,18 @@ def decompose_index_put(b: TensorBuilder, node: Node) -> str:
     read = b.index_map(values, index, shape, gathers=[last], role="written")
     at = b.index_map(last, [d[axis]], shape, role="last_writer")
     return b.where(b.binary("ge", at, 0), read, x, role="index_put")
+
+
+def _one_position(b: TensorBuilder, x: str, position: str, values: str, axis: int, shape: tuple[int, ...]) -> str:
+    """One written position (a decoding step's): ``where(coordinate == position, values, x)``, which
+    an in-place update of ``x`` turns into a store of the written row alone."""
+    index_type = b.dtype(position)
+    d = tensor_ir.output_vars(len(shape))
+    spread = b.index_map(position, [0], shape, role="position")
+    here = b.elementwise(ex.op("eq", ex.cast(Coord(axis), index_type), Arg(0, index_type)), [spread], role="written")
+    index = list(d)
+    index[axis] = ex.const(0)
+    return b.where(here, b.index_map(values, index, shape, role="written"), x, role="index_put")
 
 
 def _added(b: TensorBuilder, positions: str, values: str, axis: int, shape: tuple[int, ...]) -> str:

@@ -71,9 +71,10 @@ def unconditional_loads(value: Expr) -> Iterator[loop_ir.Load]:
 
 
 def is_contiguous(kernel: loop_ir.Kernel, buffer: str, idx: tuple[Expr, ...], inner: str) -> bool:
-    """Whether ``buffer[idx]`` moves by exactly one element when ``inner`` does, without
-    reading another buffer to find its place."""
-    if any(isinstance(node, loop_ir.Load) for e in idx for node in ex.walk(e)):
+    """Whether ``buffer[idx]`` moves by exactly one element when ``inner`` does, reading another
+    buffer to find its place only where that read is the same for every element along ``inner``
+    (a cache written at a loaded position)."""
+    if any(isinstance(node, loop_ir.Load) and inner in ex.free_vars(node) for e in idx for node in ex.walk(e)):
         return False
     offset = index.linearize(idx, kernel.buffer(buffer).type.shape)
     return index.coefficient(offset, inner) == 1

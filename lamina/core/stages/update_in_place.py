@@ -1,0 +1,156 @@
+"""Inputs a program updates, written in place: a key-value cache is not copied at every step.
+
+A decoding step of a language model writes its new keys and values into the cache it was
+given (``torch_ir.Graph.updates``). Computed as an output, the new cache is a second copy of
+the whole cache, written by one kernel and copied into the input by the caller. Where it can,
+this stage has that kernel write the input itself:
+
+- the kernel computes the new value element by element (its store is ``new[i, j, ...]`` in a
+  nest of parallel loops) and reads the input only at the element it writes, so no element is
+  read after it was overwritten;
+- no later kernel reads the input (every later reader of the new value reads the input then).
+
+The input is then also an output of the program, which the caller finds already written.
+Where the new value is the input with one position changed (``where(i2 == position, new,
+cache)``, a decoding step's ``index_copy_``), the kernel stores that position alone: the loop
+over the axis is dropped and the store lands at the position, clamped into the axis, with the
+element's own value where the position is outside it (eager PyTorch would have raised there;
+the cache is then left as it was).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import attrs
+
+from lamina.core.ir import dtypes, expr as ex, loop_ir, torch_ir
+from lamina.core.ir.loop_ir import Load, Loop, Store
+
+
+def write_updates_in_place(program: loop_ir.Program, updates: Sequence[tuple[str, str]]) -> loop_ir.Program:
+    """``program`` with each ``(input, output)`` of ``updates`` written into the input where that is safe."""
+    for name, output in updates:
+        program = _in_place(program, name, output) or program
+    return program
+
+
+def updated_buffers(graph: torch_ir.Graph, program: loop_ir.Program) -> list[tuple[str, str]]:
+    """``graph.updates`` in the names of ``program``, lowered from it: inputs and outputs keep their
+    positions through the levels (an output repeated is copied, its first place is the value)."""
+    names = [i.name for i in graph.inputs]
+    if len(names) != len(program.inputs) or len(graph.outputs) != len(program.outputs):
+        return []
+    return [(program.inputs[names.index(name)].name, program.outputs[graph.outputs.index(output)].name)
+            for name, output in graph.updates]
+
+
+def _in_place(program: loop_ir.Program, name: str, output: str) -> loop_ir.Program | None:
+    inputs = {b.name: b for b in program.inputs}
+    written = [b for b in program.outputs if b.name == output]
+    if name not in inputs or not written or output in inputs or written[0].type != inputs[name].type:
+        return None
+    writers = [k for k, kernel in enumerate(program.kernels) if any(b.name == output for b in kernel.outputs)]
+    if len(writers) != 1:
+        return None
+    position = writers[0]
+    if any(any(b.name == name for b in kernel.inputs) for kernel in program.kernels[position + 1:]):
+        return None
+    kernel = program.kernels[position]
+    body = _written_elementwise(kernel.body, output, name)
+    if body is None:
+        return None
+    updated = inputs[name]
+
+    def read_updated(e: ex.Expr) -> ex.Expr:
+        return ex.transform(e, lambda n: attrs.evolve(n, buffer=name) if isinstance(n, Load) and n.buffer == output
+                            else None)
+
+    later = [attrs.evolve(k, inputs=[updated if b.name == output else b for b in k.inputs],
+                          body=loop_ir.map_expressions(k.body, read_updated))
+             for k in program.kernels[position + 1:]]
+    writer = loop_ir.Kernel(kernel.name, [b for b in kernel.inputs if b.name != name],
+                            [updated if b.name == output else b for b in kernel.outputs], body)
+    return attrs.evolve(
+        program,
+        outputs=[updated if b.name == output else b for b in program.outputs],
+        kernels=[*program.kernels[:position], writer, *later],
+    )
+
+
+def _written_elementwise(body: tuple[loop_ir.Stmt, ...], output: str, name: str) -> tuple[loop_ir.Stmt, ...] | None:
+    """``body`` storing into ``name`` instead of ``output``, or None where its one store of ``output``
+    is not element by element with every read of ``name`` at the element written."""
+    stores = [s for s in loop_ir.statements(body) if isinstance(s, Store) and s.buffer == output]
+    if len(stores) != 1:
+        return None
+    store = stores[0]
+    nest = _loops_around(body, store)
+    if nest is None or any(loop.kind != "parallel" for loop in nest):
+        return None
+    if len(store.index) != len(nest) or any(not (isinstance(e, ex.Var) and e.name == loop.var)
+                                           for e, loop in zip(store.index, nest)):
+        return None
+    reads = [load for load in loop_ir.loads(body) if load.buffer == name]
+    in_store = [n for n in ex.walk(store.value) if isinstance(n, Load) and n.buffer == name]
+    if len(reads) != len(in_store) or any(load.index != store.index for load in reads):
+        return None
+    alone = _one_position(store, nest, name) if all(len(loop.body) == 1 for loop in nest) else None
+    return _replaced(body, store, alone or (attrs.evolve(store, buffer=name), None))
+
+
+def _loops_around(body: tuple[loop_ir.Stmt, ...], target: Store) -> list[Loop] | None:
+    """The loops enclosing ``target``, outermost first (None where it is not in ``body``)."""
+    for s in body:
+        if s is target:
+            return []
+        if isinstance(s, Loop):
+            inner = _loops_around(s.body, target)
+            if inner is not None:
+                return [s, *inner]
+    return None
+
+
+def _one_position(store: Store, nest: list[Loop], name: str) -> tuple[Store, Loop] | None:
+    """The store of ``where(v == position, new, old)`` at the position alone, and the loop ``v`` it
+    no longer needs; None where the value is not of that form."""
+    value = store.value
+    if not (isinstance(value, ex.Op) and value.op == "where" and _is_read_of(value.args[2], name, store.index)):
+        return None
+    condition, new, _ = value.args
+    if not (isinstance(condition, ex.Op) and condition.op == "eq"):
+        return None
+    loops = {loop.var: loop for loop in nest}
+    for here, there in (condition.args, condition.args[::-1]):
+        var = here.args[0] if isinstance(here, ex.Op) and here.op == "cast" else here
+        if isinstance(var, ex.Var) and var.name in loops and not ex.free_vars(there):
+            extent = loops[var.name].extent
+            clamped = ex.cast(ex.op("min", ex.op("max", there, ex.const(0, there.dtype)),
+                                    ex.const(extent - 1, there.dtype)), dtypes.index)
+            inside = ex.op("and", ex.op("ge", there, ex.const(0, there.dtype)),
+                           ex.op("lt", there, ex.const(extent, there.dtype)))
+            at = {var.name: clamped}
+            index = tuple(ex.substitute(e, at) for e in store.index)
+            kept = Load(name, index, value.dtype)
+            return Store(name, index, ex.op("where", inside, ex.substitute(new, at), kept)), loops[var.name]
+    return None
+
+
+def _is_read_of(e: ex.Expr, name: str, index: tuple[ex.Expr, ...]) -> bool:
+    return isinstance(e, Load) and e.buffer == name and e.index == index
+
+
+def _replaced(body: tuple[loop_ir.Stmt, ...], target: Store, replacement: tuple[Store, Loop | None]):
+    """``body`` with ``target`` replaced, and the loop ``replacement`` names (if any) dropped."""
+    store, dropped = replacement
+    out: list[loop_ir.Stmt] = []
+    for s in body:
+        if s is target:
+            out.append(store)
+        elif s is dropped:
+            out.extend(_replaced(s.body, target, replacement))
+        elif isinstance(s, Loop):
+            out.append(attrs.evolve(s, body=_replaced(s.body, target, replacement)))
+        else:
+            out.append(s)
+    return tuple(out)

@@ -1,0 +1,87 @@
+"""An input the program updates is written in place where no kernel reads its old value after."""
+
+from __future__ import annotations
+
+import textwrap
+
+from lamina.core.ir import dtypes, expr as ex, loop_ir
+from lamina.core.ir.loop_ir import Buffer, Kernel, Load, Loop, Program, Store
+from lamina.core.ir.torch_ir import TensorType
+from lamina.core.stages.update_in_place import write_updates_in_place
+
+CACHE = Buffer("cache", TensorType((2, 5, 4), dtypes.float32))
+POSITION = Buffer("position", TensorType((1,), dtypes.int64))
+VALUES = Buffer("values", TensorType((2, 1, 4), dtypes.float32))
+NEW = Buffer("new", TensorType((2, 5, 4), dtypes.float32))
+TOTAL = Buffer("total", TensorType((2, 4), dtypes.float32))
+
+
+def nest(extents, store):
+    body = (store,)
+    for var, extent in reversed(list(zip(("i0", "i1", "i2"), extents))):
+        body = (Loop(var, extent, "parallel", body),)
+    return body
+
+
+def update(condition=None, old_index=None) -> Kernel:
+    """``new = where(i1 == position[0], values[i0, 0, i2], cache)``."""
+    i0, i1, i2 = (ex.Var(v) for v in ("i0", "i1", "i2"))
+    position = Load("position", (ex.const(0),), dtypes.int64)
+    condition = ex.op("eq", ex.cast(i1, dtypes.int64), position) if condition is None else condition
+    value = ex.op("where", condition, Load("values", (i0, ex.const(0), i2), dtypes.float32),
+                  Load("cache", old_index or (i0, i1, i2), dtypes.float32))
+    return Kernel("update", (POSITION, VALUES, CACHE), (NEW,), nest((2, 5, 4), Store("new", (i0, i1, i2), value)))
+
+
+def total(read: str = "new") -> Kernel:
+    i0, i2, r0 = ex.Var("i0"), ex.Var("i2"), ex.Var("r0")
+    body = (Loop("i0", 2, "parallel", (Loop("i2", 4, "parallel", (
+        loop_ir.Init("acc0", ex.const(0.0, dtypes.float32)),
+        Loop("r0", 5, "reduce", (loop_ir.Accumulate("acc0", "sum", Load(read, (i0, r0, i2), dtypes.float32)),)),
+        Store("total", (i0, i2), ex.Var("acc0", dtypes.float32)),
+    )),)),)
+    return Kernel("total", (CACHE if read == "cache" else NEW,), (TOTAL,), body)
+
+
+def program(*kernels: Kernel) -> Program:
+    return Program((CACHE, POSITION, VALUES), (TOTAL, NEW), (), kernels)
+
+
+def test_one_written_position_is_stored_alone_into_the_input():
+    written = write_updates_in_place(program(update(), total()), [("cache", "new")])
+    loop_ir.verify_program(written)
+    assert [b.name for b in written.outputs] == ["total", "cache"]
+    assert loop_ir.format_program(written) == textwrap.dedent("""\
+        loop_program(cache: f32[2, 5, 4], position: i64[1], values: f32[2, 1, 4]) -> (total: f32[2, 4], cache: f32[2, 5, 4]):
+          kernel update(position: i64[1], values: f32[2, 1, 4]) -> (cache: f32[2, 5, 4]):
+            for i0 in parallel(2):
+              for i2 in parallel(4):
+                cache[i0, min(max(position[0], 0), 4), i2] = where(position[0] >= 0 and position[0] < 5, values[i0, 0, i2], cache[i0, min(max(position[0], 0), 4), i2])
+          kernel total(cache: f32[2, 5, 4]) -> (total: f32[2, 4]):
+            for i0 in parallel(2):
+              for i2 in parallel(4):
+                acc0: f32 = 0.0
+                for r0 in reduce(5):
+                  acc0 += cache[i0, r0, i2]
+                total[i0, i2] = acc0""")
+
+
+def test_a_new_value_of_every_element_is_written_into_the_input_whole():
+    """Not one position (the condition reads the coordinate twice): every element is stored, in place."""
+    i1 = ex.cast(ex.Var("i1"), dtypes.int64)
+    condition = ex.op("lt", i1, Load("position", (ex.const(0),), dtypes.int64))
+    written = write_updates_in_place(program(update(condition), total()), [("cache", "new")])
+    store = next(s for s in loop_ir.statements(written.kernels[0].body) if isinstance(s, Store))
+    assert store.buffer == "cache" and [str(e) for e in store.index] == ["i0", "i1", "i2"]
+    assert written.kernels[1].inputs == (CACHE,)
+
+
+def test_an_input_read_after_its_update_is_not_written_in_place():
+    original = program(update(), total("cache"))
+    assert write_updates_in_place(original, [("cache", "new")]) == original
+
+
+def test_an_input_read_at_another_element_than_the_one_written_is_not_written_in_place():
+    """``new[i0, i1, i2]`` reading ``cache[i0, 4 - i1, i2]`` would read elements already overwritten."""
+    original = program(update(old_index=(ex.Var("i0"), 4 - ex.Var("i1"), ex.Var("i2"))), total())
+    assert write_updates_in_place(original, [("cache", "new")]) == original
