@@ -9,6 +9,8 @@ this stage has that kernel write the input itself:
   nest of parallel loops) and reads the input only at the element it writes, so no element is
   read after it was overwritten;
 - no later kernel reads the input (every later reader of the new value reads the input then).
+  A kernel whose new value nothing in the program reads (a counter that each step moves on)
+  is moved after the last kernel that reads the old value, where nothing in between stops it.
 
 The input is then also an output of the program, which the caller finds already written.
 Where the new value is the input with one position changed (``where(i2 == position, new,
@@ -53,9 +55,10 @@ def _in_place(program: loop_ir.Program, name: str, output: str) -> loop_ir.Progr
     writers = [k for k, kernel in enumerate(program.kernels) if any(b.name == output for b in kernel.outputs)]
     if len(writers) != 1:
         return None
-    position = writers[0]
-    if any(any(b.name == name for b in kernel.inputs) for kernel in program.kernels[position + 1:]):
+    moved = _after_readers(program, writers[0], name)
+    if moved is None:
         return None
+    program, position = moved
     kernel = program.kernels[position]
     body = _written_elementwise(kernel.body, output, name)
     if body is None:
@@ -76,6 +79,23 @@ def _in_place(program: loop_ir.Program, name: str, output: str) -> loop_ir.Progr
         outputs=[updated if b.name == output else b for b in program.outputs],
         kernels=[*program.kernels[:position], writer, *later],
     )
+
+
+def _after_readers(program: loop_ir.Program, position: int, name: str) -> tuple[loop_ir.Program, int] | None:
+    """``program`` with the kernel at ``position`` moved after the last later kernel that reads
+    ``name``, and where it now is; None where a kernel in between reads what it writes or writes
+    what it reads."""
+    kernels = list(program.kernels)
+    readers = [k for k in range(position + 1, len(kernels)) if any(b.name == name for b in kernels[k].inputs)]
+    if not readers:
+        return program, position
+    writes = {b.name for b in kernels[position].outputs}
+    reads = {b.name for b in kernels[position].inputs}
+    for between in kernels[position + 1:readers[-1] + 1]:
+        if writes & {b.name for b in between.inputs + between.outputs} or reads & {b.name for b in between.outputs}:
+            return None
+    kernels.insert(readers[-1], kernels.pop(position))
+    return attrs.evolve(program, kernels=kernels), readers[-1]
 
 
 def _written_elementwise(body: tuple[loop_ir.Stmt, ...], output: str, name: str) -> tuple[loop_ir.Stmt, ...] | None:

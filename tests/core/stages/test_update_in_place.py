@@ -14,6 +14,7 @@ POSITION = Buffer("position", TensorType((1,), dtypes.int64))
 VALUES = Buffer("values", TensorType((2, 1, 4), dtypes.float32))
 NEW = Buffer("new", TensorType((2, 5, 4), dtypes.float32))
 TOTAL = Buffer("total", TensorType((2, 4), dtypes.float32))
+CHANGE = Buffer("change", TensorType((2, 5, 4), dtypes.float32))
 
 
 def nest(extents, store):
@@ -76,8 +77,13 @@ def test_a_new_value_of_every_element_is_written_into_the_input_whole():
     assert written.kernels[1].inputs == (CACHE,)
 
 
-def test_an_input_read_after_its_update_is_not_written_in_place():
-    original = program(update(), total("cache"))
+def test_an_input_read_beside_its_new_value_is_not_written_in_place():
+    """``change`` reads the old cache and the new one: the update can move neither before nor after it."""
+    i0, i1, i2 = (ex.Var(v) for v in ("i0", "i1", "i2"))
+    value = ex.op("sub", Load("new", (i0, i1, i2), dtypes.float32), Load("cache", (i0, i1, i2), dtypes.float32))
+    change = Kernel("change", (NEW, CACHE), (CHANGE,), nest((2, 5, 4), Store("change", (i0, i1, i2), value)))
+    original = Program((CACHE, POSITION, VALUES), (CHANGE, NEW), (), (update(), change))
+    loop_ir.verify_program(original)
     assert write_updates_in_place(original, [("cache", "new")]) == original
 
 
@@ -85,3 +91,17 @@ def test_an_input_read_at_another_element_than_the_one_written_is_not_written_in
     """``new[i0, i1, i2]`` reading ``cache[i0, 4 - i1, i2]`` would read elements already overwritten."""
     original = program(update(old_index=(ex.Var("i0"), 4 - ex.Var("i1"), ex.Var("i2"))), total())
     assert write_updates_in_place(original, [("cache", "new")]) == original
+
+
+def counter() -> Kernel:
+    """``moved = cache + 1``, which no kernel reads: a counter that each step moves on."""
+    i0, i1, i2 = (ex.Var(v) for v in ("i0", "i1", "i2"))
+    value = ex.op("add", Load("cache", (i0, i1, i2), dtypes.float32), ex.const(1.0, dtypes.float32))
+    return Kernel("counter", (CACHE,), (NEW,), nest((2, 5, 4), Store("new", (i0, i1, i2), value)))
+
+
+def test_a_new_value_nothing_reads_is_written_after_the_last_reader_of_the_old_one():
+    written = write_updates_in_place(program(counter(), total("cache")), [("cache", "new")])
+    loop_ir.verify_program(written)
+    assert [k.name for k in written.kernels] == ["total", "counter"]
+    assert written.kernels[1].outputs == (CACHE,) and written.kernels[0].inputs == (CACHE,)

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 import attrs
 
 from lamina.core.errors import ScheduleError
-from lamina.core.ir import loop_ir, tile_ir
+from lamina.core.ir import expr as ex, loop_ir, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.pointwise.analysis import (
     VECTOR_BYTES,
@@ -144,7 +144,11 @@ def choose_width(kernel: loop_ir.Kernel, nest: PointwiseNest, target: Target, kn
 
     A narrower vector can turn more accesses into vectors (RoPE's rotated half with
     head_dim 12 is one at 2 lanes, not at 4); a scalar access costs an instruction per
-    element, which is worth more than the wider vector."""
+    element, which is worth more than the wider vector. A kernel of few elements that computes
+    a function of each (a decoding step's keys, rotated and written into the cache: 256
+    elements, a sine and a cosine each) takes the narrower vector that gives it a block of
+    ``SMALL_BLOCK`` threads, where that leaves no more accesses scalar: on one warp its
+    elements' functions run one after another."""
     extent = nest.inner_extent
     pinned = _pinned(knobs, "vector_width", kernel.name, lambda w: 0 < w <= MAX_VECTOR_WIDTH and w & (w - 1) == 0,
                      f"a power of two from 1 to {MAX_VECTOR_WIDTH}")
@@ -170,7 +174,20 @@ def choose_width(kernel: loop_ir.Kernel, nest: PointwiseNest, target: Target, kn
         width //= 2
     if not usable:
         return 1
-    return min(usable, key=lambda plan: (plan.scalar_accesses, -plan.width)).width
+    best = min(usable, key=lambda plan: (plan.scalar_accesses, -plan.width))
+    elements = math.prod(loop.extent for loop in nest.loops)
+    if elements // best.width >= SMALL_BLOCK or not _computes_functions(nest):
+        return best.width
+    alike = [plan.width for plan in usable if plan.scalar_accesses == best.scalar_accesses]
+    enough = [width for width in alike if elements // width >= SMALL_BLOCK]
+    return max(enough) if enough else min(alike)
+
+
+def _computes_functions(nest: PointwiseNest) -> bool:
+    """Whether the stored values compute a function (a sine, an exponential), whose instructions
+    each element runs one after another."""
+    return any(isinstance(node, ex.Op) and ex.OPS[node.op].kind == "math"
+               for store in nest.stores for node in ex.walk(store.value))
 
 
 def choose_grid(kernel: loop_ir.Kernel, plan: AccessPlan, vectors: int, target: Target,

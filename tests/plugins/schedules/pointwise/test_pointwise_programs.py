@@ -17,7 +17,7 @@ def rope(x, cos, sin):
 
 
 PROGRAMS = {
-    "silu_up": (silu_up, [(6, 40), (6, 40)]),
+    "silu_up": (silu_up, [(48, 40), (48, 40)]),
     "rope": (rope, [(1, 2, 3, 128), (3, 128), (3, 128)]),
 }
 
@@ -35,13 +35,28 @@ def test_program_matches_pytorch(name, dtype):
     assert relative_error(out, float64_reference(fn, inputs)) < (1e-5 if dtype == torch.float32 else 1e-2)
 
 
+def rotated(x, angle):
+    return x * torch.cos(angle) + torch.cat((-x[..., 32:], x[..., :32]), -1) * torch.sin(angle)
+
+
+@pytest.mark.parametrize("fn,width", [(rotated, 2), (torch.mul, 8)], ids=["functions", "products"])
+def test_few_elements_computing_functions_spread_over_a_block(fn, width):
+    """256 elements (a decoding step's keys, rotated) with a sine and a cosine each run on 128
+    threads of 2 lanes, not one warp of 8; a plain product keeps the widest vector."""
+    inputs = (torch.randn(4, 64).to(torch.bfloat16), torch.randn(4, 64).to(torch.bfloat16))
+    compiled = lamina.compile(fn, inputs)
+    (tile,) = compiled.compilation.tiles
+    assert tile.vector_width == width
+    assert relative_error(compiled(*inputs), float64_reference(fn, inputs)) < 1e-2
+
+
 def test_an_input_that_starts_off_the_vector_alignment_is_read_correctly():
     """A view 4 bytes into its storage cannot be read with 16-byte loads: it is copied first."""
     fn, shapes = PROGRAMS["silu_up"]
     inputs = tuple(torch.randn(s) for s in shapes)
     compiled = lamina.compile(fn, inputs)
-    storage = torch.randn(6 * 40 + 1)
-    shifted = storage[1:].view(6, 40)
+    storage = torch.randn(48 * 40 + 1)
+    shifted = storage[1:].view(48, 40)
     assert shifted.data_ptr() % 16 != 0
     out = compiled(shifted, inputs[1])
     assert relative_error(out, float64_reference(fn, (shifted, inputs[1]))) < 1e-5
