@@ -50,7 +50,20 @@ class ProgramRunner:
         self.launch = launch
         self.device = device
         self.poison = poison
-        self.memory_plan: MemoryPlan = plan_memory(loop, kernels)
+        self.memory_plan = plan_memory(loop, kernels)
+
+    @property
+    def memory_plan(self) -> MemoryPlan:
+        return self._plan
+
+    @memory_plan.setter
+    def memory_plan(self, plan: MemoryPlan) -> None:
+        """The plan, and what it allocates before and releases after each kernel, looked up once:
+        a model's prompt step runs hundreds of kernels without a CUDA graph."""
+        self._plan = plan
+        positions = range(len(self.kernels.kernels))
+        self._allocated = [plan.allocated_before(k) for k in positions]
+        self._released = [plan.released_after(k) for k in positions]
 
     def _empty(self, buffer: loop_ir.Buffer) -> torch.Tensor:
         """A flat view of a new tensor of the buffer's shape, which ``_shaped`` gives back as an output."""
@@ -75,12 +88,11 @@ class ProgramRunner:
         buffers: dict[str, torch.Tensor] = {}
         for spec, tensor in zip(self.loop.inputs, inputs):
             buffers[spec.name] = aligned(tensor.contiguous().reshape(-1))
-        plan = self.memory_plan
-        for position, kernel in enumerate(self.kernels.kernels):
-            for spec in plan.allocated_before(position):
+        for kernel, allocated, released in zip(self.kernels.kernels, self._allocated, self._released):
+            for spec in allocated:
                 buffers[spec.name] = self._empty(spec)
             self.launch(kernel, {p.name: self._scratch(p) if p.scratch else buffers[p.name] for p in kernel.params})
-            for name in plan.released_after(position):
+            for name in released:
                 del buffers[name]
         # An output of no elements has no kernel to write it, and so no buffer yet.
         return [_shaped(buffers[b.name] if b.name in buffers else self._empty(b), b.type.shape)
