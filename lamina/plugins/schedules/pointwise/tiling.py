@@ -176,10 +176,14 @@ def choose_width(kernel: loop_ir.Kernel, nest: PointwiseNest, target: Target, kn
         return 1
     best = min(usable, key=lambda plan: (plan.scalar_accesses, -plan.width))
     elements = math.prod(loop.extent for loop in nest.loops)
-    if elements // best.width >= SMALL_BLOCK or not _computes_functions(nest):
+
+    def fills_a_small_block(width: int) -> bool:
+        return _threads_for(math.ceil(elements / width), target) >= SMALL_BLOCK
+
+    if fills_a_small_block(best.width) or not _computes_functions(nest):
         return best.width
     alike = [plan.width for plan in usable if plan.scalar_accesses == best.scalar_accesses]
-    enough = [width for width in alike if elements // width >= SMALL_BLOCK]
+    enough = [width for width in alike if fills_a_small_block(width)]
     return max(enough) if enough else min(alike)
 
 
