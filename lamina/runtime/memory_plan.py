@@ -80,8 +80,8 @@ class MemoryPlan:
 def plan_memory(loop: loop_ir.Program, kernels: kernel_ir.Program) -> MemoryPlan:
     """The lifetimes of ``loop``'s temporaries and outputs over the launch order of ``kernels``.
 
-    A buffer no kernel touches (an output that is also an input, or a dead temporary) is
-    not planned: the runner hands inputs through and never needs the dead ones.
+    An input is not planned, nor a buffer no kernel touches (a dead temporary): the runner hands
+    inputs through, an input that the program updates in place being its own output.
     """
     inputs = {b.name for b in loop.inputs}
     outputs = {b.name for b in loop.outputs}
