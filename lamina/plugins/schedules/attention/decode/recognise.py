@@ -108,6 +108,11 @@ def _group_rows(a: AttentionLoops, keys: loop_ir.Load, values: loop_ir.Load, whe
     kernel, rows = a.kernel, a.rows
     zero = {a.key_var: ex.const(0), a.dot_loop.var: ex.const(0), a.values_loop.var: ex.const(0),
             a.feature_loop.var: ex.const(0)}
+    moving = ex.free_vars(_offset(kernel, keys, zero)) | ex.free_vars(_offset(kernel, values, zero))
+    if math.prod(loop.extent for loop in rows if loop.var not in moving) > MAX_GROUP_ROWS:
+        # rows that differ only along loops the keys do not move with read the same keys
+        raise NotAttention(f"{where}: more than {MAX_GROUP_ROWS} rows read the same keys (a prompt's queries); "
+                           f"the decode schedule holds at most {MAX_GROUP_ROWS}")
     starts = []
     readers: dict[tuple, int] = {}
     for row in range(math.prod(loop.extent for loop in rows)):
