@@ -28,12 +28,13 @@ def compiled_programs(monkeypatch):
     return found
 
 
-def generated_and_expected(name: str, prompt: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Greedy tokens with a static cache, through lamina and in eager PyTorch."""
+def generated_and_expected(name: str, prompt: int, cache: str | None = "static") -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy tokens with a static cache (or ``transformers``' default with None), through lamina
+    and in eager PyTorch."""
     torch.manual_seed(prompt)
     model = build(architecture(name), size="small")
     ids = torch.randint(0, model.config.vocab_size, (1, prompt))
-    settings = dict(max_new_tokens=NEW_TOKENS, do_sample=False, cache_implementation="static")
+    settings = dict(max_new_tokens=NEW_TOKENS, do_sample=False, cache_implementation=cache)
     with torch.no_grad():
         expected = model.generate(ids, **settings)
         torch._dynamo.reset()
@@ -63,3 +64,12 @@ def test_a_model_compiled_before_by_lamina_compile_does_not_make_each_step_compi
     generated, expected = generated_and_expected("llama", 13)
     assert torch.equal(generated, expected)
     assert len(compiled_programs) == 2, [len(p) for p in compiled_programs]
+
+
+def test_greedy_generation_with_the_default_dynamic_cache_matches_eager_and_says_what_to_use(compiled_programs):
+    """The default cache grows by a token at each step; sizes are not symbolic yet, so each new
+    size compiles again, and lamina says so once, naming the static cache, but the tokens are eager's."""
+    with pytest.warns(UserWarning, match="cache_implementation='static'"):
+        generated, expected = generated_and_expected("llama", 13, cache=None)
+    assert torch.equal(generated, expected)
+    assert len(compiled_programs) > 2
