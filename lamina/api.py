@@ -15,6 +15,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from lamina.core.config import Config, load_config
 from lamina.core.errors import DeviceError, InputMismatchError, LaminaError
+from lamina.core.ir import expr as ex, sizes
 from lamina.core.pipeline import Compilation, Pipeline
 from lamina.core.plugins import PluginManager, get_plugin_manager
 from lamina.frontends.torch.call_binding import CallBinding, StaleCapture, run_in_autograd
@@ -73,7 +74,8 @@ class Compiler:
         started = time.perf_counter() if started is None else started
         pipeline = Pipeline(self.config, self.plugins)
         target = pipeline.target(_visible_arch(example_inputs))
-        compilation = pipeline.compile(captured.graph, target)
+        with sizes.hinted(_size_hints(captured, example_inputs)):
+            compilation = pipeline.compile(captured.graph, target)
         specialization = Specialization(self, captured, compilation, 0.0)
         device = _gpu(example_inputs)
         if device is not None:  # compile the kernels now, as part of compiling, not on the first call
@@ -81,6 +83,22 @@ class Compiler:
                 specialization.runner(device)
         specialization.compile_seconds = time.perf_counter() - started
         return specialization
+
+
+def _size_hints(captured: Captured, example_inputs: Sequence[Any]) -> dict[str, int]:
+    """What each size known only at run time is in the example: the cost model's guess of it."""
+    graph = captured.graph
+    if not any(sizes.is_symbolic(i.type.shape) for i in graph.inputs):
+        return {}
+    hints: dict[str, int] = {}
+    for graph_input, position in zip(graph.inputs, captured.user_input_positions):
+        example = example_inputs[position] if position is not None and position < len(example_inputs) else None
+        for want, got in zip(graph_input.type.shape, getattr(example, "shape", ())):
+            if isinstance(want, ex.Var) and sizes.is_symbol_name(want.name):
+                hint = got.node.hint if isinstance(got, torch.SymInt) else got
+                if isinstance(hint, int):
+                    hints.setdefault(want.name, hint)
+    return hints
 
 
 def _gpu(inputs: Sequence[Any]) -> torch.device | None:

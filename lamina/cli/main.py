@@ -38,10 +38,13 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     models.add_argument("--layers", type=int, metavar="N", help="keep the first N decoder layers (default: all)")
     models.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="the weights' dtype (default: float32)")
     models.add_argument("--generate", type=int, metavar="N",
-                        help="generate N tokens greedily with a static cache (model.generate), timed against eager "
+                        help="generate N tokens greedily (model.generate), timed against eager "
                              "and torch.compile, instead of one forward pass")
     models.add_argument("--prompt", type=int, metavar="TOKENS", help="with --generate: the prompt's length (default: 128)")
     models.add_argument("--batch", type=int, metavar="B", help="with --generate: sequences generated at once (default: 1)")
+    models.add_argument("--cache", choices=("static", "dynamic"),
+                        help="with --generate: transformers' static key-value cache, or its default cache that grows "
+                             "at each step (default: static)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -21,7 +21,8 @@ def choose_device(choice: str) -> str:
 
 
 def run_command(args) -> int:
-    stray = [f"--{name}" for name in ("seq", "layers", "dtype", "generate", "prompt", "batch") if getattr(args, name) is not None]
+    stray = [f"--{name}" for name in ("seq", "layers", "dtype", "generate", "prompt", "batch", "cache")
+             if getattr(args, name) is not None]
     if stray:
         raise LaminaError(f"{', '.join(stray)} can only be used with --model")
     device = choose_device(args.device)

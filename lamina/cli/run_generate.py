@@ -1,12 +1,14 @@
-"""``lamina run --model M --generate N``: greedy generation with a static cache, as users run it.
+"""``lamina run --model M --generate N [--cache dynamic]``: greedy generation, as users run it.
 
 The model's ``forward`` is compiled with ``torch.compile(model.forward, backend="lamina")``
 (with ``mode="reduce-overhead"`` on a GPU, which replays each compiled step from a CUDA graph)
-and ``model.generate`` makes N tokens after a random prompt. Printed: the first call (which
+and ``model.generate`` makes N tokens after a random prompt, with ``transformers``' static cache
+or (``--cache dynamic``) its default one, which grows at each step. Printed: the first call (which
 compiles), the time to the first token and the tokens per second of a second call, and the
 number of programs compiled (lamina's, and the graphs torch.compile made); the same for eager
 PyTorch and, on a GPU, for torch.compile as ``transformers`` applies it to a static cache's
-decoding step (``mode="reduce-overhead"``; the prompt's step runs eagerly). Each compiled
+decoding step (``mode="reduce-overhead"``; the prompt's step runs eagerly), or with the dynamic
+cache as ``torch.compile(model.forward)``. Each compiled
 contender's tokens are compared with eager's; where they part, the first difference is
 reported with the logits there.
 """
@@ -67,7 +69,8 @@ def run_generate_command(args) -> int:
     ids = torch.randint(0, config.vocab_size, (batch, prompt), generator=generator).to(device)
     print(f"model     {config.describe()}")
     print(f"          {layers} of {config.num_hidden_layers} layers, random weights (seed {args.seed}), {dtype_name}")
-    print(f"generate  {new_tokens} tokens after a random prompt of {prompt} (batch {batch}): greedy, static cache")
+    cache = args.cache or "static"
+    print(f"generate  {new_tokens} tokens after a random prompt of {prompt} (batch {batch}): greedy, {cache} cache")
 
     where = torch.cuda.get_device_name() if device == "cuda" else "the Kernel IR simulator (CPU); eager on the CPU"
     print(f"ran on    {where}")
@@ -77,7 +80,7 @@ def run_generate_command(args) -> int:
     manager.register(counter)
     try:
         eager = None
-        for run in _contenders(model, ids, new_tokens, device, args, counter):
+        for run in _contenders(model, ids, new_tokens, device, args, counter, cache):
             compiled = "-" if run.compiled is None else str(run.compiled)
             print(f"  {run.name:14s} {run.first_call_s:9.2f} s {run.first_token_s * 1e3:9.2f} ms "
                   f"{run.tokens_per_second:10.1f} {compiled:>9s}", flush=True)
@@ -97,19 +100,25 @@ def _unique_graphs() -> int:
     return torch._dynamo.utils.counters["stats"]["unique_graphs"]
 
 
-def _contenders(model, ids, new_tokens, device, args, counter) -> Iterator[Generated]:
-    """Eager PyTorch, lamina and (on a GPU) torch.compile, in that order, each compiled afresh."""
+def _contenders(model, ids, new_tokens, device, args, counter, cache) -> Iterator[Generated]:
+    """Eager PyTorch, lamina and (on a GPU) torch.compile, in that order, each compiled afresh. With
+    the dynamic cache, which ``transformers`` does not compile itself, torch.compile is applied to
+    ``model.forward`` as a user would (default mode: Inductor makes the growing length symbolic)."""
     options = {k: v for k, v in (("target", args.target), ("schedule", args.schedule)) if v is not None}
     gpu = device == "cuda"
     if options:  # torch.compile takes a mode or options, not both
         compiled = {"backend": "lamina", "options": {**options, "cuda_graphs": gpu}}
     else:
         compiled = {"backend": "lamina", "mode": "reduce-overhead" if gpu else None}
-    yield generate_timed(model, ids, new_tokens, "eager")
+    yield generate_timed(model, ids, new_tokens, "eager", cache=cache)
     torch._dynamo.reset()
     yield generate_timed(model, ids, new_tokens, "lamina", torch.compile(model.forward, **compiled),
-                         count=lambda: counter.count)
+                         count=lambda: counter.count, cache=cache)
     torch._dynamo.reset()
-    if gpu:  # as transformers users get it: their decoding step compiled with mode="reduce-overhead"
+    if gpu and cache == "static":  # as transformers users get it: the decoding step with mode="reduce-overhead"
         yield generate_timed(model, ids, new_tokens, "torch.compile", count=_unique_graphs, transformers_compiles=True)
+        torch._dynamo.reset()
+    elif gpu:
+        yield generate_timed(model, ids, new_tokens, "torch.compile", torch.compile(model.forward),
+                             count=_unique_graphs, cache=cache)
         torch._dynamo.reset()

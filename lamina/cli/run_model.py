@@ -69,8 +69,8 @@ def _gib(n: int) -> str:
 def run_model_command(args) -> int:
     if args.code is not None or args.input:
         raise LaminaError("--model runs a shipped model: leave out -c and --input")
-    if args.prompt is not None or args.batch is not None:
-        raise LaminaError("--prompt and --batch are for --generate N; a forward pass takes --seq")
+    if args.prompt is not None or args.batch is not None or args.cache is not None:
+        raise LaminaError("--prompt, --batch and --cache are for --generate N; a forward pass takes --seq")
     device = choose_device(args.device)
     config = model_config(args.model)
     layers = model_layers(config, args.layers)

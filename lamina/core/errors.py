@@ -46,6 +46,11 @@ class InputMismatchError(LaminaError):
     """A compiled function was called with inputs it was not compiled for."""
 
 
+class SymbolicSizeError(LaminaError):
+    """A step of compiling needs a number where a size is known only at run time (``s0``): the
+    program is then compiled for the concrete sizes of its call instead."""
+
+
 class ScheduleError(LaminaError):
     """No schedule could be applied to a loop kernel, or a pinned one does not apply."""
 

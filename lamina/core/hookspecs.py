@@ -67,7 +67,8 @@ def lamina_register_schedules(register):
     tuple ``knob_names``: the user pins them as ``<schedule name>.<knob>``
     (``contraction.block_k = 32``), the schedule receives only those in
     ``schedule(kernel, target, knobs)``, and a pinned knob that no schedule of that name
-    declares is a ``ConfigError``. Any plugin may implement it. Returns nothing.
+    declares is a ``ConfigError``. A kernel with sizes known only at run time goes only to
+    schedules that declare ``symbolic_sizes = True``. Any plugin may implement it. Returns nothing.
     """
 
 

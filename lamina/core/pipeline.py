@@ -221,12 +221,14 @@ class Pipeline:
     def choose_schedule(self, kernel: loop_ir.Kernel, target: Target, excluded: set[str] = frozenset()) -> Any:
         """The schedule for ``kernel``, leaving out those named in ``excluded``."""
         ranked = [e.provider for e in self.registry.ranked("schedule") if e.provider.name not in excluded]
+        if loop_ir.has_symbolic_sizes(kernel):
+            ranked = [s for s in ranked if getattr(s, "symbolic_sizes", False)]
         if self.config.schedule is not None:
             pinned = self.registry.get("schedule", self.config.schedule)
             if pinned is None:
                 known = ", ".join(self.registry.names("schedule"))
                 raise ConfigError(f"the configured schedule {self.config.schedule!r} is not registered; known: {known}")
-            if pinned.provider.name not in excluded and pinned.provider.applies(kernel, target):
+            if pinned.provider in ranked and pinned.provider.applies(kernel, target):
                 return pinned.provider
         candidates = [s for s in ranked if s.applies(kernel, target)]
         if not candidates:

@@ -73,6 +73,10 @@ class Schedule(Protocol):
 
     A renamed schedule may list its old names in ``former_names``: the configuration may
     still name it by them for one release, with a ``FutureWarning``.
+
+    A schedule that runs kernels whose extents are known only at run time (``s0``, see
+    ``lamina.core.ir.sizes``) says so with ``symbolic_sizes = True``; only such schedules are
+    offered those kernels. Its Kernel IR then reads each symbol as a variable of that name.
     """
 
     name: str

@@ -18,9 +18,11 @@ the ops that ran there. ``mode="reduce-overhead"`` (or the option ``cuda_graphs=
 where other options are given: ``torch.compile`` takes a mode or options, not both) replays
 each inference call on a GPU from a CUDA graph (``cuda_graphs``).
 
-Like ``lamina.compile``, a compiled graph is specialised to concrete shapes: when Dynamo
-marks a dimension dynamic, each new size compiles once more, on its first call, and the
-second size of a graph warns that a size changing at every call compiles at every call.
+A graph whose sizes Dynamo made symbolic (``dynamic=True``, or a size that changed between
+calls) compiles once for every size (``lamina.core.ir.sizes``), where each step of the pipeline
+can take a size known only at run time; where one cannot, lamina says why and compiles each new
+size once more, on its first call, like a graph of concrete sizes called with other shapes (the
+second size of such a graph warns that a size changing at every call compiles at every call).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from torch.utils._python_dispatch import _disable_current_modes
 
 from lamina.api import Compiler, Specialization, signature
-from lamina.core.errors import ConfigError, InputMismatchError
+from lamina.core.errors import ConfigError, InputMismatchError, SymbolicSizeError
 from lamina.frontends.torch.call_binding import output_value
 from lamina.frontends.torch.fx_graph import Constant, FxProgram, fx_to_torch_ir, is_write_to_argument
 from lamina.integrations.cuda_graphs import CudaGraphReplay, uses_cuda_graphs
@@ -119,14 +121,28 @@ def decompositions(keep: Sequence[str]) -> dict:
 
 
 class GraphRunner:
-    """An ATen FX graph compiled by lamina, once per signature of its arguments."""
+    """An ATen FX graph compiled by lamina: once, where its sizes are concrete or where every step
+    takes sizes known only at run time (``s0``); else once per signature of its arguments."""
 
     def __init__(self, compiler: Compiler, graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         self.compiler = compiler
         self.graph_module = graph_module
         self._specializations: dict[tuple, tuple[FxProgram, Specialization | None]] = {}
+        self._for_every_size: tuple[FxProgram, Specialization | None] | None = None
         if _is_static(graph_module):
             self._specializations[signature(example_inputs)] = self._compile(graph_module, example_inputs)
+        else:
+            self._for_every_size = self._compile_for_every_size(graph_module, example_inputs)
+
+    def _compile_for_every_size(self, graph_module: torch.fx.GraphModule, inputs: Sequence[Any]):
+        """The graph compiled once with its symbolic sizes, or None (with a warning saying why) where a
+        step cannot take a size known only at run time: each new size then compiles once more."""
+        try:
+            return self._compile(graph_module, inputs)
+        except SymbolicSizeError as e:
+            warnings.warn(f"lamina compiles this graph for each new size of its dynamic dimensions: {e}",
+                          stacklevel=4)
+            return None
 
     def _compile(self, graph_module: torch.fx.GraphModule, inputs: Sequence[Any]):
         program = fx_to_torch_ir(graph_module)
@@ -135,6 +151,8 @@ class GraphRunner:
         return program, self.compiler.compile_captured(program.captured, list(inputs))
 
     def _specialization(self, args: Sequence[Any]):
+        if self._for_every_size is not None:
+            return self._for_every_size
         key = signature(args)
         if key not in self._specializations:
             from torch.fx.experimental.proxy_tensor import make_fx

@@ -1,6 +1,7 @@
 """Greedy generation as users run it, timed token by token.
 
-``model.generate`` with a static key-value cache (``cache_implementation="static"``), the
+``model.generate`` with a static key-value cache (``cache_implementation="static"``) or the default
+one that grows at each step, the
 model's ``forward`` replaced by a compiled one as the ``transformers`` documentation does it,
 or left to ``transformers``, which compiles its decoding step with
 ``torch.compile(mode="reduce-overhead")`` by itself when the cache is static and the model on a
@@ -68,18 +69,23 @@ class Generated:
         return batch * (new - 1) / self.decode_s if new > 1 and self.decode_s > 0 else float("nan")
 
 
+CACHES = {"static": "static", "dynamic": None}
+"""``--cache``'s choices, as ``generate``'s ``cache_implementation``: None is transformers' default
+cache, which grows by a token at each step."""
+
+
 def generate_timed(model: torch.nn.Module, ids: torch.Tensor, new_tokens: int, name: str,
                    forward: Callable | None = None, count: Callable[[], int] | None = None,
-                   transformers_compiles: bool = False) -> Generated:
-    """``model.generate(ids)`` greedy with a static cache, ``new_tokens`` tokens, with ``forward``
-    (a compiled ``model.forward``) in place of the model's own where given, and with the decoding
-    step compiled by ``transformers`` only where ``transformers_compiles``; ``count()`` says how
-    many programs were compiled so far."""
+                   transformers_compiles: bool = False, cache: str = "static") -> Generated:
+    """``model.generate(ids)`` greedy with a ``cache`` (a key of ``CACHES``), ``new_tokens`` tokens,
+    with ``forward`` (a compiled ``model.forward``) in place of the model's own where given, and with
+    the decoding step compiled by ``transformers`` only where ``transformers_compiles``; ``count()``
+    says how many programs were compiled so far."""
     if new_tokens < 1:
         raise LaminaError(f"generating needs at least 1 new token, not {new_tokens}")
     clock = _TokenClock(ids.device)
     settings = dict(attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                    do_sample=False, cache_implementation="static", return_dict_in_generate=True,
+                    do_sample=False, cache_implementation=CACHES[cache], return_dict_in_generate=True,
                     output_logits=True, pad_token_id=0, streamer=clock, disable_compile=not transformers_compiles)
     compiled_before = count() if count is not None else 0
     if forward is not None:

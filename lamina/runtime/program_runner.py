@@ -15,10 +15,11 @@ from typing import Callable
 
 import torch
 
-from lamina.core.ir import kernel_ir, loop_ir
+from lamina.core.ir import kernel_ir, loop_ir, sizes
 from lamina.runtime.memory_plan import MemoryPlan, plan_memory
 
-Launch = Callable[[kernel_ir.Kernel, dict[str, torch.Tensor]], None]
+Launch = Callable[[kernel_ir.Kernel, dict[str, torch.Tensor], dict[str, int]], None]
+"""Runs one kernel over its buffers, with the value of each size known only at run time."""
 
 
 def torch_dtype(dtype) -> torch.dtype:
@@ -51,6 +52,7 @@ class ProgramRunner:
         self.device = device
         self.poison = poison
         self.memory_plan = plan_memory(loop, kernels)
+        self._symbolic = any(sizes.is_symbolic(b.type.shape) for b in loop.inputs + loop.outputs + loop.temporaries)
 
     @property
     def memory_plan(self) -> MemoryPlan:
@@ -65,38 +67,49 @@ class ProgramRunner:
         self._allocated = [plan.allocated_before(k) for k in positions]
         self._released = [plan.released_after(k) for k in positions]
 
-    def _empty(self, buffer: loop_ir.Buffer) -> torch.Tensor:
+    def _empty(self, buffer: loop_ir.Buffer, values: dict[str, int]) -> torch.Tensor:
         """A flat view of a new tensor of the buffer's shape, which ``_shaped`` gives back as an output."""
         dtype = torch_dtype(buffer.type.dtype)
-        shape = buffer.type.shape
+        shape = sizes.evaluate_shape(buffer.type.shape, values)
         if self.poison and dtype.is_floating_point:
             return torch.full(shape, math.nan, dtype=dtype, device=self.device).view(-1)
         return torch.empty(shape, dtype=dtype, device=self.device).view(-1)
 
-    def _scratch(self, param: kernel_ir.Param) -> torch.Tensor:
+    def _scratch(self, param: kernel_ir.Param, values: dict[str, int]) -> torch.Tensor:
         """A kernel's own working memory, new for each launch (two calls running at once on
         different streams never share it): zeroed, or where the kernel writes before it reads,
         left as it is (NaN with ``poison``)."""
         dtype = torch_dtype(param.dtype)
+        numel = sizes.evaluate(param.numel, values)
         if param.zeroed:
-            return torch.zeros(param.numel, dtype=dtype, device=self.device)
+            return torch.zeros(numel, dtype=dtype, device=self.device)
         if self.poison and dtype.is_floating_point:
-            return torch.full((param.numel,), math.nan, dtype=dtype, device=self.device)
-        return torch.empty(param.numel, dtype=dtype, device=self.device)
+            return torch.full((numel,), math.nan, dtype=dtype, device=self.device)
+        return torch.empty(numel, dtype=dtype, device=self.device)
 
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
+        values = self.sizes_of(inputs)
         buffers: dict[str, torch.Tensor] = {}
         for spec, tensor in zip(self.loop.inputs, inputs):
             buffers[spec.name] = aligned(tensor.contiguous().reshape(-1))
         for kernel, allocated, released in zip(self.kernels.kernels, self._allocated, self._released):
             for spec in allocated:
-                buffers[spec.name] = self._empty(spec)
-            self.launch(kernel, {p.name: self._scratch(p) if p.scratch else buffers[p.name] for p in kernel.params})
+                buffers[spec.name] = self._empty(spec, values)
+            self.launch(kernel, {p.name: self._scratch(p, values) if p.scratch else buffers[p.name]
+                                 for p in kernel.params}, values)
             for name in released:
                 del buffers[name]
         # An output of no elements has no kernel to write it, and so no buffer yet.
-        return [_shaped(buffers[b.name] if b.name in buffers else self._empty(b), b.type.shape)
+        return [_shaped(buffers[b.name] if b.name in buffers else self._empty(b, values),
+                        sizes.evaluate_shape(b.type.shape, values))
                 for b in self.loop.outputs]
+
+    def sizes_of(self, inputs: tuple[torch.Tensor, ...]) -> dict[str, int]:
+        """The value of each size known only at run time, from the shapes of ``inputs``; an
+        ``InputMismatchError`` where the inputs disagree with the program or with each other."""
+        if not self._symbolic:
+            return {}
+        return sizes.bind([(b.name, b.type.shape) for b in self.loop.inputs], [tuple(t.shape) for t in inputs])
 
 
 def _shaped(flat: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:

@@ -87,8 +87,8 @@ def _scheduled(suite: type[SchedulePluginSuite], schedule: str, program: str, ta
                  if provider.applies(loop, compilation.target))
     reports: dict[str, SimulationReport] = {}
 
-    def launch(kernel: kernel_ir.Kernel, buffers: dict[str, torch.Tensor]) -> None:
-        reports[kernel.name] = simulate(kernel, buffers, raise_on_fault=False)
+    def launch(kernel: kernel_ir.Kernel, buffers: dict[str, torch.Tensor], sizes: dict[str, int]) -> None:
+        reports[kernel.name] = simulate(kernel_ir.with_sizes(kernel, sizes), buffers, raise_on_fault=False)
 
     outputs = ProgramRunner(compilation.loop, compilation.kernels, launch, torch.device("cpu"), poison=True)(*sample.inputs)
     return ScheduledRun(sample, compilation, used, reports, tuple(outputs))

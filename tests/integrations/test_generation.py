@@ -1,7 +1,10 @@
 """Generating tokens through ``torch.compile(model.forward, backend="lamina")``, as users do:
 ``model.generate`` with a static key-value cache, greedy, token for token equal to eager, the
 prompt's step and the decoding steps each compiled once (each step's keys and values written
-at their positions of the cache: ``index_put``)."""
+at their positions of the cache: ``index_put``); with the default cache, which grows at each
+step, the decoding step compiled once for every length of the cache (a symbolic size)."""
+
+import warnings
 
 import pytest
 import torch
@@ -11,6 +14,7 @@ from lamina.api import Compiler
 from lamina.models.architectures import architecture, build, example_inputs
 
 NEW_TOKENS = 8
+DYNAMIC_NEW_TOKENS = 16
 
 
 @pytest.fixture
@@ -28,13 +32,14 @@ def compiled_programs(monkeypatch):
     return found
 
 
-def generated_and_expected(name: str, prompt: int, cache: str | None = "static") -> tuple[torch.Tensor, torch.Tensor]:
+def generated_and_expected(name: str, prompt: int, cache: str | None = "static",
+                           new_tokens: int = NEW_TOKENS) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy tokens with a static cache (or ``transformers``' default with None), through lamina
     and in eager PyTorch."""
     torch.manual_seed(prompt)
     model = build(architecture(name), size="small")
     ids = torch.randint(0, model.config.vocab_size, (1, prompt))
-    settings = dict(max_new_tokens=NEW_TOKENS, do_sample=False, cache_implementation=cache)
+    settings = dict(max_new_tokens=new_tokens, do_sample=False, cache_implementation=cache)
     with torch.no_grad():
         expected = model.generate(ids, **settings)
         torch._dynamo.reset()
@@ -66,10 +71,15 @@ def test_a_model_compiled_before_by_lamina_compile_does_not_make_each_step_compi
     assert len(compiled_programs) == 2, [len(p) for p in compiled_programs]
 
 
-def test_greedy_generation_with_the_default_dynamic_cache_matches_eager_and_says_what_to_use(compiled_programs):
-    """The default cache grows by a token at each step; sizes are not symbolic yet, so each new
-    size compiles again, and lamina says so once, naming the static cache, but the tokens are eager's."""
-    with pytest.warns(UserWarning, match="cache_implementation='static'"):
-        generated, expected = generated_and_expected("llama", 13, cache=None)
+@pytest.mark.parametrize("name", ["llama", "qwen2"])
+@pytest.mark.parametrize("prompt", [13, 32])
+def test_greedy_generation_with_the_default_dynamic_cache_matches_eager_compiling_three_programs(
+        name, prompt, compiled_programs):
+    """The default cache grows by a token at each step. Dynamo compiles the prompt, the first step
+    (its sizes still concrete) and, once the cache's length has changed, a step whose length is a
+    symbol: lamina compiles that one once, whatever the number of tokens."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        generated, expected = generated_and_expected(name, prompt, cache=None, new_tokens=DYNAMIC_NEW_TOKENS)
     assert torch.equal(generated, expected)
-    assert len(compiled_programs) > 2
+    assert len(compiled_programs) == 3, [len(p) for p in compiled_programs]

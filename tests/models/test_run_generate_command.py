@@ -32,12 +32,23 @@ def test_generate_on_the_simulator_reports_times_compiles_and_tokens(capsys, tin
     assert "5 tokens are eager's" in out, out
 
 
+def test_generate_with_the_default_cache_compiles_the_growing_step_once(capsys, tiny_llama):
+    code, out, err = run(capsys, "run", "--model", tiny_llama, "--device", "cpu", "--generate", "6", "--prompt", "11",
+                         "--cache", "dynamic")
+    assert code == 0, err
+    assert "6 tokens after a random prompt of 11 (batch 1): greedy, dynamic cache" in out
+    lines = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("  ")}
+    assert lines["lamina"][-1] == "3", out  # the prompt, the first step, and every later step at once
+    assert "6 tokens are eager's" in out, out
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--generate", "4", "--seq", "8"], "--generate takes the prompt's length as --prompt, not --seq"),
     (["--generate", "0"], "--generate and --batch take 1 or more, not 0"),
     (["--generate", "4", "--batch", "0"], "--generate and --batch take 1 or more, not 0"),
     (["--generate", "200", "--prompt", "100"], "takes 1 to 256 positions; --prompt 100 and --generate 200 make 300"),
-    (["--prompt", "8"], "--prompt and --batch are for --generate N"),
+    (["--prompt", "8"], "--prompt, --batch and --cache are for --generate N"),
+    (["--cache", "dynamic"], "--prompt, --batch and --cache are for --generate N"),
 ])
 def test_bad_generate_arguments_are_one_clear_message(capsys, tiny_llama, argv, message):
     code, out, err = run(capsys, "run", "--model", tiny_llama, "--device", "cpu", *argv)

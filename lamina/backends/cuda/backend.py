@@ -158,7 +158,7 @@ class CudaBackend:
         for kernel in kernels.values():
             kernel.prepare()
 
-        def launch(kernel: kernel_ir.Kernel, buffers: dict[str, torch.Tensor]) -> None:
-            kernels[kernel.name](buffers)
+        def launch(kernel: kernel_ir.Kernel, buffers: dict[str, torch.Tensor], sizes: dict[str, int]) -> None:
+            kernels[kernel.name](buffers, sizes)
 
         return ProgramRunner(compilation.loop, program, launch=launch, device=torch.device("cuda"))

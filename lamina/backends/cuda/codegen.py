@@ -159,7 +159,10 @@ def launch_shared_bytes(kernel: kir.Kernel) -> int:
 
 
 def index_type(kernel: kir.Kernel) -> str:
-    """``int`` when all index arithmetic of the kernel fits in 32 bits, else ``long long``."""
+    """``int`` when all index arithmetic of the kernel fits in 32 bits, else ``long long``: always
+    where sizes are known only at run time (``kernel.sizes``)."""
+    if kernel.sizes:
+        return "long long"
     sizes = [p.numel for p in kernel.params] + [math.prod(a.shape) for a in kernel.arrays]
     sizes.append(math.prod(kernel.launch.grid) * math.prod(kernel.launch.block))
     for s in kir.statements(kernel.body):
@@ -274,7 +277,8 @@ class _KernelPrinter:
 
     def _banner(self) -> str:
         launch = self.kernel.launch
-        text = f"// kernel {self.kernel.name}: grid {tuple(launch.grid)}, block {tuple(launch.block)}"
+        grid = ", ".join(map(str, launch.grid))
+        text = f"// kernel {self.kernel.name}: grid ({grid}), block {tuple(launch.block)}"
         if launch.cluster != (1, 1, 1):
             text += f", clusters of {tuple(launch.cluster)}"
         dynamic = launch_shared_bytes(self.kernel)
@@ -286,6 +290,7 @@ class _KernelPrinter:
         for p in self.kernel.params:
             const = "" if p.writable else "const "
             params.append(f"{const}{p.dtype.c_type}* __restrict__ {self.name(p.name)}")
+        params += [f"const long long {self.name(size)}" for size in self.kernel.sizes]
         params += [hopper_copies.tensor_map_parameter(self.name(m.name)) for m in self.kernel.tensor_maps]
         threads = self.kernel.launch.threads_per_block
         cluster = self.kernel.launch.cluster

@@ -26,6 +26,7 @@ from lamina.backends.cuda.nvrtc import CompiledKernel
 from lamina.backends.cuda.tensor_maps import TensorMapArguments
 from lamina.core.errors import DeviceError, LaminaError
 from lamina.core.ir import kernel_ir as kir
+from lamina.core.ir.sizes import evaluate
 from lamina.runtime.program_runner import torch_dtype
 
 _POINTER_SIZE = ctypes.sizeof(ctypes.c_void_p)
@@ -107,10 +108,11 @@ class LaunchableKernel:
         self.compiled = compiled
         self.name = kernel.name
         self.symbol = compiled.name
-        self.grid = tuple(int(n) for n in kernel.launch.grid)
+        self.sizes = kernel.sizes
+        self.grid = kernel.launch.grid if self.sizes else tuple(int(n) for n in kernel.launch.grid)
         self.block = tuple(int(n) for n in kernel.launch.block)
         self.dynamic_shared_bytes = launch_shared_bytes(kernel)
-        self._nothing_to_do = 0 in self.grid
+        self._nothing_to_do = not self.sizes and 0 in self.grid
         self.params = kernel.params
         self._digest = hashlib.sha256(compiled.cubin).digest()
         self._torch_dtypes = [torch_dtype(p.dtype) for p in kernel.params]
@@ -147,27 +149,36 @@ class LaunchableKernel:
         self._functions[device] = function
         return function
 
-    def __call__(self, buffers: Mapping[str, torch.Tensor]) -> None:
-        """Launch with ``buffers[param.name]`` as each parameter: flat contiguous tensors on the current device."""
-        if self._nothing_to_do:
+    def __call__(self, buffers: Mapping[str, torch.Tensor], sizes: Mapping[str, int] | None = None) -> None:
+        """Launch with ``buffers[param.name]`` as each parameter: flat contiguous tensors on the current
+        device; ``sizes`` gives the value of each size the kernel knows only at run time."""
+        grid = self.grid
+        if self.sizes:
+            grid = tuple(evaluate(g, sizes) for g in grid)
+            if 0 in grid:
+                return
+        elif self._nothing_to_do:
             return
         device = torch.cuda.current_device()
         function = self._functions.get(device)
         if function is None:
             function = self.prepare(device)
-        pointers = self._pointers(buffers, device)
+        pointers = self._pointers(buffers, device, sizes)
         count = len(pointers)
         values = (ctypes.c_void_p * count)(*pointers)
         base = ctypes.addressof(values)
-        if self._tensor_maps is None:
-            arguments = (ctypes.c_void_p * count)(*range(base, base + count * _POINTER_SIZE, _POINTER_SIZE))
-        else:
-            maps = [ctypes.addressof(m) for m in self._tensor_maps(buffers)]
-            arguments = (ctypes.c_void_p * (count + len(maps)))(
-                *range(base, base + count * _POINTER_SIZE, _POINTER_SIZE), *maps)
-            count += len(maps)
+        arguments = list(range(base, base + count * _POINTER_SIZE, _POINTER_SIZE))
+        if self.sizes:
+            by_value = (ctypes.c_longlong * len(self.sizes))(*(sizes[name] for name in self.sizes))
+            start = ctypes.addressof(by_value)
+            arguments += range(start, start + len(self.sizes) * ctypes.sizeof(ctypes.c_longlong),
+                               ctypes.sizeof(ctypes.c_longlong))
+        if self._tensor_maps is not None:
+            arguments += [ctypes.addressof(m) for m in self._tensor_maps(buffers)]
+        count = len(arguments)
+        arguments = (ctypes.c_void_p * count)(*arguments)
         stream = torch.cuda.current_stream(device).cuda_stream
-        launch = (function, stream, ctypes.addressof(arguments) if count else None)
+        launch = (function, stream, ctypes.addressof(arguments) if count else None, grid)
         (result,) = self._launch(*launch)
         if result == self._invalid_context:
             make_context_current(device)
@@ -175,26 +186,29 @@ class LaunchableKernel:
         if result != self._success:
             check(result, self._launch_call, self.name)
 
-    def _launch_after(self, function, stream: int, arguments):
+    def _launch_after(self, function, stream: int, arguments, grid):
         """Launch once the previous kernel on ``stream`` has finished."""
-        return self._driver.cuLaunchKernel(function, *self.grid, *self.block, self.dynamic_shared_bytes, stream,
+        return self._driver.cuLaunchKernel(function, *grid, *self.block, self.dynamic_shared_bytes, stream,
                                            arguments, 0)
 
-    def _launch_overlapping(self, function, stream: int, arguments):
-        """Launch while the previous kernel on ``stream`` finishes; one launch configuration per stream."""
-        config = self._configs.get(stream)
+    def _launch_overlapping(self, function, stream: int, arguments, grid):
+        """Launch while the previous kernel on ``stream`` finishes; one launch configuration per stream
+        (and per grid, where the grid depends on sizes known only at run time)."""
+        config = self._configs.get((stream, grid))
         if config is None:
-            config = dependent_launch.launch_config(self._driver, self.grid, self.block, self.dynamic_shared_bytes)
+            config = dependent_launch.launch_config(self._driver, grid, self.block, self.dynamic_shared_bytes)
             config.hStream = stream
-            self._configs[stream] = config
+            self._configs[(stream, grid)] = config
         return self._driver.cuLaunchKernelEx(config, function, arguments, 0)
 
-    def _pointers(self, buffers: Mapping[str, torch.Tensor], device: int) -> list[int]:
+    def _pointers(self, buffers: Mapping[str, torch.Tensor], device: int,
+                  sizes: Mapping[str, int] | None) -> list[int]:
         pointers = []
         for param, dtype in zip(self.params, self._torch_dtypes):
             tensor = buffers.get(param.name)
+            numel = evaluate(param.numel, sizes) if self.sizes else param.numel
             if (tensor is None or tensor.dtype is not dtype or tensor.get_device() != device
-                    or tensor.numel() < param.numel or not tensor.is_contiguous()):
+                    or tensor.numel() < numel or not tensor.is_contiguous()):
                 raise self._rejection(param, tensor, device)
             pointers.append(tensor.data_ptr())
         return pointers

@@ -18,8 +18,8 @@ from lamina.core.target import Target
 from lamina.runtime.program_runner import ProgramRunner
 
 
-def launch(kernel: kernel_ir.Kernel, buffers: dict[str, torch.Tensor]) -> None:
-    simulate(kernel, buffers, raise_on_fault=True)
+def launch(kernel: kernel_ir.Kernel, buffers: dict[str, torch.Tensor], sizes: dict[str, int]) -> None:
+    simulate(kernel_ir.with_sizes(kernel, sizes), buffers, raise_on_fault=True)
 
 
 class ReferenceBackend:

@@ -18,6 +18,7 @@ from typing import Callable, Iterator
 
 import attrs
 
+from lamina.core.errors import SymbolicSizeError
 from lamina.core.ir import dtypes
 from lamina.core.ir.dtypes import DType
 
@@ -98,11 +99,29 @@ class Expr:
     def __mul__(self, other): return _index_op("mul", self, other)
     def __rmul__(self, other): return _index_op("mul", other, self)
     def __floordiv__(self, other): return _index_op("floordiv", self, other)
+    def __rfloordiv__(self, other): return _index_op("floordiv", other, self)
     def __mod__(self, other): return _index_op("mod", self, other)
+    def __rmod__(self, other): return _index_op("mod", other, self)
     def __neg__(self): return _index_op("mul", self, -1)
 
     def __str__(self) -> str:
         return format_expr(self)
+
+    # A size known only at run time (``s0 + 1``) is an expression: code that asks for its
+    # number, or compares it with another, cannot go on with it (``lamina.core.ir.sizes``).
+    def __lt__(self, other): _needs_a_number(self)
+    def __le__(self, other): _needs_a_number(self)
+    def __gt__(self, other): _needs_a_number(self)
+    def __ge__(self, other): _needs_a_number(self)
+    def __index__(self): _needs_a_number(self)
+    def __int__(self): _needs_a_number(self)
+    def __float__(self): _needs_a_number(self)
+    def __truediv__(self, other): _needs_a_number(self)
+    def __rtruediv__(self, other): _needs_a_number(self)
+
+
+def _needs_a_number(e: Expr):
+    raise SymbolicSizeError(f"a number is needed where the size {format_expr(e)} is known only at run time")
 
 
 @attrs.frozen(eq=True, cache_hash=True)
@@ -132,7 +151,10 @@ class Op(Expr):
         return attrs.evolve(self, args=tuple(children))
 
 
-def const(value, dtype: DType | None = None) -> Const:
+def const(value, dtype: DType | None = None) -> Expr:
+    """``value`` as a constant; a size known only at run time (an expression already) as itself."""
+    if isinstance(value, Expr):
+        return value
     if dtype is None:
         if isinstance(value, bool):
             dtype = dtypes.bool_

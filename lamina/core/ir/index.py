@@ -17,8 +17,9 @@ from typing import Mapping
 from lamina.core.ir import dtypes
 from lamina.core.ir.expr import Const, Expr, Op, Var, const, op, set_operator_simplifier
 
-Ranges = Mapping[str, int]
-"""Extents of variables: ``{"i": 16}`` means 0 <= i < 16."""
+Ranges = Mapping[str, "int | Expr"]
+"""Extents of variables: ``{"i": 16}`` means 0 <= i < 16. An extent known only at run time
+(``s0``) bounds nothing here."""
 
 _NO_RANGES: dict[str, int] = {}
 
@@ -97,12 +98,20 @@ def affine(expr: Expr, ranges: Ranges = _NO_RANGES) -> Affine:
                 return a.scaled(b.constant)
             if a.is_constant():
                 return b.scaled(a.constant)
-            return Affine({Op("mul", (a.to_expr(), b.to_expr()), dtypes.index): 1})
+            if len(a.terms) == len(b.terms) == 1 and a.constant == b.constant == 0:
+                (x, c), = a.terms.items()
+                (y, d), = b.terms.items()
+                return Affine({_product(x, y): c * d})
+            return Affine({_product(a.to_expr(), b.to_expr()): 1})
         if name in ("floordiv", "mod"):
             divisor = affine(args[1], ranges)
             if divisor.is_constant() and divisor.constant > 0:
                 return _divide(name, affine(args[0], ranges), divisor.constant, ranges)
-            return Affine({Op(name, (affine(args[0], ranges).to_expr(), divisor.to_expr()), dtypes.index): 1})
+            dividend = affine(args[0], ranges)
+            by_size = _divide_by_size(name, dividend, divisor, ranges)
+            if by_size is not None:
+                return by_size
+            return Affine({Op(name, (dividend.to_expr(), divisor.to_expr()), dtypes.index): 1})
         if name in ("max", "min"):
             a, b = affine(args[0], ranges), affine(args[1], ranges)
             if a.is_constant() and b.is_constant():
@@ -110,6 +119,50 @@ def affine(expr: Expr, ranges: Ranges = _NO_RANGES) -> Affine:
                 return Affine(constant=pick(a.constant, b.constant))
             return Affine({Op(name, (a.to_expr(), b.to_expr()), dtypes.index): 1})
     return Affine({expr: 1})
+
+
+def _product(a: Expr, b: Expr) -> Expr:
+    """``a * b`` with the factors of nested products in one order, so that ``s0 * s1`` and
+    ``s1 * s0`` are one expression."""
+    factors = sorted(_factors(a) + _factors(b), key=str)
+    result = factors[0]
+    for f in factors[1:]:
+        result = Op("mul", (result, f), dtypes.index)
+    return result
+
+
+def _factors(e: Expr) -> list[Expr]:
+    if isinstance(e, Op) and e.op == "mul" and not isinstance(e.args[1], Const):
+        return _factors(e.args[0]) + _factors(e.args[1])
+    return [e]
+
+
+def _divide_by_size(name: str, a: Affine, size: Affine, ranges: Ranges) -> Affine | None:
+    """``a // size`` and ``a % size`` where ``size`` is known only at run time (``s0``, at least 1):
+    a size divided by itself, and a coordinate that ranges over exactly that size."""
+    if not _is_size(size):
+        return None
+    if a.terms == size.terms and a.constant == size.constant:
+        return Affine(constant=1) if name == "floordiv" else Affine()
+    if len(a.terms) == 1 and a.constant == 0:
+        (atom, coef), = a.terms.items()
+        extent = ranges.get(atom.name) if isinstance(atom, Var) and coef == 1 else None
+        if isinstance(extent, Expr) and affine(extent).to_expr() == size.to_expr():
+            return Affine() if name == "floordiv" else a
+    return None
+
+
+def _is_size(a: Affine) -> bool:
+    """Whether ``a`` is a product of symbols (``s0 * s1``): a size known only at run time, at least 1."""
+    if a.constant != 0 or len(a.terms) != 1:
+        return False
+    (atom, coef), = a.terms.items()
+    return coef == 1 and all(isinstance(v, Var) and v.name[:1] == "s" and v.name[1:].isdigit()
+                             for v in _vars(atom)) and _is_product(atom)
+
+
+def _is_product(e: Expr) -> bool:
+    return isinstance(e, Var) or isinstance(e, Op) and e.op == "mul" and all(_is_product(x) for x in e.args)
 
 
 def _divide(name: str, a: Affine, d: int, ranges: Ranges) -> Affine:
@@ -173,7 +226,7 @@ def atom_bounds(atom: Expr, ranges: Ranges) -> tuple[int | None, int | None]:
     """Inclusive bounds of an atom, or None where unknown."""
     if isinstance(atom, Var):
         extent = ranges.get(atom.name)
-        return (0, extent - 1) if extent is not None else (None, None)
+        return (0, extent - 1) if isinstance(extent, int) else (None, None)  # none, or a symbolic size
     if isinstance(atom, Op) and atom.op in ("floordiv", "mod") and isinstance(atom.args[1], Const):
         d = int(atom.args[1].value)
         lo, hi = bounds(affine(atom.args[0], ranges), ranges)

@@ -16,7 +16,7 @@ from typing import Iterator
 import attrs
 
 from lamina.core.errors import VerificationError
-from lamina.core.ir import expr as ex, index
+from lamina.core.ir import expr as ex, index, sizes
 from lamina.core.ir.dtypes import DType
 from lamina.core.ir.expr import Expr
 from lamina.core.ir.torch_ir import TensorType
@@ -57,7 +57,8 @@ class Load(Expr):
 @attrs.frozen
 class Loop:
     var: str
-    extent: int
+    extent: "int | Expr"
+    """A number, or a size known only at run time (``s0``)."""
     kind: str
     body: tuple["Stmt", ...] = attrs.field(converter=tuple)
 
@@ -115,6 +116,12 @@ class Program:
     outputs: tuple[Buffer, ...] = attrs.field(converter=tuple)
     temporaries: tuple[Buffer, ...] = attrs.field(converter=tuple)
     kernels: tuple[Kernel, ...] = attrs.field(converter=tuple)
+
+
+def has_symbolic_sizes(kernel: Kernel) -> bool:
+    """Whether a loop's extent or a buffer's shape in ``kernel`` is known only at run time."""
+    return (any(sizes.is_symbolic(b.type.shape) for b in kernel.inputs + kernel.outputs)
+            or any(isinstance(s, Loop) and sizes.is_symbolic(s.extent) for s in statements(kernel.body)))
 
 
 # --- traversal ---------------------------------------------------------------
@@ -250,7 +257,8 @@ def verify_kernel(kernel: Kernel) -> None:
         for node in ex.walk(e):
             if isinstance(node, Load):
                 _check_access(node.buffer, node.index, ranges, buffers, problems, "reads")
-            elif isinstance(node, ex.Var) and node.name not in ranges and node.name not in accs:
+            elif (isinstance(node, ex.Var) and node.name not in ranges and node.name not in accs
+                  and not sizes.is_symbol_name(node.name)):
                 problems.append(f"{node.name} is used outside the loop or before the accumulator that defines it")
 
     def visit(body, ranges, accs):
@@ -297,7 +305,7 @@ def _check_access(name, idx, ranges, buffers, problems, verb):
         return
     for axis, (e, size) in enumerate(zip(idx, shape)):
         lo, hi = index.bounds(index.affine(e, ranges), ranges)
-        if lo is not None and (lo < 0 or hi >= size):
+        if lo is not None and (lo < 0 or isinstance(size, int) and hi >= size):
             problems.append(f"{verb} {name} at coordinate {axis} = {format_index(e)} in [{lo}, {hi}], outside [0, {size - 1}]")
 
 

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from lamina.core.errors import SymbolicSizeError
+from lamina.core.ir import sizes
+from lamina.core.ir.sizes import Size
+
 
 def broadcast_shape(*shapes: Sequence[int]) -> tuple[int, ...] | None:
     """The shape that NumPy's rules broadcast ``shapes`` to, or None when they do not broadcast."""
@@ -17,8 +21,29 @@ def broadcast_shape(*shapes: Sequence[int]) -> tuple[int, ...] | None:
     return tuple(result)
 
 
-def view_groups(src: tuple[int, ...], dst: tuple[int, ...]) -> list[tuple[list[int], list[int]]]:
-    """Runs of consecutive axes of ``src`` and ``dst`` with equal element counts, in order."""
+def view_groups(src: tuple[Size, ...], dst: tuple[Size, ...]) -> list[tuple[list[int], list[int]]]:
+    """Runs of consecutive axes of ``src`` and ``dst`` with equal element counts, in order.
+
+    Where sizes are known only at run time, the runs are found with a distinct large prime in
+    place of each symbol, then checked with the symbols: a run whose counts are not equal
+    whatever the symbols is a ``SymbolicSizeError``."""
+    if not sizes.is_symbolic(tuple(src) + tuple(dst)):
+        return _groups(src, dst)
+    found = sorted(sizes.symbols(tuple(src) + tuple(dst)))
+    stand_in = {name: _PRIMES[k % len(_PRIMES)] for k, name in enumerate(found)}
+    groups = _groups(sizes.evaluate_shape(src, stand_in), sizes.evaluate_shape(dst, stand_in))
+    for src_axes, dst_axes in groups:
+        a, b = sizes.numel([src[k] for k in src_axes]), sizes.numel([dst[k] for k in dst_axes])
+        if a != b:
+            raise SymbolicSizeError(f"viewing [{', '.join(map(str, src))}] as [{', '.join(map(str, dst))}] "
+                                    f"joins {a} elements with {b}, which need not be equal")
+    return groups
+
+
+_PRIMES = (1000003, 1000033, 1000037, 1000039, 1000081, 1000099)
+
+
+def _groups(src: tuple[int, ...], dst: tuple[int, ...]) -> list[tuple[list[int], list[int]]]:
     if 0 in src or 0 in dst:
         return [(list(range(len(src))), list(range(len(dst))))]
     groups = []

@@ -21,8 +21,8 @@ from typing import Iterable, Iterator, Sequence
 
 import attrs
 
-from lamina.core.errors import LaminaError
-from lamina.core.ir import dtypes, expr as ex, index as ix, tensor_ir
+from lamina.core.errors import LaminaError, SymbolicSizeError
+from lamina.core.ir import dtypes, expr as ex, index as ix, sizes, tensor_ir
 from lamina.core.ir.dtypes import DType
 from lamina.core.ir.expr import Expr
 from lamina.core.ir.tensor_ir import Arg, Coord, Elementwise, Gathered, IndexMap, Reduction, TensorOp
@@ -334,11 +334,14 @@ class TensorBuilder:
         """A view of the contiguous tensor ``name`` with another shape (-1 infers one size)."""
         src = self.shape(name)
         shape = list(shape)
-        total = math.prod(src)
+        total = sizes.numel(src)
         if shape.count(-1) == 1:
-            known = math.prod(s for s in shape if s != -1)
-            shape[shape.index(-1)] = total // known if known else 0
-        if math.prod(shape) != total or any(s < 0 for s in shape):
+            known = sizes.numel([s for s in shape if not (isinstance(s, int) and s == -1)])
+            shape[shape.index(-1)] = sizes.size(total // known) if known != 0 else 0
+        if sizes.numel(shape) != total and sizes.is_symbolic(tuple(src) + tuple(shape)):
+            raise SymbolicSizeError(f"cannot tell that [{', '.join(map(str, shape))}] holds the "
+                                    f"{total} elements of {name}")
+        if sizes.numel(shape) != total or any(isinstance(s, int) and s < 0 for s in shape):
             raise self.fail(f"cannot view {name} of shape {list(src)} as {list(shape)}")
         d = tensor_ir.output_vars(len(shape))
         ranges = {v.name: s for v, s in zip(d, shape)}
@@ -478,7 +481,7 @@ class TensorBuilder:
             if len(shape) != len(first) or any(a != b for k, (a, b) in enumerate(zip(shape, first)) if k != dim):
                 raise self.fail(f"cannot concatenate {names[0]} {list(first)} and {n} {list(shape)} along axis {dim}")
         dtype = self.result_type(*names)
-        names = [n for n in names if self.shape(n)[dim] > 0] or names[:1]
+        names = [n for n in names if not sizes.is_empty((self.shape(n)[dim],))] or names[:1]
         if len(names) == 1:
             return self.cast(names[0], dtype)
         total = sum(self.shape(n)[dim] for n in names)
@@ -488,7 +491,9 @@ class TensorBuilder:
         for n in names:
             size = self.shape(n)[dim]
             index = list(d)
-            index[dim] = (d[dim] + (-offset) % size) % size
+            # (d - offset) mod size, from non-negative terms where the sizes are symbols
+            shift = (size - offset % size) if sizes.is_symbolic((size, offset)) else (-offset) % size
+            index[dim] = (d[dim] + shift) % size
             parts.append(self.index_map(n, index, out, role="part"))
             offset += size
             ends.append(offset)

@@ -22,7 +22,7 @@ import math
 import attrs
 
 from lamina.core.errors import VerificationError
-from lamina.core.ir import dtypes, expr as ex, index
+from lamina.core.ir import dtypes, expr as ex, index, sizes
 from lamina.core.ir.dtypes import DType
 from lamina.core.ir.expr import Expr
 from lamina.core.ir.torch_ir import SourceLocation, TensorType
@@ -241,8 +241,9 @@ def _check_elementwise(o: Elementwise, types) -> list[str]:
                 problems.append(f"argument {node.position} is typed {node.dtype}, its input is {types[o.inputs[node.position]].dtype}")
         elif isinstance(node, Coord) and not 0 <= node.axis < len(o.type.shape):
             problems.append(f"the function reads coordinate {node.axis} of a rank-{len(o.type.shape)} output")
-        elif isinstance(node, ex.Var):
-            problems.append(f"the function uses a variable {node.name}; Elementwise functions see only their arguments")
+        elif isinstance(node, ex.Var) and not sizes.is_symbol_name(node.name):
+            problems.append(f"the function uses a variable {node.name}; Elementwise functions see only their "
+                            "arguments, coordinates and sizes")
         elif isinstance(node, ex.Op) and node.op not in ex.OPS:
             problems.append(f"unknown scalar op {node.op}")
     if o.fn.dtype != o.type.dtype:
@@ -278,14 +279,14 @@ def _check_index_map(o: IndexMap, inp: TensorType) -> list[str]:
             if isinstance(node, Gathered) and not 0 <= node.position < len(o.gathers):
                 problems.append(f"the index reads gathered tensor {node.position} of {len(o.gathers)}")
     for axis, (e, size) in enumerate(zip(o.index, inp.shape)):
-        stray = ex.free_vars(e) - allowed
+        stray = {name for name in ex.free_vars(e) - allowed if not sizes.is_symbol_name(name)}
         if stray:
             problems.append(f"coordinate {axis} uses unknown variables {sorted(stray)}")
             continue
-        if 0 in o.type.shape:
+        if sizes.is_empty(o.type.shape):
             continue
         lo, hi = index.bounds(index.affine(e, ranges), ranges)
-        if lo is not None and (lo < 0 or hi >= size):
+        if lo is not None and (lo < 0 or isinstance(size, int) and hi >= size):
             problems.append(f"coordinate {axis} = {e} ranges over [{lo}, {hi}], outside [0, {size - 1}]")
     return problems
 

@@ -16,8 +16,9 @@ import math
 import attrs
 
 from lamina.core.errors import VerificationError
-from lamina.core.ir import loop_ir
+from lamina.core.ir import loop_ir, sizes
 from lamina.core.ir.dtypes import DType
+from lamina.core.ir.expr import Expr
 
 BLOCK_DIMS = ("x", "y", "z")
 REDUCTION_STRATEGIES = ("serial", "warp_shuffle", "block_tree", "split_k", "last_block")
@@ -35,7 +36,7 @@ class AxisBinding:
     """
 
     vars: tuple[str, ...] = attrs.field(converter=tuple)
-    extent: int
+    extent: "int | Expr"
     block_dim: str
     threads: int
     per_thread: int = 1
@@ -48,7 +49,9 @@ class AxisBinding:
         return self.threads * self.per_thread
 
     @property
-    def blocks(self) -> int:
+    def blocks(self) -> "int | Expr":
+        if sizes.is_symbolic(self.extent):
+            return sizes.size((self.extent + self.block_tile - 1) // self.block_tile)
         return math.ceil(self.extent / self.block_tile)
 
 
@@ -153,7 +156,7 @@ class TileKernel:
         staged = sum(s.bytes for s in self.stages)
         return staged + (self.settings.shared_bytes(self) if self.settings is not None else 0)
 
-    def grid_shape(self) -> dict[str, int]:
+    def grid_shape(self) -> dict[str, "int | Expr"]:
         shape = {d: 1 for d in BLOCK_DIMS}
         for b in self.grid:
             shape[b.block_dim] *= b.blocks

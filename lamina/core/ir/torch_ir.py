@@ -16,6 +16,7 @@ import attrs
 
 from lamina.core.errors import VerificationError
 from lamina.core.ir.dtypes import DType
+from lamina.core.ir.expr import Expr
 
 
 @attrs.frozen
@@ -40,7 +41,8 @@ class Ref:
 
 @attrs.frozen
 class TensorType:
-    shape: tuple[int, ...] = attrs.field(converter=tuple)
+    shape: tuple["int | Expr", ...] = attrs.field(converter=tuple)
+    """Each axis's size: a number, or an expression of symbols known at run time (``s0``)."""
     dtype: DType
 
     def __str__(self) -> str:
@@ -100,6 +102,8 @@ def _fmt_arg(value: Any) -> str:
         return f"[{inner}]"
     if isinstance(value, DType):
         return value.name
+    if isinstance(value, Expr):
+        return str(value)
     return repr(value)
 
 

@@ -11,9 +11,10 @@ caught here, before any later stage can be misled by it.
 
 from __future__ import annotations
 
-from typing import Mapping
+import contextlib
+from typing import Iterator, Mapping
 
-from lamina.core.errors import LaminaError, UnsupportedOpError
+from lamina.core.errors import LaminaError, SymbolicSizeError, UnsupportedOpError
 from lamina.core.ir import tensor_ir, torch_ir
 from lamina.core.ir.tensor_builder import TensorBuilder
 from lamina.core.providers import Decomposition
@@ -47,12 +48,21 @@ def decompose(graph: torch_ir.Graph, ops: Mapping[str, Decomposition]) -> tensor
         raise UnsupportedOpError(missing)
     builder = TensorBuilder(graph.inputs, reserved=[node.name for node in graph.nodes])
     for node in live_nodes(graph):
-        with builder.at(node):
+        with builder.at(node), _located(node):
             result = _run(ops[node.target], builder, node)
             builder.bind(node, result)
             _check_type(builder, node)
     outputs = [builder.value(torch_ir.Ref(name)) for name in graph.outputs]
     return builder.program(outputs)
+
+
+@contextlib.contextmanager
+def _located(node: torch_ir.Node) -> Iterator[None]:
+    """A size known only at run time that an op cannot take, said with the op and its source line."""
+    try:
+        yield
+    except SymbolicSizeError as e:
+        raise SymbolicSizeError(f"{node.target} ({_where(node)}) cannot take it: {e}") from e
 
 
 def _where(node: torch_ir.Node) -> str:

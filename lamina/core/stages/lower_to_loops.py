@@ -13,7 +13,7 @@ import math
 import re
 
 from lamina.core.errors import LaminaError
-from lamina.core.ir import dtypes, expr as ex, index, loop_ir, tensor_ir
+from lamina.core.ir import dtypes, expr as ex, index, loop_ir, sizes, tensor_ir
 from lamina.core.ir.expr import Expr
 from lamina.core.ir.torch_ir import TensorType
 from lamina.core.ir.names import fresh_name
@@ -26,7 +26,7 @@ def lower_to_loops(program: tensor_ir.Program) -> loop_ir.Program:
     none) gets its buffer and no kernel: there is nothing to write."""
     types = program.types()
     taken = set(types)
-    kernels = [_lower_op(o, types, taken) for o in program.ops if math.prod(o.type.shape) > 0]
+    kernels = [_lower_op(o, types, taken) for o in program.ops if not sizes.is_empty(o.type.shape)]
 
     inputs = tuple(loop_ir.Buffer(v.name, v.type) for v in program.inputs)
     input_names = {v.name for v in program.inputs}

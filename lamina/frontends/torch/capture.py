@@ -46,6 +46,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from lamina.core.errors import LaminaError
 from lamina.core.ir import dtypes, torch_ir
+from lamina.core.ir.sizes import Size
 from lamina.frontends.torch.call_binding import (
     Argument, CapturedTensors, Computed, FoldedFrom, Path, Source, State, View, lookup, view_chain,
 )
@@ -54,6 +55,7 @@ from lamina.frontends.torch.containers import (
 )
 from lamina.frontends.torch.folding import Folding, Triangle, fold_constants
 from lamina.frontends.torch.source import source_location
+from lamina.frontends.torch.symbolic_sizes import reading_symbols, size_of
 
 DEFAULT_KEEP: tuple[str, ...] = (
     "aten.linear.default",
@@ -445,8 +447,10 @@ def _tensor_type(fx_node) -> torch_ir.TensorType | None:
     return torch_ir.TensorType(_static_shape(value, fx_node), _dtype(value.dtype, fx_node))
 
 
-def _static_shape(value: torch.Tensor, fx_node) -> tuple[int, ...]:
+def _static_shape(value: torch.Tensor, fx_node) -> tuple[Size, ...]:
     shape = tuple(value.shape)
+    if reading_symbols():
+        return tuple(size_of(size, _where(fx_node)) for size in shape)
     if not all(isinstance(size, int) for size in shape):
         raise LaminaError(
             f"{_where(fx_node)} produces a tensor of symbolic shape {list(shape)}: its size depends on "
@@ -489,6 +493,10 @@ def _node(fx_node, aliases: Mapping[str, str] = _NO_ALIASES) -> torch_ir.Node:
 
 
 def _argument(value: Any, fx_node, aliases: Mapping[str, str] = _NO_ALIASES) -> Any:
+    if isinstance(value, torch.fx.Node) and isinstance(value.meta.get("val"), torch.SymInt):
+        return size_of(value.meta["val"], _where(fx_node))
+    if isinstance(value, torch.SymInt):
+        return size_of(value, _where(fx_node))
     if isinstance(value, torch.fx.Node):
         return torch_ir.Ref(aliases.get(value.name, value.name))
     if isinstance(value, (list, tuple)):

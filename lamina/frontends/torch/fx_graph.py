@@ -28,6 +28,7 @@ from lamina.core.errors import LaminaError
 from lamina.core.ir import torch_ir
 from lamina.frontends.torch.call_binding import Argument, Computed, View, view_chain
 from lamina.frontends.torch.capture import Captured, _dtype, _node, _tensor_type
+from lamina.frontends.torch.symbolic_sizes import naming
 
 
 @attrs.frozen
@@ -58,6 +59,11 @@ def fx_to_torch_ir(graph_module: torch.fx.GraphModule) -> FxProgram:
     Nodes that nothing reads are dropped first: AOTAutograd keeps a ``getitem`` for every
     result of an op with several, some of types lamina has no use for."""
     graph_module.graph.eliminate_dead_code()
+    with naming(graph_module):
+        return _read(graph_module)
+
+
+def _read(graph_module: torch.fx.GraphModule) -> FxProgram:
     inputs, positions, nodes = [], [], []
     constants: dict[str, torch.Tensor] = {}
     placeholders: dict[str, int] = {}
@@ -82,6 +88,8 @@ def fx_to_torch_ir(graph_module: torch.fx.GraphModule) -> FxProgram:
                                   f"{', '.join(u.name for u in fx_node.users)}; lamina writes arguments at the end")
             written.append((fx_node.args[0], fx_node.args[1]))
             updated[fx_node.name] = placeholders[fx_node.args[0].name]  # returned: the argument, updated
+        elif fx_node.op == "call_function" and isinstance(fx_node.meta.get("val"), torch.SymInt):
+            continue  # a size computed from other sizes: the nodes that use it hold its expression
         elif fx_node.op == "call_function":
             nodes.append(_node(fx_node))
         elif fx_node.op == "output":

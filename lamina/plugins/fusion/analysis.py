@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import functools
-import math
 from typing import Callable
 
 import attrs
 
-from lamina.core.ir import expr as ex, index, loop_ir
+from lamina.core.ir import expr as ex, index, loop_ir, sizes
 from lamina.core.ir.expr import Expr
 
 Ranges = dict[str, int]
@@ -244,13 +243,14 @@ def reads_at_several_points(value: Expr) -> bool:
 
 def replication(kernel: loop_ir.Kernel, buffer: str) -> int:
     """How many points of ``kernel``'s parallel loops read each element of ``buffer``: the
-    product of the parallel extents that a load's index misses (1 when it misses none)."""
+    product of the parallel extents that a load's index misses (1 when it misses none), sizes
+    known only at run time taken at their hints (a cost, not a fact)."""
     loops, _ = parallel_nest(kernel)
     most = 1
     for load in loop_ir.loads(kernel.body):
         if load.buffer == buffer:
             used = set().union(*(ex.free_vars(i) for i in load.index)) if load.index else set()
-            most = max(most, math.prod(loop.extent for loop in loops if loop.var not in used))
+            most = max(most, sizes.hint(sizes.numel([loop.extent for loop in loops if loop.var not in used])))
     return most
 
 
@@ -272,7 +272,7 @@ def reads_per_element(kernel: loop_ir.Kernel, buffer: str) -> int:
                     continue
                 used = set().union(*(ex.free_vars(i) for i in load.index)) if load.index else set()
                 missed = [loop for loop in loops + around if loop.var not in used]
-                most = max(most, math.prod(loop.extent for loop in missed))
+                most = max(most, sizes.hint(sizes.numel([loop.extent for loop in missed])))
 
     visit(kernel.body, ())
     return most
@@ -363,9 +363,10 @@ def worth_storing(producer: Pointwise, reader_count: int, temporaries: dict[str,
     """
     if reader_count < 2:
         return False
-    size = math.prod(producer_shape(producer))
+    size = sizes.hint(sizes.numel(producer_shape(producer)))
     read = {load.buffer for load in loop_ir.loads((producer.store,))}
-    full_size = [name for name in read if name in temporaries and math.prod(temporaries[name].type.shape) >= size]
+    full_size = [name for name in read
+                 if name in temporaries and sizes.hint(sizes.numel(temporaries[name].type.shape)) >= size]
     return len(full_size) > 1
 
 

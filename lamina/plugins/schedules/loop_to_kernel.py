@@ -17,6 +17,8 @@ API:
   at the top of a kernel body, outermost first, and the statements inside it.
 - ``params(kernel) -> tuple[kernel_ir.Param, ...]``: one pointer parameter per buffer,
   inputs read-only then outputs writable, each ``prod(shape)`` elements.
+- ``size_params(kernel) -> tuple[str, ...]``: the symbols of its sizes known only at run
+  time (``s0``), which the Kernel IR takes by value (``kernel_ir.Kernel.sizes``).
 - ``global_load(kernel) -> LoadFn``: the default way to read a buffer, the row-major
   element of its global parameter.
 - ``translate_expr(expr, kernel, env, load=None) -> Expr``: a Loop IR expression
@@ -37,12 +39,12 @@ API:
 
 from __future__ import annotations
 
-import math
 from typing import Callable, Mapping
 
 from lamina.core.errors import ScheduleError
-from lamina.core.ir import dtypes, expr as ex, index, kernel_ir, loop_ir
+from lamina.core.ir import dtypes, expr as ex, index, kernel_ir, loop_ir, sizes
 from lamina.core.ir.expr import Expr
+from lamina.core.ir.sizes import Size
 
 LoadFn = Callable[[loop_ir.Load, tuple[Expr, ...]], Expr]
 """Reads ``node.buffer`` at ``index`` (Kernel IR coordinates, one per buffer axis)."""
@@ -63,9 +65,17 @@ def split_parallel_nest(body: tuple[loop_ir.Stmt, ...]) -> tuple[tuple[loop_ir.L
 
 def params(kernel: loop_ir.Kernel) -> tuple[kernel_ir.Param, ...]:
     """Pointer parameters named like the kernel's buffers: inputs first, then outputs."""
-    found = [kernel_ir.Param(b.name, b.type.dtype, math.prod(b.type.shape)) for b in kernel.inputs]
-    found += [kernel_ir.Param(b.name, b.type.dtype, math.prod(b.type.shape), writable=True) for b in kernel.outputs]
+    found = [kernel_ir.Param(b.name, b.type.dtype, sizes.numel(b.type.shape)) for b in kernel.inputs]
+    found += [kernel_ir.Param(b.name, b.type.dtype, sizes.numel(b.type.shape), writable=True) for b in kernel.outputs]
     return tuple(found)
+
+
+def size_params(kernel: loop_ir.Kernel) -> tuple[str, ...]:
+    """The symbols of the sizes known only at run time that the kernel's buffers and loops use, in order."""
+    used = {name for b in kernel.inputs + kernel.outputs for name in sizes.symbols(b.type.shape)}
+    used |= {name for s in loop_ir.statements(kernel.body) if isinstance(s, loop_ir.Loop)
+             for name in sizes.symbols(s.extent)}
+    return tuple(sorted(used, key=lambda name: int(name[1:])))
 
 
 def global_load(kernel: loop_ir.Kernel) -> LoadFn:
@@ -147,13 +157,14 @@ def _translate(body, kernel, env, load, guard) -> list[kernel_ir.Stmt]:
 
 
 def bind_point(
-    loops: tuple[loop_ir.Loop, ...], linear: ex.Var, total: int
+    loops: tuple[loop_ir.Loop, ...], linear: ex.Var, total: Size
 ) -> tuple[list[kernel_ir.Stmt], dict[str, Expr]]:
     """The coordinates of point ``linear`` of a parallel nest of ``total`` points."""
     declarations: list[kernel_ir.Stmt] = []
     env: dict[str, Expr] = {}
     extents = tuple(loop.extent for loop in loops)
-    for loop, coordinate in zip(loops, index.delinearize(linear, extents, {linear.name: max(total, 1)})):
+    points = total if sizes.is_symbolic(total) else max(total, 1)
+    for loop, coordinate in zip(loops, index.delinearize(linear, extents, {linear.name: points})):
         if isinstance(coordinate, (ex.Var, ex.Const)):
             env[loop.var] = coordinate
         else:
@@ -166,9 +177,11 @@ def names_in(kernel: loop_ir.Kernel) -> set[str]:
     """Every name a loop kernel uses (buffers, loop variables, accumulators): what a lowering's
     fresh names must avoid."""
     names = {b.name for b in kernel.inputs + kernel.outputs}
+    names |= {name for b in kernel.inputs + kernel.outputs for name in sizes.symbols(b.type.shape)}
     for s in loop_ir.statements(kernel.body):
         if isinstance(s, loop_ir.Loop):
             names.add(s.var)
+            names |= sizes.symbols(s.extent)
         elif isinstance(s, (loop_ir.Init, loop_ir.Accumulate)):
             names.add(s.acc)
     return names

@@ -18,7 +18,7 @@ def test_buffers_written_by_a_program_start_as_nan_until_a_kernel_writes_them():
     compilation = lamina.compile(scaled_row_sums, (x,)).compilation
     runner = ReferenceBackend().load(compilation, SM90)
     assert runner.poison
-    idle = ProgramRunner(compilation.loop, compilation.kernels, lambda kernel, buffers: None, torch.device("cpu"),
+    idle = ProgramRunner(compilation.loop, compilation.kernels, lambda kernel, buffers, sizes: None, torch.device("cpu"),
                          poison=True)
     (untouched,) = idle(x)
     assert untouched.isnan().all()

@@ -140,7 +140,7 @@ def test_the_runner_gives_each_launch_a_zeroed_scratch_array():
     loop = loop_ir.Program(inputs=buffers[:1], outputs=buffers[1:], temporaries=(), kernels=())
     seen = []
 
-    def launch(k, arrays):
+    def launch(k, arrays, sizes):
         seen.append(arrays["counter"].clone())
         simulate(k, arrays)
 

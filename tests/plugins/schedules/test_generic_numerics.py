@@ -22,7 +22,7 @@ def run_generic(loop_program, inputs, knobs=None):
         [schedule.lower(schedule.schedule(k, TARGET, knobs or {}), TARGET) for k in loop_program.kernels]
     )
 
-    def launch(kernel, buffers):
+    def launch(kernel, buffers, sizes):
         simulate(kernel, buffers, raise_on_fault=True)
 
     return ProgramRunner(loop_program, kernels, launch, torch.device("cpu"))(*inputs)

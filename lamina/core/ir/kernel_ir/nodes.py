@@ -128,7 +128,7 @@ class Param:
 
     name: str
     dtype: DType
-    numel: int
+    numel: "int | Expr"
     writable: bool = False
     scratch: bool = False
     zeroed: bool = True
@@ -342,7 +342,7 @@ class Launch:
     (``WaitForPreviousKernel``) before touching memory: its launch and the start of its blocks
     are hidden behind the other kernel's last blocks."""
 
-    grid: tuple[int, int, int] = attrs.field(converter=tuple)
+    grid: tuple["int | Expr", "int | Expr", "int | Expr"] = attrs.field(converter=tuple)
     block: tuple[int, int, int] = attrs.field(converter=tuple)
     dynamic_shared_bytes: int = 0
     cluster: tuple[int, int, int] = attrs.field(converter=tuple, default=(1, 1, 1))
@@ -365,6 +365,10 @@ class Kernel:
     body: tuple[Stmt, ...] = attrs.field(converter=tuple)
     launch: Launch
     tensor_maps: tuple[TensorMap, ...] = attrs.field(converter=tuple, default=())
+    sizes: tuple[str, ...] = attrs.field(converter=tuple, default=())
+    """The sizes known only at run time (``s0``, ``lamina.core.ir.sizes``) that the kernel reads as
+    variables of those names: passed by value after the pointers, and the launch's grid and the
+    parameters' element counts may be expressions of them."""
 
     def array(self, name: str) -> Param | Array:
         for a in self.params + self.arrays:

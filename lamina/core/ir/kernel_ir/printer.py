@@ -210,6 +210,7 @@ def format_kernel(k: Kernel) -> str:
     for p in k.params:
         mode = ("scratch" if p.zeroed else "scratch unset") if p.scratch else "out" if p.writable else "in"
         lines.append(f"  param {mode} {p.name}: {p.dtype}[{p.numel}]")
+    lines += [f"  size {name}" for name in k.sizes]
     for a in k.arrays:
         swizzle = f", {a.swizzle}-byte swizzle" if a.swizzle else ""
         lines.append(f"  {a.space} {a.name}: {a.dtype}{''.join(f'[{n}]' for n in a.shape)}{swizzle}")

@@ -1,13 +1,13 @@
-"""Walking Kernel IR: every statement of a body, the expressions of a statement, and
-renaming a kernel's arrays (and tensor maps)."""
+"""Walking Kernel IR: every statement of a body, the expressions of a statement, renaming a
+kernel's arrays (and tensor maps), and giving its sizes known only at run time their values."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator, Mapping
 
 import attrs
 
-from lamina.core.ir import expr as ex
+from lamina.core.ir import expr as ex, index
 from lamina.core.ir.expr import Expr
 from lamina.core.ir.kernel_ir.hopper import ClusterLoad, Wgmma
 from lamina.core.ir.kernel_ir.hopper_barriers import MbarrierArrive, MbarrierInit, MbarrierWait
@@ -72,6 +72,69 @@ def expressions(s: Stmt) -> tuple[Expr, ...]:
     return ()
 
 
+def map_body(body: tuple[Stmt, ...], expression: Callable[[Expr], Expr],
+             mapping: Mapping[str, str]) -> tuple[Stmt, ...]:
+    """``body`` with every expression rewritten by ``expression`` and arrays renamed by ``mapping``."""
+    out = []
+    for s in body:
+        if isinstance(s, For):
+            s = attrs.evolve(s, start=expression(s.start), stop=expression(s.stop),
+                             body=map_body(s.body, expression, mapping))
+        elif isinstance(s, If):
+            s = attrs.evolve(s, cond=expression(s.cond), then=map_body(s.then, expression, mapping),
+                             orelse=map_body(s.orelse, expression, mapping))
+        elif isinstance(s, Declare) and s.init is not None:
+            s = attrs.evolve(s, init=expression(s.init))
+        elif isinstance(s, Assign):
+            s = attrs.evolve(s, value=expression(s.value))
+        elif isinstance(s, Store):
+            s = attrs.evolve(s, array=mapping.get(s.array, s.array), index=tuple(map(expression, s.index)),
+                             value=expression(s.value))
+        elif isinstance(s, CpAsync):
+            s = attrs.evolve(
+                s, dst=mapping.get(s.dst, s.dst), src=mapping.get(s.src, s.src),
+                dst_index=tuple(map(expression, s.dst_index)), src_index=tuple(map(expression, s.src_index)),
+                predicate=None if s.predicate is None else expression(s.predicate),
+            )
+        elif isinstance(s, (VectorLoad, VectorStore)):
+            s = attrs.evolve(
+                s, dst=mapping.get(s.dst, s.dst), src=mapping.get(s.src, s.src),
+                dst_index=tuple(map(expression, s.dst_index)), src_index=tuple(map(expression, s.src_index)),
+            )
+        elif isinstance(s, MmaTf32):
+            s = attrs.evolve(
+                s, acc=mapping.get(s.acc, s.acc), acc_index=[tuple(map(expression, i)) for i in s.acc_index],
+                a=tuple(map(expression, s.a)), b=tuple(map(expression, s.b)),
+            )
+        elif isinstance(s, (MbarrierInit, MbarrierArrive)):
+            s = attrs.evolve(s, barrier=mapping.get(s.barrier, s.barrier), index=tuple(map(expression, s.index)))
+        elif isinstance(s, MbarrierWait):
+            s = attrs.evolve(s, barrier=mapping.get(s.barrier, s.barrier), index=tuple(map(expression, s.index)),
+                             parity=expression(s.parity))
+        elif isinstance(s, TmaLoad):
+            s = attrs.evolve(s, dst=mapping.get(s.dst, s.dst), dst_index=tuple(map(expression, s.dst_index)),
+                             tensor_map=mapping.get(s.tensor_map, s.tensor_map), row=expression(s.row),
+                             column=expression(s.column), barrier=mapping.get(s.barrier, s.barrier),
+                             barrier_index=tuple(map(expression, s.barrier_index)))
+        elif isinstance(s, TmaStore):
+            s = attrs.evolve(s, tensor_map=mapping.get(s.tensor_map, s.tensor_map), row=expression(s.row),
+                             column=expression(s.column), src=mapping.get(s.src, s.src),
+                             src_index=tuple(map(expression, s.src_index)))
+        elif isinstance(s, Wgmma):
+            s = attrs.evolve(
+                s, acc=mapping.get(s.acc, s.acc), acc_index=[tuple(map(expression, i)) for i in s.acc_index],
+                a=mapping.get(s.a, s.a) if isinstance(s.a, str) else tuple(map(expression, s.a)),
+                a_index=tuple(map(expression, s.a_index)),
+                b=mapping.get(s.b, s.b), b_index=tuple(map(expression, s.b_index)),
+            )
+        elif isinstance(s, AtomicAdd):
+            s = attrs.evolve(s, dst=mapping.get(s.dst, s.dst), dst_index=tuple(map(expression, s.dst_index)),
+                             array=mapping.get(s.array, s.array), index=expression(s.index),
+                             value=expression(s.value))
+        out.append(s)
+    return tuple(out)
+
+
 def rename_arrays(kernel: Kernel, mapping: dict[str, str], name: str | None = None) -> Kernel:
     """The same kernel with arrays (parameters, shared and register arrays) renamed by
     ``mapping``, and the kernel itself renamed to ``name`` if given."""
@@ -82,69 +145,30 @@ def rename_arrays(kernel: Kernel, mapping: dict[str, str], name: str | None = No
     def rename_expr(e: Expr) -> Expr:
         return ex.transform(e, rename)
 
-    def rename_body(body):
-        out = []
-        for s in body:
-            if isinstance(s, For):
-                s = attrs.evolve(s, start=rename_expr(s.start), stop=rename_expr(s.stop), body=rename_body(s.body))
-            elif isinstance(s, If):
-                s = attrs.evolve(s, cond=rename_expr(s.cond), then=rename_body(s.then), orelse=rename_body(s.orelse))
-            elif isinstance(s, Declare) and s.init is not None:
-                s = attrs.evolve(s, init=rename_expr(s.init))
-            elif isinstance(s, Assign):
-                s = attrs.evolve(s, value=rename_expr(s.value))
-            elif isinstance(s, Store):
-                s = attrs.evolve(s, array=mapping.get(s.array, s.array), index=tuple(map(rename_expr, s.index)), value=rename_expr(s.value))
-            elif isinstance(s, CpAsync):
-                s = attrs.evolve(
-                    s, dst=mapping.get(s.dst, s.dst), src=mapping.get(s.src, s.src),
-                    dst_index=tuple(map(rename_expr, s.dst_index)), src_index=tuple(map(rename_expr, s.src_index)),
-                    predicate=None if s.predicate is None else rename_expr(s.predicate),
-                )
-            elif isinstance(s, (VectorLoad, VectorStore)):
-                s = attrs.evolve(
-                    s, dst=mapping.get(s.dst, s.dst), src=mapping.get(s.src, s.src),
-                    dst_index=tuple(map(rename_expr, s.dst_index)), src_index=tuple(map(rename_expr, s.src_index)),
-                )
-            elif isinstance(s, MmaTf32):
-                s = attrs.evolve(
-                    s, acc=mapping.get(s.acc, s.acc), acc_index=[tuple(map(rename_expr, i)) for i in s.acc_index],
-                    a=tuple(map(rename_expr, s.a)), b=tuple(map(rename_expr, s.b)),
-                )
-            elif isinstance(s, (MbarrierInit, MbarrierArrive)):
-                s = attrs.evolve(s, barrier=mapping.get(s.barrier, s.barrier), index=tuple(map(rename_expr, s.index)))
-            elif isinstance(s, MbarrierWait):
-                s = attrs.evolve(s, barrier=mapping.get(s.barrier, s.barrier), index=tuple(map(rename_expr, s.index)),
-                                 parity=rename_expr(s.parity))
-            elif isinstance(s, TmaLoad):
-                s = attrs.evolve(s, dst=mapping.get(s.dst, s.dst), dst_index=tuple(map(rename_expr, s.dst_index)),
-                                 tensor_map=mapping.get(s.tensor_map, s.tensor_map), row=rename_expr(s.row),
-                                 column=rename_expr(s.column), barrier=mapping.get(s.barrier, s.barrier),
-                                 barrier_index=tuple(map(rename_expr, s.barrier_index)))
-            elif isinstance(s, TmaStore):
-                s = attrs.evolve(s, tensor_map=mapping.get(s.tensor_map, s.tensor_map), row=rename_expr(s.row),
-                                 column=rename_expr(s.column), src=mapping.get(s.src, s.src),
-                                 src_index=tuple(map(rename_expr, s.src_index)))
-            elif isinstance(s, Wgmma):
-                s = attrs.evolve(
-                    s, acc=mapping.get(s.acc, s.acc), acc_index=[tuple(map(rename_expr, i)) for i in s.acc_index],
-                    a=mapping.get(s.a, s.a) if isinstance(s.a, str) else tuple(map(rename_expr, s.a)),
-                    a_index=tuple(map(rename_expr, s.a_index)),
-                    b=mapping.get(s.b, s.b), b_index=tuple(map(rename_expr, s.b_index)),
-                )
-            elif isinstance(s, AtomicAdd):
-                s = attrs.evolve(s, dst=mapping.get(s.dst, s.dst), dst_index=tuple(map(rename_expr, s.dst_index)),
-                                 array=mapping.get(s.array, s.array), index=rename_expr(s.index),
-                                 value=rename_expr(s.value))
-            out.append(s)
-        return tuple(out)
-
     return attrs.evolve(
         kernel,
         name=kernel.name if name is None else name,
         params=tuple(attrs.evolve(p, name=mapping.get(p.name, p.name)) for p in kernel.params),
         arrays=tuple(attrs.evolve(a, name=mapping.get(a.name, a.name)) for a in kernel.arrays),
-        body=rename_body(kernel.body),
+        body=map_body(kernel.body, rename_expr, mapping),
         tensor_maps=tuple(attrs.evolve(m, name=mapping.get(m.name, m.name), param=mapping.get(m.param, m.param))
                           for m in kernel.tensor_maps),
     )
+
+
+def with_sizes(kernel: Kernel, values: Mapping[str, int]) -> Kernel:
+    """``kernel`` for one call: each size known only at run time (``kernel.sizes``) replaced by its
+    value, in the body, the launch and the parameters' element counts."""
+    if not kernel.sizes:
+        return kernel
+    constants = {name: ex.const(values[name]) for name in kernel.sizes}
+
+    def number(size):
+        return int(index.simplify(ex.substitute(size, constants)).value) if isinstance(size, Expr) else size
+
+    def fill(e: Expr) -> Expr:
+        return index.simplify(ex.substitute(e, constants)) if ex.free_vars(e) & constants.keys() else e
+
+    launch = attrs.evolve(kernel.launch, grid=tuple(number(g) for g in kernel.launch.grid))
+    return attrs.evolve(kernel, params=tuple(attrs.evolve(p, numel=number(p.numel)) for p in kernel.params),
+                        body=map_body(kernel.body, fill, {}), launch=launch, sizes=())

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from lamina.core.errors import VerificationError
-from lamina.core.ir import dtypes, expr as ex
+from lamina.core.ir import dtypes, expr as ex, sizes
 from lamina.core.ir.kernel_ir.hopper import (
     K_MAJOR,
     MAX_CLUSTER_BLOCKS,
@@ -150,13 +150,18 @@ def verify_kernel(k: Kernel, max_threads: int = 1024, max_shared_bytes: int = 48
             elif isinstance(s, AtomicAdd):
                 problems.extend(_atomic_problems(s, arrays))
 
-    visit(k.body, set())
+    undeclared = sorted({name for p in k.params for name in sizes.symbols(p.numel)}
+                        | {name for g in k.launch.grid for name in sizes.symbols(g)})
+    problems += [f"the launch or a parameter's size uses {name}, which is not among its sizes"
+                 for name in undeclared if name not in k.sizes]
+    problems += [f"size {name} is not a symbol (s0, s1, ...)" for name in k.sizes if not sizes.is_symbol_name(name)]
+    visit(k.body, set(k.sizes))
     problems.extend(_overlap_problems(k))
     problems.extend(f"scratch parameter {p.name} is not writable" for p in k.params if p.scratch and not p.writable)
     cluster = k.launch.cluster
     if len(cluster) != 3 or cluster[1:] != (1, 1) or not 1 <= cluster[0] <= MAX_CLUSTER_BLOCKS:
         problems.append(f"cluster {tuple(cluster)}: clusters are 1 to {MAX_CLUSTER_BLOCKS} blocks along x")
-    elif k.launch.grid[0] % cluster[0]:
+    elif cluster[0] > 1 and (sizes.is_symbolic(k.launch.grid[0]) or k.launch.grid[0] % cluster[0]):
         problems.append(f"grid x of {k.launch.grid[0]} blocks is not a whole number of clusters of {cluster[0]}")
     if k.launch.threads_per_block > max_threads:
         problems.append(f"{k.launch.threads_per_block} threads per block exceed {max_threads}")

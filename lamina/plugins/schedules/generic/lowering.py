@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from lamina.core.errors import ScheduleError
-from lamina.core.ir import expr as ex, index, kernel_ir, tile_ir
+from lamina.core.ir import expr as ex, index, kernel_ir, sizes, tile_ir
 from lamina.core.ir.names import fresh_name
 from lamina.plugins.schedules import loop_to_kernel
 
@@ -36,7 +36,7 @@ def lower(tile: tile_ir.TileKernel) -> kernel_ir.Kernel:
     body, env = loop_to_kernel.bind_point(loops, linear, total)
     body += loop_to_kernel.translate_body(inner, kernel, env)
 
-    blocks = max(1, math.ceil(total / threads))
+    blocks = sizes.size((total + threads - 1) // threads) if sizes.is_symbolic(total) else max(1, math.ceil(total / threads))
     start = index.simplify(kernel_ir.block_idx("x") * threads + kernel_ir.thread_idx("x"))
     statements: list[kernel_ir.Stmt] = [kernel_ir.Declare(linear.name, linear.dtype, start)]
     if blocks * threads != total:
@@ -49,4 +49,5 @@ def lower(tile: tile_ir.TileKernel) -> kernel_ir.Kernel:
         arrays=(),
         body=tuple(statements),
         launch=kernel_ir.Launch((blocks, 1, 1), (threads, 1, 1)),
+        sizes=loop_to_kernel.size_params(kernel),
     )

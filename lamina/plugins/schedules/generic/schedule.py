@@ -17,6 +17,7 @@ class GenericSchedule:
     name = "generic"
     priority = 0
     knob_names = ("threads",)
+    symbolic_sizes = True
 
     def applies(self, kernel: loop_ir.Kernel, target: Target) -> bool:
         """Always: loops inside the parallel nest, of any kind, run serially in the thread."""

@@ -11,7 +11,8 @@ import math
 from typing import Any, Mapping
 
 from lamina.core.errors import ScheduleError
-from lamina.core.ir import loop_ir, tile_ir
+from lamina.core.ir import loop_ir, sizes, tile_ir
+from lamina.core.ir.sizes import Size
 from lamina.core.target import Target
 from lamina.plugins.schedules.loop_to_kernel import split_parallel_nest
 
@@ -19,13 +20,14 @@ SMALL_BLOCK = 128
 LARGE_BLOCK = 256
 
 
-def choose_threads(total: int, target: Target, knobs: Mapping[str, Any]) -> int:
+def choose_threads(total: Size, target: Target, knobs: Mapping[str, Any]) -> int:
     """Threads per block: the pinned ``threads`` knob, else as many as keep every SM busy.
 
     Small kernels get fewer threads (a whole number of warps) so that no block is
     mostly idle; large ones get 256 once there are enough points for two waves of
-    such blocks.
+    such blocks. A count known only at run time is taken at its hint.
     """
+    total = sizes.hint(total)
     pinned = knobs.get("threads")
     if pinned is not None:
         warp = target.warp_size
@@ -46,7 +48,7 @@ def reduce_loops(body: tuple[loop_ir.Stmt, ...]) -> tuple[loop_ir.Loop, ...]:
     return tuple(s for s in loop_ir.statements(body) if isinstance(s, loop_ir.Loop) and s.kind == "reduce")
 
 
-def reduce_iterations(body: tuple[loop_ir.Stmt, ...]) -> int:
+def reduce_iterations(body: tuple[loop_ir.Stmt, ...]) -> Size:
     """How many reduce-loop iterations one thread runs: nested loops multiply, loops one
     after the other (softmax's max and sum) add up."""
     total = 0
@@ -54,7 +56,7 @@ def reduce_iterations(body: tuple[loop_ir.Stmt, ...]) -> int:
         if isinstance(s, loop_ir.Loop):
             inner = reduce_iterations(s.body)
             if s.kind == "reduce":
-                total += s.extent * max(inner, 1)
+                total += s.extent * (inner if inner != 0 else 1)
             else:
                 total += s.extent * inner
     return total
@@ -63,7 +65,7 @@ def reduce_iterations(body: tuple[loop_ir.Stmt, ...]) -> int:
 def tile(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any], schedule: str) -> tile_ir.TileKernel:
     """The generic Tile IR of ``kernel``."""
     loops, inner = split_parallel_nest(kernel.body)
-    total = math.prod(loop.extent for loop in loops)
+    total = sizes.numel([loop.extent for loop in loops])
     threads = choose_threads(total, target, knobs)
     binding = tile_ir.AxisBinding(
         vars=tuple(loop.var for loop in loops), extent=total, block_dim="x", threads=threads, per_thread=1

@@ -178,7 +178,7 @@ def run_on_simulator(case: Case, kernel: kernel_ir.Kernel, inputs: list[torch.Te
     reports = []
     loop = loop_ir.Program(case.kernel.inputs, case.kernel.outputs, (), (case.kernel,))
 
-    def launch(k, buffers):
+    def launch(k, buffers, sizes):
         reports.append(simulate(k, buffers, raise_on_fault=False))
 
     (out,) = ProgramRunner(loop, kernel_ir.Program((kernel,)), launch, torch.device("cpu"))(*inputs)

@@ -1,0 +1,138 @@
+"""Sizes known only at run time: symbols such as ``s0``.
+
+A tensor's size along an axis is an ``int``, or an integer expression of symbols
+(``s0``, ``s0 + 1``, ``s0 * 64``) where the program was captured with dynamic dimensions
+(``torch.compile(..., dynamic=True)``, or Dynamo marking a size that changed). A symbol is
+an index ``Var`` named ``s0``, ``s1``, ... in the order the program's inputs first use them,
+so index expressions, loop extents and launch grids take it like any other variable and
+the printed IR shows it. Its value comes from the shapes of the inputs at each call
+(``bind``). Code that needs a number where a size is symbolic (an ordering, ``range``)
+raises ``SymbolicSizeError``: the caller then compiles for the call's concrete sizes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import re
+from typing import Iterable, Iterator, Mapping, Sequence
+
+from lamina.core.errors import InputMismatchError
+from lamina.core.ir import dtypes, expr as ex, index
+from lamina.core.ir.expr import Expr
+
+Size = int | Expr
+"""A size along one axis: a number, or an expression of symbols."""
+
+SYMBOL = re.compile(r"s\d+$")
+
+
+def symbol(position: int) -> ex.Var:
+    """The ``position``-th symbol of a program: ``s0``, ``s1``, ..."""
+    return ex.Var(f"s{position}", dtypes.index)
+
+
+def is_symbol_name(name: str) -> bool:
+    return SYMBOL.match(name) is not None
+
+
+def is_symbolic(sizes: Size | Sequence[Size]) -> bool:
+    """Whether ``sizes`` (one size or a shape) holds a symbol."""
+    if isinstance(sizes, (tuple, list)):
+        return any(isinstance(s, Expr) and not isinstance(s, ex.Const) for s in sizes)
+    return isinstance(sizes, Expr) and not isinstance(sizes, ex.Const)
+
+
+def symbols(sizes: Size | Iterable[Size]) -> set[str]:
+    """The names of the symbols in one size or a shape."""
+    found: set[str] = set()
+    for size in (sizes if isinstance(sizes, (tuple, list)) else [sizes]):
+        if isinstance(size, Expr):
+            found |= {name for name in ex.free_vars(size) if is_symbol_name(name)}
+    return found
+
+
+def size(value: Size) -> Size:
+    """``value`` simplified: an int where it is a number, else a canonical expression."""
+    if isinstance(value, Expr):
+        simplified = index.simplify(value)
+        return int(simplified.value) if isinstance(simplified, ex.Const) else simplified
+    return value
+
+
+def is_empty(shape: Sequence[Size]) -> bool:
+    """Whether a tensor of ``shape`` has no elements. A symbol is at least 1 (``bind`` checks)."""
+    return any(isinstance(s, int) and s == 0 for s in shape)
+
+
+def numel(shape: Sequence[Size]) -> Size:
+    """How many elements a tensor of ``shape`` holds."""
+    return size(math.prod(shape, start=1))
+
+
+def evaluate(value: Size, values: Mapping[str, int]) -> int:
+    """The number ``value`` stands for once each symbol has its value."""
+    if not isinstance(value, Expr):
+        return value
+    result = index.simplify(ex.substitute(value, {name: ex.const(v) for name, v in values.items()}))
+    if not isinstance(result, ex.Const):
+        raise InputMismatchError(f"the size {value} needs the value of {', '.join(sorted(symbols(result)))}")
+    return int(result.value)
+
+
+def evaluate_shape(shape: Sequence[Size], values: Mapping[str, int]) -> tuple[int, ...]:
+    return tuple(evaluate(s, values) for s in shape)
+
+
+def bind(shapes: Sequence[tuple[str, Sequence[Size]]], actual: Sequence[Sequence[int]]) -> dict[str, int]:
+    """Each symbol's value for a call whose tensors have the shapes ``actual``.
+
+    ``shapes`` names each tensor and gives its shape in the program. A symbol takes its value
+    from the first axis whose size is that symbol alone; every size is then checked, so that
+    tensors which disagree (``s0`` is 5 in one, 7 in another) are an ``InputMismatchError``
+    rather than a kernel reading out of bounds."""
+    values: dict[str, int] = {}
+    for (_, shape), sizes in zip(shapes, actual):
+        for want, got in zip(shape, sizes):
+            if isinstance(want, ex.Var) and is_symbol_name(want.name):
+                values.setdefault(want.name, int(got))
+    small = [f"{k} = {v}" for k, v in sorted(values.items()) if v < 1]
+    if small:
+        raise InputMismatchError(f"the call has {', '.join(small)}; a program compiled for sizes known only at "
+                                 "run time takes sizes of at least 1")
+    for (name, shape), sizes in zip(shapes, actual):
+        expected = tuple(shape)
+        if len(expected) != len(sizes) or any(evaluate(w, values) != g for w, g in zip(expected, sizes)):
+            where = ", ".join(f"{k} = {v}" for k, v in sorted(values.items()))
+            raise InputMismatchError(
+                f"input {name} has shape {list(sizes)}, but the program takes [{', '.join(map(str, expected))}]"
+                + (f" with {where}" if where else ""))
+    return values
+
+
+_HINTS: contextvars.ContextVar[Mapping[str, int]] = contextvars.ContextVar("lamina_size_hints", default={})
+
+
+@contextlib.contextmanager
+def hinted(values: Mapping[str, int]) -> Iterator[None]:
+    """While compiling: the value each symbol is expected to have (the example call's), which
+    choices of speed (fusion, knobs) take in place of the symbol; never a choice of correctness."""
+    token = _HINTS.set(dict(values))
+    try:
+        yield
+    finally:
+        _HINTS.reset(token)
+
+
+def hint(value: Size) -> int:
+    """``value`` at the expected sizes: for weighing costs only. A symbol without a hint counts as
+    ``UNHINTED``."""
+    if not isinstance(value, Expr):
+        return value
+    values = _HINTS.get()
+    return evaluate(value, {name: values.get(name, UNHINTED) for name in symbols(value)})
+
+
+UNHINTED = 128
+"""What a symbol counts as where the compile was given no example of it."""

@@ -1,0 +1,63 @@
+"""Sizes known only at run time (``lamina.core.ir.sizes``): arithmetic, values at a call, and
+the places that need a number saying so."""
+
+import pytest
+
+from lamina.core.errors import InputMismatchError, SymbolicSizeError
+from lamina.core.ir import expr as ex, index, sizes
+from lamina.core.ir.shapes import view_groups
+
+s0, s1 = sizes.symbol(0), sizes.symbol(1)
+
+
+def test_sizes_are_expressions_of_symbols_that_print_as_people_write_them():
+    assert str(sizes.numel((2, s0 + 1, 3))) == "s0 * 6 + 6"
+    assert sizes.numel((4, 8)) == 32
+    assert sizes.size(s0 - s0 + 5) == 5
+    assert sizes.symbols((s0 * s1, 7)) == {"s0", "s1"}
+    assert sizes.numel((s1, s0, 2)) == sizes.numel((s0, 2, s1))
+    assert sizes.is_symbolic((1, s0)) and not sizes.is_symbolic((1, 2))
+
+
+def test_a_size_takes_its_value_from_the_symbols():
+    assert sizes.evaluate(s0 * 2 + 1, {"s0": 4}) == 9
+    assert sizes.evaluate_shape((s0, s1 * s0, 3), {"s0": 2, "s1": 5}) == (2, 10, 3)
+
+
+def test_asking_a_symbol_for_a_number_is_a_symbolic_size_error():
+    with pytest.raises(SymbolicSizeError, match="s0 is known only at run time"):
+        s0 > 3
+    with pytest.raises(SymbolicSizeError):
+        range(s0)
+
+
+def test_a_call_binds_each_symbol_and_checks_every_size():
+    shapes = [("x", (s0, 3)), ("y", (s0 + 1,))]
+    assert sizes.bind(shapes, [(4, 3), (5,)]) == {"s0": 4}
+    with pytest.raises(InputMismatchError, match=r"input y has shape \[6\].*s0 = 4"):
+        sizes.bind(shapes, [(4, 3), (6,)])
+    with pytest.raises(InputMismatchError, match="at least 1"):
+        sizes.bind(shapes, [(0, 3), (1,)])
+
+
+def test_hints_weigh_costs_where_a_compile_has_them():
+    assert sizes.hint(s0 * 4) == 4 * sizes.UNHINTED
+    with sizes.hinted({"s0": 10}):
+        assert sizes.hint(s0 * 4 + 1) == 41
+    assert sizes.hint(7) == 7
+
+
+def test_a_coordinate_over_a_symbolic_extent_needs_no_division():
+    r = ex.Var("r")
+    assert index.simplify(r % s1, {"r": s1}) == r
+    assert index.simplify(r // s1, {"r": s1}) == ex.const(0)
+    assert index.simplify(r // (s1 // s1) % s1, {"r": s1}) == r
+    assert str(index.simplify(r % s1, {"r": s0})) == "r % s1"
+
+
+def test_views_keep_symbolic_axes_whole_and_refuse_what_they_cannot_prove():
+    assert view_groups((1, 4, s0, 16), (4, s0, 16)) == [([0, 1], [0]), ([2], [1]), ([3], [2])]
+    assert view_groups((2, s0), (s0 * 2,)) == [([0, 1], [0])]
+    assert view_groups((s0, s1), (s1, s0)) == [([0, 1], [0, 1])]
+    with pytest.raises(SymbolicSizeError, match="need not be equal"):
+        view_groups((s0, 4), (4, s1))

@@ -1,0 +1,146 @@
+"""Graphs with sizes known only at run time: ``torch.compile(..., dynamic=True)``, and the sizes
+Dynamo makes symbolic when they change between calls, compiled once for every size."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from lamina.api import Compiler
+from lamina.backends.cuda.backend import CudaBackend
+from lamina.core.errors import InputMismatchError
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def compiled_programs(monkeypatch):
+    """Each program lamina compiles."""
+    found = []
+    original = Compiler.compile_captured
+
+    def counted(self, captured, example_inputs, started=None):
+        specialization = original(self, captured, example_inputs, started)
+        found.append(specialization)
+        return specialization
+
+    monkeypatch.setattr(Compiler, "compile_captured", counted)
+    return found
+
+
+def scaled_softmax(x, y):
+    return torch.softmax(x * 2 + y, dim=-1).sum(0) + 1
+
+
+def grown(cache, new):
+    """A key-value cache that grows by a token: the default cache of ``transformers``."""
+    return torch.cat([cache, new], dim=-2) * 0.5
+
+
+SIZES = [(3, 5), (37, 130), (130, 2), (2, 33)]  # sizes that are no multiple of any tile
+
+
+def test_a_dynamic_graph_compiles_once_and_runs_at_every_size(compiled_programs):
+    f = torch.compile(scaled_softmax, backend="lamina", dynamic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for rows, columns in SIZES:
+            x, y = torch.randn(rows, columns), torch.randn(columns)
+            torch.testing.assert_close(f(x, y), scaled_softmax(x, y))
+    assert len(compiled_programs) == 1
+
+
+def test_a_symbolic_program_runs_at_size_one(compiled_programs):
+    """Dynamo compiles a size of 1 apart (it never makes one symbolic); lamina's program takes it too."""
+    torch.compile(scaled_softmax, backend="lamina", dynamic=True)(torch.randn(3, 5), torch.randn(5))
+    (program,) = compiled_programs
+    for rows, columns in [(1, 1), (1, 7), (9, 1)]:
+        x, y = torch.randn(rows, columns), torch.randn(columns)
+        (out,) = program([rows, columns, x, y], torch.device("cpu"))
+        torch.testing.assert_close(out, scaled_softmax(x, y))
+
+
+def test_a_cache_that_grows_at_each_call_compiles_once(compiled_programs):
+    f = torch.compile(grown, backend="lamina", dynamic=True)
+    for length in (3, 17, 64, 5):  # none equal to another size, which Dynamo would give one symbol
+        cache, new = torch.randn(2, 4, length, 16), torch.randn(2, 4, 1, 16)
+        torch.testing.assert_close(f(cache, new), grown(cache, new))
+    assert len(compiled_programs) == 1
+
+
+def test_the_printed_ir_shows_the_sizes_as_symbols(compiled_programs):
+    torch.compile(scaled_softmax, backend="lamina", dynamic=True)(torch.randn(3, 5), torch.randn(5))
+    (program,) = compiled_programs
+    compilation = program.compilation
+    assert str(compilation.ir("torch")).splitlines()[0] == "graph(arg2_1: f32[s0, s1], arg3_1: f32[s1]):"
+    assert "  kernel _softmax_sum(arg2_1: f32[s0, s1], arg3_1: f32[s1]) -> " \
+           "(_softmax_max: f32[s0, 1], _softmax_sum: f32[s0, 1]):" in compilation.ir("loop").splitlines()
+    assert "      for r0 in reduce(s1):" in compilation.ir("loop").splitlines()
+    kernel = compilation.ir("kernel").split("\n\n")[0].splitlines()
+    assert kernel[0].startswith("kernel _softmax_sum  grid ((s0 + 31) // 32, 1, 1)  block (32, 1, 1)")  # 3 rows
+    assert "  size s0" in kernel and "  size s1" in kernel
+    assert "    for r0 in 0..s1:" in kernel
+
+
+def test_kernels_of_symbolic_sizes_compile_with_nvrtc_taking_the_sizes_by_value(compiled_programs):
+    torch.compile(grown, backend="lamina", dynamic=True)(torch.randn(2, 4, 5, 16), torch.randn(2, 4, 1, 16))
+    (program,) = compiled_programs
+    kernels = program.compilation.kernels
+    assert any(k.sizes for k in kernels.kernels)
+    assert "const long long s0" in "".join(program.compilation.sources.values())
+    compiled = CudaBackend().compile(kernels, "sm_90")
+    assert all(k.cubin for k in compiled.values())
+
+
+def test_inputs_whose_sizes_disagree_with_each_other_are_refused(compiled_programs):
+    torch.compile(scaled_softmax, backend="lamina", dynamic=True)(torch.randn(3, 5), torch.randn(5))
+    (program,) = compiled_programs
+    with pytest.raises(InputMismatchError, match=r"has shape \[6\], but the program takes \[s1\] with s0 = 3, s1 = 5"):
+        program([3, 5, torch.randn(3, 5), torch.randn(6)], torch.device("cpu"))
+
+
+def test_a_graph_that_needs_concrete_sizes_says_why_and_compiles_each_size(compiled_programs):
+    def topk(x):
+        return torch.topk(x, 2).values * 2  # sort ops take no symbolic sizes yet
+
+    f = torch.compile(topk, backend="lamina", dynamic=True, options={"fallback": "eager"})
+    with pytest.warns(UserWarning):
+        for n in (5, 9, 12):
+            x = torch.randn(3, n)
+            torch.testing.assert_close(f(x), topk(x))
+
+
+@pytest.mark.gpu
+def test_a_dynamic_graph_runs_on_the_gpu_at_every_size_from_one_compile(compiled_programs):
+    f = torch.compile(scaled_softmax, backend="lamina", dynamic=True)
+    for rows, columns in SIZES:
+        x, y = torch.randn(rows, columns, device="cuda"), torch.randn(columns, device="cuda")
+        torch.testing.assert_close(f(x, y), scaled_softmax(x, y))
+    (program,) = compiled_programs
+    x, y = torch.randn(1, 9, device="cuda"), torch.randn(9, device="cuda")
+    (out,) = program([1, 9, x, y], torch.device("cuda"))
+    torch.testing.assert_close(out, scaled_softmax(x, y))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["llama", "qwen2"])
+def test_greedy_generation_with_the_default_cache_on_the_gpu_compiles_three_programs(name, compiled_programs):
+    from lamina.models.architectures import architecture, build
+
+    torch.manual_seed(0)
+    model = build(architecture(name), size="small").cuda()
+    ids = torch.randint(0, model.config.vocab_size, (1, 13), device="cuda")
+    settings = dict(max_new_tokens=24, do_sample=False)
+    with torch.no_grad():
+        expected = model.generate(ids, **settings)
+        model.forward = torch.compile(model.forward, backend="lamina", mode="reduce-overhead")
+        generated = model.generate(ids, **settings)
+    assert torch.equal(generated, expected)
+    assert len(compiled_programs) == 3
