@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Callable, Mapping, Sequence
 
-from lamina.core.errors import LaminaError, VerificationError
+from lamina.core.errors import LaminaError, SymbolicSizeError, VerificationError
 from lamina.core.ir import loop_ir
 from lamina.core.providers import FusionRule
 from lamina.core.target import Target
@@ -29,7 +29,10 @@ def fuse(
     changes: Counter[str] = Counter()
     while True:
         for rule in rules:
-            result = rule.apply(program, target, knobs.get(rule.name, {}))
+            try:
+                result = rule.apply(program, target, knobs.get(rule.name, {}))
+            except SymbolicSizeError as error:
+                raise SymbolicSizeError(f"fusion rule {rule.name!r}: {error}") from error
             if result is None or result == program:
                 continue
             _check(rule, result)

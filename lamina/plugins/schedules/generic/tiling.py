@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from lamina.core.errors import ScheduleError
+from lamina.core.errors import ScheduleError, SymbolicSizeError
 from lamina.core.ir import loop_ir, sizes, tile_ir
 from lamina.core.ir.sizes import Size
 from lamina.core.target import Target
@@ -62,10 +62,24 @@ def reduce_iterations(body: tuple[loop_ir.Stmt, ...]) -> Size:
     return total
 
 
+SYMBOLIC_WORK_LIMIT = 2 ** 26
+"""The most iterations (points times each point's serial loop, at the sizes' hints) of a kernel of
+sizes known only at run time that the generic schedule takes: a decoding step's attention over its
+growing cache is far below; a prompt's projections of symbolic length are above, and a program
+with those is better compiled for concrete sizes, where the tiled schedules take them."""
+
+
 def tile(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any], schedule: str) -> tile_ir.TileKernel:
-    """The generic Tile IR of ``kernel``."""
+    """The generic Tile IR of ``kernel``; a ``SymbolicSizeError`` for a kernel of symbolic sizes with
+    more work than ``SYMBOLIC_WORK_LIMIT``."""
     loops, inner = split_parallel_nest(kernel.body)
     total = sizes.numel([loop.extent for loop in loops])
+    if loop_ir.has_symbolic_sizes(kernel):
+        work = sizes.hint(total) * max(sizes.hint(reduce_iterations(inner)), 1)
+        if work > SYMBOLIC_WORK_LIMIT:
+            raise SymbolicSizeError(
+                f"kernel {kernel.name} would run {work} iterations one thread per point (at the sizes of "
+                "the example); its program is compiled for concrete sizes, where faster schedules take it")
     threads = choose_threads(total, target, knobs)
     binding = tile_ir.AxisBinding(
         vars=tuple(loop.var for loop in loops), extent=total, block_dim="x", threads=threads, per_thread=1

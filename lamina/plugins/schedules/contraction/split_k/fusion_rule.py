@@ -175,7 +175,8 @@ class SplitContractionsAcrossBlocks:
         kernels: list[loop_ir.Kernel] = []
         temporaries = list(program.temporaries)
         for kernel in program.kernels:
-            choice = choose(kernel, target, knobs)
+            # a kernel of sizes known only at run time runs on a schedule that takes them, untiled
+            choice = None if loop_ir.has_symbolic_sizes(kernel) else choose(kernel, target, knobs)
             if choice is None:
                 kernels.append(kernel)
                 continue
