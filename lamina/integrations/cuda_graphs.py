@@ -30,6 +30,11 @@ import torch
 from lamina.api import signature
 from lamina.core.errors import ConfigError
 
+MAX_RECORDINGS = 8
+"""The most CUDA graphs kept for one compiled graph. A graph whose sizes are symbolic (the decoding
+step of a cache that grows) sees a new signature at almost every call; its later signatures run
+without a graph rather than each holding a recording and its memory."""
+
 MODES = {None: False, "default": False, "max-autotune-no-cudagraphs": False,
          "reduce-overhead": True, "max-autotune": True}
 """``torch.compile``'s modes, and whether each replays from CUDA graphs (as Inductor's do)."""
@@ -120,9 +125,13 @@ class CudaGraphReplay:
         moved = recording.moved(args) if recording is not None else set()
         if recording is not None and not moved:
             return recording.replay(args)
+        if recording is None and len(self._recordings) >= MAX_RECORDINGS:
+            return tuple(self.run(*args))
         addresses = [_address(a) for a in args]
-        previous = self._previous.get(key)
+        previous = self._previous.pop(key, None)
         self._previous[key] = addresses
+        if len(self._previous) > 4 * MAX_RECORDINGS:  # the signatures seen longest ago go first
+            self._previous.pop(next(iter(self._previous)))
         if previous is None or any(previous[i] != addresses[i] for i in self.written):
             # The first call compiles and loads the kernels; an argument updated in place that is
             # new since the last call may be new at every call (a prompt's step, with a new cache

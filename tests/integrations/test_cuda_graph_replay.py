@@ -109,3 +109,19 @@ def test_greedy_generation_with_cuda_graphs_matches_eager(name, recordings):
     # the decoding step's graph, and again for the second call's new cache (the prompt's step, with a
     # new cache at each call, runs without a graph)
     assert 1 <= len(recordings) <= 2
+
+
+@pytest.mark.gpu
+def test_a_graph_of_symbolic_sizes_keeps_a_bounded_number_of_recordings(recordings):
+    """Each new length of a growing cache is a new signature: past ``MAX_RECORDINGS`` of them,
+    calls run without a graph rather than each keeping a recording and its memory."""
+    def grown(cache, new):
+        return torch.cat([cache, new], dim=0) * 2
+
+    f = torch.compile(grown, backend=lamina_backend, mode="reduce-overhead", dynamic=True)
+    new = torch.randn(1, 8, device="cuda")
+    caches = [torch.randn(length, 8, device="cuda") for length in range(3, 3 + 2 * cuda_graphs.MAX_RECORDINGS)]
+    for _ in range(3):
+        for cache in caches:
+            torch.testing.assert_close(f(cache, new), grown(cache, new))
+    assert len(recordings) == cuda_graphs.MAX_RECORDINGS

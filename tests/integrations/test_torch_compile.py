@@ -15,7 +15,7 @@ import torch
 
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.errors import ConfigError, UnsupportedOpError
-from lamina.core.ir import loop_ir
+from lamina.core.ir import loop_ir, sizes
 from lamina.integrations.torch_compile import decompositions, lamina_backend
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
@@ -81,16 +81,23 @@ def test_an_mlp_matches_eager_and_reads_its_current_weights(backend):
         assert relative_error(compiled(x), copy.deepcopy(model).double()(x.double())) < 1e-5
 
 
-def test_new_shapes_compile_again_and_match(backend):
+def test_new_shapes_compile_once_more_for_every_size_and_match(backend, monkeypatch):
+    """The first size compiles as it is; at the second, Dynamo makes the size symbolic, and lamina
+    compiles that graph once for every size (``tests/integrations/test_symbolic_sizes.py``)."""
+    from lamina.api import Compiler
+
+    compiled_graphs = []
+    original = Compiler.compile_captured
+    monkeypatch.setattr(Compiler, "compile_captured",
+                        lambda self, *a, **k: compiled_graphs.append(a[0].graph) or original(self, *a, **k))
     model = mlp()
     compiled = torch.compile(model, backend=backend)
-    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for rows in (13, 17, 5, 13):
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for rows in (13, 17, 5, 13, 40):
             x = torch.randn(rows, 24)
             assert relative_error(compiled(x), copy.deepcopy(model).double()(x.double())) < 1e-5
-    (warned,) = [w for w in caught if "compiles this graph again" in str(w.message)]  # once, at the third size
-    assert "(5, 24)" in str(warned.message) and "cache_implementation='static'" in str(warned.message)
+    assert [any(sizes.is_symbolic(i.type.shape) for i in g.inputs) for g in compiled_graphs] == [False, True]
 
 
 def sort_and_topk(x, w):

@@ -46,8 +46,11 @@ class Affine:
         return not self.terms
 
     def to_expr(self) -> Expr:
+        """The expression, its terms in order of first appearance, except that terms of symbols
+        alone (sizes known only at run time: ``s2 + s0``) come last, by name, so that one size
+        has one expression however it was built."""
         result: Expr | None = None
-        for atom, coef in self.terms.items():
+        for atom, coef in sorted(self.terms.items(), key=_size_terms_last):
             term = atom if abs(coef) == 1 else Op("mul", (atom, const(abs(coef))), dtypes.index)
             if result is None:
                 result = term if coef > 0 else Op("neg", (term,), dtypes.index)
@@ -59,6 +62,14 @@ class Affine:
             name = "add" if self.constant > 0 else "sub"
             result = Op(name, (result, const(abs(self.constant))), dtypes.index)
         return result
+
+
+def _size_terms_last(term: tuple[Expr, int]) -> tuple[int, str]:
+    atom = term[0]
+    names = [v.name for v in _vars(atom)]
+    if names and all(n[:1] == "s" and n[1:].isdigit() for n in names):
+        return 1, str(atom)
+    return 0, ""
 
 
 def _recombine_divisions(a: Affine) -> Affine:
@@ -144,6 +155,8 @@ def _divide_by_size(name: str, a: Affine, size: Affine, ranges: Ranges) -> Affin
         return None
     if a.terms == size.terms and a.constant == size.constant:
         return Affine(constant=1) if name == "floordiv" else Affine()
+    if a.is_constant() and a.constant == 0:
+        return Affine()
     if len(a.terms) == 1 and a.constant == 0:
         (atom, coef), = a.terms.items()
         extent = ranges.get(atom.name) if isinstance(atom, Var) and coef == 1 else None
@@ -153,12 +166,11 @@ def _divide_by_size(name: str, a: Affine, size: Affine, ranges: Ranges) -> Affin
 
 
 def _is_size(a: Affine) -> bool:
-    """Whether ``a`` is a product of symbols (``s0 * s1``): a size known only at run time, at least 1."""
-    if a.constant != 0 or len(a.terms) != 1:
-        return False
-    (atom, coef), = a.terms.items()
-    return coef == 1 and all(isinstance(v, Var) and v.name[:1] == "s" and v.name[1:].isdigit()
-                             for v in _vars(atom)) and _is_product(atom)
+    """Whether ``a`` is a size known only at run time, so at least 1: products of symbols (``s0``,
+    ``s0 * s1``; a symbol is at least 1) with positive coefficients, plus a number at least 0."""
+    return bool(a.terms) and a.constant >= 0 and all(
+        coef > 0 and _is_product(atom) and all(v.name[:1] == "s" and v.name[1:].isdigit() for v in _vars(atom))
+        for atom, coef in a.terms.items())
 
 
 def _is_product(e: Expr) -> bool:

@@ -93,20 +93,20 @@ def bind(shapes: Sequence[tuple[str, Sequence[Size]]], actual: Sequence[Sequence
     tensors which disagree (``s0`` is 5 in one, 7 in another) are an ``InputMismatchError``
     rather than a kernel reading out of bounds."""
     values: dict[str, int] = {}
-    for (_, shape), sizes in zip(shapes, actual):
-        for want, got in zip(shape, sizes):
+    for (_, shape), dims in zip(shapes, actual):
+        for want, got in zip(shape, dims):
             if isinstance(want, ex.Var) and is_symbol_name(want.name):
                 values.setdefault(want.name, int(got))
     small = [f"{k} = {v}" for k, v in sorted(values.items()) if v < 1]
     if small:
         raise InputMismatchError(f"the call has {', '.join(small)}; a program compiled for sizes known only at "
                                  "run time takes sizes of at least 1")
-    for (name, shape), sizes in zip(shapes, actual):
+    for (name, shape), dims in zip(shapes, actual):
         expected = tuple(shape)
-        if len(expected) != len(sizes) or any(evaluate(w, values) != g for w, g in zip(expected, sizes)):
+        if len(expected) != len(dims) or any(evaluate(w, values) != g for w, g in zip(expected, dims)):
             where = ", ".join(f"{k} = {v}" for k, v in sorted(values.items()))
             raise InputMismatchError(
-                f"input {name} has shape {list(sizes)}, but the program takes [{', '.join(map(str, expected))}]"
+                f"input {name} has shape {list(dims)}, but the program takes [{', '.join(map(str, expected))}]"
                 + (f" with {where}" if where else ""))
     return values
 

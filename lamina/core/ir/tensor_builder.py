@@ -492,7 +492,7 @@ class TensorBuilder:
             size = self.shape(n)[dim]
             index = list(d)
             # (d - offset) mod size, from non-negative terms where the sizes are symbols
-            shift = (size - offset % size) if sizes.is_symbolic((size, offset)) else (-offset) % size
+            shift = (size - offset % size) if sizes.is_symbolic((size, offset)) and offset != 0 else (-offset) % size
             index[dim] = (d[dim] + shift) % size
             parts.append(self.index_map(n, index, out, role="part"))
             offset += size

@@ -55,7 +55,7 @@ from lamina.frontends.torch.containers import (
 )
 from lamina.frontends.torch.folding import Folding, Triangle, fold_constants
 from lamina.frontends.torch.source import source_location
-from lamina.frontends.torch.symbolic_sizes import reading_symbols, size_of
+from lamina.frontends.torch.symbolic_sizes import SYMBOLIC_NUMBERS, reading_symbols, size_of
 
 DEFAULT_KEEP: tuple[str, ...] = (
     "aten.linear.default",
@@ -493,9 +493,9 @@ def _node(fx_node, aliases: Mapping[str, str] = _NO_ALIASES) -> torch_ir.Node:
 
 
 def _argument(value: Any, fx_node, aliases: Mapping[str, str] = _NO_ALIASES) -> Any:
-    if isinstance(value, torch.fx.Node) and isinstance(value.meta.get("val"), torch.SymInt):
+    if isinstance(value, torch.fx.Node) and isinstance(value.meta.get("val"), SYMBOLIC_NUMBERS):
         return size_of(value.meta["val"], _where(fx_node))
-    if isinstance(value, torch.SymInt):
+    if isinstance(value, SYMBOLIC_NUMBERS):
         return size_of(value, _where(fx_node))
     if isinstance(value, torch.fx.Node):
         return torch_ir.Ref(aliases.get(value.name, value.name))

@@ -24,11 +24,12 @@ from typing import Any
 import attrs
 import torch
 
-from lamina.core.errors import LaminaError
-from lamina.core.ir import torch_ir
+from lamina.core.errors import LaminaError, SymbolicSizeError
+from lamina.core.ir import sizes, torch_ir
+from lamina.core.ir.expr import Expr
 from lamina.frontends.torch.call_binding import Argument, Computed, View, view_chain
 from lamina.frontends.torch.capture import Captured, _dtype, _node, _tensor_type
-from lamina.frontends.torch.symbolic_sizes import naming
+from lamina.frontends.torch.symbolic_sizes import SYMBOLIC_NUMBERS, naming
 
 
 @attrs.frozen
@@ -88,8 +89,8 @@ def _read(graph_module: torch.fx.GraphModule) -> FxProgram:
                                   f"{', '.join(u.name for u in fx_node.users)}; lamina writes arguments at the end")
             written.append((fx_node.args[0], fx_node.args[1]))
             updated[fx_node.name] = placeholders[fx_node.args[0].name]  # returned: the argument, updated
-        elif fx_node.op == "call_function" and isinstance(fx_node.meta.get("val"), torch.SymInt):
-            continue  # a size computed from other sizes: the nodes that use it hold its expression
+        elif fx_node.op == "call_function" and isinstance(fx_node.meta.get("val"), SYMBOLIC_NUMBERS):
+            continue  # a number computed from sizes: the nodes that use it hold its expression
         elif fx_node.op == "call_function":
             nodes.append(_node(fx_node))
         elif fx_node.op == "output":
@@ -110,7 +111,31 @@ def _read(graph_module: torch.fx.GraphModule) -> FxProgram:
                if isinstance(source, Computed) and target.name in tensor_inputs]
     graph = torch_ir.Graph(inputs, nodes, computed, updates)
     torch_ir.verify_graph(graph)
+    _check_symbols_are_given(graph)
     return FxProgram(Captured(graph, positions, constants), sources, writes)
+
+
+def _check_symbols_are_given(graph: torch_ir.Graph) -> None:
+    """Each symbol takes its value from a size of an input tensor at each call; one that no input's
+    shape gives (a Python number that Dynamo made symbolic, ``x + 3`` under ``dynamic=True``) is a
+    ``SymbolicSizeError``, and the graph is compiled for the call's values instead."""
+    given = {size.name for i in graph.inputs for size in i.type.shape if isinstance(size, Expr)
+             and sizes.is_symbol_name(getattr(size, "name", ""))}
+    used = set()
+    for node in graph.nodes:
+        used |= sizes.symbols(_flat(node.args) + _flat(tuple(v for _, v in node.kwargs)))
+        used |= sizes.symbols(node.type.shape) if node.type is not None else set()
+    missing = sorted(used - given)
+    if missing:
+        raise SymbolicSizeError(f"{', '.join(missing)} is known only at run time but is the size of no input "
+                                "tensor (a number that Dynamo made symbolic)")
+
+
+def _flat(values: tuple) -> list:
+    found = []
+    for v in values:
+        found += _flat(tuple(v)) if isinstance(v, (list, tuple)) else [v]
+    return found
 
 
 def _attribute(graph_module: torch.fx.GraphModule, target: str):

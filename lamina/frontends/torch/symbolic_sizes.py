@@ -16,9 +16,13 @@ from typing import Iterator
 
 import torch
 
-from lamina.core.errors import LaminaError
+from lamina.core.errors import LaminaError, SymbolicSizeError
 from lamina.core.ir import sizes
 from lamina.core.ir.sizes import Size
+
+SYMBOLIC_NUMBERS = (torch.SymInt, torch.SymFloat, torch.SymBool)
+"""What Dynamo computes from sizes: an int is a size lamina takes; a float or a bool (a scale
+``1 / sqrt(s2)``, a test of a size) it does not take yet."""
 
 _NAMES: contextvars.ContextVar[dict | None] = contextvars.ContextVar("lamina_symbol_names", default=None)
 
@@ -51,6 +55,9 @@ def size_of(value: int | torch.SymInt, where: str) -> Size:
     """``value`` as a lamina size: an int, or an expression of the graph's symbols."""
     if isinstance(value, int):
         return value
+    if isinstance(value, (torch.SymFloat, torch.SymBool)):
+        raise SymbolicSizeError(f"{where} takes {value.node.expr}, a number computed from sizes known only at "
+                                "run time, which lamina takes only as a size")
     expr = value.node.expr
     if expr.is_number:
         return int(expr)

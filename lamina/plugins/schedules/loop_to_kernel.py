@@ -71,10 +71,12 @@ def params(kernel: loop_ir.Kernel) -> tuple[kernel_ir.Param, ...]:
 
 
 def size_params(kernel: loop_ir.Kernel) -> tuple[str, ...]:
-    """The symbols of the sizes known only at run time that the kernel's buffers and loops use, in order."""
+    """The symbols of the sizes known only at run time that the kernel's buffers, loops and
+    expressions use, in order."""
     used = {name for b in kernel.inputs + kernel.outputs for name in sizes.symbols(b.type.shape)}
-    used |= {name for s in loop_ir.statements(kernel.body) if isinstance(s, loop_ir.Loop)
-             for name in sizes.symbols(s.extent)}
+    for s in loop_ir.statements(kernel.body):
+        used |= sizes.symbols(s.extent) if isinstance(s, loop_ir.Loop) else set()
+        used |= {name for e in loop_ir.expressions(s) for name in ex.free_vars(e) if sizes.is_symbol_name(name)}
     return tuple(sorted(used, key=lambda name: int(name[1:])))
 
 

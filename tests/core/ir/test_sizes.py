@@ -53,6 +53,8 @@ def test_a_coordinate_over_a_symbolic_extent_needs_no_division():
     assert index.simplify(r // s1, {"r": s1}) == ex.const(0)
     assert index.simplify(r // (s1 // s1) % s1, {"r": s1}) == r
     assert str(index.simplify(r % s1, {"r": s0})) == "r % s1"
+    assert index.simplify(r // ((s0 + 1) // (s0 + 1)) % (s0 + 1), {"r": s0 + 1}) == r
+    assert index.simplify(ex.const(0) % s0) == ex.const(0)
 
 
 def test_views_keep_symbolic_axes_whole_and_refuse_what_they_cannot_prove():
