@@ -3,7 +3,7 @@ on the CPU (the Kernel IR simulator): is each compiled for sizes known only at r
 concrete sizes (with the warning that says why), and is the result eager's?
 
 ``python experiments/symbolic_sizes_ops/sweep.py [--ops aten.add.Tensor,...]`` prints one line per
-case and a summary; it writes ``sweep.json`` beside itself."""
+case and a summary; a whole sweep writes ``sweep.json`` beside itself."""
 import argparse
 import collections
 import json
@@ -17,6 +17,8 @@ from lamina.api import Compiler
 from lamina.core.errors import LaminaError
 from lamina.testing.cases.database import aten_op, cases_for, registered_ops
 from lamina.testing.cases.samples import T
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def materialised(value, dtype):
@@ -97,12 +99,14 @@ def main():
                 inner = getattr(e, "inner_exception", e)
                 kind = "lamina error" if isinstance(inner, LaminaError) else "crash"
                 outcome, why = kind, f"{type(inner).__name__}: {str(inner).splitlines()[0][:160] if str(inner) else ''}"
+            why = why.replace(f"{ROOT}/", "")  # source lines named from the repository
             results.append({"op": op, "case": case.name, "dtype": dtype, "outcome": outcome, "why": why})
             print(f"{outcome:12s} {op} {case.name} {why}", flush=True)
     summary = collections.Counter(r["outcome"] for r in results)
     print(dict(summary))
-    out = pathlib.Path(__file__).with_name("sweep.json")
-    out.write_text(json.dumps({"summary": summary, "cases": results}, indent=1) + "\n")
+    if not args.ops:  # a whole sweep is kept; a chosen few only printed
+        out = pathlib.Path(__file__).with_name("sweep.json")
+        out.write_text(json.dumps({"summary": summary, "cases": results}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

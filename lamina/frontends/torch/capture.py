@@ -437,17 +437,17 @@ def _tensor_type(fx_node) -> torch_ir.TensorType | None:
     if isinstance(value, (list, tuple)):
         for item in value:
             if isinstance(item, torch.Tensor):
-                _static_shape(item, fx_node)
+                _shape(item, fx_node)
         return None
     if not isinstance(value, torch.Tensor):
         if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             raise LaminaError(f"{_where(fx_node)} computes a size from tensor data ({value}); "
                               "lamina compiles programs whose shapes are known when they are captured")
         return None
-    return torch_ir.TensorType(_static_shape(value, fx_node), _dtype(value.dtype, fx_node))
+    return torch_ir.TensorType(_shape(value, fx_node), _dtype(value.dtype, fx_node))
 
 
-def _static_shape(value: torch.Tensor, fx_node) -> tuple[Size, ...]:
+def _shape(value: torch.Tensor, fx_node) -> tuple[Size, ...]:
     shape = tuple(value.shape)
     if reading_symbols():
         return tuple(size_of(size, _where(fx_node)) for size in shape)
@@ -465,7 +465,7 @@ def _result_type(value: Any, fx_node) -> torch_ir.TensorType | None:
     state of uint64), which is an error only where a node reads it."""
     if not isinstance(value, torch.Tensor) or str(value.dtype).removeprefix("torch.") not in dtypes.BY_NAME:
         return None
-    return torch_ir.TensorType(_static_shape(value, fx_node), _dtype(value.dtype, fx_node))
+    return torch_ir.TensorType(_shape(value, fx_node), _dtype(value.dtype, fx_node))
 
 
 _NO_ALIASES: Mapping[str, str] = types.MappingProxyType({})

@@ -25,8 +25,7 @@ import attrs
 import torch
 
 from lamina.core.errors import LaminaError, SymbolicSizeError
-from lamina.core.ir import sizes, torch_ir
-from lamina.core.ir.expr import Expr
+from lamina.core.ir import expr as ex, sizes, torch_ir
 from lamina.frontends.torch.call_binding import Argument, Computed, View, view_chain
 from lamina.frontends.torch.capture import Captured, _dtype, _node, _tensor_type
 from lamina.frontends.torch.symbolic_sizes import SYMBOLIC_NUMBERS, naming
@@ -119,8 +118,8 @@ def _check_symbols_are_given(graph: torch_ir.Graph) -> None:
     """Each symbol takes its value from a size of an input tensor at each call; one that no input's
     shape gives (a Python number that Dynamo made symbolic, ``x + 3`` under ``dynamic=True``) is a
     ``SymbolicSizeError``, and the graph is compiled for the call's values instead."""
-    given = {size.name for i in graph.inputs for size in i.type.shape if isinstance(size, Expr)
-             and sizes.is_symbol_name(getattr(size, "name", ""))}
+    given = {size.name for i in graph.inputs for size in i.type.shape
+             if isinstance(size, ex.Var) and sizes.is_symbol_name(size.name)}
     used = set()
     for node in graph.nodes:
         used |= sizes.symbols(_flat(node.args) + _flat(tuple(v for _, v in node.kwargs)))
