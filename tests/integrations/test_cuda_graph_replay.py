@@ -11,13 +11,6 @@ from lamina.integrations.torch_compile import lamina_backend
 from lamina.models.architectures import architecture, build
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 @pytest.fixture
 def recordings(monkeypatch) -> list:
     """Each CUDA graph recorded, as the arguments it copies."""

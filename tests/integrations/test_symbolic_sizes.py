@@ -13,13 +13,6 @@ from lamina.backends.cuda.backend import CudaBackend
 from lamina.core.errors import InputMismatchError
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 @pytest.fixture
 def compiled_programs(monkeypatch):
     """Each program lamina compiles."""

@@ -25,13 +25,6 @@ def installed() -> bool:
     return "lamina" in entry_points(group="torch_dynamo_backends").names
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 @pytest.fixture
 def backend():
     """The backend by name once lamina is installed, else the function the name resolves to."""

@@ -14,13 +14,6 @@ from lamina.integrations.torch_compile import lamina_backend
 ROWS, WIDTH, OUT = 5, 7, 3
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 def close(ours: torch.Tensor, eager: torch.Tensor, tolerance: float = 1e-5) -> bool:
     return ours.shape == eager.shape and relative_error(ours, eager) < tolerance
 
