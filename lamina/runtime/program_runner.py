@@ -70,7 +70,7 @@ class ProgramRunner:
     def _empty(self, buffer: loop_ir.Buffer, values: dict[str, int]) -> torch.Tensor:
         """A flat view of a new tensor of the buffer's shape, which ``_shaped`` gives back as an output."""
         dtype = torch_dtype(buffer.type.dtype)
-        shape = sizes.evaluate_shape(buffer.type.shape, values)
+        shape = sizes.evaluate_shape(buffer.type.shape, values) if values else buffer.type.shape
         if self.poison and dtype.is_floating_point:
             return torch.full(shape, math.nan, dtype=dtype, device=self.device).view(-1)
         return torch.empty(shape, dtype=dtype, device=self.device).view(-1)
@@ -80,7 +80,7 @@ class ProgramRunner:
         different streams never share it): zeroed, or where the kernel writes before it reads,
         left as it is (NaN with ``poison``)."""
         dtype = torch_dtype(param.dtype)
-        numel = sizes.evaluate(param.numel, values)
+        numel = sizes.evaluate(param.numel, values) if values else param.numel
         if param.zeroed:
             return torch.zeros(numel, dtype=dtype, device=self.device)
         if self.poison and dtype.is_floating_point:
@@ -101,7 +101,7 @@ class ProgramRunner:
                 del buffers[name]
         # An output of no elements has no kernel to write it, and so no buffer yet.
         return [_shaped(buffers[b.name] if b.name in buffers else self._empty(b, values),
-                        sizes.evaluate_shape(b.type.shape, values))
+                        sizes.evaluate_shape(b.type.shape, values) if values else b.type.shape)
                 for b in self.loop.outputs]
 
     def sizes_of(self, inputs: tuple[torch.Tensor, ...]) -> dict[str, int]:

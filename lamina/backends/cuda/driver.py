@@ -167,16 +167,19 @@ class LaunchableKernel:
         count = len(pointers)
         values = (ctypes.c_void_p * count)(*pointers)
         base = ctypes.addressof(values)
-        arguments = list(range(base, base + count * _POINTER_SIZE, _POINTER_SIZE))
-        if self.sizes:
-            by_value = (ctypes.c_longlong * len(self.sizes))(*(sizes[name] for name in self.sizes))
-            start = ctypes.addressof(by_value)
-            arguments += range(start, start + len(self.sizes) * ctypes.sizeof(ctypes.c_longlong),
-                               ctypes.sizeof(ctypes.c_longlong))
-        if self._tensor_maps is not None:
-            arguments += [ctypes.addressof(m) for m in self._tensor_maps(buffers)]
-        count = len(arguments)
-        arguments = (ctypes.c_void_p * count)(*arguments)
+        if not self.sizes and self._tensor_maps is None:
+            arguments = (ctypes.c_void_p * count)(*range(base, base + count * _POINTER_SIZE, _POINTER_SIZE))
+        else:
+            addresses = list(range(base, base + count * _POINTER_SIZE, _POINTER_SIZE))
+            if self.sizes:  # after the pointers, by value
+                by_value = (ctypes.c_longlong * len(self.sizes))(*(sizes[name] for name in self.sizes))
+                step = ctypes.sizeof(ctypes.c_longlong)
+                start = ctypes.addressof(by_value)
+                addresses += range(start, start + len(self.sizes) * step, step)
+            if self._tensor_maps is not None:
+                addresses += [ctypes.addressof(m) for m in self._tensor_maps(buffers)]
+            count = len(addresses)
+            arguments = (ctypes.c_void_p * count)(*addresses)
         stream = torch.cuda.current_stream(device).cuda_stream
         launch = (function, stream, ctypes.addressof(arguments) if count else None, grid)
         (result,) = self._launch(*launch)
