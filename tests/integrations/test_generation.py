@@ -13,8 +13,7 @@ import lamina
 from lamina.api import Compiler
 from lamina.models.architectures import architecture, build, example_inputs
 
-NEW_TOKENS = 8
-DYNAMIC_NEW_TOKENS = 16
+NEW_TOKENS = 16
 
 
 @pytest.fixture
@@ -32,14 +31,13 @@ def compiled_programs(monkeypatch):
     return found
 
 
-def generated_and_expected(name: str, prompt: int, cache: str | None = "static",
-                           new_tokens: int = NEW_TOKENS) -> tuple[torch.Tensor, torch.Tensor]:
+def generated_and_expected(name: str, prompt: int, cache: str | None = "static") -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy tokens with a static cache (or ``transformers``' default with None), through lamina
     and in eager PyTorch."""
     torch.manual_seed(prompt)
     model = build(architecture(name), size="small")
     ids = torch.randint(0, model.config.vocab_size, (1, prompt))
-    settings = dict(max_new_tokens=new_tokens, do_sample=False, cache_implementation=cache)
+    settings = dict(max_new_tokens=NEW_TOKENS, do_sample=False, cache_implementation=cache)
     with torch.no_grad():
         expected = model.generate(ids, **settings)
         torch._dynamo.reset()
@@ -80,6 +78,6 @@ def test_greedy_generation_with_the_default_dynamic_cache_matches_eager_compilin
     symbol: lamina compiles that one once, whatever the number of tokens."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        generated, expected = generated_and_expected(name, prompt, cache=None, new_tokens=DYNAMIC_NEW_TOKENS)
+        generated, expected = generated_and_expected(name, prompt, cache=None)
     assert torch.equal(generated, expected)
     assert len(compiled_programs) == 3, [len(p) for p in compiled_programs]
