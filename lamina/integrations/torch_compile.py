@@ -38,7 +38,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from torch.utils._python_dispatch import _disable_current_modes
 
 from lamina.api import Compiler, Specialization, signature
-from lamina.core.errors import ConfigError, InputMismatchError, SymbolicSizeError, UnsupportedOpError
+from lamina.core.errors import ConfigError, InputMismatchError, LaminaError
 from lamina.frontends.torch.call_binding import output_value
 from lamina.frontends.torch.fx_graph import Constant, FxProgram, fx_to_torch_ir, is_write_to_argument
 from lamina.integrations.cuda_graphs import CudaGraphReplay, uses_cuda_graphs
@@ -137,11 +137,12 @@ class GraphRunner:
     def _compile_for_every_size(self, graph_module: torch.fx.GraphModule, inputs: Sequence[Any]):
         """The graph compiled once with its symbolic sizes, or None (with a warning saying why) where a
         step cannot take a size known only at run time, or where the graph traced with symbolic sizes
-        holds ops that the one traced with the call's sizes does not (a scale computed from a
-        symbolic size, ``true_divide``): each new size then compiles once more."""
+        cannot be compiled otherwise (it holds ops that the one traced with the call's sizes does not:
+        a scale computed from a symbolic size, ``true_divide``): each new size then compiles once more,
+        as a graph of concrete sizes, which is what the call needs."""
         try:
             return self._compile(graph_module, inputs)
-        except (SymbolicSizeError, UnsupportedOpError) as e:
+        except LaminaError as e:
             reason = str(e).replace("\n", " ")
             warnings.warn(f"lamina compiles this graph for each new size of its dynamic dimensions: {reason}",
                           stacklevel=4)
