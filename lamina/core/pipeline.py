@@ -15,7 +15,7 @@ from typing import Any, Callable
 import attrs
 
 from lamina.core.config import Config, size_limit, user_cache_dir
-from lamina.core.errors import ConfigError, LaminaError, NoSettingRuns, ScheduleError
+from lamina.core.errors import ConfigError, LaminaError, NoSettingRuns, ScheduleError, SymbolicSizeError
 from lamina.core.ir import kernel_ir, loop_ir, tensor_ir, tile_ir, torch_ir
 from lamina.core.knobs import sort_out, warn_unused
 from lamina.core.plugins import PluginManager
@@ -202,15 +202,24 @@ class Pipeline:
     def schedule_kernel(self, kernel: loop_ir.Kernel, target: Target,
                         knobs: dict[str, dict[str, Any]]) -> tuple[Any, tile_ir.TileKernel]:
         """The chosen schedule and its Tile IR. A schedule that finds no setting able to run the
-        kernel (``NoSettingRuns``) passes it on to the next choice, down to ``generic``; the Tile
-        IR says which schedules were passed over and why."""
+        kernel (``NoSettingRuns``), or that needs a number where a size is known only at run time
+        (``SymbolicSizeError``), passes it on to the next choice, down to ``generic``; the Tile IR
+        says which schedules were passed over and why."""
         passed_over: list[tuple[str, str]] = []
         excluded: set[str] = set()
+        needs_numbers: SymbolicSizeError | None = None
         while True:
-            schedule = self.choose_schedule(kernel, target, excluded)
+            try:
+                schedule = self.choose_schedule(kernel, target, excluded)
+            except ScheduleError:
+                if needs_numbers is not None:  # every schedule that takes symbolic sizes needed a number
+                    raise needs_numbers
+                raise
             try:
                 tile = schedule.schedule(kernel, target, knobs[schedule.name])
-            except NoSettingRuns as e:
+            except (NoSettingRuns, SymbolicSizeError) as e:
+                if isinstance(e, SymbolicSizeError):
+                    needs_numbers = e
                 passed_over.append(("passed_over", f"{schedule.name}: {e}"))
                 excluded.add(schedule.name)
                 continue

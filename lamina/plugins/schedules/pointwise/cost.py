@@ -12,9 +12,7 @@ sector for every element it uses.
 
 from __future__ import annotations
 
-import math
-
-from lamina.core.ir import expr as ex, index, loop_ir
+from lamina.core.ir import expr as ex, index, loop_ir, sizes
 from lamina.core.target import Target
 from lamina.plugins.schedules.pointwise.analysis import pointwise_nest
 
@@ -39,7 +37,7 @@ def read_across_rows(kernel: loop_ir.Kernel) -> dict[str, loop_ir.Buffer]:
     across = set()
     for store in nest.stores:
         for load in ex.walk(store.value):
-            if isinstance(load, loop_ir.Load) and nest.inner_extent > 1:
+            if isinstance(load, loop_ir.Load) and nest.inner_extent != 1:
                 offset = index.linearize(load.index, kernel.buffer(load.buffer).type.shape)
                 step = index.coefficient(offset, nest.inner)
                 if step is not None and step not in (0, 1):
@@ -57,4 +55,5 @@ def estimate_microseconds(kernel: loop_ir.Kernel, target: Target, vector_width: 
 
 
 def _bytes(buffer: loop_ir.Buffer) -> int:
-    return math.prod(buffer.type.shape) * buffer.type.dtype.itemsize
+    """A buffer's bytes, a size known only at run time taken at its hint."""
+    return sizes.hint(sizes.numel(buffer.type.shape)) * buffer.type.dtype.itemsize

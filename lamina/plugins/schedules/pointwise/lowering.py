@@ -37,9 +37,8 @@ only the side of the arithmetic where it is taken reads them.
 
 from __future__ import annotations
 
-import math
 
-from lamina.core.ir import dtypes, expr as ex, index, kernel_ir, loop_ir, tile_ir
+from lamina.core.ir import dtypes, expr as ex, index, kernel_ir, loop_ir, sizes, tile_ir
 from lamina.core.ir.expr import Expr
 from lamina.core.ir.names import fresh_name
 from lamina.plugins.schedules import loop_to_kernel
@@ -71,7 +70,7 @@ class _Lowering:
         self.nest: PointwiseNest = nest_of(tile.kernel)
         self.d: Decisions = decisions(tile)
         self.plan: AccessPlan = plan_accesses(tile.kernel, self.nest, self.d.vector_width)
-        self.vectors = math.prod(loop.extent for loop in self.nest.loops) // self.d.vector_width
+        self.vectors = sizes.size(sizes.numel([loop.extent for loop in self.nest.loops]) // self.d.vector_width)
         self.taken = {b.name for b in tile.kernel.inputs + tile.kernel.outputs} | {loop.var for loop in self.nest.loops}
         self.vector = ex.Var(fresh_name("vector", self.taken))
         one_vector = self.d.vectors_per_thread == 1 and self.d.steps == 1
@@ -102,6 +101,7 @@ class _Lowering:
             arrays=tuple(self.registers.values()),
             body=tuple(body),
             launch=kernel_ir.Launch((d.blocks, 1, 1), (d.threads, 1, 1)),
+            sizes=loop_to_kernel.size_params(self.loop_kernel),
         )
 
     def _step(self) -> list[kernel_ir.Stmt]:
@@ -135,7 +135,8 @@ class _Lowering:
         """Each loop variable at the vector's first element, row-major from ``vector``."""
         width = self.d.vector_width
         extents = tuple(loop.extent for loop in self.nest.loops[:-1]) + (self.nest.inner_extent // width,)
-        coordinates = list(index.delinearize(self.vector, extents, {self.vector.name: max(self.vectors, 1)}))
+        points = self.vectors if sizes.is_symbolic(self.vectors) else max(self.vectors, 1)
+        coordinates = list(index.delinearize(self.vector, extents, {self.vector.name: points}))
         coordinates[-1] = index.simplify(coordinates[-1] * width)
         return {loop.var: c for loop, c in zip(self.nest.loops, coordinates)}
 

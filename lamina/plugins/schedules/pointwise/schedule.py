@@ -21,6 +21,7 @@ class PointwiseSchedule:
     name = "pointwise"
     priority = 20
     knob_names = ("threads", "vector_width", "vectors_per_thread", "steps")
+    symbolic_sizes = True
 
     def applies(self, kernel: loop_ir.Kernel, target: Target) -> bool:
         """Kernels of parallel loops around stores only: no reduction, no accumulator."""

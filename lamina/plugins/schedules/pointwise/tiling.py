@@ -24,7 +24,8 @@ from typing import Any, Mapping
 import attrs
 
 from lamina.core.errors import ScheduleError
-from lamina.core.ir import expr as ex, loop_ir, tile_ir
+from lamina.core.ir import expr as ex, loop_ir, sizes, tile_ir
+from lamina.core.ir.sizes import Size
 from lamina.core.target import Target
 from lamina.plugins.schedules.pointwise.analysis import (
     VECTOR_BYTES,
@@ -55,7 +56,7 @@ class Decisions:
     vectors_per_thread: int
     threads: int
     steps: int
-    blocks: int
+    blocks: Size
 
     @property
     def vectors_per_block(self) -> int:
@@ -75,8 +76,8 @@ def nest_of(kernel: loop_ir.Kernel) -> PointwiseNest:
 def tile(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any], schedule: str) -> tile_ir.TileKernel:
     nest = nest_of(kernel)
     plan = plan_accesses(kernel, nest, choose_width(kernel, nest, target, knobs))
-    total = math.prod(loop.extent for loop in nest.loops)
-    d = choose_grid(kernel, plan, total // plan.width, target, knobs)
+    total = sizes.numel([loop.extent for loop in nest.loops])
+    d = choose_grid(kernel, plan, sizes.size(total // plan.width), target, knobs)
     binding = tile_ir.AxisBinding(
         vars=tuple(loop.var for loop in nest.loops),
         extent=total,
@@ -96,7 +97,7 @@ def decisions(tile: tile_ir.TileKernel) -> Decisions:
     """The decisions a pointwise Tile IR spells out."""
     (binding,) = tile.grid
     knobs = dict(tile.knobs)
-    blocks = max(1, binding.blocks)
+    blocks = binding.blocks if sizes.is_symbolic(binding.blocks) else max(1, binding.blocks)
     return Decisions(tile.vector_width, knobs["vectors_per_thread"], binding.threads, knobs["steps"], blocks)
 
 
@@ -161,12 +162,12 @@ def choose_width(kernel: loop_ir.Kernel, nest: PointwiseNest, target: Target, kn
             )
         return pinned
     stores, reads = contiguous_itemsizes(kernel, nest)
-    sizes = stores or reads
-    if not sizes:
+    itemsizes = stores or reads
+    if not itemsizes:
         return 1
     threads = pinned_threads(kernel, target, knobs) or LARGE_BLOCK
     usable = []
-    width = VECTOR_BYTES // max(sizes)
+    width = VECTOR_BYTES // max(itemsizes)
     while width > 1:
         plan = plan_accesses(kernel, nest, width)
         if extent % width == 0 and plan.has_vectors and registers_fit(kernel, plan, 1, threads, target):
@@ -175,7 +176,7 @@ def choose_width(kernel: loop_ir.Kernel, nest: PointwiseNest, target: Target, kn
     if not usable:
         return 1
     best = min(usable, key=lambda plan: (plan.scalar_accesses, -plan.width))
-    elements = math.prod(loop.extent for loop in nest.loops)
+    elements = sizes.hint(sizes.numel([loop.extent for loop in nest.loops]))
 
     def fills_a_small_block(width: int) -> bool:
         return _threads_for(math.ceil(elements / width), target) >= SMALL_BLOCK
@@ -194,16 +195,16 @@ def _computes_functions(nest: PointwiseNest) -> bool:
                for store in nest.stores for node in ex.walk(store.value))
 
 
-def choose_grid(kernel: loop_ir.Kernel, plan: AccessPlan, vectors: int, target: Target,
+def choose_grid(kernel: loop_ir.Kernel, plan: AccessPlan, vectors: Size, target: Target,
                 knobs: Mapping[str, Any]) -> Decisions:
-    """Threads (pinned, else by the number of vectors), vectors per thread and steps
-    (pinned, else one of each), and the blocks that leaves."""
+    """Threads (pinned, else by the number of vectors, at its hint where it is known only at run
+    time), vectors per thread and steps (pinned, else one of each), and the blocks that leaves."""
     threads = pinned_threads(kernel, target, knobs)
     per_thread = _pinned(knobs, "vectors_per_thread", kernel.name,
                          lambda p: 0 < p <= MAX_VECTORS_PER_THREAD, f"from 1 to {MAX_VECTORS_PER_THREAD}")
     per_thread = per_thread or 1
     if threads is None:
-        threads = _threads_for(math.ceil(vectors / per_thread), target)
+        threads = _threads_for(math.ceil(sizes.hint(vectors) / per_thread), target)
     if not registers_fit(kernel, plan, per_thread, threads, target):
         available = register_budget(threads, target)
         raise ScheduleError(
@@ -213,7 +214,11 @@ def choose_grid(kernel: loop_ir.Kernel, plan: AccessPlan, vectors: int, target: 
             "has; pin fewer vectors_per_thread, a narrower vector_width or fewer threads"
         )
     steps = _pinned(knobs, "steps", kernel.name, lambda s: s > 0, "a positive number of steps") or 1
-    blocks = max(1, math.ceil(vectors / (steps * threads * per_thread)))
+    per_block = steps * threads * per_thread
+    if sizes.is_symbolic(vectors):
+        blocks = sizes.size((vectors + per_block - 1) // per_block)
+    else:
+        blocks = max(1, math.ceil(vectors / per_block))
     return Decisions(plan.width, per_thread, threads, steps, blocks)
 
 
