@@ -68,6 +68,22 @@ def test_a_cache_that_grows_at_each_call_compiles_once(compiled_programs):
     assert len(compiled_programs) == 1
 
 
+def test_a_growing_cache_is_copied_in_vectors_by_the_pointwise_schedule(compiled_programs):
+    """Without ``dynamic=True``, Dynamo makes only the size that changed symbolic (the cache's
+    length): the rows stay numbers, so the pointwise schedule reads and writes them in vectors."""
+    f = torch.compile(grown, backend="lamina")
+    for length in (3, 17, 64, 5):
+        cache, new = torch.randn(2, 4, length, 16), torch.randn(2, 4, 1, 16)
+        torch.testing.assert_close(f(cache, new), grown(cache, new))
+    first, symbolic = compiled_programs
+    (tile,) = symbolic.compilation.tiles
+    assert tile.schedule == "pointwise" and tile.vector_width == 4
+    assert "parallel i0 * i1 * i2 * i3 (s0 * 128 + 128)" in symbolic.compilation.ir("tile")
+    cache, new = torch.randn(2, 4, 1, 16), torch.randn(2, 4, 1, 16)
+    (out,) = symbolic([1, cache, new], torch.device("cpu"))  # Dynamo passes the length first
+    torch.testing.assert_close(out, grown(cache, new))
+
+
 def test_the_printed_ir_shows_the_sizes_as_symbols(compiled_programs):
     torch.compile(scaled_softmax, backend="lamina", dynamic=True)(torch.randn(3, 5), torch.randn(5))
     (program,) = compiled_programs
