@@ -237,9 +237,9 @@ class Pipeline:
             if pinned is None:
                 known = ", ".join(self.registry.names("schedule"))
                 raise ConfigError(f"the configured schedule {self.config.schedule!r} is not registered; known: {known}")
-            if pinned.provider in ranked and pinned.provider.applies(kernel, target):
+            if pinned.provider in ranked and _applies(pinned.provider, kernel, target):
                 return pinned.provider
-        candidates = [s for s in ranked if s.applies(kernel, target)]
+        candidates = [s for s in ranked if _applies(s, kernel, target)]
         if not candidates:
             raise ScheduleError(
                 f"no schedule applies to loop kernel {kernel.name}:\n{loop_ir.format_kernel(kernel, '  ')}\n"
@@ -253,3 +253,12 @@ class Pipeline:
 
     def _observe(self, level: str, ir: Any, compilation: Compilation) -> None:
         self.plugins.observe(level, ir, compilation)
+
+
+def _applies(schedule: Any, kernel: loop_ir.Kernel, target: Target) -> bool:
+    """Whether ``schedule`` applies to ``kernel``; not where it needs a number that a size known only
+    at run time does not give."""
+    try:
+        return schedule.applies(kernel, target)
+    except SymbolicSizeError:
+        return False

@@ -11,6 +11,7 @@ import torch
 from lamina.api import Compiler
 from lamina.backends.cuda.backend import CudaBackend
 from lamina.core.errors import InputMismatchError
+from lamina.core.ir import sizes
 
 
 @pytest.fixture
@@ -82,6 +83,26 @@ def test_a_growing_cache_is_copied_in_vectors_by_the_pointwise_schedule(compiled
     cache, new = torch.randn(2, 4, 1, 16), torch.randn(2, 4, 1, 16)
     (out,) = symbolic([1, cache, new], torch.device("cpu"))  # Dynamo passes the length first
     torch.testing.assert_close(out, grown(cache, new))
+
+
+def rms_norm(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+@pytest.mark.parametrize("first", [40, 3000], ids=["a_row_a_block", "rows_sharing_a_block"])
+def test_a_norm_over_rows_counted_at_run_time_runs_on_the_row_reduction_schedule(first, compiled_programs):
+    """A prompt's norms: rows counted only at run time, each of a length that is a number."""
+    f = torch.compile(rms_norm, backend="lamina")
+    w = torch.randn(64)
+    for rows in (first + 1, first, 7, 130):
+        x = torch.randn(rows, 64)
+        torch.testing.assert_close(f(x, w), rms_norm(x, w))
+    symbolic = compiled_programs[-1]
+    (tile,) = symbolic.compilation.tiles
+    assert tile.schedule == "row_reduction" and sizes.is_symbolic(tile.grid[0].extent)
+    x = torch.randn(1, 64)
+    (out,) = symbolic([1, x, w], torch.device("cpu"))
+    torch.testing.assert_close(out, rms_norm(x, w))
 
 
 def test_the_printed_ir_shows_the_sizes_as_symbols(compiled_programs):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+from lamina.core.errors import SymbolicSizeError
+
 
 class CostModelPolicy:
     name = "cost_model"
@@ -16,7 +18,10 @@ class CostModelPolicy:
     def choose(self, kernel, candidates, target):
         def cost(schedule):
             estimate = getattr(schedule, "estimate_cost", None)
-            return estimate(kernel, target) if estimate is not None else math.inf
+            try:
+                return estimate(kernel, target) if estimate is not None else math.inf
+            except SymbolicSizeError:  # an estimate that needs a number a symbolic size does not give
+                return math.inf
 
         ranked = sorted(enumerate(candidates), key=lambda pair: (cost(pair[1]), pair[0]))
         return ranked[0][1]

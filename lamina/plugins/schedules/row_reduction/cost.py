@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from lamina.core.ir import loop_ir
+from lamina.core.ir import loop_ir, sizes
 from lamina.core.target import Target
 from lamina.plugins.schedules.row_reduction import latency
 from lamina.plugins.schedules.row_reduction.recognise import RowReduction, analyse
@@ -34,7 +34,7 @@ def moved_bytes(row: RowReduction, decisions: RowDecisions) -> int:
             rereads[buffer] = max(rereads.get(buffer, 0), readers - 1)
     total = 0
     for b in row.kernel.inputs + row.kernel.outputs:
-        size = math.prod(b.type.shape) * b.type.dtype.itemsize
+        size = sizes.hint(sizes.numel(b.type.shape)) * b.type.dtype.itemsize  # at its hint where symbolic
         total += size * (1 + rereads.get(b.name, 0))
     return total
 
@@ -43,7 +43,7 @@ def latency_us(row: RowReduction, decisions: RowDecisions, target: Target) -> fl
     """Each wave of blocks waits for its rows' critical path."""
     block = decisions.threads * decisions.rows_per_block
     at_once = target.sm_count * max(1, target.max_threads_per_sm // block)
-    waves = math.ceil(math.ceil(row.row_count / decisions.rows_per_block) / at_once)
+    waves = math.ceil(math.ceil(sizes.hint(row.row_count) / decisions.rows_per_block) / at_once)
     elements = decisions.elements_per_thread(row.length)
     return waves * latency.row_us(row, decisions.threads, elements, decisions.row_in_registers, target.warp_size)
 

@@ -32,7 +32,7 @@ import math
 
 import attrs
 
-from lamina.core.ir import dtypes, expr as ex, index, kernel_ir, loop_ir, tile_ir
+from lamina.core.ir import dtypes, expr as ex, index, kernel_ir, loop_ir, sizes, tile_ir
 from lamina.core.ir.expr import Expr
 from lamina.core.ir.names import fresh_name
 from lamina.core.target import Target
@@ -61,7 +61,10 @@ class _RowLowering:
         self.prefetched_reads = row.reads_after_a_reduction if decisions.prefetch_epilogue_reads else ()
         self.decisions = decisions
         self.width = decisions.vector_width
-        self.blocks = max(1, math.ceil(row.row_count / self.rows_per_block))
+        if sizes.is_symbolic(row.row_count):
+            self.blocks = sizes.size((row.row_count + self.rows_per_block - 1) // self.rows_per_block)
+        else:
+            self.blocks = max(1, math.ceil(row.row_count / self.rows_per_block))
         self.taken = loop_to_kernel.names_in(row.kernel) | {row.column_name}
         self.arrays: list[kernel_ir.Array] = []
         self.registers: dict[tuple, str] = {}
@@ -88,6 +91,7 @@ class _RowLowering:
             arrays=tuple(self.arrays),
             body=tuple(body),
             launch=kernel_ir.Launch((self.blocks, 1, 1), (self.threads, self.rows_per_block, 1)),
+            sizes=loop_to_kernel.size_params(self.kernel_ir),
         )
 
     # --- columns ------------------------------------------------------------------

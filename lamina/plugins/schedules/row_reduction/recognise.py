@@ -32,7 +32,7 @@ from typing import Iterator
 
 import attrs
 
-from lamina.core.ir import dtypes, expr as ex, index, loop_ir
+from lamina.core.ir import dtypes, expr as ex, index, loop_ir, sizes
 from lamina.core.ir.names import fresh_name
 from lamina.plugins.schedules.loop_to_kernel import split_parallel_nest
 
@@ -76,8 +76,8 @@ class RowReduction:
     column_name: str
 
     @property
-    def row_count(self) -> int:
-        return math.prod(loop.extent for loop in self.rows)
+    def row_count(self) -> "int | ex.Expr":
+        return sizes.numel([loop.extent for loop in self.rows])
 
     @property
     def reduce_vars(self) -> tuple[str, ...]:
@@ -134,6 +134,9 @@ def analyse(kernel: loop_ir.Kernel) -> RowReduction:
         elif isinstance(s, loop_ir.Accumulate):
             raise NotARowReduction(f"accumulation into {s.acc} outside a loop over the row")
         elif isinstance(s, loop_ir.Loop):
+            if sizes.is_symbolic(s.extent):
+                raise NotARowReduction(f"loop {s.var} runs over a row of {s.extent} elements, a length known only "
+                                       "at run time (the rows' count may be)")
             lengths.add(s.extent)
             if s.kind == "reduce":
                 for a in s.body:
@@ -180,7 +183,7 @@ def _row_accesses(row: RowReduction) -> dict[tuple, int]:
     """Count the loops reading each row access, checking that rows are read contiguously and that
     no reduction is a matmul's."""
     readers: dict[tuple, int] = {}
-    row_vars = {loop.var for loop in row.rows if loop.extent > 1}
+    row_vars = {loop.var for loop in row.rows if loop.extent != 1}
     writes_rows = any(isinstance(s, loop_ir.Store) for phase in row.phases if phase.loop is not None
                       for s in phase.loop.body)
     for phase in row.phases:

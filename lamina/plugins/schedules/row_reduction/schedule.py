@@ -21,6 +21,8 @@ class RowReductionSchedule:
     priority = 20
     knob_names = ("vector_width", "threads", "rows_per_block", "row_in_registers", "prefetch_epilogue_reads")
     former_knob_names = tuple(r.old for r in tiling.RENAMED)
+    symbolic_sizes = True
+    """Rows counted only at run time (a prompt's tokens), over rows whose length is a number."""
 
     def applies(self, kernel: loop_ir.Kernel, target: Target) -> bool:
         try:

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 import attrs
 
 from lamina.core.errors import ScheduleError
-from lamina.core.ir import loop_ir, tile_ir
+from lamina.core.ir import loop_ir, sizes, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.renamed_knobs import Renamed, with_new_spellings
 from lamina.plugins.schedules.row_reduction import latency, masked_reads, vectors
@@ -124,7 +124,8 @@ def decide(row: RowReduction, target: Target, knobs: Mapping[str, Any]) -> RowDe
         if row.one_length else
         f"kernel {row.kernel.name}: the knob row_in_registers = true needs every loop over the row to have one "
         "length, and this kernel's loops have several; leave it false")
-    early = _prefetch_epilogue_reads(row, knobs, in_registers, row.row_count < target.sm_count, budget - needed,
+    early = _prefetch_epilogue_reads(row, knobs, in_registers, sizes.hint(row.row_count) < target.sm_count,
+                                     budget - needed,
                                      threads, width)
     return RowDecisions(threads, rows_per_block, in_registers, width, early)
 
@@ -160,7 +161,7 @@ def _default_threads(row: RowReduction, target: Target, width: int) -> int:
     """With fewer rows than SMs, the thread count whose row finishes first. Otherwise a warp
     for rows up to ``WARP_ROW_MAX`` whose lanes keep at most ``WARP_ROW_REGISTERS``, else a
     block per row of about ``ELEMENTS_PER_THREAD`` elements per thread."""
-    if row.row_count < target.sm_count:
+    if sizes.hint(row.row_count) < target.sm_count:  # a count known only at run time at its hint
         return _fastest_threads(row, target, width)
     per_lane = math.ceil(row.length / target.warp_size) * max(1, len(row.shared_reads))
     if row.length <= WARP_ROW_MAX and per_lane <= WARP_ROW_REGISTERS:
@@ -192,7 +193,7 @@ def _default_rows_per_block(row: RowReduction, threads: int, target: Target) -> 
     if threads > target.warp_size:
         return 1
     rows = WARP_ROWS_PER_BLOCK
-    while rows > 1 and math.ceil(row.row_count / rows) < target.sm_count:
+    while rows > 1 and math.ceil(sizes.hint(row.row_count) / rows) < target.sm_count:
         rows //= 2
     return rows
 
