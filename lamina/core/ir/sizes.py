@@ -71,6 +71,14 @@ def numel(shape: Sequence[Size]) -> Size:
     return size(math.prod(shape, start=1))
 
 
+def blocks(count: Size, per_block: int) -> Size:
+    """How many blocks of ``per_block`` cover ``count``: at least one where it is a number (a launch
+    has a block), ``(count + per_block - 1) // per_block`` where it is known only at run time."""
+    if isinstance(count, Expr):
+        return size((count + per_block - 1) // per_block)
+    return max(1, -(-count // per_block))
+
+
 def evaluate(value: Size, values: Mapping[str, int]) -> int:
     """The number ``value`` stands for once each symbol has its value."""
     if not isinstance(value, Expr):

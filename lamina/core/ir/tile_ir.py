@@ -51,7 +51,7 @@ class AxisBinding:
     @property
     def blocks(self) -> "int | Expr":
         if sizes.is_symbolic(self.extent):
-            return sizes.size((self.extent + self.block_tile - 1) // self.block_tile)
+            return sizes.blocks(self.extent, self.block_tile)
         return math.ceil(self.extent / self.block_tile)
 
 

@@ -63,3 +63,10 @@ def test_views_keep_symbolic_axes_whole_and_refuse_what_they_cannot_prove():
     assert view_groups((s0, s1), (s1, s0)) == [([0, 1], [0, 1])]
     with pytest.raises(SymbolicSizeError, match="need not be equal"):
         view_groups((s0, 4), (4, s1))
+
+
+def test_blocks_cover_a_count_whether_it_is_a_number_or_a_symbol():
+    assert sizes.blocks(130, 128) == 2 and sizes.blocks(128, 128) == 1 and sizes.blocks(0, 128) == 1
+    assert str(sizes.blocks(s0 + 1, 32)) == "s0 // 32 + 1"
+    assert sizes.evaluate(sizes.blocks(s0 + 1, 32), {"s0": 31}) == 1
+    assert sizes.evaluate(sizes.blocks(s0 + 1, 32), {"s0": 32}) == 2

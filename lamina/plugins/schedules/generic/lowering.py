@@ -11,8 +11,6 @@ Each thread computes one point of the flattened parallel loops::
 
 from __future__ import annotations
 
-import math
-
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import expr as ex, index, kernel_ir, sizes, tile_ir
 from lamina.core.ir.names import fresh_name
@@ -36,7 +34,7 @@ def lower(tile: tile_ir.TileKernel) -> kernel_ir.Kernel:
     body, env = loop_to_kernel.bind_point(loops, linear, total)
     body += loop_to_kernel.translate_body(inner, kernel, env)
 
-    blocks = sizes.size((total + threads - 1) // threads) if sizes.is_symbolic(total) else max(1, math.ceil(total / threads))
+    blocks = sizes.blocks(total, threads)
     start = index.simplify(kernel_ir.block_idx("x") * threads + kernel_ir.thread_idx("x"))
     statements: list[kernel_ir.Stmt] = [kernel_ir.Declare(linear.name, linear.dtype, start)]
     if blocks * threads != total:

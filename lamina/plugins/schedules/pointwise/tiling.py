@@ -214,12 +214,7 @@ def choose_grid(kernel: loop_ir.Kernel, plan: AccessPlan, vectors: Size, target:
             "has; pin fewer vectors_per_thread, a narrower vector_width or fewer threads"
         )
     steps = _pinned(knobs, "steps", kernel.name, lambda s: s > 0, "a positive number of steps") or 1
-    per_block = steps * threads * per_thread
-    if sizes.is_symbolic(vectors):
-        blocks = sizes.size((vectors + per_block - 1) // per_block)
-    else:
-        blocks = max(1, math.ceil(vectors / per_block))
-    return Decisions(plan.width, per_thread, threads, steps, blocks)
+    return Decisions(plan.width, per_thread, threads, steps, sizes.blocks(vectors, steps * threads * per_thread))
 
 
 def _threads_for(items: int, target: Target) -> int:

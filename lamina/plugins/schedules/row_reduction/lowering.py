@@ -28,8 +28,6 @@ array, so that one barrier per reduction is enough.
 
 from __future__ import annotations
 
-import math
-
 import attrs
 
 from lamina.core.ir import dtypes, expr as ex, index, kernel_ir, loop_ir, sizes, tile_ir
@@ -61,10 +59,7 @@ class _RowLowering:
         self.prefetched_reads = row.reads_after_a_reduction if decisions.prefetch_epilogue_reads else ()
         self.decisions = decisions
         self.width = decisions.vector_width
-        if sizes.is_symbolic(row.row_count):
-            self.blocks = sizes.size((row.row_count + self.rows_per_block - 1) // self.rows_per_block)
-        else:
-            self.blocks = max(1, math.ceil(row.row_count / self.rows_per_block))
+        self.blocks = sizes.blocks(row.row_count, self.rows_per_block)
         self.taken = loop_to_kernel.names_in(row.kernel) | {row.column_name}
         self.arrays: list[kernel_ir.Array] = []
         self.registers: dict[tuple, str] = {}
