@@ -31,17 +31,18 @@ def compiled_programs(monkeypatch):
     return found
 
 
-def generated_and_expected(name: str, prompt: int, cache: str | None = "static") -> tuple[torch.Tensor, torch.Tensor]:
+def generated_and_expected(name: str, prompt: int, cache: str | None = "static", device: str = "cpu",
+                           mode: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy tokens with a static cache (or ``transformers``' default with None), through lamina
-    and in eager PyTorch."""
+    (compiled in ``mode``) and in eager PyTorch, on ``device``."""
     torch.manual_seed(prompt)
-    model = build(architecture(name), size="small")
-    ids = torch.randint(0, model.config.vocab_size, (1, prompt))
+    model = build(architecture(name), size="small").to(device)
+    ids = torch.randint(0, model.config.vocab_size, (1, prompt), device=device)
     settings = dict(max_new_tokens=NEW_TOKENS, do_sample=False, cache_implementation=cache)
     with torch.no_grad():
         expected = model.generate(ids, **settings)
         torch._dynamo.reset()
-        model.forward = torch.compile(model.forward, backend="lamina")
+        model.forward = torch.compile(model.forward, backend="lamina", mode=mode)
         generated = model.generate(ids, **settings)
     torch._dynamo.reset()
     return generated, expected
@@ -79,5 +80,13 @@ def test_greedy_generation_with_the_default_dynamic_cache_matches_eager_compilin
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         generated, expected = generated_and_expected(name, prompt, cache=None)
+    assert torch.equal(generated, expected)
+    assert len(compiled_programs) == 3, [len(p) for p in compiled_programs]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["llama", "qwen2"])
+def test_greedy_generation_with_the_default_cache_on_the_gpu_compiles_three_programs(name, compiled_programs):
+    generated, expected = generated_and_expected(name, 13, cache=None, device="cuda", mode="reduce-overhead")
     assert torch.equal(generated, expected)
     assert len(compiled_programs) == 3, [len(p) for p in compiled_programs]

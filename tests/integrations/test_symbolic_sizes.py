@@ -165,23 +165,6 @@ def test_a_dynamic_graph_runs_on_the_gpu_at_every_size_from_one_compile(compiled
     torch.testing.assert_close(out, scaled_softmax(x, y))
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("name", ["llama", "qwen2"])
-def test_greedy_generation_with_the_default_cache_on_the_gpu_compiles_three_programs(name, compiled_programs):
-    from lamina.models.architectures import architecture, build
-
-    torch.manual_seed(0)
-    model = build(architecture(name), size="small").cuda()
-    ids = torch.randint(0, model.config.vocab_size, (1, 13), device="cuda")
-    settings = dict(max_new_tokens=24, do_sample=False)
-    with torch.no_grad():
-        expected = model.generate(ids, **settings)
-        model.forward = torch.compile(model.forward, backend="lamina", mode="reduce-overhead")
-        generated = model.generate(ids, **settings)
-    assert torch.equal(generated, expected)
-    assert len(compiled_programs) == 3
-
-
 def test_a_kernel_too_large_for_the_generic_schedule_makes_the_graph_compile_for_each_size(
         compiled_programs, monkeypatch):
     """A prompt's projection of symbolic length would run one thread per output: the graph is

@@ -64,10 +64,15 @@ class Affine:
         return result
 
 
+def is_symbol_name(name: str) -> bool:
+    """Whether ``name`` is a size known only at run time: ``s0``, ``s1``, ... (``lamina.core.ir.sizes``)."""
+    return name[:1] == "s" and name[1:].isdigit()
+
+
 def _size_terms_last(term: tuple[Expr, int]) -> tuple[int, str]:
     atom = term[0]
     names = [v.name for v in _vars(atom)]
-    if names and all(n[:1] == "s" and n[1:].isdigit() for n in names):
+    if names and all(is_symbol_name(n) for n in names):
         return 1, str(atom)
     return 0, ""
 
@@ -169,7 +174,7 @@ def _is_size(a: Affine) -> bool:
     """Whether ``a`` is a size known only at run time, so at least 1: products of symbols (``s0``,
     ``s0 * s1``; a symbol is at least 1) with positive coefficients, plus a number at least 0."""
     return bool(a.terms) and a.constant >= 0 and all(
-        coef > 0 and _is_product(atom) and all(v.name[:1] == "s" and v.name[1:].isdigit() for v in _vars(atom))
+        coef > 0 and _is_product(atom) and all(is_symbol_name(v.name) for v in _vars(atom))
         for atom, coef in a.terms.items())
 
 

@@ -15,26 +15,19 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
-import re
 from typing import Iterable, Iterator, Mapping, Sequence
 
 from lamina.core.errors import InputMismatchError
 from lamina.core.ir import dtypes, expr as ex, index
 from lamina.core.ir.expr import Expr
+from lamina.core.ir.index import is_symbol_name
 
 Size = int | Expr
 """A size along one axis: a number, or an expression of symbols."""
 
-SYMBOL = re.compile(r"s\d+$")
-
-
 def symbol(position: int) -> ex.Var:
     """The ``position``-th symbol of a program: ``s0``, ``s1``, ..."""
     return ex.Var(f"s{position}", dtypes.index)
-
-
-def is_symbol_name(name: str) -> bool:
-    return SYMBOL.match(name) is not None
 
 
 def is_symbolic(sizes: Size | Sequence[Size]) -> bool:

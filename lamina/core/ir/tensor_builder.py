@@ -338,10 +338,10 @@ class TensorBuilder:
         if shape.count(-1) == 1:
             known = sizes.numel([s for s in shape if not (isinstance(s, int) and s == -1)])
             shape[shape.index(-1)] = sizes.size(total // known) if known != 0 else 0
-        if sizes.numel(shape) != total and sizes.is_symbolic(tuple(src) + tuple(shape)):
-            raise SymbolicSizeError(f"cannot tell that [{', '.join(map(str, shape))}] holds the "
-                                    f"{total} elements of {name}")
         if sizes.numel(shape) != total or any(isinstance(s, int) and s < 0 for s in shape):
+            if sizes.is_symbolic(tuple(src) + tuple(shape)):
+                raise SymbolicSizeError(f"cannot tell that [{', '.join(map(str, shape))}] holds the "
+                                        f"{total} elements of {name}")
             raise self.fail(f"cannot view {name} of shape {list(src)} as {list(shape)}")
         d = tensor_ir.output_vars(len(shape))
         ranges = {v.name: s for v, s in zip(d, shape)}
