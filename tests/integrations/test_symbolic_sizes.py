@@ -167,19 +167,20 @@ def test_a_dynamic_graph_runs_on_the_gpu_at_every_size_from_one_compile(compiled
 
 def test_a_kernel_too_large_for_the_generic_schedule_makes_the_graph_compile_for_each_size(
         compiled_programs, monkeypatch):
-    """A prompt's projection of symbolic length would run one thread per output: the graph is
-    compiled for each concrete size instead, where the tiled schedules take it."""
+    """A product whose columns and reduction are symbolic (``dynamic=True`` makes the weight's sizes
+    symbols too) is no contraction the tiled schedule takes, and the generic one would run one
+    thread per output: the graph is compiled for each concrete size instead."""
     from lamina.plugins.schedules.generic import tiling
 
     monkeypatch.setattr(tiling, "SYMBOLIC_WORK_LIMIT", 1000)
     w = torch.randn(24, 40)
 
-    def project(x):
+    def project(x, w):
         return x @ w
 
     f = torch.compile(project, backend="lamina", dynamic=True)
     with pytest.warns(UserWarning, match="would run 1920 iterations one thread per point"):
         for rows in (2, 5, 9):
             x = torch.randn(rows, 24)
-            torch.testing.assert_close(f(x), project(x))
+            torch.testing.assert_close(f(x, w), project(x, w))
     assert [p.compilation.graph.inputs[0].type.shape for p in compiled_programs] == [(2, 24), (5, 24), (9, 24)]

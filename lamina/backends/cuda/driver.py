@@ -177,7 +177,7 @@ class LaunchableKernel:
                 start = ctypes.addressof(by_value)
                 addresses += range(start, start + len(self.sizes) * step, step)
             if self._tensor_maps is not None:
-                addresses += [ctypes.addressof(m) for m in self._tensor_maps(buffers)]
+                addresses += [ctypes.addressof(m) for m in self._tensor_maps(buffers, sizes)]
             count = len(addresses)
             arguments = (ctypes.c_void_p * count)(*addresses)
         stream = torch.cuda.current_stream(device).cuda_stream

@@ -1,9 +1,10 @@
 """Tensor maps (``TensorMap``) encoded for a launch: ``cuTensorMapEncodeTiled`` on the host.
 
 A tensor map holds the global address of its tensor, so it is encoded for the buffer a launch
-passes, once per address: a program's buffers keep their addresses from one run to the next
-(and a CUDA graph replays the same ones), so the encoded maps are kept with the kernel and a
-launch only looks them up. Each is 128 bytes that the launch passes by value
+passes, once per address (and per call's sizes, where its shape holds sizes known only at run
+time): a program's buffers keep their addresses from one run to the next (and a CUDA graph
+replays the same ones), so the encoded maps are kept with the kernel and a launch only looks
+them up. Each is 128 bytes that the launch passes by value
 (``hopper_copies.TENSOR_MAP_TYPE``). Elements outside the tensor read as zeros
 (``CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE``), boxes land in the 128-byte swizzle or none, and L2
 fetches 256 bytes at a time, as CUTLASS asks for GEMM operands.
@@ -18,6 +19,7 @@ import torch
 
 from lamina.core.errors import LaminaError
 from lamina.core.ir import dtypes, kernel_ir as kir
+from lamina.core.ir.sizes import evaluate_shape
 
 _MAX_KEPT = 64
 """Encoded maps kept per kernel: more addresses than that means buffers that move every run."""
@@ -33,8 +35,10 @@ def _data_type(driver, dtype: dtypes.DType):
     }[dtype]
 
 
-def encode(tensor_map: kir.TensorMap, dtype: dtypes.DType, address: int, kernel: str) -> ctypes.Array:
-    """The 128 bytes of ``tensor_map`` over the tensor at ``address``."""
+def encode(tensor_map: kir.TensorMap, dtype: dtypes.DType, address: int, kernel: str,
+           shape: tuple[int, int]) -> ctypes.Array:
+    """The 128 bytes of ``tensor_map`` over the tensor at ``address``, ``shape`` its rows and columns
+    at the call's sizes."""
     from lamina.backends.cuda.driver import _driver, check
 
     if address % kir.GLOBAL_ALIGNMENT:
@@ -42,7 +46,7 @@ def encode(tensor_map: kir.TensorMap, dtype: dtypes.DType, address: int, kernel:
                           f"{kir.GLOBAL_ALIGNMENT}-byte aligned, but the tensor starts at {address:#x}: pass a "
                           "tensor that owns its storage")
     driver = _driver()
-    rows, columns = tensor_map.shape
+    rows, columns = shape
     swizzle = (driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if tensor_map.swizzle
                else driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE)
     sizes, counts = driver.cuuint64_t, driver.cuuint32_t
@@ -64,16 +68,18 @@ class TensorMapArguments:
         self.maps = [(m, kernel.array(m.param).dtype) for m in kernel.tensor_maps]
         self.encoded: dict[tuple, ctypes.Array] = {}
 
-    def __call__(self, buffers: Mapping[str, torch.Tensor]) -> list[ctypes.Array]:
-        """Each tensor map's bytes, in the order of the kernel's parameters."""
+    def __call__(self, buffers: Mapping[str, torch.Tensor], values: Mapping[str, int] | None) -> list[ctypes.Array]:
+        """Each tensor map's bytes, in the order of the kernel's parameters; ``values`` gives the sizes
+        known only at run time."""
         found = []
         for tensor_map, dtype in self.maps:
             address = buffers[tensor_map.param].data_ptr()
-            key = (tensor_map.name, address)
+            shape = evaluate_shape(tensor_map.shape, values or {})
+            key = (tensor_map.name, address, shape)
             encoded = self.encoded.get(key)
             if encoded is None:
                 if len(self.encoded) >= _MAX_KEPT:
                     self.encoded.pop(next(iter(self.encoded)))
-                encoded = self.encoded[key] = encode(tensor_map, dtype, address, self.kernel)
+                encoded = self.encoded[key] = encode(tensor_map, dtype, address, self.kernel, shape)
             found.append(encoded)
         return found

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 import attrs
 
-from lamina.core.ir import dtypes, expr as ex, index, loop_ir
+from lamina.core.ir import dtypes, expr as ex, index, loop_ir, sizes
 from lamina.core.target import Target
 from lamina.plugins.fusion import analysis
 
@@ -86,7 +86,7 @@ def _keeps_tma_operand(producer: analysis.Pointwise, consumers: list[loop_ir.Ker
     buffer = temporaries.get(producer.store.buffer)
     if target.compute_capability != TMA_COMPUTE_CAPABILITY or buffer is None \
             or buffer.type.dtype not in (dtypes.bfloat16, dtypes.float16) \
-            or math.prod(buffer.type.shape[:-1]) < TMA_MIN_ROWS or copies_along_its_rows(producer):
+            or sizes.hint(sizes.numel(buffer.type.shape[:-1])) < TMA_MIN_ROWS or copies_along_its_rows(producer):
         return False
     return any(_broadcasts(k, buffer.name) and analysis.reads_per_element(k, buffer.name) >= TMA_MIN_ROWS
                for k in consumers)

@@ -198,20 +198,41 @@ def test_tensor_maps_are_encoded_once_per_buffer_address_in_the_order_of_the_par
 
     encoded = []
 
-    def fake_encode(tensor_map, dtype, address, kernel):
+    def fake_encode(tensor_map, dtype, address, kernel, shape):
         encoded.append((tensor_map.name, dtype, address))
         return (ctypes.c_uint64 * 16)(address, len(encoded))
 
     monkeypatch.setattr(tensor_maps, "encode", fake_encode)
     arguments = tensor_maps.TensorMapArguments(tma_gemm(70, 40, 200))
     a, b, c = (torch.zeros(n, dtype=torch.bfloat16) for n in (70 * 200, 40 * 200, 2))
-    first = arguments({"a": a, "b": b, "c": c})
-    again = arguments({"a": a, "b": b, "c": c})
+    first = arguments({"a": a, "b": b, "c": c}, None)
+    again = arguments({"a": a, "b": b, "c": c}, None)
     assert [m[0] for m in first] == [a.data_ptr(), b.data_ptr()]
     assert [m[1] for m in again] == [1, 2] and len(encoded) == 2
     moved = torch.zeros_like(a)
-    assert arguments({"a": moved, "b": b, "c": c})[0][0] == moved.data_ptr()
+    assert arguments({"a": moved, "b": b, "c": c}, None)[0][0] == moved.data_ptr()
     assert encoded[-1] == ("a_map", dtypes.bfloat16, moved.data_ptr())
+
+
+def test_a_map_of_rows_known_only_at_run_time_is_encoded_at_the_sizes_of_each_call(monkeypatch):
+    from lamina.backends.cuda import tensor_maps
+    from lamina.core.ir import sizes
+
+    encoded = []
+
+    def fake_encode(tensor_map, dtype, address, kernel, shape):
+        encoded.append((tensor_map.name, shape))
+        return (ctypes.c_uint64 * 16)(address, len(encoded))
+
+    monkeypatch.setattr(tensor_maps, "encode", fake_encode)
+    kernel = tma_gemm(70, 40, 200)
+    a_map, b_map = kernel.tensor_maps
+    rows = attrs.evolve(a_map, shape=(sizes.symbol(0), 200))
+    arguments = tensor_maps.TensorMapArguments(attrs.evolve(kernel, tensor_maps=(rows, b_map)))
+    a, b, c = (torch.zeros(n, dtype=torch.bfloat16) for n in (70 * 200, 40 * 200, 2))
+    for count in (70, 3, 70):
+        arguments({"a": a, "b": b, "c": c}, {"s0": count})
+    assert encoded == [("a_map", (70, 200)), ("b_map", (40, 200)), ("a_map", (3, 200))]
 
 
 def test_a_bf16_wgmma_on_float32_arrays_or_from_registers_is_refused():

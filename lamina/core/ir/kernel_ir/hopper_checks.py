@@ -3,7 +3,7 @@ the problems it finds as sentences (``verifier`` gathers them)."""
 
 from __future__ import annotations
 
-from lamina.core.ir import dtypes, expr as ex
+from lamina.core.ir import dtypes, expr as ex, sizes
 from lamina.core.ir.kernel_ir.hopper import SWIZZLE_BYTES
 from lamina.core.ir.kernel_ir.hopper_barriers import MAX_TRANSACTION_BYTES, MbarrierArrive, MbarrierInit
 from lamina.core.ir.kernel_ir.hopper_tma import GLOBAL_ALIGNMENT, MAX_BOX, TMA_SWIZZLES, TensorMap, TmaLoad, TmaStore
@@ -65,18 +65,19 @@ def tensor_map_problems(m: TensorMap, arrays: dict) -> list[str]:
     size = param.dtype.itemsize
     rows, columns = m.shape
     problems = []
-    if rows < 1 or columns < 1 or m.box[0] < 1 or m.box[1] < 1:
+    if any(isinstance(n, int) and n < 1 for n in (rows, columns, *m.box)):
         problems.append(f"tensor map {m.name} has shape {tuple(m.shape)} and box {tuple(m.box)}; both must be positive")
     if max(m.box) > MAX_BOX:
         problems.append(f"tensor map {m.name} has a box of {tuple(m.box)}; a box spans at most {MAX_BOX} elements "
                         "a side")
-    if (m.row_stride * size) % GLOBAL_ALIGNMENT or m.row_stride < columns:
+    if (m.row_stride * size) % GLOBAL_ALIGNMENT or (isinstance(columns, int) and m.row_stride < columns):
         problems.append(f"tensor map {m.name}: rows {m.row_stride} elements ({m.row_stride * size} bytes) apart, for "
                         f"rows of {columns}; the TMA needs rows a multiple of {GLOBAL_ALIGNMENT} bytes apart, at least "
                         "a row long: pad the tensor's rows")
-    if rows > 0 and (rows - 1) * m.row_stride + columns > param.numel:
-        problems.append(f"tensor map {m.name} spans {(rows - 1) * m.row_stride + columns} elements of {m.param}, "
-                        f"which has {param.numel}")
+    span = sizes.size((rows - 1) * m.row_stride + columns)
+    beyond = sizes.size(span - param.numel)  # a number where the sizes known only at run time cancel out
+    if isinstance(beyond, int) and beyond > 0:
+        problems.append(f"tensor map {m.name} spans {span} elements of {m.param}, which has {param.numel}")
     if m.swizzle not in TMA_SWIZZLES:
         problems.append(f"tensor map {m.name} has a {m.swizzle}-byte swizzle; it takes "
                         f"{' or '.join(map(str, TMA_SWIZZLES))}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import attrs
 
 from lamina.core.ir.expr import Expr
+from lamina.core.ir.sizes import Size
 
 TMA_SWIZZLES = (0, 128)
 """The swizzles a tensor map may ask for: none, or the 128-byte one of ``Array.swizzle``."""
@@ -33,11 +34,12 @@ class TensorMap:
 
     The row stride must span a multiple of 16 bytes: the TMA cannot address other rows (a bf16
     tensor of 50 columns needs padding to 56). With ``swizzle = 128`` a box row spans at most
-    128 bytes and lands swizzled."""
+    128 bytes and lands swizzled. The shape may hold sizes known only at run time (``s0`` rows):
+    the launch encodes the map at the call's sizes."""
 
     name: str
     param: str
-    shape: tuple[int, int] = attrs.field(converter=tuple)
+    shape: tuple[Size, Size] = attrs.field(converter=tuple)
     row_stride: int
     box: tuple[int, int] = attrs.field(converter=tuple)
     swizzle: int = 0

@@ -158,7 +158,7 @@ def rename_arrays(kernel: Kernel, mapping: dict[str, str], name: str | None = No
 
 def with_sizes(kernel: Kernel, values: Mapping[str, int]) -> Kernel:
     """``kernel`` for one call: each size known only at run time (``kernel.sizes``) replaced by its
-    value, in the body, the launch and the parameters' element counts."""
+    value, in the body, the launch, the parameters' element counts and the tensor maps' shapes."""
     if not kernel.sizes:
         return kernel
     constants = {name: ex.const(values[name]) for name in kernel.sizes}
@@ -170,5 +170,6 @@ def with_sizes(kernel: Kernel, values: Mapping[str, int]) -> Kernel:
         return index.simplify(ex.substitute(e, constants)) if ex.free_vars(e) & constants.keys() else e
 
     launch = attrs.evolve(kernel.launch, grid=tuple(number(g) for g in kernel.launch.grid))
+    maps = tuple(attrs.evolve(m, shape=tuple(number(s) for s in m.shape)) for m in kernel.tensor_maps)
     return attrs.evolve(kernel, params=tuple(attrs.evolve(p, numel=number(p.numel)) for p in kernel.params),
-                        body=map_body(kernel.body, fill, {}), launch=launch, sizes=())
+                        body=map_body(kernel.body, fill, {}), launch=launch, tensor_maps=maps, sizes=())

@@ -336,16 +336,14 @@ def estimate(c: Contraction, choices: Choices, target: Target) -> Estimate:
     active_warps = min(deepest, resident) * warps
     k_tiles = math.ceil(c.reduce_extent / choices.block_k)
 
-    written = sum(math.prod(c.kernel.buffer(s.buffer).type.shape) * c.kernel.buffer(s.buffer).type.dtype.itemsize
-                  for s in c.epilogue)
+    written = sum(c.buffer_bytes(s.buffer) for s in c.epilogue)
     if wgmma_products.uses(choices):
         compute_us = wgmma_compute_us(choices, target, deepest, resident, k_tiles, wgmma_products.sixteen_bit(c))
         if wgmma_products.sixteen_bit(c):
             copies = sum(math.prod(stage.tile) * stage.dtype.itemsize // stage.copy_bytes
                          for stage in (tiling.stage_for(c, o, choices, target) for o in c.operands))
             compute_us = max(compute_us, deepest * k_tiles * copies / STAGED_COPIES_PER_US_PER_SM)
-        moved = sum(math.prod(c.kernel.buffer(o.load.buffer).type.shape) * o.load.dtype.itemsize
-                    for o in c.operands) + written
+        moved = sum(c.buffer_bytes(o.load.buffer) for o in c.operands) + written
     else:
         block_flops = 2 * choices.block_m * choices.block_n * k_tiles * choices.block_k
         outputs = choices.thread_m * choices.thread_n

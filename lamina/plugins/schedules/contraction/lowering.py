@@ -469,4 +469,5 @@ class ContractionWriter:
                 (self.cols.threads, self.rows.threads, self.splits),
                 dynamic_shared_bytes(arrays, static_shared_bytes),
             ),
+            sizes=loop_to_kernel.size_params(self.kernel),
         )

@@ -28,6 +28,7 @@ class ContractionSchedule:
     priority = 10
     knob_names = KNOB_NAMES + PIPELINE_KNOB_NAMES
     former_knob_names = FORMER_KNOB_NAMES
+    symbolic_sizes = True
 
     def applies(self, kernel: loop_ir.Kernel, target: Target) -> bool:
         try:

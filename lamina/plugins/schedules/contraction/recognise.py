@@ -17,7 +17,7 @@ from typing import Iterator
 import attrs
 
 from lamina.core.errors import ScheduleError
-from lamina.core.ir import dtypes, expr as ex, index, loop_ir
+from lamina.core.ir import dtypes, expr as ex, index, loop_ir, sizes
 from lamina.core.ir.dtypes import DType
 from lamina.core.ir.expr import Expr
 from lamina.plugins.schedules.contraction.slices import SliceBound, read_guard
@@ -58,7 +58,7 @@ class Contraction:
     of the batch variables), else None."""
 
     kernel: loop_ir.Kernel
-    extents: dict[str, int]
+    extents: dict[str, sizes.Size]
     m: str
     n: str
     batch: tuple[str, ...] = attrs.field(converter=tuple)
@@ -74,6 +74,22 @@ class Contraction:
     @property
     def reduce_extent(self) -> int:
         return self.extents[self.reduce_var]
+
+    @property
+    def symbolic(self) -> bool:
+        return sizes.is_symbolic(tuple(self.extents.values()))
+
+    def buffer_bytes(self, name: str) -> int:
+        """The bytes of buffer ``name``, at the hints of its sizes known only at run time: for costs."""
+        found = self.kernel.buffer(name).type
+        return sizes.hint(sizes.numel(found.shape)) * found.dtype.itemsize
+
+    def hinted(self) -> Contraction:
+        """The contraction with each extent known only at run time at its hint (the example call's
+        value): what the cost model weighs. The Tile IR and the kernel keep the symbols."""
+        if not self.symbolic:
+            return self
+        return attrs.evolve(self, extents={v: sizes.hint(e) for v, e in self.extents.items()})
 
     def operand(self, text: str) -> Operand:
         for o in self.operands:

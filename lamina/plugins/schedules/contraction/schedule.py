@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from lamina.core.errors import ScheduleError
-from lamina.core.ir import loop_ir, tile_ir
+from lamina.core.errors import ScheduleError, SymbolicSizeError
+from lamina.core.ir import loop_ir, sizes, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import arrangement, copy_issue, cost, tiling
 from lamina.plugins.schedules.contraction.knobs import pins_text, read_pinned
@@ -23,10 +23,11 @@ def _where(kernel: loop_ir.Kernel) -> str:
 def _cheapest(kernel: loop_ir.Kernel, target: Target, pinned: tuple[tuple[str, int], ...]):
     """The kernel's contraction and the cost model's choice for it."""
     c = analyse(kernel)
-    shape = loop_ir.with_positional_names(kernel)
-    found = _choices.get((shape, target, pinned))
+    _check_symbolic_sizes(c)
+    key = (loop_ir.with_positional_names(kernel), tuple(c.hinted().extents.values()), target, pinned)
+    found = _choices.get(key)
     if found is None:
-        found = _choices[shape, target, pinned] = cost.choose(c, target, dict(pinned), _where(kernel))
+        found = _choices[key] = cost.choose(c.hinted(), target, dict(pinned), _where(kernel))
         while len(_choices) > CHOICES_KEPT:
             del _choices[next(iter(_choices))]
     return c, found
@@ -39,21 +40,38 @@ policy asks for the estimate and the pipeline then for the schedule, split-K for
 split, and every layer of a model has the same kernels; the search runs once for them all."""
 
 
+def _check_symbolic_sizes(c) -> None:
+    """Rows and batches may be counted only at run time (a prompt's tokens); the columns and the
+    reduction, whose blocks and k-tiles the kernel lays out, must be numbers."""
+    for role, var in (("columns", c.n), ("reduction", c.reduce_var)):
+        if sizes.is_symbolic(c.extents[var]):
+            raise SymbolicSizeError(f"the contraction schedule takes rows and batches known only at run time, but "
+                                    f"its {role} ({var}, {c.extents[var]}) must be a number")
+
+
+def _hints(c) -> str:
+    """The sizes known only at run time at which the cost model weighed the settings."""
+    symbols = sorted(sizes.symbols(tuple(c.extents.values())))
+    return ", ".join(f"{name} = {sizes.hint(sizes.symbol(int(name[1:])))}" for name in symbols)
+
+
 def schedule_contraction(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:
     pinned = read_pinned(knobs, _where(kernel))
     c, (choices, estimate, count) = _cheapest(kernel, target, tuple(pinned.items()))
     pins = pins_text(pinned) or "none"
     pipelined = tma_setting.uses(choices)
+    hinted = c.hinted()
     if pipelined:
-        choices = arrangement.grouped(c, choices, estimate.resident, target)
+        choices = arrangement.grouped(hinted, choices, estimate.resident, target)
     else:
-        choices = arrangement.arranged(c, choices, estimate.resident, target)
-        choices = copy_issue.chosen(c, choices, tiling.copies_asynchronously(c, target))
+        choices = arrangement.arranged(hinted, choices, estimate.resident, target)
+        choices = copy_issue.chosen(hinted, choices, tiling.copies_asynchronously(c, target))
     notes = [
-        ("chosen", f"{choices.summary()}; cheapest of {count} settings, pinned: {pins}"),
+        ("chosen", f"{choices.summary()}; cheapest of {count} settings, pinned: {pins}"
+                   + (f"; weighed at {_hints(c)}" if c.symbolic else "")),
         ("estimate", estimate.text()),
-        *([arrangement.block_order(c, choices, estimate.resident, target)] if pipelined
-          else arrangement.describe(c, choices, estimate.resident, target)),
+        *([arrangement.block_order(hinted, choices, estimate.resident, target)] if pipelined
+          else arrangement.describe(hinted, choices, estimate.resident, target)),
     ]
     split = partial_of(kernel)
     if split is not None:

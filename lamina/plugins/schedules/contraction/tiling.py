@@ -41,7 +41,9 @@ ADDRESS_REGISTERS = 32
 
 
 def grid_fits(c: Contraction, block_m: int = 1) -> bool:
-    """Whether the blocks along M and the batch fit the grid's y and z limits."""
+    """Whether the blocks along M and the batch fit the grid's y and z limits (at the sizes' hints
+    where they are known only at run time: a launch past the limits is an error, never a wrong answer)."""
+    c = c.hinted()
     batch = math.prod(c.extents[v] for v in c.batch)
     return batch <= MAX_GRID_YZ and math.ceil(c.extents[c.m] / block_m) <= MAX_GRID_YZ
 

@@ -54,6 +54,8 @@ class FuseContractionIntoRowReduction:
             readers = [i for i in range(position + 1, len(kernels)) if store.buffer in analysis.loaded_buffers(kernels[i])]
             if len(readers) != 1:
                 continue
+            if loop_ir.has_symbolic_sizes(producer):
+                continue  # the matmul_row_reduction schedule takes sizes that are numbers
             try:
                 c = analyse_contraction(producer)
             except NotAContraction:

@@ -78,11 +78,6 @@ def resident(c: Contraction, choices: Choices, target: Target) -> int:
                       SHARED_BYTES_PER_SM // setting.shared_bytes(c, choices)))
 
 
-def _bytes(c: Contraction, buffer: str) -> int:
-    found = c.kernel.buffer(buffer).type
-    return math.prod(found.shape) * found.dtype.itemsize
-
-
 def compute_and_memory_us(c: Contraction, choices: Choices, target: Target) -> tuple[float, float, int, int]:
     """The busiest SM's arithmetic, the memory traffic's time, the blocks and the blocks per SM."""
     batch = math.prod(c.extents[v] for v in c.batch)
@@ -99,11 +94,11 @@ def compute_and_memory_us(c: Contraction, choices: Choices, target: Target) -> t
     saved = min(BLOCK_US, TMA_STORE_SAVING_US * (setting.accumulators(choices) // 2)) if stored_by_tma else 0
     block_us = BLOCK_US - saved + LATE_READ_US * late_reads
     compute_us = deepest * k_tiles * k_tile_us + deepest * block_us / min(per_sm, deepest)
-    written = sum(_bytes(c, s.buffer) for s in c.epilogue)
+    written = sum(c.buffer_bytes(s.buffer) for s in c.epilogue)
     factors = {o.load.buffer for o in c.operands}
     read_by_epilogue = {node.buffer for s in c.epilogue for node in ex.walk(s.value)
                         if isinstance(node, loop_ir.Load) and node.buffer not in factors}
-    moved = sum(_bytes(c, name) for name in factors | read_by_epilogue) + written
+    moved = sum(c.buffer_bytes(name) for name in factors | read_by_epilogue) + written
     busy_sms = min(blocks, target.sm_count)
     memory_us = moved / (target.memory_bytes_per_us * busy_sms / target.sm_count)
     return compute_us, memory_us, blocks, per_sm

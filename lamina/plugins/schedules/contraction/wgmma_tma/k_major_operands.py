@@ -120,7 +120,7 @@ def _to_copy(c: Contraction) -> Operand | None:
         return None
     (operand,) = unreadable
     other = c.n if operand.side == "m" else c.m
-    if c.extents[other] < TMA_MIN_ROWS or not _moves_along_one_axis(c, operand):
+    if c.hinted().extents[other] < TMA_MIN_ROWS or not _moves_along_one_axis(c, operand):
         return None
     return operand
 

@@ -61,7 +61,7 @@ def _padded_operand(c: Contraction, temporaries: dict[str, loop_ir.Buffer]) -> l
     """The buffer of a 16-bit operand of ``c`` that the TMA cannot read only because its rows are
     not 16 bytes apart, padded; None where there is none."""
     factors = operands.factors(c)
-    if factors is None or c.extents[c.m] < MIN_UNPINNED_ROWS:
+    if factors is None or c.hinted().extents[c.m] < MIN_UNPINNED_ROWS:
         return None
     for operand in factors:
         buffer = temporaries.get(operand.load.buffer)

@@ -51,7 +51,7 @@ class ReorderTmaOperandAxes:
         for _, c in contractions(program):
             kernel = c.kernel
             factors = operands.factors(c)
-            if factors is None or c.extents[c.m] < MIN_UNPINNED_ROWS:
+            if factors is None or c.hinted().extents[c.m] < MIN_UNPINNED_ROWS:
                 continue
             for operand in factors:
                 buffer = temporaries.get(operand.load.buffer)

@@ -117,7 +117,7 @@ def settings(c: Contraction, pinned: dict, target: Target):
             return
     elif not any(k in pinned for k in TMA_ONLY):
         if (target.compute_capability != ARCH or any(k in pinned for k in FIXED_BY_TMA)
-                or c.extents[c.m] < MIN_UNPINNED_ROWS or operands.factors(c) is None):
+                or c.hinted().extents[c.m] < MIN_UNPINNED_ROWS or operands.factors(c) is None):
             return
 
     def values(key, default):

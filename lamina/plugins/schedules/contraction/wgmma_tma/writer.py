@@ -297,4 +297,5 @@ class TmaGemmWriter:
                                     (self.consumers + setting.PRODUCER_THREADS, 1, 1),
                                     dynamic_shared_bytes(arrays, static_shared_bytes)),
             tensor_maps=self.tensor_maps(),
+            sizes=loop_to_kernel.size_params(self.kernel),
         )
