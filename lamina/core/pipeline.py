@@ -16,7 +16,7 @@ import attrs
 
 from lamina.core.config import Config, size_limit, user_cache_dir
 from lamina.core.errors import ConfigError, LaminaError, NoSettingRuns, ScheduleError, SymbolicSizeError
-from lamina.core.ir import kernel_ir, loop_ir, tensor_ir, tile_ir, torch_ir
+from lamina.core.ir import kernel_ir, loop_ir, sizes, tensor_ir, tile_ir, torch_ir
 from lamina.core.knobs import sort_out, warn_unused
 from lamina.core.plugins import PluginManager
 from lamina.core.program_cache import ProgramCache, code_digest, program_key
@@ -121,7 +121,8 @@ class Pipeline:
         if code is None:
             return None, None
         settings = attrs.evolve(self.config, cache_dir=None, progress=True, source=None, cache_size_limit=None)
-        key = program_key(graph, target, settings, code)
+        hints = sizes.hints() if any(sizes.is_symbolic(i.type.shape) for i in graph.inputs) else {}
+        key = program_key(graph, target, (settings, sorted(hints.items())) if hints else settings, code)
         return ProgramCache(self.config.cache_dir or user_cache_dir(), size_limit(self.config)), key
 
     def _reused(self, compilation: Compilation, seconds: float) -> Compilation:

@@ -117,3 +117,20 @@ def test_an_edited_plugin_changes_the_code_digest(tmp_path):
     before = program_cache._package_digest.__wrapped__(package)
     (package / "__init__.py").write_text("PRIORITY = 2\n")
     assert program_cache._package_digest.__wrapped__(package) != before
+
+
+def test_a_program_of_sizes_known_at_run_time_is_kept_per_hint(tmp_path):
+    """The cost model weighs such a program's settings at the example's sizes: another example
+    compiles again, the same one loads it."""
+    seq = torch.export.Dim("seq", min=2, max=4096)
+    w1, w2, bias = inputs()[1:]
+
+    def compile_at(rows):
+        x = torch.randn(rows, 40)
+        return lamina.compile(mlp, (x, w1, w2, bias), dynamic_shapes=({0: seq}, None, None, None),
+                              program_cache=True, cache_dir=str(tmp_path))
+
+    assert LOADED not in compile_at(13).compilation.timings.stages
+    assert LOADED not in compile_at(300).compilation.timings.stages
+    assert LOADED in compile_at(13).compilation.timings.stages
+    assert len(entries(tmp_path)) == 2

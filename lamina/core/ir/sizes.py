@@ -126,6 +126,12 @@ def hinted(values: Mapping[str, int]) -> Iterator[None]:
         _HINTS.reset(token)
 
 
+def hints() -> Mapping[str, int]:
+    """Each symbol's expected value in the compile under way (``hinted``): the choices of speed
+    depend on them, so a cached program is one compiled at the same hints."""
+    return dict(_HINTS.get())
+
+
 def hint(value: Size) -> int:
     """``value`` at the expected sizes: for weighing costs only. A symbol without a hint counts as
     ``UNHINTED``."""
