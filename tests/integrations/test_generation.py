@@ -2,7 +2,8 @@
 ``model.generate`` with a static key-value cache, greedy, token for token equal to eager, the
 prompt's step and the decoding steps each compiled once (each step's keys and values written
 at their positions of the cache: ``index_put``); with the default cache, which grows at each
-step, the decoding step compiled once for every length of the cache (a symbolic size)."""
+step, the decoding step compiled once for every length of the cache (a symbolic size), and the
+prompt's step once for every later prompt length."""
 
 import warnings
 
@@ -82,6 +83,45 @@ def test_greedy_generation_with_the_default_dynamic_cache_matches_eager_compilin
         generated, expected = generated_and_expected(name, prompt, cache=None)
     assert torch.equal(generated, expected)
     assert len(compiled_programs) == 3, [len(p) for p in compiled_programs]
+
+
+def generations(name: str, prompts: tuple[int, ...], device: str = "cpu") -> tuple[list, list]:
+    """Greedy tokens from one model for prompts of each length, with the default cache, through
+    lamina (one ``torch.compile`` for them all) and in eager PyTorch."""
+    torch.manual_seed(0)
+    model = build(architecture(name), size="small").to(device)
+    prompts_ids = [torch.randint(0, model.config.vocab_size, (1, n), device=device) for n in prompts]
+    settings = dict(max_new_tokens=NEW_TOKENS, do_sample=False)
+    with torch.no_grad():
+        expected = [model.generate(ids, **settings) for ids in prompts_ids]
+        torch._dynamo.reset()
+        model.forward = torch.compile(model.forward, backend="lamina")
+        generated = [model.generate(ids, **settings) for ids in prompts_ids]
+    torch._dynamo.reset()
+    return generated, expected
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2"])
+def test_prompts_of_every_length_compile_the_prompts_step_once(name, compiled_programs):
+    """At a second prompt length Dynamo makes the prompt's length a symbol: lamina compiles that
+    step once (its projections on the contraction schedule, rows counted at run time), and every
+    later length runs it. Four programs for any number of prompts and tokens."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        generated, expected = generations(name, (13, 32, 20, 7))
+    for tokens, wanted in zip(generated, expected):
+        assert torch.equal(tokens, wanted)
+    assert len(compiled_programs) == 4, [len(p) for p in compiled_programs]
+    assert "contraction" in compiled_programs[3]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["llama", "qwen2"])
+def test_prompts_of_every_length_compile_the_prompts_step_once_on_the_gpu(name, compiled_programs):
+    generated, expected = generations(name, (13, 32, 20), device="cuda")
+    for tokens, wanted in zip(generated, expected):
+        assert torch.equal(tokens, wanted)
+    assert len(compiled_programs) == 4, [len(p) for p in compiled_programs]
 
 
 @pytest.mark.gpu

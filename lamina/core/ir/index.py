@@ -155,11 +155,13 @@ def _factors(e: Expr) -> list[Expr]:
 
 def _divide_by_size(name: str, a: Affine, size: Affine, ranges: Ranges) -> Affine | None:
     """``a // size`` and ``a % size`` where ``size`` is known only at run time (``s0``, at least 1):
-    a size divided by itself, and a coordinate that ranges over exactly that size."""
+    a whole multiple of the size (``s0 * 64 // (s0 * 16)`` is 4, as a view's ``-1`` gives), and a
+    coordinate that ranges over exactly that size."""
     if not _is_size(size):
         return None
-    if a.terms == size.terms and a.constant == size.constant:
-        return Affine(constant=1) if name == "floordiv" else Affine()
+    times = _multiple_of(a, size)
+    if times is not None:
+        return Affine(constant=times) if name == "floordiv" else Affine()
     if a.is_constant() and a.constant == 0:
         return Affine()
     if len(a.terms) == 1 and a.constant == 0:
@@ -168,6 +170,15 @@ def _divide_by_size(name: str, a: Affine, size: Affine, ranges: Ranges) -> Affin
         if isinstance(extent, Expr) and affine(extent).to_expr() == size.to_expr():
             return Affine() if name == "floordiv" else a
     return None
+
+
+def _multiple_of(a: Affine, size: Affine) -> int | None:
+    """The whole number ``q`` with ``a == q * size``, or None."""
+    atom, coef = next(iter(size.terms.items()))
+    times, left = divmod(a.terms.get(atom, 0), coef)
+    if left or times < 0 or set(a.terms) != set(size.terms) or a.constant != times * size.constant:
+        return None
+    return times if all(a.terms[t] == times * c for t, c in size.terms.items()) else None
 
 
 def _is_size(a: Affine) -> bool:

@@ -373,13 +373,24 @@ class TensorBuilder:
         index = [ex.const(0) if a in dropped else d[kept.index(a)] for a in range(len(src))]
         return self._view(name, index, [src[a] for a in kept], "squeeze")
 
-    def slice(self, name: str, dim: int, start: int | None, end: int | None, step: int = 1) -> str:
-        """``x[..., start:end:step, ...]`` along ``dim``, with Python's clamping of the bounds."""
+    def slice(self, name: str, dim: int, start: sizes.Size | None, end: sizes.Size | None, step: int = 1,
+              length: sizes.Size | None = None) -> str:
+        """``x[..., start:end:step, ...]`` along ``dim``, with Python's clamping of the bounds. Where
+        the axis or a bound is known only at run time, ``length`` is the slice's length as the
+        frontend traced it (Dynamo's, which guards the clamping) and a negative ``start`` counts
+        from the end."""
         src = self.shape(name)
         dim = self.axis(dim, len(src))
-        first, stop, step = slice(start, end, step).indices(src[dim])
         shape = list(src)
-        shape[dim] = len(range(first, stop, step))
+        if sizes.is_symbolic((src[dim], start, end)):
+            if length is None:
+                raise SymbolicSizeError(f"slicing axis {dim} of {src[dim]} from {start} to {end} needs the "
+                                        "slice's length")
+            first = 0 if start is None else src[dim] + start if isinstance(start, int) and start < 0 else start
+            shape[dim] = length
+        else:
+            first, stop, step = slice(start, end, step).indices(src[dim])
+            shape[dim] = len(range(first, stop, step))
         d = tensor_ir.output_vars(len(src))
         index = list(d)
         index[dim] = d[dim] * step + first
@@ -462,13 +473,14 @@ class TensorBuilder:
 
     # --- functions of coordinates -------------------------------------------------------
 
-    def arange(self, start: Scalar, step: Scalar, size: int, dtype: DType, *, role: str = "arange") -> str:
-        """``start + k * step`` for k in [0, size): an Elementwise of its output coordinate."""
+    def arange(self, start: Scalar, step: Scalar, size: sizes.Size, dtype: DType, *, role: str = "arange") -> str:
+        """``start + k * step`` for k in [0, size): an Elementwise of its output coordinate. An integer
+        ``start`` may be known only at run time (``s0``: positions after a cache's)."""
         k = Coord(0)
         if dtype.is_float:
             value = ex.op("add", ex.op("mul", ex.cast(k, compute_dtype(dtype)), float(step)), float(start))
         else:
-            value = k * int(step) + int(start)
+            value = k * int(step) + (start if isinstance(start, Expr) else int(start))
         return self.elementwise(ex.cast(value, dtype), [], (size,), role=role)
 
     def concat(self, names: Sequence[str], dim: int) -> str:

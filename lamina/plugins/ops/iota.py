@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import math
 
+from lamina.core.ir import sizes
 from lamina.core.ir.tensor_builder import TensorBuilder
 from lamina.core.ir.torch_ir import Node
 from lamina.plugins.ops.arguments import argument, tensor
 
 
 def _arange(b: TensorBuilder, node: Node, start, end, step) -> str:
-    size = max(0, math.ceil((end - start) / step))
+    if sizes.is_symbolic(start) or sizes.is_symbolic(end):  # bounds known only at run time: Dynamo's count
+        size = node.type.shape[0]
+    else:
+        size = max(0, math.ceil((end - start) / step))
     return b.arange(start, step, size, node.type.dtype)
 
 

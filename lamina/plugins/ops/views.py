@@ -41,10 +41,9 @@ def decompose_squeeze(b: TensorBuilder, node: Node) -> str:
 
 
 def decompose_slice(b: TensorBuilder, node: Node) -> str:
-    return b.slice(
-        tensor(b, node), argument(node, 1, "dim", 0), argument(node, 2, "start"),
-        argument(node, 3, "end"), argument(node, 4, "step", 1),
-    )
+    x, dim = tensor(b, node), argument(node, 1, "dim", 0)
+    return b.slice(x, dim, argument(node, 2, "start"), argument(node, 3, "end"), argument(node, 4, "step", 1),
+                   length=node.type.shape[b.axis(dim, len(b.shape(x)))])
 
 
 def decompose_repeat(b: TensorBuilder, node: Node) -> str:

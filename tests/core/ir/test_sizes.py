@@ -57,6 +57,15 @@ def test_a_coordinate_over_a_symbolic_extent_needs_no_division():
     assert index.simplify(ex.const(0) % s0) == ex.const(0)
 
 
+def test_a_whole_multiple_of_a_size_divides_by_it():
+    """A view's ``-1`` along heads: ``s0 * 64 // (s0 * 16)`` elements per row of 16."""
+    assert index.simplify((s0 * 64) // (s0 * 16)) == ex.const(4)
+    assert index.simplify((s0 * 64) % (s0 * 16)) == ex.const(0)
+    assert index.simplify((s0 * s1 * 6 + 6) // (s1 * s0 * 3 + 3)) == ex.const(2)
+    assert str(index.simplify((s0 * 64 + 16) // (s0 * 16))) == "(s0 * 64 + 16) // (s0 * 16)"
+    assert str(index.simplify((s0 * 6) // (s0 * 4))) == "s0 * 6 // (s0 * 4)"
+
+
 def test_views_keep_symbolic_axes_whole_and_refuse_what_they_cannot_prove():
     assert view_groups((1, 4, s0, 16), (4, s0, 16)) == [([0, 1], [0]), ([2], [1]), ([3], [2])]
     assert view_groups((2, s0), (s0 * 2,)) == [([0, 1], [0])]
