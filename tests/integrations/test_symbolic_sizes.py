@@ -184,3 +184,20 @@ def test_a_kernel_too_large_for_the_generic_schedule_makes_the_graph_compile_for
             x = torch.randn(rows, 24)
             torch.testing.assert_close(f(x, w), project(x, w))
     assert [p.compilation.graph.inputs[0].type.shape for p in compiled_programs] == [(2, 24), (5, 24), (9, 24)]
+
+
+def tail_and_positions(x):
+    """A slice from the end and positions up to a size, as a model's last logits and its rotary
+    positions take them."""
+    return x[:, -3:, :] * 2, torch.arange(x.shape[1]) + x.shape[1], x[:, 1:, :].sum(-1)
+
+
+def test_slices_and_positions_bounded_by_symbolic_sizes_compile_once(compiled_programs):
+    f = torch.compile(tail_and_positions, backend="lamina", dynamic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for batch, length in ((2, 5), (3, 9), (2, 40)):
+            x = torch.randn(batch, length, 7)
+            for got, expected in zip(f(x), tail_and_positions(x)):
+                torch.testing.assert_close(got, expected)
+    assert len(compiled_programs) == 1

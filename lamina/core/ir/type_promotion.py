@@ -11,6 +11,7 @@ from typing import Iterable
 
 from lamina.core.ir import dtypes
 from lamina.core.ir.dtypes import DType
+from lamina.core.ir.expr import Expr
 
 Scalar = int | float | bool
 
@@ -21,10 +22,11 @@ def category(dtype: DType) -> int:
 
 
 def number_dtype(value: Scalar) -> DType:
-    """The dtype PyTorch gives a Python number: bool, int64 or float32."""
+    """The dtype PyTorch gives a Python number: bool, int64 (a size known only at run time, ``s0``,
+    too) or float32."""
     if isinstance(value, bool):
         return dtypes.bool_
-    return dtypes.int64 if isinstance(value, int) else dtypes.float32
+    return dtypes.int64 if isinstance(value, (int, Expr)) else dtypes.float32
 
 
 def compute_dtype(dtype: DType) -> DType:
