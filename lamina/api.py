@@ -8,13 +8,14 @@ inputs' device: CUDA tensors on the GPU, CPU tensors on the Kernel IR simulator.
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from lamina.core.config import Config, load_config
-from lamina.core.errors import DeviceError, InputMismatchError, LaminaError
+from lamina.core.errors import DeviceError, InputMismatchError, LaminaError, SymbolicSizeError
 from lamina.core.ir import expr as ex, sizes
 from lamina.core.pipeline import Compilation, Pipeline
 from lamina.core.plugins import PluginManager, get_plugin_manager
@@ -22,6 +23,7 @@ from lamina.frontends.torch.call_binding import CallBinding, StaleCapture, run_i
 from lamina.frontends.torch.capture import DEFAULT_KEEP, Captured, capture, check_argument_kinds
 from lamina.frontends.torch.containers import flatten_call, structured
 from lamina.runtime.memory_plan import MemoryPlan, plan_memory
+from lamina.runtime.program_runner import torch_dtype
 
 
 class Compiler:
@@ -54,14 +56,16 @@ class Compiler:
         return entry.provider
 
     def compile(self, program: Callable | torch.nn.Module, example_inputs: Sequence[Any] = (),
-                example_kwargs: Mapping[str, Any] | None = None) -> "CompiledFunction":
-        return CompiledFunction(self, program, tuple(example_inputs), dict(example_kwargs or {}))
+                example_kwargs: Mapping[str, Any] | None = None, dynamic_shapes: Any = None) -> "CompiledFunction":
+        return CompiledFunction(self, program, tuple(example_inputs), dict(example_kwargs or {}), dynamic_shapes)
 
     def specialize(self, program: Callable | torch.nn.Module, example_inputs: tuple,
-                   example_kwargs: Mapping[str, Any] | None = None) -> "Specialization":
-        """``program`` captured and compiled for the shapes and dtypes of ``example_inputs`` and ``example_kwargs``."""
+                   example_kwargs: Mapping[str, Any] | None = None, dynamic_shapes: Any = None) -> "Specialization":
+        """``program`` captured and compiled for the shapes and dtypes of ``example_inputs`` and
+        ``example_kwargs``, the axes that ``dynamic_shapes`` names for every size."""
         started = time.perf_counter()
-        captured = capture(program, example_inputs, keep=self.keep, example_kwargs=example_kwargs)
+        captured = capture(program, example_inputs, keep=self.keep, example_kwargs=example_kwargs,
+                           dynamic_shapes=dynamic_shapes)
         captured_in = time.perf_counter() - started
         specialization = self.compile_captured(captured, flatten_call(example_inputs, example_kwargs or {})[0],
                                                started)
@@ -134,6 +138,38 @@ class Specialization:
         self._memory_plan: MemoryPlan | None = None
         self._moved_constants: dict[tuple[str, torch.device], torch.Tensor] = {}
         self.binding = CallBinding(captured, compilation.graph.inputs)
+        self.symbolic = any(sizes.is_symbolic(i.type.shape) for i in compilation.graph.inputs)
+
+    def takes(self, leaves: Sequence[Any], numbers: Signature) -> bool:
+        """Whether this program, whose sizes ``s0``, ... are known only at run time, runs the call of
+        flattened ``leaves``: the same Python numbers as ``numbers`` (the example's signature; capture
+        bakes numbers in), the same dtypes, and shapes that the sizes give. An ``InputMismatchError``
+        where a size lies outside the range the program was captured for."""
+        if len(leaves) != len(numbers) or any(
+                not isinstance(leaf, torch.Tensor) and (type(leaf), leaf) != number
+                for leaf, number in zip(leaves, numbers)):
+            return False
+        shapes, actual = [], []
+        for graph_input, position in zip(self.compilation.graph.inputs, self.captured.user_input_positions):
+            leaf = leaves[position] if position is not None else None
+            if isinstance(leaf, torch.Tensor):
+                if leaf.dtype != torch_dtype(graph_input.type.dtype):
+                    return False
+                shapes.append((graph_input.name, graph_input.type.shape))
+                actual.append(tuple(leaf.shape))
+        try:
+            values = sizes.bind(shapes, actual)
+        except InputMismatchError:
+            return False
+        for name, value in values.items():
+            low, high = self.captured.size_ranges.get(name, (1, None))
+            if value < low or high is not None and value > high:
+                where = next(f"axis {axis} of {graph_name}" for graph_name, shape in shapes
+                             for axis, size in enumerate(shape) if size == sizes.symbol(int(name[1:])))
+                raise InputMismatchError(
+                    f"{where} takes sizes from {low} to {'any' if high is None else high} (the program's "
+                    f"{name}, as dynamic_shapes declared it), and this call has {value}")
+        return True
 
     @property
     def memory_plan(self) -> MemoryPlan:
@@ -205,20 +241,31 @@ class CompiledFunction:
     It is specialised to the shapes and dtypes of its inputs, and to which keyword
     arguments it is given: a call with inputs of a new shape or dtype, or with other
     keywords, compiles the program again for them, once, and keeps every
-    specialisation. It returns what the program returns (a tensor, a tuple, a model's
+    specialisation. The axes named in ``dynamic_shapes`` (``torch.export.Dim``) are the
+    exception: the first program takes every size of them within the declared range, and
+    a size outside it is an ``InputMismatchError``. It returns what the program returns (a tensor, a tuple, a model's
     output with its KV cache). The attributes describe the example inputs' specialisation.
     """
 
     def __init__(self, compiler: Compiler, program: Callable | torch.nn.Module, example_inputs: tuple,
-                 example_kwargs: Mapping[str, Any] | None = None):
+                 example_kwargs: Mapping[str, Any] | None = None, dynamic_shapes: Any = None):
         self.compiler = compiler
         self.program = program
         self._arity = len(example_inputs)
+        self._dynamic_shapes = dynamic_shapes
         example_kwargs = dict(example_kwargs or {})
         leaves, structure = flatten_call(example_inputs, example_kwargs)
         _check_kinds(leaves)
-        first = compiler.specialize(program, example_inputs, example_kwargs)
+        try:
+            first = compiler.specialize(program, example_inputs, example_kwargs, dynamic_shapes)
+        except SymbolicSizeError as reason:
+            if dynamic_shapes is None:
+                raise
+            warnings.warn(f"lamina compiles this program for each size of its dynamic axes: {reason}", stacklevel=3)
+            first = compiler.specialize(program, example_inputs, example_kwargs)
         self._first = first
+        self._for_every_size = first if first.symbolic else None
+        self._structure, self._first_signature = structure, signature(leaves)
         self._specializations: dict[CallKey, Specialization] = {(structure, signature(leaves)): first}
         self.captured = first.captured
         self.compilation = first.compilation
@@ -259,6 +306,10 @@ class CompiledFunction:
 
     def _specialization(self, args: tuple, kwargs: Mapping[str, Any], key: CallKey) -> Specialization:
         if key not in self._specializations:
+            every_size = self._for_every_size
+            if every_size is not None and key[0] == self._structure \
+                    and every_size.takes(flatten_call(args, kwargs)[0], self._first_signature):
+                return every_size
             self._specializations[key] = self.compiler.specialize(self.program, args, kwargs)
         return self._specializations[key]
 
@@ -287,9 +338,12 @@ def _check_kinds(leaves: list) -> None:
 
 
 def compile(program: Callable | torch.nn.Module, example_inputs: Sequence[Any] = (),
-            example_kwargs: Mapping[str, Any] | None = None, **settings: Any) -> CompiledFunction:
+            example_kwargs: Mapping[str, Any] | None = None, dynamic_shapes: Any = None,
+            **settings: Any) -> CompiledFunction:
     """Compile ``program`` for a call shaped like ``program(*example_inputs, **example_kwargs)``.
 
+    ``dynamic_shapes``, as ``torch.export.export`` takes it (``{0: torch.export.Dim("seq")}``
+    for an input whose first axis varies), compiles those axes once for every size.
     ``settings`` override the configuration (``schedule="generic"``, ``backend=...``).
     """
-    return Compiler(**settings).compile(program, example_inputs, example_kwargs)
+    return Compiler(**settings).compile(program, example_inputs, example_kwargs, dynamic_shapes)

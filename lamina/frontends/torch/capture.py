@@ -55,7 +55,7 @@ from lamina.frontends.torch.containers import (
 )
 from lamina.frontends.torch.folding import Folding, Triangle, fold_constants
 from lamina.frontends.torch.source import source_location
-from lamina.frontends.torch.symbolic_sizes import SYMBOLIC_NUMBERS, reading_symbols, size_of
+from lamina.frontends.torch.symbolic_sizes import SYMBOLIC_NUMBERS, naming, reading_symbols, size_of
 
 DEFAULT_KEEP: tuple[str, ...] = (
     "aten.linear.default",
@@ -103,6 +103,9 @@ class Captured:
     folded_from: tuple[FoldedFrom, ...] = ()
     output_sources: tuple[Source, ...] | None = None
     module: torch.nn.Module | None = None
+    size_ranges: Mapping[str, tuple[int, int | None]] = attrs.field(factory=dict)
+    """For each size known only at run time (``s0``), the least and the greatest value (None:
+    unbounded) that the program was captured for, as ``torch.export``'s ``Dim`` declared them."""
 
 
 class _FunctionModule(torch.nn.Module):
@@ -174,12 +177,13 @@ def _renamed(fn: types.FunctionType) -> types.FunctionType:
 
 def capture(program: Callable | torch.nn.Module, example_inputs: Sequence[Any],
             keep: Sequence[str] = DEFAULT_KEEP, fold: bool = True,
-            example_kwargs: Mapping[str, Any] | None = None) -> Captured:
+            example_kwargs: Mapping[str, Any] | None = None, dynamic_shapes: Any = None) -> Captured:
     """Export ``program`` for ``example_inputs`` (and ``example_kwargs``) and write it as Torch IR,
     keeping the ops in ``keep`` whole.
 
     With ``fold``, what depends only on shapes and constants is computed here and
-    enters the graph as ``constant`` inputs.
+    enters the graph as ``constant`` inputs. ``dynamic_shapes`` (as ``torch.export.export``
+    takes it: ``torch.export.Dim`` per dynamic axis) makes those sizes symbols (``s0``, ...).
     """
     example_inputs = tuple(example_inputs)
     example_kwargs = sorted_keywords(example_kwargs or {})
@@ -188,14 +192,26 @@ def capture(program: Callable | torch.nn.Module, example_inputs: Sequence[Any],
     module = program if isinstance(program, torch.nn.Module) else _FunctionModule(program)
     table = _decomposition_table(keep)
     with returning_leaves(module) as output_structure:
-        exported = _export(module, example_inputs, example_kwargs)
+        exported = _export(module, example_inputs, example_kwargs, dynamic_shapes)
     try:
         with _quiet():
             exported = exported.run_decompositions(table)
     except Exception as error:
         raise LaminaError(f"lowering the exported program to core ATen failed: {_reason(error)}") from error
-    captured = _build(exported, fold_constants(exported) if fold else Folding({}, frozenset()), module)
-    return attrs.evolve(captured, output_structure=output_structure())
+    with naming(exported.graph_module) as names:
+        captured = _build(exported, fold_constants(exported) if fold else Folding({}, frozenset()), module)
+    return attrs.evolve(captured, output_structure=output_structure(), size_ranges=_size_ranges(exported, names))
+
+
+def _size_ranges(exported, names: Mapping) -> dict[str, tuple[int, int | None]]:
+    """Each symbol's range, as the exported program's range constraints give it."""
+    found = {}
+    for sym, symbol in names.items():
+        bounds = exported.range_constraints.get(sym)
+        if bounds is not None:
+            upper = bounds.upper
+            found[symbol.name] = (int(bounds.lower), int(upper) if upper.is_finite else None)
+    return found
 
 
 def check_argument_kinds(leaves: Sequence[Any], what: str) -> None:
@@ -252,10 +268,10 @@ def _is_aten_op(name: str) -> bool:
     return bool(overload)
 
 
-def _export(module: torch.nn.Module, example_inputs: tuple, example_kwargs: dict):
+def _export(module: torch.nn.Module, example_inputs: tuple, example_kwargs: dict, dynamic_shapes: Any = None):
     try:
         with _quiet():
-            return torch.export.export(module, example_inputs, example_kwargs)
+            return torch.export.export(module, example_inputs, example_kwargs, dynamic_shapes=dynamic_shapes)
     except Exception as error:
         raise LaminaError(
             f"torch.export could not capture the program: {_reason(error)}\n"
@@ -268,6 +284,10 @@ def _reason(error: Exception) -> str:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     text = lines[0] if lines else ""
     return f"{type(error).__name__}: {text[:300]}"
+
+
+_SIZE_ASSERTIONS = (torch.ops.aten._assert_scalar.default, torch.ops.aten.sym_constrain_range_for_size.default)
+"""What export adds to a program of dynamic sizes to check their declared ranges."""
 
 
 def _build(exported, folding: Folding, module: torch.nn.Module) -> Captured:
@@ -309,6 +329,10 @@ def _build(exported, folding: Folding, module: torch.nn.Module) -> Captured:
             inputs.append(torch_ir.Input(fx_node.name, _tensor_type(fx_node), kind))
             positions.append(position)
             defined.add(fx_node.name)
+        elif fx_node.op == "call_function" and isinstance(fx_node.meta.get("val"), SYMBOLIC_NUMBERS):
+            continue  # a number computed from sizes: the nodes that use it hold its expression
+        elif fx_node.op == "call_function" and fx_node.target in _SIZE_ASSERTIONS:
+            continue  # the ranges of dynamic sizes, which a call checks (``Specialization.takes``)
         elif fx_node.op == "call_function":
             nodes.append(_node(fx_node, folding.aliases))
             defined.add(fx_node.name)

@@ -1,0 +1,72 @@
+"""``lamina.compile(..., dynamic_shapes=...)``: axes declared dynamic as ``torch.export`` takes
+them (``torch.export.Dim``) are compiled once for every size in their range."""
+
+import warnings
+
+import pytest
+import torch
+
+import lamina
+from lamina.core.errors import InputMismatchError
+from lamina.models.architectures import architecture, build, example_inputs
+
+
+def scaled_projection(x, w):
+    return torch.softmax(x @ w, dim=-1) * 2
+
+
+SEQ = torch.export.Dim("seq", min=2, max=4096)
+
+
+def test_a_dynamic_axis_compiles_once_and_runs_at_every_size_in_its_range():
+    w = torch.randn(16, 24)
+    compiled = lamina.compile(scaled_projection, (torch.randn(8, 16), w), dynamic_shapes=({0: SEQ}, None))
+    assert compiled.ir("torch").splitlines()[0].startswith("graph(x: f32[s0, 16], w: f32[16, 24]")
+    assert "grid (2, (s0 + 7) // 8, 1)" in compiled.ir("tile")
+    for rows in (8, 3, 130, 2):  # 130 and 3: no multiple of a block's rows
+        x = torch.randn(rows, 16)
+        torch.testing.assert_close(compiled(x, w), scaled_projection(x, w))
+    assert len(compiled.specializations) == 1
+
+
+def test_a_size_outside_the_declared_range_is_refused_and_another_static_shape_compiles_again():
+    w = torch.randn(16, 24)
+    compiled = lamina.compile(scaled_projection, (torch.randn(8, 16), w), dynamic_shapes=({0: SEQ}, None))
+    with pytest.raises(InputMismatchError, match=r"axis 0 of x takes sizes from 2 to 4096 \(the program's s0, as "
+                                                 r"dynamic_shapes declared it\), and this call has 1"):
+        compiled(torch.randn(1, 16), w)
+    x, wider = torch.randn(5, 16), torch.randn(16, 40)
+    torch.testing.assert_close(compiled(x, wider), scaled_projection(x, wider))
+    assert len(compiled.specializations) == 2
+
+
+def test_a_program_that_needs_concrete_sizes_says_why_and_compiles_for_the_example(monkeypatch):
+    from lamina.plugins.schedules.generic import tiling
+
+    monkeypatch.setattr(tiling, "SYMBOLIC_WORK_LIMIT", 10)
+
+    def pairwise(x):
+        return x @ x.T  # its columns are its rows, counted at run time: only the generic schedule takes it
+
+    x = torch.randn(6, 5)
+    with pytest.warns(UserWarning, match="compiles this program for each size of its dynamic axes"):
+        compiled = lamina.compile(pairwise, (x,), dynamic_shapes=({0: SEQ},))
+    torch.testing.assert_close(compiled(x), pairwise(x))
+    other = torch.randn(9, 5)
+    torch.testing.assert_close(compiled(other), pairwise(other))
+    assert len(compiled.specializations) == 2
+
+
+def test_a_language_model_compiled_for_any_prompt_length_matches_eager():
+    arch = architecture("llama")
+    model = build(arch, size="small")
+    seq = torch.export.Dim("seq", min=2, max=512)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compiled = lamina.compile(model, example_kwargs=example_inputs(arch, model, length=13),
+                                  dynamic_shapes={"input_ids": {1: seq}, "attention_mask": {1: seq}})
+        for length in (13, 32, 7):
+            inputs = example_inputs(arch, model, length=length, seed=length)
+            torch.testing.assert_close(compiled(**inputs).logits, model(**inputs).logits, rtol=1e-4, atol=1e-4)
+    assert len(compiled.specializations) == 1
+    assert "contraction" in {tile.schedule for tile in compiled.compilation.tiles}
