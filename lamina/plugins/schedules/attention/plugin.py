@@ -55,6 +55,7 @@ class DecodeAttentionSchedule:
     output combined by the last block of its rows (flash-decoding), on the CUDA cores."""
 
     name = decode_tiling.SCHEDULE_NAME
+    symbolic_sizes = True
     priority = 15
     knob_names = decode_tiling.KNOB_NAMES
 

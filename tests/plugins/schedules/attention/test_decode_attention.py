@@ -122,3 +122,36 @@ def test_matches_eager_on_the_gpu(fn, heads, kv_heads, depth, keys):
     assert schedules(compiled) == ["attention_decode"]
     reference = float64_reference(fn, args)
     assert relative_error(compiled(*args), reference) <= 1.25 * relative_error(fn(*args), reference) + SLACK
+
+
+def compiled_for_every_length(fn, args, **settings):
+    """``fn`` compiled once for every length of the keys and values (a cache that grows)."""
+    keys = torch.export.Dim("keys", min=1, max=32768)
+    dynamic = (None, {2: keys}, {2: keys}) + (None,) * (len(args) - 3)
+    return lamina.compile(fn, args, target="sm_90", dynamic_shapes=dynamic, **settings)
+
+
+@pytest.mark.parametrize("fn", [attention, causal_attention], ids=["full", "causal"])
+@pytest.mark.parametrize("weighed_at", [130, 700])
+def test_a_cache_whose_length_is_known_only_at_run_time_takes_one_kernel_at_every_length(fn, weighed_at):
+    """The key ranges are a number chosen at the example's length, their tiles counted at each
+    call: a shorter cache leaves ranges empty, a longer one gives each range more tiles."""
+    torch.manual_seed(weighed_at)
+    compiled = compiled_for_every_length(fn, decode_inputs(4, 2, 1, weighed_at, 64))
+    assert schedules(compiled) == ["attention_decode"]
+    tile = compiled.ir("tile")
+    assert f"weighed at s0 = {weighed_at} keys, the ranges' tiles counted at run time" in tile
+    assert "key tiles: (s0 + " in tile
+    for keys in (1, 3, 700, 2000):
+        args = decode_inputs(4, 2, 1, keys, 64)
+        reference = float64_reference(fn, args)
+        assert relative_error(compiled(*args), reference) <= 1.25 * relative_error(fn(*args), reference) + SLACK
+    assert len(compiled.specializations) == 1
+
+
+def test_a_cache_of_any_length_compiles_for_sm_90a_taking_its_length_by_value():
+    compiled = compiled_for_every_length(attention, decode_inputs(32, 4, 1, 300, 64))
+    (kernel,) = compiled.compilation.kernels.kernels
+    assert kernel.sizes == ("s0",)
+    built = start_compiling(kernel, "sm_90a").result()
+    assert built.registers > 0 and (built.spill_stores, built.spill_loads) == (0, 0)

@@ -16,7 +16,7 @@ import math
 
 import attrs
 
-from lamina.core.ir import dtypes, expr as ex, index, loop_ir
+from lamina.core.ir import dtypes, expr as ex, index, loop_ir, sizes
 from lamina.core.ir.expr import Expr
 from lamina.plugins.schedules.attention.loops import AttentionLoops, NotAttention, attention_loops, is_op
 
@@ -118,9 +118,9 @@ def _group_rows(a: AttentionLoops, keys: loop_ir.Load, values: loop_ir.Load, whe
     for row in range(math.prod(loop.extent for loop in rows)):
         env = {**row_coordinates(rows, ex.const(row)), **zero}
         first = (_offset(kernel, keys, env), _offset(kernel, values, env))
-        if not all(isinstance(e, ex.Const) for e in first):
+        if any(not sizes.is_symbol_name(name) for e in first for name in ex.free_vars(e)):
             raise NotAttention(f"{where}: where a row's keys and values start is not known")
-        starts.append(tuple(e.value for e in first))
+        starts.append(first)  # numbers, or expressions of sizes known at run time (a growing cache's)
         readers[starts[-1]] = readers.get(starts[-1], 0) + 1
         if readers[starts[-1]] > MAX_GROUP_ROWS:
             raise NotAttention(f"{where}: more than {MAX_GROUP_ROWS} rows read the same keys (a prompt's queries); "

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 import attrs
 
 from lamina.core.errors import ScheduleError
-from lamina.core.ir import kernel_ir, loop_ir, tile_ir
+from lamina.core.ir import kernel_ir, loop_ir, sizes, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.attention.decode.recognise import COPY_BYTES, DecodeAttention
 
@@ -54,11 +54,19 @@ class DecodeChoice:
     stages: int
 
     def splits(self, d: DecodeAttention) -> int:
-        return math.ceil(d.keys_extent / self.keys_per_block)
+        """The key ranges: a number, taken at the hint where the keys are counted at run time."""
+        return math.ceil(sizes.hint(d.keys_extent) / self.keys_per_block)
 
     @property
     def tiles(self) -> int:
         return self.keys_per_block // self.keys_per_tile
+
+    def tiles_per_range(self, d: DecodeAttention) -> sizes.Size:
+        """A range's tiles: ``keys_per_block`` of them; where the keys are counted at run time (a
+        growing cache), as many as it takes for the ranges to cover them."""
+        if sizes.is_symbolic(d.keys_extent):
+            return sizes.blocks(d.keys_extent, self.splits(d) * self.keys_per_tile)
+        return self.tiles
 
 
 def padded(d: DecodeAttention, width: int) -> int:
@@ -84,7 +92,7 @@ def shared_bytes(d: DecodeAttention, choice: DecodeChoice) -> int:
 def estimate_us(d: DecodeAttention, choice: DecodeChoice, target: Target) -> float:
     splits = choice.splits(d)
     blocks = d.row_groups * splits
-    read = d.row_groups * d.keys_extent * (d.depth + d.features) * d.dtype.itemsize
+    read = d.row_groups * sizes.hint(d.keys_extent) * (d.depth + d.features) * d.dtype.itemsize
     combined = d.rows_extent * splits * (d.features + 2) * 4 * 2 if splits > 1 else 0
     resident = max(1, min(target.max_threads_per_sm // THREADS, SHARED_BYTES_PER_SM // shared_bytes(d, choice)))
     waves = math.ceil(blocks / (target.sm_count * resident))
@@ -116,7 +124,7 @@ def choose(d: DecodeAttention, target: Target, knobs: Mapping[str, Any]) -> tupl
         raise ScheduleError(f"{where}: the schedule copies with cp.async, which needs sm_80 or later")
     pinned = _pinned(knobs, where)
     found = []
-    longest = max(64, 1 << math.ceil(math.log2(d.keys_extent)))
+    longest = max(64, 1 << math.ceil(math.log2(sizes.hint(d.keys_extent))))
 
     def options(name: str, legal: tuple[int, ...]) -> list[int]:
         return [pinned[name]] if name in pinned else list(legal)
@@ -140,7 +148,7 @@ class DecodeSettings(tile_ir.ScheduleSettings):
 
     splits: int
     group_rows: int
-    tiles_per_range: int
+    tiles_per_range: sizes.Size
 
     def extra_threads(self, tk: tile_ir.TileKernel) -> int:
         """The block's threads share its keys: the bindings give one."""
@@ -181,9 +189,11 @@ def tile(d: DecodeAttention, target: Target, knobs: Mapping[str, Any]) -> tile_i
     ]
     notes = [("chosen", f"{keys} keys per block in tiles of {tile}, {choice.stages} stages, {splits} key "
                         f"range{'s' if splits > 1 else ''}; "
-                        f"cheapest of {count} settings, pinned: {pins}"),
+                        f"cheapest of {count} settings, pinned: {pins}"
+                        + (f"; weighed at {d.keys_extent} = {sizes.hint(d.keys_extent)} keys, the ranges' tiles "
+                           "counted at run time" if sizes.is_symbolic(d.keys_extent) else "")),
              ("estimate", f"{estimate:.1f} us")]
     tk = tile_ir.TileKernel(kernel=d.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction, stages=stages,
-                            knobs=notes, settings=DecodeSettings(splits, d.group_rows, choice.tiles))
+                            knobs=notes, settings=DecodeSettings(splits, d.group_rows, choice.tiles_per_range(d)))
     tile_ir.verify_tile_kernel(tk, target.max_threads_per_block, target.max_shared_bytes_optin)
     return tk

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 
-from lamina.core.ir import dtypes, expr as ex, kernel_ir, tile_ir
+from lamina.core.ir import dtypes, expr as ex, kernel_ir, sizes, tile_ir
 from lamina.core.ir.expr import Expr
 from lamina.core.target import Target
 from lamina.plugins.schedules import loop_to_kernel
@@ -348,6 +348,10 @@ class DecodeWriter:
             *(kernel_ir.Store(n["sums"], (ex.const(i),), ex.const(0.0, F32)) for i in range(self.group * d.vector)),
         ]
         for t in range(self.stages - 1):
+            if sizes.is_symbolic(self.tiles):  # a range's tiles counted at run time: as many as the cache needs
+                out += [kernel_ir.If(ex.op("lt", ex.const(t), self.tiles), self._tile_copies(ex.const(t))),
+                        kernel_ir.CpAsyncCommit()]
+                continue
             out += [*(self._tile_copies(ex.const(t)) if t < self.tiles else []), kernel_ir.CpAsyncCommit()]
         tile = [
             _declare(v["stage"].name, v["t"] % self.stages),
@@ -412,7 +416,8 @@ class DecodeWriter:
         return kernel_ir.Kernel(
             name=self.kernel.name, params=self.params(), arrays=arrays, body=self.body(),
             launch=kernel_ir.Launch((self.d.row_groups, 1, self.splits), (tiling.THREADS, 1, 1),
-                                    dynamic_shared_bytes(arrays, static_shared_bytes)))
+                                    dynamic_shared_bytes(arrays, static_shared_bytes)),
+            sizes=loop_to_kernel.size_params(self.kernel))
 
 
 def lower_decode_attention(tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Kernel:
