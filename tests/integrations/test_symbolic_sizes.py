@@ -114,9 +114,9 @@ def test_the_printed_ir_shows_the_sizes_as_symbols(compiled_programs):
            "(_softmax_max: f32[s0, 1], _softmax_sum: f32[s0, 1]):" in compilation.ir("loop").splitlines()
     assert "      for r0 in reduce(s1):" in compilation.ir("loop").splitlines()
     kernel = compilation.ir("kernel").split("\n\n")[0].splitlines()
-    assert kernel[0].startswith("kernel _softmax_sum  grid ((s0 + 31) // 32, 1, 1)  block (32, 1, 1)")  # 3 rows
+    assert kernel[0].startswith("kernel _softmax_sum  grid (s0, 1, 1)  block (32, 1, 1)")  # a warp per row
     assert "  size s0" in kernel and "  size s1" in kernel
-    assert "    for r0 in 0..s1:" in kernel
+    assert "  for j in 0..(s1 + 31) // 32:" in kernel and "    if threadIdx.x + j * 32 < s1:" in kernel
 
 
 def test_kernels_of_symbolic_sizes_compile_with_nvrtc_taking_the_sizes_by_value(compiled_programs):
@@ -167,23 +167,22 @@ def test_a_dynamic_graph_runs_on_the_gpu_at_every_size_from_one_compile(compiled
 
 def test_a_kernel_too_large_for_the_generic_schedule_makes_the_graph_compile_for_each_size(
         compiled_programs, monkeypatch):
-    """A product whose columns and reduction are symbolic (``dynamic=True`` makes the weight's sizes
-    symbols too) is no contraction the tiled schedule takes, and the generic one would run one
-    thread per output: the graph is compiled for each concrete size instead."""
+    """Without the row-reduction schedule, only the generic one takes sums down a symbolic number of
+    rows, one thread per output: a kernel of symbolic sizes with more work than that suits (a small
+    limit stands for a large kernel) makes the graph compile for each concrete size instead."""
     from lamina.plugins.schedules.generic import tiling
 
     monkeypatch.setattr(tiling, "SYMBOLIC_WORK_LIMIT", 1000)
-    w = torch.randn(24, 40)
 
-    def project(x, w):
-        return x @ w
+    def column_sums(x):
+        return x.sum(0)
 
-    f = torch.compile(project, backend="lamina", dynamic=True)
-    with pytest.warns(UserWarning, match="would run 1920 iterations one thread per point"):
-        for rows in (2, 5, 9):
+    f = torch.compile(column_sums, backend="lamina", dynamic=True, options={"disable": ["lamina.builtin.schedules.row_reduction"]})
+    with pytest.warns(UserWarning, match="would run 1200 iterations one thread per point"):
+        for rows in (50, 60, 70):
             x = torch.randn(rows, 24)
-            torch.testing.assert_close(f(x, w), project(x, w))
-    assert [p.compilation.graph.inputs[0].type.shape for p in compiled_programs] == [(2, 24), (5, 24), (9, 24)]
+            torch.testing.assert_close(f(x), column_sums(x))
+    assert [p.compilation.graph.inputs[0].type.shape for p in compiled_programs] == [(50, 24), (60, 24), (70, 24)]
 
 
 def tail_and_positions(x):

@@ -75,7 +75,9 @@ def _converted(expr, names: dict, where: str):
         return int(expr)
     if expr.is_Symbol:
         if expr not in names:
-            raise LaminaError(f"{where} has a size of {expr}, which no input of the graph gives")
+            raise LaminaError(f"{where} has a size of {expr}, which no input of the graph gives (a symbolic shape "
+                              "computed from tensor data, as nonzero's is); lamina compiles programs whose sizes "
+                              "follow from their inputs' shapes")
         return names[expr]
     args = [_converted(a, names, where) for a in expr.args]
     if isinstance(expr, sympy.Add):

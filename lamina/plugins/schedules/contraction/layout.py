@@ -83,8 +83,11 @@ def any_of(parts: list[Expr | None]) -> Expr | None:
     return result
 
 
-def below(a: Expr, bound: int, ranges: index.Ranges) -> Expr | None:
-    """The guard ``a < bound``, or None where the variables' ranges already keep it true."""
+def below(a: Expr, bound: int | Expr, ranges: index.Ranges) -> Expr | None:
+    """The guard ``a < bound``, or None where the variables' ranges already keep it true (never
+    where the bound is a size known only at run time)."""
+    if isinstance(bound, Expr):
+        return ex.op("lt", a, bound)
     _, highest = index.bounds(index.affine(a, ranges), ranges)
     return None if highest is not None and highest < bound else ex.op("lt", a, bound)
 

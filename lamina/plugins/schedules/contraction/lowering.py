@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
+from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, sizes, tile_ir
 from lamina.core.ir.expr import Expr
 from lamina.plugins.schedules import coordinate_conditions, loop_to_kernel
 from lamina.plugins.schedules.contraction import arrangement, tiling, unneeded_blocks, unread_outputs
@@ -58,7 +58,7 @@ class ContractionWriter:
         self.splits = tile.reduction.splits if tile.reduction.strategy == "block_tree" else 1
         self.k_slice = self.block_k // self.splits
         self.threads = self.cols.threads * self.rows.threads * self.splits
-        self.k_tiles = math.ceil(c.reduce_extent / self.block_k)
+        self.k_tiles = sizes.blocks(c.reduce_extent, self.block_k)  # counted at run time where the reduction is
         loop_vars = {s.var for s in loop_ir.statements(self.kernel.body) if isinstance(s, loop_ir.Loop)}
         self.names = names = KernelNames({b.name for b in self.kernel.inputs + self.kernel.outputs} | loop_vars
                                          | {c.acc} | taken)
@@ -325,9 +325,10 @@ class ContractionWriter:
             refill = kernel_ir.If(ex.op("lt", ahead, k_tiles), self.copies.issue(ahead, fill))
             body = [*self.k_tile(waits, refill, slot), *advance]
         first = []
-        for j in range(min(self.copies.buffers - 1, self.k_tiles)):
+        counted = sizes.is_symbolic(self.k_tiles)
+        for j in range(self.copies.buffers - 1 if counted else min(self.copies.buffers - 1, self.k_tiles)):
             issue = self.copies.issue(ex.const(j), ex.const(j))
-            first += [kernel_ir.If(ex.op("lt", ex.const(j), k_tiles), issue)] if self._k_tiles_vary else issue
+            first += [kernel_ir.If(ex.op("lt", ex.const(j), k_tiles), issue)] if self._k_tiles_vary or counted else issue
         return first + start + [self._k_tile_loop(body)]
 
     def k_tile(self, waits: list[kernel_ir.Stmt], refill: kernel_ir.Stmt, slot: Expr) -> list[kernel_ir.Stmt]:

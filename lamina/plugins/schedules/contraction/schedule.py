@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from lamina.core.errors import ScheduleError, SymbolicSizeError
+from lamina.core.errors import ScheduleError
 from lamina.core.ir import loop_ir, sizes, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import arrangement, copy_issue, cost, tiling
@@ -23,7 +23,6 @@ def _where(kernel: loop_ir.Kernel) -> str:
 def _cheapest(kernel: loop_ir.Kernel, target: Target, pinned: tuple[tuple[str, int], ...]):
     """The kernel's contraction and the cost model's choice for it."""
     c = analyse(kernel)
-    _check_symbolic_sizes(c)
     key = (loop_ir.with_positional_names(kernel), tuple(c.hinted().extents.values()), target, pinned)
     found = _choices.get(key)
     if found is None:
@@ -38,15 +37,6 @@ _choices: dict[tuple, tuple] = {}
 """The cost model's choice per kernel shape (names left out), target and pins: the selection
 policy asks for the estimate and the pipeline then for the schedule, split-K for each way to
 split, and every layer of a model has the same kernels; the search runs once for them all."""
-
-
-def _check_symbolic_sizes(c) -> None:
-    """Rows and batches may be counted only at run time (a prompt's tokens); the columns and the
-    reduction, whose blocks and k-tiles the kernel lays out, must be numbers."""
-    for role, var in (("columns", c.n), ("reduction", c.reduce_var)):
-        if sizes.is_symbolic(c.extents[var]):
-            raise SymbolicSizeError(f"the contraction schedule takes rows and batches known only at run time, but "
-                                    f"its {role} ({var}, {c.extents[var]}) must be a number")
 
 
 def _hints(c) -> str:

@@ -116,7 +116,7 @@ class _RowLowering:
         guard = self._guard(length)
         slots = self.decisions.vectors_per_thread(length)
         body = tuple(statements) if guard is None else (kernel_ir.If(guard, tuple(statements)),)
-        unroll = self.in_registers or slots <= UNROLLED_SLOTS
+        unroll = self.in_registers or not sizes.is_symbolic(slots) and slots <= UNROLLED_SLOTS
         return [kernel_ir.For(self.slot.name, ex.const(0), ex.const(slots), 1, body, unroll=unroll)]
 
     def _per_element(self, statements: list[kernel_ir.Stmt]) -> list[kernel_ir.Stmt]:

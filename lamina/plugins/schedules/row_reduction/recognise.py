@@ -134,9 +134,6 @@ def analyse(kernel: loop_ir.Kernel) -> RowReduction:
         elif isinstance(s, loop_ir.Accumulate):
             raise NotARowReduction(f"accumulation into {s.acc} outside a loop over the row")
         elif isinstance(s, loop_ir.Loop):
-            if sizes.is_symbolic(s.extent):
-                raise NotARowReduction(f"loop {s.var} runs over a row of {s.extent} elements, a length known only "
-                                       "at run time (the rows' count may be)")
             lengths.add(s.extent)
             if s.kind == "reduce":
                 for a in s.body:
@@ -157,7 +154,10 @@ def analyse(kernel: loop_ir.Kernel) -> RowReduction:
     reduce_lengths = {p.loop.extent for p in phases if p.reduces}
     if len(reduce_lengths) != 1:
         raise NotARowReduction(f"the reductions run over rows of different lengths {sorted(reduce_lengths)}")
-    length = max(lengths)
+    if sizes.is_symbolic(tuple(lengths)) and len(lengths) > 1:
+        raise NotARowReduction(f"the loops over the row run over {', '.join(map(str, lengths))} elements, lengths "
+                               "known only at run time that the schedule cannot order")
+    length = max(lengths) if len(lengths) > 1 else next(iter(lengths))
     taken = {b.name for b in kernel.inputs + kernel.outputs} | row_vars
     taken |= {s.var for s in loop_ir.statements(kernel.body) if isinstance(s, loop_ir.Loop)}
     result = RowReduction(kernel, rows, length, phases, accumulators, {}, fresh_name(COLUMN, taken))

@@ -79,8 +79,9 @@ class RowDecisions:
     def strategy(self) -> str:
         return "warp_shuffle" if self.threads <= 32 else "block_tree"
 
-    def vectors_per_thread(self, length: int) -> int:
-        return max(1, math.ceil(length / (self.threads * self.vector_width)))
+    def vectors_per_thread(self, length: sizes.Size) -> sizes.Size:
+        """Each thread's vectors of a row of ``length``: counted at run time where the length is."""
+        return sizes.blocks(length, self.threads * self.vector_width)
 
     def elements_per_thread(self, length: int) -> int:
         return self.vectors_per_thread(length) * self.vector_width
@@ -107,6 +108,8 @@ def decide(row: RowReduction, target: Target, knobs: Mapping[str, Any]) -> RowDe
     width = _pinned_width(knobs, row)
     if width is None:
         width = vectors.default_width(row)
+    counted = sizes.is_symbolic(row.length)  # a row's length known only at run time: weighed at its hint
+    row, whole = hinted(row), row
     threads = _pinned_threads(knobs, target)
     if threads is None:
         threads = _default_threads(row, target, width)
@@ -115,9 +118,11 @@ def decide(row: RowReduction, target: Target, knobs: Mapping[str, Any]) -> RowDe
         rows_per_block = _default_rows_per_block(row, threads, target)
     budget = register_budget(threads * rows_per_block)
     needed = row_registers(row, threads, width)
-    fits = needed <= budget and row.one_length
+    fits = needed <= budget and whole.one_length and not counted
     in_registers = _switch(
         knobs, "row_in_registers", fits and bool(row.shared_reads), fits,
+        f"kernel {row.kernel.name}: the knob row_in_registers = true needs a row whose length is a number, "
+        f"and this row has {whole.length} elements; leave it false" if counted else
         f"kernel {row.kernel.name}: the knob row_in_registers = true needs {needed} "
         f"registers per thread for a row of {row.length} with {threads} threads per row, more than the "
         f"{budget} a block of {threads * rows_per_block} threads leaves; pin more threads or leave it false"
@@ -128,6 +133,12 @@ def decide(row: RowReduction, target: Target, knobs: Mapping[str, Any]) -> RowDe
                                      budget - needed,
                                      threads, width)
     return RowDecisions(threads, rows_per_block, in_registers, width, early)
+
+
+def hinted(row: RowReduction) -> RowReduction:
+    """``row`` with its length at its hint where it is known only at run time: what choices of speed
+    weigh."""
+    return attrs.evolve(row, length=sizes.hint(row.length)) if sizes.is_symbolic(row.length) else row
 
 
 def _prefetch_epilogue_reads(row: RowReduction, knobs: Mapping[str, Any], in_registers: bool, few_rows: bool,

@@ -155,3 +155,17 @@ def test_a_cache_of_any_length_compiles_for_sm_90a_taking_its_length_by_value():
     assert kernel.sizes == ("s0",)
     built = start_compiling(kernel, "sm_90a").result()
     assert built.registers > 0 and (built.spill_stores, built.spill_loads) == (0, 0)
+
+
+@pytest.mark.gpu
+def test_a_cache_of_any_length_matches_eager_on_the_gpu():
+    torch.manual_seed(8)
+    keys = torch.export.Dim("keys", min=1, max=32768)
+    compiled = lamina.compile(attention, decode_inputs(32, 4, 1, 300, 64, device="cuda"),
+                              dynamic_shapes=(None, {2: keys}, {2: keys}))
+    assert schedules(compiled) == ["attention_decode"]
+    for length in (1, 300, 4097, 32768):
+        args = decode_inputs(32, 4, 1, length, 64, device="cuda")
+        reference = float64_reference(attention, args)
+        assert relative_error(compiled(*args), reference) <= 1.25 * relative_error(attention(*args), reference) + SLACK
+    assert len(compiled.specializations) == 1

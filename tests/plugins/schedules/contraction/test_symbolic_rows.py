@@ -1,6 +1,7 @@
-"""Contractions whose rows (and batches) are counted only at run time, such as a prompt's
-projections: the cost model weighs the settings at the sizes' hints, the kernel takes the
-sizes by value, and it runs at any size, 1 and sizes that are no multiple of a tile included."""
+"""Contractions whose sizes are counted only at run time, such as a prompt's projections (its
+rows) and its attention's products (their columns and reduction too): the cost model weighs the
+settings at the sizes' hints, the kernel takes the sizes by value, and it runs at any size, 1
+and sizes that are no multiple of a tile included."""
 
 import math
 
@@ -9,7 +10,6 @@ import torch
 
 from lamina.backends.cuda.targets import SM80 as SM_80
 from lamina.backends.reference.simulator import simulate
-from lamina.core.errors import SymbolicSizeError
 from lamina.core.ir import dtypes, expr as ex, kernel_ir, sizes
 from lamina.plugins.schedules.contraction import ContractionSchedule
 from lamina.runtime.program_runner import torch_dtype
@@ -92,11 +92,52 @@ def test_a_batched_product_of_batches_and_rows_known_at_run_time_runs_at_every_s
         run_at(case, kernel, {"s0": batch, "s1": rows})
 
 
-@pytest.mark.parametrize("role, shapes", [("columns", (70, S0)), ("reduction", (S0, 72))])
-def test_columns_or_a_reduction_known_only_at_run_time_pass_the_kernel_on(role, shapes):
-    k, n = shapes
-    value = ex.op("mul", load("x", "i0", "r0"), load("w", "i1", "r0"))
-    kernel = contraction("linear", {"x": (70, k), "w": (n, k)}, [("i0", 70), ("i1", n)], ("r0", k), value,
-                         ("out", (70, n)))
-    with sizes.hinted({"s0": 64}), pytest.raises(SymbolicSizeError, match=f"its {role} .* must be a number"):
-        SCHEDULE.schedule(kernel, SM_90, {})
+def scores(batch, queries, keys, depth: int) -> Case:
+    """Attention's scores ``q @ k^T`` per head: a prompt's queries and keys both counted at run time
+    (the columns and, for the values' product, the reduction)."""
+    kernel = contraction("scores", {"q": (batch, queries, depth), "k": (batch, keys, depth)},
+                         [("i0", batch), ("i1", queries), ("i2", keys)], ("r0", depth),
+                         ex.op("mul", load("q", "i0", "i1", "r0"), load("k", "i0", "i2", "r0")),
+                         ("out", (batch, queries, keys)))
+    return Case("scores", kernel, lambda q, k: q @ k.transpose(-1, -2))
+
+
+def weighted_values(batch, queries, keys, features: int) -> Case:
+    kernel = contraction("values", {"p": (batch, queries, keys), "v": (batch, keys, features)},
+                         [("i0", batch), ("i1", queries), ("i2", features)], ("r0", keys),
+                         ex.op("mul", load("p", "i0", "i1", "r0"), load("v", "i0", "r0", "i2")),
+                         ("out", (batch, queries, features)))
+    return Case("values", kernel, lambda p, v: p @ v)
+
+
+@pytest.mark.parametrize("target", [SM_80, SM_90], ids=["sm_80", "sm_90"])
+@pytest.mark.parametrize("make", [scores, weighted_values], ids=["columns", "reduction"])
+def test_columns_and_a_reduction_known_only_at_run_time_run_at_every_size(make, target):
+    case = make(4, S0, S0, 16)
+    with sizes.hinted({"s0": 100}):
+        kernel = SCHEDULE.lower(SCHEDULE.schedule(case.kernel, target, {}), target)
+    assert kernel.sizes == ("s0",)
+    for length in RUN_AT:
+        run_at(case, kernel, {"s0": length})
+
+
+@pytest.mark.gpu
+def test_a_prompts_projection_of_any_length_runs_on_the_gpu():
+    """A bf16 linear compiled once for every row count (weighed at 512 rows: the TMA GEMM) and run
+    at counts that are no multiple of its blocks, and at far more rows than its example."""
+    import torch.nn.functional as F
+
+    import lamina
+
+    torch.manual_seed(0)
+    w = torch.randn(1024, 2048, dtype=torch.bfloat16, device="cuda") / 32
+    bias = torch.randn(1024, dtype=torch.bfloat16, device="cuda")
+    rows = torch.export.Dim("rows", min=2, max=16384)
+    example = torch.randn(512, 2048, dtype=torch.bfloat16, device="cuda")
+    compiled = lamina.compile(F.linear, (example, w, bias), dynamic_shapes=({0: rows}, None, None))
+    assert "wgmma 16-bit tma" in {t.settings.products for t in compiled.compilation.tiles
+                                  if t.schedule == "contraction"}
+    for count in (2, 70, 512, 3000):
+        x = torch.randn(count, 2048, dtype=torch.bfloat16, device="cuda")
+        torch.testing.assert_close(compiled(x, w, bias), F.linear(x, w, bias), rtol=2e-2, atol=2e-2)
+    assert len(compiled.specializations) == 1

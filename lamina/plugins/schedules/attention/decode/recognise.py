@@ -106,6 +106,9 @@ def _group_rows(a: AttentionLoops, keys: loop_ir.Load, values: loop_ir.Load, whe
     More than ``MAX_GROUP_ROWS`` rows reading the same keys, consecutive or not, are a prompt's
     queries, not a decoding step's: ``NotAttention``."""
     kernel, rows = a.kernel, a.rows
+    if sizes.is_symbolic(tuple(loop.extent for loop in rows)):
+        raise NotAttention(f"{where}: its rows are counted only at run time (a prompt's queries); the decode "
+                           f"schedule holds at most {MAX_GROUP_ROWS}")
     zero = {a.key_var: ex.const(0), a.dot_loop.var: ex.const(0), a.values_loop.var: ex.const(0),
             a.feature_loop.var: ex.const(0)}
     moving = ex.free_vars(_offset(kernel, keys, zero)) | ex.free_vars(_offset(kernel, values, zero))
