@@ -15,6 +15,7 @@ import torch
 
 from lamina.api import Compiler
 from lamina.core.errors import LaminaError
+from lamina.core.ir import loop_ir
 from lamina.testing.cases.database import aten_op, cases_for, registered_ops
 from lamina.testing.cases.samples import T
 
@@ -62,12 +63,12 @@ def one(op, case, dtype, programs):
             warnings.simplefilter("always")
             got = compiled(*args, **kwargs)
     new = programs[before:]
-    symbolic = any(str(p).find("s0") >= 0 for p in new)
+    symbolic = any(text.find("s0") >= 0 for text, _ in new)
     said = [str(w.message) for w in caught if "for each new size" in str(w.message)]
     if not close(got, want):
         return "wrong", ""
-    if symbolic:
-        return "symbolic", ""
+    if symbolic:  # the schedules that ran the kernels of symbolic sizes
+        return "symbolic", ", ".join(sorted({name for _, schedules in new for name in schedules}))
     if said:
         return "concrete", said[0].split(": ", 1)[-1][:160]
     return "no symbols", ""  # Dynamo kept every size (sizes of 1, or no tensor arguments)
@@ -81,8 +82,10 @@ def main():
     original = Compiler.compile_captured
 
     def counted(self, captured, example_inputs, started=None):
-        programs.append(" ".join(str(i.type) for i in captured.graph.inputs))
-        return original(self, captured, example_inputs, started)
+        specialization = original(self, captured, example_inputs, started)
+        symbolic = [t.schedule for t in specialization.compilation.tiles if loop_ir.has_symbolic_sizes(t.kernel)]
+        programs.append((" ".join(str(i.type) for i in captured.graph.inputs), symbolic))
+        return specialization
 
     Compiler.compile_captured = counted
     ops = args.ops.split(",") if args.ops else registered_ops()
@@ -104,6 +107,9 @@ def main():
             print(f"{outcome:12s} {op} {case.name} {why}", flush=True)
     summary = collections.Counter(r["outcome"] for r in results)
     print(dict(summary))
+    schedules = collections.Counter(name for r in results if r["outcome"] == "symbolic"
+                                    for name in r["why"].split(", ") if name)
+    print("cases whose symbolic kernels each schedule ran:", dict(schedules))
     if not args.ops:  # a whole sweep is kept; a chosen few only printed
         out = pathlib.Path(__file__).with_name("sweep.json")
         out.write_text(json.dumps({"summary": summary, "cases": results}, indent=1) + "\n")

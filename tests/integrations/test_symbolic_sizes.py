@@ -200,3 +200,17 @@ def test_slices_and_positions_bounded_by_symbolic_sizes_compile_once(compiled_pr
             for got, expected in zip(f(x), tail_and_positions(x)):
                 torch.testing.assert_close(got, expected)
     assert len(compiled_programs) == 1
+
+
+def means(x):
+    return x.mean(1) * 2 + x.mean()
+
+
+def test_a_mean_over_a_symbolic_axis_divides_by_its_count_at_run_time(compiled_programs):
+    f = torch.compile(means, backend="lamina", dynamic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for rows, columns in SIZES:
+            x = torch.randn(rows, columns)
+            torch.testing.assert_close(f(x), means(x))
+    assert len(compiled_programs) == 1

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import math
 import re
 from typing import Iterable, Iterator, Sequence
 
@@ -575,9 +574,10 @@ class TensorBuilder:
         if not target.is_float:
             raise self.fail(f"mean needs a floating-point tensor, {name} is {target.name}; cast it first")
         shape = self.shape(name)
-        count = math.prod(shape[a] for a in self._axes(name, dims))
+        count = sizes.numel([shape[a] for a in self._axes(name, dims)])
         total = self.sum(name, dims, keepdim, dtype=compute_dtype(target))
-        return self.cast(self.binary("div", total, float(count), role="mean"), target)
+        divisor = count if sizes.is_symbolic(count) else float(count)  # a count known at run time, as a float
+        return self.cast(self.binary("div", total, divisor, role="mean"), target)
 
     # --- contraction -------------------------------------------------------------------
 

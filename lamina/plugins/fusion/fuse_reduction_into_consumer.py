@@ -28,12 +28,11 @@ into a pointwise reader of its own points, so that it stays a matmul with stores
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
 import attrs
 
-from lamina.core.ir import expr as ex, loop_ir
+from lamina.core.ir import expr as ex, loop_ir, sizes
 from lamina.core.ir.expr import Expr
 from lamina.core.target import Target
 from lamina.plugins.fusion import analysis
@@ -113,7 +112,8 @@ def _fuse(
     followed = [v.name for v in follows.values() if isinstance(v, ex.Var)]
     if len(set(followed)) != len(followed):
         return None
-    if not followed and (math.prod(loop.extent for loop in loops) > ONE_BLOCK_POINTS
+    points = sizes.numel([loop.extent for loop in loops])
+    if not followed and (sizes.is_symbolic(points) or points > ONE_BLOCK_POINTS  # a size known at run time may be large
                          or not any(loop.extent == 1 for loop in loops)):
         return None
     outer = [loop for loop in loops if loop.var in followed or loop.extent == 1]

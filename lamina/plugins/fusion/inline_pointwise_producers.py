@@ -23,7 +23,6 @@ too (a normalisation before a projection), so that the TMA can copy it.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
 import attrs

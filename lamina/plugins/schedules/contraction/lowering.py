@@ -14,7 +14,6 @@ rows: the prologue renumbers threads and blocks, and the rest of the kernel uses
 
 from __future__ import annotations
 
-import math
 
 from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, sizes, tile_ir
 from lamina.core.ir.expr import Expr
