@@ -154,7 +154,7 @@ class LaunchableKernel:
         device; ``sizes`` gives the value of each size the kernel knows only at run time."""
         grid = self.grid
         if self.sizes:
-            grid = tuple(evaluate(g, sizes) for g in grid)
+            grid = kir.launch_grid(self.kernel, sizes)
             if 0 in grid:
                 return
         elif self._nothing_to_do:

@@ -90,7 +90,9 @@ from lamina.core.ir.kernel_ir.nodes import (
     thread_idx,
 )
 from lamina.core.ir.kernel_ir.printer import format_body, format_expr, format_kernel, format_program
-from lamina.core.ir.kernel_ir.traversal import expressions, map_body, rename_arrays, statements, with_sizes
+from lamina.core.ir.kernel_ir.traversal import (
+    MAX_GRID, expressions, launch_grid, map_body, rename_arrays, statements, with_sizes,
+)
 from lamina.core.ir.kernel_ir.verifier import verify_kernel, verify_program
 
 __all__ = [
@@ -108,5 +110,5 @@ __all__ = [
     "WgmmaWait",
     "barrier_arrays", "block_idx", "expressions", "format_body", "format_expr", "format_kernel", "format_program",
     "rename_arrays",
-    "map_body", "statements", "swizzled_offset", "thread_idx", "verify_kernel", "verify_program", "with_sizes",
+    "launch_grid", "map_body", "MAX_GRID", "statements", "swizzled_offset", "thread_idx", "verify_kernel", "verify_program", "with_sizes",
 ]

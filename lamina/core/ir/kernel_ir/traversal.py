@@ -7,7 +7,8 @@ from typing import Callable, Iterator, Mapping
 
 import attrs
 
-from lamina.core.ir import expr as ex, index
+from lamina.core.errors import InputMismatchError
+from lamina.core.ir import expr as ex, index, sizes
 from lamina.core.ir.expr import Expr
 from lamina.core.ir.kernel_ir.hopper import ClusterLoad, Wgmma
 from lamina.core.ir.kernel_ir.hopper_barriers import MbarrierArrive, MbarrierInit, MbarrierWait
@@ -156,6 +157,23 @@ def rename_arrays(kernel: Kernel, mapping: dict[str, str], name: str | None = No
     )
 
 
+MAX_GRID = (2**31 - 1, 65535, 65535)
+"""The most blocks CUDA launches along x, y and z."""
+
+
+def launch_grid(kernel: Kernel, values: Mapping[str, int]) -> tuple[int, int, int]:
+    """The kernel's grid at a call's sizes (``values``): an ``InputMismatchError`` where those sizes
+    would need more blocks along an axis than CUDA launches, never a launch that leaves some out."""
+    grid = tuple(sizes.evaluate(g, values) for g in kernel.launch.grid)
+    for axis, (count, most) in enumerate(zip(grid, MAX_GRID)):
+        if count > most:
+            at = ", ".join(f"{k} = {v}" for k, v in sorted(values.items()) if k in kernel.sizes)
+            raise InputMismatchError(
+                f"kernel {kernel.name} needs {count} blocks along {'xyz'[axis]} at {at}, more than the {most} CUDA "
+                "launches: these sizes are past what the program was compiled for; call it with smaller inputs")
+    return grid
+
+
 def with_sizes(kernel: Kernel, values: Mapping[str, int]) -> Kernel:
     """``kernel`` for one call: each size known only at run time (``kernel.sizes``) replaced by its
     value, in the body, the launch, the parameters' element counts and the tensor maps' shapes."""
@@ -169,7 +187,7 @@ def with_sizes(kernel: Kernel, values: Mapping[str, int]) -> Kernel:
     def fill(e: Expr) -> Expr:
         return index.simplify(ex.substitute(e, constants)) if ex.free_vars(e) & constants.keys() else e
 
-    launch = attrs.evolve(kernel.launch, grid=tuple(number(g) for g in kernel.launch.grid))
+    launch = attrs.evolve(kernel.launch, grid=launch_grid(kernel, values))
     maps = tuple(attrs.evolve(m, shape=tuple(number(s) for s in m.shape)) for m in kernel.tensor_maps)
     return attrs.evolve(kernel, params=tuple(attrs.evolve(p, numel=number(p.numel)) for p in kernel.params),
                         body=map_body(kernel.body, fill, {}), launch=launch, tensor_maps=maps, sizes=())

@@ -10,6 +10,7 @@ import torch
 
 from lamina.backends.cuda.targets import SM80 as SM_80
 from lamina.backends.reference.simulator import simulate
+from lamina.core.errors import InputMismatchError
 from lamina.core.ir import dtypes, expr as ex, kernel_ir, sizes
 from lamina.plugins.schedules.contraction import ContractionSchedule
 from lamina.runtime.program_runner import torch_dtype
@@ -141,3 +142,14 @@ def test_a_prompts_projection_of_any_length_runs_on_the_gpu():
         x = torch.randn(count, 2048, dtype=torch.bfloat16, device="cuda")
         torch.testing.assert_close(compiled(x, w, bias), F.linear(x, w, bias), rtol=2e-2, atol=2e-2)
     assert len(compiled.specializations) == 1
+
+
+def test_rows_past_what_the_grid_can_launch_are_refused_at_the_call():
+    """A size that would need more blocks along y than CUDA launches is an error that says so, never
+    a launch that leaves rows out."""
+    with sizes.hinted({"s0": 200}):
+        kernel = SCHEDULE.lower(SCHEDULE.schedule(linear(S0, 136, 72).kernel, SM_90, {}), SM_90)
+    assert kernel_ir.launch_grid(kernel, {"s0": 65535 * 128}) == (2, 65535, 1)
+    with pytest.raises(InputMismatchError, match=r"kernel linear needs 65536 blocks along y at s0 = 8388481, "
+                                                 r"more than the 65535 CUDA launches"):
+        kernel_ir.with_sizes(kernel, {"s0": 65535 * 128 + 1})
