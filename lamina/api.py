@@ -20,6 +20,7 @@ from lamina.core.ir import expr as ex, sizes
 from lamina.core.pipeline import Compilation, Pipeline
 from lamina.core.plugins import PluginManager, get_plugin_manager
 from lamina.frontends.torch.call_binding import CallBinding, StaleCapture, run_in_autograd
+from lamina.frontends.torch import capture_cache
 from lamina.frontends.torch.capture import DEFAULT_KEEP, Captured, capture, check_argument_kinds
 from lamina.frontends.torch.containers import flatten_call, structured
 from lamina.runtime.memory_plan import MemoryPlan, plan_memory
@@ -64,13 +65,29 @@ class Compiler:
         """``program`` captured and compiled for the shapes and dtypes of ``example_inputs`` and
         ``example_kwargs``, the axes that ``dynamic_shapes`` names for every size."""
         started = time.perf_counter()
-        captured = capture(program, example_inputs, keep=self.keep, example_kwargs=example_kwargs,
-                           dynamic_shapes=dynamic_shapes)
+        captured, stage = self._captured(program, example_inputs, example_kwargs, dynamic_shapes)
         captured_in = time.perf_counter() - started
         specialization = self.compile_captured(captured, flatten_call(example_inputs, example_kwargs or {})[0],
                                                started)
-        specialization.compilation.timings.add_first("capture", captured_in)
+        specialization.compilation.timings.add_first(stage, captured_in)
         return specialization
+
+    def _captured(self, program: Callable | torch.nn.Module, example_inputs: tuple,
+                  example_kwargs: Mapping[str, Any] | None, dynamic_shapes: Any) -> tuple[Captured, str]:
+        """``program`` captured for the call, from the capture cache where an earlier process kept it
+        (``capture_cache``), and the name of the stage that took the time."""
+        pipeline = Pipeline(self.config, self.plugins)
+        code = pipeline.cached_code()
+        key = code and capture_cache.call_key(program, example_inputs, example_kwargs, dynamic_shapes, self.keep, code)
+        store = pipeline.cache(capture_cache.FOLDER) if key else None
+        kept = store.get(key) if store is not None else None
+        if kept is not None:
+            return capture_cache.bound(kept, program), LOADED_CAPTURE
+        captured = capture(program, example_inputs, keep=self.keep, example_kwargs=example_kwargs,
+                           dynamic_shapes=dynamic_shapes)
+        if store is not None:
+            store.put(key, capture_cache.unbound(captured))
+        return captured, "capture"
 
     def compile_captured(self, captured: Captured, example_inputs: Sequence[Any],
                          started: float | None = None) -> "Specialization":
@@ -87,6 +104,10 @@ class Compiler:
                 specialization.runner(device)
         specialization.compile_seconds = time.perf_counter() - started
         return specialization
+
+
+LOADED_CAPTURE = "loading the captured module"
+"""The stage of a compile that found its capture in the capture cache instead of exporting."""
 
 
 def _size_hints(captured: Captured, example_inputs: Sequence[Any]) -> dict[str, int]:

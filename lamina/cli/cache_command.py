@@ -1,7 +1,7 @@
 """``lamina cache info`` and ``lamina cache clear``: what lamina keeps under its cache directory.
 
 The directory is the configuration's ``cache_dir`` (``$LAMINA_CACHE_DIR``, ``lamina.toml``, else
-the user's cache folder); each cache is a folder of it (``programs``, ``cubins``), its entries
+the user's cache folder); each cache is a folder of it (``captures``, ``programs``, ``cubins``), its entries
 files (``lamina.core.cache_usage``).
 """
 
@@ -12,7 +12,8 @@ from pathlib import Path
 from lamina.core import cache_usage
 from lamina.core.config import load_config, size_limit, user_cache_dir
 
-_WHAT = {"programs": "compiled programs (every IR level)", "cubins": "compiled kernels"}
+_WHAT = {"captures": "captured modules (Torch IR)", "programs": "compiled programs (every IR level)",
+         "cubins": "compiled kernels"}
 
 
 def human(size: int) -> str:

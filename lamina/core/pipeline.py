@@ -110,20 +110,29 @@ class Pipeline:
                 cache.put(key, compilation)
         return compilation
 
-    def _program_cache(self, graph: torch_ir.Graph, target: Target) -> tuple[ProgramCache | None, str | None]:
+    def cached_code(self) -> str | None:
+        """A digest of the code a compile runs (lamina's and every plugin's), which keys the on-disk
+        caches of compiles; None where they are off or cannot tell which code runs."""
         if not self.config.program_cache or not isinstance(self.plugins, PluginManager):
-            return None, None  # a stand-in for the plugin manager (the conformance kit's) says not which code runs
+            return None  # a stand-in for the plugin manager (the conformance kit's) says not which code runs
         modules = [info.module for info in self.plugins.plugins if info.status == "loaded"]
         for plugin in self.plugins.pm.get_plugins():  # plugins registered by hand as well
             modules.append(getattr(plugin, "__name__", None) if isinstance(plugin, types.ModuleType)
                            else type(plugin).__module__)
-        code = code_digest(tuple(modules)) if all(modules) else None
+        return code_digest(tuple(modules)) if all(modules) else None
+
+    def cache(self, folder: str = "programs") -> ProgramCache:
+        """The on-disk cache of compiles in ``folder`` of the cache directory."""
+        return ProgramCache(self.config.cache_dir or user_cache_dir(), size_limit(self.config), folder)
+
+    def _program_cache(self, graph: torch_ir.Graph, target: Target) -> tuple[ProgramCache | None, str | None]:
+        code = self.cached_code()
         if code is None:
             return None, None
         settings = attrs.evolve(self.config, cache_dir=None, progress=True, source=None, cache_size_limit=None)
         hints = sizes.hints() if any(sizes.is_symbolic(i.type.shape) for i in graph.inputs) else {}
         key = program_key(graph, target, (settings, sorted(hints.items())) if hints else settings, code)
-        return ProgramCache(self.config.cache_dir or user_cache_dir(), size_limit(self.config)), key
+        return self.cache(), key
 
     def _reused(self, compilation: Compilation, seconds: float) -> Compilation:
         """A cached compilation as this compile's: this configuration, its own timings, shown to the observers."""

@@ -100,12 +100,13 @@ def _checksum(key: str, body: bytes) -> str:
 
 
 class ProgramCache:
-    """Compiled programs under ``<root>/programs``; with ``size_limit``, every cache under ``root``
-    is trimmed to it after each write (``cache_usage``)."""
+    """Compiled programs under ``<root>/programs`` (or another ``folder``: captured modules, under
+    ``captures``); with ``size_limit``, every cache under ``root`` is trimmed to it after each
+    write (``cache_usage``)."""
 
-    def __init__(self, root: Path | str, size_limit: int | None = None):
+    def __init__(self, root: Path | str, size_limit: int | None = None, folder: str = "programs"):
         self.root, self.size_limit = Path(root), size_limit
-        self.directory = self.root / "programs"
+        self.directory = self.root / folder
 
     def path(self, key: str) -> Path:
         return self.directory / f"{key}.pickle"
@@ -120,7 +121,9 @@ class ProgramCache:
         try:
             expected = json.loads(meta)
             sound = expected["body_bytes"] == len(body) and expected["sha256"] == _checksum(key, body)
-            compilation = pickle.loads(body) if sound else None
+            with warnings.catch_warnings():  # PyTorch's notices about its own pickled internals (tree specs)
+                warnings.simplefilter("ignore", FutureWarning)
+                compilation = pickle.loads(body) if sound else None
         except Exception as error:  # a damaged entry of any kind is a miss
             sound, compilation = False, None
             damage = f"{type(error).__name__}: {error}"

@@ -203,6 +203,11 @@ class CapturedTensors(Mapping[str, torch.Tensor]):
         self._state = dict(state)
         self._module = module
 
+    def for_module(self, module: torch.nn.Module | None) -> "CapturedTensors":
+        """The same tensors, module state read from ``module`` (None: from no module, as a kept capture
+        is stored)."""
+        return CapturedTensors(self._constants, self._state, module)
+
     def __getitem__(self, name: str) -> torch.Tensor:
         if name in self._state:
             value = lookup(self._module, self._state[name])
