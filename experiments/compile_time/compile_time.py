@@ -1,8 +1,8 @@
 """How long a model of the suite (TinyLlama-1.1B's 22 layers by default; bf16, 512 tokens) takes
 to compile: cold (empty caches), and warm in a new process (the program cache and the cubins on
 disk), each until the first call has run. Run on a GPU: ``python experiments/compile_time/compile_time.py
-[--arch qwen2 --layers 28]`` (writes ``ARCH_LAYERS.json`` under ``$OUT``, or here); ``--phase`` runs
-one compile in this process."""
+[--arch qwen2 --layers 28]`` (writes ``ARCH_LAYERS.json`` under ``$OUT``, or here); ``--cpu`` times the
+pipeline alone on the CPU, for sm_90; ``--phase`` runs one compile in this process."""
 import argparse
 import json
 import os
@@ -14,18 +14,21 @@ import time
 import torch
 
 
-def one_compile(arch_name: str, layers: int | None) -> dict:
+def one_compile(arch_name: str, layers: int | None, cpu: bool) -> dict:
+    """One compile to the first result; with ``cpu``, the pipeline alone, for sm_90, not run."""
     import lamina
     from lamina.models.architectures import architecture, build, example_inputs
 
     arch = architecture(arch_name)
-    model = build(arch, size="real", layers=layers, dtype=torch.bfloat16, device="cuda")
-    inputs = example_inputs(arch, model, length=512, device="cuda")
+    device = "cpu" if cpu else "cuda"
+    model = build(arch, size="real", layers=layers, dtype=torch.bfloat16, device=device)
+    inputs = example_inputs(arch, model, length=512, device=device)
     started = time.perf_counter()
-    compiled = lamina.Compiler().compile(model, (), inputs)
-    with torch.no_grad():
-        compiled(**inputs)
-    torch.cuda.synchronize()
+    compiled = lamina.Compiler(target="sm_90" if cpu else None).compile(model, (), inputs)
+    if not cpu:
+        with torch.no_grad():
+            compiled(**inputs)
+        torch.cuda.synchronize()
     total = time.perf_counter() - started
     timings = next(iter(compiled.specializations.values())).compilation.timings
     return {"seconds_to_first_result": round(total, 2), "stages": timings.format()}
@@ -36,9 +39,10 @@ def main() -> None:
     parser.add_argument("--phase", action="store_true")
     parser.add_argument("--arch", default="llama")
     parser.add_argument("--layers", type=int, default=None, help="the architecture's layers in the suite if left out")
+    parser.add_argument("--cpu", action="store_true", help="the pipeline alone on the CPU, for sm_90, not run")
     args = parser.parse_args()
     if args.phase:
-        print(json.dumps(one_compile(args.arch, args.layers)))
+        print(json.dumps(one_compile(args.arch, args.layers, args.cpu)))
         return
     results = {}
     with tempfile.TemporaryDirectory(prefix="lamina-cache-") as cache:
@@ -47,11 +51,13 @@ def main() -> None:
         for phase in ("cold", "warm"):
             command = [sys.executable, __file__, "--phase", "--arch", args.arch]
             command += ["--layers", str(args.layers)] if args.layers else []
+            command += ["--cpu"] if args.cpu else []
             out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
             results[phase] = json.loads(out.strip().splitlines()[-1])
             print(phase, results[phase]["seconds_to_first_result"], "s", flush=True)
             print(results[phase]["stages"], flush=True)
     name = f"{args.arch}_{args.layers}.json" if args.layers else f"{args.arch}.json"
+    name = f"cpu_{name}" if args.cpu else name
     path = os.path.join(os.environ.get("OUT", os.path.dirname(__file__)), name)
     with open(path, "w") as f:
         json.dump(results, f, indent=1)
