@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import lamina
+from lamina.backends.cuda.backend import CudaBackend
 from lamina.core.errors import InputMismatchError
 from lamina.models.architectures import architecture, build, example_inputs
 
@@ -74,3 +75,7 @@ def test_a_language_model_compiled_for_any_prompt_length_matches_eager():
             torch.testing.assert_close(compiled(**inputs).logits, model(**inputs).logits, rtol=1e-4, atol=1e-4)
     assert len(compiled.specializations) == 1
     assert "contraction" in {tile.schedule for tile in compiled.compilation.tiles}
+    kernels = compiled.compilation.kernels
+    attention = [kernel for kernel in kernels.kernels if kernel.name.startswith("scaled_dot_product")]
+    assert attention and all(kernel.sizes for kernel in attention)  # the prompt's attention, of any length
+    assert all(k.cubin for k in CudaBackend().compile(kernels, "sm_90a").values())  # NVRTC takes every kernel
