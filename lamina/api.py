@@ -264,8 +264,9 @@ class CompiledFunction:
     keywords, compiles the program again for them, once, and keeps every
     specialisation. The axes named in ``dynamic_shapes`` (``torch.export.Dim``) are the
     exception: the first program takes every size of them within the declared range, and
-    a size outside it is an ``InputMismatchError``. It returns what the program returns (a tensor, a tuple, a model's
-    output with its KV cache). The attributes describe the example inputs' specialisation.
+    a size outside it is an ``InputMismatchError``. It returns what the program returns (a
+    tensor, a tuple, a model's output with its KV cache). The attributes describe the example
+    inputs' specialisation.
     """
 
     def __init__(self, compiler: Compiler, program: Callable | torch.nn.Module, example_inputs: tuple,
@@ -273,7 +274,6 @@ class CompiledFunction:
         self.compiler = compiler
         self.program = program
         self._arity = len(example_inputs)
-        self._dynamic_shapes = dynamic_shapes
         example_kwargs = dict(example_kwargs or {})
         leaves, structure = flatten_call(example_inputs, example_kwargs)
         _check_kinds(leaves)
