@@ -8,7 +8,7 @@ import torch
 
 import lamina
 from lamina.backends.cuda.backend import CudaBackend
-from lamina.core.errors import InputMismatchError
+from lamina.core.errors import InputMismatchError, LaminaError
 from lamina.models.architectures import architecture, build, example_inputs
 
 
@@ -79,3 +79,11 @@ def test_a_language_model_compiled_for_any_prompt_length_matches_eager():
     attention = [kernel for kernel in kernels.kernels if kernel.name.startswith("scaled_dot_product")]
     assert attention and all(kernel.sizes for kernel in attention)  # the prompt's attention, of any length
     assert all(k.cubin for k in CudaBackend().compile(kernels, "sm_90a").values())  # NVRTC takes every kernel
+
+
+def test_a_row_of_a_dynamic_length_cannot_be_pinned_into_registers():
+    x = torch.randn(4, 40)
+    with pytest.raises(LaminaError, match="row_in_registers = true needs a row whose length is a number, and "
+                                          "this row has s1 elements"):
+        lamina.compile(lambda x: torch.softmax(x, -1), (x,), dynamic_shapes=({0: SEQ, 1: torch.export.Dim("row")},),
+                       knobs={"row_reduction": {"row_in_registers": True}})

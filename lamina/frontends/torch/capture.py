@@ -41,6 +41,7 @@ import warnings
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import attrs
+import sympy
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
@@ -208,9 +209,9 @@ def _size_ranges(exported, names: Mapping) -> dict[str, tuple[int, int | None]]:
     found = {}
     for sym, symbol in names.items():
         bounds = exported.range_constraints.get(sym)
-        if bounds is not None:
-            upper = bounds.upper
-            found[symbol.name] = (int(bounds.lower), int(upper) if upper.is_finite else None)
+        if bounds is not None:  # an unbounded axis reaches sympy's infinity (or PyTorch's integer one)
+            upper = int(bounds.upper) if isinstance(bounds.upper, sympy.Integer) else None
+            found[symbol.name] = (int(bounds.lower), upper)
     return found
 
 

@@ -108,28 +108,28 @@ def decide(row: RowReduction, target: Target, knobs: Mapping[str, Any]) -> RowDe
     width = _pinned_width(knobs, row)
     if width is None:
         width = vectors.default_width(row)
-    counted = sizes.is_symbolic(row.length)  # a row's length known only at run time: weighed at its hint
-    row, whole = hinted(row), row
+    counted = sizes.is_symbolic(row.length)  # a row's length known only at run time: never held in registers
+    weighed = hinted(row)
     threads = _pinned_threads(knobs, target)
     if threads is None:
-        threads = _default_threads(row, target, width)
+        threads = _default_threads(weighed, target, width)
     rows_per_block = _pinned_rows_per_block(knobs, threads, target)
     if rows_per_block is None:
-        rows_per_block = _default_rows_per_block(row, threads, target)
+        rows_per_block = _default_rows_per_block(weighed, threads, target)
     budget = register_budget(threads * rows_per_block)
-    needed = row_registers(row, threads, width)
-    fits = needed <= budget and whole.one_length and not counted
+    needed = row_registers(weighed, threads, width)
+    fits = needed <= budget and row.one_length and not counted
     in_registers = _switch(
         knobs, "row_in_registers", fits and bool(row.shared_reads), fits,
         f"kernel {row.kernel.name}: the knob row_in_registers = true needs a row whose length is a number, "
-        f"and this row has {whole.length} elements; leave it false" if counted else
+        f"and this row has {row.length} elements; leave it false" if counted else
         f"kernel {row.kernel.name}: the knob row_in_registers = true needs {needed} "
         f"registers per thread for a row of {row.length} with {threads} threads per row, more than the "
         f"{budget} a block of {threads * rows_per_block} threads leaves; pin more threads or leave it false"
         if row.one_length else
         f"kernel {row.kernel.name}: the knob row_in_registers = true needs every loop over the row to have one "
         "length, and this kernel's loops have several; leave it false")
-    early = _prefetch_epilogue_reads(row, knobs, in_registers, sizes.hint(row.row_count) < target.sm_count,
+    early = _prefetch_epilogue_reads(weighed, knobs, in_registers, sizes.hint(row.row_count) < target.sm_count,
                                      budget - needed,
                                      threads, width)
     return RowDecisions(threads, rows_per_block, in_registers, width, early)
