@@ -132,12 +132,13 @@ def compiled_for_every_length(fn, args, **settings):
 
 
 @pytest.mark.parametrize("fn", [attention, causal_attention], ids=["full", "causal"])
-@pytest.mark.parametrize("weighed_at", [130, 700])
-def test_a_cache_whose_length_is_known_only_at_run_time_takes_one_kernel_at_every_length(fn, weighed_at):
-    """The key ranges are a number chosen at the example's length, their tiles counted at each
-    call: a shorter cache leaves ranges empty, a longer one gives each range more tiles."""
-    torch.manual_seed(weighed_at)
-    compiled = compiled_for_every_length(fn, decode_inputs(4, 2, 1, weighed_at, 64))
+@pytest.mark.parametrize("example, weighed_at", [(130, 2048), (3000, 3000)])
+def test_a_cache_whose_length_is_known_only_at_run_time_takes_one_kernel_at_every_length(fn, example, weighed_at):
+    """The key ranges are a number chosen at the example's length (at least ``GROWING_CACHE_KEYS``:
+    the example is the shortest a growing cache will be), their tiles counted at each call: a
+    shorter cache leaves ranges empty, a longer one gives each range more tiles."""
+    torch.manual_seed(example)
+    compiled = compiled_for_every_length(fn, decode_inputs(4, 2, 1, example, 64))
     assert schedules(compiled) == ["attention_decode"]
     tile = compiled.ir("tile")
     assert f"weighed at s0 = {weighed_at} keys, the ranges' tiles counted at run time" in tile

@@ -54,8 +54,8 @@ class DecodeChoice:
     stages: int
 
     def splits(self, d: DecodeAttention) -> int:
-        """The key ranges: a number, taken at the hint where the keys are counted at run time."""
-        return math.ceil(sizes.hint(d.keys_extent) / self.keys_per_block)
+        """The key ranges: a number, taken at ``weighed_keys`` where the keys are counted at run time."""
+        return math.ceil(weighed_keys(d) / self.keys_per_block)
 
     @property
     def tiles(self) -> int:
@@ -67,6 +67,21 @@ class DecodeChoice:
         if sizes.is_symbolic(d.keys_extent):
             return sizes.blocks(d.keys_extent, self.splits(d) * self.keys_per_tile)
         return self.tiles
+
+
+GROWING_CACHE_KEYS = 2048
+"""The fewest keys at which a cache whose length is known only at run time is weighed: its hint is
+the length at the first step that compiled it, the shortest it will be, and the key ranges chosen
+there are the ranges of every later, longer step; a range left empty by a shorter cache costs its
+block a few loads and stores."""
+
+
+def weighed_keys(d: DecodeAttention) -> int:
+    """The keys the cost model weighs: the number, or for a cache counted at run time its hint, at
+    least ``GROWING_CACHE_KEYS``."""
+    if sizes.is_symbolic(d.keys_extent):
+        return max(sizes.hint(d.keys_extent), GROWING_CACHE_KEYS)
+    return d.keys_extent
 
 
 def padded(d: DecodeAttention, width: int) -> int:
@@ -92,7 +107,7 @@ def shared_bytes(d: DecodeAttention, choice: DecodeChoice) -> int:
 def estimate_us(d: DecodeAttention, choice: DecodeChoice, target: Target) -> float:
     splits = choice.splits(d)
     blocks = d.row_groups * splits
-    read = d.row_groups * sizes.hint(d.keys_extent) * (d.depth + d.features) * d.dtype.itemsize
+    read = d.row_groups * weighed_keys(d) * (d.depth + d.features) * d.dtype.itemsize
     combined = d.rows_extent * splits * (d.features + 2) * 4 * 2 if splits > 1 else 0
     resident = max(1, min(target.max_threads_per_sm // THREADS, SHARED_BYTES_PER_SM // shared_bytes(d, choice)))
     waves = math.ceil(blocks / (target.sm_count * resident))
@@ -124,7 +139,7 @@ def choose(d: DecodeAttention, target: Target, knobs: Mapping[str, Any]) -> tupl
         raise ScheduleError(f"{where}: the schedule copies with cp.async, which needs sm_80 or later")
     pinned = _pinned(knobs, where)
     found = []
-    longest = max(64, 1 << math.ceil(math.log2(sizes.hint(d.keys_extent))))
+    longest = max(64, 1 << math.ceil(math.log2(weighed_keys(d))))
 
     def options(name: str, legal: tuple[int, ...]) -> list[int]:
         return [pinned[name]] if name in pinned else list(legal)
@@ -190,7 +205,7 @@ def tile(d: DecodeAttention, target: Target, knobs: Mapping[str, Any]) -> tile_i
     notes = [("chosen", f"{keys} keys per block in tiles of {tile}, {choice.stages} stages, {splits} key "
                         f"range{'s' if splits > 1 else ''}; "
                         f"cheapest of {count} settings, pinned: {pins}"
-                        + (f"; weighed at {d.keys_extent} = {sizes.hint(d.keys_extent)} keys, the ranges' tiles "
+                        + (f"; weighed at {d.keys_extent} = {weighed_keys(d)} keys, the ranges' tiles "
                            "counted at run time" if sizes.is_symbolic(d.keys_extent) else "")),
              ("estimate", f"{estimate:.1f} us")]
     tk = tile_ir.TileKernel(kernel=d.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction, stages=stages,
