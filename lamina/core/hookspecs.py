@@ -112,10 +112,11 @@ def lamina_register_selection_policies(register):
     """Register policies that choose a schedule among those that apply to a kernel.
 
     Called once when the plugin manager is set up. ``register(policy)`` takes an object
-    with ``name`` and ``choose(kernel, candidates, target)`` (see
-    ``lamina.core.providers.SelectionPolicy``). The config's ``selection`` names the
-    policy in use; the default is ``cost_model``. Any plugin may implement it. Returns
-    nothing.
+    with ``name`` and ``choose(kernel, candidates, target)``, and optionally
+    ``select(kernel, candidates, context)`` to pin knobs as well and ``cache_key(config)`` (see
+    ``lamina.core.providers.SelectionPolicy`` and ``lamina.core.selection``). The config's
+    ``selection`` names the policy in use; the default is ``cost_model``. Any plugin may
+    implement it. Returns nothing.
     """
 
 

@@ -15,12 +15,13 @@ from typing import Any, Callable
 import attrs
 
 from lamina.core.config import Config, size_limit, user_cache_dir
-from lamina.core.errors import ConfigError, LaminaError, NoSettingRuns, ScheduleError, SymbolicSizeError
+from lamina.core.errors import ConfigError, LaminaError, NoSettingRuns, PluginError, ScheduleError, SymbolicSizeError
 from lamina.core.ir import kernel_ir, loop_ir, sizes, tensor_ir, tile_ir, torch_ir
 from lamina.core.knobs import sort_out, warn_unused
 from lamina.core.plugins import PluginManager
 from lamina.core.program_cache import ProgramCache, code_digest, program_key
 from lamina.core.progress import CompileProgress
+from lamina.core.selection import Selection, SelectionContext
 from lamina.core.stages.decompose import decompose
 from lamina.core.stages.fuse import fuse
 from lamina.core.stages.lower_to_kernels import KernelLowering
@@ -131,7 +132,10 @@ class Pipeline:
             return None, None
         settings = attrs.evolve(self.config, cache_dir=None, progress=True, source=None, cache_size_limit=None)
         hints = sizes.hints() if any(sizes.is_symbolic(i.type.shape) for i in graph.inputs) else {}
-        key = program_key(graph, target, (settings, sorted(hints.items())) if hints else settings, code)
+        policy = self.registry.get("selection_policy", self.config.selection)
+        chosen_by = getattr(policy.provider, "cache_key", None) if policy is not None else None
+        extra = ([sorted(hints.items())] if hints else []) + ([chosen_by(self.config)] if chosen_by is not None else [])
+        key = program_key(graph, target, (settings, *extra) if extra else settings, code)
         return self.cache(), key
 
     def _reused(self, compilation: Compilation, seconds: float) -> Compilation:
@@ -220,13 +224,14 @@ class Pipeline:
         needs_numbers: SymbolicSizeError | None = None
         while True:
             try:
-                schedule = self.choose_schedule(kernel, target, excluded)
+                selection = self.choose_schedule(kernel, target, excluded)
             except ScheduleError:
                 if needs_numbers is not None:  # every schedule that takes symbolic sizes needed a number
                     raise needs_numbers
                 raise
+            schedule = selection.schedule
             try:
-                tile = schedule.schedule(kernel, target, knobs[schedule.name])
+                tile = self._scheduled(kernel, target, selection, knobs[schedule.name])
             except (NoSettingRuns, SymbolicSizeError) as e:
                 if isinstance(e, SymbolicSizeError):
                     needs_numbers = e
@@ -237,8 +242,26 @@ class Pipeline:
                 tile = attrs.evolve(tile, knobs=(*passed_over, *tile.knobs))
             return schedule, tile
 
-    def choose_schedule(self, kernel: loop_ir.Kernel, target: Target, excluded: set[str] = frozenset()) -> Any:
-        """The schedule for ``kernel``, leaving out those named in ``excluded``."""
+    def _scheduled(self, kernel: loop_ir.Kernel, target: Target, selection: Selection,
+                   pinned: dict[str, Any]) -> tile_ir.TileKernel:
+        """The kernel scheduled as ``selection`` says: with its knobs where the user pinned none of the
+        schedule's (the user's pins win); where the schedule refuses them (a setting chosen by other
+        code), as the schedule chooses."""
+        schedule, notes = selection.schedule, [selection.note] if selection.note else []
+        if selection.knobs and pinned:
+            notes.append(f"its knobs not used: the configuration pins {schedule.name}'s")
+        elif selection.knobs:
+            try:
+                tile = schedule.schedule(kernel, target, dict(selection.knobs))
+            except ScheduleError as e:
+                notes.append(f"refused by {schedule.name} ({e}), which chose instead")
+            else:
+                return _noted(tile, notes)
+        return _noted(schedule.schedule(kernel, target, pinned), notes)
+
+    def choose_schedule(self, kernel: loop_ir.Kernel, target: Target, excluded: set[str] = frozenset()) -> Selection:
+        """The schedule for ``kernel`` (and any knobs the selection policy pins), leaving out those
+        named in ``excluded``."""
         ranked = [e.provider for e in self.registry.ranked("schedule") if e.provider.name not in excluded]
         if loop_ir.has_symbolic_sizes(kernel):
             ranked = [s for s in ranked if getattr(s, "symbolic_sizes", False)]
@@ -248,21 +271,45 @@ class Pipeline:
                 known = ", ".join(self.registry.names("schedule"))
                 raise ConfigError(f"the configured schedule {self.config.schedule!r} is not registered; known: {known}")
             if pinned.provider in ranked and _applies(pinned.provider, kernel, target):
-                return pinned.provider
+                return Selection(pinned.provider)
         candidates = [s for s in ranked if _applies(s, kernel, target)]
         if not candidates:
             raise ScheduleError(
                 f"no schedule applies to loop kernel {kernel.name}:\n{loop_ir.format_kernel(kernel, '  ')}\n"
                 "Register a schedule that handles it (see docs/plugins.md)."
             )
+        policy = self.selection_policy()
+        select = getattr(policy, "select", None)
+        if select is None:
+            return Selection(policy.choose(kernel, candidates, target))
+        lowering = KernelLowering([e.provider for e in self.registry.ranked("kernel_pass")], target)
+
+        def build(schedule: Any, pins: dict[str, Any]) -> tuple[tile_ir.TileKernel, kernel_ir.Kernel]:
+            tile = schedule.schedule(kernel, target, pins)
+            return tile, lowering.lower(schedule, tile)
+
+        selection = select(kernel, candidates, SelectionContext(target, self.config, self.registry, build))
+        if selection.schedule not in candidates:
+            raise PluginError(f"the selection policy {policy.name!r} chose {getattr(selection.schedule, 'name', '?')!r} "
+                              f"for kernel {kernel.name}, which is not one of the schedules that apply: "
+                              f"{', '.join(s.name for s in candidates)}")
+        return selection
+
+    def selection_policy(self) -> Any:
+        """The configured selection policy."""
         policy = self.registry.get("selection_policy", self.config.selection)
         if policy is None:
             known = ", ".join(self.registry.names("selection_policy"))
             raise ConfigError(f"unknown selection policy {self.config.selection!r}; known: {known}")
-        return policy.provider.choose(kernel, candidates, target)
+        return policy.provider
 
     def _observe(self, level: str, ir: Any, compilation: Compilation) -> None:
         self.plugins.observe(level, ir, compilation)
+
+
+def _noted(tile: tile_ir.TileKernel, notes: list[str]) -> tile_ir.TileKernel:
+    """``tile`` with the selection policy's ``notes`` first among its knobs."""
+    return attrs.evolve(tile, knobs=(("selection", "; ".join(notes)), *tile.knobs)) if notes else tile
 
 
 def _applies(schedule: Any, kernel: loop_ir.Kernel, target: Target) -> bool:

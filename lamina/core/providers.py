@@ -77,6 +77,11 @@ class Schedule(Protocol):
     A schedule that runs kernels whose extents are known only at run time (``s0``, see
     ``lamina.core.ir.sizes``) says so with ``symbolic_sizes = True``; only such schedules are
     offered those kernels. Its Kernel IR then reads each symbol as a variable of that name.
+
+    A schedule may offer ``best_settings(kernel, target, count)``: its ``count`` cheapest settings
+    by its cost model, cheapest first, each a ``lamina.core.selection.Setting`` whose knobs, pinned,
+    make ``schedule`` choose it; the first is the one it chooses with nothing pinned. A policy
+    that measures (the autotuner) takes its candidates from there.
     """
 
     name: str
@@ -104,6 +109,16 @@ class KernelPass(Protocol):
 
 @runtime_checkable
 class SelectionPolicy(Protocol):
+    """Chooses the schedule of each kernel among those that apply.
+
+    A policy may also offer ``select(kernel, candidates, context) -> Selection`` (see
+    ``lamina.core.selection``), which the pipeline then calls instead of ``choose``: it may pin
+    knobs of the schedule it picks (where the user pinned none of that schedule's) and give the
+    Tile IR a line saying why. A policy whose choices depend on more than the kernel and the
+    configuration (a database of measurements) offers ``cache_key(config) -> str``, which changes
+    whenever they may, so that the program cache never serves a program chosen otherwise.
+    """
+
     name: str
 
     def choose(self, kernel: "loop_ir.Kernel", candidates: Sequence["Schedule"], target: "Target") -> "Schedule":

@@ -7,21 +7,11 @@ the priority order the registry gives.
 
 from __future__ import annotations
 
-import math
-
-from lamina.core.errors import SymbolicSizeError
+from lamina.core.selection import cheapest
 
 
 class CostModelPolicy:
     name = "cost_model"
 
     def choose(self, kernel, candidates, target):
-        def cost(schedule):
-            estimate = getattr(schedule, "estimate_cost", None)
-            try:
-                return estimate(kernel, target) if estimate is not None else math.inf
-            except SymbolicSizeError:  # an estimate that needs a number a symbolic size does not give
-                return math.inf
-
-        ranked = sorted(enumerate(candidates), key=lambda pair: (cost(pair[1]), pair[0]))
-        return ranked[0][1]
+        return cheapest(kernel, candidates, target)
