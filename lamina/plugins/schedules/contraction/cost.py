@@ -388,12 +388,19 @@ def choose(c: Contraction, target: Target, pinned: dict[str, int], where: str) -
     Only settings the kernel can run are ranked (``candidates``). Where there are none, the
     error names the pinned knobs; with none pinned it is ``NoSettingRuns``, so that the next
     schedule takes the kernel."""
+    settings = ranked(c, target, pinned, where)
+    return settings[0][0], settings[0][1], len(settings)
+
+
+def ranked(c: Contraction, target: Target, pinned: dict[str, int], where: str) -> list[tuple[Choices, Estimate]]:
+    """Every setting the kernel can run with ``pinned``, with its estimate, cheapest first (ties in
+    the order ``candidates`` gives); raises as ``choose`` does where there is none."""
     settings = candidates(c, target, pinned)
     if not settings:
         raise (ScheduleError if pinned else NoSettingRuns)(_nothing_legal(c, target, pinned, where))
     estimates = [estimate(c, s, target) for s in settings]
-    best = min(range(len(settings)), key=lambda i: (estimates[i].total_us, i))
-    return settings[best], estimates[best], len(settings)
+    order = sorted(range(len(settings)), key=lambda i: (estimates[i].total_us, i))
+    return [(settings[i], estimates[i]) for i in order]
 
 
 def _nothing_legal(c: Contraction, target: Target, pinned: dict[str, int], where: str) -> str:

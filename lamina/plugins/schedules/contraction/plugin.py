@@ -8,11 +8,13 @@ from typing import Any, Mapping
 
 from lamina.core.hookspecs import hookimpl
 from lamina.core.ir import kernel_ir, loop_ir, tile_ir
+from lamina.core.selection import Setting
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction.knobs import FORMER_KNOB_NAMES, KNOB_NAMES, PIPELINE_KNOB_NAMES
 from lamina.plugins.schedules.contraction.writers import lower_contraction
 from lamina.plugins.schedules.contraction.recognise import NotAContraction, analyse
-from lamina.plugins.schedules.contraction.schedule import estimate_contraction, schedule_contraction
+from lamina.plugins.schedules.contraction.schedule import (best_contraction_settings, estimate_contraction,
+                                                            schedule_contraction)
 from lamina.plugins.schedules.contraction.split_k.fusion_rule import SplitContractionsAcrossBlocks
 from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME, grid_fits
 from lamina.plugins.schedules.contraction.split_k.unrolled_reduction import UnrolledReductionSchedule
@@ -41,6 +43,9 @@ class ContractionSchedule:
 
     def estimate_cost(self, kernel: loop_ir.Kernel, target: Target) -> float:
         return estimate_contraction(kernel, target)
+
+    def best_settings(self, kernel: loop_ir.Kernel, target: Target, count: int) -> list[Setting]:
+        return best_contraction_settings(kernel, target, count)
 
     def lower(self, tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Kernel:
         return lower_contraction(tile, target)

@@ -6,13 +6,17 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from lamina.core.errors import ScheduleError
+import attrs
+
+from lamina.core.errors import ScheduleError, SymbolicSizeError
 from lamina.core.ir import loop_ir, sizes, tile_ir
+from lamina.core.selection import Setting
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import arrangement, copy_issue, cost, tiling
-from lamina.plugins.schedules.contraction.knobs import pins_text, read_pinned
+from lamina.plugins.schedules.contraction.knobs import KNOBS, Choices, pins_text, read_pinned
 from lamina.plugins.schedules.contraction.split_k.partial_sums import partial_of
 from lamina.plugins.schedules.contraction.recognise import analyse
+from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME
 from lamina.plugins.schedules.contraction.wgmma_tma import setting as tma_setting
 
 
@@ -85,3 +89,25 @@ def estimate_contraction(kernel: loop_ir.Kernel, target: Target) -> float:
     except ScheduleError:
         return math.inf
     return estimate.total_us
+
+
+ARRANGEMENT_FIELDS = ("warp_columns", "grouped_rows", "copy_steps")
+"""Fields chosen after the setting (``arrangement``, ``copy_issue``), left to the schedule when a
+setting is pinned back."""
+
+
+def best_contraction_settings(kernel: loop_ir.Kernel, target: Target, count: int) -> list[Setting]:
+    """The ``count`` cheapest settings, each as the knobs that pin it (the arrangement of threads
+    and blocks left to the schedule); empty where none can run."""
+    try:
+        c = analyse(kernel)
+        settings = cost.ranked(c.hinted(), target, {}, _where(kernel))
+    except (ScheduleError, SymbolicSizeError):
+        return []
+    return [Setting(SCHEDULE_NAME, knobs_of(choices), estimate.total_us) for choices, estimate in settings[:count]]
+
+
+def knobs_of(choices: Choices) -> dict[str, Any]:
+    """The knobs a user pins to get ``choices`` (fields left None are the schedule's to choose)."""
+    return {KNOBS.get(field.name, field.name): getattr(choices, field.name) for field in attrs.fields(Choices)
+            if field.name not in ARRANGEMENT_FIELDS and getattr(choices, field.name) is not None}

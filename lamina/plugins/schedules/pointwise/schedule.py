@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from lamina.core.errors import ScheduleError
 from lamina.core.ir import kernel_ir, loop_ir, tile_ir
+from lamina.core.selection import Setting
 from lamina.core.target import Target
 from lamina.plugins.schedules.pointwise import cost, lowering, tiling
 from lamina.plugins.schedules.pointwise.analysis import pointwise_nest
@@ -39,3 +41,26 @@ class PointwiseSchedule:
         """Microseconds: the bytes moved over the bandwidth the chosen accesses reach, plus a launch."""
         nest = tiling.nest_of(kernel)
         return cost.estimate_microseconds(kernel, target, tiling.choose_width(kernel, nest, target, {}))
+
+    def best_settings(self, kernel: loop_ir.Kernel, target: Target, count: int) -> list[Setting]:
+        """Its own decisions, then blocks of other sizes and more vectors per thread, at its vector
+        width: the estimate, the bytes over the bandwidth, is the same for all of them, and only
+        measuring tells them apart."""
+        estimate = self.estimate_cost(kernel, target)
+        own = tiling.decisions(self.schedule(kernel, target, {}))
+        found = [own]
+        for per_thread in ALTERNATIVE_VECTORS_PER_THREAD:
+            for threads in ALTERNATIVE_THREADS:
+                pins = {"vector_width": own.vector_width, "vectors_per_thread": per_thread, "threads": threads}
+                try:
+                    decisions = tiling.decisions(self.schedule(kernel, target, pins))
+                except ScheduleError:
+                    continue
+                if decisions not in found:
+                    found.append(decisions)
+        return [Setting(self.name, {"vector_width": d.vector_width, "vectors_per_thread": d.vectors_per_thread,
+                                    "threads": d.threads, "steps": d.steps}, estimate) for d in found[:count]]
+
+
+ALTERNATIVE_THREADS = (128, 256, 512)
+ALTERNATIVE_VECTORS_PER_THREAD = (1, 2, 4)

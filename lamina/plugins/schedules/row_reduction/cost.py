@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import math
 
+import attrs
+
+from lamina.core.errors import ScheduleError
 from lamina.core.ir import loop_ir, sizes
+from lamina.core.selection import Setting
 from lamina.core.target import Target
 from lamina.plugins.schedules.row_reduction import latency
 from lamina.plugins.schedules.row_reduction.recognise import RowReduction, analyse
-from lamina.plugins.schedules.row_reduction.tiling import RowDecisions, decide
+from lamina.plugins.schedules.row_reduction.tiling import SCHEDULE_NAME, RowDecisions, decide
 
 VECTOR_EFFICIENCY = 0.9
 """Fraction of the copy bandwidth a row reduction with 16-byte accesses holds: the best
@@ -51,7 +55,31 @@ def latency_us(row: RowReduction, decisions: RowDecisions, target: Target) -> fl
 def estimate_cost(kernel: loop_ir.Kernel, target: Target) -> float:
     """Estimated microseconds for one launch on ``target``, with the schedule's default decisions."""
     row = analyse(kernel)
-    decisions = decide(row, target, {})
+    return estimate_us(row, decide(row, target, {}), target)
+
+
+def estimate_us(row: RowReduction, decisions: RowDecisions, target: Target) -> float:
+    """Estimated microseconds for one launch of ``row`` with ``decisions``."""
     efficiency = VECTOR_EFFICIENCY if decisions.vector_width > 1 else SCALAR_EFFICIENCY
     bandwidth_us = moved_bytes(row, decisions) / (target.memory_bytes_per_us * efficiency)
     return max(bandwidth_us, latency_us(row, decisions, target)) + target.launch_us
+
+
+def best_settings(kernel: loop_ir.Kernel, target: Target, count: int) -> list[Setting]:
+    """The schedule's own decisions, then the cheapest others of a warp to a full block per row,
+    the row kept in registers or read again: the estimate cannot tell most of them apart where
+    the row is read at the bandwidth, which is where measuring them pays."""
+    row = analyse(kernel)
+    own = decide(row, target, {})
+    found = {own: estimate_us(row, own, target)}
+    threads = target.warp_size
+    while threads <= target.max_threads_per_block:
+        for in_registers in (True, False):
+            try:
+                decisions = decide(row, target, {"threads": threads, "row_in_registers": in_registers})
+            except ScheduleError:
+                continue
+            found.setdefault(decisions, estimate_us(row, decisions, target))
+        threads *= 2
+    others = sorted((d for d in found if d != own), key=lambda d: found[d])
+    return [Setting(SCHEDULE_NAME, attrs.asdict(d), found[d]) for d in [own, *others][:count]]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from lamina.core.ir import kernel_ir, loop_ir, tile_ir
+from lamina.core.selection import Setting
 from lamina.core.target import Target
 from lamina.plugins.schedules.row_reduction import cost, lowering, tiling
 from lamina.plugins.schedules.row_reduction.recognise import NotARowReduction, analyse
@@ -41,3 +42,6 @@ class RowReductionSchedule:
 
     def estimate_cost(self, kernel: loop_ir.Kernel, target: Target) -> float:
         return cost.estimate_cost(kernel, target)
+
+    def best_settings(self, kernel: loop_ir.Kernel, target: Target, count: int) -> list[Setting]:
+        return cost.best_settings(kernel, target, count)

@@ -374,3 +374,17 @@ def test_a_kernel_with_no_elements_launches_one_idle_block():
     assert lowered.launch.grid == (1, 1, 1)
     out, report = run_on_simulator(case, lowered, case.inputs())
     assert out.shape == (0, 8) and report.faults == []
+
+
+def test_the_best_settings_are_its_own_then_other_blocks_each_reproduced_by_its_knobs():
+    kernel = lamina.compile(lambda a, b: torch.nn.functional.silu(a) * b,
+                            (torch.randn(300, 1000), torch.randn(300, 1000))).compilation.loop.kernels[0]
+    settings = SCHEDULE.best_settings(kernel, SM_90, 5)
+    assert len(settings) == 5 and {s.estimate_us for s in settings} == {SCHEDULE.estimate_cost(kernel, SM_90)}
+    tiles = [SCHEDULE.schedule(kernel, SM_90, dict(s.knobs)) for s in settings]
+    assert tiles[0] == SCHEDULE.schedule(kernel, SM_90, {})
+    assert len(set(tiles)) == 5
+    for s, tile in zip(settings, tiles):
+        knobs = dict(s.knobs)
+        assert (tile.grid[0].threads, tile.vector_width, dict(tile.knobs)["vectors_per_thread"]) == \
+            (knobs["threads"], knobs["vector_width"], knobs["vectors_per_thread"])
