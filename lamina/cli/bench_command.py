@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import sys
 from pathlib import Path
 from typing import IO, Callable
@@ -69,7 +70,7 @@ def command_words(args) -> list[str]:
             words += [option, str(value)]
     if args.replays != DEFAULT_REPLAYS:
         words += ["--replays", str(args.replays)]
-    return words
+    return words + (["--selection", args.selection] if args.selection else [])
 
 
 def check_run_options(args) -> None:
@@ -82,6 +83,8 @@ def check_run_options(args) -> None:
 
 
 def bench_command(args) -> int:
+    if args.selection:  # read by every compile of the run, the model suite's through torch.compile included
+        os.environ["LAMINA_SELECTION"] = args.selection
     if args.models:
         return models_command(args)
     only_models = [option for option, given in (("--layers", args.layers), ("--measure-lock", args.measure_lock),
@@ -151,6 +154,7 @@ def model_command_words(args) -> list[str]:
         words += ["--replays", str(args.replays)]
     if args.measure_lock:
         words += ["--measure-lock", args.measure_lock]
+    words += ["--selection", args.selection] if args.selection else []
     return words + [flag for flag, given in (("--no-torch-compile", args.no_torch_compile),
                                              ("--no-per-layer", args.no_per_layer)) if given]
 

@@ -81,12 +81,40 @@ def build_parser() -> argparse.ArgumentParser:
     cache_parser.add_argument("action", choices=("info", "clear"),
                               help="info: the entries and bytes of each cache and the size limit; clear: remove them")
     _add_bench_parser(commands)
+    _add_tune_parser(commands)
     models_parser = commands.add_parser(
         "models", help="list the architectures lamina compiles whole",
         description="List the architectures of the model matrix: each one is checked in CI through lamina.compile "
                     "and torch.compile(backend=\"lamina\"), scaled down, against eager PyTorch.")
     models_parser.add_argument("--markdown", action="store_true", help="print the README's table of them")
     return parser
+
+
+def _add_tune_parser(commands) -> None:
+    tune = commands.add_parser(
+        "tune", help="measure kernels' settings on the GPU for selection = \"autotune\"",
+        description="Compile a program (a PyTorch expression, the built-in example, or a shipped model's forward "
+                    "pass through torch.compile) and measure, on the GPU, the cost model's best few settings of "
+                    "every kernel the tuning database does not hold yet; keep the fastest there. Compiles with "
+                    "selection = \"autotune\" (LAMINA_SELECTION=autotune) then use it. The database is tuning.json "
+                    "in the cache directory.",
+        epilog="examples: lamina tune --model tinyllama --dtype bfloat16 --seq 128 --seq 2048; "
+               "lamina tune --export h200.json; lamina tune --report")
+    tune.add_argument("-c", "--code", metavar="EXPR", help="a PyTorch expression of the inputs (as for lamina run)")
+    tune.add_argument("--input", action="append", metavar="NAME=SHAPE[:DTYPE]", help=INPUT_HELP)
+    tune.add_argument("--target", help="compile for this target (default: the visible GPU)")
+    tune.add_argument("--model", choices=sorted(MODELS), help="tune a shipped model's forward pass instead")
+    tune.add_argument("--seq", type=int, action="append", metavar="TOKENS",
+                      help="with --model: tokens in the input (default: 128); repeatable")
+    tune.add_argument("--layers", type=int, metavar="N", help="with --model: keep the first N decoder layers")
+    tune.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="with --model: the weights' dtype")
+    tune.add_argument("--candidates", type=int, default=4, metavar="N",
+                      help="settings measured per kernel, the cost model's choice first (default: 4)")
+    tune.add_argument("--export", dest="export_to", metavar="FILE",
+                      help="write the tuning database to FILE, to carry it to another machine of the same kind")
+    tune.add_argument("--import", dest="import_from", metavar="FILE", help="add the entries of FILE to the database")
+    tune.add_argument("--report", action="store_true",
+                      help="print where the measurements disagreed with the cost model's ranking, by schedule and knob")
 
 
 def _add_bench_parser(commands) -> None:
@@ -112,6 +140,9 @@ def _add_bench_parser(commands) -> None:
                        help="the JSON record (default: benchmarks/results/<date>_<gpu>_bench.json, "
                             "with --models <date>_<gpu>_models.json)")
     bench.add_argument("--plot", metavar="PATH", help="also draw the speedups as a PNG (needs lamina[plot])")
+    bench.add_argument("--selection", metavar="POLICY",
+                       help="compile lamina's contender with this selection policy: autotune takes the settings "
+                            "lamina tune measured (default: the configuration's, cost_model)")
     models = bench.add_argument_group(
         "whole models", "prefill of ARCH.bBATCH.sLENGTH.DTYPE cases: every architecture of lamina's model matrix at "
                         "batch 1 and 8, bf16 and fp32, with random weights (needs pip install \"lamina[models]\")")
@@ -154,6 +185,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "bench":
             from lamina.cli.bench_command import bench_command
             return bench_command(args)
+        if args.command == "tune":
+            from lamina.cli.tune_command import check_arguments, tune_command
+            check_arguments(args)
+            return tune_command(args)
         if args.command == "cache":
             from lamina.cli.cache_command import cache_command
             return cache_command(args)

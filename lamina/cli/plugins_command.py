@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from lamina.core.config import Config, load_config
-from lamina.core.plugins import PluginManager, get_plugin_manager
+from lamina.core.plugins import CONTRIB_PLUGINS, PluginManager, get_plugin_manager
 from lamina.core.registry import Entry
 
 _PLURAL = {"fusion_rule": "fusion rules", "kernel_pass": "kernel passes", "selection_policy": "selection policies"}
@@ -38,6 +38,8 @@ def _print_plugins(manager: PluginManager) -> None:
         origin = "built-in" if p.builtin else (p.distribution or "unknown distribution")
         print(f"{p.name}  {p.version or ''}  ({origin})  [{p.status}]")
         print(f"  module: {p.module}")
+        if p.status == "off":
+            print(f"  opt-in: loaded where the configuration says selection = {CONTRIB_PLUGINS[p.name][1]!r}")
         if p.error:
             print(f"  error: {p.error}")
         if p.hooks:

@@ -50,6 +50,10 @@ BUILTIN_PLUGINS = {
     "lamina.builtin.backends.reference": "lamina.backends.reference.plugin",
     "lamina.builtin.backends.cuda": "lamina.backends.cuda.plugin",
 }
+#: Opt-in plugins shipped with lamina (``lamina/contrib``), loaded only where the configuration asks
+#: for what they provide: name -> (module, the selection policy it registers). Elsewhere ``lamina
+#: plugins`` lists them as ``off``.
+CONTRIB_PLUGINS = {"lamina.contrib.autotune": ("lamina.contrib.autotune.plugin", "autotune")}
 #: Built-in plugins renamed in this release: new name -> old name, still honoured in ``disable``.
 FORMER_BUILTIN_NAMES = {"lamina.builtin.schedules.matmul_row_reduction": "lamina.builtin.schedules.contraction_rows"}
 
@@ -67,7 +71,7 @@ class PluginInfo:
     distribution: str | None = None
     version: str | None = None
     builtin: bool = False
-    status: str = "loaded"  # loaded | blocked | failed
+    status: str = "loaded"  # loaded | blocked | failed | off (an opt-in plugin not asked for)
     error: str | None = None
     hooks: list[str] = attrs.field(factory=list)
     registered: list[tuple[str, str]] = attrs.field(factory=list)
@@ -115,6 +119,13 @@ class PluginManager:
         for name, module in BUILTIN_PLUGINS.items():
             info = PluginInfo(name=name, module=module, distribution="lamina", version=__version__, builtin=True)
             self._add(info, lambda module=module: importlib.import_module(module))
+        for name, (module, _) in CONTRIB_PLUGINS.items():
+            info = PluginInfo(name=name, module=module, distribution="lamina", version=__version__, builtin=True)
+            if name in contrib_asked_for(self.config):
+                self._add(info, lambda module=module: importlib.import_module(module))
+            else:
+                info.status = "off"
+                self.plugins.append(info)
         for ep in sorted(self._entry_points(), key=lambda ep: ep.name):
             dist = getattr(ep, "dist", None)
             info = PluginInfo(
@@ -240,9 +251,15 @@ def _installed_entry_points() -> list:
 _managers: dict[tuple, PluginManager] = {}
 
 
+def contrib_asked_for(config: Config) -> tuple[str, ...]:
+    """The opt-in plugins ``config`` asks for: by the selection policy one provides, or by name in ``plugins``."""
+    return tuple(name for name, (_, policy) in CONTRIB_PLUGINS.items()
+                 if config.selection == policy or name in (config.plugins or ()))
+
+
 def get_plugin_manager(config: Config) -> PluginManager:
     """The plugin manager for ``config``'s plugin settings, created (and plugins loaded) on first use."""
-    key = (config.plugins, config.disable, config.strict_plugins, config.strict)
+    key = (config.plugins, config.disable, config.strict_plugins, config.strict, contrib_asked_for(config))
     manager = _managers.get(key)
     if manager is None:
         manager = _managers[key] = PluginManager(config)

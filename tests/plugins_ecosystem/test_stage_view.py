@@ -71,9 +71,9 @@ def test_the_configuration_is_shown():
 
 
 def test_names_that_are_not_registered_are_flagged():
-    text = "\n".join(format_stage_view(view(schedule="fastest", selection="autotune", target="sm_75")))
+    text = "\n".join(format_stage_view(view(schedule="fastest", selection="fastest_guess", target="sm_75")))
     assert "configured: fastest, wherever it applies  (NOT REGISTERED: compiles will fail)" in text
-    assert "selection policy: autotune  (NOT REGISTERED: compiles will fail)" in text
+    assert "selection policy: fastest_guess  (NOT REGISTERED: compiles will fail)" in text
     assert "target: sm_75 (configured)  (NOT REGISTERED; known: sm_80, sm_90)" in text
 
 
