@@ -99,7 +99,7 @@ def _add_tune_parser(commands) -> None:
                     "selection = \"autotune\" (LAMINA_SELECTION=autotune) then use it. The database is tuning.json "
                     "in the cache directory.",
         epilog="examples: lamina tune --model tinyllama --dtype bfloat16 --seq 128 --seq 2048; "
-               "lamina tune --export h200.json; lamina tune --report")
+               "lamina tune --models --filter 'llama.b1.*.bf16'; lamina tune --export h200.json; lamina tune --report")
     tune.add_argument("-c", "--code", metavar="EXPR", help="a PyTorch expression of the inputs (as for lamina run)")
     tune.add_argument("--input", action="append", metavar="NAME=SHAPE[:DTYPE]", help=INPUT_HELP)
     tune.add_argument("--target", help="compile for this target (default: the visible GPU)")
@@ -107,7 +107,12 @@ def _add_tune_parser(commands) -> None:
     tune.add_argument("--seq", type=int, action="append", metavar="TOKENS",
                       help="with --model: tokens in the input (default: 128); repeatable")
     tune.add_argument("--layers", type=int, metavar="N", help="with --model: keep the first N decoder layers")
-    tune.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="with --model: the weights' dtype")
+    tune.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
+                      help="with --model: the weights' dtype; with --models: only cases of this dtype")
+    tune.add_argument("--models", action="store_true",
+                      help="tune the cases of lamina bench --models instead, built and called as the bench does")
+    tune.add_argument("--filter", action="append", metavar="PATTERN",
+                      help="with --models: only cases whose name contains PATTERN or matches it as a glob; repeatable")
     tune.add_argument("--candidates", type=int, default=4, metavar="N",
                       help="settings measured per kernel, the cost model's choice first (default: 4)")
     tune.add_argument("--export", dest="export_to", metavar="FILE",

@@ -4,6 +4,7 @@ the tuning database, which compiles with ``selection = "autotune"`` then read
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import torch
@@ -45,6 +46,8 @@ def tune_command(args) -> int:
     with tuning.session(candidates=args.candidates) as session:
         if args.model is not None:
             _tune_model(args)
+        elif args.models:
+            _tune_model_cases(args)
         else:
             spec = program_spec(args.code, args.input)
             print(f"program   {spec.describe()}")
@@ -76,6 +79,22 @@ def _tune_model(args) -> None:
             compiled(input_ids=random_input_ids(config, seq, device="cuda", seed=0))
 
 
+def _tune_model_cases(args) -> None:
+    """The cases of ``lamina bench --models`` that ``--filter`` and ``--dtype`` select, built and called as the
+    bench calls them, so that ``lamina bench --models --selection autotune`` finds their kernels tuned."""
+    from lamina.cli.bench_command import select_model_cases
+
+    for case in select_model_cases(argparse.Namespace(layers=None, dtype=args.dtype, filter=args.filter)):
+        torch._dynamo.reset()
+        model = case.build(device="cuda", seed=0)
+        print(f"tuning    {case.name}: {case.describe()}", file=sys.stderr, flush=True)
+        compiled = torch.compile(model, backend="lamina", dynamic=False, options=SETTINGS)
+        with torch.no_grad():
+            compiled(**case.inputs(model, device="cuda", seed=0))
+        del model, compiled
+        torch.cuda.empty_cache()
+
+
 def _reasons(untuned: list[tuple[str, str]]) -> str:
     counts: dict[str, int] = {}
     for _, why in untuned:
@@ -86,11 +105,18 @@ def _reasons(untuned: list[tuple[str, str]]) -> str:
 def check_arguments(args) -> None:
     actions = [flag for flag, given in (("--export", args.export_to), ("--import", args.import_from),
                                         ("--report", args.report)) if given]
-    program = [flag for flag, given in (("-c", args.code), ("--input", args.input), ("--model", args.model)) if given]
-    if len(actions) > 1 or (actions and program):
-        raise LaminaError(f"{', '.join(actions + program)}: give one of --export, --import, --report, or a program "
+    programs = [flag for flag, given in (("-c/--input", args.code or args.input), ("--model", args.model),
+                                         ("--models", args.models)) if given]
+    if len(actions) > 1 or (actions and programs):
+        raise LaminaError(f"{', '.join(actions + programs)}: give one of --export, --import, --report, or a program "
                           "to tune")
-    if args.model is None and (args.seq or args.layers or args.dtype):
-        raise LaminaError("--seq, --layers and --dtype choose what --model builds; add --model")
+    if len(programs) > 1:
+        raise LaminaError(f"{', '.join(programs)}: tune one kind of program at once")
+    if args.model is None and (args.seq or args.layers):
+        raise LaminaError("--seq and --layers choose what --model builds; add --model")
+    if args.model is None and not args.models and args.dtype:
+        raise LaminaError("--dtype chooses what --model builds, or which cases of --models; add one of them")
+    if args.filter and not args.models:
+        raise LaminaError("--filter picks cases of --models; add --models")
     if args.candidates < 2:
         raise LaminaError(f"--candidates {args.candidates}: tuning compares at least 2 settings per kernel")
