@@ -2,7 +2,8 @@
 
     python benchmarks/models_in_parallel.py --processes 12 --out MERGED.json \\
         --filter '*.s128.*' --filter 'vit.b8.*' [--parts DIR] [--replays 100] \\
-        [--not-in RECORD.json ...] [--heavy '*.b8.s2048.*' --heavy-processes 2] [--case-timeout S] [--list]
+        [--not-in RECORD.json ...] [--heavy '*.b8.s2048.*' --heavy-processes 2] [--case-timeout S] [--list] \\
+        [--selection autotune] [--no-torch-compile] [--no-per-layer]
 
 Each selected case runs in a process of its own (a crash loses that case alone), at most
 ``--processes`` at once: the cases of the first ``--filter`` first, and within each filter's
@@ -60,6 +61,9 @@ def main() -> None:
     parser.add_argument("--heavy", action="append", default=[], metavar="PATTERN",
                         help="cases that run at most --heavy-processes at once (repeatable)")
     parser.add_argument("--heavy-processes", type=int, default=2)
+    parser.add_argument("--selection", help="passed on to each lamina bench (autotune: the tuned settings)")
+    parser.add_argument("--no-torch-compile", action="store_true", help="passed on to each lamina bench")
+    parser.add_argument("--no-per-layer", action="store_true", help="passed on to each lamina bench")
     parser.add_argument("--case-timeout", type=float, default=1200.0, metavar="SECONDS",
                         help="stop a case's process after this long (default %(default)s)")
     parser.add_argument("--list", action="store_true", help="print the queue and run nothing")
@@ -79,13 +83,16 @@ def main() -> None:
     parts = Path(args.parts or Path(args.out).with_suffix(".parts"))
     parts.mkdir(parents=True, exist_ok=True)
     lock = parts / "lock"
+    passed_on = (["--selection", args.selection] if args.selection else []) + \
+        [flag for flag, given in (("--no-torch-compile", args.no_torch_compile), ("--no-per-layer", args.no_per_layer))
+         if given]
     merging = threading.Lock()
     start = time.time()
 
     def run(case) -> str:
         record = parts / f"{case.name}.json"
         command = ["lamina", "bench", "--models", "--filter", case.name, "--replays", str(args.replays),
-                   "--measure-lock", str(lock), "--out", str(record)]
+                   "--measure-lock", str(lock), "--out", str(record)] + passed_on
         with open(parts / f"{case.name}.txt", "w") as log:
             code = run_case(command, log, args.case_timeout)
         with merging:
