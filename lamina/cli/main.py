@@ -108,11 +108,14 @@ def _add_tune_parser(commands) -> None:
                       help="with --model: tokens in the input (default: 128); repeatable")
     tune.add_argument("--layers", type=int, metavar="N", help="with --model: keep the first N decoder layers")
     tune.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
-                      help="with --model: the weights' dtype; with --models: only cases of this dtype")
+                      help="with --model: the weights' dtype; with --models or --kernels: only cases of this dtype")
     tune.add_argument("--models", action="store_true",
                       help="tune the cases of lamina bench --models instead, built and called as the bench does")
+    tune.add_argument("--kernels", action="store_true",
+                      help="tune the cases of the kernel suite (lamina bench) instead, on the bench's inputs")
     tune.add_argument("--filter", action="append", metavar="PATTERN",
-                      help="with --models: only cases whose name contains PATTERN or matches it as a glob; repeatable")
+                      help="with --models or --kernels: only cases whose name contains PATTERN or matches it as a "
+                           "glob; repeatable")
     tune.add_argument("--candidates", type=int, default=4, metavar="N",
                       help="settings measured per kernel, the cost model's choice first (default: 4)")
     tune.add_argument("--export", dest="export_to", metavar="FILE",

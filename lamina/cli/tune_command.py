@@ -48,6 +48,8 @@ def tune_command(args) -> int:
             _tune_model(args)
         elif args.models:
             _tune_model_cases(args)
+        elif args.kernels:
+            _tune_kernel_cases(args)
         else:
             spec = program_spec(args.code, args.input)
             print(f"program   {spec.describe()}")
@@ -95,6 +97,17 @@ def _tune_model_cases(args) -> None:
         torch.cuda.empty_cache()
 
 
+def _tune_kernel_cases(args) -> None:
+    """The cases of the kernel suite (``lamina bench``) that ``--filter`` and ``--dtype`` select, on the
+    inputs the bench makes."""
+    from lamina.cli.bench_command import select_cases
+
+    for case in select_cases(argparse.Namespace(suite_file=None, dtype=args.dtype, filter=args.filter)):
+        print(f"tuning    {case.name}: {case.expression}", file=sys.stderr, flush=True)
+        program = case.program()
+        lamina.compile(program.function(), program.example_inputs(seed=0, device="cuda"), **SETTINGS)
+
+
 def _reasons(untuned: list[tuple[str, str]]) -> str:
     counts: dict[str, int] = {}
     for _, why in untuned:
@@ -106,7 +119,7 @@ def check_arguments(args) -> None:
     actions = [flag for flag, given in (("--export", args.export_to), ("--import", args.import_from),
                                         ("--report", args.report)) if given]
     programs = [flag for flag, given in (("-c/--input", args.code or args.input), ("--model", args.model),
-                                         ("--models", args.models)) if given]
+                                         ("--models", args.models), ("--kernels", args.kernels)) if given]
     if len(actions) > 1 or (actions and programs):
         raise LaminaError(f"{', '.join(actions + programs)}: give one of --export, --import, --report, or a program "
                           "to tune")
@@ -114,9 +127,9 @@ def check_arguments(args) -> None:
         raise LaminaError(f"{', '.join(programs)}: tune one kind of program at once")
     if args.model is None and (args.seq or args.layers):
         raise LaminaError("--seq and --layers choose what --model builds; add --model")
-    if args.model is None and not args.models and args.dtype:
-        raise LaminaError("--dtype chooses what --model builds, or which cases of --models; add one of them")
-    if args.filter and not args.models:
-        raise LaminaError("--filter picks cases of --models; add --models")
+    if args.model is None and not (args.models or args.kernels) and args.dtype:
+        raise LaminaError("--dtype chooses what --model builds, or which cases of --models or --kernels; add one")
+    if args.filter and not (args.models or args.kernels):
+        raise LaminaError("--filter picks cases of --models or --kernels; add one of them")
     if args.candidates < 2:
         raise LaminaError(f"--candidates {args.candidates}: tuning compares at least 2 settings per kernel")

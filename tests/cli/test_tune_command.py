@@ -65,7 +65,8 @@ def test_tuning_needs_a_gpu(database, capsys):
     (["tune", "--report", "--model", "tinyllama"], "give one of --export, --import, --report, or a program"),
     (["tune", "--seq", "128"], "--seq and --layers choose what --model builds"),
     (["tune", "--model", "tinyllama", "--models"], "--model, --models: tune one kind of program at once"),
-    (["tune", "--filter", "llama"], "--filter picks cases of --models"),
+    (["tune", "--filter", "llama"], "--filter picks cases of --models or --kernels"),
+    (["tune", "--models", "--kernels"], "--models, --kernels: tune one kind of program at once"),
     (["tune", "--candidates", "1"], "tuning compares at least 2 settings per kernel"),
 ])
 def test_arguments_that_do_not_go_together_are_one_clear_message(argv, message, capsys):
