@@ -14,6 +14,9 @@ import contextlib
 import sys
 from typing import Any, Callable, Iterator, Sequence
 
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
 from lamina.contrib.autotune.database import Entry, Measured, TuningDatabase
 from lamina.contrib.autotune.measure import CandidateRuns, Timer, gpu_time_us
 from lamina.contrib.autotune.provenance import device_name, driver_version
@@ -78,6 +81,27 @@ class Session:
             except LaminaError as e:
                 built.append(None)
                 problems.append(f"could not be built: {e}")
+        # Within torch.compile the pipeline may run under a dispatch mode (fake tensors) and with
+        # gradients on: the candidates run on real tensors, as a program's call would.
+        with _disable_current_modes(), torch.no_grad():
+            measured = self._measure(kernel, context, settings, built, problems)
+        if measured[0].time_us is None:
+            self.untuned.append((kernel.name, f"the cost model's choice {measured[0].problem}"))
+            return None
+        winner = min((i for i, m in enumerate(measured) if m.time_us is not None), key=lambda i: measured[i].time_us)
+        entry = Entry(kernel.name, context.target.name, __version__, driver_version(), device_name(), measured, winner)
+        database.put({key: entry})
+        self.tuned.append((kernel.name, entry))
+        ran = sum(m.time_us is not None for m in measured)
+        which = "the cost model's choice, " if winner == 0 else ""
+        self.echo(f"tuned {kernel.name}: {entry.chosen.time_us:.1f} us ({which}{entry.chosen.schedule}); the cost "
+                  f"model's choice {entry.cost_models.time_us:.1f} us; {ran} of {len(measured)} candidates ran")
+        return entry
+
+    def _measure(self, kernel: loop_ir.Kernel, context: SelectionContext, settings: list[Setting], built: list[Any],
+                 problems: list[str | None]) -> list[Measured]:
+        """Each candidate run and timed, its result checked against the first's (the cost model's
+        choice); measuring stops at the first where that one did not run."""
         runs = CandidateRuns(kernel, context, self.backend, self.timer)
         runs.prepare([k for k in built if k is not None])
         measured, reference = [], None
@@ -96,17 +120,8 @@ class Session:
                     time_us = None if problem else time_us
             measured.append(Measured(setting.schedule, dict(setting.knobs), setting.estimate_us, time_us, problem))
             if position == 0 and time_us is None:
-                self.untuned.append((kernel.name, f"the cost model's choice {problem}"))
-                return None
-        winner = min((i for i, m in enumerate(measured) if m.time_us is not None), key=lambda i: measured[i].time_us)
-        entry = Entry(kernel.name, context.target.name, __version__, driver_version(), device_name(), measured, winner)
-        database.put({key: entry})
-        self.tuned.append((kernel.name, entry))
-        ran = sum(m.time_us is not None for m in measured)
-        self.echo(f"tuned {kernel.name}: {entry.chosen.time_us:.1f} us ({entry.chosen.schedule}"
-                  f"{', the cost model choice' if winner == 0 else ''}), the cost model's choice "
-                  f"{entry.cost_models.time_us:.1f} us; {ran} of {len(measured)} candidates ran")
-        return entry
+                break
+        return measured
 
 
 def candidate_settings(kernel: loop_ir.Kernel, schedules: Sequence[Any], target: Any, count: int) -> list[Setting]:
