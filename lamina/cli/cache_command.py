@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lamina.contrib.autotune.policy import database_of
 from lamina.core import cache_usage
 from lamina.core.config import load_config, size_limit, user_cache_dir
 
@@ -45,4 +46,8 @@ def cache_command(args) -> int:
     print(f"  {'total:':10s} {_entries(count):>12s}  {human(total):>9s}")
     print(f"size limit: {human(limit) if limit is not None else 'none'} (cache_size_limit, LAMINA_CACHE_SIZE_LIMIT); "
           "past it, the entries used longest ago are removed")
+    tuned = database_of(config)
+    if tuned.path.exists():
+        print(f"tuning database: {tuned.path.name}, {len(tuned.entries())} tuned kernel(s) (lamina tune); neither "
+              "the limit nor lamina cache clear removes it")
     return 0

@@ -86,3 +86,11 @@ def test_bench_records_the_selection_it_ran_with():
     assert reproducing_command(command_words(args)) == "lamina bench --filter qwen --selection autotune"
     args = build_parser().parse_args(["bench", "--models", "--selection", "autotune", "--out", os.path.abspath("m.json")])
     assert reproducing_command(model_command_words(args)) == "lamina bench --models --out m.json --selection autotune"
+
+
+def test_cache_info_shows_the_tuning_database_and_clear_leaves_it(database, capsys):
+    database.put({"a": entry("mm", [12.0, 9.0, 11.0], 1)})
+    assert main(["cache", "info"]) == 0
+    assert "tuning database: tuning.json, 1 tuned kernel(s) (lamina tune)" in capsys.readouterr().out
+    assert main(["cache", "clear"]) == 0
+    assert list(database.entries()) == ["a"]
