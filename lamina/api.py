@@ -228,6 +228,8 @@ class Specialization:
         return self.binding.outputs(args, computed)
 
     def _launch(self, tensors: Sequence[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+        if device.type == "cuda" and device.index is None:  # "cuda" is the current GPU, where tensors say cuda:N
+            device = torch.device("cuda", torch.cuda.current_device())
         inputs = []
         for graph_input, tensor in zip(self.compilation.graph.inputs, tensors):
             if tensor.device != device and graph_input.kind == "constant":

@@ -30,6 +30,33 @@ def test_a_dynamic_axis_compiles_once_and_runs_at_every_size_in_its_range():
     assert len(compiled.specializations) == 1
 
 
+def test_a_builtin_function_takes_dynamic_shapes_per_argument():
+    """``F.linear`` has no signature Python reads: export sees one argument, the tuple of all."""
+    w, bias = torch.randn(24, 16), torch.randn(24)
+    compiled = lamina.compile(torch.nn.functional.linear, (torch.randn(8, 16), w, bias),
+                              dynamic_shapes=({0: SEQ}, None, None))
+    for rows in (8, 3, 70):
+        x = torch.randn(rows, 16)
+        torch.testing.assert_close(compiled(x, w, bias), torch.nn.functional.linear(x, w, bias), rtol=1e-4, atol=1e-4)
+    assert len(compiled.specializations) == 1
+
+
+def padded_to_a_multiple_of_8(x):
+    """What SDPA does on CUDA to an attention mask: its last axis padded to a multiple of 8."""
+    n = x.shape[-1]
+    return torch.nn.functional.pad(x, (0, -((n + 1) % 8) + 7), value=-1.0) * 2
+
+
+def test_a_pad_of_a_width_known_only_at_run_time_compiles_once():
+    compiled = lamina.compile(padded_to_a_multiple_of_8, (torch.randn(3, 13),), dynamic_shapes=({1: SEQ},))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for n in (13, 5, 16, 31, 100):
+            x = torch.randn(3, n)
+            torch.testing.assert_close(compiled(x), padded_to_a_multiple_of_8(x))
+    assert len(compiled.specializations) == 1
+
+
 def test_a_size_outside_the_declared_range_is_refused_and_another_static_shape_compiles_again():
     w = torch.randn(16, 24)
     compiled = lamina.compile(scaled_projection, (torch.randn(8, 16), w), dynamic_shapes=({0: SEQ}, None))

@@ -169,6 +169,16 @@ def _named_forward(fn: Callable) -> Callable:
     return forward
 
 
+def _takes_only_star_args(module: torch.nn.Module) -> bool:
+    """Whether ``module.forward`` is ``forward(*args)``: a function without a signature Python can
+    read (a builtin such as ``F.linear``)."""
+    try:
+        parameters = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    return [p.kind for p in parameters] == [inspect.Parameter.VAR_POSITIONAL]
+
+
 def _renamed(fn: types.FunctionType) -> types.FunctionType:
     renamed = types.FunctionType(fn.__code__.replace(co_name="forward"), fn.__globals__, "forward",
                                  fn.__defaults__, fn.__closure__)
@@ -191,6 +201,8 @@ def capture(program: Callable | torch.nn.Module, example_inputs: Sequence[Any],
     check_argument_kinds(flatten_call(example_inputs, example_kwargs)[0], "example input")
     register_library_containers()
     module = program if isinstance(program, torch.nn.Module) else _FunctionModule(program)
+    if _takes_only_star_args(module) and isinstance(dynamic_shapes, (tuple, list)):
+        dynamic_shapes = (tuple(dynamic_shapes),)  # export sees one argument, the tuple of them all
     table = _decomposition_table(keep)
     with returning_leaves(module) as output_structure:
         exported = _export(module, example_inputs, example_kwargs, dynamic_shapes)
