@@ -59,13 +59,18 @@ class Session:
         self.candidates, self.backend, self.timer, self.echo = candidates, backend, timer, echo
         #: What was measured, by kernel name, in the order the kernels were tuned.
         self.tuned: list[tuple[str, Entry]] = []
-        #: The kernels not measured, and why.
+        #: The kernels not measured, and why (each distinct kernel once).
         self.untuned: list[tuple[str, str]] = []
+        self._tried: set[str] = set()
 
     def tune(self, kernel: loop_ir.Kernel, key: str, schedules: Sequence[Any], context: SelectionContext,
              database: TuningDatabase) -> Entry | None:
         """Measures ``kernel``'s candidates and records the result in ``database``; None where there
-        was nothing to choose between, or the cost model's choice itself did not run."""
+        was nothing to choose between, or the cost model's choice itself did not run (a model's layers
+        repeat their kernels: each distinct one is tried once)."""
+        if key in self._tried:
+            return None
+        self._tried.add(key)
         settings = candidate_settings(kernel, schedules, context.target, self.candidates)
         if len(settings) < 2:
             self.untuned.append((kernel.name, "a single setting to choose from"))

@@ -134,3 +134,22 @@ def test_tuning_without_a_gpu_says_it_needs_one(tmp_path):
     with pytest.raises(LaminaError, match="tuning measures kernels on a GPU, and none can run here"):
         with tuning.session(echo=lambda _: None):
             compile_it(tmp_path, program_cache=False)
+
+
+def test_a_kernel_repeated_by_a_models_layers_is_measured_once(tmp_path):
+    def two_layers(a, b, w):
+        return torch.relu(a @ w), torch.relu(b @ w)
+
+    a, w = inputs()
+    b = torch.randn(37, 96)
+    with tuning.session(backend="reference", timer=scripted(10.0, 5.0, 7.0, 8.0), echo=lambda _: None) as s:
+        compiled = lamina.compile(two_layers, (a, b, w), selection="autotune", cache_dir=str(tmp_path),
+                                  program_cache=False)
+    assert len(compiled.compilation.loop.kernels) == 2
+    assert [name for name, _ in s.tuned] == [compiled.compilation.loop.kernels[0].name] and s.untuned == []
+    notes = [dict(t.knobs)["selection"] for t in compiled.compilation.tiles]
+    assert notes == ["autotune: measured 5.0 us, the cost model's choice 10.0 us (fastest of 4)"] * 2
+    with tuning.session(candidates=1, backend="reference", echo=lambda _: None) as s:
+        lamina.compile(two_layers, (a, b, w), selection="autotune", cache_dir=str(tmp_path / "other"),
+                       program_cache=False)
+    assert s.untuned == [(compiled.compilation.loop.kernels[0].name, "a single setting to choose from")]
