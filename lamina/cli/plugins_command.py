@@ -23,13 +23,13 @@ def plugins_command(args) -> int:
     config = load_config()
     manager = get_plugin_manager(config)
     if args.json:
-        document = stage_view(manager) if args.stages else [attrs.asdict(p) for p in manager.plugins]
+        document = stage_view(manager, config) if args.stages else [attrs.asdict(p) for p in manager.plugins]
         print(json.dumps(document, indent=2))
         return 0
     if not args.stages:
         _print_plugins(manager)
         print()
-    print("\n".join(format_stage_view(stage_view(manager))))
+    print("\n".join(format_stage_view(stage_view(manager, config))))
     return 0
 
 
@@ -96,9 +96,10 @@ def _backends(config: Config, manager: PluginManager) -> dict[str, Any]:
     return {"configured": config.backend, "providers": found}
 
 
-def stage_view(manager: PluginManager) -> dict[str, Any]:
-    """Which provider each stage of a compile will use under ``manager``'s configuration."""
-    config, registry = manager.config, manager.registry
+def stage_view(manager: PluginManager, config: Config | None = None) -> dict[str, Any]:
+    """Which provider each stage of a compile will use under ``config`` (by default ``manager``'s,
+    which, shared between configurations of the same plugins, may be another's)."""
+    config, registry = config or manager.config, manager.registry
     ops = [registry.get("op", name) for name in registry.names("op")]
     by_plugin: dict[str, int] = {}
     for entry in ops:

@@ -262,17 +262,14 @@ class Pipeline:
     def choose_schedule(self, kernel: loop_ir.Kernel, target: Target, excluded: set[str] = frozenset()) -> Selection:
         """The schedule for ``kernel`` (and any knobs the selection policy pins), leaving out those
         named in ``excluded``."""
-        ranked = [e.provider for e in self.registry.ranked("schedule") if e.provider.name not in excluded]
-        if loop_ir.has_symbolic_sizes(kernel):
-            ranked = [s for s in ranked if getattr(s, "symbolic_sizes", False)]
         if self.config.schedule is not None:
             pinned = self.registry.get("schedule", self.config.schedule)
             if pinned is None:
                 known = ", ".join(self.registry.names("schedule"))
                 raise ConfigError(f"the configured schedule {self.config.schedule!r} is not registered; known: {known}")
-            if pinned.provider in ranked and _applies(pinned.provider, kernel, target):
+            if pinned.provider in self.candidate_schedules(kernel, target, excluded):
                 return Selection(pinned.provider)
-        candidates = [s for s in ranked if _applies(s, kernel, target)]
+        candidates = self.candidate_schedules(kernel, target, excluded)
         if not candidates:
             raise ScheduleError(
                 f"no schedule applies to loop kernel {kernel.name}:\n{loop_ir.format_kernel(kernel, '  ')}\n"
@@ -281,19 +278,25 @@ class Pipeline:
         policy = self.selection_policy()
         select = getattr(policy, "select", None)
         if select is None:
-            return Selection(policy.choose(kernel, candidates, target))
-        lowering = KernelLowering([e.provider for e in self.registry.ranked("kernel_pass")], target)
+            selection = Selection(policy.choose(kernel, candidates, target))
+        else:
+            lowering = KernelLowering([e.provider for e in self.registry.ranked("kernel_pass")], target)
 
-        def build(schedule: Any, pins: dict[str, Any]) -> tuple[tile_ir.TileKernel, kernel_ir.Kernel]:
-            tile = schedule.schedule(kernel, target, pins)
-            return tile, lowering.lower(schedule, tile)
+            def build(schedule: Any, pins: dict[str, Any]) -> tuple[tile_ir.TileKernel, kernel_ir.Kernel]:
+                tile = schedule.schedule(kernel, target, pins)
+                return tile, lowering.lower(schedule, tile)
 
-        selection = select(kernel, candidates, SelectionContext(target, self.config, self.registry, build))
-        if selection.schedule not in candidates:
-            raise PluginError(f"the selection policy {policy.name!r} chose {getattr(selection.schedule, 'name', '?')!r} "
-                              f"for kernel {kernel.name}, which is not one of the schedules that apply: "
-                              f"{', '.join(s.name for s in candidates)}")
+            selection = select(kernel, candidates, SelectionContext(target, self.config, self.registry, build))
+        _check_selection(selection, policy, kernel, candidates)
         return selection
+
+    def candidate_schedules(self, kernel: loop_ir.Kernel, target: Target, excluded: set[str] = frozenset()) -> list[Any]:
+        """The schedules the selection policy is offered for ``kernel``: those that apply (and take
+        sizes known only at run time, where it has some), best priority first, less ``excluded``."""
+        ranked = [e.provider for e in self.registry.ranked("schedule") if e.provider.name not in excluded]
+        if loop_ir.has_symbolic_sizes(kernel):
+            ranked = [s for s in ranked if getattr(s, "symbolic_sizes", False)]
+        return [s for s in ranked if _applies(s, kernel, target)]
 
     def selection_policy(self) -> Any:
         """The configured selection policy."""
@@ -305,6 +308,24 @@ class Pipeline:
 
     def _observe(self, level: str, ir: Any, compilation: Compilation) -> None:
         self.plugins.observe(level, ir, compilation)
+
+
+def _check_selection(selection: Any, policy: Any, kernel: loop_ir.Kernel, candidates: list[Any]) -> None:
+    """A ``PluginError`` naming the policy where its answer is not one the pipeline can use."""
+    where = f"the selection policy {policy.name!r}, for kernel {kernel.name},"
+    if not isinstance(selection, Selection):
+        raise PluginError(f"{where} returned {selection!r} from select, not a lamina.core.selection.Selection")
+    schedule = selection.schedule
+    if not any(schedule is c for c in candidates):
+        raise PluginError(f"{where} chose {getattr(schedule, 'name', schedule)!r}, which is not one of the schedules "
+                          f"that apply: {', '.join(c.name for c in candidates)}")
+    if selection.note is not None and not isinstance(selection.note, str):
+        raise PluginError(f"{where} gave the note {selection.note!r}; a note is text or None")
+    declared = getattr(schedule, "knob_names", None) or ()
+    undeclared = [k for k, _ in selection.knobs if k not in declared]
+    if undeclared:
+        raise PluginError(f"{where} pinned {', '.join(undeclared)}, which {schedule.name} does not take; it takes "
+                          f"{', '.join(declared) or 'no knobs'}")
 
 
 def _noted(tile: tile_ir.TileKernel, notes: list[str]) -> tile_ir.TileKernel:

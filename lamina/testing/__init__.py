@@ -16,9 +16,11 @@ from lamina.testing.backend_suite import BackendPluginSuite
 from lamina.testing.fusion_suite import FusionRulePluginSuite
 from lamina.testing.op_suite import OpPluginSuite
 from lamina.testing.schedule_suite import SchedulePluginSuite
+from lamina.testing.selection_suite import SelectionPolicySuite
 from lamina.testing.suite import PluginSuite
 
 __all__ = [
     "BackendPluginSuite", "Capabilities", "Case", "Check", "FusionRulePluginSuite", "OpCases", "OpPluginSuite",
-    "PluginSuite", "SchedulePluginSuite", "T", "cases_for", "check_id", "register_cases", "unary_cases",
+    "PluginSuite", "SchedulePluginSuite", "SelectionPolicySuite", "T", "cases_for", "check_id", "register_cases",
+    "unary_cases",
 ]

@@ -91,5 +91,5 @@ def test_a_schedule_that_is_not_a_candidate_is_refused():
     class Stranger:
         name = "stranger"
 
-    with pytest.raises(PluginError, match="chose 'stranger' for kernel .*, which is not one of the schedules"):
+    with pytest.raises(PluginError, match="for kernel .*, chose .stranger., which is not one of the schedules"):
         compile_with(Pinning({}, other=Stranger()))

@@ -3,7 +3,10 @@
 The file name does not start with ``test_``, so lamina's own test run never collects it.
 """
 
-from lamina.testing import Case, OpPluginSuite, SchedulePluginSuite, T
+from lamina.core.hookspecs import hookimpl
+from lamina.core.selection import Selection
+from lamina.plugins.schedules.generic import GenericSchedule
+from lamina.testing import Case, OpPluginSuite, SchedulePluginSuite, SelectionPolicySuite, T
 
 from tests.plugins_ecosystem import broken_plugin
 
@@ -37,3 +40,41 @@ class TestBrokenSchedule(SchedulePluginSuite):
     plugin = broken_plugin
     plugin_name = "broken"
     programs = ("elementwise", "row_sum")
+
+
+OWN_GENERIC = GenericSchedule()
+
+
+class OwnGeneric:
+    """Chooses a generic schedule it built itself, not the registered one it was offered: the
+    programs still compute the right numbers, but the pipeline gets a schedule it never checked."""
+
+    name = "own_generic"
+
+    def choose(self, kernel, candidates, target):
+        return OWN_GENERIC
+
+
+class UndeclaredKnob:
+    """Chooses a candidate, but its ``select`` pins a knob that no schedule declares, with a note that is no text."""
+
+    name = "undeclared_knob"
+
+    def choose(self, kernel, candidates, target):
+        return candidates[0]
+
+    def select(self, kernel, candidates, context):
+        return Selection(candidates[0], {"no_such_knob": 1}, note=3)
+
+
+class BrokenPolicies:
+    @hookimpl
+    def lamina_register_selection_policies(self, register):
+        register(OwnGeneric())
+        register(UndeclaredKnob())
+
+
+class TestBrokenPolicies(SelectionPolicySuite):
+    plugin = BrokenPolicies()
+    plugin_name = "broken_policies"
+    programs = ("elementwise", "matmul")

@@ -84,3 +84,25 @@ def test_a_program_the_schedule_does_not_apply_to_is_a_skip(report):
     skipped = results_of(report, "TestBrokenSchedule")["schedule=unguarded|program=row_sum|check=numerics"]
     assert skipped["outcome"] == "skipped"
     assert "applies to no kernel of program row_sum" in skipped["reason"]
+
+
+def test_a_policy_choosing_no_candidate_fails_and_its_programs_do_not_compile(report):
+    tests = results_of(report, "TestBrokenPolicies")
+    failed = tests["policy=own_generic|program=elementwise|check=chooses_a_candidate"]
+    assert failed["outcome"] == "failed"
+    assert "choose returned schedule generic, not one of" in failed["reason"]
+    assert tests["policy=own_generic|program=elementwise|check=deterministic"]["outcome"] == "passed"
+    compiled = tests["policy=own_generic|program=elementwise|check=numerics"]
+    assert compiled["outcome"] == "failed" and "the compile failed" in compiled["reason"]
+
+
+def test_a_selection_pinning_undeclared_knobs_is_reported(report):
+    tests = results_of(report, "TestBrokenPolicies")
+    failed = tests["policy=undeclared_knob|program=matmul|check=chooses_a_candidate"]
+    assert failed["outcome"] == "failed"
+    assert "pins knobs ['no_such_knob']" in failed["reason"]
+    assert "select's note is 3, not a str or None" in failed["reason"]
+    assert tests["policy=undeclared_knob|program=matmul|check=deterministic"]["outcome"] == "passed"
+    compiled = tests["policy=undeclared_knob|program=matmul|check=numerics"]
+    assert compiled["outcome"] == "failed" and "the compile failed" in compiled["reason"]
+    assert "policy=undeclared_knob|check=cache_key" not in tests
