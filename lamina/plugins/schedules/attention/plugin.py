@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+import attrs
+
 from lamina.core.errors import ScheduleError
 from lamina.core.hookspecs import hookimpl
 from lamina.core.ir import kernel_ir, loop_ir, tile_ir
+from lamina.core.selection import Setting
 from lamina.core.target import Target
 from lamina.plugins.schedules.attention import tiling
 from lamina.plugins.schedules.attention.decode import recognise as decode_recognise, tiling as decode_tiling
@@ -46,6 +49,15 @@ class AttentionSchedule:
         except ScheduleError:
             return float("inf")
 
+    def best_settings(self, kernel: loop_ir.Kernel, target: Target, count: int) -> list[Setting]:
+        """Its own choice (at its default stages), then the cheapest others, of every stage count."""
+        try:
+            own = tiling.choose(analyse(kernel), target, {})
+            others = tiling.ranked(analyse(kernel), target, {})
+        except ScheduleError:
+            return []
+        return settings_of(self.name, [(own[1], own[0])] + [o for o in others if o[1] != own[0]], count)
+
     def lower(self, tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Kernel:
         return lower_attention(tile, target)
 
@@ -77,8 +89,19 @@ class DecodeAttentionSchedule:
         except ScheduleError:
             return float("inf")
 
+    def best_settings(self, kernel: loop_ir.Kernel, target: Target, count: int) -> list[Setting]:
+        try:
+            return settings_of(self.name, decode_tiling.ranked(decode_recognise.analyse(kernel), target, {}), count)
+        except ScheduleError:
+            return []
+
     def lower(self, tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Kernel:
         return lower_decode_attention(tile, target)
+
+
+def settings_of(schedule: str, ranked: list[tuple[float, Any]], count: int) -> list[Setting]:
+    """The first ``count`` of ``ranked`` (estimate, choice) as settings: a choice's fields are its knobs."""
+    return [Setting(schedule, attrs.asdict(choice), estimate) for estimate, choice in ranked[:count]]
 
 
 @hookimpl

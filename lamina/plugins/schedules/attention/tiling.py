@@ -152,6 +152,14 @@ def estimate_us(a: Attention, choice: AttentionChoice, target: Target) -> float:
 
 def choose(a: Attention, target: Target, knobs: Mapping[str, Any]) -> tuple[AttentionChoice, float, int]:
     """The cheapest setting the pins allow, its estimate in microseconds, and how many were weighed."""
+    found = ranked(a, target, knobs, (DEFAULT_STAGES,))
+    return found[0][1], found[0][0], len(found)
+
+
+def ranked(a: Attention, target: Target, knobs: Mapping[str, Any],
+           stages: tuple[int, ...] = STAGES) -> list[tuple[float, AttentionChoice]]:
+    """Every setting the pins allow (of ``stages`` where they are not pinned) with its estimate,
+    cheapest first, larger blocks first among equals; a ``ScheduleError`` where none can run."""
     where = f"kernel {a.kernel.name}, attention schedule"
     if target.compute_capability != ARCH:
         raise ScheduleError(f"{where}: the attention schedule runs on Hopper (sm_90) only")
@@ -160,20 +168,19 @@ def choose(a: Attention, target: Target, knobs: Mapping[str, Any]) -> tuple[Atte
                             f"{MAX_FEATURES}")
     pinned = _read_pinned(knobs, where)
     found, problems = [], []
-    for queries, keys, stages in itertools.product(
+    for queries, keys, stage_count in itertools.product(
             [pinned["block_queries"]] if "block_queries" in pinned else BLOCK_QUERIES,
             [pinned["block_keys"]] if "block_keys" in pinned else BLOCK_KEYS,
-            [pinned["stages"]] if "stages" in pinned else (DEFAULT_STAGES,)):
-        choice = AttentionChoice(queries, keys, stages)
+            [pinned["stages"]] if "stages" in pinned else stages):
+        choice = AttentionChoice(queries, keys, stage_count)
         why = problem(a, choice, target)
         if why is not None:
             problems.append(why)
             continue
-        found.append((estimate_us(a, choice, target), -queries, -keys, choice))
+        found.append((estimate_us(a, choice, target), -queries, -keys, stage_count, choice))
     if not found:
         raise ScheduleError(f"{where}: no setting can run it: {'; '.join(dict.fromkeys(problems))}")
-    estimate, _, _, choice = min(found)
-    return choice, estimate, len(found)
+    return [(estimate, choice) for estimate, *_, choice in sorted(found, key=lambda f: f[:4])]
 
 
 VALUES_ALONG_FEATURES = " (staged as they lie, along the features, and transposed by the wgmma)"

@@ -134,6 +134,13 @@ def _pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
 
 def choose(d: DecodeAttention, target: Target, knobs: Mapping[str, Any]) -> tuple[DecodeChoice, float, int]:
     """The cheapest setting the pins allow, its estimate in microseconds, and how many were weighed."""
+    found = ranked(d, target, knobs)
+    return found[0][1], found[0][0], len(found)
+
+
+def ranked(d: DecodeAttention, target: Target, knobs: Mapping[str, Any]) -> list[tuple[float, DecodeChoice]]:
+    """Every setting the pins allow with its estimate, cheapest first (larger tiles first among
+    equals); a ``ScheduleError`` where none fits."""
     where = f"kernel {d.kernel.name}, attention_decode schedule"
     if target.compute_capability < MIN_ARCH:
         raise ScheduleError(f"{where}: the schedule copies with cp.async, which needs sm_80 or later")
@@ -153,8 +160,7 @@ def choose(d: DecodeAttention, target: Target, knobs: Mapping[str, Any]) -> tupl
             found.append((estimate_us(d, choice, target), -tile, keys, stages, choice))
     if not found:
         raise ScheduleError(f"{where}: no setting fits in {target.max_shared_bytes_optin} B of shared memory")
-    estimate, _, _, _, choice = min(found)
-    return choice, estimate, len(found)
+    return [(estimate, choice) for estimate, *_, choice in sorted(found, key=lambda f: f[:4])]
 
 
 @attrs.frozen
