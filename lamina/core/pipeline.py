@@ -262,14 +262,14 @@ class Pipeline:
     def choose_schedule(self, kernel: loop_ir.Kernel, target: Target, excluded: set[str] = frozenset()) -> Selection:
         """The schedule for ``kernel`` (and any knobs the selection policy pins), leaving out those
         named in ``excluded``."""
+        candidates = self.candidate_schedules(kernel, target, excluded)
         if self.config.schedule is not None:
             pinned = self.registry.get("schedule", self.config.schedule)
             if pinned is None:
                 known = ", ".join(self.registry.names("schedule"))
                 raise ConfigError(f"the configured schedule {self.config.schedule!r} is not registered; known: {known}")
-            if pinned.provider in self.candidate_schedules(kernel, target, excluded):
+            if pinned.provider in candidates:
                 return Selection(pinned.provider)
-        candidates = self.candidate_schedules(kernel, target, excluded)
         if not candidates:
             raise ScheduleError(
                 f"no schedule applies to loop kernel {kernel.name}:\n{loop_ir.format_kernel(kernel, '  ')}\n"
