@@ -60,18 +60,20 @@ class AutotunePolicy:
         entry = self._entries(database).get(key)
         if entry is None and tuning.active() is not None:
             entry = tuning.active().tune(kernel, key, candidates, context, database)
-        cost_models = cheapest(kernel, candidates, context.target)
         if entry is None:
-            return Selection(cost_models, note="autotune: not in the tuning database, so the cost model's choice")
+            return Selection(self.choose(kernel, candidates, context.target),
+                             note="autotune: not in the tuning database, so the cost model's choice")
         by_name = {s.name: s for s in candidates}
         chosen = entry.chosen
         if chosen.schedule not in by_name:
-            return Selection(cost_models, note=f"autotune: the tuned schedule {chosen.schedule} does not apply here, "
-                                               "so the cost model's choice")
+            return Selection(self.choose(kernel, candidates, context.target),
+                             note=f"autotune: the tuned schedule {chosen.schedule} does not apply here, so the cost "
+                                  "model's choice")
         measured = len([c for c in entry.candidates if c.time_us is not None])
         if entry.winner == 0:
-            return Selection(cost_models, note=f"autotune: the cost model's choice, measured fastest of {measured} "
-                                               f"({chosen.time_us:.1f} us)")
+            return Selection(self.choose(kernel, candidates, context.target),
+                             note=f"autotune: the cost model's choice, measured fastest of {measured} "
+                                  f"({chosen.time_us:.1f} us)")
         return Selection(by_name[chosen.schedule], chosen.knobs,
                          note=f"autotune: measured {chosen.time_us:.1f} us, the cost model's choice "
                               f"{entry.cost_models.time_us:.1f} us (fastest of {measured})")
