@@ -131,12 +131,13 @@ class CandidateRuns:
         with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(built), os.cpu_count() or 1)) as pool:
             list(pool.map(compiled, built))
 
-    def run(self, built: kernel_ir.Kernel) -> tuple[list[torch.Tensor], float]:
-        """The candidate's outputs on the random inputs, and its median time in microseconds."""
+    def run(self, built: kernel_ir.Kernel) -> tuple[list[torch.Tensor], Callable[[], float]]:
+        """The candidate's outputs on the random inputs, and a function that times it: its median
+        time in microseconds, each time it is called."""
         runner = self.backend.load(self.compilation(built), self.context.target)
         inputs = [t.clone() for t in self.inputs]
         outputs = runner(*inputs)
-        return [o.clone() for o in outputs], self.timer(lambda: runner(*inputs))
+        return [o.clone() for o in outputs], lambda: self.timer(lambda: runner(*inputs))
 
     def disagreement(self, outputs: Sequence[torch.Tensor], reference: Sequence[torch.Tensor]) -> str | None:
         """Why ``outputs`` are not the cost model's choice's, or None where they agree."""

@@ -31,6 +31,12 @@ def scripted(*times: float):
     return lambda call: (call(), next(sequence))[1]
 
 
+def each_twice(*times: float):
+    """A timer that reports ``times`` as the candidates' times in both of the tuner's passes: in
+    order, then in the opposite order."""
+    return scripted(*times, *reversed(times))
+
+
 def compile_it(cache, **settings):
     return lamina.compile(relu_of_product, inputs(), selection="autotune", cache_dir=str(cache), **settings)
 
@@ -40,7 +46,7 @@ def tile_line(compiled, key: str) -> str:
 
 
 def tune(cache, *times: float, candidates: int = 4):
-    with tuning.session(candidates=candidates, backend="reference", timer=scripted(*times), echo=lambda _: None) as s:
+    with tuning.session(candidates=candidates, backend="reference", timer=each_twice(*times), echo=lambda _: None) as s:
         compile_it(cache, program_cache=False)
     return s
 
@@ -77,6 +83,14 @@ def test_tuning_measures_the_candidates_and_a_later_compile_takes_the_fastest(tm
     torch.testing.assert_close(compiled(x, w), relu_of_product(x, w), rtol=1e-5, atol=1e-5)
 
 
+def test_each_candidate_keeps_the_faster_of_its_two_times_the_second_pass_in_the_opposite_order(tmp_path):
+    first_pass, second_pass = (10.0, 5.0, 7.0, 8.0), (9.0, 6.0, 7.5, 4.0)  # the second: last candidate first
+    with tuning.session(backend="reference", timer=scripted(*first_pass, *second_pass), echo=lambda _: None) as s:
+        compile_it(tmp_path, program_cache=False)
+    [(_, entry)] = s.tuned
+    assert [c.time_us for c in entry.candidates] == [4.0, 5.0, 6.0, 8.0] and entry.winner == 0
+
+
 def test_where_the_cost_models_choice_is_fastest_it_is_kept_as_the_cost_model_makes_it(tmp_path):
     tune(tmp_path, 4.0, 5.0, 7.0, 8.0)
     compiled = compile_it(tmp_path)
@@ -93,7 +107,10 @@ def test_a_candidate_whose_result_differs_is_not_chosen(tmp_path, monkeypatch):
         return ([o + 1 for o in outputs] if next(calls) == 1 else outputs), time_us
 
     monkeypatch.setattr(measure.CandidateRuns, "run", second_is_wrong)
-    [(_, entry)] = tune(tmp_path, 10.0, 5.0, 7.0, 8.0).tuned
+    timer = scripted(10.0, 5.0, 7.0, 8.0, 8.0, 7.0, 10.0)  # the second pass times the three that agree
+    with tuning.session(backend="reference", timer=timer, echo=lambda _: None) as session:
+        compile_it(tmp_path, program_cache=False)
+    [(_, entry)] = session.tuned
     assert entry.candidates[1].time_us is None
     assert "differs from the cost model's choice's" in entry.candidates[1].problem
     assert entry.winner == 2
@@ -142,7 +159,7 @@ def test_a_kernel_repeated_by_a_models_layers_is_measured_once(tmp_path):
 
     a, w = inputs()
     b = torch.randn(37, 96)
-    with tuning.session(backend="reference", timer=scripted(10.0, 5.0, 7.0, 8.0), echo=lambda _: None) as s:
+    with tuning.session(backend="reference", timer=each_twice(10.0, 5.0, 7.0, 8.0), echo=lambda _: None) as s:
         compiled = lamina.compile(two_layers, (a, b, w), selection="autotune", cache_dir=str(tmp_path),
                                   program_cache=False)
     assert len(compiled.compilation.loop.kernels) == 2
