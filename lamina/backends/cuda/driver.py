@@ -100,6 +100,53 @@ def _module(cubin: bytes, digest: bytes, device: int, kernel: str):
     return module
 
 
+def _stream_by_torch(device: int) -> int:
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+_current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or _stream_by_torch
+"""The handle of PyTorch's current stream on a device: the raw handle where this build of PyTorch
+gives it, since building a ``torch.cuda.Stream`` at every launch took about half as long as the
+launch itself."""
+
+
+class _Arguments:
+    """The ``void **`` a launch passes: the address of each pointer, then of each size (by value),
+    then of each tensor map. The arrays are made once per kernel and thread, and a launch writes
+    its values into them."""
+
+    def __init__(self, pointers: int, sizes: int, tensor_maps: int):
+        self.pointers = (ctypes.c_void_p * pointers)()
+        self.sizes = (ctypes.c_longlong * sizes)()
+        self._slots = (ctypes.c_void_p * (pointers + sizes + tensor_maps))()
+        self._first_map = pointers + sizes
+        self._maps: list[ctypes.Array] = []
+        for i in range(pointers):
+            self._slots[i] = ctypes.addressof(self.pointers) + i * _POINTER_SIZE
+        for i in range(sizes):
+            self._slots[pointers + i] = ctypes.addressof(self.sizes) + i * ctypes.sizeof(ctypes.c_longlong)
+        self.address = ctypes.addressof(self._slots) if len(self._slots) else None
+
+    def point_at_tensor_maps(self, maps: list[ctypes.Array]) -> None:
+        self._maps = maps  # kept alive until the next launch has copied them
+        for i, encoded in enumerate(maps):
+            self._slots[self._first_map + i] = ctypes.addressof(encoded)
+
+
+class _ThreadArguments(threading.local):
+    """Each thread's ``_Arguments`` of one kernel: the driver reads them during the launch, which
+    releases Python's lock, so two threads launching the same kernel must not share them."""
+
+    def __init__(self, pointers: int, sizes: int, tensor_maps: int):
+        self.shape = (pointers, sizes, tensor_maps)
+        self.arguments: _Arguments | None = None
+
+    def get(self) -> _Arguments:
+        if self.arguments is None:
+            self.arguments = _Arguments(*self.shape)
+        return self.arguments
+
+
 class LaunchableKernel:
     """A compiled Kernel IR kernel that launches on PyTorch's current device and stream."""
 
@@ -116,6 +163,8 @@ class LaunchableKernel:
         self.params = kernel.params
         self._digest = hashlib.sha256(compiled.cubin).digest()
         self._torch_dtypes = [torch_dtype(p.dtype) for p in kernel.params]
+        self._numels = [None if self.sizes else p.numel for p in kernel.params]
+        self._arguments = _ThreadArguments(len(kernel.params), len(self.sizes), len(kernel.tensor_maps))
         self._tensor_maps = TensorMapArguments(kernel) if kernel.tensor_maps else None
         self._functions: dict[int, object] = {}
         driver = self._driver = _driver()
@@ -163,25 +212,13 @@ class LaunchableKernel:
         function = self._functions.get(device)
         if function is None:
             function = self.prepare(device)
-        pointers = self._pointers(buffers, device, sizes)
-        count = len(pointers)
-        values = (ctypes.c_void_p * count)(*pointers)
-        base = ctypes.addressof(values)
-        if not self.sizes and self._tensor_maps is None:
-            arguments = (ctypes.c_void_p * count)(*range(base, base + count * _POINTER_SIZE, _POINTER_SIZE))
-        else:
-            addresses = list(range(base, base + count * _POINTER_SIZE, _POINTER_SIZE))
-            if self.sizes:  # after the pointers, by value
-                by_value = (ctypes.c_longlong * len(self.sizes))(*(sizes[name] for name in self.sizes))
-                step = ctypes.sizeof(ctypes.c_longlong)
-                start = ctypes.addressof(by_value)
-                addresses += range(start, start + len(self.sizes) * step, step)
-            if self._tensor_maps is not None:
-                addresses += [ctypes.addressof(m) for m in self._tensor_maps(buffers, sizes)]
-            count = len(addresses)
-            arguments = (ctypes.c_void_p * count)(*addresses)
-        stream = torch.cuda.current_stream(device).cuda_stream
-        launch = (function, stream, ctypes.addressof(arguments) if count else None, grid)
+        arguments = self._arguments.get()
+        arguments.pointers[:] = self._pointers(buffers, device, sizes)
+        if self.sizes:  # after the pointers, by value
+            arguments.sizes[:] = [sizes[name] for name in self.sizes]
+        if self._tensor_maps is not None:
+            arguments.point_at_tensor_maps(self._tensor_maps(buffers, sizes))
+        launch = (function, _current_stream(device), arguments.address, grid)
         (result,) = self._launch(*launch)
         if result == self._invalid_context:
             make_context_current(device)
@@ -207,9 +244,10 @@ class LaunchableKernel:
     def _pointers(self, buffers: Mapping[str, torch.Tensor], device: int,
                   sizes: Mapping[str, int] | None) -> list[int]:
         pointers = []
-        for param, dtype in zip(self.params, self._torch_dtypes):
+        for param, dtype, numel in zip(self.params, self._torch_dtypes, self._numels):
             tensor = buffers.get(param.name)
-            numel = evaluate(param.numel, sizes) if self.sizes else param.numel
+            if numel is None:
+                numel = evaluate(param.numel, sizes)
             if (tensor is None or tensor.dtype is not dtype or tensor.get_device() != device
                     or tensor.numel() < numel or not tensor.is_contiguous()):
                 raise self._rejection(param, tensor, device)

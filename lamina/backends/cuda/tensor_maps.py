@@ -19,7 +19,7 @@ import torch
 
 from lamina.core.errors import LaminaError
 from lamina.core.ir import dtypes, kernel_ir as kir
-from lamina.core.ir.sizes import evaluate_shape
+from lamina.core.ir.sizes import evaluate_shape, is_symbolic
 
 _MAX_KEPT = 64
 """Encoded maps kept per kernel: more addresses than that means buffers that move every run."""
@@ -65,16 +65,18 @@ class TensorMapArguments:
 
     def __init__(self, kernel: kir.Kernel):
         self.kernel = kernel.name
-        self.maps = [(m, kernel.array(m.param).dtype) for m in kernel.tensor_maps]
+        self.maps = [(m, kernel.array(m.param).dtype, None if is_symbolic(m.shape) else evaluate_shape(m.shape, {}))
+                     for m in kernel.tensor_maps]
         self.encoded: dict[tuple, ctypes.Array] = {}
 
     def __call__(self, buffers: Mapping[str, torch.Tensor], values: Mapping[str, int] | None) -> list[ctypes.Array]:
         """Each tensor map's bytes, in the order of the kernel's parameters; ``values`` gives the sizes
         known only at run time."""
         found = []
-        for tensor_map, dtype in self.maps:
+        for tensor_map, dtype, shape in self.maps:
             address = buffers[tensor_map.param].data_ptr()
-            shape = evaluate_shape(tensor_map.shape, values or {})
+            if shape is None:
+                shape = evaluate_shape(tensor_map.shape, values or {})
             key = (tensor_map.name, address, shape)
             encoded = self.encoded.get(key)
             if encoded is None:
