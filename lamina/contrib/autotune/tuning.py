@@ -4,8 +4,9 @@ database lacks before choosing its setting, and records what it found.
 The candidates of a kernel are the cost model's choice and the next cheapest settings the
 schedules that apply offer (``best_settings``; a schedule without it offers its own choice), up to
 ``candidates`` in all. Each is built as the pipeline would build it, compiled with the others at
-once, run on the same random inputs, checked against the cost model's choice, and timed; the
-fastest that agrees wins (each timed twice, the second time in the opposite order). A kernel with a single setting to choose from is not measured.
+once, run on the same random inputs, checked against the cost model's choice, and timed twice
+(the second time in the opposite order); the fastest that agrees wins. A kernel with a single
+setting to choose from is not measured.
 """
 
 from __future__ import annotations
