@@ -106,8 +106,8 @@ def _stream_by_torch(device: int) -> int:
 
 _current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or _stream_by_torch
 """The handle of PyTorch's current stream on a device: the raw handle where this build of PyTorch
-gives it: building a ``torch.cuda.Stream`` at every launch took about as long as the driver's
-launch call itself (``experiments/launch_overhead/``)."""
+gives it: building a ``torch.cuda.Stream`` at every launch took from half as long as the driver's
+launch call itself to longer (``experiments/launch_overhead/``)."""
 
 
 class _Arguments:
