@@ -105,8 +105,8 @@ def _stream_by_torch(device: int) -> int:
 
 
 _current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or _stream_by_torch
-"""The handle of PyTorch's current stream on a device: the raw handle where this build of PyTorch
-gives it: building a ``torch.cuda.Stream`` at every launch took from half as long as the driver's
+"""The handle of PyTorch's current stream on a device, read as a raw handle where this build of
+PyTorch offers one: building a ``torch.cuda.Stream`` at every launch took from half as long as the driver's
 launch call itself to longer (``experiments/launch_overhead/``)."""
 
 

@@ -111,7 +111,7 @@ class Session:
         choice); measuring stops at the first where that one did not run. The candidates that ran
         are timed again in the opposite order, each keeping its faster median, so that what drifts
         along a session (the GPU's clocks, what the caches hold) favours no place in the order: in
-        one pass, the first candidate of a tuning's first kernel once took six times as long as
+        one pass, the first candidate of an RMSNorm once took six times as long as
         the same row reduction with its row kept in registers
         (``benchmarks/results/2026-12-05_h100_tune_tinyllama_decode_bf16.txt``)."""
         runs = CandidateRuns(kernel, context, self.backend, self.timer)
