@@ -88,6 +88,7 @@ PROGRAMS = [
     RowProgram("causal_softmax", causal_softmax, lambda rows, n: ((n, n),)),
     RowProgram("rms_norm_bf16", rms_norm, lambda rows, n: ((rows, n), (n,)), torch.bfloat16),
     RowProgram("softmax_bf16", softmax, lambda rows, n: ((rows, n),), torch.bfloat16),
+    RowProgram("sum_bf16", row_sum, lambda rows, n: ((rows, n),), torch.bfloat16),
     RowProgram("softmax_with_position_bias", softmax_with_position_bias, lambda rows, n: ((n, n), (9,))),
     RowProgram("layer_norm_over_channels", layer_norm_over_channels, lambda rows, n: ((n, rows), (n,), (n,))),
     RowProgram("rms_norm_rotated_bf16", rms_norm_rotated, lambda rows, n: ((rows, n), (n,), (rows, n), (rows, n)),

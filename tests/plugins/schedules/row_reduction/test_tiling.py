@@ -135,6 +135,18 @@ def test_long_rows_read_once_give_each_thread_at_least_eight_elements(length, th
     assert decisions(tile("softmax", 200, length))[1]["threads"] == kept_threads
 
 
+@pytest.mark.parametrize("length, threads, elements", [
+    (2048, 128, 16),
+    (5632, 256, 24),
+    (18944, 1024, 24),
+])
+def test_long_16_bit_rows_read_once_give_each_thread_at_least_two_vectors(length, threads, elements):
+    """Eight bf16 elements are a single 16-byte load: a thread gets two vectors or more in flight."""
+    strategy, knobs = decisions(tile("sum_bf16", 200, length))
+    assert (strategy, knobs["threads"], knobs["elements_per_thread"]) == ("block_tree", threads, elements)
+    assert tile("sum_bf16", 200, length).vector_width == 8
+
+
 def test_a_row_of_two_arrays_too_many_for_one_warps_registers_gets_a_block():
     strategy, knobs = decisions(tile("add_rms_norm", 200, 1000))
     assert (strategy, knobs["threads"], knobs["elements_per_thread"]) == ("block_tree", 128, 8)
