@@ -16,6 +16,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from lamina.core.config import Config, load_config
 from lamina.core.errors import DeviceError, InputMismatchError, LaminaError, SymbolicSizeError
+from lamina.core.garbage_collection import cycle_collector_paused
 from lamina.core.ir import expr as ex, sizes
 from lamina.core.pipeline import Compilation, Pipeline
 from lamina.core.plugins import PluginManager, get_plugin_manager
@@ -80,13 +81,15 @@ class Compiler:
         code = pipeline.cached_code()
         key = code and capture_cache.call_key(program, example_inputs, example_kwargs, dynamic_shapes, self.keep, code)
         store = pipeline.cache(capture_cache.FOLDER) if key else None
-        kept = store.get(key) if store is not None else None
+        with cycle_collector_paused():
+            kept = store.get(key) if store is not None else None
         if kept is not None:
             return capture_cache.bound(kept, program), LOADED_CAPTURE
         captured = capture(program, example_inputs, keep=self.keep, example_kwargs=example_kwargs,
                            dynamic_shapes=dynamic_shapes)
         if store is not None:
-            store.put(key, capture_cache.unbound(captured))
+            with cycle_collector_paused():
+                store.put(key, capture_cache.unbound(captured))
         return captured, "capture"
 
     def compile_captured(self, captured: Captured, example_inputs: Sequence[Any],
@@ -100,7 +103,7 @@ class Compiler:
         specialization = Specialization(self, captured, compilation, 0.0)
         device = _gpu(example_inputs)
         if device is not None:  # compile the kernels now, as part of compiling, not on the first call
-            with _disable_current_modes():
+            with _disable_current_modes(), cycle_collector_paused():
                 specialization.runner(device)
         specialization.compile_seconds = time.perf_counter() - started
         return specialization

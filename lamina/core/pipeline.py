@@ -19,6 +19,7 @@ from lamina.core.errors import ConfigError, LaminaError, NoSettingRuns, PluginEr
 from lamina.core.ir import kernel_ir, loop_ir, sizes, tensor_ir, tile_ir, torch_ir
 from lamina.core.knobs import sort_out, warn_unused
 from lamina.core.plugins import PluginManager
+from lamina.core.garbage_collection import cycle_collector_paused
 from lamina.core.program_cache import ProgramCache, code_digest, program_key
 from lamina.core.progress import CompileProgress
 from lamina.core.selection import Selection, SelectionContext
@@ -94,7 +95,12 @@ class Pipeline:
 
     def compile(self, graph: torch_ir.Graph, target: Target) -> Compilation:
         """Every level of ``graph`` compiled for ``target``: from the program cache where an earlier
-        compile of the same graph, target, settings and code left it, else through the stages."""
+        compile of the same graph, target, settings and code left it, else through the stages
+        (with Python's cycle collector paused, ``garbage_collection``)."""
+        with cycle_collector_paused():
+            return self._compile_or_load(graph, target)
+
+    def _compile_or_load(self, graph: torch_ir.Graph, target: Target) -> Compilation:
         cache, key = self._program_cache(graph, target)
         if key is not None:
             started = time.perf_counter()

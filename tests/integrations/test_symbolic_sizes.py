@@ -214,3 +214,36 @@ def test_a_mean_over_a_symbolic_axis_divides_by_its_count_at_run_time(compiled_p
             x = torch.randn(rows, columns)
             torch.testing.assert_close(f(x), means(x))
     assert len(compiled_programs) == 1
+
+
+def decoding_attention(q, past_keys, past_values, new_key, new_value, mask):
+    """A decoding step of the default cache through the attention op that SDPA calls on CUDA, whose
+    shapes Dynamo does not check: the keys', values' and mask's lengths are three symbols."""
+    keys, values = torch.cat([past_keys, new_key], 2), torch.cat([past_values, new_value], 2)
+    return torch.ops.aten._scaled_dot_product_cudnn_attention(q, keys, values, mask, False, 0.0, False, False)[0]
+
+
+def decoding_inputs(past: int, values_past: int | None = None, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    values_past = past if values_past is None else values_past
+    shapes = [(1, 4, 1, 16), (1, 4, past, 16), (1, 4, values_past, 16), (1, 4, 1, 16), (1, 4, 1, 16),
+              (1, 1, 1, past + 1)]
+    return [torch.randn(s, generator=generator) for s in shapes]
+
+
+def test_the_lengths_that_an_attention_op_needs_equal_are_one_symbol(compiled_programs):
+    """Every step of a growing cache runs one program (the first step's, with its sizes as numbers,
+    aside); a call whose keys and values differ in length is refused, not computed."""
+    f = torch.compile(decoding_attention, backend="lamina")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for past in (5, 6, 7, 37):
+            q, keys, values, key, value, mask = decoding_inputs(past, seed=past)
+            expected = torch.nn.functional.scaled_dot_product_attention(
+                q, torch.cat([keys, key], 2), torch.cat([values, value], 2), attn_mask=mask)
+            torch.testing.assert_close(f(q, keys, values, key, value, mask), expected)
+    assert len(compiled_programs) == 2
+    symbolic = compiled_programs[1].compilation.graph
+    assert sizes.symbols(tuple(size for i in symbolic.inputs for size in i.type.shape)) == {"s0"}
+    with pytest.raises(InputMismatchError, match="s0 = 9"):
+        f(*decoding_inputs(9, values_past=10))

@@ -46,7 +46,7 @@ import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
 from lamina.core.errors import LaminaError
-from lamina.core.ir import dtypes, torch_ir
+from lamina.core.ir import dtypes, expr as ex, torch_ir
 from lamina.core.ir.sizes import Size
 from lamina.frontends.torch.call_binding import (
     Argument, CapturedTensors, Computed, FoldedFrom, Path, Source, State, View, lookup, view_chain,
@@ -221,7 +221,8 @@ def _size_ranges(exported, names: Mapping) -> dict[str, tuple[int, int | None]]:
     found = {}
     for sym, symbol in names.items():
         bounds = exported.range_constraints.get(sym)
-        if bounds is not None:  # an unbounded axis reaches sympy's infinity (or PyTorch's integer one)
+        if bounds is not None and isinstance(symbol, ex.Var):  # not a symbol taken as another size
+            # an unbounded axis reaches sympy's infinity (or PyTorch's integer one)
             upper = int(bounds.upper) if isinstance(bounds.upper, sympy.Integer) else None
             found[symbol.name] = (int(bounds.lower), upper)
     return found

@@ -29,8 +29,11 @@ _NAMES: contextvars.ContextVar[dict | None] = contextvars.ContextVar("lamina_sym
 
 @contextlib.contextmanager
 def naming(graph_module: torch.fx.GraphModule) -> Iterator[dict]:
-    """While reading ``graph_module``: its symbols, named in the order its placeholders use them."""
+    """While reading ``graph_module``: its symbols, named in the order its placeholders use them;
+    a symbol that an attention op needs equal to another's size (``equal_sizes``) is that size."""
     names: dict = {}
+    count = 0
+    same = equal_sizes(graph_module)
     for node in graph_module.graph.nodes:
         if node.op != "placeholder":
             continue
@@ -39,12 +42,82 @@ def naming(graph_module: torch.fx.GraphModule) -> Iterator[dict]:
         for size in found:
             if isinstance(size, torch.SymInt):
                 for sym in sorted(size.node.expr.free_symbols, key=str):
-                    names.setdefault(sym, sizes.symbol(len(names)))
+                    if sym in names:
+                        continue
+                    name, count = sizes.symbol(count), count + 1
+                    offsets = same.get(sym, {sym: 0})
+                    names.update((member, name + (offset - offsets[sym]) if offset != offsets[sym] else name)
+                                 for member, offset in offsets.items())
     token = _NAMES.set(names)
     try:
         yield names
     finally:
         _NAMES.reset(token)
+
+
+def equal_sizes(graph_module: torch.fx.GraphModule) -> dict:
+    """For each symbol that an attention op of the graph needs equal to another size: every symbol
+    it is tied to, with its offset (``{s1: 0, s2: 1}``: ``s2 = s1 + 1``).
+
+    The fused attention kernels of CUDA (``_scaled_dot_product_cudnn_attention`` and its kin)
+    check no shapes when Dynamo traces them, so the decoding step of a growing cache may hold
+    the keys' length, the values' and the mask's as distinct symbols (``s1 + 1``, ``s2 + 1``,
+    ``s3``) that are equal at every call. lamina takes them as one size: the program's inputs then
+    have one symbol where Dynamo has three, and a call whose tensors disagree is refused where
+    its sizes are bound (``sizes.bind``), never computed wrong."""
+    parent: dict = {}  # symbol -> (another, offset): the symbol is the other plus the offset
+
+    def root(sym):
+        if sym not in parent:
+            return sym, 0
+        above, offset = parent[sym]
+        top, more = root(above)
+        parent[sym] = (top, offset + more)
+        return top, offset + more
+
+    for node in graph_module.graph.nodes:
+        if node.op != "call_function" or "scaled_dot_product" not in str(node.target):
+            continue
+        q, k, v, mask = (_shape(a) for a in (list(node.args[:4]) + [None] * 4)[:4])
+        pairs = [(k[-2], v[-2]), (q[-1], k[-1])] if q and k and v else []
+        if mask and k and q and len(mask) >= 2:
+            pairs += [(mask[-1], k[-2]), (mask[-2], q[-2])]
+        for a, b in pairs:
+            tied = _tied(a, b)
+            if tied is not None:
+                x, y, offset = tied  # x = y + offset
+                (top_x, off_x), (top_y, off_y) = root(x), root(y)
+                if top_x != top_y:
+                    parent[top_x] = (top_y, off_y + offset - off_x)
+    classes: dict = {}
+    for sym in list(parent):
+        top, offset = root(sym)
+        classes.setdefault(top, {top: 0})[sym] = offset
+    return {sym: members for members in classes.values() for sym in members}
+
+
+def _shape(arg) -> tuple | None:
+    value = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+    return tuple(value.shape) if isinstance(value, torch.Tensor) else None
+
+
+def _tied(a, b) -> tuple | None:
+    """``(x, y, offset)`` where sizes ``a`` and ``b`` differ only in their symbols, ``a - b`` being
+    ``x - y - offset`` (so that ``x = y + offset`` makes them equal); else None (a size of 1 that
+    broadcasts, equal sizes, or any other difference)."""
+    if not (isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt)):
+        return None
+    difference = (a.node.expr - b.node.expr).expand()
+    symbols = sorted(difference.free_symbols, key=str)
+    if len(symbols) != 2:
+        return None
+    x, y = symbols
+    constant = difference.subs({x: 0, y: 0})
+    if not constant.is_Integer or {difference.coeff(x), difference.coeff(y)} != {1, -1}:
+        return None
+    if difference.coeff(x) == 1:  # x - y + c = 0
+        return x, y, -int(constant)
+    return y, x, -int(constant)  # y - x + c = 0
 
 
 def reading_symbols() -> bool:
