@@ -48,10 +48,14 @@ loads in flight, and fewer threads wait at the block's reduction. On the H200 th
 TinyLlama's down projection of one token (rows of 5632) from 1024 threads to 512, and 17 %
 off its time cold; Qwen's qkv projection from 512 to 256, 8 % (``experiments/memory_bound/``)."""
 READ_ONCE_VECTORS_PER_THREAD = 2
-"""...and, for a row read once, at least this many of its vectors: eight bf16 elements are a
-single 16-byte load, too few in flight. One token's bf16 projections of TinyLlama ran 10 to 30 %
-faster on an H100 at 128 threads per row of 2048 than at 256
-(``benchmarks/results/2026-12-05_h100_tune_tinyllama_decode_bf16.txt``)."""
+"""...and, for a row read once, at least this many of its vectors (eight bf16 elements are one
+16-byte load, too few in flight)..."""
+READ_ONCE_MAX_THREADS = 256
+"""...and at most this many threads: with a row per block or more on every SM, fewer threads with
+more loads each read as fast, and a block of 512 or 1024 waits longer at its reduction. One
+token's bf16 projections: Qwen's down projection (rows of 18944) 10 % faster cold on an H100 at
+256 threads than at 1024, TinyLlama's (5632) 9 % at 256 than at 512
+(``experiments/memory_bound/``)."""
 WARP_ROWS_PER_BLOCK = 4
 """Rows (warps) per block for short rows: 128 threads, enough warps per SM to hide latency;
 fewer where that would leave SMs without a block."""
@@ -176,8 +180,8 @@ def _switch(knobs: Mapping[str, Any], name: str, chosen: bool, usable: bool, unu
 def _default_threads(row: RowReduction, target: Target, width: int) -> int:
     """With fewer rows than SMs, the thread count whose row finishes first. Otherwise a warp
     for rows up to ``WARP_ROW_MAX`` whose lanes keep at most ``WARP_ROW_REGISTERS``, else a
-    block per row of about ``ELEMENTS_PER_THREAD`` elements per thread (``READ_ONCE_VECTORS_PER_THREAD``
-    vectors where the row is read once)."""
+    block per row of about ``ELEMENTS_PER_THREAD`` elements per thread (for a row read once, at
+    least ``READ_ONCE_VECTORS_PER_THREAD`` vectors, and at most ``READ_ONCE_MAX_THREADS`` threads)."""
     if sizes.hint(row.row_count) < target.sm_count:  # a count known only at run time at its hint
         return _fastest_threads(row, target, width)
     per_lane = math.ceil(row.length / target.warp_size) * max(1, len(row.shared_reads))
@@ -186,7 +190,8 @@ def _default_threads(row: RowReduction, target: Target, width: int) -> int:
     if row.shared_reads:
         wanted = _power_of_two_at_least(math.ceil(row.length / ELEMENTS_PER_THREAD))
     else:
-        wanted = _power_of_two_at_most(row.length // max(ELEMENTS_PER_THREAD, READ_ONCE_VECTORS_PER_THREAD * width))
+        wanted = min(READ_ONCE_MAX_THREADS, _power_of_two_at_most(
+            row.length // max(ELEMENTS_PER_THREAD, READ_ONCE_VECTORS_PER_THREAD * width)))
     return max(2 * target.warp_size, min(wanted, target.max_threads_per_block))
 
 

@@ -123,12 +123,12 @@ def test_short_rows_get_a_warp_and_long_rows_a_block(rows, length, strategy, thr
 @pytest.mark.parametrize("length, threads, elements, kept_threads", [
     (2048, 256, 8, 256),
     (3584, 256, 16, 512),
-    (5632, 512, 12, 1024),
-    (18944, 1024, 20, 1024),
+    (5632, 256, 24, 1024),
+    (18944, 256, 76, 1024),
 ])
 def test_long_rows_read_once_give_each_thread_at_least_eight_elements(length, threads, elements, kept_threads):
-    """A matrix-vector product's rows: nothing is kept, so fewer threads with more loads each,
-    where a row kept in registers (softmax's) gets at most eight elements per thread."""
+    """A matrix-vector product's rows: nothing is kept, so fewer threads (256 at most) with more
+    loads each, where a row kept in registers (softmax's) gets at most eight elements per thread."""
     strategy, knobs = decisions(tile("sum", 200, length))
     assert (strategy, knobs["threads"], knobs["elements_per_thread"]) == ("block_tree", threads, elements)
     assert knobs["row_in_registers"] is False
@@ -138,7 +138,7 @@ def test_long_rows_read_once_give_each_thread_at_least_eight_elements(length, th
 @pytest.mark.parametrize("length, threads, elements", [
     (2048, 128, 16),
     (5632, 256, 24),
-    (18944, 1024, 24),
+    (18944, 256, 80),
 ])
 def test_long_16_bit_rows_read_once_give_each_thread_at_least_two_vectors(length, threads, elements):
     """Eight bf16 elements are a single 16-byte load: a thread gets two vectors or more in flight."""
