@@ -21,6 +21,11 @@ def broadcast_shape(*shapes: Sequence[int]) -> tuple[int, ...] | None:
     return tuple(result)
 
 
+def shape_text(shape: Sequence[Size]) -> str:
+    """``shape`` as a message shows it: ``[s0 + 1, 64]``."""
+    return "[" + ", ".join(str(size) for size in shape) + "]"
+
+
 def view_groups(src: tuple[Size, ...], dst: tuple[Size, ...]) -> list[tuple[list[int], list[int]]]:
     """Runs of consecutive axes of ``src`` and ``dst`` with equal element counts, in order.
 

@@ -26,7 +26,7 @@ from lamina.core.ir.dtypes import DType
 from lamina.core.ir.expr import Expr
 from lamina.core.ir.tensor_ir import Arg, Coord, Elementwise, Gathered, IndexMap, Reduction, TensorOp
 from lamina.core.ir.torch_ir import Input, Node, Ref, SourceLocation, TensorType
-from lamina.core.ir.shapes import broadcast_shape, view_groups
+from lamina.core.ir.shapes import broadcast_shape, shape_text, view_groups
 from lamina.core.ir.type_promotion import Scalar, compute_dtype, number_dtype, result_type
 
 Operand = str | Scalar
@@ -291,7 +291,7 @@ class TensorBuilder:
         shape = tuple(shape)
         src = self.shape(name)
         if broadcast_shape(src, shape) != shape:
-            raise self.fail(f"cannot broadcast {name} of shape {list(src)} to {list(shape)}")
+            raise self.fail(f"cannot broadcast {name} of shape {shape_text(src)} to {shape_text(shape)}")
         d = tensor_ir.output_vars(len(shape))
         lead = len(shape) - len(src)
         index = [ex.const(0) if size == 1 else d[lead + k] for k, size in enumerate(src)]
@@ -301,7 +301,7 @@ class TensorBuilder:
         """``names`` broadcast to their common shape (NumPy's rules)."""
         shape = broadcast_shape(*(self.shape(n) for n in names))
         if shape is None:
-            shapes = ", ".join(f"{n} {list(self.shape(n))}" for n in names)
+            shapes = ", ".join(f"{n} {shape_text(self.shape(n))}" for n in names)
             raise self.fail(f"shapes do not broadcast: {shapes}")
         roles = roles or ["expand"] * len(names)
         return [self.broadcast_to(n, shape, role=r) for n, r in zip(names, roles)]
@@ -341,7 +341,7 @@ class TensorBuilder:
             if sizes.is_symbolic(tuple(src) + tuple(shape)):
                 raise SymbolicSizeError(f"cannot tell that [{', '.join(map(str, shape))}] holds the "
                                         f"{total} elements of {name}")
-            raise self.fail(f"cannot view {name} of shape {list(src)} as {list(shape)}")
+            raise self.fail(f"cannot view {name} of shape {shape_text(src)} as {shape_text(shape)}")
         d = tensor_ir.output_vars(len(shape))
         ranges = {v.name: s for v, s in zip(d, shape)}
         index: list[Expr] = [ex.const(0)] * len(src)
@@ -490,7 +490,7 @@ class TensorBuilder:
         for n in names:
             shape = self.shape(n)
             if len(shape) != len(first) or any(a != b for k, (a, b) in enumerate(zip(shape, first)) if k != dim):
-                raise self.fail(f"cannot concatenate {names[0]} {list(first)} and {n} {list(shape)} along axis {dim}")
+                raise self.fail(f"cannot concatenate {names[0]} {shape_text(first)} and {n} {shape_text(shape)} along axis {dim}")
         dtype = self.result_type(*names)
         names = [n for n in names if not sizes.is_empty((self.shape(n)[dim],))] or names[:1]
         if len(names) == 1:
@@ -590,14 +590,14 @@ class TensorBuilder:
         """
         sa, sb = self.shape(a), self.shape(b)
         if not sa or not sb:
-            raise self.fail(f"matmul needs tensors of rank 1 or more, got {list(sa)} and {list(sb)}")
+            raise self.fail(f"matmul needs tensors of rank 1 or more, got {shape_text(sa)} and {shape_text(sb)}")
         m = () if len(sa) == 1 else (sa[-2],)
         n = () if len(sb) == 1 else (sb[-1],)
         k = sa[-1]
         k_other = sb[0] if len(sb) == 1 else sb[-2]
         batch = broadcast_shape(sa[:-2], sb[:-2])
         if k != k_other or batch is None:
-            raise self.fail(f"cannot multiply matrices of shapes {list(sa)} and {list(sb)}")
+            raise self.fail(f"cannot multiply matrices of shapes {shape_text(sa)} and {shape_text(sb)}")
         product = batch + m + (k,) + n
         d = tensor_ir.output_vars(len(product))
         k_axis = len(batch) + len(m)
