@@ -490,7 +490,8 @@ class TensorBuilder:
         for n in names:
             shape = self.shape(n)
             if len(shape) != len(first) or any(a != b for k, (a, b) in enumerate(zip(shape, first)) if k != dim):
-                raise self.fail(f"cannot concatenate {names[0]} {shape_text(first)} and {n} {shape_text(shape)} along axis {dim}")
+                raise self.fail(f"cannot concatenate {names[0]} {shape_text(first)} and {n} {shape_text(shape)} "
+                                f"along axis {dim}")
         dtype = self.result_type(*names)
         names = [n for n in names if not sizes.is_empty((self.shape(n)[dim],))] or names[:1]
         if len(names) == 1:
