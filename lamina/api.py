@@ -81,15 +81,13 @@ class Compiler:
         code = pipeline.cached_code()
         key = code and capture_cache.call_key(program, example_inputs, example_kwargs, dynamic_shapes, self.keep, code)
         store = pipeline.cache(capture_cache.FOLDER) if key else None
-        with cycle_collector_paused():
-            kept = store.get(key) if store is not None else None
+        kept = store.get(key) if store is not None else None
         if kept is not None:
             return capture_cache.bound(kept, program), LOADED_CAPTURE
         captured = capture(program, example_inputs, keep=self.keep, example_kwargs=example_kwargs,
                            dynamic_shapes=dynamic_shapes)
         if store is not None:
-            with cycle_collector_paused():
-                store.put(key, capture_cache.unbound(captured))
+            store.put(key, capture_cache.unbound(captured))
         return captured, "capture"
 
     def compile_captured(self, captured: Captured, example_inputs: Sequence[Any],

@@ -2,7 +2,7 @@
 
 A model's compile makes and drops millions of small IR objects. Each of them counts towards the
 cycle collector's next pass, and each pass of the oldest generation walks every object alive, the
-whole program's IR included: TinyLlama's compile spent a fifth of its pipeline in those passes,
+whole program's IR included: TinyLlama's compile spent a quarter of its pipeline in those passes,
 and loading it from the program cache (hundreds of thousands of objects unpickled) four fifths
 (``experiments/compile_time/``). The IR holds no reference cycles (frozen values that refer
 downwards only), so reference counting frees it as before; the collector runs again when the

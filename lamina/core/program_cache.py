@@ -32,6 +32,7 @@ import attrs
 import torch
 
 from lamina.core import cache_usage
+from lamina.core.garbage_collection import cycle_collector_paused
 
 FORMAT = b"lamina-program-1"
 LAMINA_PACKAGE = Path(__file__).resolve().parents[1]
@@ -121,7 +122,8 @@ class ProgramCache:
         try:
             expected = json.loads(meta)
             sound = expected["body_bytes"] == len(body) and expected["sha256"] == _checksum(key, body)
-            with warnings.catch_warnings():  # PyTorch's notices about its own pickled internals (tree specs)
+            with warnings.catch_warnings(), cycle_collector_paused():
+                # PyTorch's notices about its own pickled internals (tree specs)
                 warnings.simplefilter("ignore", FutureWarning)
                 compilation = pickle.loads(body) if sound else None
         except Exception as error:  # a damaged entry of any kind is a miss
@@ -139,7 +141,8 @@ class ProgramCache:
     def put(self, key: str, compilation: Any) -> None:
         """Store an entry atomically. A cache that cannot be written only costs a compile next time."""
         try:
-            body = pickle.dumps(compilation, protocol=pickle.HIGHEST_PROTOCOL)
+            with cycle_collector_paused():
+                body = pickle.dumps(compilation, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:  # a plugin's provider that cannot be pickled: the program is not cached
             return
         meta = json.dumps({"body_bytes": len(body), "sha256": _checksum(key, body)}, sort_keys=True)
