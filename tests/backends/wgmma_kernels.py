@@ -102,3 +102,59 @@ def buffers(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> dict[str, torc
     """The kernel's flat parameters, ``d`` filled with NaN."""
     return {"a": a.flatten(), "b": b.flatten(), "c": c.flatten(),
             "d": torch.full((a.shape[0] * b.shape[0],), float("nan"))}
+
+
+def sixteen_bit_product_from_registers(dtype: dtypes.DType, warpgroups: int = 1, n: int = 32, k: int = 32, *,
+                                       overwrite_a: bool = False) -> kir.Kernel:
+    """``d = a @ b^T`` on 16-bit operands, A from registers: each thread packs its elements of the
+    float32 ``a`` into pairs of ``dtype`` (``PackedPair``), B is copied into a swizzled shared
+    array of ``dtype``, one wgmma per 16 k. ``overwrite_a`` writes a word of A before the wait."""
+    threads, m, row = 128 * warpgroups, 64 * warpgroups, kir.SWIZZLE_BYTES // dtype.itemsize
+    tid, group, warp, lane = Var("tid"), Var("group"), Var("warp"), Var("lane")
+    g, t, e, i = Var("g"), Var("t"), Var("e"), Var("i")
+    body: list = [
+        kir.Declare("tid", dtypes.index, TX),
+        kir.Declare("group", dtypes.index, tid // 128),
+        kir.Declare("warp", dtypes.index, tid // 32 % 4),
+        kir.Declare("lane", dtypes.index, tid % 32),
+        kir.Declare("g", dtypes.index, lane // 4),
+        kir.Declare("t", dtypes.index, lane % 4),
+        kir.For("i", const(0), const(-(-n * k // threads)), 1, [
+            kir.Declare("e", dtypes.index, tid + i * threads),
+            kir.If(op("lt", e, n * k), [kir.Store("b_tile", (e // k, e % k), kir.Load("b", (e,), dtype))])],
+            unroll=True),
+        kir.AsyncProxyFence(),
+        kir.Barrier(),
+    ]
+    steps = k // 16
+    for s in range(steps):
+        for v in range(4):
+            r = group * 64 + warp * 16 + g + 8 * (v % 2)
+            column = 16 * s + 2 * t + 8 * (v // 2)
+            pair = kir.PackedPair(kir.Load("a", (r * k + column,), F32), kir.Load("a", (r * k + column + 1,), F32),
+                                  dtype)
+            body.append(kir.Store("a_words", (const(4 * s + v),), pair))
+    accumulators = [(const(p),) for p in range(n // 2)]
+    body.append(kir.WgmmaFence())
+    body += [kir.Wgmma("acc", accumulators, [kir.Load("a_words", (const(4 * s + v),), dtypes.int32) for v in range(4)],
+                       (), "b_tile", (const(0), const(16 * s)), n, s > 0, a_from="registers", operand_dtype=dtype)
+             for s in range(steps)]
+    body.append(kir.WgmmaCommit())
+    if overwrite_a:
+        body.append(kir.Store("a_words", (const(0),), const(0, dtypes.int32)))
+    body.append(kir.WgmmaWait(0))
+
+    def place(p: int):
+        j, h, column = p // 4, p % 4 // 2, p % 2
+        return (group * 64 + warp * 16 + g + 8 * h) * n + 8 * j + 2 * t + column
+
+    body += [kir.Store("d", (place(p),), kir.Load("acc", (const(p),), F32)) for p in range(n // 2)]
+    return kir.Kernel(
+        name="wgmma_registers",
+        params=[kir.Param("a", F32, m * k), kir.Param("b", dtype, n * k), kir.Param("d", F32, m * n, writable=True)],
+        arrays=[kir.Array("b_tile", dtype, (n, row), "shared", swizzle=128),
+                kir.Array("acc", F32, (n // 2,), "register"),
+                kir.Array("a_words", dtypes.int32, (4 * steps,), "register")],
+        body=body,
+        launch=kir.Launch((1, 1, 1), (threads, 1, 1)),
+    )

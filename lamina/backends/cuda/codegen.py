@@ -67,6 +67,14 @@ __device__ __forceinline__ float lamina_tf32(float x) {
   return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
 }"""
 
+_PAIR_HELPER = """\
+// Two floats rounded to {c_type} (to nearest even) in one 32-bit word, `low` in its low half: cvt.rn.{short}x2.f32.
+__device__ __forceinline__ int lamina_{short}x2(float low, float high) {{
+  {c_type}2 pair = {convert}(low, high);
+  return *reinterpret_cast<int*>(&pair);
+}}"""
+_PAIR_CONVERSIONS = {dtypes.bfloat16: "__floats2bfloat162_rn", dtypes.float16: "__floats2half2_rn"}
+
 _MMA_TF32_HELPER = """\
 __device__ __forceinline__ void lamina_mma_tf32(float& d0, float& d1, float& d2, float& d3, float a0, float a1,
                                                 float a2, float a3, float b0, float b1) {
@@ -202,6 +210,7 @@ def _used_dtypes(kernel: kir.Kernel) -> set[dtypes.DType]:
             found.add(s.dtype)
         for e in kir.expressions(s):
             found |= {n.dtype for n in ex.walk(e)}
+            found |= {n.pair_dtype for n in ex.walk(e) if isinstance(n, kir.PackedPair)}
     return found
 
 
@@ -221,8 +230,9 @@ class _KernelPrinter:
         self.mma_used = False
         self.wgmma_sizes: set[tuple[int, bool]] = set()
         """The n of the wgmma shapes used: each needs its ``lamina_wgmma_tf32_n{n}``."""
-        self.sixteen_bit_wgmma: set[tuple[str, int, str]] = set()
-        """The operand type and n of the bf16 and fp16 wgmma used: each needs its ``lamina_wgmma_bf16_n{n}``."""
+        self.sixteen_bit_wgmma: set[tuple[str, int, str, bool]] = set()
+        """The operand type, n, B's layout and whether A is in registers of the bf16 and fp16 wgmma used: each
+        needs its ``lamina_wgmma_bf16_n{n}``."""
         self.unrolled: list[str] = []
         """The variables of the unrolled loops around the statement being printed."""
 
@@ -255,6 +265,9 @@ class _KernelPrinter:
             sections.append(_CLUSTER_LOAD_HELPER)
         if self.expr.tf32_used:
             sections.append(_TF32_HELPER)
+        for dtype in sorted(self.expr.pairs_used, key=lambda d: d.name):
+            sections.append(_PAIR_HELPER.format(c_type=dtype.c_type, short=dtype.short,
+                                                convert=_PAIR_CONVERSIONS[dtype]))
         if self.mma_used:
             sections.append(_MMA_TF32_HELPER)
         for size in sorted(self.expr.swizzled_sizes):
@@ -263,12 +276,12 @@ class _KernelPrinter:
             sections.append(wgmma.DESCRIPTOR_HELPER)
         for n, registers in sorted(self.wgmma_sizes):
             sections.append(wgmma.mma_helper(n, registers))
-        for name in sorted({name for name, _, _ in self.sixteen_bit_wgmma}):
+        for name in sorted({name for name, *_ in self.sixteen_bit_wgmma}):
             sections.append(wgmma.sixteen_bit_descriptor_helper(dtypes.from_name(name)))
-        for name in sorted({name for name, _, layout in self.sixteen_bit_wgmma if layout == kir.N_MAJOR}):
+        for name in sorted({name for name, _, layout, _ in self.sixteen_bit_wgmma if layout == kir.N_MAJOR}):
             sections.append(wgmma.n_major_descriptor_helper(dtypes.from_name(name)))
-        for name, n, layout in sorted(self.sixteen_bit_wgmma):
-            sections.append(wgmma.sixteen_bit_mma_helper(n, dtypes.from_name(name), layout))
+        for name, n, layout, registers in sorted(self.sixteen_bit_wgmma):
+            sections.append(wgmma.sixteen_bit_mma_helper(n, dtypes.from_name(name), layout, registers))
         sections += hopper_copies.helpers(self.kernel)
         for size in sorted(self.cp_async_sizes):
             sections.append(_CP_ASYNC_HELPER.format(bytes=size, cache="cg" if size == 16 else "ca"))
@@ -410,15 +423,15 @@ class _KernelPrinter:
     def _wgmma(self, s: kir.Wgmma, indent: str) -> list[str]:
         registers = s.a_from == "registers"
         if s.operand_dtype != dtypes.float32:
-            self.sixteen_bit_wgmma.add((s.operand_dtype.name, s.n, s.b_layout))
+            self.sixteen_bit_wgmma.add((s.operand_dtype.name, s.n, s.b_layout, registers))
             accumulators = [self._element(s.acc, i) for i in s.acc_index]
             panel_bytes = None
             if s.b_layout == kir.N_MAJOR:
                 b = self.kernel.array(s.b)
                 panel_bytes = b.shape[-2] * b.shape[-1] * b.dtype.itemsize
-            return wgmma.call(s.n, self._operand_start(s.a, s.a_index), self._operand_start(s.b, s.b_index),
-                              s.accumulate, accumulators, indent, operand_dtype=s.operand_dtype,
-                              panel_bytes=panel_bytes)
+            a = ", ".join(self.expr.text(v) for v in s.a) if registers else self._operand_start(s.a, s.a_index)
+            return wgmma.call(s.n, a, self._operand_start(s.b, s.b_index), s.accumulate, accumulators, indent,
+                              registers, operand_dtype=s.operand_dtype, panel_bytes=panel_bytes)
         self.wgmma_sizes.add((s.n, registers))
         accumulators = [self._element(s.acc, i) for i in s.acc_index]
         if registers:

@@ -33,7 +33,7 @@ from lamina.core.errors import VerificationError
 from lamina.core.ir import dtypes, expr as ex, index
 from lamina.core.ir.dtypes import DType
 from lamina.core.ir.expr import OPS, Const, Expr, Op, Var
-from lamina.core.ir.kernel_ir import Array, ClusterLoad, Load, ShuffleXor, Special, Tf32
+from lamina.core.ir.kernel_ir import Array, ClusterLoad, Load, PackedPair, ShuffleXor, Special, Tf32
 
 PRIMARY, UNARY, MUL, ADD, RELATION, EQUALITY, AND, OR = 100, 90, 80, 70, 60, 55, 40, 35
 
@@ -44,7 +44,7 @@ _INFIX = {
     "eq": ("==", EQUALITY), "ne": ("!=", EQUALITY), "and": ("&&", AND), "or": ("||", OR),
 }
 _FLOAT_FUNCTIONS = {
-    "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "tanh": "tanh", "sin": "sin",
+    "exp": "exp", "exp2": "exp2", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "tanh": "tanh", "sin": "sin",
     "cos": "cos", "erf": "erf", "abs": "fabs", "pow": "pow",
     "floor": "floor", "ceil": "ceil", "trunc": "trunc", "round": "rint", "fmod": "fmod",
 }
@@ -102,6 +102,8 @@ class ExpressionPrinter:
         self.non_finite_used = False
         self.cluster_loads_used = False
         self.tf32_used = False
+        self.pairs_used: set[DType] = set()
+        """The 16-bit types of the ``PackedPair`` printed: each needs its ``lamina_bf16x2`` or ``lamina_f16x2``."""
         self.extremes_used: set[tuple[str, str]] = set()
         """The ``lamina_max``/``lamina_min`` the kernel calls, as (C type, max or min)."""
         self.swizzled_sizes: set[int] = set()
@@ -138,7 +140,7 @@ class ExpressionPrinter:
             return self.index_type
         if isinstance(e, Load):
             return c_type(self.array_types[e.array])
-        if isinstance(e, (ShuffleXor, ClusterLoad, Tf32)):
+        if isinstance(e, (ShuffleXor, ClusterLoad, Tf32, PackedPair)):
             return c_type(e.dtype)
         if isinstance(e, Op):
             kind = OPS[e.op].kind
@@ -178,6 +180,9 @@ class ExpressionPrinter:
         if isinstance(e, Tf32):
             self.tf32_used = True
             return f"lamina_tf32({self.text(e.value)})", PRIMARY
+        if isinstance(e, PackedPair):
+            self.pairs_used.add(e.pair_dtype)
+            return f"lamina_{e.pair_dtype.short}x2({self.text(e.low)}, {self.text(e.high)})", PRIMARY
         raise VerificationError(f"Kernel IR kernel {self.kernel_name} holds an expression the CUDA printer does not know: {e!r}")
 
     def _shuffle_xor(self, e: ShuffleXor) -> Printed:

@@ -123,26 +123,37 @@ def n_major_descriptor_helper(operand_dtype: dtypes.DType) -> str:
     return _N_MAJOR_DESCRIPTOR_HELPER.format(c_type=operand_dtype.c_type)
 
 
-def sixteen_bit_mma_helper(n: int, operand_dtype: dtypes.DType, b_layout: str = kir.K_MAJOR) -> str:
+def sixteen_bit_mma_helper(n: int, operand_dtype: dtypes.DType, b_layout: str = kir.K_MAJOR,
+                           registers: bool = False) -> str:
     """``lamina_wgmma_bf16_n{n}`` (or ``_f16_``): one m64n{n}k16 wgmma on bf16 (fp16) operands in shared memory that
     start at ``a`` and ``b``, K-major, adding to float32 accumulators (``accumulate`` 1) or replacing them (0). With
     ``b_layout`` ``n_major``, ``lamina_wgmma_bf16_n{n}_n_major`` reads B stored along n, in panels ``panel_bytes`` apart,
-    and asks the tensor cores to transpose it (``imm-trans-b`` 1)."""
+    and asks the tensor cores to transpose it (``imm-trans-b`` 1). With ``registers``, ``lamina_wgmma_bf16_rs_n{n}``
+    takes A as each thread's four 32-bit words ``a0`` to ``a3`` of two elements each (``PackedPair``) instead."""
     count, asm, kind, c_type = n // 2, " " * 15, operand_dtype.short, operand_dtype.c_type
     outputs = [f'{asm}"{row} "' for row in _rows([f"%{i}" for i in range(count)], ",")]
     n_major = b_layout == kir.N_MAJOR
-    name = f"lamina_wgmma_{kind}_n{n}" + ("_n_major" if n_major else "")
+    name = f"lamina_wgmma_{kind}{'_rs' if registers else ''}_n{n}" + ("_n_major" if n_major else "")
     panels = " unsigned panel_bytes," if n_major else ""
     b_descriptor = "lamina_wgmma_descriptor_n_major(b, panel_bytes)" if n_major else "lamina_wgmma_descriptor(b)"
+    if registers:  # no transposition of A: it is in registers
+        a_parameters, a_operand, b_operand, predicate = "int a0, int a1, int a2, int a3", \
+            "{" + ", ".join(f"%{count + i}" for i in range(4)) + "}", count + 4, count + 5
+        immediates = f"p, 1, 1, {int(n_major)}"
+        a_inputs = '"r"(a0), "r"(a1), "r"(a2), "r"(a3)'
+    else:
+        a_parameters, a_operand, b_operand, predicate = f"const {c_type}* a", f"%{count}", count + 1, count + 2
+        immediates = f"p, 1, 1, 0, {int(n_major)}"
+        a_inputs = '"l"(lamina_wgmma_descriptor(a))'
     return "\n".join([
-        f"__device__ __forceinline__ void {name}(const {c_type}* a, const {c_type}* b,{panels} int accumulate,",
+        f"__device__ __forceinline__ void {name}({a_parameters}, const {c_type}* b,{panels} int accumulate,",
         *_rows([f"float& d{i}" for i in range(count)], ",", "    ", ") {"),
-        f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{count + 2}, 0;\\n"',
+        f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{predicate}, 0;\\n"',
         f'{asm}"wgmma.mma_async.sync.aligned.m{kir.WGMMA_M}n{n}k16.f32.{kind}.{kind} {{"',
         *outputs,
-        f'{asm}"}}, %{count}, %{count + 1}, p, 1, 1, 0, {int(n_major)};\\n}}\\n"',
+        f'{asm}"}}, {a_operand}, %{b_operand}, {immediates};\\n}}\\n"',
         *_rows([f'"+f"(d{i})' for i in range(count)], ",", asm + ": ", "", continued=asm + "  "),
-        f'{asm}: "l"(lamina_wgmma_descriptor(a)), "l"({b_descriptor}), "r"(accumulate)',
+        f'{asm}: {a_inputs}, "l"({b_descriptor}), "r"(accumulate)',
         f'{asm}: "memory");',
         "}",
     ])

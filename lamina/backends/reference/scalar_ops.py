@@ -57,6 +57,7 @@ _UNARY = {
     "neg": torch.neg,
     "abs": torch.abs,
     "exp": torch.exp,
+    "exp2": torch.exp2,
     "log": torch.log,
     "sqrt": torch.sqrt,
     "rsqrt": torch.rsqrt,

@@ -235,13 +235,14 @@ def test_a_map_of_rows_known_only_at_run_time_is_encoded_at_the_sizes_of_each_ca
     assert encoded == [("a_map", (70, 200)), ("b_map", (40, 200)), ("a_map", (3, 200))]
 
 
-def test_a_bf16_wgmma_on_float32_arrays_or_from_registers_is_refused():
+def test_a_bf16_wgmma_on_float32_arrays_or_from_registers_named_as_an_array_is_refused():
     kernel = tma_gemm(70, 40, 200)
     wgmma = next(s for s in kir.statements(kernel.body) if isinstance(s, kir.Wgmma))
     with pytest.raises(VerificationError, match="wgmma reads a_tile: it must be a f16 shared array in the 128-byte "
                                                 "swizzle"):
         kir.verify_kernel(_replaced(kernel, wgmma, attrs.evolve(wgmma, operand_dtype=dtypes.float16)))
-    with pytest.raises(VerificationError, match="wgmma on bf16 operands reads A from shared memory only"):
+    with pytest.raises(VerificationError, match="wgmma with A from registers takes 4 values of A per thread, not an "
+                                                "array and an index"):
         kir.verify_kernel(_replaced(kernel, wgmma, attrs.evolve(wgmma, a_from="registers")))
 
 

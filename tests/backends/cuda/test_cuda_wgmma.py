@@ -17,7 +17,7 @@ from lamina.core.errors import LaminaError
 from lamina.core.ir import dtypes, kernel_ir as kir
 from lamina.core.ir.expr import Var, const
 from tests.backends.cuda import kernels
-from tests.backends.wgmma_kernels import buffers, operands, warpgroup_product
+from tests.backends.wgmma_kernels import buffers, operands, sixteen_bit_product_from_registers, warpgroup_product
 
 F32 = dtypes.float32
 
@@ -106,6 +106,21 @@ def test_a_from_registers_is_passed_as_four_32_bit_registers_and_compiles_unseri
     assert '"r"(__float_as_uint(a0)), "r"(__float_as_uint(a1))' in source
     assert (f"lamina_wgmma_tf32_rs_n{n}(a_values[1][0], a_values[1][1], a_values[1][2], a_values[1][3], &b_tile[8], 1,"
             in source)
+    compiled = compile_kernel(source, kernel_symbol(kernel), "sm_90a", cache_dir=tmp_path)
+    assert (compiled.spill_stores, compiled.spill_loads, compiled.stack_bytes) == (0, 0, 0)
+    assert "serialized" not in compiled.log
+
+
+@pytest.mark.parametrize("dtype", [dtypes.bfloat16, dtypes.float16])
+def test_sixteen_bit_a_from_registers_is_four_packed_words_and_compiles_unserialized(tmp_path, dtype):
+    kernel = sixteen_bit_product_from_registers(dtype, 2, 128, 64)
+    source = emit_cuda(kernel)
+    kind = dtype.short
+    assert source.count(f"__device__ __forceinline__ void lamina_wgmma_{kind}_rs_n128(int a0, int a1, int a2, int a3, "
+                        f"const {dtype.c_type}* b, int accumulate,") == 1
+    assert "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;" in source
+    assert f"a_words[0] = lamina_{kind}x2(a[" in source
+    assert f"lamina_wgmma_{kind}_rs_n128(a_words[4], a_words[5], a_words[6], a_words[7], &b_tile[16], 1," in source
     compiled = compile_kernel(source, kernel_symbol(kernel), "sm_90a", cache_dir=tmp_path)
     assert (compiled.spill_stores, compiled.spill_loads, compiled.stack_bytes) == (0, 0, 0)
     assert "serialized" not in compiled.log
@@ -231,6 +246,22 @@ def test_the_gpu_multiplies_what_the_simulator_multiplies(tmp_path, warpgroups, 
 def test_with_a_from_registers_the_gpu_multiplies_what_the_simulator_multiplies(tmp_path, warpgroups, n, k):
     kernel = warpgroup_product(warpgroups, n, k, a_from_registers=True)
     assert_the_gpu_computes_what_the_simulator_computes(kernel, warpgroups, n, k, True, tmp_path)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [dtypes.bfloat16, dtypes.float16])
+def test_sixteen_bit_a_from_registers_the_gpu_multiplies_what_the_simulator_multiplies(tmp_path, dtype):
+    kernel = sixteen_bit_product_from_registers(dtype, 2, 128, 64)
+    torch.manual_seed(0)
+    a, b = torch.randn(128, 64), torch.randn(128, 64).to({dtypes.bfloat16: torch.bfloat16,
+                                                           dtypes.float16: torch.float16}[dtype])
+    arrays = {"a": a.flatten(), "b": b.flatten(), "d": torch.full((128 * 128,), float("nan"))}
+    simulated = {name: t.clone() for name, t in arrays.items()}
+    simulate(kernel, simulated)
+    computed = on_the_gpu(kernel, arrays, "d", tmp_path)
+    scale = (a.abs().double() @ b.abs().double().T).flatten()
+    apart = (computed.double() - simulated["d"].double()).abs() / scale
+    assert apart.max() <= 1e-6, f"element {int(apart.argmax())} is {float(apart.max()):.2g} of its terms apart"
 
 
 @gpu

@@ -12,7 +12,7 @@ from lamina.backends.reference.simulator import simulate
 from lamina.core.errors import SimulationError, VerificationError
 from lamina.core.ir import dtypes, kernel_ir as kir
 from lamina.core.ir.expr import Var, const, op
-from tests.backends.wgmma_kernels import TX, buffers, operands, warpgroup_product
+from tests.backends.wgmma_kernels import TX, buffers, operands, sixteen_bit_product_from_registers, warpgroup_product
 
 F32 = dtypes.float32
 FIRST = "wgmma m64n32k8 tf32 (acc[0]..acc[15]) += a_tile[group * 64 + 0..63][0..7] x b_tile[0..31][0..7]^T"
@@ -311,3 +311,36 @@ def test_bank_conflicts_of_a_swizzled_array_are_counted_where_its_elements_are_s
     # spreading them over 8 banks, 4 words each.
     assert simulate(column_store(0), {}).bank_conflicts == {"tile": 31}
     assert simulate(column_store(128), {}).bank_conflicts == {"tile": 3}
+
+
+@pytest.mark.parametrize("dtype", [dtypes.bfloat16, dtypes.float16])
+@pytest.mark.parametrize("warpgroups, n, k", [(1, 32, 32), (2, 64, 16), (1, 128, 64)])
+def test_sixteen_bit_a_from_registers_is_packed_pairs_in_the_accumulators_layout(dtype, warpgroups, n, k):
+    kernel = sixteen_bit_product_from_registers(dtype, warpgroups, n, k)
+    kir.verify_kernel(kernel)
+    torch.manual_seed(0)
+    to = {dtypes.bfloat16: torch.bfloat16, dtypes.float16: torch.float16}[dtype]
+    a, b = torch.randn(64 * warpgroups, k), torch.randn(n, k).to(to)
+    arrays = {"a": a.flatten(), "b": b.flatten(), "d": torch.full((64 * warpgroups * n,), float("nan"))}
+    report = simulate(kernel, arrays, raise_on_fault=False)
+    assert report.faults == []
+    expected = a.to(to).double() @ b.double().T
+    torch.testing.assert_close(arrays["d"].view(64 * warpgroups, n).double(), expected, rtol=1e-6, atol=1e-5)
+    assert not torch.allclose(arrays["d"].view(64 * warpgroups, n).double(), a.double() @ b.double().T,
+                              rtol=1e-6, atol=1e-5)
+
+
+def test_a_sixteen_bit_word_of_a_overwritten_before_the_wait_is_a_fault():
+    kernel = sixteen_bit_product_from_registers(dtypes.bfloat16, overwrite_a=True)
+    arrays = {"a": torch.randn(64 * 32), "b": torch.randn(32 * 32).bfloat16(), "d": torch.zeros(64 * 32)}
+    report = simulate(kernel, arrays, raise_on_fault=False)
+    assert len(report.async_protocol) == 1
+    assert "store to register a_words[0]" in report.async_protocol[0]
+
+
+def test_sixteen_bit_a_from_registers_must_be_words_of_an_int32_array():
+    kernel = sixteen_bit_product_from_registers(dtypes.bfloat16)
+    first = next(s for s in kernel.body if isinstance(s, kir.Wgmma))
+    bad = attrs.evolve(first, a=(kir.Load("acc", (const(0),), F32),) * 4)
+    with pytest.raises(VerificationError, match=r"must be an element of an i32 register array \(two bf16 elements"):
+        kir.verify_kernel(edited(kernel, lambda s: [bad] if s is first else [s]))

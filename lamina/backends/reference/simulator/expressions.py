@@ -22,7 +22,7 @@ from typing import Callable, Mapping
 import torch
 
 from lamina.backends.reference import tf32
-from lamina.backends.reference.scalar_ops import apply_op, as_tensor
+from lamina.backends.reference.scalar_ops import apply_op, as_tensor, torch_dtype
 from lamina.backends.reference.simulator.grid import Mask, ThreadGrid
 from lamina.core.errors import SimulationError, VerificationError
 from lamina.core.ir import dtypes, expr as ex, kernel_ir
@@ -75,8 +75,20 @@ class ExpressionCompiler:
         if isinstance(e, kernel_ir.Tf32):
             value_of = self.compile(e.value, scope)
             return lambda mask: tf32.rounded(torch.as_tensor(value_of(mask), dtype=torch.float32))
+        if isinstance(e, kernel_ir.PackedPair):
+            return self._packed_pair(e, scope)
         raise VerificationError(f"kernel {self.kernel}: the simulator cannot evaluate {e!r}; "
                                 f"Kernel IR expressions are constants, variables, specials, loads, ops and shuffles")
+
+    def _packed_pair(self, e: kernel_ir.PackedPair, scope) -> Evaluator:
+        low_of, high_of, dtype = self.compile(e.low, scope), self.compile(e.high, scope), torch_dtype(e.pair_dtype)
+
+        def pack(mask: Mask) -> torch.Tensor:
+            low, high = (torch.as_tensor(f(mask), dtype=torch.float32).to(dtype) for f in (low_of, high_of))
+            low, high = torch.broadcast_tensors(low, high)
+            return torch.stack([low, high], -1).contiguous().view(torch.int32).squeeze(-1)
+
+        return pack
 
     def _var(self, e: ex.Var, scope) -> Evaluator:
         if e.name not in scope:

@@ -42,11 +42,12 @@ from lamina.backends.reference.simulator.memory import (
 )
 from lamina.backends.reference.simulator.report import ASYNC_PROTOCOL, RACES, FaultLog
 from lamina.backends.reference.simulator.shared import Lanes, SharedArray
+from lamina.backends.reference.scalar_ops import torch_dtype
 from lamina.backends.reference.tf32 import truncated
 from lamina.core.errors import SimulationError, VerificationError
 from lamina.core.ir import dtypes, kernel_ir
 from lamina.core.ir.dtypes import DType
-from lamina.core.ir.kernel_ir import WARPGROUP_SIZE, WGMMA_K, WGMMA_M, wgmma_k
+from lamina.core.ir.kernel_ir import WARPGROUP_SIZE, WGMMA_M, wgmma_k
 
 Runner = Callable[[Mask], None]
 
@@ -353,35 +354,49 @@ class _Operand:
 
 
 class _RegisterOperand:
-    """A of a ``WgmmaTf32`` from registers: four elements of f32 register arrays per thread, read
-    as the tensor cores read them and watched like the accumulators until the wgmma is done."""
+    """A of a ``Wgmma`` from registers: four 32-bit elements of register arrays per thread (f32
+    for tf32, int32 words of two 16-bit elements else), read as the tensor cores read them and
+    watched like the accumulators until the wgmma is done."""
 
-    def __init__(self, runner: WgmmaRunner, values: tuple, scope: dict[str, DType], text: str):
-        self.runner, self.sources = runner, []
+    def __init__(self, runner: WgmmaRunner, values: tuple, scope: dict[str, DType], text: str,
+                 operand_dtype: DType):
+        self.runner, self.sources, self.operand_dtype = runner, [], operand_dtype
+        held = kernel_ir.register_dtype(operand_dtype)
         for value in values:
             memory = runner.memories.get(value.array) if isinstance(value, kernel_ir.Load) else None
-            if not isinstance(memory, RegisterArray) or memory.dtype != dtypes.float32:
+            if not isinstance(memory, RegisterArray) or memory.dtype != held:
                 raise VerificationError(f"kernel {runner.kernel}: `{text}` reads A from "
-                                        f"{kernel_ir.format_expr(value)}, which is not an element of an f32 register "
-                                        "array")
+                                        f"{kernel_ir.format_expr(value)}, which is not an element of an {held.short} "
+                                        "register array")
             self.sources.append((memory, [runner.exprs.compile(i, scope) for i in value.index]))
         self.site = next(runner.sites)
         self.wgmmas = [runner.registers.watch(memory, text) for memory, _ in self.sources]
+        self.k = kernel_ir.wgmma_k(operand_dtype)
         thread = torch.arange(WARPGROUP_SIZE)
         warp, g, t = thread // 32, thread % 32 // 4, thread % 4
-        self.places = [(16 * warp + g + 8 * (i % 2)) * WGMMA_K + t + 4 * (i // 2) for i in range(4)]
+        rows = [(16 * warp + g + 8 * (i % 2)) * self.k for i in range(4)]
+        if operand_dtype == dtypes.float32:
+            self.places = [[row + t + 4 * (i // 2)] for i, row in enumerate(rows)]
+        else:  # the word's two elements, side by side along k
+            self.places = [[row + 2 * t + e + 8 * (i // 2) for e in range(2)] for i, row in enumerate(rows)]
 
     def read(self, mask: Mask) -> torch.Tensor:
-        """A of each warpgroup, [warpgroups, 64, 8], in float64, its registers marked pending."""
+        """A of each warpgroup, [warpgroups, 64, k], in float64, its registers marked pending."""
         grid = self.runner.grid
         warpgroups = grid.total // WARPGROUP_SIZE
-        matrix = torch.zeros(warpgroups, WGMMA_M * WGMMA_K, dtype=torch.float32)
-        for (memory, index_of), place, wgmma in zip(self.sources, self.places, self.wgmmas):
+        matrix = torch.zeros(warpgroups, WGMMA_M * self.k, dtype=torch.float64)
+        for (memory, index_of), places, wgmma in zip(self.sources, self.places, self.wgmmas):
             index = [f(mask) for f in index_of]
             values = per_thread(memory.read(index, mask, self.site, watched=False), grid.total)
-            matrix[:, place] = values.view(warpgroups, WARPGROUP_SIZE)
+            if self.operand_dtype == dtypes.float32:
+                elements = [truncated(values.float()).double()]
+            else:
+                halves = values.to(torch.int32).contiguous().view(torch_dtype(self.operand_dtype)).view(-1, 2)
+                elements = [halves[:, e].double() for e in range(2)]
+            for place, element in zip(places, elements):
+                matrix[:, place] = element.view(warpgroups, WARPGROUP_SIZE)
             self.runner.registers.issue(memory, [index], mask, self.site, wgmma, "reads A from")
-        return truncated(matrix).view(warpgroups, WGMMA_M, WGMMA_K).double()
+        return matrix.view(warpgroups, WGMMA_M, self.k)
 
 
 def _accumulator_layout(n: int) -> torch.Tensor:
@@ -442,11 +457,8 @@ class WgmmaRunner:
             raise SimulationError(f"kernel {self.kernel}: wgmma in blocks of {self.grid.threads_per_block} threads; "
                                   f"a wgmma needs blocks of whole warpgroups of {WARPGROUP_SIZE} threads")
         text = kernel_ir.format_body((s,), "")[0]
-        if s.a_from == "registers" and s.operand_dtype != dtypes.float32:
-            raise VerificationError(f"kernel {self.kernel}: `{text}` reads {s.operand_dtype} A from registers; "
-                                    "16-bit wgmma read A from shared memory")
         if s.a_from == "registers":
-            a = _RegisterOperand(self, s.a, scope, text)
+            a = _RegisterOperand(self, s.a, scope, text, s.operand_dtype)
         else:
             a = _Operand(self, s.a, s.a_index, WGMMA_M, scope, text, s.operand_dtype)
         if s.b_layout == kernel_ir.N_MAJOR and s.operand_dtype == dtypes.float32:

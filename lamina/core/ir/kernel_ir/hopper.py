@@ -89,6 +89,8 @@ WGMMA_M, WGMMA_K = 64, 8
 WARPGROUP_SIZE = 128
 WGMMA_A_SOURCES = ("shared", "registers")
 """Where a ``Wgmma`` reads operand A from."""
+REGISTER_VALUES = 4
+"""The 32-bit values of A each thread gives a ``Wgmma`` that reads A from registers."""
 WGMMA_OPERAND_DTYPES = (dtypes.float32, dtypes.bfloat16, dtypes.float16)
 """The operand types of ``Wgmma``: float32 (read as tf32), bfloat16 and float16."""
 K_MAJOR, N_MAJOR = "k_major", "n_major"
@@ -103,6 +105,12 @@ def wgmma_k(operand_dtype: DType) -> int:
     return 32 // operand_dtype.itemsize
 
 
+def register_dtype(operand_dtype: DType) -> DType:
+    """The type of the register arrays that hold A of a ``Wgmma`` on ``operand_dtype`` that reads A
+    from registers: float32 for tf32, int32 words of two 16-bit elements (``PackedPair``) else."""
+    return dtypes.float32 if operand_dtype == dtypes.float32 else dtypes.int32
+
+
 def _array_or_values(a):
     """A shared array's name stays a name; the values of A from registers become a tuple."""
     return a if isinstance(a, str) else tuple(a)
@@ -114,8 +122,7 @@ class Wgmma:
     with tf32 operands: ``D[64][n] += A[64][8] @ B[n][8]^T`` in float32, or ``D = A @ B^T``
     without ``accumulate``; with ``operand_dtype`` bfloat16 or float16, m64nNk16 on operands
     of that type (``.f32.bf16.bf16``, ``.f32.f16.f16``; PTX ISA, "Asynchronous Warpgroup Level
-    Matrix Multiply-Accumulate Instructions"), k being 16 where these words say 8 (``wgmma_k``),
-    A and B from shared memory only.
+    Matrix Multiply-Accumulate Instructions"), k being 16 where these words say 8 (``wgmma_k``).
 
     B is ``n`` rows from row ``r`` and columns ``k .. k + 7`` of the last two axes of shared
     array ``b``, where ``b_index`` = (leading indices..., r, k). With ``b_layout`` ``n_major``
@@ -129,12 +136,17 @@ class Wgmma:
       Both arrays are of ``operand_dtype`` and swizzled (``Array.swizzle``), with rows of
       128 bytes (K-major, as a ``TmaLoad`` with the 128-byte swizzle writes them); ``r`` is a
       multiple of 8 and ``k`` of the wgmma's k.
-    - ``"registers"`` (PTX's register-sourced form): ``a`` is the four f32 values each
-      thread gives, each an element of an f32 register array, and ``a_index`` is empty.
-      Lane ``4 g + t`` of warp ``w`` of the warpgroup gives ``A[16 w + g][t]``,
-      ``A[16 w + g + 8][t]``, ``A[16 w + g][t + 4]`` and ``A[16 w + g + 8][t + 4]``, as in
-      ``MmaTf32``. A's registers are under the accumulators' rules: written before a
-      ``WgmmaFence``, and left alone until a ``WgmmaWait`` covers the wgmma.
+    - ``"registers"`` (PTX's register-sourced form): ``a`` is the four 32-bit values each
+      thread gives, and ``a_index`` is empty. Lane ``4 g + t`` of warp ``w`` of the warpgroup
+      gives ``A[16 w + g][t]``, ``A[16 w + g + 8][t]``, ``A[16 w + g][t + 4]`` and
+      ``A[16 w + g + 8][t + 4]``, as in ``MmaTf32``, each an element of an f32 register array;
+      with 16-bit operands, where k is twice as long, each value is an element of an int32
+      register array holding two of A's elements side by side (``PackedPair``), columns
+      ``2 t, 2 t + 1`` and ``2 t + 8, 2 t + 9``: where a wgmma's accumulators hold ``D[..][16 c ..]``
+      in elements ``8 c .. 8 c + 7``, so that one product's results packed in order
+      (attention's probabilities) are the next one's A. A's registers are under the
+      accumulators' rules: written before a ``WgmmaFence``, and left alone until a
+      ``WgmmaWait`` covers the wgmma.
 
     The tensor cores read the tf32 part of each float32 value. Lane ``4 g + t`` of warp ``w`` of the
     warpgroup holds ``D[16 w + g + 8 h][8 j + 2 t + e]`` in element ``acc_index[4 j + 2 h + e]``

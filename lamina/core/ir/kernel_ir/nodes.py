@@ -108,6 +108,27 @@ class Tf32(Expr):
         return attrs.evolve(self, value=children[0])
 
 
+@attrs.frozen(eq=True)
+class PackedPair(Expr):
+    """Two float32 values rounded to the 16-bit ``pair_dtype`` (bfloat16 or float16, to nearest
+    even) and packed into one 32-bit word, ``low`` in its low half (PTX's
+    ``cvt.rn.bf16x2.f32``): how a thread holds A of a 16-bit ``Wgmma`` in registers."""
+
+    low: Expr
+    high: Expr
+    pair_dtype: DType
+
+    @property
+    def dtype(self) -> DType:
+        return dtypes.int32
+
+    def children(self):
+        return (self.low, self.high)
+
+    def rebuild(self, children):
+        return attrs.evolve(self, low=children[0], high=children[1])
+
+
 def thread_idx(axis: str = "x") -> Special:
     return Special("threadIdx", axis)
 

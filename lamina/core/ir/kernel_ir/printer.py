@@ -35,6 +35,7 @@ from lamina.core.ir.kernel_ir.nodes import (
     Kernel,
     Load,
     MmaTf32,
+    PackedPair,
     Program,
     ShuffleXor,
     Special,
@@ -57,6 +58,8 @@ def _leaf(e: Expr):
         return e.array + "".join(f"[{format_expr(i)}]" for i in e.index) + f" of cluster block {format_expr(e.rank)}"
     if isinstance(e, Tf32):
         return f"tf32({format_expr(e.value)})"
+    if isinstance(e, PackedPair):
+        return f"{e.pair_dtype}x2({format_expr(e.low)}, {format_expr(e.high)})"
     return None
 
 
@@ -168,11 +171,14 @@ def _span(first: Expr, count: int) -> str:
 
 
 def _register_values(values: tuple[Expr, ...]) -> str:
-    """``a[j][0..3]`` for the four values of A where they are one register row, in order."""
+    """``a[j][0..3]`` (``a[8..15]``) for the values of A where they are consecutive elements of one
+    register row, in order."""
     first = values[0]
-    if all(isinstance(v, Load) and v.array == first.array and v.index[:-1] == first.index[:-1]
-           and v.index[-1] == ex.const(p) for p, v in enumerate(values)):
-        return f"{first.array}{_index(first.index[:-1])}[0..{len(values) - 1}]"
+    start = first.index[-1] if isinstance(first, Load) and first.index else None
+    if isinstance(start, ex.Const) and all(
+            isinstance(v, Load) and v.array == first.array and v.index[:-1] == first.index[:-1]
+            and v.index[-1] == ex.const(int(start.value) + p) for p, v in enumerate(values)):
+        return f"{first.array}{_index(first.index[:-1])}[{_span(start, len(values))}]"
     return f"({', '.join(map(format_expr, values))})"
 
 

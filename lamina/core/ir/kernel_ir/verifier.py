@@ -20,7 +20,9 @@ from lamina.core.ir.kernel_ir.hopper import (
     ClusterLoad,
     LetNextKernelLaunch,
     WaitForPreviousKernel,
+    REGISTER_VALUES,
     Wgmma,
+    register_dtype,
 )
 from lamina.core.ir.kernel_ir.hopper_barriers import MBARRIER_STATEMENTS
 from lamina.core.ir.kernel_ir.hopper_checks import (
@@ -49,6 +51,7 @@ from lamina.core.ir.kernel_ir.nodes import (
     Kernel,
     Load,
     MmaTf32,
+    PackedPair,
     Param,
     Program,
     ShuffleXor,
@@ -100,6 +103,10 @@ def verify_kernel(k: Kernel, max_threads: int = 1024, max_shared_bytes: int = 48
                     problems.append(f"cluster load of {node.dtype} from {node.array}: only f32 is supported")
             elif isinstance(node, Tf32) and node.value.dtype != dtypes.float32:
                 problems.append(f"tf32 rounding of a {node.value.dtype} value; it rounds f32 values")
+            elif isinstance(node, PackedPair) and (node.pair_dtype not in (dtypes.bfloat16, dtypes.float16)
+                                                   or {node.low.dtype, node.high.dtype} != {dtypes.float32}):
+                problems.append(f"a pair of {node.pair_dtype} from {node.low.dtype} and {node.high.dtype} values; a "
+                                "packed pair rounds two f32 values to bf16 or f16")
             elif isinstance(node, ShuffleXor):
                 if not 0 < node.lane_mask < WARP_SIZE:
                     problems.append(f"shuffle lane mask {node.lane_mask} is outside 1..{WARP_SIZE - 1}")
@@ -294,9 +301,7 @@ def _wgmma_problems(s: Wgmma, arrays: dict) -> list[str]:
         problems.append(f"wgmma reads B {s.b_layout!r}; it reads B {' or '.join(WGMMA_B_LAYOUTS)}")
     elif s.b_layout == N_MAJOR:
         problems.extend(_n_major_b_problems(s, arrays))
-    if s.a_from == "registers" and s.operand_dtype != dtypes.float32:
-        problems.append(f"wgmma on {s.operand_dtype} operands reads A from shared memory only")
-    elif s.a_from not in WGMMA_A_SOURCES:
+    if s.a_from not in WGMMA_A_SOURCES:
         problems.append(f"wgmma reads A from {s.a_from!r}; it reads A from {' or '.join(WGMMA_A_SOURCES)}")
     elif s.a_from == "registers":
         problems.extend(_register_a_problems(s, arrays))
@@ -345,14 +350,17 @@ def _n_major_b_problems(s: Wgmma, arrays: dict) -> list[str]:
 
 def _register_a_problems(s: Wgmma, arrays: dict) -> list[str]:
     if isinstance(s.a, str) or s.a_index:
-        return ["wgmma with A from registers takes four values of A per thread, not an array and an index"]
-    if len(s.a) != 4:
-        return [f"wgmma with A from registers takes 4 values of A per thread, not {len(s.a)}"]
+        return [f"wgmma with A from registers takes {REGISTER_VALUES} values of A per thread, not an array and an "
+                "index"]
+    if len(s.a) != REGISTER_VALUES:
+        return [f"wgmma with A from registers takes {REGISTER_VALUES} values of A per thread, not {len(s.a)}"]
+    dtype = register_dtype(s.operand_dtype)
     for value in s.a:
         source = arrays.get(value.array) if isinstance(value, Load) else None
-        if not isinstance(source, Array) or source.space != "register" or source.dtype != dtypes.float32:
-            return [f"wgmma reads A from {format_expr(value)}: each value of A must be an element of an f32 register "
-                    "array, which the asynchronous protocol keeps unchanged until the wgmma is done"]
+        if not isinstance(source, Array) or source.space != "register" or source.dtype != dtype:
+            held = "" if dtype == dtypes.float32 else f" (two {s.operand_dtype} elements a word)"
+            return [f"wgmma reads A from {format_expr(value)}: each value of A must be an element of an {dtype.short} "
+                    f"register array{held}, which the asynchronous protocol keeps unchanged until the wgmma is done"]
     return []
 
 
