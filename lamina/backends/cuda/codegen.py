@@ -23,7 +23,7 @@ import functools
 import math
 
 from lamina.backends.cuda import dependent_launch, hopper_copies, wgmma
-from lamina.backends.cuda.expressions import INT_LIMIT, ExpressionPrinter, nan_propagating_extreme
+from lamina.backends.cuda.expressions import EXP2_HELPER, INT_LIMIT, ExpressionPrinter, nan_propagating_extreme
 from lamina.backends.cuda.names import c_name, kernel_c_name
 from lamina.backends.cuda.vector_access import register_alignments, vector_copy
 from lamina.core.errors import VerificationError
@@ -265,6 +265,8 @@ class _KernelPrinter:
             sections.append(_CLUSTER_LOAD_HELPER)
         if self.expr.tf32_used:
             sections.append(_TF32_HELPER)
+        if self.expr.exp2_used:
+            sections.append(EXP2_HELPER)
         for dtype in sorted(self.expr.pairs_used, key=lambda d: d.name):
             sections.append(_PAIR_HELPER.format(c_type=dtype.c_type, short=dtype.short,
                                                 convert=_PAIR_CONVERSIONS[dtype]))

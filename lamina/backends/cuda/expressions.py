@@ -102,6 +102,7 @@ class ExpressionPrinter:
         self.non_finite_used = False
         self.cluster_loads_used = False
         self.tf32_used = False
+        self.exp2_used = False
         self.pairs_used: set[DType] = set()
         """The 16-bit types of the ``PackedPair`` printed: each needs its ``lamina_bf16x2`` or ``lamina_f16x2``."""
         self.extremes_used: set[tuple[str, str]] = set()
@@ -306,6 +307,9 @@ class ExpressionPrinter:
             a, b = (self._operand(x, compute, 0) for x in args)
             quotient = f"__fdiv_rn({a}, {b})" if compute == dtypes.float32 else f"{a} / {b}"
             printed = (f"trunc{suffix}({quotient})", PRIMARY)
+        elif name == "exp2" and compute == dtypes.float32:
+            self.exp2_used = True
+            printed = (f"lamina_exp2({self._operand(args[0], compute, 0)})", PRIMARY)
         elif name in ("max", "min"):
             self.extremes_used.add((c_type(compute), name))
             operands = ", ".join(self._operand(a, compute, 0) for a in args)
@@ -350,6 +354,16 @@ class ExpressionPrinter:
 
 
 _EXTREME_COMPARISONS = {"max": ">", "min": "<"}
+
+
+EXP2_HELPER = """\
+// 2 ** x by the hardware's approximation, within 2 ulp, results below 2^-126 flushed to zero (ex2.approx.ftz.f32):
+// one instruction where exp2f adds the steps of subnormal results, as FlashAttention's softmax takes it.
+__device__ __forceinline__ float lamina_exp2(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}"""
 
 
 def nan_propagating_extreme(c_type: str, name: str) -> str:

@@ -54,7 +54,7 @@ _OPS = [
     OpInfo("trunc", 1, "arith"),
     OpInfo("round", 1, "arith"),  # half to even, as torch.round
     OpInfo("exp", 1, "math"),
-    OpInfo("exp2", 1, "math"),  # 2 ** x: the attention kernels' softmax, its scale folded in
+    OpInfo("exp2", 1, "math"),  # 2 ** x, the attention kernels' softmax; float32 on the GPU: ex2.approx.ftz
     OpInfo("log", 1, "math"),
     OpInfo("sqrt", 1, "math"),
     OpInfo("rsqrt", 1, "math"),

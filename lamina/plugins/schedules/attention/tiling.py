@@ -6,8 +6,8 @@ into a ring of ``stages`` buffers while the warpgroups work on the block before.
 attention walks only the key blocks that some query of the block sees.
 
 The cost model is fitted to the H200: a key block of 128 queries by 128 keys takes a block
-``KEY_BLOCK_US + KEY_BLOCK_US_PER_FEATURE * d`` (the products, the exponentials and the
-waits between them, which this schedule does not yet overlap), a warpgroup of 64 queries
+``KEY_BLOCK_US + KEY_BLOCK_US_PER_FEATURE * d`` (the products and the exponentials, the
+softmax of one key block overlapping the values' product of the one before), a warpgroup of 64 queries
 ``ONE_WARPGROUP_SLOWDOWN`` times that with two such blocks on an SM (the kernel's registers
 allow one block of two warpgroups, or two of one) and ``ONE_WARPGROUP_ALONE`` times it where
 the blocks are no more than the SMs; each read of another buffer that the score makes adds
@@ -40,15 +40,21 @@ KNOB_NAMES = ("block_queries", "block_keys", "stages")
 BLOCK_QUERIES = (64, 128)
 BLOCK_KEYS = (64, 128)
 STAGES = (2, 3, 4)
-DEFAULT_STAGES = 2
+"""The ring's stages; the cost model takes the most that keep as many blocks on an SM as its
+registers allow: the first warpgroup refills a stage only once every warpgroup has released
+it, so a deeper ring gives the copies more time."""
+BLOCK_SHARED_RESERVE = 1024
+"""Shared memory the driver keeps per block on Hopper: an SM has the opt-in maximum a block
+may have plus one such reserve."""
 MAX_ACCUMULATORS = 128
 """Float32 accumulators of the two products a thread holds at most (scores and output)."""
 MAX_FEATURES = 256
 """The wgmma's largest N, the values' features a block computes at once."""
 
-KEY_BLOCK_US = 1.46
-KEY_BLOCK_US_PER_FEATURE = 0.0105
-"""A key block of 128 x 128 scores in a block of two warpgroups, by its features."""
+KEY_BLOCK_US = 0.72
+KEY_BLOCK_US_PER_FEATURE = 0.0108
+"""A key block of 128 x 128 scores in a block of two warpgroups, by its features: fitted to the
+suite's cases of 8 192 keys without a mask (``experiments/attention_overlap/``)."""
 ONE_WARPGROUP_SLOWDOWN = 1.8
 """A 64-query block's key block, two such blocks sharing an SM."""
 ONE_WARPGROUP_ALONE = 0.88
@@ -101,8 +107,12 @@ def shared_bytes(a: Attention, choice: AttentionChoice) -> int:
     queries = panels * choice.block_queries * PANEL * item
     keys = choice.stages * panels * choice.block_keys * PANEL * item
     values = choice.stages * choice.block_keys * a.features * item
-    probabilities = choice.block_queries * choice.block_keys * item
-    return queries + keys + values + probabilities + (choice.stages + 1) * hopper_barriers.MBARRIER_BYTES
+    return queries + keys + values + barrier_bytes(choice.stages)
+
+
+def barrier_bytes(stages: int) -> int:
+    """The queries' full barrier and each stage's full and empty barriers."""
+    return (2 * stages + 1) * hopper_barriers.MBARRIER_BYTES
 
 
 def problem(a: Attention, choice: AttentionChoice, target: Target) -> str | None:
@@ -139,7 +149,11 @@ def estimate_us(a: Attention, choice: AttentionChoice, target: Target) -> float:
     groups = choice.consumer_warpgroups
     query_blocks = math.ceil(a.queries_extent / choice.block_queries)
     sharing = a.batch_size * query_blocks > target.sm_count
-    resident = REGISTER_BOUND_THREADS // (groups * kernel_ir.WARPGROUP_SIZE) if sharing else 1
+    resident = 1
+    if sharing:
+        fitting = (target.max_shared_bytes_optin + BLOCK_SHARED_RESERVE) // (shared_bytes(a, choice)
+                                                                            + BLOCK_SHARED_RESERVE)
+        resident = max(1, min(REGISTER_BOUND_THREADS // (groups * kernel_ir.WARPGROUP_SIZE), fitting))
     per_key_block = (KEY_BLOCK_US + KEY_BLOCK_US_PER_FEATURE * a.depth) * choice.block_keys / 128
     if groups == 1:
         per_key_block *= ONE_WARPGROUP_SLOWDOWN if sharing else ONE_WARPGROUP_ALONE
@@ -152,14 +166,15 @@ def estimate_us(a: Attention, choice: AttentionChoice, target: Target) -> float:
 
 def choose(a: Attention, target: Target, knobs: Mapping[str, Any]) -> tuple[AttentionChoice, float, int]:
     """The cheapest setting the pins allow, its estimate in microseconds, and how many were weighed."""
-    found = ranked(a, target, knobs, (DEFAULT_STAGES,))
+    found = ranked(a, target, knobs)
     return found[0][1], found[0][0], len(found)
 
 
 def ranked(a: Attention, target: Target, knobs: Mapping[str, Any],
            stages: tuple[int, ...] = STAGES) -> list[tuple[float, AttentionChoice]]:
     """Every setting the pins allow (of ``stages`` where they are not pinned) with its estimate,
-    cheapest first, larger blocks first among equals; a ``ScheduleError`` where none can run."""
+    cheapest first; among equals larger blocks first, then the most stages the key blocks can fill,
+    then the fewest stages; a ``ScheduleError`` where none can run."""
     where = f"kernel {a.kernel.name}, attention schedule"
     if target.compute_capability != ARCH:
         raise ScheduleError(f"{where}: the attention schedule runs on Hopper (sm_90) only")
@@ -177,10 +192,11 @@ def ranked(a: Attention, target: Target, knobs: Mapping[str, Any],
         if why is not None:
             problems.append(why)
             continue
-        found.append((estimate_us(a, choice, target), -queries, -keys, stage_count, choice))
+        filled = min(stage_count, math.ceil(a.keys_extent / keys))
+        found.append((estimate_us(a, choice, target), -queries, -keys, -filled, stage_count, choice))
     if not found:
         raise ScheduleError(f"{where}: no setting can run it: {'; '.join(dict.fromkeys(problems))}")
-    return [(estimate, choice) for estimate, *_, choice in sorted(found, key=lambda f: f[:4])]
+    return [(estimate, choice) for estimate, *_, choice in sorted(found, key=lambda f: f[:5])]
 
 
 VALUES_ALONG_FEATURES = " (staged as they lie, along the features, and transposed by the wgmma)"
@@ -204,9 +220,7 @@ class AttentionSettings(tile_ir.ScheduleSettings):
         return 3 * kernel_ir.WARP_SIZE * self.consumer_warpgroups
 
     def shared_bytes(self, tk: tile_ir.TileKernel) -> int:
-        rows = kernel_ir.WGMMA_M * self.consumer_warpgroups
-        probabilities = rows * self.block_keys * tk.stages[0].dtype.itemsize
-        return probabilities + (self.stages + 1) * hopper_barriers.MBARRIER_BYTES
+        return barrier_bytes(self.stages)
 
     def reduction_text(self, tk: tile_ir.TileKernel) -> str:
         return ", one pass: online softmax (running maximum and sum, earlier sums rescaled)"
@@ -219,11 +233,14 @@ class AttentionSettings(tile_ir.ScheduleSettings):
             f"{self.consumer_warpgroups} consumer warpgroups"
         lines = [
             f"  copies: thread 0 issues the TMA loads of the queries once and of each key block's keys and values "
-            f"into a ring of {self.stages} stages, each guarded by an mbarrier, refilled once the block is done "
-            "with it",
+            f"into a ring of {self.stages} stages, each with a full and an empty mbarrier, refilled once every "
+            "warpgroup has released it",
             f"  products on tensor cores: {groups} of 64 query rows; per key block, wgmma m64n{keys}k16 on {dtype} "
-            f"gives the scores, the probabilities go to shared memory in {dtype}, wgmma m64n{features}k16 adds them "
-            f"times the values{VALUES_ALONG_FEATURES if self.values_along_features else ''}; f32 accumulators",
+            f"gives the scores, the probabilities stay in registers in {dtype} as the A of wgmma m64n{features}k16, "
+            f"which adds them times the values{VALUES_ALONG_FEATURES if self.values_along_features else ''}; "
+            "f32 accumulators",
+            "  overlap: each key block's scores are issued before the values' product of the block before, whose "
+            "wgmma runs while the warpgroup computes the softmax",
         ]
         if self.causal:
             lines.append("  causal: key blocks past the block's last visible key are skipped")

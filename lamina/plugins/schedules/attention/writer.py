@@ -3,30 +3,38 @@
 A block holds ``64 w`` query rows of one batch and head, ``w`` consumer warpgroups of 64 rows
 each, and walks the key blocks that its queries see. Thread 0 sets up the mbarriers, asks the
 TMA for the queries (once) and for the keys and values of the first ``stages`` key blocks, each
-key block's boxes completing on its stage's barrier; after every key block it asks for the one
-``stages`` blocks later into the stage just freed. For each key block every warpgroup
+key block's boxes completing on its stage's full barrier. For each key block ``kb`` every
+warpgroup
 
-1. waits for the stage, multiplies its queries by the keys (wgmma m64nKk16, K the keys of the
-   block) into float32 scores in registers: lane ``4 g + t`` of warp ``v`` holds the scores of
-   rows ``16 v + g`` and ``16 v + g + 8`` at keys ``8 j + 2 t + e`` (``kernel_ir.Wgmma``);
-2. computes each score as the program does (its scale, mask, soft cap: the Loop IR's score
-   with the sum read from the register), keys past the last and queries past the last as
-   ``-inf``;
-3. runs the online softmax: each row's maximum over the block (the four lanes of a row combine
-   theirs with two shuffles), the running maximum raised to it, the running sum and the output
-   accumulators rescaled by ``exp(old - new)``; each probability ``exp(score - maximum)`` is
-   added to the lane's part of the running sum and stored rounded to the operands' type in the
-   warpgroup's tile of shared memory, in the 128-byte swizzle;
-4. after a barrier, adds the probabilities times the values (wgmma m64nFk16, F the features)
-   to its output accumulators: the values staged as they lie, key by key along the features, in
-   panels of 64 features that the wgmma transposes (``imm-trans-b``), or, where the features are
-   no whole panels, staged feature by feature along the keys from a K-major copy.
+1. waits for the stage, starts the product of its queries by the keys (wgmma m64nKk16, K the
+   keys of the block) into float32 scores in registers: lane ``4 g + t`` of warp ``v`` holds
+   the scores of rows ``16 v + g`` and ``16 v + g + 8`` at keys ``8 j + 2 t + e``
+   (``kernel_ir.Wgmma``), and, behind it, the product of key block ``kb - 1``'s probabilities
+   by its values (wgmma m64nFk16, F the features), A from registers;
+2. once the scores are done (the values' product still running), computes each score as the
+   program does (its scale, mask, soft cap: the Loop IR's score with the sum read from the
+   register), keys past the last and queries past the last as ``-inf``, and runs the online
+   softmax: each row's maximum over the block (the four lanes of a row combine theirs with two
+   shuffles), the running maximum raised to it, the running sum rescaled by ``exp(old - new)``;
+   each probability ``exp(score - maximum)`` is added to the lane's part of the running sum;
+3. once the values' product is done, releases key block ``kb - 1``'s stage (every consumer
+   thread arrives on its empty barrier), rescales the output accumulators by ``exp(old - new)``
+   and packs the probabilities, rounded to the operands' type, two to a 32-bit register
+   (``PackedPair``): the scores' accumulator layout is the layout wgmma takes A in from
+   registers, so the probabilities never go through shared memory.
 
-A key block's stage is refilled after a second barrier, once every warpgroup's products of it
-are done. At the end the four lanes of a row add up their parts of the sum, and the output,
-divided by it, goes through the program's epilogue (the cast, the output's layout). A row that
-sees no key has a sum of zero: NaN, as a plain softmax gives, or zeros where the program asks
-for them (``AttentionLoops.divided``).
+So the tensor cores run the values' product of one key block while the warpgroup computes the
+softmax of the next (FlashAttention-3's overlap within a warpgroup). The values are staged as
+they lie, key by key along the features, in panels of 64 features that the wgmma transposes
+(``imm-trans-b``), or, where the features are no whole panels, staged feature by feature along
+the keys from a K-major copy. Thread 0 refills a stage with the key block ``stages`` later once
+every warpgroup has released it, after its own product of the next key block's values: a
+warpgroup behind it has released it by then, so the first warpgroup seldom waits for the
+others, and no barrier of the whole block holds the warpgroups in step. After the last key
+block's values, the four lanes of a row add up their parts of the sum, and the output, divided
+by it, goes through the program's epilogue (the cast, the output's layout). A row that sees no
+key has a sum of zero: NaN, as a plain softmax gives, or zeros where the program asks for them
+(``AttentionLoops.divided``).
 """
 
 from __future__ import annotations
@@ -65,10 +73,13 @@ class AttentionWriter:
         (self.tid, self.warpgroup, self.lane, self.warp, self.batch, self.row, self.kb, self.stage,
          self.visible) = (ex.Var(names.fresh(n)) for n in ("tid", "warpgroup", "lane", "warp", "batch", "row", "kb",
                                                            "stage", "key_blocks"))
-        (self.maximum, self.largest, self.used, self.scale, self.total) = (
-            ex.Var(names.fresh(n), dtypes.float32) for n in ("block_max", "new_max", "max_used", "rescale", "sum"))
-        self.array_names = {n: names.fresh(n) for n in ("q_tile", "k_tile", "v_tile", "p_tile", "q_full", "full",
-                                                          "scores", "out", "running_max", "running_sum")}
+        self.previous = ex.Var(names.fresh("previous_stage"))
+        (self.maximum, self.largest, self.used, self.used_log2, self.total) = (
+            ex.Var(names.fresh(n), dtypes.float32) for n in ("block_max", "new_max", "max_used", "max_log2", "sum"))
+        self.array_names = {n: names.fresh(n) for n in ("q_tile", "k_tile", "v_tile", "q_full", "full", "empty",
+                                                          "scores", "probabilities", "out", "running_max",
+                                                          "running_sum", "rescale")}
+        self.consumers = self.groups * kernel_ir.WARPGROUP_SIZE
         self.maps = {side: names.fresh(f"{view.operand.load.buffer}_map")
                      for side, view in (("q", a.queries), ("k", a.keys), ("v", a.value_rows))}
         self.batch_env = batch_coordinates(a.scores, self.batch)
@@ -136,21 +147,23 @@ class AttentionWriter:
                     self.block_keys, accumulate=(p, step) != (0, 0), operand_dtype=self.a.dtype))
         return out
 
-    def _values_product(self) -> list[kernel_ir.Stmt]:
+    def _values_product(self, stage: Expr) -> list[kernel_ir.Stmt]:
+        """The probabilities in registers times the values in ``stage``, added to the output: per 16
+        keys, the four words that pack the scores' accumulators ``8 step .. 8 step + 7``."""
         k = kernel_ir.wgmma_k(self.a.dtype)
         accumulators = [(ex.const(i),) for i in range(self.features // 2)]
         out = []
         for step in range(self.block_keys // k):
             panel, column = divmod(k * step, PANEL)
             if self.values_along_features:
-                values = (self.stage * self.value_panels, ex.const(k * step), ex.const(0))
+                values = (stage * self.value_panels, ex.const(k * step), ex.const(0))
             else:
-                values = (self.stage * self.value_panels + panel, ex.const(0), ex.const(column))
+                values = (stage * self.value_panels + panel, ex.const(0), ex.const(column))
+            words = [kernel_ir.Load(self._n("probabilities"), (ex.const(4 * step + w),), dtypes.int32)
+                     for w in range(kernel_ir.REGISTER_VALUES)]
             out.append(kernel_ir.Wgmma(
-                self._n("out"), accumulators, self._n("p_tile"),
-                (self.warpgroup * self.key_panels + panel, ex.const(0), ex.const(column)),
-                self._n("v_tile"), values, self.features, operand_dtype=self.a.dtype,
-                b_layout=self.a.value_rows.layout))
+                self._n("out"), accumulators, words, (), self._n("v_tile"), values, self.features,
+                a_from="registers", operand_dtype=self.a.dtype, b_layout=self.a.value_rows.layout))
         return out
 
     def _score(self, score: Expr, i: int, query: Expr, key: Expr) -> Expr:
@@ -199,10 +212,13 @@ class AttentionWriter:
         return stores
 
     def _softmax(self) -> list[kernel_ir.Stmt]:
-        """Steps 2 and 3 for the thread's two rows."""
-        a, out = self.a, self._scores_by_block()
+        """Step 2 for the thread's two rows: the scores, their exponentials in place, each row's
+        running maximum and sum and its ``exp(old - new)`` in ``rescale``. Each exponential is
+        ``exp2(score * log2(e) - maximum * log2(e))``: a multiply-add and the hardware's 2 ** x, where
+        ``exp`` takes a dozen instructions, which in a key block of 64 features outnumber the
+        tensor cores' time."""
+        out = self._scores_by_block()
         scores = self._n("scores")
-        t = self.lane % QUAD
         minus_infinity = ex.const(-math.inf, dtypes.float32)
         for h in range(2):
             cells = self._cells(h)
@@ -213,52 +229,89 @@ class AttentionWriter:
                                             ex.op("max", self.maximum, kernel_ir.ShuffleXor(self.maximum, mask))))
             running_max = kernel_ir.Load(self._n("running_max"), (ex.const(h),), dtypes.float32)
             running_sum = kernel_ir.Load(self._n("running_sum"), (ex.const(h),), dtypes.float32)
+            scale = kernel_ir.Load(self._n("rescale"), (ex.const(h),), dtypes.float32)
             out += [
                 _set(self.largest, ex.op("max", running_max, self.maximum), declare=h == 0),
                 _set(self.used, ex.op("where", ex.op("eq", self.largest, minus_infinity), ex.const(0.0, dtypes.float32),
                                       self.largest), declare=h == 0),
-                _set(self.scale, ex.op("exp", ex.op("sub", running_max, self.used)), declare=h == 0),
+                _set(self.used_log2, ex.op("mul", self.used, LOG2E), declare=h == 0),
+                kernel_ir.Store(self._n("rescale"), (ex.const(h),), _exp(running_max, self.used_log2)),
                 kernel_ir.Store(self._n("running_max"), (ex.const(h),), self.largest),
             ]
             for (i, _), value in zip(cells, values):
-                out.append(kernel_ir.Store(scores, (ex.const(i),), ex.op("exp", ex.op("sub", value, self.used))))
+                out.append(kernel_ir.Store(scores, (ex.const(i),), _exp(value, self.used_log2)))
             out.append(kernel_ir.Store(self._n("running_sum"), (ex.const(h),),
-                                       ex.op("add", ex.op("mul", running_sum, self.scale),
-                                             balanced_tree("add", values))))
-            row_in_tile = self.warp * 16 + self.lane // QUAD + 8 * h
-            for i, column in cells:
-                panel, at = divmod(column, PANEL)
-                out.append(kernel_ir.Store(self._n("p_tile"),
-                                           (self.warpgroup * self.key_panels + panel, row_in_tile, at + 2 * t),
-                                           ex.cast(kernel_ir.Load(scores, (ex.const(i),), dtypes.float32),
-                                                   a.dtype)))
+                                       ex.op("add", ex.op("mul", running_sum, scale), balanced_tree("add", values))))
+        return out
+
+    def _rescaled_output(self) -> list[kernel_ir.Stmt]:
+        """Step 3: the output accumulators of each of the thread's two rows times its ``exp(old - new)``."""
+        out = []
+        for h in range(2):
+            scale = kernel_ir.Load(self._n("rescale"), (ex.const(h),), dtypes.float32)
             for j in range(self.features // 8):
                 for e in range(2):
                     i = 4 * j + 2 * h + e
                     acc = kernel_ir.Load(self._n("out"), (ex.const(i),), dtypes.float32)
-                    out.append(kernel_ir.Store(self._n("out"), (ex.const(i),), ex.op("mul", acc, self.scale)))
+                    out.append(kernel_ir.Store(self._n("out"), (ex.const(i),), ex.op("mul", acc, scale)))
         return out
 
-    def _key_block(self) -> list[kernel_ir.Stmt]:
-        refill = self.kb + self.stages
-        return [
-            kernel_ir.Declare(self.stage.name, self.stage.dtype, self.kb % self.stages),
-            kernel_ir.MbarrierWait(self._n("full"), (self.stage,), self.kb // self.stages % 2),
+    def _packed_probabilities(self) -> list[kernel_ir.Stmt]:
+        """Step 3: the probabilities rounded to the operands' type, two to a word, in the order in which
+        the values' wgmma takes A from registers."""
+        scores = self._n("scores")
+        return [kernel_ir.Store(self._n("probabilities"), (ex.const(w),), kernel_ir.PackedPair(
+                    kernel_ir.Load(scores, (ex.const(2 * w),), dtypes.float32),
+                    kernel_ir.Load(scores, (ex.const(2 * w + 1),), dtypes.float32), self.a.dtype))
+                for w in range(self.block_keys // 4)]
+
+    def _first_key_block(self) -> list[kernel_ir.Stmt]:
+        """Key block 0, in a loop of one step so that its statements read ``kb`` as the others do: its
+        scores and softmax, with no values' product behind them (a wgmma that only some passes of a
+        loop issue would make ptxas serialise every wgmma of the kernel)."""
+        first = [
+            kernel_ir.Declare(self.stage.name, self.stage.dtype, ex.const(0)),
+            kernel_ir.MbarrierWait(self._n("full"), (self.stage,), ex.const(0)),
             kernel_ir.WgmmaFence(),
             *self._scores_product(),
             kernel_ir.WgmmaCommit(),
             kernel_ir.WgmmaWait(0),
             *self._softmax(),
-            kernel_ir.AsyncProxyFence(),
-            kernel_ir.Barrier(),
+            *self._packed_probabilities()]
+        return [kernel_ir.For(self.kb.name, ex.const(0), ex.const(1), 1,
+                              [kernel_ir.If(ex.op("lt", self.kb, self.visible), first)])]
+
+    def _key_block(self) -> list[kernel_ir.Stmt]:
+        """Key block ``kb`` after the first: its scores issued, the values of ``kb - 1`` behind them;
+        its softmax; then ``kb - 1``'s stage released, the output rescaled, the probabilities packed,
+        and the released stage refilled."""
+        later = self.kb - 1 + self.stages
+        refill = kernel_ir.If(ex.op("and", ex.op("eq", self.tid, 0), ex.op("lt", later, self.visible)), [
+            kernel_ir.MbarrierWait(self._n("empty"), (self.previous,), (self.kb - 1) // self.stages % 2),
+            *self._key_block_loads(later)])
+        return [
+            kernel_ir.Declare(self.stage.name, self.stage.dtype, self.kb % self.stages),
+            kernel_ir.Declare(self.previous.name, self.previous.dtype, (self.kb + (self.stages - 1)) % self.stages),
+            kernel_ir.MbarrierWait(self._n("full"), (self.stage,), self.kb // self.stages % 2),
             kernel_ir.WgmmaFence(),
-            *self._values_product(),
+            *self._scores_product(),
             kernel_ir.WgmmaCommit(),
+            *self._values_product(self.previous),
+            kernel_ir.WgmmaCommit(),
+            kernel_ir.WgmmaWait(1),
+            *self._softmax(),
             kernel_ir.WgmmaWait(0),
-            kernel_ir.Barrier(),
-            kernel_ir.If(ex.op("and", ex.op("eq", self.tid, 0), ex.op("lt", refill, self.visible)),
-                         self._key_block_loads(refill)),
+            kernel_ir.MbarrierArrive(self._n("empty"), (self.previous,)),
+            *self._rescaled_output(),
+            *self._packed_probabilities(),
+            refill,
         ]
+
+    def _last_values(self) -> list[kernel_ir.Stmt]:
+        """The values' product of the last key block the queries see."""
+        last = (self.visible - 1) % self.stages
+        return [kernel_ir.If(ex.op("gt", self.visible, 0), [
+            kernel_ir.WgmmaFence(), *self._values_product(last), kernel_ir.WgmmaCommit(), kernel_ir.WgmmaWait(0)])]
 
     # --- the kernel --------------------------------------------------------------
 
@@ -297,7 +350,9 @@ class AttentionWriter:
             *self._key_blocks_seen(),
         ]
         inits = [kernel_ir.MbarrierInit(self._n("q_full"), (ex.const(0),), 1),
-                 *(kernel_ir.MbarrierInit(self._n("full"), (ex.const(i),), 1) for i in range(self.stages))]
+                 *(kernel_ir.MbarrierInit(self._n("full"), (ex.const(i),), 1) for i in range(self.stages)),
+                 *(kernel_ir.MbarrierInit(self._n("empty"), (ex.const(i),), self.consumers)
+                   for i in range(self.stages))]
         first_loads: list[kernel_ir.Stmt] = list(self._query_loads())
         for block in range(self.stages):
             first_loads.append(kernel_ir.If(ex.op("lt", block, self.visible), self._key_block_loads(ex.const(block))))
@@ -307,7 +362,7 @@ class AttentionWriter:
                   for h in range(2)]
         clear += [kernel_ir.Store(self._n("out"), (ex.const(i),), ex.const(0.0, dtypes.float32))
                   for i in range(self.features // 2)]
-        loop = kernel_ir.For(self.kb.name, ex.const(0), ex.const(self.all_key_blocks), 1,
+        loop = kernel_ir.For(self.kb.name, ex.const(1), ex.const(self.all_key_blocks), 1,
                              [kernel_ir.If(ex.op("lt", self.kb, self.visible), self._key_block())])
         return [*declarations,
                 kernel_ir.If(ex.op("eq", self.tid, 0), inits),
@@ -315,7 +370,9 @@ class AttentionWriter:
                 kernel_ir.If(ex.op("eq", self.tid, 0), first_loads),
                 *clear,
                 kernel_ir.MbarrierWait(self._n("q_full"), (ex.const(0),), ex.const(0)),
+                *self._first_key_block(),
                 loop,
+                *self._last_values(),
                 *self._epilogue()]
 
     def tensor_maps(self) -> list[kernel_ir.TensorMap]:
@@ -336,14 +393,15 @@ class AttentionWriter:
             kernel_ir.Array(self._n("v_tile"), dtype, (self.stages * self.value_panels,
                                                         self.block_keys if self.values_along_features else self.features,
                                                         PANEL), "shared", swizzle),
-            kernel_ir.Array(self._n("p_tile"), dtype, (self.groups * self.key_panels, kernel_ir.WGMMA_M, PANEL),
-                            "shared", swizzle),
             kernel_ir.Array(self._n("q_full"), dtypes.int64, (1,), "shared"),
             kernel_ir.Array(self._n("full"), dtypes.int64, (self.stages,), "shared"),
+            kernel_ir.Array(self._n("empty"), dtypes.int64, (self.stages,), "shared"),
             kernel_ir.Array(self._n("scores"), dtypes.float32, (self.block_keys // 2,), "register"),
+            kernel_ir.Array(self._n("probabilities"), dtypes.int32, (self.block_keys // 4,), "register"),
             kernel_ir.Array(self._n("out"), dtypes.float32, (self.features // 2,), "register"),
             kernel_ir.Array(self._n("running_max"), dtypes.float32, (2,), "register"),
             kernel_ir.Array(self._n("running_sum"), dtypes.float32, (2,), "register"),
+            kernel_ir.Array(self._n("rescale"), dtypes.float32, (2,), "register"),
         ]
 
     def kernel_ir(self, static_shared_bytes: int) -> kernel_ir.Kernel:
@@ -354,10 +412,18 @@ class AttentionWriter:
             params=loop_to_kernel.params(self.kernel),
             arrays=arrays,
             body=self.body(),
-            launch=kernel_ir.Launch((grid["x"], grid["y"], grid["z"]), (self.groups * kernel_ir.WARPGROUP_SIZE, 1, 1),
+            launch=kernel_ir.Launch((grid["x"], grid["y"], grid["z"]), (self.consumers, 1, 1),
                                     dynamic_shared_bytes(arrays, static_shared_bytes)),
             tensor_maps=self.tensor_maps(),
         )
+
+
+LOG2E = ex.const(math.log2(math.e), dtypes.float32)
+
+
+def _exp(x: Expr, shift_log2: Expr) -> Expr:
+    """``exp(x - shift)`` as ``exp2(x * log2(e) - shift * log2(e))``, ``shift_log2`` the latter product."""
+    return ex.op("exp2", ex.op("sub", ex.op("mul", x, LOG2E), shift_log2))
 
 
 def _set(var: ex.Var, value: Expr, declare: bool) -> kernel_ir.Stmt:
