@@ -193,10 +193,12 @@ def ranked(a: Attention, target: Target, knobs: Mapping[str, Any],
             problems.append(why)
             continue
         filled = min(stage_count, math.ceil(a.keys_extent / keys))
-        found.append((estimate_us(a, choice, target), -queries, -keys, -filled, stage_count, choice))
+        estimate = estimate_us(a, choice, target)
+        # equal estimates summed in another order differ in their last bits: rounded, they tie
+        found.append((round(estimate, 6), -queries, -keys, -filled, stage_count, estimate, choice))
     if not found:
         raise ScheduleError(f"{where}: no setting can run it: {'; '.join(dict.fromkeys(problems))}")
-    return [(estimate, choice) for estimate, *_, choice in sorted(found, key=lambda f: f[:5])]
+    return [(estimate, choice) for *_, estimate, choice in sorted(found, key=lambda f: f[:5])]
 
 
 VALUES_ALONG_FEATURES = " (staged as they lie, along the features, and transposed by the wgmma)"
