@@ -1,5 +1,8 @@
 """Running a kernel's candidates: compiled together, run on the same random inputs, checked against
-the cost model's choice, and timed the way ``lamina bench`` times (CUDA-graph replays, median).
+the cost model's choice, and timed the way ``lamina bench`` times (CUDA-graph replays, median), a
+kernel whose data L2 would hold rotating among sets of inputs that overflow it, as the bench's
+cold figures do: in a model, a layer's weights come from memory at every call, and a kernel timed
+on inputs that stay in L2 ranks its settings as it never runs.
 
 The candidates reach the backend through the registry, as the pipeline's programs do: each is
 loaded as a program of one kernel, with the kernel's own buffers as its inputs and outputs.
@@ -8,6 +11,7 @@ loaded as a program of one kernel, with the kernel's own buffers as its inputs a
 from __future__ import annotations
 
 import concurrent.futures
+import math
 import os
 import statistics
 from typing import Any, Callable, Sequence
@@ -23,6 +27,11 @@ LAUNCHES_PER_GRAPH = 20
 """Back-to-back launches in one recorded graph: one launch alone would time mostly the graph's own
 launch latency."""
 REPLAYS = 15
+COLD_L2_MULTIPLE = 2
+"""The input sets of a candidate's timing touch at least this many times the L2's bytes."""
+MAX_INPUT_SETS = 32
+"""A kernel that would need more sets is small enough to be timed warm, as the bench leaves such
+cases without a cold figure."""
 TOLERANCE = {torch.float32: 1e-3, torch.float64: 1e-6, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 """The largest relative error (``||out - ref|| / ||ref||``) of a candidate against the cost model's
 choice: float32 candidates may multiply on tf32 pieces, 16-bit ones round in another order."""
@@ -74,6 +83,16 @@ def random_inputs(kernel: loop_ir.Kernel, device: torch.device, seed: int = 0) -
     return tensors
 
 
+def input_sets(kernel: loop_ir.Kernel, l2_bytes: int) -> int:
+    """How many sets of inputs a candidate's timing rotates among: enough that what the calls read
+    and write before a set comes round again is ``COLD_L2_MULTIPLE`` times the L2; one where a set
+    alone is that much, or where more than ``MAX_INPUT_SETS`` would be needed."""
+    moved = sum(math.prod(sizes.hint(s) for s in b.type.shape) * b.type.dtype.itemsize
+                for b in kernel.inputs + kernel.outputs)
+    sets = max(1, math.ceil(COLD_L2_MULTIPLE * l2_bytes / max(moved, 1)))
+    return sets if sets <= MAX_INPUT_SETS else 1
+
+
 def torch_dtype(dtype: Any) -> torch.dtype:
     return getattr(torch, dtype.name)
 
@@ -105,7 +124,8 @@ class CandidateRuns:
                               "(lamina tune --export / --import).")
         self.kernel, self.context, self.backend, self.timer = kernel, context, entry.provider, timer
         self.device = torch.device("cuda" if backend == "cuda" else "cpu")
-        self.inputs = random_inputs(kernel, self.device)
+        self.input_sets = [random_inputs(kernel, self.device, seed)
+                           for seed in range(input_sets(kernel, context.target.l2_bytes))]
 
     def compilation(self, built: kernel_ir.Kernel) -> Compilation:
         k = self.kernel
@@ -132,12 +152,17 @@ class CandidateRuns:
             list(pool.map(compiled, built))
 
     def run(self, built: kernel_ir.Kernel) -> tuple[list[torch.Tensor], Callable[[], float]]:
-        """The candidate's outputs on the random inputs, and a function that times it: its median
-        time in microseconds, each time it is called."""
+        """The candidate's outputs on the first set of random inputs, and a function that times it:
+        its median time in microseconds, each time it is called, a call running it on every set in
+        turn and holding every result until the last returns, so that each writes a buffer of its own."""
         runner = self.backend.load(self.compilation(built), self.context.target)
-        inputs = [t.clone() for t in self.inputs]
-        outputs = runner(*inputs)
-        return [o.clone() for o in outputs], lambda: self.timer(lambda: runner(*inputs))
+        sets = [[t.clone() for t in inputs] for inputs in self.input_sets]
+        outputs = runner(*sets[0])
+
+        def each_set() -> list[Any]:
+            return [runner(*inputs) for inputs in sets]
+
+        return [o.clone() for o in outputs], lambda: self.timer(each_set) / len(sets)
 
     def disagreement(self, outputs: Sequence[torch.Tensor], reference: Sequence[torch.Tensor]) -> str | None:
         """Why ``outputs`` are not the cost model's choice's, or None where they agree."""

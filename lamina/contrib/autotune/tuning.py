@@ -5,7 +5,8 @@ The candidates of a kernel are the cost model's choice and the next cheapest set
 schedules that apply offer (``best_settings``; a schedule without it offers its own choice), up to
 ``candidates`` in all. Each is built as the pipeline would build it, compiled with the others at
 once, run on the same random inputs, checked against the cost model's choice, and timed twice
-(the second time in the opposite order); the fastest that agrees wins. A kernel with a single
+(the second time in the opposite order), rotating among sets of inputs that overflow L2 where one
+set would stay in it (``measure.input_sets``); the fastest that agrees wins. A kernel with a single
 setting to choose from is not measured.
 """
 

@@ -170,3 +170,29 @@ def test_a_kernel_repeated_by_a_models_layers_is_measured_once(tmp_path):
         lamina.compile(two_layers, (a, b, w), selection="autotune", cache_dir=str(tmp_path / "other"),
                        program_cache=False)
     assert s.untuned == [(compiled.compilation.loop.kernels[0].name, "a single setting to choose from")]
+
+
+def test_a_kernel_that_l2_would_hold_is_timed_rotating_among_input_sets_that_overflow_it():
+    kernel = lamina.compile(relu_of_product, inputs()).compilation.loop.kernels[0]
+    moved = (37 * 96 + 96 * 70 + 37 * 70) * 4
+    assert measure.input_sets(kernel, l2_bytes=moved) == 2
+    assert measure.input_sets(kernel, l2_bytes=10 * moved) == 20
+    assert measure.input_sets(kernel, l2_bytes=moved // 4) == 1  # a set alone overflows it
+    assert measure.input_sets(kernel, l2_bytes=50 * 2**20) == 1  # too small to be timed cold
+
+
+def test_a_timed_call_runs_the_candidate_on_every_input_set_and_counts_one_of_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(measure, "input_sets", lambda kernel, l2_bytes: 3)
+    calls = []
+
+    def timer(call):
+        results = call()
+        calls.append(results)
+        return 30.0
+
+    with tuning.session(candidates=2, backend="reference", timer=timer, echo=lambda _: None) as s:
+        compile_it(tmp_path, program_cache=False)
+    [(_, entry)] = s.tuned
+    assert [c.time_us for c in entry.candidates] == [10.0, 10.0]
+    (first, *_), (second, *_), (third, *_) = calls[0]
+    assert not torch.equal(first, second) and not torch.equal(second, third)
