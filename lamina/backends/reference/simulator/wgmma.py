@@ -30,6 +30,7 @@ from typing import Callable
 import attrs
 import torch
 
+from lamina.backends.reference.scalar_ops import torch_dtype
 from lamina.backends.reference.simulator.expressions import ExpressionCompiler
 from lamina.backends.reference.simulator.grid import Mask, ThreadGrid
 from lamina.backends.reference.simulator.memory import (
@@ -42,7 +43,6 @@ from lamina.backends.reference.simulator.memory import (
 )
 from lamina.backends.reference.simulator.report import ASYNC_PROTOCOL, RACES, FaultLog
 from lamina.backends.reference.simulator.shared import Lanes, SharedArray
-from lamina.backends.reference.scalar_ops import torch_dtype
 from lamina.backends.reference.tf32 import truncated
 from lamina.core.errors import SimulationError, VerificationError
 from lamina.core.ir import dtypes, kernel_ir

@@ -12,6 +12,7 @@ from lamina.core.ir.kernel_ir.hopper import (
     K_MAJOR,
     MAX_CLUSTER_BLOCKS,
     N_MAJOR,
+    REGISTER_VALUES,
     SWIZZLE_BYTES,
     SWIZZLE_PANEL,
     WGMMA_A_SOURCES,
@@ -20,7 +21,6 @@ from lamina.core.ir.kernel_ir.hopper import (
     ClusterLoad,
     LetNextKernelLaunch,
     WaitForPreviousKernel,
-    REGISTER_VALUES,
     Wgmma,
     register_dtype,
 )

@@ -27,10 +27,11 @@ So the tensor cores run the values' product of one key block while the warpgroup
 softmax of the next (FlashAttention-3's overlap within a warpgroup). The values are staged as
 they lie, key by key along the features, in panels of 64 features that the wgmma transposes
 (``imm-trans-b``), or, where the features are no whole panels, staged feature by feature along
-the keys from a K-major copy. Thread 0 refills a stage with the key block ``stages`` later once
-every warpgroup has released it, after its own product of the next key block's values: a
-warpgroup behind it has released it by then, so the first warpgroup seldom waits for the
-others, and no barrier of the whole block holds the warpgroups in step. After the last key
+the keys from a K-major copy. At the end of key block ``kb``, thread 0 refills the stage of
+``kb - 1`` with the block ``stages`` later, once every warpgroup has released it: the first
+warpgroup waits there for the others, and nothing else holds the warpgroups in step (no barrier
+of the whole block; the last warpgroup refilling instead was no faster:
+``experiments/attention_overlap/``). After the last key
 block's values, the four lanes of a row add up their parts of the sum, and the output, divided
 by it, goes through the program's epilogue (the cast, the output's layout). A row that sees no
 key has a sum of zero: NaN, as a plain softmax gives, or zeros where the program asks for them
