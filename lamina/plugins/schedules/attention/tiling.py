@@ -18,6 +18,7 @@ SMs; the longest block bounds the kernel. The fit: ``experiments/attention_in_on
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from typing import Any, Mapping
@@ -25,11 +26,11 @@ from typing import Any, Mapping
 import attrs
 
 from lamina.core.errors import ScheduleError
-from lamina.core.ir import expr as ex, index, kernel_ir, tile_ir
+from lamina.core.ir import expr as ex, index, kernel_ir, loop_ir, tile_ir
 from lamina.core.ir.kernel_ir import hopper_barriers
 from lamina.core.target import Target
 from lamina.plugins.schedules.attention.block_masks import reads, reads_by_query
-from lamina.plugins.schedules.attention.recognise import Attention
+from lamina.plugins.schedules.attention.recognise import Attention, analyse
 
 SCHEDULE_NAME = "attention"
 ARCH = 90
@@ -182,11 +183,24 @@ def ranked(a: Attention, target: Target, knobs: Mapping[str, Any],
         raise ScheduleError(f"{where}: {a.features} features per value; the schedule takes multiples of 8 up to "
                             f"{MAX_FEATURES}")
     pinned = _read_pinned(knobs, where)
+    found, problems = _weighed(loop_ir.with_positional_names(a.kernel), target, tuple(sorted(pinned.items())),
+                               tuple(stages))
+    if not found:
+        raise ScheduleError(f"{where}: no setting can run it: {'; '.join(problems)}")
+    return list(found)
+
+
+@functools.lru_cache(maxsize=256)
+def _weighed(kernel: loop_ir.Kernel, target: Target, pinned: tuple[tuple[str, int], ...],
+             stages: tuple[int, ...]) -> tuple[tuple[tuple[float, AttentionChoice], ...], tuple[str, ...]]:
+    """The settings ``ranked`` returns and why the others cannot run, once per kernel shape (its names
+    erased): the fusion rule and the schedule weigh the same kernel of every layer of a model."""
+    a, pins = analyse(kernel), dict(pinned)
     found, problems = [], []
     for queries, keys, stage_count in itertools.product(
-            [pinned["block_queries"]] if "block_queries" in pinned else BLOCK_QUERIES,
-            [pinned["block_keys"]] if "block_keys" in pinned else BLOCK_KEYS,
-            [pinned["stages"]] if "stages" in pinned else stages):
+            [pins["block_queries"]] if "block_queries" in pins else BLOCK_QUERIES,
+            [pins["block_keys"]] if "block_keys" in pins else BLOCK_KEYS,
+            [pins["stages"]] if "stages" in pins else stages):
         choice = AttentionChoice(queries, keys, stage_count)
         why = problem(a, choice, target)
         if why is not None:
@@ -196,9 +210,8 @@ def ranked(a: Attention, target: Target, knobs: Mapping[str, Any],
         estimate = estimate_us(a, choice, target)
         # equal estimates summed in another order differ in their last bits: rounded, they tie
         found.append((round(estimate, 6), -queries, -keys, -filled, stage_count, estimate, choice))
-    if not found:
-        raise ScheduleError(f"{where}: no setting can run it: {'; '.join(dict.fromkeys(problems))}")
-    return [(estimate, choice) for *_, estimate, choice in sorted(found, key=lambda f: f[:5])]
+    ordered = tuple((estimate, choice) for *_, estimate, choice in sorted(found, key=lambda f: f[:5]))
+    return ordered, tuple(dict.fromkeys(problems))
 
 
 VALUES_ALONG_FEATURES = " (staged as they lie, along the features, and transposed by the wgmma)"
