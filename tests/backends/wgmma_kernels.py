@@ -22,6 +22,27 @@ ROW = 32
 """Elements in a row of a swizzled array: 128 bytes of float32."""
 
 
+def thread_coordinates() -> list:
+    """Each thread's ``tid``, its warpgroup ``group``, its ``warp`` in it, its ``lane``, and the
+    lane's row ``g`` and column pair ``t`` in a wgmma's accumulators."""
+    tid, lane = Var("tid"), Var("lane")
+    return [
+        kir.Declare("tid", dtypes.index, TX),
+        kir.Declare("group", dtypes.index, tid // 128),
+        kir.Declare("warp", dtypes.index, tid // 32 % 4),
+        kir.Declare("lane", dtypes.index, tid % 32),
+        kir.Declare("g", dtypes.index, lane // 4),
+        kir.Declare("t", dtypes.index, lane % 4),
+    ]
+
+
+def accumulator_place(p: int, n: int):
+    """Where accumulator ``p`` of the thread lies in the row-major (64 warpgroups) x ``n`` result."""
+    group, warp, g, t = Var("group"), Var("warp"), Var("g"), Var("t")
+    j, h, column = p // 4, p % 4 // 2, p % 2
+    return (group * 64 + warp * 16 + g + 8 * h) * n + 8 * j + 2 * t + column
+
+
 def warpgroup_product(warpgroups: int = 2, n: int = 32, k: int = 16, *, proxy_fence: bool = True,
                       wgmma_fence: bool = True, wait: bool = True, accumulate: bool = True,
                       running: int | None = None, a_row: int | None = None, a_from_registers: bool = False,
@@ -33,16 +54,9 @@ def warpgroup_product(warpgroups: int = 2, n: int = 32, k: int = 16, *, proxy_fe
     wgmma in only that many threads; ``a_row`` makes every warpgroup read A from that row;
     ``overwrite_a`` (with ``a_from_registers``) writes a register of A before the wait."""
     threads, m = 128 * warpgroups, 64 * warpgroups
-    tid, group, warp, lane = Var("tid"), Var("group"), Var("warp"), Var("lane")
+    tid, group, warp = Var("tid"), Var("group"), Var("warp")
     g, t, e, i = Var("g"), Var("t"), Var("e"), Var("i")
-    body: list = [
-        kir.Declare("tid", dtypes.index, TX),
-        kir.Declare("group", dtypes.index, tid // 128),
-        kir.Declare("warp", dtypes.index, tid // 32 % 4),
-        kir.Declare("lane", dtypes.index, tid % 32),
-        kir.Declare("g", dtypes.index, lane // 4),
-        kir.Declare("t", dtypes.index, lane % 4),
-    ]
+    body: list = thread_coordinates()
     for name, rows in (("a", m), ("b", n)):
         copy = [kir.Declare("e", dtypes.index, tid + i * threads),
                 kir.If(op("lt", e, rows * k), [
@@ -52,12 +66,8 @@ def warpgroup_product(warpgroups: int = 2, n: int = 32, k: int = 16, *, proxy_fe
         body.append(kir.AsyncProxyFence())
     body.append(kir.Barrier())
 
-    def place(p: int):
-        j, h, column = p // 4, p % 4 // 2, p % 2
-        return (group * 64 + warp * 16 + g + 8 * h) * n + 8 * j + 2 * t + column
-
     accumulators = [(const(p),) for p in range(n // 2)]
-    body += [kir.Store("acc", (const(p),), kir.Load("c", (place(p),), F32)) for p in range(n // 2)]
+    body += [kir.Store("acc", (const(p),), kir.Load("c", (accumulator_place(p, n),), F32)) for p in range(n // 2)]
     row = group * 64 if a_row is None else const(a_row)
     if a_from_registers:
         for s in range(0, k, kir.WGMMA_K):
@@ -78,7 +88,7 @@ def warpgroup_product(warpgroups: int = 2, n: int = 32, k: int = 16, *, proxy_fe
         body.append(kir.Store("a_values", (const(0), const(0)), const(0.0, F32)))
     if wait:
         body.append(kir.WgmmaWait(0))
-    body += [kir.Store("d", (place(p),), kir.Load("acc", (const(p),), F32)) for p in range(n // 2)]
+    body += [kir.Store("d", (accumulator_place(p, n),), kir.Load("acc", (const(p),), F32)) for p in range(n // 2)]
     return kir.Kernel(
         name="wgmma",
         params=[kir.Param("a", F32, m * k), kir.Param("b", F32, n * k), kir.Param("c", F32, m * n),
@@ -110,15 +120,10 @@ def sixteen_bit_product_from_registers(dtype: dtypes.DType, warpgroups: int = 1,
     float32 ``a`` into pairs of ``dtype`` (``PackedPair``), B is copied into a swizzled shared
     array of ``dtype``, one wgmma per 16 k. ``overwrite_a`` writes a word of A before the wait."""
     threads, m, row = 128 * warpgroups, 64 * warpgroups, kir.SWIZZLE_BYTES // dtype.itemsize
-    tid, group, warp, lane = Var("tid"), Var("group"), Var("warp"), Var("lane")
+    tid, group, warp = Var("tid"), Var("group"), Var("warp")
     g, t, e, i = Var("g"), Var("t"), Var("e"), Var("i")
     body: list = [
-        kir.Declare("tid", dtypes.index, TX),
-        kir.Declare("group", dtypes.index, tid // 128),
-        kir.Declare("warp", dtypes.index, tid // 32 % 4),
-        kir.Declare("lane", dtypes.index, tid % 32),
-        kir.Declare("g", dtypes.index, lane // 4),
-        kir.Declare("t", dtypes.index, lane % 4),
+        *thread_coordinates(),
         kir.For("i", const(0), const(-(-n * k // threads)), 1, [
             kir.Declare("e", dtypes.index, tid + i * threads),
             kir.If(op("lt", e, n * k), [kir.Store("b_tile", (e // k, e % k), kir.Load("b", (e,), dtype))])],
@@ -144,11 +149,7 @@ def sixteen_bit_product_from_registers(dtype: dtypes.DType, warpgroups: int = 1,
         body.append(kir.Store("a_words", (const(0),), const(0, dtypes.int32)))
     body.append(kir.WgmmaWait(0))
 
-    def place(p: int):
-        j, h, column = p // 4, p % 4 // 2, p % 2
-        return (group * 64 + warp * 16 + g + 8 * h) * n + 8 * j + 2 * t + column
-
-    body += [kir.Store("d", (place(p),), kir.Load("acc", (const(p),), F32)) for p in range(n // 2)]
+    body += [kir.Store("d", (accumulator_place(p, n),), kir.Load("acc", (const(p),), F32)) for p in range(n // 2)]
     return kir.Kernel(
         name="wgmma_registers",
         params=[kir.Param("a", F32, m * k), kir.Param("b", dtype, n * k), kir.Param("d", F32, m * n, writable=True)],
