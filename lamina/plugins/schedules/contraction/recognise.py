@@ -7,11 +7,19 @@ never both, which is what lets a block stage one strip of each operand in shared
 memory and combine every row of the one with every column of the other. A sum guarded
 to end early in some blocks (a shorter split-K slice, ``slices``) is read as the plain
 sum and a ``SliceBound``.
+
+A kernel may also sum two products at once over the same rows and reduction, of the same
+row operand by two column operands: a gated MLP's gate and up projections, which the
+``pair_gated_products`` rule puts in one kernel so that its epilogue (``silu(gate) * up``)
+reads both sums from registers. The second sum is the contraction's ``paired``; only the
+16-bit Hopper GEMM runs such a kernel, so ``analyse`` finds it only where asked to
+(``paired=True``), and every other caller sees a kernel that is no contraction.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Iterator
 
 import attrs
@@ -51,6 +59,16 @@ def _formatted(load: loop_ir.Load) -> str:
 
 
 @attrs.frozen
+class PairedSum:
+    """The second sum of a kernel that sums two products at once: accumulator ``acc`` sums
+    ``value``, the first sum's term with its column operand's load replaced by ``operand``'s."""
+
+    acc: str
+    value: Expr
+    operand: Operand
+
+
+@attrs.frozen
 class Contraction:
     """The parts of a contraction kernel: output rows ``m``, columns ``n`` (contiguous in the
     output), block-uniform ``batch`` variables, the sum and the stores that follow it;
@@ -70,6 +88,7 @@ class Contraction:
     epilogue: tuple[loop_ir.Store, ...] = attrs.field(converter=tuple)
     operands: tuple[Operand, ...] = attrs.field(converter=tuple)
     slice_bound: SliceBound | None = None
+    paired: PairedSum | None = None
 
     @property
     def reduce_extent(self) -> int:
@@ -124,11 +143,15 @@ def _is_sum_identity(value: Expr) -> bool:
     return isinstance(value, ex.Const) and value.dtype != dtypes.bool_ and value.value == 0
 
 
-def analyse(kernel: loop_ir.Kernel) -> Contraction:
-    """The contraction in ``kernel``, or ``NotAContraction`` saying which part does not fit."""
+def analyse(kernel: loop_ir.Kernel, paired: bool = False) -> Contraction:
+    """The contraction in ``kernel``, or ``NotAContraction`` saying which part does not fit; a
+    kernel that sums two products at once (``Contraction.paired``) only where ``paired``."""
     found = _analysed(kernel)
     if isinstance(found, NotAContraction):
         raise NotAContraction(str(found))
+    if found.paired is not None and not paired:
+        raise NotAContraction(f"loop kernel {kernel.name} sums two products at once ({found.acc} and "
+                              f"{found.paired.acc}); only the 16-bit Hopper GEMM runs it")
     return found
 
 
@@ -149,31 +172,62 @@ def _analyse(kernel: loop_ir.Kernel) -> Contraction:
         raise NotAContraction(f"{where} has {len(loops)} parallel loop(s) around its body; a contraction needs two or more")
     if len(inner) < 3:
         raise NotAContraction(f"{where}: the innermost parallel loop must hold an Init, one reduce loop and the stores")
-    init, reduce_loop, *stores = inner
-    if not isinstance(init, loop_ir.Init) or not _is_sum_identity(init.value):
+    inits = list(itertools.takewhile(lambda s: isinstance(s, loop_ir.Init), inner))[:2]
+    if len(inner) < len(inits) + 2:
+        raise NotAContraction(f"{where}: the innermost parallel loop must hold an Init, one reduce loop and the stores")
+    reduce_loop, *stores = inner[len(inits):] if inits else inner[1:]
+    if not inits or not all(_is_sum_identity(i.value) and i.value.dtype == inits[0].value.dtype for i in inits):
         raise NotAContraction(f"{where}: the body must start by setting an accumulator to 0")
-    if not (isinstance(reduce_loop, loop_ir.Loop) and reduce_loop.kind == "reduce" and len(reduce_loop.body) == 1):
+    init = inits[0]
+    if not (isinstance(reduce_loop, loop_ir.Loop) and reduce_loop.kind == "reduce"
+            and len(reduce_loop.body) == len(inits)):
         raise NotAContraction(f"{where}: after the Init there must be one reduce loop holding one Accumulate")
-    accumulate = reduce_loop.body[0]
-    if not (isinstance(accumulate, loop_ir.Accumulate) and accumulate.acc == init.acc and accumulate.op == "sum"):
+    accumulates = reduce_loop.body
+    if not all(isinstance(a, loop_ir.Accumulate) and a.acc == i.acc and a.op == "sum"
+               for a, i in zip(accumulates, inits)):
         raise NotAContraction(f"{where}: the reduce loop must sum into the accumulator {init.acc}")
+    accumulate = accumulates[0]
     if not all(isinstance(s, loop_ir.Store) for s in stores):
         raise NotAContraction(f"{where}: only stores may follow the reduce loop")
 
     parallel = [loop.var for loop in loops]
+    sums = {i.acc for i in inits}
     for store in stores:
-        foreign = set().union(*(ex.free_vars(e) for e in loop_ir.expressions(store))) - set(parallel) - {init.acc}
+        foreign = set().union(*(ex.free_vars(e) for e in loop_ir.expressions(store))) - set(parallel) - sums
         if foreign:
             raise NotAContraction(
                 f"{where}: the store to {store.buffer} reads {', '.join(sorted(foreign))}, "
                 "which the contraction does not compute"
             )
+    if len(accumulates) == 2:
+        c = _parts(kernel, loops, init, reduce_loop, stores, accumulate.value, None)
+        return attrs.evolve(c, paired=_paired_sum(c, accumulates[1], where))
     value, bound = read_guard(accumulate.value, reduce_loop.var)
     if bound is not None:
         c = _parts(kernel, loops, init, reduce_loop, stores, value, bound)
         if ex.free_vars(bound.start) <= set(c.batch):
             return c
     return _parts(kernel, loops, init, reduce_loop, stores, accumulate.value, None)
+
+
+def _paired_sum(c: Contraction, second: loop_ir.Accumulate, where: str) -> PairedSum:
+    """The second of two sums in one kernel, where it is the first's term with another column
+    operand read at the same place (a gate's and its up projection's weights) or a fixed number of
+    rows away (the two halves of one weight)."""
+    columns = [o for o in c.operands if o.side == "n"]
+    moving = [load for load in outer_loads(second.value) if c.reduce_var in _index_vars(load)]
+    others = [load for load in moving if load not in {o.load for o in c.operands}]
+    if any(c.extents[v] != 1 for v in c.batch) or len(columns) != 1 or len(others) != 1:
+        raise NotAContraction(f"{where}: two sums in one kernel must be products of the same row operand by two "
+                              "column operands, with no batch")
+    (column,), (other,) = columns, others
+    apart = [index.affine(a).plus(index.affine(b), -1) for a, b in zip(other.index, column.load.index)]
+    if (len(other.index) != len(column.load.index) or not all(d.is_constant() for d in apart)
+            or other.dtype != column.load.dtype
+            or ex.transform(c.value, lambda e: other if e == column.load else None) != second.value):
+        raise NotAContraction(f"{where}: its second sum is not its first with another column operand read at the "
+                              "same place or a fixed number of rows away")
+    return PairedSum(second.acc, second.value, Operand(other, "n"))
 
 
 def _parts(kernel: loop_ir.Kernel, loops, init: loop_ir.Init, reduce_loop: loop_ir.Loop,

@@ -85,17 +85,19 @@ def compute_and_memory_us(c: Contraction, choices: Choices, target: Target) -> t
     per_sm = resident(c, choices, target)
     deepest = math.ceil(blocks / target.sm_count)
     k_tiles = math.ceil(c.reduce_extent / choices.block_k)
-    efficiency = (tile_efficiency(choices.block_m, choices.block_n, choices.consumer_warpgroups)
+    columns = setting.summed_columns(c, choices)
+    efficiency = (tile_efficiency(choices.block_m, columns, choices.consumer_warpgroups)
                   * STAGE_EFFICIENCY[useful_stages(choices.stages, k_tiles)])
     sm_flops_per_us = target.bf16_tensor_flops_per_us / target.sm_count * efficiency
-    k_tile_us = 2 * choices.block_m * choices.block_n * choices.block_k / sm_flops_per_us
+    k_tile_us = 2 * choices.block_m * columns * choices.block_k / sm_flops_per_us
     late_reads = 0 if setting.early_read_registers(c, choices) else setting.epilogue_read_values(c, choices)
     stored_by_tma = setting.staged_copy(c, choices) == setting.TMA_COPY
-    saved = min(BLOCK_US, TMA_STORE_SAVING_US * (setting.accumulators(choices) // 2)) if stored_by_tma else 0
+    pairs = setting.accumulators(c, choices) * choices.block_n // columns // 2
+    saved = min(BLOCK_US, TMA_STORE_SAVING_US * pairs) if stored_by_tma else 0
     block_us = BLOCK_US - saved + LATE_READ_US * late_reads
     compute_us = deepest * k_tiles * k_tile_us + deepest * block_us / min(per_sm, deepest)
     written = sum(c.buffer_bytes(s.buffer) for s in c.epilogue)
-    factors = {o.load.buffer for o in c.operands}
+    factors = {o.load.buffer for o in c.operands} | ({c.paired.operand.load.buffer} if c.paired else set())
     read_by_epilogue = {node.buffer for s in c.epilogue for node in ex.walk(s.value)
                         if isinstance(node, loop_ir.Load) and node.buffer not in factors}
     moved = sum(c.buffer_bytes(name) for name in factors | read_by_epilogue) + written

@@ -8,7 +8,9 @@ other contraction kernels run it (``loop_to_kernel.translate_body``), guarded wh
 block overhangs the output's rows or columns. Where every epilogue store's columns are
 contiguous and the output's row length is even, the two adjacent columns ``e = 0, 1`` a
 thread holds are computed into registers and written in one access
-(``contraction.layout.store_width``); where the TMA can store the output, the values go into a
+(``contraction.layout.store_width``); where the kernel sums two products side by side
+(``Contraction.paired``), each output's second sum lies ``block_n / 2`` accumulators after its
+first, in the same thread. Where the TMA can store the output, the values go into a
 shared tile that it copies out (``tma_stores``); where they cannot start aligned, into a shared
 tile that the whole block then writes out a row at a time (``staged_outputs``). In
 either case the reads of other buffers may be issued before the products (``early_reads``).
@@ -33,7 +35,8 @@ class TmaGemmEpilogue:
 
     def __init__(self, c: Contraction, names: KernelNames, tid: Expr, warpgroup: Expr, acc: str, block_m: int,
                  block_n: int, slices: int, batch_env: dict[str, Expr], block_row: Expr, block_col: Expr,
-                 staged: StagedOutputs | TmaStoredOutputs | None = None, reads_early: bool = False):
+                 staged: StagedOutputs | TmaStoredOutputs | None = None, reads_early: bool = False,
+                 paired_offset: int | None = None):
         self.c, self.kernel, self.acc = c, c.kernel, acc
         self.block_m, self.block_n, self.slices = block_m, block_n, slices
         self.tid, self.warpgroup, self.batch_env = tid, warpgroup, batch_env
@@ -46,6 +49,12 @@ class TmaGemmEpilogue:
         self.early = (EarlyReads({b.name for b in c.kernel.inputs}, self.row.name, names.fresh)
                       if reads_early and (self.width > 1 or staged is not None) else None)
         self._statements: list[kernel_ir.Stmt] | None = None
+        self.paired_offset = paired_offset
+        """Where the kernel sums two products side by side (``Contraction.paired``): how many
+        accumulators after an output's first sum its second lies. Such an epilogue checks its
+        columns even where the blocks divide them: without a guard, ptxas serialised the wgmma of
+        every such kernel timed (its warning C7514), with one none
+        (``test_wgmma_tma_gated_products.py``)."""
 
     def _first(self) -> list[kernel_ir.Stmt]:
         """The thread's first row and column in the output (and in the block, where its values go into
@@ -64,13 +73,17 @@ class TmaGemmEpilogue:
 
     def _env(self, row: Expr, col: Expr, q: int, p: int) -> dict[str, Expr]:
         acc = kernel_ir.Load(self.acc, (ex.const(q), ex.const(p)), self.c.acc_dtype)
-        return {**self.batch_env, self.c.m: row, self.c.n: col, self.c.acc: acc}
+        env = {**self.batch_env, self.c.m: row, self.c.n: col, self.c.acc: acc}
+        if self.paired_offset is not None:
+            env[self.c.paired.acc] = kernel_ir.Load(self.acc, (ex.const(q), ex.const(p + self.paired_offset)),
+                                                    self.c.acc_dtype)
+        return env
 
     def _guard(self, row: Expr, col: Expr) -> Expr | None:
         parts = []
         if self.c.extents[self.c.m] % self.block_m:
             parts.append(ex.op("lt", row, self.c.extents[self.c.m]))
-        if self.c.extents[self.c.n] % self.block_n:
+        if self.c.extents[self.c.n] % self.block_n or self.paired_offset is not None:
             parts.append(ex.op("lt", col, self.c.extents[self.c.n]))
         return all_of(parts)
 

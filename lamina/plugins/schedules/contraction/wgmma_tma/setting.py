@@ -134,13 +134,19 @@ def settings(c: Contraction, pinned: dict, target: Target):
         yield choices
 
 
-def accumulators(choices: Choices) -> int:
+def summed_columns(c: Contraction, choices: Choices) -> int:
+    """The columns a block sums, the wgmma's N: its outputs', twice over where the kernel sums a gate
+    and its up projection side by side (``Contraction.paired``)."""
+    return choices.block_n * (2 if c.paired is not None else 1)
+
+
+def accumulators(c: Contraction, choices: Choices) -> int:
     """Float32 accumulators of one consumer thread."""
-    return choices.block_m // (kernel_ir.WGMMA_M * choices.consumer_warpgroups) * choices.block_n // 2
+    return choices.block_m // (kernel_ir.WGMMA_M * choices.consumer_warpgroups) * summed_columns(c, choices) // 2
 
 
 def registers(c: Contraction, choices: Choices) -> int:
-    return accumulators(choices) + early_read_registers(c, choices) + OTHER_REGISTERS
+    return accumulators(c, choices) + early_read_registers(c, choices) + OTHER_REGISTERS
 
 
 def epilogue_read_values(c: Contraction, choices: Choices) -> int:
@@ -160,7 +166,7 @@ def early_read_registers(c: Contraction, choices: Choices) -> int:
     values = epilogue_read_values(c, choices)
     if not values or not (_facts(c).stores_pairs or _stages_odd_rows(c, choices)):
         return 0
-    total = accumulators(choices) + values + OTHER_REGISTERS
+    total = accumulators(c, choices) + values + OTHER_REGISTERS
     fits = total <= EARLY_READ_REGISTER_LIMIT and total * threads(choices) <= REGISTERS_PER_BLOCK
     return values if fits else 0
 
@@ -183,7 +189,8 @@ def shared_bytes(c: Contraction, choices: Choices) -> int:
 def _ring_bytes(c: Contraction, choices: Choices) -> int:
     factors = operands.factors(c)
     itemsize = factors[0].load.dtype.itemsize if factors else 2
-    return choices.stages * (choices.block_m + choices.block_n) * BLOCK_K * itemsize + barrier_bytes(choices.stages)
+    columns = summed_columns(c, choices)
+    return choices.stages * (choices.block_m + columns) * BLOCK_K * itemsize + barrier_bytes(choices.stages)
 
 
 def staged_tile_bytes(c: Contraction, choices: Choices) -> int:
@@ -287,6 +294,11 @@ def _find_operands_problem(c: Contraction) -> str | None:
     if factors is None:
         return ("products = wgmma_tma needs a float32 sum of products of two bf16 or two fp16 operands, one along "
                 "the rows and one along the columns")
+    if c.paired is not None:
+        paired = operands.view(c, c.paired.operand)
+        if isinstance(paired, str) or paired.layout != kernel_ir.K_MAJOR:
+            return (f"products = wgmma_tma sums a gate and its up projection side by side only where the TMA reads "
+                    f"both weights K-major: {paired if isinstance(paired, str) else 'the second lies along n'}")
     for operand in factors:
         found = operands.view(c, operand)
         if isinstance(found, str):
@@ -329,9 +341,14 @@ def problem(c: Contraction, choices: Choices, target: Target) -> str | None:
     if choices.block_m % (kernel_ir.WGMMA_M * choices.consumer_warpgroups):
         return (f"{choices.consumer_warpgroups} consumer warpgroups of 64-row wgmma do not share "
                 f"{choices.block_m} rows")
-    if accumulators(choices) > MAX_ACCUMULATORS:
+    if c.paired is not None and summed_columns(c, choices) > max(BLOCK_NS):
+        return (f"a block that sums a gate and its up projection side by side takes at most {max(BLOCK_NS) // 2} "
+                f"columns (a wgmma of twice as many), not {choices.block_n}")
+    if c.paired is not None and choices.tile_scheduler == PERSISTENT:
+        return "a block that sums a gate and its up projection side by side takes tile_scheduler = grid"
+    if accumulators(c, choices) > MAX_ACCUMULATORS:
         return (f"a {choices.block_m}x{choices.block_n} block on {choices.consumer_warpgroups} consumer "
-                f"warpgroup{'s' if choices.consumer_warpgroups > 1 else ''} holds {accumulators(choices)} "
+                f"warpgroup{'s' if choices.consumer_warpgroups > 1 else ''} holds {accumulators(c, choices)} "
                 f"accumulators per thread; at most {MAX_ACCUMULATORS} fit beside the rest")
     if registers(c, choices) * threads(choices) > target.registers_per_block:
         return f"about {registers(c, choices)} registers for each of {threads(choices)} threads exceed the block's"

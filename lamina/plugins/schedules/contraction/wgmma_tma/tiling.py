@@ -51,6 +51,10 @@ class TmaGemmSettings(ContractionSettings):
     early_read_registers: int = 0
     """Where the epilogue's reads of other buffers are issued before the products (``early_reads``):
     the registers they take in a consumer thread."""
+    paired: bool = False
+    """Whether the block sums a gate and its up projection side by side (``Contraction.paired``): the
+    third stage holds the second weight's k-tiles, staged after the first's, and one wgmma twice as
+    wide sums both."""
 
     def extra_threads(self, tk: tile_ir.TileKernel) -> int:
         return setting.PRODUCER_THREADS
@@ -71,12 +75,15 @@ class TmaGemmSettings(ContractionSettings):
             order.append(f"  persistent: {self.persistent_blocks} blocks walk the {tiles} tiles, block b taking tiles "
                          f"b, b + {self.persistent_blocks}, ...; the producer copies a tile's first k-tiles while the "
                          "consumers store the tile before")
+        paired = ([f"  two sums side by side: the k-tiles of {tk.stages[1].index} and {tk.stages[2].index} in one "
+                   f"stage, {columns} rows each, summed by one wgmma into the accumulators of both; the epilogue "
+                   "reads each output's two sums from the same thread's registers"] if self.paired else [])
         return order + [
             f"  copies: one thread of a producer warpgroup issues each stage's TMA loads (zero-filled past the edges), "
             f"in a ring of {_stages(tk)} stages, each guarded by a full and an empty mbarrier",
-            f"  products on tensor cores: wgmma m64n{columns}k16 on {dtype} from swizzled shared memory, {groups}, "
-            "f32 accumulators; a stage is released once the wgmma of the next have started",
-        ] + ([f"  B n-major: staged as it lies, along n, in panels of {kernel_ir.SWIZZLE_PANEL} columns, one TMA box "
+            f"  products on tensor cores: wgmma m64n{columns * (2 if self.paired else 1)}k16 on {dtype} from swizzled "
+            f"shared memory, {groups}, f32 accumulators; a stage is released once the wgmma of the next have started",
+        ] + paired + ([f"  B n-major: staged as it lies, along n, in panels of {kernel_ir.SWIZZLE_PANEL} columns, one TMA box "
               "each; the wgmma transposes it"] if self.b_layout == kernel_ir.N_MAJOR else []) + (
             self._staged_lines(rows, columns)) + (
             [f"  epilogue reads: issued before the products, into {self.early_read_registers} registers a consumer "
@@ -112,7 +119,8 @@ class TmaGemmSettings(ContractionSettings):
                             "warpgroup 64-row slices of the block")
         if tk.reduction is None or tk.reduction.step != setting.BLOCK_K or tk.reduction.splits != 1:
             problems.append(f"wgmma_tma products take k-tiles of {setting.BLOCK_K}: one swizzled row")
-        if len(tk.stages) != 2 or any(s.copy != "tma" or s.swizzle != kernel_ir.SWIZZLE_BYTES for s in tk.stages) \
+        staged_by_tma = all(s.copy == "tma" and s.swizzle == kernel_ir.SWIZZLE_BYTES for s in tk.stages)
+        if len(tk.stages) != (3 if self.paired else 2) or not staged_by_tma \
                 or tk.stages[0].tile[-1] != setting.BLOCK_K or not _staged_as_read(tk.stages[1], self.b_layout):
             problems.append("wgmma_tma products read A staged K-major and B K-major or in panels of n, by the TMA in "
                             "the 128-byte swizzle")
@@ -162,7 +170,7 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
     reduction = tile_ir.ReductionPlan((c.reduce_var,), c.reduce_extent, "serial", setting.BLOCK_K, 1)
     stages = []
     b_layout = setting.b_layout(c)
-    for operand in operands.factors(c):
+    for operand in operands.factors(c) + ((c.paired.operand,) if c.paired else ()):
         block = choices.block_m if operand.side == "m" else choices.block_n
         side_var = c.m if operand.side == "m" else c.n
         box = block * setting.BLOCK_K * operand.load.dtype.itemsize
@@ -184,7 +192,8 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
                                  staged_output_copy=setting.staged_copy(c, choices),
                                  persistent_blocks=(persistent_blocks(c, choices, target)
                                                     if choices.tile_scheduler == PERSISTENT else 0),
-                                 early_read_registers=setting.early_read_registers(c, choices)),
+                                 early_read_registers=setting.early_read_registers(c, choices),
+                                 paired=c.paired is not None),
     )
     tile_ir.verify_tile_kernel(tile, target.max_threads_per_block, target.max_shared_bytes_optin)
     return tile

@@ -24,6 +24,11 @@ walk the block's tiles, ``blockIdx.x``, then every ``gridDim.x``-th: the ring's 
 counted across the tiles, so that the producer goes on to the next tile's first k-tiles as soon
 as the consumers release the stages of the last, while they still run its epilogue; the
 consumers release the last k-tile's stage once its wgmma are done.
+
+A kernel that sums a gate and its up projection side by side (``Contraction.paired``) stages
+each k-tile of the second weight's rows after the first's, in the same stage of B, one more box
+on the same full barrier; one wgmma of twice the block's columns sums both, so that a thread's
+accumulators hold each of its outputs' two sums ``block_n / 2`` elements apart.
 """
 
 from __future__ import annotations
@@ -63,7 +68,7 @@ class TmaGemmWriter:
         """K-tiles of a block; a split-K slice that ends sooner (the last) runs ``k_tiles_here``."""
         loop_vars = {s.var for s in loop_ir.statements(self.kernel.body) if isinstance(s, loop_ir.Loop)}
         self.names = names = KernelNames({b.name for b in self.kernel.inputs + self.kernel.outputs} | loop_vars
-                                         | {c.acc})
+                                         | {c.acc} | ({c.paired.acc} if c.paired else set()))
         self.tid, self.kt, self.stage, self.round, self.warpgroup, self.batch = (
             ex.Var(names.fresh(n)) for n in ("tid", "kt", "stage", "round", "warpgroup", "batch"))
         self.grouped_rows = settings.grouped_rows
@@ -77,8 +82,11 @@ class TmaGemmWriter:
         self.n_major = settings.b_layout == kernel_ir.N_MAJOR
         self.panels = self.block_n // kernel_ir.SWIZZLE_PANEL
         """With B n-major: its stage's panels of 64 columns, a TMA box each."""
-        self.tiles = {side: names.fresh(f"{o.load.buffer}_tile") for side, o in (("m", self.m_side), ("n", self.n_side))}
-        self.maps = {side: names.fresh(f"{o.load.buffer}_map") for side, o in (("m", self.m_side), ("n", self.n_side))}
+        self.sides = (("m", self.m_side), ("n", self.n_side)) + ((("paired", c.paired.operand),) if c.paired else ())
+        self.tiles = {side: names.fresh(f"{o.load.buffer}_tile") for side, o in self.sides[:2]}
+        self.maps = {side: names.fresh(f"{o.load.buffer}_map") for side, o in self.sides}
+        self.summed = self.block_n * (2 if c.paired else 1)
+        """The columns a block sums: the wgmma's N."""
         self.full, self.empty, self.acc = names.fresh("full"), names.fresh("empty"), names.fresh("acc")
         self.consumers = self.groups * kernel_ir.WARPGROUP_SIZE
         self.batch_env = batch_coordinates(c, self.batch)
@@ -95,7 +103,8 @@ class TmaGemmWriter:
                                            self.block_m, self.block_n, self.block_row, self.block_col)
         self.epilogue = TmaGemmEpilogue(c, self.names, self.tid, self.warpgroup, self.acc, self.block_m,
                                         self.block_n, self.slices, self.batch_env, self.block_row, self.block_col,
-                                        self.staged, settings.early_read_registers > 0)
+                                        self.staged, settings.early_read_registers > 0,
+                                        paired_offset=self.block_n // 2 if c.paired else None)
 
     # --- the two roles -----------------------------------------------------------
 
@@ -111,14 +120,13 @@ class TmaGemmWriter:
 
     def _box_rows(self, side: str) -> Expr:
         """The tensor map's row of the block's first row of the operand on ``side``."""
-        operand = self.m_side if side == "m" else self.n_side
-        view = operands.view(self.c, operand)
+        view = operands.view(self.c, dict(self.sides)[side])
         block = self.block_row * self.block_m if side == "m" else self.block_col * self.block_n
         return view.first_row(self.batch_env) + block
 
     def _box_column(self, side: str) -> Expr:
         """The tensor map's column of k-tile ``kt`` (from the block's split-K slice's start)."""
-        view = operands.view(self.c, self.m_side if side == "m" else self.n_side)
+        view = operands.view(self.c, dict(self.sides)[side])
         return view.first_column(self.batch_env) + self.kt * setting.BLOCK_K
 
     def _slice_k_tiles(self) -> list[kernel_ir.Stmt]:
@@ -142,10 +150,12 @@ class TmaGemmWriter:
 
     def producer(self) -> list[kernel_ir.Stmt]:
         """The elected thread's loop: a stage emptied, its bytes expected, its boxes asked for."""
-        box_bytes = (self.block_m + self.block_n) * setting.BLOCK_K * self.dtype.itemsize
+        box_bytes = (self.block_m + self.summed) * setting.BLOCK_K * self.dtype.itemsize
         at_stage = (self.stage,)
-        sides = ("m",) if self.n_major else ("m", "n")
-        loads = [kernel_ir.TmaLoad(self.tiles[side], (self.stage, ex.const(0), ex.const(0)), self.maps[side],
+        sides = ("m",) if self.n_major else tuple(side for side, _ in self.sides)
+        first_row = {"m": 0, "n": 0, "paired": self.block_n}
+        loads = [kernel_ir.TmaLoad(self.tiles[side if side != "paired" else "n"],
+                                   (self.stage, ex.const(first_row[side]), ex.const(0)), self.maps[side],
                                    self._box_rows(side), self._box_column(side), self.full, at_stage)
                  for side in sides]
         if self.n_major:
@@ -191,7 +201,7 @@ class TmaGemmWriter:
 
     def _products(self) -> list[kernel_ir.Stmt]:
         """The warpgroup's wgmma of the k-tile in ``stage``: per 16 k, one per 64-row slice."""
-        n = self.block_n
+        n = self.summed
         k = kernel_ir.wgmma_k(self.dtype)
         first_row = self.warpgroup * (kernel_ir.WGMMA_M * self.slices)
         out = []
@@ -212,7 +222,7 @@ class TmaGemmWriter:
         of the k-tile before released once its wgmma are done; then the epilogue."""
         init = ex.cast(self.c.init, self.c.acc_dtype)
         clear = [kernel_ir.Store(self.acc, (ex.const(q), ex.const(p)), init)
-                 for q in range(self.slices) for p in range(self.block_n // 2)]
+                 for q in range(self.slices) for p in range(self.summed // 2)]
         before = (self._k_tiles_before() + (self.stages - 1)) % self.stages
         body = [*self._stage_of_k_tile(),
                 kernel_ir.MbarrierWait(self.full, (self.stage,), self.round % 2),
@@ -254,7 +264,8 @@ class TmaGemmWriter:
 
     def tensor_maps(self) -> list[kernel_ir.TensorMap]:
         maps = []
-        for side, operand, block in (("m", self.m_side, self.block_m), ("n", self.n_side, self.block_n)):
+        for side, operand in self.sides:
+            block = self.block_m if side == "m" else self.block_n
             view = operands.view(self.c, operand)
             n_major = side == "n" and self.n_major
             box = (setting.BLOCK_K, kernel_ir.SWIZZLE_PANEL) if n_major else (block, setting.BLOCK_K)
@@ -273,14 +284,14 @@ class TmaGemmWriter:
         ]
         if self.staged is not None:
             shared.append(self.staged.array())
-        registers = [kernel_ir.Array(self.acc, self.c.acc_dtype, (self.slices, self.block_n // 2), "register")]
+        registers = [kernel_ir.Array(self.acc, self.c.acc_dtype, (self.slices, self.summed // 2), "register")]
         return shared + registers + self.epilogue.arrays()
 
     def _n_tile_shape(self) -> tuple[int, ...]:
         """B's ring: per stage ``block_n`` rows of a k-tile, or where B lies along n, its panels of 64 rows of k."""
         if self.n_major:
             return (self.stages, self.panels, setting.BLOCK_K, kernel_ir.SWIZZLE_PANEL)
-        return (self.stages, self.block_n, setting.BLOCK_K)
+        return (self.stages, self.summed, setting.BLOCK_K)
 
     def kernel_ir(self, static_shared_bytes: int) -> kernel_ir.Kernel:
         """The kernel; past ``static_shared_bytes`` its shared arrays come from dynamic shared memory."""
