@@ -72,6 +72,20 @@ def test_a_product_split_into_gate_and_up_is_one_kernel_summing_both_halves_on_t
     assert_matches_eager_and_float64(halves, compiled(*args), args)
 
 
+def test_a_prompt_of_any_length_runs_the_pair_compiled_once():
+    """Rows known only at run time (a prompt's tokens): the pair is weighed at the example's 130 rows
+    and runs at 1, 7 and 200 rows, none a multiple of its blocks, on the simulator."""
+    x, gate, up = inputs(130, 64, 72)
+    rows = torch.export.Dim("rows", min=1, max=4096)
+    compiled = lamina.compile(gated(F.silu), (x, gate, up), target="sm_90", dynamic_shapes=({0: rows}, None, None))
+    (tile,) = contraction_tiles(compiled)
+    assert tile.settings.paired
+    for count in (1, 7, 200):
+        args = (inputs(count, 64, 72, seed=count)[0], gate, up)
+        assert_matches_eager_and_float64(gated(F.silu), compiled(*args), args)
+    assert len(compiled.specializations) == 1
+
+
 def test_the_halves_are_read_a_fixed_number_of_rows_apart_in_one_weight():
     x, gate, up = inputs(128, 64, 96)
     compiled = lamina.compile(halves, (x.unsqueeze(0), torch.cat([gate, up])), target="sm_90")
