@@ -52,9 +52,9 @@ class TmaGemmEpilogue:
         self.paired_offset = paired_offset
         """Where the kernel sums two products side by side (``Contraction.paired``): how many
         accumulators after an output's first sum its second lies. Such an epilogue checks its
-        columns even where the blocks divide them: without a guard, ptxas serialised the wgmma of
-        every such kernel timed (its warning C7514), with one none
-        (``test_wgmma_tma_gated_products.py``)."""
+        columns even where the blocks divide them: without that check ptxas serialised the wgmma
+        of every such kernel compiled (its warning C7514), with it none
+        (``test_blocks_that_divide_the_columns_keep_their_wgmma_unserialised``)."""
 
     def _first(self) -> list[kernel_ir.Stmt]:
         """The thread's first row and column in the output (and in the block, where its values go into
