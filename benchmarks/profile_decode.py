@@ -9,7 +9,8 @@ contender generates once to compile (the longer generation first, whose cache th
 ones reuse where ``transformers`` keeps the largest cache size), then twice more at each of
 two lengths (``--short`` and ``--long`` new tokens); the difference between the two lengths,
 divided by the tokens between them, is one decoding step: its wall time (unprofiled), the
-GPU time of each kernel and its launches (torch.profiler), and the host time of the ops and
+GPU time of each kernel (what it adds to the GPU's busy time, as ``profile_model`` counts it) and
+its launches (torch.profiler), and the host time of the ops and
 calls that cost most. The prompt's step cancels out.
 """
 
@@ -27,6 +28,7 @@ import torch
 
 from lamina.models.builder import build_model
 from lamina.models.configs import MODELS
+from profile_model import own_times
 
 PROMPT = 128
 SHOWN = 20
@@ -48,12 +50,14 @@ def _generate(model, ids, new_tokens, transformers_compiles, profiled=False):
 
 
 def _kernels(profiler) -> tuple[dict[str, float], dict[str, int]]:
+    """Each kernel name's time (what it adds to the GPU's busy time: ``profile_model.own_times``) and launches."""
+    kernels = [(event.name, event.time_range.start, event.time_range.end) for event in profiler.events()
+               if event.device_type == torch.autograd.DeviceType.CUDA]
     us: dict[str, float] = collections.defaultdict(float)
     launches: dict[str, int] = collections.defaultdict(int)
-    for event in profiler.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA:
-            us[event.name] += event.device_time_total
-            launches[event.name] += 1
+    for name, own in own_times(kernels):
+        us[name] += own
+        launches[name] += 1
     return us, launches
 
 

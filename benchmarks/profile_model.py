@@ -7,7 +7,12 @@ Builds an architecture of the model matrix (``lamina models``) at its real size 
 of its layers (``--size small`` for the scaled-down one), compiles it as its users do,
 ``torch.compile(model, backend="lamina", dynamic=False)`` called as ``model(**inputs)``, runs it
 twice, then profiles ``--passes`` forward passes with torch.profiler and sums each GPU kernel's
-time per pass by the kernel's name. A lamina kernel is named after what it computes
+time per pass by the kernel's name. A kernel's time is what it adds to the GPU's busy time: from
+its start, or the end of the kernel before it where they overlap, to its end (``own_times``). On
+Hopper lamina launches each kernel while the one before it finishes, its blocks waiting for it
+(dependent launch): counted from its start, a kernel's time would include that wait (a split-K
+combine of 3 us showed 26, the wait for its product), and the kernels' times would add up to
+more than the pass. A lamina kernel is named after what it computes
 (``linear_sum``), and the kernels of a model's layers that compile to the same code share the
 first one's name, so a line adds up those layers' launches (kernels of other code under the same
 name are numbered: ``mul``, ``mul_2``). torch.compile's default backend is
@@ -42,17 +47,29 @@ def profile(model: torch.nn.Module, inputs: dict, backend: str, passes: int) -> 
             for _ in range(passes):
                 compiled(**inputs)
             torch.cuda.synchronize()
+    kernels = [(event.name, event.time_range.start, event.time_range.end) for event in profiler.events()
+               if event.device_type == torch.autograd.DeviceType.CUDA]
     us: dict[str, float] = collections.defaultdict(float)
     launches: dict[str, int] = collections.defaultdict(int)
-    for event in profiler.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA:
-            us[event.name] += event.device_time_total / passes
-            launches[event.name] += 1
+    for name, own in own_times(kernels):
+        us[name] += own / passes
+        launches[name] += 1
     total = sum(us.values())
     rows = sorted(us.items(), key=lambda item: -item[1])
     return {"total_us_per_pass": total,
             "kernels": [{"kernel": name, "us_per_pass": t, "share": t / total, "launches_per_pass": launches[name] / passes}
                         for name, t in rows]}
+
+
+def own_times(kernels: list[tuple[str, float, float]]) -> list[tuple[str, float]]:
+    """Each kernel's (name, start, end) as (name, the time it adds to the GPU's busy time): its end less
+    its start or the latest end of the kernels that started before it, whichever is later (none
+    where it ends inside one of them)."""
+    out, busy_until = [], float("-inf")
+    for name, start, end in sorted(kernels, key=lambda k: k[1]):
+        out.append((name, max(0.0, end - max(start, busy_until))))
+        busy_until = max(busy_until, end)
+    return out
 
 
 def print_profile(contender: str, record: dict) -> None:

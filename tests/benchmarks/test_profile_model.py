@@ -23,6 +23,13 @@ def test_a_scaled_down_model_is_profiled_kernel_by_kernel_in_lamina_and_torch_co
     assert record["command"].endswith(f"--out benchmarks/results/{out.name}")
 
 
+def test_a_kernel_that_starts_before_the_last_ends_counts_only_the_time_it_adds():
+    """A dependent launch's blocks start while the kernel before them runs: its wait is not its time."""
+    kernels = [("combine", 20.0, 40.0), ("product", 0.0, 30.0), ("norm", 45.0, 50.0), ("inside", 5.0, 10.0)]
+    assert profile_model.own_times(kernels) == [("product", 30.0), ("inside", 0.0), ("combine", 10.0), ("norm", 5.0)]
+    assert sum(t for _, t in profile_model.own_times(kernels)) == 45.0  # the busy time, gaps left out
+
+
 def test_without_a_gpu_it_says_so(tmp_path, capsys):
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible")
