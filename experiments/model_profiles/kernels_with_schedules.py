@@ -8,7 +8,6 @@ Arguments: architecture, tokens, layers, backend. Program cache off (``LAMINA_PR
 the pipeline runs and its Tile IR can be read; kernels that compile to the same code share a name in
 the profile, which may differ from their Tile IR name by its number.
 """
-import collections
 import sys
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from lamina.core.ir import tile_ir
 from lamina.models.architectures import architecture, build, example_inputs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from profile_model import own_times  # noqa: E402
+from profile_model import profile  # noqa: E402
 
 PASSES = 5
 SHOWN = ("tile", "grid", "parallel", "reduce", "products", "two sums")
@@ -39,33 +38,16 @@ def main() -> None:
     arch = architecture(arch_name)
     model = build(arch, size="real", layers=layers, dtype=torch.bfloat16, device="cuda")
     inputs = example_inputs(arch, model, length=length, device="cuda")
-    compiled = torch.compile(model, backend=backend, dynamic=False)
-    with torch.no_grad():
-        for _ in range(3):
-            compiled(**inputs)
-        torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profiler:
-            for _ in range(PASSES):
-                compiled(**inputs)
-            torch.cuda.synchronize()
-    kernels = [(e.name, e.time_range.start, e.time_range.end) for e in profiler.events()
-               if e.device_type == torch.autograd.DeviceType.CUDA]
-    us, launches = collections.defaultdict(float), collections.Counter()
-    for name, own in own_times(kernels):
-        us[name] += own / PASSES
-        launches[name] += 1
-    heads = {}
+    record = profile(model, inputs, backend, PASSES)
+    print(f"{arch_name}, {length} tokens, {layers} layer(s), {backend}: {record['total_us_per_pass']:.1f} us per pass")
+    for row in record["kernels"]:
+        print(f"{row['us_per_pass']:9.1f} us x{row['launches_per_pass']:g}  {row['kernel']}")
+    if compiled_programs:
+        print("\nthe Tile IR of each kernel:")
     for program in compiled_programs:
         for tile in program.compilation.tiles:
             lines = tile_ir.format_tile_kernel(tile).splitlines()
-            heads[tile.kernel.name] = "\n".join(line for line in lines if line.strip().startswith(SHOWN))
-    print(f"{arch_name}, {length} tokens, {layers} layer(s), {backend}: {sum(us.values()):.1f} us per pass")
-    for name, t in sorted(us.items(), key=lambda item: -item[1]):
-        print(f"{t:9.1f} us x{launches[name] / PASSES:.0f}  {name}")
-    if heads:
-        print("\nthe Tile IR of each kernel:")
-        for head in heads.values():
-            print(head)
+            print("\n".join(line for line in lines if line.strip().startswith(SHOWN)))
 
 
 if __name__ == "__main__":

@@ -171,15 +171,20 @@ class GatedMlp(torch.nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-def test_a_llama_mlp_through_torch_compile_matches_eager():
-    torch.manual_seed(3)
-    mlp = GatedMlp(64, 176).to(torch.bfloat16)
-    x = torch.randn(2, 40, 64, dtype=torch.bfloat16)
+def assert_torch_compile_matches_eager(hidden: int, intermediate: int, tokens: int, device: str = "cpu"):
+    """A Llama MLP through ``torch.compile(backend="lamina")``, as users call it, against eager and float64."""
+    mlp = GatedMlp(hidden, intermediate).to(torch.bfloat16).to(device)
+    x = torch.randn(1, tokens, hidden, dtype=torch.bfloat16, device=device)
     with torch.no_grad():
         out = torch.compile(mlp, backend="lamina")(x)
         eager = mlp(x)
         reference = mlp.double()(x.double())
     assert relative_error(out, reference) <= 1.25 * relative_error(eager, reference) + 1e-3
+
+
+def test_a_llama_mlp_through_torch_compile_matches_eager():
+    torch.manual_seed(3)
+    assert_torch_compile_matches_eager(64, 176, 80)
 
 
 def phi3_args():
@@ -239,13 +244,7 @@ def test_a_product_split_into_gate_and_up_matches_eager_on_the_gpu():
 @pytest.mark.gpu
 def test_a_llama_mlp_through_torch_compile_matches_eager_on_the_gpu():
     torch.manual_seed(4)
-    mlp = GatedMlp(2048, 5632).to(torch.bfloat16).cuda()
-    x = torch.randn(1, 300, 2048, dtype=torch.bfloat16, device="cuda")
-    with torch.no_grad():
-        out = torch.compile(mlp, backend="lamina")(x)
-        eager = mlp(x)
-        reference = mlp.double()(x.double())
-    assert relative_error(out, reference) <= 1.25 * relative_error(eager, reference) + 1e-3
+    assert_torch_compile_matches_eager(2048, 5632, 300, device="cuda")
 
 
 def test_loop_kernels_of_one_sum_are_analysed_as_before():
