@@ -136,7 +136,9 @@ def model_cases(m: Model, s: int, dtype: torch.dtype) -> list[Case]:
     FLOP conventions: RMSNorm 4 per element (square, sum, two products), +1 for the
     residual add; silu(gate) * up 5 per element; RoPE 3 per element; attention scores
     2 d per score for q k^T plus 4 per score (scale, max, exp, normalise); linear 2 M N K,
-    plus M N for a bias.
+    plus M N for a bias. ``gated_mlp`` is the MLP's gate and up projections of one input with
+    their ``silu(gate) * up``, as the layer computes them (the fused epilogue the issue of
+    Hopper GEMMs asks lamina to win with: on Hopper one kernel sums both products).
     """
     h, i, d, heads = m.hidden, m.intermediate, m.head_dim, m.heads
     qkv = h + 2 * m.kv_heads * d
@@ -161,6 +163,8 @@ def model_cases(m: Model, s: int, dtype: torch.dtype) -> list[Case]:
         found.append(make_case(f"{m.name}.scores_causal" + tag,
                                f"torch.softmax(({scores}).masked_fill({causal_mask}, float('-inf')), -1)",
                                _inputs(dtype, q=(1, heads, s, d), k=(1, heads, s, d)), heads * s * s * (2 * d + 4)))
+    found.append(make_case(f"{m.name}.gated_mlp" + tag, "F.silu(F.linear(x, wg)) * F.linear(x, wu)",
+                           _inputs(dtype, x=(s, h), wg=(i, h), wu=(i, h)), 4 * s * h * i + 5 * s * i))
     projections = {"qkv": (h, qkv, m.qkv_bias), "o": (h, h, False), "gate_up": (h, 2 * i, False), "down": (i, h, False)}
     for name, (k_in, n_out, bias) in projections.items():
         shapes = {"x": (s, k_in), "w": (n_out, k_in)} | ({"b": (n_out,)} if bias else {})

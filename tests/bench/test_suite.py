@@ -7,7 +7,7 @@ from lamina.core.errors import LaminaError
 from lamina.program_spec import parse_input
 
 KERNELS = ("rmsnorm", "add_rmsnorm", "silu_mul", "rope_q", "scores", "scores_causal",
-           "linear_qkv", "linear_o", "linear_gate_up", "linear_down")
+           "linear_qkv", "linear_o", "linear_gate_up", "linear_down", "gated_mlp")
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +62,12 @@ def test_qwen_qkv_projection_bytes_and_flops_by_hand(suite):
     assert case.bytes_moved == (128 * 3584 + n * 3584 + n + 128 * n) * 4
     assert case.flops == 2 * 128 * n * 3584 + 128 * n
     assert not suite["tinyllama.linear_qkv.s128.fp32"].expression.endswith("b)")  # TinyLlama has no bias
+
+
+def test_the_gated_mlp_reads_both_weights_and_counts_both_products(suite):
+    case = suite["tinyllama.gated_mlp.s128.bf16"]
+    assert [tuple(i.shape) for i in case.inputs] == [(128, 2048), (5632, 2048), (5632, 2048)]
+    assert case.flops == 2 * (2 * 128 * 2048 * 5632) + 5 * 128 * 5632
 
 
 def test_attention_scores_bytes_flops_and_bound(suite):
