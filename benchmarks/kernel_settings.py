@@ -4,8 +4,9 @@ A *setting* is what shapes a kernel's CUDA beyond its sizes: the schedule, the d
 and writes, how the reduction is combined (serially, by warp shuffles, a block tree, in-block
 k-splits, a cluster, the last block to finish), what is staged in shared memory and how (copy
 kind and width, buffers, padding or swizzle), vector widths, where products run (FMA, mma.sync,
-wgmma), split-K partial sums, warp patches, grouped block order, and the schedule's own
-switches (rows held in registers, epilogue reads prefetched, guarded vector loads, ...). Tile
+wgmma), split-K partial sums, two sums side by side (a gated MLP's pair), warp patches, grouped
+block order, and the schedule's own switches (rows held in registers, epilogue reads prefetched,
+guarded vector loads, ...). Tile
 sizes and thread counts are not part of it: they change numbers in the code, not its structure.
 
 Each setting gets one *representative*: the kernel with that setting whose program does the
@@ -68,6 +69,8 @@ def setting_of(tk: tile_ir.TileKernel) -> tuple[tuple[str, str], ...]:
             features.append(("grouped_rows", "yes"))
         if settings.copy_steps:
             features.append(("copies_spread", "yes"))
+        if getattr(settings, "paired", False):
+            features.append(("paired_sums", "yes"))
     features += _schedule_switches(tk.schedule, knobs)
     return tuple(features)
 
