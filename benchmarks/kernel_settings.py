@@ -6,8 +6,8 @@ k-splits, a cluster, the last block to finish), what is staged in shared memory 
 kind and width, buffers, padding or swizzle), vector widths, where products run (FMA, mma.sync,
 wgmma), split-K partial sums, two sums side by side (a gated MLP's pair), warp patches, grouped
 block order, and the schedule's own switches (rows held in registers, epilogue reads prefetched,
-guarded vector loads, ...). Tile
-sizes and thread counts are not part of it: they change numbers in the code, not its structure.
+guarded vector loads, ...). Tile sizes and thread counts are not part of it: they change numbers
+in the code, not its structure.
 
 Each setting gets one *representative*: the kernel with that setting whose program does the
 least work (loop iterations summed over its kernels). A suite case that does more than
