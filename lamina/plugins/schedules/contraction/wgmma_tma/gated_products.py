@@ -80,8 +80,8 @@ class PairGatedProducts:
 def _gains(merged: loop_ir.Kernel, apart: tuple[loop_ir.Kernel, ...], target: Target,
            knobs: Mapping[str, Any]) -> bool:
     """Whether the pins let the merged kernel run and the cost model expects it faster than the two,
-    each product as split-K would then run it (the merged kernel is never split: at 128 rows
-    TinyLlama's projections gain more from three slices each than from one kernel)."""
+    each product as split-K would then run it (the merged kernel is never split, and a product
+    split across blocks may beat it)."""
     try:
         return cheapest_estimate(merged, target, knobs).total_us < sum(_apart_us(k, target, knobs) for k in apart)
     except ScheduleError:
