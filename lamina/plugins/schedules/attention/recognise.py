@@ -15,7 +15,7 @@ import math
 
 import attrs
 
-from lamina.core.ir import dtypes, expr as ex, index, kernel_ir, loop_ir
+from lamina.core.ir import dtypes, expr as ex, index, kernel_ir, loop_ir, sizes
 from lamina.core.ir.expr import Expr
 from lamina.core.ir.names import fresh_name
 from lamina.core.ir.torch_ir import TensorType
@@ -99,7 +99,27 @@ def analyse(kernel: loop_ir.Kernel) -> Attention:
                            "rounded to their type")
     scores, values = _contractions(kernel, loops.rows, loops.max_loop, loops.score, loops.feature_loop, value,
                                    loops.rounding)
-    return _checked(loops, scores, values)
+    return _checked(loops, *_along_the_most_queries(scores, values))
+
+
+def _along_the_most_queries(scores: Contraction, values: Contraction) -> tuple[Contraction, Contraction]:
+    """The two products with the longest of the axes that could be their rows as rows.
+
+    Where every query head reads the same keys (one key-value head: Gemma's), the heads are rows
+    of the products as much as the positions are, and a contraction takes the axis of the
+    smallest output stride (the heads, as a model lays its output out); the attention kernel
+    stages a block of rows of one axis, so it takes the axis with the most of them."""
+    def rows(c: Contraction) -> set[str]:
+        def read(side: str) -> set[str]:
+            return set().union(*(ex.free_vars(i) for o in c.operands if o.side == side for i in o.load.index))
+        return read("m") - read("n")
+
+    candidates = [v for v in (scores.m, *scores.batch) if v in rows(scores) and v in rows(values)]
+    m = max(candidates, key=lambda v: sizes.hint(scores.extents[v]), default=scores.m)
+    if m == scores.m or values.m != scores.m:
+        return scores, values
+    return tuple(attrs.evolve(c, m=m, batch=tuple(scores.m if v == m else v for v in c.batch))
+                 for c in (scores, values))
 
 
 def _contractions(kernel: loop_ir.Kernel, loops, max_loop: loop_ir.Loop, score: Expr, feature_loop: loop_ir.Loop,

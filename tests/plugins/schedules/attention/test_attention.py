@@ -55,6 +55,7 @@ def check(fn, args, knobs=None):
     (4, 2, 130, 64),    # ragged: 130 queries and keys, two heads per key-value head
     (7, 1, 100, 80),    # seven heads per key-value head, 80 features (a second, zero-filled panel)
     (2, 1, 200, 128),   # several key blocks, 128 features
+    (2, 1, 130, 256),   # 256 features (Gemma's heads): key blocks of 64 only
 ])
 def test_matches_float64_on_the_simulator(fn, heads, kv_heads, length, depth):
     torch.manual_seed(heads * length + depth)
@@ -68,6 +69,22 @@ def test_pinned_knobs_run_and_show_in_the_tile_ir(knobs):
     torch.manual_seed(11)
     compiled = check(causal_attention, qkv(2, 1, 190, 64), {"attention": knobs})
     assert f"{knobs['block_queries']} queries x {knobs['block_keys']} keys, {knobs['stages']} stages" in compiled.ir("tile")
+
+
+def one_key_value_head(q, k, v):
+    """Every query head reads the one key-value head (Gemma's multi-query attention), the output
+    laid out position by position as a model stores it: the heads are rows of both products as
+    much as the positions are."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).transpose(1, 2)
+
+
+@pytest.mark.parametrize("depth", [64, 256])
+def test_one_key_value_head_runs_its_blocks_along_the_positions(depth):
+    torch.manual_seed(depth)
+    compiled = check(one_key_value_head, qkv(4, 1, 130, depth), PINNED)
+    tile = compiled.ir("tile")
+    assert "block.x tile 64" in tile and "(130): block.x" in tile, tile
+    assert "causal: key blocks past the block's last visible key are skipped" in tile
 
 
 def test_float16_and_a_batch_of_two():
@@ -261,6 +278,8 @@ def test_a_query_that_sees_no_key_gets_zeros_as_in_pytorch():
     (32, 4, 64, 512, {}),                                   # TinyLlama
     (28, 4, 128, 2048, {}),                                 # Qwen2.5-7B
     (28, 4, 128, 2048, {"block_queries": 64, "block_keys": 64}),
+    (8, 1, 256, 512, {}),                                   # Gemma-2B
+    (8, 1, 256, 512, {"block_queries": 128}),
 ])
 def test_compiles_for_sm_90a_without_spills(heads, kv_heads, depth, length, knobs):
     q, k, v = (torch.randn(1, h, length, depth, dtype=torch.bfloat16) for h in (heads, kv_heads, kv_heads))
@@ -273,7 +292,8 @@ def test_compiles_for_sm_90a_without_spills(heads, kv_heads, depth, length, knob
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fn", [attention, causal_attention], ids=["full", "causal"])
-@pytest.mark.parametrize("heads, kv_heads, depth, length", [(32, 4, 64, 512), (28, 4, 128, 2048), (12, 12, 64, 1500)])
+@pytest.mark.parametrize("heads, kv_heads, depth, length", [(32, 4, 64, 512), (28, 4, 128, 2048), (12, 12, 64, 1500),
+                                                            (8, 1, 256, 2048)])
 def test_matches_eager_on_the_gpu(fn, heads, kv_heads, depth, length):
     torch.manual_seed(16)
     q, k, v = (torch.randn(1, h, length, depth, dtype=torch.bfloat16, device="cuda")
