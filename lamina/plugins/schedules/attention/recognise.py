@@ -195,16 +195,16 @@ def _checked(loops: AttentionLoops, scores: Contraction, values: Contraction) ->
 
 
 def _causal_limit(score: Expr, key: str, query: str, at: Expr) -> Expr | None:
-    """Where ``score`` is ``where(key <= query + c and ..., ..., -inf)`` (possibly nested, or with
-    ``<``), the last visible key of query ``at``: ``at + c``."""
+    """Where ``score`` is ``where(key + a <= query + c and ..., ..., -inf)`` (possibly nested, or
+    with ``<``), the last visible key of query ``at``: ``at + c - a``."""
     while is_op(score, "where", 3):
         condition, kept, other = score.args
         if isinstance(other, ex.Const) and other.value == -math.inf:
             for term in _conjuncts(condition):
-                if (is_op(term, "le", 2) or is_op(term, "lt", 2)) and term.args[0] == ex.Var(key):
-                    form = index.affine(term.args[1])
-                    if form.terms == {ex.Var(query): 1}:
-                        return at + (form.constant - (1 if term.op == "lt" else 0))
+                if is_op(term, "le", 2) or is_op(term, "lt", 2):
+                    left, right = index.affine(term.args[0]), index.affine(term.args[1])
+                    if left.terms == {ex.Var(key): 1} and right.terms == {ex.Var(query): 1}:
+                        return at + (right.constant - left.constant - (1 if term.op == "lt" else 0))
         score = kept
     return None
 

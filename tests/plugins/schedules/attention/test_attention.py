@@ -87,6 +87,20 @@ def test_one_key_value_head_runs_its_blocks_along_the_positions(depth):
     assert "causal: key blocks past the block's last visible key are skipped" in tile
 
 
+def positions_from_five(q, k, v):
+    """A causal mask of positions that start past zero (a model's positions after a cache offset):
+    ``key + 5 <= query + 5``."""
+    queries = torch.arange(q.shape[-2]) + 5
+    keys = torch.arange(k.shape[-2]) + 5
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=keys[None, :] <= queries[:, None], enable_gqa=True)
+
+
+def test_a_causal_mask_of_shifted_positions_skips_the_key_blocks_past_the_diagonal():
+    torch.manual_seed(19)
+    compiled = check(positions_from_five, qkv(4, 2, 130, 64), PINNED)
+    assert "causal: key blocks past the block's last visible key are skipped" in compiled.ir("tile")
+
+
 def test_float16_and_a_batch_of_two():
     torch.manual_seed(12)
     check(causal_attention, qkv(4, 2, 96, 64, dtype=torch.float16, batch=2))
