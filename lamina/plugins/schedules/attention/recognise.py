@@ -195,16 +195,19 @@ def _checked(loops: AttentionLoops, scores: Contraction, values: Contraction) ->
 
 
 def _causal_limit(score: Expr, key: str, query: str, at: Expr) -> Expr | None:
-    """Where ``score`` is ``where(key + a <= query + c and ..., ..., -inf)`` (possibly nested, or
-    with ``<``), the last visible key of query ``at``: ``at + c - a``."""
+    """Where ``score`` is ``where(key - query + c <= 0 and ..., ..., -inf)``, however the
+    comparison is written (``key + a <= query + b``, ``query >= key``, ``<``; possibly nested),
+    the last visible key of query ``at``: ``at - c``."""
     while is_op(score, "where", 3):
         condition, kept, other = score.args
         if isinstance(other, ex.Const) and other.value == -math.inf:
             for term in _conjuncts(condition):
-                if is_op(term, "le", 2) or is_op(term, "lt", 2):
-                    left, right = index.affine(term.args[0]), index.affine(term.args[1])
-                    if left.terms == {ex.Var(key): 1} and right.terms == {ex.Var(query): 1}:
-                        return at + (right.constant - left.constant - (1 if term.op == "lt" else 0))
+                if not isinstance(term, ex.Op) or term.op not in ("le", "lt", "ge", "gt") or len(term.args) != 2:
+                    continue
+                left, right = term.args if term.op in ("le", "lt") else reversed(term.args)
+                form = index.affine(ex.op("sub", left, right))
+                if form.terms == {ex.Var(key): 1, ex.Var(query): -1}:
+                    return at + (-form.constant - (1 if term.op in ("lt", "gt") else 0))
         score = kept
     return None
 

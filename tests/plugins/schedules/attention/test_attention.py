@@ -95,9 +95,16 @@ def positions_from_five(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=keys[None, :] <= queries[:, None], enable_gqa=True)
 
 
-def test_a_causal_mask_of_shifted_positions_skips_the_key_blocks_past_the_diagonal():
+def lower_triangle(q, k, v):
+    """A causal mask as the lower triangle of ones: ``key - query <= 0``."""
+    mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+
+
+@pytest.mark.parametrize("fn", [positions_from_five, lower_triangle])
+def test_a_causal_mask_however_written_skips_the_key_blocks_past_the_diagonal(fn):
     torch.manual_seed(19)
-    compiled = check(positions_from_five, qkv(4, 2, 130, 64), PINNED)
+    compiled = check(fn, qkv(4, 2, 130, 64), PINNED)
     assert "causal: key blocks past the block's last visible key are skipped" in compiled.ir("tile")
 
 
