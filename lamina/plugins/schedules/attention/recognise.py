@@ -87,7 +87,12 @@ class Attention:
     def last_visible_key(self, query: Expr) -> Expr | None:
         """The last key that ``query`` sees where the score masks every later key (causal
         attention: ``key <= query + c``), else None."""
-        return _causal_limit(self.score, self.scores.n, self.scores.m, query)
+        return _visible_bound(self.score, self.scores.n, self.scores.m, query, "last")
+
+    def first_visible_key(self, query: Expr) -> Expr | None:
+        """The first key that ``query`` sees where the score masks every earlier key (a sliding
+        window: ``key > query - window``), else None."""
+        return _visible_bound(self.score, self.scores.n, self.scores.m, query, "first")
 
 
 def analyse(kernel: loop_ir.Kernel) -> Attention:
@@ -194,20 +199,29 @@ def _checked(loops: AttentionLoops, scores: Contraction, values: Contraction) ->
     return Attention(kernel, scores, values, score, *views, dtype, loops, block_scores(score, scores.n, scores.m))
 
 
-def _causal_limit(score: Expr, key: str, query: str, at: Expr) -> Expr | None:
-    """Where ``score`` is ``where(key - query + c <= 0 and ..., ..., -inf)``, however the
-    comparison is written (``key + a <= query + b``, ``query >= key``, ``<``; possibly nested),
-    the last visible key of query ``at``: ``at - c``."""
+_FLIPPED = {"le": "ge", "lt": "gt", "ge": "le", "gt": "lt"}
+
+
+def _visible_bound(score: Expr, key: str, query: str, at: Expr, side: str) -> Expr | None:
+    """Where ``score`` is ``where(key - query + c <= 0 and ..., ..., -inf)`` (``side`` "last": a
+    causal mask) or ``where(key - query + c >= 0 and ...)`` (``side`` "first": a sliding window),
+    however the comparison is written (``key + a <= query + b``, ``query >= key``, strict or not;
+    possibly nested), the last or first key that query ``at`` sees: ``at - c``."""
     while is_op(score, "where", 3):
         condition, kept, other = score.args
         if isinstance(other, ex.Const) and other.value == -math.inf:
             for term in _conjuncts(condition):
-                if not isinstance(term, ex.Op) or term.op not in ("le", "lt", "ge", "gt") or len(term.args) != 2:
+                if not isinstance(term, ex.Op) or term.op not in _FLIPPED or len(term.args) != 2:
                     continue
-                left, right = term.args if term.op in ("le", "lt") else reversed(term.args)
-                form = index.affine(ex.op("sub", left, right))
-                if form.terms == {ex.Var(key): 1, ex.Var(query): -1}:
-                    return at + (-form.constant - (1 if term.op in ("lt", "gt") else 0))
+                form, relation = index.affine(ex.op("sub", *term.args)), term.op
+                if form.terms == {ex.Var(key): -1, ex.Var(query): 1}:
+                    form, relation = form.scaled(-1), _FLIPPED[relation]
+                if form.terms != {ex.Var(key): 1, ex.Var(query): -1}:
+                    continue
+                if side == "last" and relation in ("le", "lt"):
+                    return at + (-form.constant - (1 if relation == "lt" else 0))
+                if side == "first" and relation in ("ge", "gt"):
+                    return at + (-form.constant + (1 if relation == "gt" else 0))
         score = kept
     return None
 

@@ -96,12 +96,18 @@ def _read_pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
 
 def key_blocks(a: Attention, choice: AttentionChoice, query_block: int) -> int:
     """The key blocks that the queries of ``query_block`` see."""
-    every = math.ceil(a.keys_extent / choice.block_keys)
+    end = math.ceil(a.keys_extent / choice.block_keys)
     last_query = min(a.queries_extent, (query_block + 1) * choice.block_queries) - 1
     last = a.last_visible_key(ex.const(last_query))
-    if last is None:
-        return every
-    return max(0, min(every, index.affine(last).constant // choice.block_keys + 1))
+    if last is not None:
+        end = min(end, index.affine(last).constant // choice.block_keys + 1)
+    return max(0, end - skipped_key_blocks(a, choice, query_block))
+
+
+def skipped_key_blocks(a: Attention, choice: AttentionChoice, query_block: int) -> int:
+    """The key blocks wholly before the first key that any query of ``query_block`` sees (a sliding window)."""
+    first = a.first_visible_key(ex.const(query_block * choice.block_queries))
+    return 0 if first is None else max(0, index.affine(first).constant) // choice.block_keys
 
 
 def shared_bytes(a: Attention, choice: AttentionChoice) -> int:
@@ -162,7 +168,8 @@ def estimate_us(a: Attention, choice: AttentionChoice, target: Target) -> float:
         per_key_block *= ONE_WARPGROUP_SLOWDOWN if sharing else ONE_WARPGROUP_ALONE
     scores = kernel_ir.WGMMA_M * groups * choice.block_keys * resident  # a key block's, times the blocks sharing its SM
     blocks = [sum(per_key_block + scores * _key_block_reads_ns(a, choice, q, kb) * 1e-3
-                  for kb in range(key_blocks(a, choice, q)))
+                  for kb in range(skipped_key_blocks(a, choice, q),
+                                  skipped_key_blocks(a, choice, q) + key_blocks(a, choice, q)))
               for q in range(query_blocks)] * a.batch_size
     return LAUNCH_US + max(max(blocks, default=0.0), sum(blocks) / (target.sm_count * resident))
 
@@ -231,6 +238,8 @@ class AttentionSettings(tile_ir.ScheduleSettings):
     """How the score's mask is settled per key block (``block_masks.BlockScores.text``), if it is."""
     values_along_features: bool = False
     """Whether the values are staged as they lie, along the features (N-major), not along the keys."""
+    windowed: bool = False
+    """Whether each query sees only the keys from a distance behind it on (a sliding window)."""
 
     def extra_threads(self, tk: tile_ir.TileKernel) -> int:
         """The 4 threads across each query row of a wgmma accumulator: the bindings count one."""
@@ -261,6 +270,8 @@ class AttentionSettings(tile_ir.ScheduleSettings):
         ]
         if self.causal:
             lines.append("  causal: key blocks past the block's last visible key are skipped")
+        if self.windowed:
+            lines.append("  sliding window: key blocks before the block's first visible key are skipped")
         if self.mask_by_block is not None:
             lines.append(f"  mask by key block: {self.mask_by_block}")
         return lines
@@ -268,6 +279,7 @@ class AttentionSettings(tile_ir.ScheduleSettings):
 
 def tile(a: Attention, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:
     causal = a.last_visible_key(ex.Var(a.query_var)) is not None
+    windowed = a.first_visible_key(ex.Var(a.query_var)) is not None
     choice, estimate, count = choose(a, target, knobs)
     pins = ", ".join(f"{k} = {v}" for k, v in sorted(_read_pinned(knobs, "").items())) or "none"
     groups = choice.consumer_warpgroups
@@ -300,6 +312,6 @@ def tile(a: Attention, target: Target, knobs: Mapping[str, Any]) -> tile_ir.Tile
     tk = tile_ir.TileKernel(
         kernel=a.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction, stages=stages, knobs=notes,
         settings=AttentionSettings(choice.block_keys, choice.stages, groups, causal, a.by_block.text(not causal),
-                                   along_features))
+                                   along_features, windowed))
     tile_ir.verify_tile_kernel(tk, target.max_threads_per_block, target.max_shared_bytes_optin)
     return tk

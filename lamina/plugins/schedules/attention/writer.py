@@ -75,6 +75,8 @@ class AttentionWriter:
          self.visible) = (ex.Var(names.fresh(n)) for n in ("tid", "warpgroup", "lane", "warp", "batch", "row", "kb",
                                                            "stage", "key_blocks"))
         self.previous = ex.Var(names.fresh("previous_stage"))
+        self.windowed = settings.windowed
+        self.skipped = ex.Var(names.fresh("skipped_key_blocks"))
         (self.maximum, self.largest, self.used, self.used_log2, self.total) = (
             ex.Var(names.fresh(n), dtypes.float32) for n in ("block_max", "new_max", "max_used", "max_log2", "sum"))
         self.array_names = {n: names.fresh(n) for n in ("q_tile", "k_tile", "v_tile", "q_full", "full", "empty",
@@ -107,18 +109,18 @@ class AttentionWriter:
         item = self.a.dtype.itemsize
         stage_bytes = (self.panels * self.block_keys * PANEL + self.key_panels * self.features * PANEL) * item
         out: list[kernel_ir.Stmt] = [kernel_ir.MbarrierArrive(self._n("full"), (stage,), stage_bytes)]
-        key_row = keys.first_row(self.batch_env) + block * self.block_keys
+        key_row = keys.first_row(self.batch_env) + self._in_keys(block) * self.block_keys
         for p in range(self.panels):
             out.append(kernel_ir.TmaLoad(self._n("k_tile"), (stage * self.panels + p, ex.const(0), ex.const(0)),
                                          self.maps["k"], key_row, keys.first_column(self.batch_env) + PANEL * p,
                                          self._n("full"), (stage,)))
         for p in range(self.value_panels):
             if self.values_along_features:
-                row = values.first_row(self.batch_env) + block * self.block_keys
+                row = values.first_row(self.batch_env) + self._in_keys(block) * self.block_keys
                 column = values.first_column(self.batch_env) + PANEL * p
             else:
                 row = values.first_row(self.batch_env)
-                column = values.first_column(self.batch_env) + block * self.block_keys + PANEL * p
+                column = values.first_column(self.batch_env) + self._in_keys(block) * self.block_keys + PANEL * p
             out.append(kernel_ir.TmaLoad(self._n("v_tile"), (stage * self.value_panels + p, ex.const(0), ex.const(0)),
                                          self.maps["v"], row, column,
                                          self._n("full"), (stage,)))
@@ -127,13 +129,22 @@ class AttentionWriter:
     # --- the key blocks ----------------------------------------------------------
 
     def _key_blocks_seen(self) -> list[kernel_ir.Stmt]:
-        """How many key blocks the block's queries see: all, or those up to the causal limit."""
+        """How many key blocks the block's queries see: all, or those up to the causal limit; and
+        in a sliding window, how many before the first that any of them sees are skipped."""
         last_query = ex.op("min", (kernel_ir.block_idx("x") + 1) * self.block_queries, self.a.queries_extent) - 1
         last = self.a.last_visible_key(last_query)
         seen: Expr = ex.const(self.all_key_blocks)
         if last is not None:
             seen = ex.op("max", ex.op("min", seen, last // self.block_keys + 1), 0)
-        return [kernel_ir.Declare(self.visible.name, self.visible.dtype, seen)]
+        if not self.windowed:
+            return [kernel_ir.Declare(self.visible.name, self.visible.dtype, seen)]
+        first = self.a.first_visible_key(kernel_ir.block_idx("x") * self.block_queries)
+        return [kernel_ir.Declare(self.skipped.name, self.skipped.dtype, ex.op("max", first, 0) // self.block_keys),
+                kernel_ir.Declare(self.visible.name, self.visible.dtype, ex.op("max", seen - self.skipped, 0))]
+
+    def _in_keys(self, block: Expr) -> Expr:
+        """Key block ``block`` of those the block walks, counted from the first key."""
+        return self.skipped + block if self.windowed else block
 
     def _scores_product(self) -> list[kernel_ir.Stmt]:
         k = kernel_ir.wgmma_k(self.a.dtype)
@@ -184,7 +195,7 @@ class AttentionWriter:
         for h in range(2):
             query = self.row + 8 * h
             for i, column in self._cells(h):
-                key = self.kb * self.block_keys + column + 2 * t
+                key = self._in_keys(self.kb) * self.block_keys + column + 2 * t
                 guard = []
                 if a.keys_extent % self.block_keys:
                     guard.append(ex.op("lt", key, a.keys_extent))
@@ -203,7 +214,7 @@ class AttentionWriter:
         """Step 2 with the score that the key block allows (``block_masks``): the mask's
         comparison of key and query settled where the block lies off the diagonal."""
         first_query = kernel_ir.block_idx("x") * self.block_queries
-        first_key = self.kb * self.block_keys
+        first_key = self._in_keys(self.kb) * self.block_keys
         box = {self.a.query_var: (first_query, first_query + self.block_queries - 1),
                self.a.key_var: (first_key, first_key + self.block_keys - 1)}
         variants = self.a.by_block.variants(box, hidden=not self.tile.settings.causal)

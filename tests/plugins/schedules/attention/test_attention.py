@@ -108,6 +108,30 @@ def test_a_causal_mask_however_written_skips_the_key_blocks_past_the_diagonal(fn
     assert "causal: key blocks past the block's last visible key are skipped" in compiled.ir("tile")
 
 
+def sliding_window(q, k, v, window=50):
+    """Mistral's mask: each query sees itself and the ``window - 1`` keys before it."""
+    queries, keys = torch.arange(q.shape[-2]), torch.arange(k.shape[-2])
+    mask = (keys[None, :] <= queries[:, None]) & (keys[None, :] > queries[:, None] - window)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+
+
+@pytest.mark.parametrize("knobs", [{"block_queries": 64, "block_keys": 64, "stages": 2},
+                                   {"block_queries": 128, "block_keys": 64, "stages": 3}])
+def test_a_sliding_window_skips_the_key_blocks_before_it(knobs):
+    """300 queries in a window of 50: a block of 64 or 128 queries walks two or three key blocks
+    of 64, from the one that holds its first query's first visible key."""
+    torch.manual_seed(20)
+    compiled = check(sliding_window, qkv(4, 2, 300, 64), {"attention": knobs})
+    tile = compiled.ir("tile")
+    assert "sliding window: key blocks before the block's first visible key are skipped" in tile
+    assert "causal: key blocks past the block's last visible key are skipped" in tile
+    assert "skipped_key_blocks" in compiled.ir("kernel")
+    (kernel,) = [kern for kern, t in zip(compiled.compilation.kernels.kernels, compiled.compilation.tiles)
+                 if t.schedule == "attention"]
+    built = start_compiling(kernel, "sm_90a").result()
+    assert built.registers > 0 and (built.spill_stores, built.spill_loads) == (0, 0)
+
+
 def test_float16_and_a_batch_of_two():
     torch.manual_seed(12)
     check(causal_attention, qkv(4, 2, 96, 64, dtype=torch.float16, batch=2))
