@@ -128,3 +128,28 @@ def test_a_prompt_s_attention_written_query_by_query_is_not_a_decoding_step_s():
     ((_, specialization),) = runner._specializations.values()
     schedules = [t.schedule for t in specialization.compilation.tiles]
     assert "attention_decode" not in schedules, schedules
+
+
+def test_gemma_s_heads_as_cudnn_s_op_gets_them_run_as_one_attention_kernel():
+    """Gemma's attention as cuDNN's op gives it: 256 features, one key-value head repeated for
+    every query head, an additive causal mask, the output read position by position. The
+    attention kernel takes it, its blocks along the positions (the heads read the same keys)."""
+    heads, length, depth = 4, 70, 256
+
+    def gemma(q, k, v, mask):
+        out = aten._scaled_dot_product_cudnn_attention(q, repeated(k, heads), repeated(v, heads), mask, False, 0.0,
+                                                       False, False, scale=SCALE)[0]
+        return aten.clone(aten.transpose(out, 1, 2), memory_format=torch.contiguous_format)
+
+    q = torch.randn(1, heads, length, depth, dtype=torch.bfloat16)
+    k, v = (torch.randn(1, 1, length, depth, dtype=torch.bfloat16) for _ in range(2))
+    positions = torch.arange(length)
+    mask = torch.zeros(1, 1, length, length, dtype=torch.bfloat16).masked_fill(
+        positions[None, :] > positions[:, None], -math.inf)
+    runner = GraphRunner(Compiler(target="sm_90"), traced_on_cuda(gemma, (q, k, v, mask)), (q, k, v, mask))
+    (out,) = runner(q, k, v, mask)
+    ((_, specialization),) = runner._specializations.values()
+    assert [t.schedule for t in specialization.compilation.tiles] == ["attention"]
+    scores = q.double() @ k.double().transpose(-2, -1) * SCALE + mask.double()
+    expected = (torch.softmax(scores, -1) @ v.double()).transpose(1, 2)
+    assert relative_error(out, expected) < 1e-2
