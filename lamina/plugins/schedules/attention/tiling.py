@@ -104,6 +104,12 @@ def key_blocks(a: Attention, choice: AttentionChoice, query_block: int) -> int:
     return max(0, end - skipped_key_blocks(a, choice, query_block))
 
 
+def _walked(a: Attention, choice: AttentionChoice, query_block: int) -> range:
+    """The key blocks that the queries of ``query_block`` walk, counted from the first key."""
+    first = skipped_key_blocks(a, choice, query_block)
+    return range(first, first + key_blocks(a, choice, query_block))
+
+
 def skipped_key_blocks(a: Attention, choice: AttentionChoice, query_block: int) -> int:
     """The key blocks wholly before the first key that any query of ``query_block`` sees (a sliding window)."""
     first = a.first_visible_key(ex.const(query_block * choice.block_queries))
@@ -168,8 +174,7 @@ def estimate_us(a: Attention, choice: AttentionChoice, target: Target) -> float:
         per_key_block *= ONE_WARPGROUP_SLOWDOWN if sharing else ONE_WARPGROUP_ALONE
     scores = kernel_ir.WGMMA_M * groups * choice.block_keys * resident  # a key block's, times the blocks sharing its SM
     blocks = [sum(per_key_block + scores * _key_block_reads_ns(a, choice, q, kb) * 1e-3
-                  for kb in range(skipped_key_blocks(a, choice, q),
-                                  skipped_key_blocks(a, choice, q) + key_blocks(a, choice, q)))
+                  for kb in _walked(a, choice, q))
               for q in range(query_blocks)] * a.batch_size
     return LAUNCH_US + max(max(blocks, default=0.0), sum(blocks) / (target.sm_count * resident))
 
