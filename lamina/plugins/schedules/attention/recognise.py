@@ -119,7 +119,8 @@ def _along_the_most_queries(scores: Contraction, values: Contraction) -> tuple[C
             return set().union(*(ex.free_vars(i) for o in c.operands if o.side == side for i in o.load.index))
         return read("m") - read("n")
 
-    candidates = [v for v in (scores.m, *scores.batch) if v in rows(scores) and v in rows(values)]
+    either = rows(scores) & rows(values)
+    candidates = [v for v in (scores.m, *scores.batch) if v in either]
     m = max(candidates, key=lambda v: sizes.hint(scores.extents[v]), default=scores.m)
     if m == scores.m or values.m != scores.m:
         return scores, values
