@@ -119,9 +119,17 @@ def sliding_window(q, k, v, window=50):
                                    {"block_queries": 128, "block_keys": 64, "stages": 3}])
 def test_a_sliding_window_skips_the_key_blocks_before_it(knobs):
     """300 queries in a window of 50: a block of 64 or 128 queries walks two or three key blocks
-    of 64, from the one that holds its first query's first visible key."""
+    of 64, from the one that holds its first query's first visible key. The values of the first
+    key block are NaN: a block that read them would give NaN (a probability of 0 times NaN), so
+    the queries from 128 on, whose blocks start past it, show that it was skipped."""
     torch.manual_seed(20)
-    compiled = check(sliding_window, qkv(4, 2, 300, 64), {"attention": knobs})
+    q, k, v = qkv(4, 2, 300, 64)
+    compiled = check(sliding_window, (q, k, v), {"attention": knobs})
+    poisoned = v.clone()
+    poisoned[:, :, :64] = float("nan")
+    out = compiled(q, k, poisoned)
+    assert torch.isnan(out[:, :, :64]).any()
+    assert torch.equal(out[:, :, 128:], compiled(q, k, v)[:, :, 128:])
     tile = compiled.ir("tile")
     assert "sliding window: key blocks before the block's first visible key are skipped" in tile
     assert "causal: key blocks past the block's last visible key are skipped" in tile
