@@ -385,6 +385,8 @@ class _KernelPrinter:
             return [f"{indent}{hopper_copies.mbarrier_init(self._element(s.barrier, s.index), s.arrivals)}"]
         if isinstance(s, kir.MbarrierArrive):
             barrier = self._element(s.barrier, s.index)
+            if s.rank is not None:
+                return [f"{indent}{hopper_copies.mbarrier_arrive_in_block(barrier, self.expr.text(s.rank))}"]
             return [f"{indent}{hopper_copies.mbarrier_arrive(barrier, s.transaction_bytes)}"]
         if isinstance(s, kir.MbarrierWait):
             barrier = self._element(s.barrier, s.index)
@@ -411,6 +413,10 @@ class _KernelPrinter:
         return self.expr.element(array, at)
 
     def _tma_load(self, s: kir.TmaLoad) -> str:
+        if s.multicast:
+            return hopper_copies.tma_load_multicast(
+                self._box_start(s.dst, s.dst_index), self.name(s.tensor_map), self.expr.text(s.row),
+                self.expr.text(s.column), self._element(s.barrier, s.barrier_index), s.multicast)
         return hopper_copies.tma_load(self._box_start(s.dst, s.dst_index), self.name(s.tensor_map),
                                       self.expr.text(s.row), self.expr.text(s.column),
                                       self._element(s.barrier, s.barrier_index))

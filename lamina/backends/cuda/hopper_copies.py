@@ -12,7 +12,9 @@ PTX ISA, "Tensor-map"), and a copy names it with that address
 coordinates go innermost first, the column before the row). A store is
 ``cp.async.bulk.tensor.2d.global.shared::cta.bulk_group``, its groups closed by
 ``cp.async.bulk.commit_group`` and waited for by ``cp.async.bulk.wait_group.read``, which
-returns once the copies have read shared memory.
+returns once the copies have read shared memory. In a cluster a copy may land in several
+blocks at once (``.multicast::cluster``, a bit per block's rank), and a block may arrive on
+another's mbarrier (``mapa`` maps the address into that block's window).
 """
 
 from __future__ import annotations
@@ -65,6 +67,25 @@ __device__ __forceinline__ void lamina_tma_load_2d(void* dst, const lamina_tenso
                : "memory");
 }"""
 
+TMA_MULTICAST_HELPER = """\
+// The same copy landing at `dst` and completing on `barrier` in each block of the cluster whose rank is a bit of
+// `blocks`.
+__device__ __forceinline__ void lamina_tma_load_2d_multicast(void* dst, const lamina_tensor_map* map, int row,
+                                                             int column, long long* barrier, unsigned short blocks) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+               " [%0], [%1, {%2, %3}], [%4], %5;\\n"
+               :: "r"(lamina_shared_address(dst)), "l"(map), "r"(column), "r"(row), "r"(lamina_shared_address(barrier)),
+                  "h"(blocks) : "memory");
+}"""
+
+REMOTE_ARRIVE_HELPER = """\
+// An arrival on the mbarrier at `barrier`'s place in the block of the cluster of rank `rank`.
+__device__ __forceinline__ void lamina_mbarrier_arrive_in_block(long long* barrier, unsigned rank) {
+  asm volatile("{\\n.reg .b32 remote;\\nmapa.shared::cluster.u32 remote, %0, %1;\\n"
+               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\\n}\\n"
+               :: "r"(lamina_shared_address(barrier)), "r"(rank) : "memory");
+}"""
+
 TMA_STORE_HELPER = """\
 // One thread's TMA copy of a box from shared memory at `src` to the tensor at (row, column), in its open bulk group;
 // the elements outside the tensor are not written.
@@ -89,9 +110,12 @@ def helpers(kernel: kir.Kernel) -> list[str]:
     tma = bool(kernel.tensor_maps) or any(isinstance(s, kir.TMA_STATEMENTS) for s in statements)
     barriers = any(isinstance(s, kir.MBARRIER_STATEMENTS) for s in statements)
     stores = any(isinstance(s, kir.TmaStore) for s in statements)
+    multicast = any(isinstance(s, kir.TmaLoad) and s.multicast for s in statements)
+    remote = any(isinstance(s, kir.MbarrierArrive) and s.rank is not None for s in statements)
     if not (tma or barriers):
         return []
     return ([SHARED_ADDRESS_HELPER] + ([MBARRIER_HELPERS] if barriers else []) + ([TMA_HELPERS] if tma else [])
+            + ([TMA_MULTICAST_HELPER] if multicast else []) + ([REMOTE_ARRIVE_HELPER] if remote else [])
             + ([TMA_STORE_HELPER] if stores else []))
 
 
@@ -115,6 +139,10 @@ def mbarrier_arrive(barrier: str, transaction_bytes: int) -> str:
     return f"lamina_mbarrier_arrive(&{barrier});"
 
 
+def mbarrier_arrive_in_block(barrier: str, rank: str) -> str:
+    return f"lamina_mbarrier_arrive_in_block(&{barrier}, static_cast<unsigned>({rank}));"
+
+
 def mbarrier_wait(barrier: str, parity: str) -> str:
     return f"lamina_mbarrier_wait(&{barrier}, static_cast<unsigned>({parity}));"
 
@@ -122,6 +150,12 @@ def mbarrier_wait(barrier: str, parity: str) -> str:
 def tma_load(dst: str, tensor_map: str, row: str, column: str, barrier: str) -> str:
     return (f"lamina_tma_load_2d({dst}, &{tensor_map}, static_cast<int>({row}), static_cast<int>({column}), "
             f"&{barrier});")
+
+
+def tma_load_multicast(dst: str, tensor_map: str, row: str, column: str, barrier: str, ranks: tuple[int, ...]) -> str:
+    blocks = sum(1 << rank for rank in ranks)
+    return (f"lamina_tma_load_2d_multicast({dst}, &{tensor_map}, static_cast<int>({row}), static_cast<int>({column}), "
+            f"&{barrier}, static_cast<unsigned short>({blocks}));")
 
 
 def tma_store(tensor_map: str, row: str, column: str, src: str) -> str:

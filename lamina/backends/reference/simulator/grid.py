@@ -43,10 +43,16 @@ class ThreadGrid:
             **_coordinates("blockIdx", self.block_id, self.grid_dims),
         }
         self.cluster_blocks = int(launch.cluster[0])
-        self.cluster_first_block = self.block_id - self._specials[("blockIdx", "x")] % self.cluster_blocks
+        self.cluster_rank = self.block_id % self.grid_dims[0] % self.cluster_blocks
+        """Per thread: the rank of its block in its cluster (``blockIdx.x`` modulo the cluster's blocks)."""
+        self.cluster_first_block = self.block_id - self.cluster_rank
 
     def special(self, kind: str, axis: str) -> torch.Tensor:
         return self._specials[(kind, axis)]
+
+    def rank_of(self, block: int) -> int:
+        """The rank of ``block`` in its cluster."""
+        return block % self.grid_dims[0] % self.cluster_blocks
 
     def describe_block(self, block: int) -> str:
         return f"block {_unravel(block, self.grid_dims)}"

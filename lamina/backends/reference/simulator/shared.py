@@ -246,10 +246,10 @@ class SharedArray:
         elements = owner * self.numel + lanes.flat
         peer = Lanes(lanes.threads, lanes.local, lanes.flat, elements, False)
         self.faults.add(UNWRITTEN_READS, (site,), ~self.written.index_select(0, elements), lambda i: (
-            f"cluster load of unwritten shared memory {self._element_of_block(peer, i, int(owner[i]))} "
+            f"cluster load of unwritten shared memory {self.describe_element(peer, i)} "
             f"by {grid.describe_thread(int(lanes.threads[i]))}"))
         self.faults.add(RACES, (site, "cluster"), self.stored_since_cluster_barrier.index_select(0, elements),
-                        lambda i: (f"cluster load of {self._element_of_block(peer, i, int(owner[i]))} by "
+                        lambda i: (f"cluster load of {self.describe_element(peer, i)} by "
                                    f"{grid.describe_thread(int(lanes.threads[i]))}: it was stored with no cluster "
                                    "barrier between"))
         self.read_by_cluster.index_fill_(0, elements, True)
@@ -279,10 +279,6 @@ class SharedArray:
         self.faults.add(RACES, (site, "cluster end"), blocks, lambda block: (
             f"{self.name} of {self.grid.describe_block(block)} is read by another block of its cluster after the "
             "last cluster barrier, so its block may have finished: end with a cluster barrier"))
-
-    def _element_of_block(self, lanes: Lanes, i: int, block: int) -> str:
-        text = self.describe_element(lanes, i)
-        return text[:text.rindex(" in ")] + f" in {self.grid.describe_block(block)}"
 
     # --- the lanes of an access ----------------------------------------------
 
@@ -411,12 +407,13 @@ class SharedArray:
     # --- words for people -----------------------------------------------------
 
     def describe_element(self, lanes: Lanes, i: int) -> str:
+        """Lane ``i``'s element, in the block whose memory holds it (not always the thread's, in a cluster)."""
         flat = int(lanes.flat[i])
         index = []
         for extent in reversed(self.shape):
             flat, position = divmod(flat, extent)
             index.append(position)
-        block = int(lanes.threads[i]) // self.grid.threads_per_block
+        block = int(lanes.elements[i]) // self.numel
         text = "".join(f"[{n}]" for n in reversed(index))
         return f"{self.name}{text} in {self.grid.describe_block(block)}"
 

@@ -135,6 +135,7 @@ class KernelSimulation:
             array.check_cluster_reads_finished(end)
         self.wgmma.finish(end)
         self.tma.finish(end)
+        self.mbarriers.finish(end)
         return self.faults.report({array.name: array.bank_conflicts for array in self.shared})
 
     def _memories(self, arrays: Mapping[str, torch.Tensor]) -> dict:
@@ -394,7 +395,7 @@ class KernelSimulation:
                     f"{grid.describe_block(block)}: every thread of a cluster must reach each cluster barrier"))
             for array in shared:
                 array.cluster_barrier()
-            self.mbarriers.barrier(None)
+            self.mbarriers.cluster_barrier()
 
         return run
 

@@ -10,6 +10,15 @@ reads it before it has seen that phase complete (``MbarrierWait``) races with th
 on the GPU may not have landed. A copy that lands where a pending wgmma still reads is a race
 too (the stage was released before the wgmma was waited for).
 
+A multicast copy (``TmaLoad.multicast``) lands as one in each listed block of the issuing
+thread's cluster, at the same place of that block's array, and completes on that block's own
+barrier, each landing checked as a copy into that block. Another block's copy may land only
+once that block has told the copying thread it no longer reads there: every read of the array
+is timed, and a landing where the block read after the last news the copying thread had of it
+(a ``ClusterBarrier``, or a wait on a phase that block arrived in) is a race, the block having
+released the stage late or not at all. The news is timed by block, not by thread: an arrival
+by one thread vouches for the reads its block made before it.
+
 A ``TmaStore`` reads its box from shared memory at once and writes the box's elements that lie
 inside the tensor; their reads are checked as any read and, as the TMA reads through the async
 proxy, against writes that no ``AsyncProxyFence`` covers (what the box holds past the tensor's
@@ -43,6 +52,8 @@ class TmaCopies:
         self.sites, self.barriers, self.proxy = sites, barriers, proxy
         self.tags: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         """Per shared array that copies write: per element, the barrier slot (-1 for none) and the phase."""
+        self.read_times: dict[str, torch.Tensor] = {}
+        """Per shared array that multicast copies write: per element, the time of its last read (``Mbarriers.tick``)."""
         self.store_groups = WgmmaGroups(grid.total)
         """Each thread's groups of TMA stores, kept as wgmma's groups are."""
         self.store_reads: list[tuple[SharedArray, Lanes, int, str]] = []
@@ -78,6 +89,8 @@ class TmaCopies:
             raise VerificationError(f"kernel {self.kernel.name}: tma load of {m.param} into {s.dst}: it copies a "
                                     "global parameter into a shared array of its type")
         self._watch(dst)
+        if s.multicast:
+            self.read_times.setdefault(dst.name, torch.full((dst.data.numel(),), -1))
         site = next(self.sites)
         dst_of = [self.exprs.compile(i, scope) for i in s.dst_index]
         row_of, column_of = self.exprs.compile(s.row, scope), self.exprs.compile(s.column, scope)
@@ -85,31 +98,44 @@ class TmaCopies:
         rows, columns = torch.arange(m.box[0]).unsqueeze(1), torch.arange(m.box[1]).unsqueeze(0)
         box_bytes = m.box[0] * m.box[1] * dst.itemsize
         text = kernel_ir.format_body((s,), "")[0]
+        ranks = torch.tensor(s.multicast, dtype=torch.int64)
+        if s.multicast and not all(0 <= rank < self.grid.cluster_blocks for rank in s.multicast):
+            raise VerificationError(f"kernel {self.kernel.name}: `{text}` multicasts to ranks {list(s.multicast)} of "
+                                    f"a cluster of {self.grid.cluster_blocks} blocks")
 
         def run(mask: Mask) -> None:
             threads, slots, _ = slots_of(mask)
-            usable = self.barriers.usable(threads, slots, site, "TMA copy completing on")
-            threads, slots = threads[usable], slots[usable]
+            blocks = self._destinations(threads, ranks)
+            issuers = threads.unsqueeze(1).expand_as(blocks).reshape(-1)
+            slots = self.barriers.in_blocks(issuers, slots.unsqueeze(1).expand_as(blocks).reshape(-1),
+                                            blocks.reshape(-1)).view_as(blocks)
+            usable = self.barriers.usable(issuers, slots.reshape(-1), site, "TMA copy completing on").view_as(blocks)
             total = self.grid.total
             at = [per_thread(as_index(f(mask)), total) for f in dst_of]
             row, column = (per_thread(as_index(f(mask)), total) for f in (row_of, column_of))
-            for thread, slot in zip(threads.tolist(), slots.tolist()):
+            for i, thread in enumerate(threads.tolist()):
+                if not bool(usable[i].any()):
+                    continue
                 global_rows, global_columns = int(row[thread]) + rows, int(column[thread]) + columns
                 inside = ((global_rows >= 0) & (global_rows < m.shape[0])
                           & (global_columns >= 0) & (global_columns < m.shape[1]))
                 offsets = torch.where(inside, global_rows * m.row_stride + global_columns, 0).reshape(-1)
                 values = torch.where(inside.reshape(-1), src.data.index_select(0, offsets),
                                      torch.zeros((), dtype=src.data.dtype))
-                lanes = self._box_lanes(dst, [int(i[thread]) for i in at], m.box, thread, site, text)
+                lanes = self._box_lanes(dst, [int(place[thread]) for place in at], m.box, thread, site, text)
                 if lanes is None:
                     continue
-                self._land(dst, lanes, values, slot, site)
-                barrier_slots, phases = self.tags[dst.name]
-                barrier_slots.index_fill_(0, lanes.elements, slot)
-                phases.index_fill_(0, lanes.elements, int(self.barriers.phase[slot]))
-                self.barriers.complete_transaction(slot, box_bytes)
+                for block, slot in zip(blocks[i][usable[i]].tolist(), slots[i][usable[i]].tolist()):
+                    self._land(dst, lanes, block, values, slot, site)
+                    self.barriers.complete_transaction(slot, box_bytes, thread)
 
         return run
+
+    def _destinations(self, threads: torch.Tensor, ranks: torch.Tensor) -> torch.Tensor:
+        """[threads, blocks]: the blocks each thread's copy lands in (its own, or those of the ranks listed)."""
+        if not ranks.numel():
+            return self.grid.block_id.index_select(0, threads).unsqueeze(1)
+        return self.grid.cluster_first_block.index_select(0, threads).unsqueeze(1) + ranks
 
     def _watch(self, array: SharedArray) -> None:
         if array.name not in self.tags:
@@ -148,18 +174,43 @@ class TmaCopies:
         return Lanes(torch.full((count,), thread), torch.full((count,), local), flat,
                      block * dst.numel + flat, False)
 
-    def _land(self, dst: SharedArray, lanes: Lanes, values: torch.Tensor, slot: int, site: int) -> None:
-        """The box lands through the async proxy: no pending wgmma or TMA store may still read there."""
+    def _land(self, dst: SharedArray, lanes: Lanes, block: int, values: torch.Tensor, slot: int, site: int) -> None:
+        """The box of the issuing thread's ``lanes`` lands in ``block`` through the async proxy, where no pending wgmma
+        or TMA store may still read, its elements belonging to the current phase of barrier ``slot`` there."""
+        thread = int(lanes.threads[0])
+        issuer = int(self.grid.block_id[thread])
+        how = "written by a TMA copy"
+        if block != issuer:
+            lanes = Lanes(lanes.threads, lanes.local, lanes.flat, block * dst.numel + lanes.flat, False)
+            how += f" multicast from {self.grid.describe_block(issuer)}"
+            self._check_released(dst, lanes, thread, block, site, how)
         if dst.bulk_reads is not None:
-            dst.bulk_reads.overwriting(dst, lanes, site, "written by a TMA copy")
+            dst.bulk_reads.overwriting(dst, lanes, site, how)
         if dst.async_proxy is not None:
-            dst.async_proxy.overwriting(dst, lanes, site, "written by a TMA copy")
+            dst.async_proxy.overwriting(dst, lanes, site, how)
             dst.async_proxy.unfenced[dst.name].index_fill_(0, lanes.elements, -1)
         dst.data.index_copy_(0, lanes.elements, values)
         dst.written.index_fill_(0, lanes.elements, True)
+        barrier_slots, phases = self.tags[dst.name]
+        barrier_slots.index_fill_(0, lanes.elements, slot)
+        phases.index_fill_(0, lanes.elements, int(self.barriers.phase[slot]))
+
+    def _check_released(self, dst: SharedArray, lanes: Lanes, thread: int, block: int, site: int, how: str) -> None:
+        """A copy into another block lands where that block read only before it last told the copying thread."""
+        read = self.read_times[dst.name].index_select(0, lanes.elements)
+        heard = self.barriers.heard_from(thread, block)
+        grid = self.grid
+        self.faults.add(RACES, (site, "release"), read > heard, lambda i: (
+            f"{dst.describe_element(lanes, i)} {how} by {grid.describe_local(int(lanes.local[i]))}, though "
+            f"{grid.describe_block(block)} read it since it last told that thread (it may still be reading): that "
+            "block must release the stage to the copying thread first, arriving on the copying block's barrier "
+            "(MbarrierArrive with rank) that the copying thread then waits on"))
 
     def check_read(self, array: SharedArray, lanes: Lanes, site: int) -> None:
-        """(``SharedArray.tma``) a read of what a copy wrote needs a wait on the copy's phase by the reader."""
+        """(``SharedArray.tma``) a read of what a copy wrote needs a wait on the copy's phase by the reader; the reads
+        of what multicast copies write are timed."""
+        if array.name in self.read_times:
+            self.read_times[array.name].index_fill_(0, lanes.elements, self.barriers.tick())
         barrier_slots, phases = self.tags[array.name]
         slots = barrier_slots.index_select(0, lanes.elements)
         copied = slots >= 0

@@ -38,11 +38,17 @@ class MbarrierInit:
 class MbarrierArrive:
     """Arrive on mbarrier ``barrier[index]`` (``mbarrier.arrive.shared::cta.b64``); with
     ``transaction_bytes``, first raise the bytes its current phase waits for by that many
-    (``mbarrier.arrive.expect_tx``), the bytes that the copies completing on it will bring."""
+    (``mbarrier.arrive.expect_tx``), the bytes that the copies completing on it will bring.
+
+    With ``rank``, arrive instead on the same barrier of the block of that rank in the cluster
+    (``mapa``, then ``mbarrier.arrive.release.cluster.shared::cluster.b64``): how a block tells
+    the others of its cluster that it has finished reading what their copies multicast to it.
+    Such an arrival expects no bytes."""
 
     barrier: str
     index: tuple[Expr, ...] = attrs.field(converter=tuple)
     transaction_bytes: int = 0
+    rank: Expr | None = None
 
 
 @attrs.frozen

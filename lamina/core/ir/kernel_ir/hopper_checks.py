@@ -21,9 +21,17 @@ def barrier_arrays(body) -> set[str]:
     return names
 
 
-def mbarrier_problems(s, arrays: dict) -> list[str]:
-    """An mbarrier statement names an element of a shared int64 array; counts within the hardware's."""
+def mbarrier_problems(s, arrays: dict, cluster_blocks: int = 1) -> list[str]:
+    """An mbarrier statement names an element of a shared int64 array; counts within the hardware's;
+    an arrival on another block's barrier is made in a cluster, and expects no bytes."""
     problems = barrier_element_problems(s.barrier, s.index, arrays)
+    if isinstance(s, MbarrierArrive) and s.rank is not None:
+        if cluster_blocks == 1:
+            problems.append(f"mbarrier arrive on {s.barrier} of another block of the cluster, in a kernel launched "
+                            "without clusters")
+        if s.transaction_bytes:
+            problems.append(f"mbarrier arrive on {s.barrier} of another block of the cluster expecting "
+                            f"{s.transaction_bytes} bytes; only a block's own arrivals may expect bytes")
     if isinstance(s, MbarrierInit) and not 1 <= s.arrivals <= MAX_TRANSACTION_BYTES:
         problems.append(f"mbarrier {s.barrier} initialised for {s.arrivals} arrivals; a phase expects 1 to "
                         f"{MAX_TRANSACTION_BYTES}")
@@ -88,10 +96,14 @@ def tensor_map_problems(m: TensorMap, arrays: dict) -> list[str]:
     return problems
 
 
-def tma_load_problems(s: TmaLoad, arrays: dict, maps: dict) -> list[str]:
+def tma_load_problems(s: TmaLoad, arrays: dict, maps: dict, cluster_blocks: int = 1) -> list[str]:
     if s.tensor_map not in maps:
         return [f"tma load through unknown tensor map {s.tensor_map}"]
     problems = barrier_element_problems(s.barrier, s.barrier_index, arrays)
+    if s.multicast and (len(set(s.multicast)) != len(s.multicast)
+                        or not all(0 <= rank < cluster_blocks for rank in s.multicast) or cluster_blocks == 1):
+        problems.append(f"tma load into {s.dst} multicast to the cluster's blocks {list(s.multicast)}, in clusters "
+                        f"of {cluster_blocks} blocks: name distinct ranks of a cluster of two or more")
     return problems + _box_problems("tma load into", maps[s.tensor_map], s.dst, s.dst_index, arrays)
 
 

@@ -53,6 +53,12 @@ class TmaLoad:
     the box's rows one after the other). Its bytes (the whole box,
     zero-filled elements included) complete on mbarrier ``barrier[barrier_index]``. The thread
     that runs it issues one copy; the data may be read once a wait on the barrier's phase passed.
+
+    With ``multicast``, the box lands in each block of the cluster whose rank (``blockIdx.x``
+    modulo the cluster's blocks) is listed, at the same place of its own ``dst``, and its bytes
+    complete on that block's own ``barrier[barrier_index]`` (``.multicast::cluster``): blocks that
+    need the same box each copy a part of it for all (the issuing block receives it only where
+    its own rank is listed).
     """
 
     dst: str
@@ -62,6 +68,7 @@ class TmaLoad:
     column: Expr
     barrier: str
     barrier_index: tuple[Expr, ...] = attrs.field(converter=tuple)
+    multicast: tuple[int, ...] = attrs.field(converter=tuple, default=())
 
 
 @attrs.frozen

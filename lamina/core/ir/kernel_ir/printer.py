@@ -121,14 +121,17 @@ def format_body(body, indent: str) -> list[str]:
             lines.append(f"{indent}mbarrier init {s.barrier}{_index(s.index)} expecting {s.arrivals} arrivals")
         elif isinstance(s, MbarrierArrive):
             expect = f" expecting {s.transaction_bytes} more bytes" if s.transaction_bytes else ""
-            lines.append(f"{indent}mbarrier arrive {s.barrier}{_index(s.index)}{expect}")
+            remote = f" of the cluster's block {format_expr(s.rank)}" if s.rank is not None else ""
+            lines.append(f"{indent}mbarrier arrive {s.barrier}{_index(s.index)}{remote}{expect}")
         elif isinstance(s, MbarrierWait):
             lines.append(f"{indent}mbarrier wait {s.barrier}{_index(s.index)} for the phase of parity "
                          f"{format_expr(s.parity)}")
         elif isinstance(s, TmaLoad):
             lines.append(f"{indent}tma load {s.dst}{_index(s.dst_index)} <- {s.tensor_map} at "
                          f"({format_expr(s.row)}, {format_expr(s.column)}), completing on "
-                         f"{s.barrier}{_index(s.barrier_index)}")
+                         f"{s.barrier}{_index(s.barrier_index)}"
+                         + (f", multicast to the cluster's blocks {', '.join(map(str, s.multicast))}"
+                            if s.multicast else ""))
         elif isinstance(s, TmaStore):
             lines.append(f"{indent}tma store {s.tensor_map} at ({format_expr(s.row)}, {format_expr(s.column)}) <- "
                          f"{s.src}{_index(s.src_index)}")

@@ -57,8 +57,10 @@ def expressions(s: Stmt) -> tuple[Expr, ...]:
         return s.dst_index + s.src_index
     if isinstance(s, MmaTf32):
         return tuple(i for place in s.acc_index for i in place) + s.a + s.b
-    if isinstance(s, (MbarrierInit, MbarrierArrive)):
+    if isinstance(s, MbarrierInit):
         return s.index
+    if isinstance(s, MbarrierArrive):
+        return s.index + ((s.rank,) if s.rank is not None else ())
     if isinstance(s, MbarrierWait):
         return s.index + (s.parity,)
     if isinstance(s, TmaLoad):
@@ -107,8 +109,11 @@ def map_body(body: tuple[Stmt, ...], expression: Callable[[Expr], Expr],
                 s, acc=mapping.get(s.acc, s.acc), acc_index=[tuple(map(expression, i)) for i in s.acc_index],
                 a=tuple(map(expression, s.a)), b=tuple(map(expression, s.b)),
             )
-        elif isinstance(s, (MbarrierInit, MbarrierArrive)):
+        elif isinstance(s, MbarrierInit):
             s = attrs.evolve(s, barrier=mapping.get(s.barrier, s.barrier), index=tuple(map(expression, s.index)))
+        elif isinstance(s, MbarrierArrive):
+            s = attrs.evolve(s, barrier=mapping.get(s.barrier, s.barrier), index=tuple(map(expression, s.index)),
+                             rank=None if s.rank is None else expression(s.rank))
         elif isinstance(s, MbarrierWait):
             s = attrs.evolve(s, barrier=mapping.get(s.barrier, s.barrier), index=tuple(map(expression, s.index)),
                              parity=expression(s.parity))

@@ -149,9 +149,9 @@ def verify_kernel(k: Kernel, max_threads: int = 1024, max_shared_bytes: int = 48
             elif isinstance(s, Wgmma):
                 problems.extend(_wgmma_problems(s, arrays))
             elif isinstance(s, MBARRIER_STATEMENTS):
-                problems.extend(mbarrier_problems(s, arrays))
+                problems.extend(mbarrier_problems(s, arrays, k.launch.cluster[0]))
             elif isinstance(s, TmaLoad):
-                problems.extend(tma_load_problems(s, arrays, maps))
+                problems.extend(tma_load_problems(s, arrays, maps, k.launch.cluster[0]))
             elif isinstance(s, TmaStore):
                 problems.extend(tma_store_problems(s, arrays, maps))
             elif isinstance(s, AtomicAdd):
