@@ -13,7 +13,7 @@ KNOB_NAMES = (
     "block_m", "block_n", "block_k", "thread_m", "thread_n", "in_block_k_splits", "buffers", "padding",
     "fragment_width", "warp_columns", "grouped_rows", "copy_steps", "products",
 )
-PIPELINE_KNOB_NAMES = ("stages", "consumer_warpgroups", "tile_scheduler")
+PIPELINE_KNOB_NAMES = ("stages", "consumer_warpgroups", "tile_scheduler", "cluster_blocks")
 """Knobs of ``products = wgmma_tma`` alone (the contraction schedule's, not the schedules built on
 its block)."""
 PRODUCTS = FMA, MMA_SYNC, WGMMA, WGMMA_TMA = ("fma", "mma_sync", "wgmma", "wgmma_tma")
@@ -27,6 +27,10 @@ TILE_SCHEDULERS = GRID, PERSISTENT = ("grid", "persistent")
 """How the Hopper GEMM's blocks meet the output tiles: a block per tile (``grid``), or as many
 blocks as the SMs hold, each walking its share of the tiles, its producer copying the next tile's
 k-tiles while its consumers store the last (``persistent``)."""
+CLUSTER_BLOCKS = (1, 2)
+"""Blocks of the Hopper GEMM that run as one cluster: alone, or two blocks of adjacent block rows
+sharing their k-tiles of B, each block's producer copying half of them for both (the TMA's
+multicast), so that B crosses from L2 to the SMs once per pair."""
 FIELDS = {"in_block_k_splits": "splits"}
 """The ``Choices`` field of each knob whose name differs from it."""
 KNOBS = {field: knob for knob, field in FIELDS.items()}
@@ -69,8 +73,9 @@ class Choices:
     ``wgmma`` (``wgmma``), instead of with FMAs on the CUDA cores (``fma``). ``splits`` is
     the knob ``in_block_k_splits``. With ``products = wgmma_tma`` (16-bit operands), ``stages``
     k-tiles are in the TMA's ring at once, ``consumer_warpgroups`` warpgroups run the wgmma and
-    ``tile_scheduler`` (``TILE_SCHEDULERS``) gives the blocks their tiles (``wgmma_tma``); the
-    other settings leave the three None.
+    ``tile_scheduler`` (``TILE_SCHEDULERS``) gives the blocks their tiles and ``cluster_blocks``
+    (``CLUSTER_BLOCKS``) pairs blocks that share B (``wgmma_tma``); the other settings leave the
+    four None.
     """
 
     block_m: int
@@ -89,6 +94,7 @@ class Choices:
     stages: int | None = None
     consumer_warpgroups: int | None = None
     tile_scheduler: str | None = None
+    cluster_blocks: int | None = None
 
     @property
     def threads_m(self) -> int:
@@ -106,6 +112,7 @@ class Choices:
         if self.products == WGMMA_TMA:
             groups = self.consumer_warpgroups
             walk = ", persistent blocks" if self.tile_scheduler == PERSISTENT else ""
+            walk += f", clusters of {self.cluster_blocks} sharing B" if (self.cluster_blocks or 1) > 1 else ""
             return (f"block {self.block_m}x{self.block_n}x{self.block_k}, {self.stages} stages, {groups} consumer "
                     f"warpgroup{'s' if groups > 1 else ''}{walk}, on tensor cores through TMA and wgmma")
         text = (
@@ -162,6 +169,11 @@ def read_pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
         if key == "consumer_warpgroups" and value not in CONSUMER_WARPGROUPS:
             raise ScheduleError(
                 f"{where}: knob consumer_warpgroups = {value} must be 1 or 2: the warpgroups that run the wgmma"
+            )
+        if key == "cluster_blocks" and value not in CLUSTER_BLOCKS:
+            raise ScheduleError(
+                f"{where}: knob cluster_blocks = {value} must be 1 (blocks alone) or 2 (pairs of blocks of adjacent "
+                "rows sharing the copies of B)"
             )
         if key == "warp_columns" and value not in WARP_COLUMNS:
             raise ScheduleError(

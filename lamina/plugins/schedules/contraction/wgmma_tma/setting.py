@@ -26,6 +26,7 @@ import attrs
 from lamina.core.ir import expr as ex, kernel_ir, loop_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction.knobs import (
+    CLUSTER_BLOCKS,
     CONSUMER_WARPGROUPS,
     GRID,
     MAX_STAGES,
@@ -75,7 +76,7 @@ FIXED_BY_TMA = ("block_k", "thread_m", "thread_n", "splits", "padding", "fragmen
 ``warp_columns`` None: the warps are the wgmma's): pinning one without ``products`` keeps to the
 others. ``grouped_rows``, the order of the blocks, it shares with them
 (``arrangement.grouped``)."""
-TMA_ONLY = ("stages", "consumer_warpgroups", "tile_scheduler")
+TMA_ONLY = ("stages", "consumer_warpgroups", "tile_scheduler", "cluster_blocks")
 
 
 def pinned_by(knobs) -> bool:
@@ -86,6 +87,9 @@ UNPINNED_SCHEDULERS = (GRID,)
 """The tile schedulers the cost model weighs: persistent blocks, timed against the grid on the
 suite's bf16 linears, gained at most 2 % (``experiments/persistent_tiles/``), so they run only
 where pinned."""
+UNPINNED_CLUSTERS = (1,)
+"""The cluster sizes the cost model weighs: pairs of blocks sharing B run only where pinned until
+they are timed against blocks alone."""
 MIN_UNPINNED_ROWS = kernel_ir.WGMMA_M
 """Products of fewer rows (decoding's M = 1, and skinny ones up to 63) are offered this setting only
 where it is pinned: a wgmma computes 64 rows whatever M is, so such a product is all copying of
@@ -99,12 +103,13 @@ def uses(choices: Choices) -> bool:
     return choices.products == WGMMA_TMA
 
 
-def choices_for(block_m: int, block_n: int, stages: int, groups: int, scheduler: str = GRID) -> Choices:
+def choices_for(block_m: int, block_n: int, stages: int, groups: int, scheduler: str = GRID,
+                cluster_blocks: int = 1) -> Choices:
     """The setting of a block of ``block_m`` x ``block_n`` with ``stages`` and ``groups`` consumer warpgroups,
-    given its tiles by ``scheduler``."""
+    given its tiles by ``scheduler``, in clusters of ``cluster_blocks``."""
     thread_m = max(1, block_m // (kernel_ir.WARP_SIZE * groups))
     return Choices(block_m, block_n, BLOCK_K, thread_m, block_n // 4, 1, 1, 0, 1, None, None, 0, WGMMA_TMA,
-                   stages, groups, scheduler)
+                   stages, groups, scheduler, cluster_blocks)
 
 
 def settings(c: Contraction, pinned: dict, target: Target):
@@ -123,11 +128,11 @@ def settings(c: Contraction, pinned: dict, target: Target):
     def values(key, default):
         return [pinned[key]] if key in pinned else default
 
-    for block_m, block_n, stages, groups, scheduler in itertools.product(
+    for block_m, block_n, stages, groups, scheduler, cluster in itertools.product(
             values("block_m", BLOCK_MS), values("block_n", BLOCK_NS),
             values("stages", range(MIN_STAGES, MAX_STAGES + 1)), values("consumer_warpgroups", CONSUMER_WARPGROUPS),
-            values("tile_scheduler", UNPINNED_SCHEDULERS)):
-        choices = attrs.evolve(choices_for(block_m, block_n, stages, groups, scheduler), **pinned)
+            values("tile_scheduler", UNPINNED_SCHEDULERS), values("cluster_blocks", UNPINNED_CLUSTERS)):
+        choices = attrs.evolve(choices_for(block_m, block_n, stages, groups, scheduler, cluster), **pinned)
         if block_n % MEASURED_STEP and "block_n" not in pinned \
                 and (block_n < WIDE_BLOCK_N or staged_copy(c, choices) != TMA_COPY):
             continue
@@ -338,6 +343,9 @@ def problem(c: Contraction, choices: Choices, target: Target) -> str | None:
     if choices.tile_scheduler == PERSISTENT and c.slice_bound is not None:
         return ("tile_scheduler = persistent walks tiles of the whole reduction; this kernel sums a split-K slice "
                 "(pin split_k = 1, or the grid)")
+    clustered = cluster_problem(c, choices)
+    if clustered is not None:
+        return clustered
     if choices.block_m % (kernel_ir.WGMMA_M * choices.consumer_warpgroups):
         return (f"{choices.consumer_warpgroups} consumer warpgroups of 64-row wgmma do not share "
                 f"{choices.block_m} rows")
@@ -356,4 +364,25 @@ def problem(c: Contraction, choices: Choices, target: Target) -> str | None:
     if shared > target.max_shared_bytes_optin:
         return (f"{choices.stages} stages of {choices.block_m}x{choices.block_n} blocks take {shared} B of shared "
                 f"memory, more than the {target.max_shared_bytes_optin} B {target.name} allows per block")
+    return None
+
+
+def cluster_problem(c: Contraction, choices: Choices) -> str | None:
+    """Why blocks cannot pair up in clusters of ``choices.cluster_blocks`` sharing B, or None: the pairs
+    are adjacent block rows, so the grid must have an even number of them, known when compiling; each
+    block copies half of B's k-tile (or, summing a gate and its up projection, one of the two weights),
+    K-major; and the grid's blocks each take one tile."""
+    cluster = choices.cluster_blocks or 1
+    if cluster not in CLUSTER_BLOCKS:
+        return f"products = wgmma_tma takes cluster_blocks = {' or '.join(map(str, CLUSTER_BLOCKS))}"
+    if cluster == 1:
+        return None
+    rows = c.extents[c.m]
+    if not isinstance(rows, int) or -(-rows // choices.block_m) % cluster:
+        return (f"cluster_blocks = {cluster} pairs adjacent block rows: {rows} rows in blocks of {choices.block_m} "
+                "must make an even number of block rows, known when compiling")
+    if b_layout(c) != kernel_ir.K_MAJOR:
+        return f"cluster_blocks = {cluster} shares B's k-tiles as K-major boxes; this B lies along n"
+    if choices.tile_scheduler == PERSISTENT:
+        return f"cluster_blocks = {cluster} takes tile_scheduler = grid"
     return None

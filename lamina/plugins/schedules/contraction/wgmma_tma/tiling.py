@@ -55,6 +55,8 @@ class TmaGemmSettings(ContractionSettings):
     """Whether the block sums a gate and its up projection side by side (``Contraction.paired``): the
     third stage holds the second weight's k-tiles, staged after the first's, and one wgmma twice as
     wide sums both."""
+    cluster_blocks: int = 1
+    """Blocks of adjacent block rows that run as one cluster and share B's k-tiles (``knobs.CLUSTER_BLOCKS``)."""
 
     def extra_threads(self, tk: tile_ir.TileKernel) -> int:
         return setting.PRODUCER_THREADS
@@ -75,6 +77,12 @@ class TmaGemmSettings(ContractionSettings):
             order.append(f"  persistent: {self.persistent_blocks} blocks walk the {tiles} tiles, block b taking tiles "
                          f"b, b + {self.persistent_blocks}, ...; the producer copies a tile's first k-tiles while the "
                          "consumers store the tile before")
+        if self.cluster_blocks > 1:
+            shared = ("one of the two weights' k-tiles" if self.paired
+                      else f"half of B's k-tile ({columns // self.cluster_blocks} of its {columns} rows)")
+            order.append(f"  clusters of {self.cluster_blocks} blocks of adjacent block rows sharing B: each block's "
+                         f"producer copies {shared} and the TMA multicasts it to both blocks; a stage is refilled "
+                         "once the consumers of both have released it")
         paired = ([f"  two sums side by side: the k-tiles of {tk.stages[1].index} and {tk.stages[2].index} in one "
                    f"stage, {columns} rows each, summed by one wgmma into the accumulators of both; the epilogue "
                    "reads each output's two sums from the same thread's registers"] if self.paired else [])
@@ -193,7 +201,7 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
                                  persistent_blocks=(persistent_blocks(c, choices, target)
                                                     if choices.tile_scheduler == PERSISTENT else 0),
                                  early_read_registers=setting.early_read_registers(c, choices),
-                                 paired=c.paired is not None),
+                                 paired=c.paired is not None, cluster_blocks=choices.cluster_blocks or 1),
     )
     tile_ir.verify_tile_kernel(tile, target.max_threads_per_block, target.max_shared_bytes_optin)
     return tile

@@ -75,7 +75,10 @@ class TmaGemmWriter:
         self.persistent = settings.tile_scheduler == PERSISTENT
         self.blocks = settings.persistent_blocks
         self.walk, self.tile_index = ex.Var(names.fresh("walk")), ex.Var(names.fresh("tile"))
-        if self.grouped_rows > 1 or self.persistent:
+        self.cluster = settings.cluster_blocks
+        self.rank = kernel_ir.block_idx("x") % self.cluster
+        """The block's rank in its cluster (clusters are adjacent blocks along x)."""
+        if self.grouped_rows > 1 or self.persistent or self.cluster > 1:
             self.block_row, self.block_col = ex.Var(names.fresh("block_row")), ex.Var(names.fresh("block_col"))
         else:
             self.block_row, self.block_col = kernel_ir.block_idx("y"), kernel_ir.block_idx("x")
@@ -148,18 +151,34 @@ class TmaGemmWriter:
                                   row, column + kernel_ir.SWIZZLE_PANEL * p, self.full, (self.stage,))
                 for p in range(self.panels)]
 
+    def _load(self, side: str, first_row: Expr, rows: Expr = ex.const(0), multicast: tuple[int, ...] = ()):
+        """The k-tile's box of ``side`` from ``rows`` past the block's first row of it, into the stage's rows
+        from ``first_row`` on (of B's tile for the second weight of a pair)."""
+        return kernel_ir.TmaLoad(self.tiles[side if side != "paired" else "n"], (self.stage, first_row, ex.const(0)),
+                                 self.maps[side], self._box_rows(side) + rows, self._box_column(side), self.full,
+                                 (self.stage,), multicast)
+
+    def _shared_b_loads(self) -> list[kernel_ir.Stmt]:
+        """In a cluster, this block's share of B's k-tile, multicast to every block of the cluster: half of its
+        rows, or of a gate and its up projection the weight of the block's rank."""
+        everyone = tuple(range(self.cluster))
+        if self.c.paired:
+            return [kernel_ir.If(ex.op("eq", self.rank, 0), [self._load("n", ex.const(0), multicast=everyone)],
+                                 [self._load("paired", ex.const(self.block_n), multicast=everyone)])]
+        share = self.rank * (self.block_n // self.cluster)
+        return [self._load("n", share, share, everyone)]
+
     def producer(self) -> list[kernel_ir.Stmt]:
         """The elected thread's loop: a stage emptied, its bytes expected, its boxes asked for."""
         box_bytes = (self.block_m + self.summed) * setting.BLOCK_K * self.dtype.itemsize
         at_stage = (self.stage,)
-        sides = ("m",) if self.n_major else tuple(side for side, _ in self.sides)
-        first_row = {"m": 0, "n": 0, "paired": self.block_n}
-        loads = [kernel_ir.TmaLoad(self.tiles[side if side != "paired" else "n"],
-                                   (self.stage, ex.const(first_row[side]), ex.const(0)), self.maps[side],
-                                   self._box_rows(side), self._box_column(side), self.full, at_stage)
-                 for side in sides]
-        if self.n_major:
-            loads += self._n_major_loads()
+        if self.cluster > 1:
+            loads = [self._load("m", ex.const(0)), *self._shared_b_loads()]
+        elif self.n_major:
+            loads = [self._load("m", ex.const(0)), *self._n_major_loads()]
+        else:
+            first_row = {"m": 0, "n": 0, "paired": self.block_n}
+            loads = [self._load(side, ex.const(first_row[side])) for side, _ in self.sides]
         body = [*self._stage_of_k_tile(),
                 kernel_ir.MbarrierWait(self.empty, at_stage, (self.round + 1) % 2),
                 kernel_ir.MbarrierArrive(self.full, at_stage, box_bytes),
@@ -217,6 +236,16 @@ class TmaGemmWriter:
                     b_layout=kernel_ir.N_MAJOR if self.n_major else kernel_ir.K_MAJOR))
         return out
 
+    def _release(self, stage: tuple[Expr]) -> list[kernel_ir.Stmt]:
+        """The consumer thread's arrival on ``stage``'s empty barrier; in a cluster, where the other blocks'
+        producers copy into this block's stages too, one thread of each warp tells theirs as well."""
+        own = [kernel_ir.MbarrierArrive(self.empty, stage)]
+        if self.cluster == 1:
+            return own
+        others = [kernel_ir.MbarrierArrive(self.empty, stage, rank=(self.rank + r) % self.cluster)
+                  for r in range(1, self.cluster)]
+        return own + [kernel_ir.If(ex.op("eq", self.tid % kernel_ir.WARP_SIZE, 0), others)]
+
     def consumer(self) -> list[kernel_ir.Stmt]:
         """Accumulators set to the sum's start; per k-tile, its stage waited for, its wgmma started, the stage
         of the k-tile before released once its wgmma are done; then the epilogue."""
@@ -230,7 +259,7 @@ class TmaGemmWriter:
                 *self._products(),
                 kernel_ir.WgmmaCommit(),
                 kernel_ir.WgmmaWait(1),
-                kernel_ir.If(ex.op("gt", self.kt, 0), [kernel_ir.MbarrierArrive(self.empty, (before,))])]
+                kernel_ir.If(ex.op("gt", self.kt, 0), self._release((before,)))]
         done = [kernel_ir.WgmmaWait(0)]
         if self.persistent:  # the next tile's k-tiles wait for this stage
             last = (self.walk * self.k_tiles + (self.k_tiles - 1)) % self.stages
@@ -246,21 +275,43 @@ class TmaGemmWriter:
         out: list[kernel_ir.Stmt] = [kernel_ir.Declare(self.tid.name, self.tid.dtype, kernel_ir.thread_idx("x"))]
         if self.c.batch and not self.persistent:
             out.append(kernel_ir.Declare(self.batch.name, self.batch.dtype, kernel_ir.block_idx("z")))
-        if self.grouped_rows > 1 and not self.persistent:
+        if self.cluster > 1:
+            out += self._clustered_coordinates()
+        elif self.grouped_rows > 1 and not self.persistent:
             grid = self.tile.grid_shape()
             out += arrangement.grouped_blocks(self.block_row, self.block_col, grid["x"], grid["y"], self.grouped_rows)
         out += self._slice_k_tiles()
+        releases = self.consumers + (self.cluster - 1) * (self.consumers // kernel_ir.WARP_SIZE)
         inits = [st for i in range(self.stages)
                  for st in (kernel_ir.MbarrierInit(self.full, (ex.const(i),), 1),
-                            kernel_ir.MbarrierInit(self.empty, (ex.const(i),), self.consumers))]
+                            kernel_ir.MbarrierInit(self.empty, (ex.const(i),), releases))]
         elected = ex.op("eq", self.tid, self.consumers)
+        # in a cluster the other blocks' copies and arrivals reach this block's barriers: all must be set up first
+        meet = [kernel_ir.ClusterBarrier()] if self.cluster > 1 else []
         out += [kernel_ir.If(ex.op("eq", self.tid, 0), inits),
-                kernel_ir.Barrier(),
+                kernel_ir.Barrier(), *meet,
                 kernel_ir.If(ex.op("ge", self.tid, self.consumers), [kernel_ir.If(elected, self.producer())],
                              self.consumer())]
         if self.staged is not None:
             out += [kernel_ir.Barrier(), *self.staged.copy_out()]
-        return out
+        # and no block may end while another's last arrivals may still reach its barriers
+        return out + meet
+
+    def _clustered_coordinates(self) -> list[kernel_ir.Stmt]:
+        """The block's row and column where clusters pair adjacent block rows: the grid's x runs over the
+        columns, a cluster's blocks side by side, its y over the pairs of rows (in groups of pairs where the
+        blocks run down groups of rows)."""
+        grid = self.tile.grid_shape()
+        columns, pairs = grid["x"], grid["y"] // self.cluster
+        pair, column = ex.Var(self.names.fresh("pair_row")), kernel_ir.block_idx("x") // self.cluster
+        if self.grouped_rows > 1:
+            flat = kernel_ir.block_idx("y") * columns + column
+            out = arrangement.grouped_blocks(pair, self.block_col, columns, pairs,
+                                             max(1, self.grouped_rows // self.cluster), flat)
+        else:
+            out = [kernel_ir.Declare(pair.name, pair.dtype, kernel_ir.block_idx("y")),
+                   kernel_ir.Declare(self.block_col.name, self.block_col.dtype, column)]
+        return out + [kernel_ir.Declare(self.block_row.name, self.block_row.dtype, pair * self.cluster + self.rank)]
 
     def tensor_maps(self) -> list[kernel_ir.TensorMap]:
         maps = []
@@ -268,6 +319,8 @@ class TmaGemmWriter:
             block = self.block_m if side == "m" else self.block_n
             view = operands.view(self.c, operand)
             n_major = side == "n" and self.n_major
+            if side == "n" and self.cluster > 1 and not self.c.paired:
+                block //= self.cluster  # each block of the cluster copies its share
             box = (setting.BLOCK_K, kernel_ir.SWIZZLE_PANEL) if n_major else (block, setting.BLOCK_K)
             maps.append(kernel_ir.TensorMap(self.maps[side], operand.load.buffer, (view.rows, view.columns),
                                             view.row_stride, box, kernel_ir.SWIZZLE_BYTES))
@@ -298,6 +351,8 @@ class TmaGemmWriter:
         grid = self.tile.grid_shape()
         if self.persistent:
             grid = {"x": self.blocks, "y": 1, "z": 1}
+        if self.cluster > 1:
+            grid = {**grid, "x": grid["x"] * self.cluster, "y": grid["y"] // self.cluster}
         arrays = self.arrays()
         return kernel_ir.Kernel(
             name=self.kernel.name,
@@ -306,7 +361,8 @@ class TmaGemmWriter:
             body=self.body(),
             launch=kernel_ir.Launch((grid["x"], grid["y"], grid["z"]),
                                     (self.consumers + setting.PRODUCER_THREADS, 1, 1),
-                                    dynamic_shared_bytes(arrays, static_shared_bytes)),
+                                    dynamic_shared_bytes(arrays, static_shared_bytes),
+                                    cluster=(self.cluster, 1, 1)),
             tensor_maps=self.tensor_maps(),
             sizes=loop_to_kernel.size_params(self.kernel),
         )
