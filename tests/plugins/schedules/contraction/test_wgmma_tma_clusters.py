@@ -34,6 +34,7 @@ SIMULATED = {
                                                paired(64, 96, 3, 1, grouped_rows=4)),
     "bf16_128x128_two_warpgroups": (linear16(250, 136, 200), paired(128, 128, 4, 2)),
     "bf16_64x80_a_half_of_40_rows": (linear16(200, 72, 150), paired(64, 80, 2, 1)),
+    "bf16_odd_rows_through_shared_memory": (linear16(200, 136, 77), paired(64, 64, 2, 1)),
 }
 
 
@@ -112,6 +113,17 @@ def test_pins_that_cannot_pair_blocks_are_refused_with_the_reason(case, knobs, r
 def test_an_illegal_cluster_size_is_refused():
     with pytest.raises(ScheduleError, match="knob cluster_blocks = 4 must be 1 .* or 2"):
         SCHEDULE.schedule(linear16(256, 256, 256).kernel, SM_90, {"cluster_blocks": 4})
+
+
+def test_split_k_slices_pair_up_as_whole_products_do():
+    torch.manual_seed(0)
+    x, w = torch.randn(200, 448, dtype=torch.bfloat16), torch.randn(72, 448, dtype=torch.bfloat16)
+    knobs = {"contraction": {**paired(64, 64, 2, 1), "split_k": 2}}
+    compiled = lamina.compile(lambda x, w: x @ w.T, (x, w), knobs=knobs)
+    partial = compiled.compilation.tiles[0]
+    assert partial.settings.cluster_blocks == 2 and dict(partial.knobs)["split_k"].startswith("2 (partial sums")
+    exact = float64_reference(lambda x, w: x @ w.T, (x, w))
+    assert relative_error(compiled(x, w), exact) < 1.5 * relative_error(x @ w.T, exact) + 1e-4
 
 
 def _gated_mlp(x, gate, up, bias):
