@@ -85,8 +85,11 @@ __device__ __forceinline__ void lamina_mma_tf32(float& d0, float& d1, float& d2,
         "r"(__float_as_uint(b0)), "r"(__float_as_uint(b1)));
 }"""
 
-_CLUSTER_BARRIER = ('asm volatile("barrier.cluster.arrive.release.aligned;\\n"'
-                    ' "barrier.cluster.wait.acquire.aligned;\\n" ::: "memory");')
+_CLUSTER_BARRIER = ('asm volatile("barrier.cluster.arrive.release;\\n"'
+                    ' "barrier.cluster.wait.acquire;\\n" ::: "memory");')
+"""Without ``.aligned``: a kernel may reach it just after a branch that only some of a warp's
+threads took (a warp-specialised GEMM's producer thread), where the aligned form's promise that
+the whole warp executes it together is not the compiler's to keep."""
 
 _FIXED_STATEMENTS = {
     kir.Barrier: "__syncthreads();",

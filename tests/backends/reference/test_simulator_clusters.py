@@ -87,7 +87,7 @@ def test_the_cuda_source_declares_the_cluster_and_compiles_for_sm_90():
     kernel = cluster_sums()
     source = emit_cuda(kernel)
     assert "__cluster_dims__(4, 1, 1)" in source
-    assert "mapa.shared::cluster.u32" in source and "barrier.cluster.wait.acquire.aligned" in source
+    assert "mapa.shared::cluster.u32" in source and "barrier.cluster.wait.acquire;" in source
     compiled = compile_kernel(source, kernel_symbol(kernel), "sm_90")
     assert (compiled.spill_stores, compiled.spill_loads) == (0, 0)
 
