@@ -216,7 +216,11 @@ def padded_shape(type: TensorType) -> TensorType:
 
 
 def with_buffer_in_kernel(kernel: loop_ir.Kernel, buffer: loop_ir.Buffer) -> loop_ir.Kernel:
-    """``kernel`` with the buffer of ``buffer``'s name, among its inputs and outputs, declared as ``buffer``."""
+    """``kernel`` with the buffer of ``buffer``'s name, among its inputs and outputs, declared as ``buffer``;
+    the same object where it holds no such buffer (caches of what a kernel reads and costs are
+    kept per kernel, and an equal copy would have to be compared with the original in full)."""
+    if not any(b.name == buffer.name for b in kernel.inputs + kernel.outputs):
+        return kernel
 
     def swap(buffers: tuple[loop_ir.Buffer, ...]) -> tuple[loop_ir.Buffer, ...]:
         return tuple(buffer if b.name == buffer.name else b for b in buffers)

@@ -115,7 +115,11 @@ def with_axes_in_order(program: loop_ir.Program, buffer: loop_ir.Buffer, order: 
         statements = loop_ir.map_expressions(statements, lambda e: ex.transform(e, load))
         return tuple(_stores_permuted(s, buffer.name, permuted) for s in statements)
 
-    return attrs.evolve(program, kernels=tuple(attrs.evolve(k, body=body(k.body)) for k in program.kernels))
+    def touches(k: loop_ir.Kernel) -> bool:
+        return any(b.name == buffer.name for b in k.inputs + k.outputs)
+
+    return attrs.evolve(program, kernels=tuple(attrs.evolve(k, body=body(k.body)) if touches(k) else k
+                                               for k in program.kernels))
 
 
 def _stores_permuted(statement: loop_ir.Stmt, buffer: str, permuted) -> loop_ir.Stmt:
