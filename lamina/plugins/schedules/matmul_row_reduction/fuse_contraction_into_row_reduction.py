@@ -18,6 +18,7 @@ rate, which costs more than the scores' round trip through memory
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping
 
 import attrs
@@ -45,8 +46,8 @@ class FuseContractionIntoRowReduction:
 
     def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
         outputs = {b.name for b in program.outputs}
-        known = analysis.buffers(program)
         kernels = list(program.kernels)
+        pins = tuple(sorted(knobs.items()))
         for position, producer in enumerate(kernels):
             store = analysis.single_store(producer)
             if store is None or store.buffer in outputs:
@@ -54,28 +55,38 @@ class FuseContractionIntoRowReduction:
             readers = [i for i in range(position + 1, len(kernels)) if store.buffer in analysis.loaded_buffers(kernels[i])]
             if len(readers) != 1:
                 continue
-            if loop_ir.has_symbolic_sizes(producer):
-                continue  # the matmul_row_reduction schedule takes sizes that are numbers
-            try:
-                c = analyse_contraction(producer)
-            except NotAContraction:
-                continue
-            if tma_reads_with_a_copy(c, target):
-                continue
-            if c.extents[c.n] > tiling.MAX_FUSED_ROW_LENGTH:
-                continue
-            fused = computed_where_read(c, store, kernels[readers[0]])
+            fused = _reader_computing(producer, kernels[readers[0]], target, pins)
             if fused is None:
-                continue
-            fused = analysis.with_exact_inputs(fused, known)
-            try:
-                tiling.choose(analyse(fused), target, knobs)
-            except (NotContractionRows, ScheduleError):
                 continue
             kernels[readers[0]] = fused
             del kernels[position]
             return analysis.without_buffers(attrs.evolve(program, kernels=tuple(kernels)), {store.buffer})
         return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _reader_computing(producer: loop_ir.Kernel, reader: loop_ir.Kernel, target: Target,
+                      pins: tuple) -> loop_ir.Kernel | None:
+    """``reader`` computing the product of ``producer`` (its only reader) where it reads it, if the
+    schedule takes the result; else None. Kept per pair: the fusion driver asks again after every
+    change to the program, and the kernels of a pair that did not fuse are the same objects then."""
+    if loop_ir.has_symbolic_sizes(producer):
+        return None  # the matmul_row_reduction schedule takes sizes that are numbers
+    try:
+        c = analyse_contraction(producer)
+    except NotAContraction:
+        return None
+    if tma_reads_with_a_copy(c, target) or c.extents[c.n] > tiling.MAX_FUSED_ROW_LENGTH:
+        return None
+    fused = computed_where_read(c, analysis.single_store(producer), reader)
+    if fused is None:
+        return None
+    fused = analysis.with_exact_inputs(fused, {b.name: b for b in producer.inputs + reader.inputs})
+    try:
+        tiling.choose(analyse(fused), target, dict(pins))
+    except (NotContractionRows, ScheduleError):
+        return None
+    return fused
 
 
 def computed_where_read(c: Contraction, store: loop_ir.Store, consumer: loop_ir.Kernel) -> loop_ir.Kernel | None:
