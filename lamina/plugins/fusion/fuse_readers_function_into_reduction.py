@@ -19,6 +19,7 @@ result along each axis, so that the reduction reads nothing out of bounds.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping
 
 import attrs
@@ -48,7 +49,9 @@ class FuseReadersFunctionIntoReduction:
                 b.name for k in kernels[:position] for b in k.outputs
             }
             readers = [i for i in range(position + 1, len(kernels)) if store.buffer in analysis.loaded_buffers(kernels[i])]
-            function = _common_function(store, known[store.buffer], [kernels[i] for i in readers], written_before)
+            loaded = {name for i in readers for name in analysis.loaded_buffers(kernels[i])}
+            function = _common_function(store, known[store.buffer], tuple(kernels[i] for i in readers),
+                                        frozenset(loaded & written_before))
             if function is None:
                 continue
             computing = _store_function(producer, store, function)
@@ -117,10 +120,13 @@ def _reads(node: Expr, buffer: str, shape, extents, written_before, found: list[
     return all(_reads(child, buffer, shape, extents, written_before, found) for child in node.children())
 
 
-def _common_function(store: loop_ir.Store, result: loop_ir.Buffer, readers: list[loop_ir.Kernel],
-                     written_before: set[str]) -> Expr | None:
+@functools.lru_cache(maxsize=1024)
+def _common_function(store: loop_ir.Store, result: loop_ir.Buffer, readers: tuple[loop_ir.Kernel, ...],
+                     written_before: frozenset[str]) -> Expr | None:
     """The function every reader applies to an element of the result, written at the store's
-    coordinates; None when they differ or when it is the element itself."""
+    coordinates; None when they differ or when it is the element itself. ``written_before`` holds
+    the buffers the readers load that are written before the reduction. Kept per question: the
+    fusion driver asks again after every change, of readers that are the same objects then."""
     if not readers:
         return None
     found: list[_Read] = []
