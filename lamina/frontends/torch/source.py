@@ -6,6 +6,7 @@ person is the innermost one in their own code, not in PyTorch or in lamina.
 
 from __future__ import annotations
 
+import functools
 import linecache
 import os
 import re
@@ -22,13 +23,16 @@ _NOT_USER_CODE = tuple(
 )
 
 
+@functools.lru_cache(maxsize=4096)
 def is_user_file(path: str) -> bool:
     """Whether ``path`` is the user's code: neither PyTorch's nor lamina's."""
     return not os.path.realpath(path).startswith(_NOT_USER_CODE)
 
 
+@functools.lru_cache(maxsize=4096)
 def source_location(stack_trace: str | None) -> SourceLocation | None:
-    """The innermost frame of ``stack_trace`` in the user's code, or None when there is none."""
+    """The innermost frame of ``stack_trace`` in the user's code, or None when there is none (kept per
+    trace: a model's layers run the same lines, and each op of each layer carries its trace)."""
     if not stack_trace:
         return None
     lines = stack_trace.splitlines()
