@@ -25,6 +25,15 @@ counted across the tiles, so that the producer goes on to the next tile's first 
 as the consumers release the stages of the last, while they still run its epilogue; the
 consumers release the last k-tile's stage once its wgmma are done.
 
+With ``cluster_blocks = 2`` the grid's x runs over the block columns twice, so that two blocks
+side by side (a cluster) take the same columns of two adjacent block rows: each block's producer
+copies half of B's k-tile (of a gate and its up projection, the weight of its rank) and the TMA
+multicasts it into both blocks' stages, completing on both full barriers, which expect the whole
+stage. A stage of one block is refilled by the other's copies too, so its empty barrier also waits
+for one thread of each of the other block's consumer warps; the cluster meets after the barriers'
+setup and again before it ends, so that no block's barriers are used before they exist or after
+its end.
+
 A kernel that sums a gate and its up projection side by side (``Contraction.paired``) stages
 each k-tile of the second weight's rows after the first's, in the same stage of B, one more box
 on the same full barrier; one wgmma of twice the block's columns sums both, so that a thread's
