@@ -168,7 +168,8 @@ def test_pairs_sharing_b_match_eager_on_the_gpu(shape, knobs, dtype):
         return F.linear(x, w) + residual
 
     compiled = lamina.compile(program, (x, w, residual), knobs={"contraction": knobs})
-    assert [k.launch.cluster for k in compiled.compilation.kernels.kernels] == [(2, 1, 1)]
+    product = compiled.compilation.kernels.kernels[0]  # a split product's partial sums come first
+    assert product.launch.cluster == (2, 1, 1)
     out = compiled(x, w, residual)
     reference = float64_reference(program, (x, w, residual))
     assert relative_error(out, reference) < 1.5 * relative_error(program(x, w, residual), reference) + 1e-4
