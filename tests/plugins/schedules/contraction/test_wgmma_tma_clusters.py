@@ -71,6 +71,11 @@ def test_each_block_copies_half_of_b_for_both_and_tells_the_other_when_it_is_don
     inits = {s.barrier: s.arrivals for s in kernel_ir.statements(kernel.body) if isinstance(s, kernel_ir.MbarrierInit)}
     assert inits[remote[0].barrier] == 128 + 4  # the block's consumer threads, and one thread of each of the other's warps
     assert sum(isinstance(s, kernel_ir.ClusterBarrier) for s in kernel_ir.statements(kernel.body)) == 2
+    text = kernel_ir.format_kernel(kernel)
+    assert ("tma load w_tile[stage][blockIdx.x % 2 * 32][0] <- w_map at (block_col * 64 + blockIdx.x % 2 * 32, "
+            "kt * 64), completing on full[stage], multicast to the cluster's blocks 0, 1") in text
+    assert "mbarrier arrive empty[(kt + 1) % 2] of the cluster's block (blockIdx.x % 2 + 1) % 2" in text
+    assert "cluster (2, 1, 1)" in text.splitlines()[0]
 
 
 def test_the_tile_ir_says_which_blocks_share_what():
