@@ -60,6 +60,34 @@ def test_pairs_sharing_b_match_eager_and_float64_on_ragged_shapes_without_faults
     assert SERIALISED_WGMMA not in compiled.log
 
 
+ONE_SM = attrs.evolve(SM_90, sm_count=1)
+
+PERSISTENT = {
+    "bf16_64x64_one_cluster_walks_every_pair": (linear16(200, 200, 150), paired(64, 64, 2, 1)),
+    "bf16_64x96_pairs_down_groups_of_4_rows": (linear16(250, 136, 100), paired(64, 96, 3, 1, grouped_rows=4)),
+    "bf16_128x128_two_warpgroups": (linear16(250, 136, 200), paired(128, 128, 4, 2)),
+}
+
+
+@pytest.mark.parametrize("name", PERSISTENT)
+def test_persistent_clusters_walk_pairs_of_tiles_and_match_eager_without_faults(name):
+    """One cluster of two blocks (a target of one SM) walks every pair of tiles, the ring's stages
+    counted across the pairs."""
+    case, knobs = PERSISTENT[name]
+    tile = SCHEDULE.schedule(case.kernel, ONE_SM, {**knobs, "tile_scheduler": "persistent"})
+    assert "persistent: 1 cluster of 2 blocks walks the" in tile_ir.format_tile_kernel(tile)
+    kernel = SCHEDULE.lower(tile, ONE_SM)
+    assert kernel.launch.grid == (2, 1, 1) and kernel.launch.cluster == (2, 1, 1)
+    compiling = start_compiling(kernel, "sm_90a")
+    torch.manual_seed(0)
+    inputs = case.inputs()
+    out, report = simulate_case(case, kernel, inputs)
+    assert report.faults == []
+    assert_matches_eager_and_float64(case, out, inputs)
+    compiled = compiling.result()
+    assert (compiled.spill_stores, compiled.spill_loads) == (0, 0)
+
+
 def test_each_block_copies_half_of_b_for_both_and_tells_the_other_when_it_is_done():
     _, kernel = _lowered("bf16_64x64_2_stages_two_pairs_the_ring_wraps")
     loads = [s for s in kernel_ir.statements(kernel.body) if isinstance(s, kernel_ir.TmaLoad)]
@@ -108,7 +136,6 @@ def test_without_the_other_block_s_release_its_stage_is_overwritten_under_its_wg
 @pytest.mark.parametrize("case, knobs, reason", [
     (linear16(300, 256, 256), paired(128, 64, 2, 2), "300 rows in blocks of 128 must make an even number of block rows"),
     (matmul16(256, 256, 256), paired(64, 64, 2, 1), "shares B's k-tiles as K-major boxes; this B lies along n"),
-    (linear16(256, 256, 256), paired(64, 64, 2, 1, tile_scheduler="persistent"), "takes tile_scheduler = grid"),
 ])
 def test_pins_that_cannot_pair_blocks_are_refused_with_the_reason(case, knobs, reason):
     with pytest.raises(ScheduleError, match=reason):
@@ -157,12 +184,15 @@ def test_a_gated_mlp_pairs_blocks_each_copying_one_weight_and_matches_eager_on_t
 
 
 GPU_CASES = [((512, 3584, 4096), paired(128, 256, 4, 2)), ((2048, 2048, 2000), paired(128, 128, 4, 2)),
-             ((333, 1032, 700), paired(64, 128, 4, 1)), ((512, 2048, 32000), paired(128, 256, 4, 2))]
+             ((333, 1032, 700), paired(64, 128, 4, 1)), ((512, 2048, 32000), paired(128, 256, 4, 2)),
+             ((512, 2048, 32000), paired(128, 256, 4, 2, tile_scheduler="persistent")),
+             ((2048, 2048, 2000), paired(128, 128, 4, 2, tile_scheduler="persistent", grouped_rows=8))]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("shape, knobs", GPU_CASES, ids=[f"{m}x{k}x{n}" for (m, k, n), _ in GPU_CASES])
+@pytest.mark.parametrize("shape, knobs", GPU_CASES, ids=[f"{m}x{k}x{n}_{knobs.get('tile_scheduler', 'grid')}"
+                                                         for (m, k, n), knobs in GPU_CASES])
 def test_pairs_sharing_b_match_eager_on_the_gpu(shape, knobs, dtype):
     m, k, n = shape
     torch.manual_seed(0)

@@ -370,9 +370,9 @@ def problem(c: Contraction, choices: Choices, target: Target) -> str | None:
 
 def cluster_problem(c: Contraction, choices: Choices) -> str | None:
     """Why blocks cannot pair up in clusters of ``choices.cluster_blocks`` sharing B, or None: the pairs
-    are adjacent block rows, so the grid must have an even number of them, known when compiling; each
-    block copies half of B's k-tile (or, summing a gate and its up projection, one of the two weights),
-    K-major; and the grid's blocks each take one tile."""
+    are adjacent block rows, so the grid must have an even number of them, known when compiling; and
+    each block copies half of B's k-tile (or, summing a gate and its up projection, one of the two
+    weights), K-major."""
     cluster = choices.cluster_blocks or 1
     if cluster not in CLUSTER_BLOCKS:
         return f"products = wgmma_tma takes cluster_blocks = {' or '.join(map(str, CLUSTER_BLOCKS))}"
@@ -384,6 +384,4 @@ def cluster_problem(c: Contraction, choices: Choices) -> str | None:
                 "must make an even number of block rows, known when compiling")
     if b_layout(c) != kernel_ir.K_MAJOR:
         return f"cluster_blocks = {cluster} shares B's k-tiles as K-major boxes; this B lies along n"
-    if choices.tile_scheduler == PERSISTENT:
-        return f"cluster_blocks = {cluster} takes tile_scheduler = grid"
     return None

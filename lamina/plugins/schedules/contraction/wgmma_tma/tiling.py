@@ -72,7 +72,14 @@ class TmaGemmSettings(ContractionSettings):
                   else "1 consumer warpgroup")
         order = ([f"  blocks run down groups of {self.grouped_rows} grid rows, column by column"]
                  if self.grouped_rows > 1 else [])
-        if self.tile_scheduler == PERSISTENT:
+        if self.tile_scheduler == PERSISTENT and self.cluster_blocks > 1:
+            pairs, clusters = persistent_tiles(tk) // self.cluster_blocks, self.persistent_blocks // self.cluster_blocks
+            many = clusters > 1
+            order.append(f"  persistent: {clusters} cluster{'s' if many else ''} of {self.cluster_blocks} blocks "
+                         f"walk{'' if many else 's'} the {pairs} pairs of tiles, cluster c taking pairs c, "
+                         f"c + {clusters}, ...; the producers copy a pair's first k-tiles while the consumers store "
+                         "the pair before")
+        elif self.tile_scheduler == PERSISTENT:
             tiles = persistent_tiles(tk)
             order.append(f"  persistent: {self.persistent_blocks} blocks walk the {tiles} tiles, block b taking tiles "
                          f"b, b + {self.persistent_blocks}, ...; the producer copies a tile's first k-tiles while the "
@@ -153,10 +160,13 @@ def persistent_tiles(tk: tile_ir.TileKernel) -> int:
 
 
 def persistent_blocks(c: Contraction, choices: Choices, target: Target) -> int:
-    """As many blocks as the SMs hold at once (``cost.resident``), or one per tile where there are fewer."""
+    """As many blocks as the SMs hold at once (``cost.resident``), or one per tile where there are fewer;
+    in clusters, whole clusters of them."""
     tiles = (math.ceil(c.extents[c.m] / choices.block_m) * math.ceil(c.extents[c.n] / choices.block_n)
              * math.prod(c.extents[v] for v in c.batch))
-    return min(tiles, cost.resident(c, choices, target) * target.sm_count)
+    cluster = choices.cluster_blocks or 1
+    blocks = min(tiles, cost.resident(c, choices, target) * target.sm_count)
+    return max(cluster, blocks // cluster * cluster)
 
 
 def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tuple[str, object]],

@@ -200,12 +200,15 @@ class TmaGemmWriter:
         nothing)."""
         if not self.persistent:
             return body
-        tiles = persistent_tiles(self.tile)
-        steps = math.ceil(tiles / self.blocks)
-        tile = self.walk * self.blocks + kernel_ir.block_idx("x")
+        # in clusters, a cluster walks pairs of tiles as a block walks tiles, both its blocks in step
+        tiles = persistent_tiles(self.tile) // self.cluster
+        walkers = self.blocks // self.cluster
+        steps = math.ceil(tiles / walkers)
+        tile = self.walk * walkers + kernel_ir.block_idx("x") // self.cluster
+        coordinates = self._coordinates if self.cluster == 1 else self._pair_coordinates
         return [kernel_ir.For(self.walk.name, ex.const(0), ex.const(steps), 1, [
             kernel_ir.Declare(self.tile_index.name, self.tile_index.dtype, tile),
-            kernel_ir.If(ex.op("lt", self.tile_index, tiles), [*self._coordinates(self.tile_index), *body])])]
+            kernel_ir.If(ex.op("lt", self.tile_index, tiles), [*coordinates(self.tile_index), *body])])]
 
     def _coordinates(self, tile: Expr) -> list[kernel_ir.Stmt]:
         """The block row, block column and batch of the grid's ``tile``-th block in CUDA's order (x
@@ -272,7 +275,7 @@ class TmaGemmWriter:
         done = [kernel_ir.WgmmaWait(0)]
         if self.persistent:  # the next tile's k-tiles wait for this stage
             last = (self.walk * self.k_tiles + (self.k_tiles - 1)) % self.stages
-            done.append(kernel_ir.MbarrierArrive(self.empty, (last,)))
+            done += self._release((last,))
         return [kernel_ir.Declare(self.warpgroup.name, self.warpgroup.dtype, self.tid // kernel_ir.WARPGROUP_SIZE),
                 *self._each_tile([*clear, *self.epilogue.before_products(), self._k_tile_loop(body), *done,
                                   *self.epilogue.statements(),
@@ -284,8 +287,9 @@ class TmaGemmWriter:
         out: list[kernel_ir.Stmt] = [kernel_ir.Declare(self.tid.name, self.tid.dtype, kernel_ir.thread_idx("x"))]
         if self.c.batch and not self.persistent:
             out.append(kernel_ir.Declare(self.batch.name, self.batch.dtype, kernel_ir.block_idx("z")))
-        if self.cluster > 1:
-            out += self._clustered_coordinates()
+        if self.cluster > 1 and not self.persistent:
+            out += self._pair_coordinates(kernel_ir.block_idx("y") * self.tile.grid_shape()["x"]
+                                          + kernel_ir.block_idx("x") // self.cluster)
         elif self.grouped_rows > 1 and not self.persistent:
             grid = self.tile.grid_shape()
             out += arrangement.grouped_blocks(self.block_row, self.block_col, grid["x"], grid["y"], self.grouped_rows)
@@ -306,20 +310,25 @@ class TmaGemmWriter:
         # and no block may end while another's last arrivals may still reach its barriers
         return out + meet
 
-    def _clustered_coordinates(self) -> list[kernel_ir.Stmt]:
-        """The block's row and column where clusters pair adjacent block rows: the grid's x runs over the
-        columns, a cluster's blocks side by side, its y over the pairs of rows (in groups of pairs where the
-        blocks run down groups of rows)."""
+    def _pair_coordinates(self, flat: Expr) -> list[kernel_ir.Stmt]:
+        """The block's row, column (and batch, with persistent blocks) where clusters pair adjacent block
+        rows: ``flat`` numbers the pairs of tiles as CUDA numbers blocks (the columns fastest, then the
+        pairs of rows, then the batch), renumbered to run down groups of pairs where the blocks run
+        down groups of rows; the block's rank in its cluster picks its row of the pair."""
         grid = self.tile.grid_shape()
         columns, pairs = grid["x"], grid["y"] // self.cluster
-        pair, column = ex.Var(self.names.fresh("pair_row")), kernel_ir.block_idx("x") // self.cluster
+        out = []
+        if self.persistent and grid["z"] > 1:
+            if self.c.batch:
+                out.append(kernel_ir.Declare(self.batch.name, self.batch.dtype, flat // (columns * pairs)))
+            flat = flat % (columns * pairs)
+        pair = ex.Var(self.names.fresh("pair_row"))
         if self.grouped_rows > 1:
-            flat = kernel_ir.block_idx("y") * columns + column
-            out = arrangement.grouped_blocks(pair, self.block_col, columns, pairs,
-                                             max(1, self.grouped_rows // self.cluster), flat)
+            out += arrangement.grouped_blocks(pair, self.block_col, columns, pairs,
+                                              max(1, self.grouped_rows // self.cluster), flat)
         else:
-            out = [kernel_ir.Declare(pair.name, pair.dtype, kernel_ir.block_idx("y")),
-                   kernel_ir.Declare(self.block_col.name, self.block_col.dtype, column)]
+            out += [kernel_ir.Declare(pair.name, pair.dtype, flat // columns),
+                    kernel_ir.Declare(self.block_col.name, self.block_col.dtype, flat % columns)]
         return out + [kernel_ir.Declare(self.block_row.name, self.block_row.dtype, pair * self.cluster + self.rank)]
 
     def tensor_maps(self) -> list[kernel_ir.TensorMap]:
@@ -360,7 +369,7 @@ class TmaGemmWriter:
         grid = self.tile.grid_shape()
         if self.persistent:
             grid = {"x": self.blocks, "y": 1, "z": 1}
-        if self.cluster > 1:
+        elif self.cluster > 1:
             grid = {**grid, "x": grid["x"] * self.cluster, "y": grid["y"] // self.cluster}
         arrays = self.arrays()
         return kernel_ir.Kernel(
