@@ -10,6 +10,8 @@ round: values that their writer widens.)
 
 from __future__ import annotations
 
+import functools
+
 from typing import Any, Mapping
 
 import attrs
@@ -33,8 +35,10 @@ class StoreNarrowedTemporaries:
         return None if result is program else result
 
 
-def _casts_of(kernel: loop_ir.Kernel, name: str) -> tuple[set[DType], bool]:
-    """The dtypes that loads of ``name`` are cast to in ``kernel``, and whether any load is used uncast."""
+@functools.lru_cache(maxsize=8192)
+def _casts_of(kernel: loop_ir.Kernel, name: str) -> tuple[frozenset[DType], bool]:
+    """The dtypes that loads of ``name`` are cast to in ``kernel``, and whether any load is used uncast
+    (kept per kernel: the rule asks again after every change, of kernels that are the same objects)."""
     targets: set[DType] = set()
     bare = False
     for s in loop_ir.statements(kernel.body):
@@ -49,7 +53,7 @@ def _casts_of(kernel: loop_ir.Kernel, name: str) -> tuple[set[DType], bool]:
             for node in ex.walk(e):
                 if isinstance(node, loop_ir.Load) and node.buffer == name and id(node) not in cast_loads:
                     bare = True
-    return targets, bare
+    return frozenset(targets), bare
 
 
 def _common_narrowing_cast(program: loop_ir.Program, buffer: loop_ir.Buffer) -> DType | None:
