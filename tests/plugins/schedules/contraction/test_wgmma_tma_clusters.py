@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import lamina
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.errors import ScheduleError, SimulationError
-from lamina.core.ir import dtypes, kernel_ir, tile_ir
+from lamina.core.ir import dtypes, kernel_ir, sizes, tile_ir
 from lamina.plugins.schedules.contraction import ContractionSchedule
 
 from ..contraction_kernels import SM_90, rewritten, simulate_case
@@ -139,6 +139,14 @@ def test_without_the_other_block_s_release_its_stage_is_overwritten_under_its_wg
 def test_pins_that_cannot_pair_blocks_are_refused_with_the_reason(case, knobs, reason):
     with pytest.raises(ScheduleError, match=reason):
         SCHEDULE.schedule(case.kernel, SM_90, knobs)
+
+
+def test_rows_counted_at_run_time_cannot_pair_even_where_their_hint_would():
+    rows = sizes.symbol(0)
+    case = linear16(rows, 256, 256)
+    with sizes.hinted({rows.name: 256}), pytest.raises(ScheduleError, match="s0 rows in blocks of 64 must make an "
+                                                                             "even number of block rows"):
+        SCHEDULE.schedule(case.kernel, SM_90, paired(64, 64, 2, 1))
 
 
 def test_an_illegal_cluster_size_is_refused():
