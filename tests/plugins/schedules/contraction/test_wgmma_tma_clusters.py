@@ -17,8 +17,7 @@ from lamina.core.ir import dtypes, kernel_ir, sizes, tile_ir
 from lamina.plugins.schedules.contraction import ContractionSchedule
 
 from ..contraction_kernels import SM_90, rewritten, simulate_case
-from ..nvrtc_in_background import start_compiling
-from .test_wgmma_tma import SERIALISED_WGMMA, assert_matches_eager_and_float64, linear16, matmul16, pins
+from .test_wgmma_tma import assert_runs_without_faults_and_compiles_without_spills, linear16, matmul16, pins
 
 SCHEDULE = ContractionSchedule()
 TMA = "wgmma 16-bit tma"
@@ -43,20 +42,6 @@ def _lowered(name: str) -> tuple:
     tile = SCHEDULE.schedule(case.kernel, SM_90, knobs)
     assert tile.settings.products == TMA and tile.settings.cluster_blocks == 2
     return case, SCHEDULE.lower(tile, SM_90)
-
-
-def assert_runs_without_faults_and_compiles_without_spills(case, kernel: kernel_ir.Kernel) -> None:
-    """The kernel on the simulator matches eager and float64 with no fault, and NVRTC compiles it for
-    sm_90a without spills or serialised wgmma."""
-    compiling = start_compiling(kernel, "sm_90a")
-    torch.manual_seed(0)
-    inputs = case.inputs()
-    out, report = simulate_case(case, kernel, inputs)
-    assert report.faults == []
-    assert_matches_eager_and_float64(case, out, inputs)
-    compiled = compiling.result()
-    assert (compiled.spill_stores, compiled.spill_loads) == (0, 0)
-    assert SERIALISED_WGMMA not in compiled.log
 
 
 @pytest.mark.parametrize("name", SIMULATED)
