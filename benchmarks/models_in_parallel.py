@@ -38,10 +38,10 @@ from merge_model_results import merge
 
 from lamina.bench.model_suite import bench_layers, model_cases
 
-COMPILE_WEIGHT = {"qwen3": 2.2, "llama": 1.5}
+COMPILE_WEIGHT = {"qwen3": 2.1, "llama": 1.7}
 """How much longer than a typical architecture each takes to compile: lamina cold and warm plus
-Inductor, Qwen3's 28 layers about 2.2x GPT-2's 12 and TinyLlama's 22 about 1.5x
-(``benchmarks/results/2026-12-04_h200_models_b1_s512_bf16.json``)."""
+Inductor, Qwen3's 28 layers about 2.1x GPT-2's 12 and TinyLlama's 22 about 1.7x
+(``benchmarks/results/2026-12-06_h200_models_b1_s512_bf16.json``)."""
 
 
 def cost(case) -> float:
