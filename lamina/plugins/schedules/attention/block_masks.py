@@ -8,13 +8,21 @@ that the diagonal crosses need it per score. With the comparison settled the res
 mask often folds away: right of the diagonal the score adds the bias's constant and reads
 nothing, left of it the score reads only the padding vector. The attention kernel computes
 each key block's scores with the variant that its block allows.
+
+What the score reads of the key alone (the padding vector's entry, a condition of the key) is
+settled per key block too, at run time: before it walks the keys the kernel finds the key
+blocks where that condition holds for every key, and there the scores read nothing of it.
+Without padding that is every key block, and the score is the product times its scale and the
+causal bias: reading the padding vector at every score (an 8-byte load, a compare and a
+select beside the softmax's handful of instructions) cost TinyLlama's attention at 512 tokens
+about 40 % of its time (``experiments/attention_padding_by_block/``).
 """
 
 from __future__ import annotations
 
 import attrs
 
-from lamina.core.ir import expr as ex, index, loop_ir
+from lamina.core.ir import dtypes, expr as ex, index, loop_ir
 from lamina.core.ir.expr import Expr
 from lamina.plugins.schedules.coordinate_conditions import Box, comparison_over, decidable, holds_over, with_decided
 
@@ -24,7 +32,9 @@ _COMPARISONS = ("lt", "le", "gt", "ge")
 @attrs.frozen
 class BlockScores:
     """The score, and where it compares its key with its query (``term``), the score where
-    that comparison holds over a block (``seen``) and where it fails over it (``hidden``)."""
+    that comparison holds over a block (``seen``) and where it fails over it (``hidden``);
+    ``shown``: a condition of the key alone that the score reads from a buffer (whether the
+    padding shows the key), which a key block checks for all its keys at once."""
 
     general: Expr
     key: str
@@ -32,6 +42,11 @@ class BlockScores:
     term: Expr | None = None
     seen: Expr | None = None
     hidden: Expr | None = None
+    shown: Expr | None = None
+
+    def if_every_key_shown(self, score: Expr) -> Expr:
+        """``score`` in a key block where ``shown`` holds for every key."""
+        return score if self.shown is None else with_decided(score, self.shown, True)
 
     def variants(self, box: Box, hidden: bool = True) -> list[tuple[Expr | None, Expr]]:
         """(condition on the box's bounds, score) pairs: a block takes the first whose
@@ -47,7 +62,7 @@ class BlockScores:
     def score_over(self, queries: range, keys: range) -> Expr:
         """The score that a block of the ``queries`` by the ``keys`` computes."""
         if self.term is None:
-            return self.general
+            return self.if_every_key_shown(self.general)
         form = index.affine(ex.op("sub", *self.term.args))
         low = high = form.constant
         for atom, coefficient in form.terms.items():
@@ -55,15 +70,19 @@ class BlockScores:
             ends = (coefficient * span[0], coefficient * span[-1])
             low, high = low + min(ends), high + max(ends)
         truth = comparison_over(self.term.op, low, high)
-        return self.general if truth is None else self.seen if truth else self.hidden
+        return self.if_every_key_shown(self.general if truth is None else self.seen if truth else self.hidden)
 
     def text(self, hidden: bool = True) -> str | None:
         """A line for Tile IR: the comparison settled and what each kind of block reads."""
+        shown = None if self.shown is None else (
+            f"a key block where {loop_ir.format_value(self.shown)} holds for every key (a flag per key block, "
+            "found before the walk) reads nothing of it")
         if self.term is None:
-            return None
+            return shown
         failed = f", where it fails {_read_text(self.hidden)}" if hidden else ""
-        return (f"{ex.format_expr(self.term)} settled per key block: where it holds each score reads "
-                f"{_read_text(self.seen)}{failed}; compared at each score only where the diagonal crosses the block")
+        compared = (f"{ex.format_expr(self.term)} settled per key block: where it holds each score reads "
+                    f"{_read_text(self.seen)}{failed}; compared at each score only where the diagonal crosses the block")
+        return compared if shown is None else f"{compared}; {shown}"
 
 
 def _read_text(score: Expr) -> str:
@@ -76,14 +95,27 @@ def _varying_read(node: Expr) -> bool:
     return isinstance(node, loop_ir.Load) and any(ex.free_vars(i) for i in node.index)
 
 
-def block_scores(score: Expr, key: str, query: str) -> BlockScores:
+def block_scores(score: Expr, key: str, query: str, batch: tuple[str, ...] = ()) -> BlockScores:
     """``score`` with its first comparison of ``key`` and ``query`` (``key <= query + c`` or
-    any other affine comparison of the two) settled both ways, where it has one."""
+    any other affine comparison of the two) settled both ways, where it has one, and the
+    condition it reads of the key alone (over the ``batch`` coordinates), where it has one."""
+    shown = _key_condition(score, key, batch)
     for node in ex.walk(score):
         if isinstance(node, ex.Op) and node.op in _COMPARISONS and ex.free_vars(node) == {key, query} \
                 and not any(isinstance(n, loop_ir.Load) for n in ex.walk(node)) and decidable(node):
-            return BlockScores(score, key, query, node, with_decided(score, node, True), with_decided(score, node, False))
-    return BlockScores(score, key, query)
+            return BlockScores(score, key, query, node, with_decided(score, node, True), with_decided(score, node, False),
+                               shown)
+    return BlockScores(score, key, query, shown=shown)
+
+
+def _key_condition(score: Expr, key: str, batch: tuple[str, ...]) -> Expr | None:
+    """The outermost condition in ``score`` that reads a buffer and depends on ``key`` and the
+    ``batch`` coordinates alone (a padding vector's entry for the key), or None."""
+    for node in ex.walk(score):
+        if node.dtype == dtypes.bool_ and not isinstance(node, ex.Const) and key in ex.free_vars(node) \
+                and ex.free_vars(node) <= {key, *batch} and any(isinstance(n, loop_ir.Load) for n in ex.walk(node)):
+            return node
+    return None
 
 
 def reads(score: Expr) -> int:

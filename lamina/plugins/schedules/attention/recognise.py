@@ -197,7 +197,8 @@ def _checked(loops: AttentionLoops, scores: Contraction, values: Contraction) ->
                            f"kernel reads them so in whole panels of {kernel_ir.SWIZZLE_PANEL}, else K-major, along "
                            "the keys (copied so by fuse_attention)")
     score = settled(scores.epilogue[0].value, scores.extents)
-    return Attention(kernel, scores, values, score, *views, dtype, loops, block_scores(score, scores.n, scores.m))
+    return Attention(kernel, scores, values, score, *views, dtype, loops,
+                     block_scores(score, scores.n, scores.m, scores.batch))
 
 
 _FLIPPED = {"le": "ge", "lt": "gt", "ge": "le", "gt": "lt"}

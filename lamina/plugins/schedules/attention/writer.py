@@ -81,7 +81,8 @@ class AttentionWriter:
             ex.Var(names.fresh(n), dtypes.float32) for n in ("block_max", "new_max", "max_used", "max_log2", "sum"))
         self.array_names = {n: names.fresh(n) for n in ("q_tile", "k_tile", "v_tile", "q_full", "full", "empty",
                                                           "scores", "probabilities", "out", "running_max",
-                                                          "running_sum", "rescale")}
+                                                          "running_sum", "rescale", "shown")}
+        self.shown_here = ex.Var(names.fresh("shown_here"), dtypes.int32)
         self.consumers = self.groups * kernel_ir.WARPGROUP_SIZE
         self.maps = {side: names.fresh(f"{view.operand.load.buffer}_map")
                      for side, view in (("q", a.queries), ("k", a.keys), ("v", a.value_rows))}
@@ -212,16 +213,48 @@ class AttentionWriter:
 
     def _scores_by_block(self) -> list[kernel_ir.Stmt]:
         """Step 2 with the score that the key block allows (``block_masks``): the mask's
-        comparison of key and query settled where the block lies off the diagonal."""
+        comparison of key and query settled where the block lies off the diagonal, and what it
+        reads of the key alone where the block's flag says every key passes it."""
         first_query = kernel_ir.block_idx("x") * self.block_queries
         first_key = self._in_keys(self.kb) * self.block_keys
         box = {self.a.query_var: (first_query, first_query + self.block_queries - 1),
                self.a.key_var: (first_key, first_key + self.block_keys - 1)}
         variants = self.a.by_block.variants(box, hidden=not self.tile.settings.causal)
-        stores = self._score_stores(variants[-1][1])
+        stores = self._shown_or_not(variants[-1][1])
         for condition, score in reversed(variants[:-1]):
-            stores = [kernel_ir.If(condition, self._score_stores(score), stores)]
+            stores = [kernel_ir.If(condition, self._shown_or_not(score), stores)]
         return stores
+
+    def _shown_or_not(self, score: Expr) -> list[kernel_ir.Stmt]:
+        """Step 2 with ``score``, or with what it is where every key of the block is shown."""
+        every_key_shown = self.a.by_block.if_every_key_shown(score)
+        if every_key_shown == score:
+            return self._score_stores(score)
+        flag = kernel_ir.Load(self._n("shown"), (self._in_keys(self.kb),), dtypes.int32)
+        return [kernel_ir.If(ex.op("ne", flag, 0), self._score_stores(every_key_shown), self._score_stores(score))]
+
+    def _shown_flags(self) -> list[kernel_ir.Stmt]:
+        """Each key block's flag: 1 where the score's condition of the key alone (``block_masks``)
+        holds for every key of it, else 0. A warp takes a key block at a time, each lane its
+        keys 32 apart, and the lanes' verdicts meet by shuffles; the block's barrier after the
+        barriers' initialisation publishes the flags."""
+        a = self.a
+        condition = a.by_block.shown
+        warps = self.consumers // kernel_ir.WARP_SIZE
+        flag, out = self.shown_here, []
+        for turn in range(math.ceil(self.all_key_blocks / warps)):
+            block = self.tid // kernel_ir.WARP_SIZE + turn * warps
+            out.append(_set(flag, ex.const(1, dtypes.int32), declare=turn == 0))
+            for step in range(math.ceil(self.block_keys / kernel_ir.WARP_SIZE)):
+                key = block * self.block_keys + kernel_ir.WARP_SIZE * step + self.lane
+                shown = loop_to_kernel.translate_expr(condition, self.kernel, {**self.batch_env, a.key_var: key})
+                out.append(kernel_ir.If(ex.op("lt", key, a.keys_extent), [kernel_ir.Assign(
+                    flag.name, ex.op("where", shown, flag, ex.const(0, dtypes.int32)))]))
+            for mask in (16, 8, 4, 2, 1):
+                out.append(kernel_ir.Assign(flag.name, ex.op("min", flag, kernel_ir.ShuffleXor(flag, mask))))
+            out.append(kernel_ir.If(ex.op("and", ex.op("eq", self.lane, 0), ex.op("lt", block, self.all_key_blocks)),
+                                    [kernel_ir.Store(self._n("shown"), (block,), flag)]))
+        return out
 
     def _softmax(self) -> list[kernel_ir.Stmt]:
         """Step 2 for the thread's two rows: the scores, their exponentials in place, each row's
@@ -376,8 +409,10 @@ class AttentionWriter:
                   for i in range(self.features // 2)]
         loop = kernel_ir.For(self.kb.name, ex.const(1), ex.const(self.all_key_blocks), 1,
                              [kernel_ir.If(ex.op("lt", self.kb, self.visible), self._key_block())])
+        flags = self._shown_flags() if self.a.by_block.shown is not None else []
         return [*declarations,
                 kernel_ir.If(ex.op("eq", self.tid, 0), inits),
+                *flags,
                 kernel_ir.Barrier(),
                 kernel_ir.If(ex.op("eq", self.tid, 0), first_loads),
                 *clear,
@@ -414,6 +449,8 @@ class AttentionWriter:
             kernel_ir.Array(self._n("running_max"), dtypes.float32, (2,), "register"),
             kernel_ir.Array(self._n("running_sum"), dtypes.float32, (2,), "register"),
             kernel_ir.Array(self._n("rescale"), dtypes.float32, (2,), "register"),
+            *([kernel_ir.Array(self._n("shown"), dtypes.int32, (self.all_key_blocks,), "shared")]
+              if self.a.by_block.shown is not None else []),
         ]
 
     def kernel_ir(self, static_shared_bytes: int) -> kernel_ir.Kernel:

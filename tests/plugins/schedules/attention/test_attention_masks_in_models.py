@@ -118,6 +118,26 @@ def test_the_causal_comparison_is_settled_per_key_block():
            "where it fails nothing; compared at each score only where the diagonal crosses the block" in tile
 
 
+def test_a_key_block_whose_keys_are_all_shown_reads_nothing_of_the_padding():
+    """The padding vector's entry is settled per key block at run time: a flag per key block says
+    whether every key is shown, and there the scores read nothing of the vector."""
+    tile = compiled_attention(one_layer, inputs(4, 2, 200, 64, 0)).ir("tile")
+    assert "a key block where b8(attention_mask[0, r0]) holds for every key (a flag per key block, found before " \
+           "the walk) reads nothing of it" in tile
+
+
+@pytest.mark.parametrize("hidden", [range(150, 161), range(0, 200, 37)], ids=["a_hole_in_one_block", "one_in_each"])
+def test_keys_hidden_in_some_key_blocks_match_float64(hidden):
+    """Keys hidden by the padding in the second of two key blocks only, and a few in every one:
+    the blocks whose flag says every key is shown and those that read the vector, side by side."""
+    torch.manual_seed(7)
+    args = inputs(4, 2, 200, 64, 0)
+    args[3][0, list(hidden)] = 0
+    compiled = compiled_attention(one_layer, args)
+    reference = float64_reference(one_layer, args)
+    assert relative_error(compiled(*args), reference) <= 1.25 * relative_error(one_layer(*args), reference) + SLACK
+
+
 def test_a_batch_of_one_reads_its_padding_mask_without_a_lookup():
     """``attention_mask[arange(1), key]``: the batch axis has one index PyTorch accepts, read as 0."""
     length = 96
@@ -137,3 +157,19 @@ def test_compiles_for_sm_90a_without_spills(heads, kv_heads, depth):
     for built in [start_compiling(kernel, "sm_90a") for kernel in kernels]:
         result = built.result()
         assert result.registers > 0 and (result.spill_stores, result.spill_loads) == (0, 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("hidden", [range(0), range(0, 7), range(300, 311)], ids=["no_padding", "left_padding",
+                                                                                   "a_hole"])
+def test_matches_float64_on_the_gpu(hidden):
+    """TinyLlama's heads at 512 tokens, as the model runs them, the padding flags of the key blocks
+    computed on the GPU."""
+    torch.manual_seed(11)
+    args = inputs(32, 4, 512, 64, 0)
+    args[3][0, list(hidden)] = 0
+    args = tuple(a.cuda() for a in args)
+    compiled = lamina.compile(one_layer, args, knobs={})
+    assert "attention" in [t.schedule for t in compiled.compilation.tiles]
+    reference = float64_reference(one_layer, args)
+    assert relative_error(compiled(*args), reference) <= 1.25 * relative_error(one_layer(*args), reference) + SLACK
