@@ -15,7 +15,10 @@ operand one that a matmul cannot stage tile by tile. An expensive value (an expo
 division by a variable) that a view broadcasts over more than a few dozen points, as a matmul's
 operand is broadcast over its output columns, is stored once: a transformer's
 ``silu(gate) * up``, which its down projection would otherwise recompute for every column,
-and attention's probabilities, for every column of a head.
+and attention's probabilities, for every column of a head. So is an expensive value that its
+readers together would compute at more than a few dozen points for each of its elements: a
+model's rotary embedding, whose cosines and sines every layer's query and key rotations read
+for each of their heads.
 A value that reads one buffer at several points (RoPE's rotation) is stored before a
 matmul reads it, for the same reason as a lookup. On Hopper a 16-bit matmul operand is stored
 too (a normalisation before a projection), so that the TMA can copy it.
@@ -33,6 +36,9 @@ from lamina.plugins.fusion import analysis
 
 TMA_COMPUTE_CAPABILITY = 90
 """Hopper, whose 16-bit matmuls copy their operands with the TMA (``contraction/wgmma_tma``)."""
+RECOMPUTED_POINTS_WORTH_A_LAUNCH = 1 << 20
+"""Expensive values (a cosine: a few dozen instructions) that the GPU recomputes in about the time of
+a kernel launch, 2 us: fewer than this are cheaper to recompute in their readers than to store."""
 TMA_MIN_ROWS = 64
 """The TMA's matmuls compute 64 rows at least: a decoding step's operand (one row), or a value
 broadcast over fewer than 64 points (an attention mask over heads), stays inlined."""
@@ -57,6 +63,8 @@ class InlinePointwiseProducers:
                 later for later in range(position + 1, len(kernels)) if buffer in reads[later]
             ]
             if not consumers or _keeps_lookup(producer, [kernels[later] for later in consumers]) or _keeps_costly_operand(
+                producer, [kernels[later] for later in consumers]
+            ) or _keeps_widely_read_costly_value(
                 producer, [kernels[later] for later in consumers]
             ) or _keeps_tma_operand(
                 producer, [kernels[later] for later in consumers], temporaries, target
@@ -122,6 +130,21 @@ def _keeps_costly_operand(producer: analysis.Pointwise, consumers: list[loop_ir.
     if not analysis.expensive(producer.store.value):
         return False
     return any(_broadcasts(k, buffer) and analysis.replication(k, buffer) > analysis.RECOMPUTE_LIMIT for k in consumers)
+
+
+def _keeps_widely_read_costly_value(producer: analysis.Pointwise, consumers: list[loop_ir.Kernel]) -> bool:
+    """An expensive value that its readers together would recompute at more than
+    ``RECOMPUTE_LIMIT`` points for each of its elements. A model's rotary embedding computes a
+    cosine and a sine per position and feature; inlined, every layer's query and key rotations
+    computed them again for each of their heads (TinyLlama: 22 layers of 32 and 4 heads, the
+    query's rotation 6.6 us a layer at 512 tokens, ``experiments/rotary_tables/``). Stored, they
+    are computed once and read from L2. A decoding step's few values stay inlined: recomputing
+    them costs less than the launch of a kernel that stores them."""
+    if not analysis.expensive(producer.store.value):
+        return False
+    replicated = sum(analysis.replication(k, producer.store.buffer) for k in consumers)
+    points = sizes.hint(sizes.numel(analysis.producer_shape(producer)))
+    return replicated > analysis.RECOMPUTE_LIMIT and points * replicated > RECOMPUTED_POINTS_WORTH_A_LAUNCH
 
 
 def _broadcasts(kernel: loop_ir.Kernel, buffer: str) -> bool:
