@@ -30,10 +30,12 @@ def _rotated(x, cos, sin):
 
 def _bias(attention_mask, length, dtype):
     """The additive bias of a causal and padding mask, built as Hugging Face builds the mask."""
-    batch, queries, keys = torch.arange(1), torch.arange(length), torch.arange(length)
+    device = attention_mask.device
+    batch, queries, keys = (torch.arange(n, device=device) for n in (1, length, length))
     b, q, k = batch[:, None, None, None], queries[None, None, :, None], keys[None, None, None, :]
     keep = ((k <= q) & attention_mask.bool()[b, k]).expand(1, -1, length, length)
-    return torch.where(keep, torch.tensor(0.0, dtype=dtype), torch.tensor(-65504.0, dtype=dtype))
+    return torch.where(keep, torch.tensor(0.0, dtype=dtype, device=device), torch.tensor(-65504.0, dtype=dtype,
+                                                                                        device=device))
 
 
 def _attention(xq, xk, v, cos, sin, bias):
