@@ -31,6 +31,7 @@ from lamina.core.ir.kernel_ir import hopper_barriers
 from lamina.core.target import Target
 from lamina.plugins.schedules.attention.block_masks import reads, reads_by_query
 from lamina.plugins.schedules.attention.recognise import Attention, analyse
+from lamina.plugins.schedules.contraction.layout import SHARED_ALIGNMENT
 
 SCHEDULE_NAME = "attention"
 ARCH = 90
@@ -122,12 +123,26 @@ def shared_bytes(a: Attention, choice: AttentionChoice) -> int:
     queries = panels * choice.block_queries * PANEL * item
     keys = choice.stages * panels * choice.block_keys * PANEL * item
     values = choice.stages * choice.block_keys * a.features * item
-    return queries + keys + values + barrier_bytes(choice.stages)
+    flags = flag_bytes(a.keys_extent, choice.block_keys) if a.by_block.shown is not None else 0
+    return queries + keys + values + barrier_bytes(choice.stages) + flags
+
+
+FLAG_BYTES = 4
+
+
+def flag_bytes(keys: int, block_keys: int) -> int:
+    """A word per key block: whether the padding shows every key of it (``block_masks``)."""
+    return _aligned(FLAG_BYTES * math.ceil(keys / block_keys))
 
 
 def barrier_bytes(stages: int) -> int:
-    """The queries' full barrier and each stage's full and empty barriers."""
-    return (2 * stages + 1) * hopper_barriers.MBARRIER_BYTES
+    """The queries' full barrier and each stage's full and empty barriers, each array from a
+    16-byte boundary as the kernel lays them out."""
+    return _aligned(hopper_barriers.MBARRIER_BYTES) + 2 * _aligned(stages * hopper_barriers.MBARRIER_BYTES)
+
+
+def _aligned(size: int) -> int:
+    return -(-size // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
 
 
 def problem(a: Attention, choice: AttentionChoice, target: Target) -> str | None:
@@ -245,13 +260,16 @@ class AttentionSettings(tile_ir.ScheduleSettings):
     """Whether the values are staged as they lie, along the features (N-major), not along the keys."""
     windowed: bool = False
     """Whether each query sees only the keys from a distance behind it on (a sliding window)."""
+    key_block_flags: bool = False
+    """Whether the kernel keeps a flag per key block: the padding shows every key of it."""
 
     def extra_threads(self, tk: tile_ir.TileKernel) -> int:
         """The 4 threads across each query row of a wgmma accumulator: the bindings count one."""
         return 3 * kernel_ir.WARP_SIZE * self.consumer_warpgroups
 
     def shared_bytes(self, tk: tile_ir.TileKernel) -> int:
-        return barrier_bytes(self.stages)
+        flags = flag_bytes(tk.reduction.extent, self.block_keys) if self.key_block_flags else 0
+        return barrier_bytes(self.stages) + flags
 
     def reduction_text(self, tk: tile_ir.TileKernel) -> str:
         return ", one pass: online softmax (running maximum and sum, earlier sums rescaled)"
@@ -317,6 +335,6 @@ def tile(a: Attention, target: Target, knobs: Mapping[str, Any]) -> tile_ir.Tile
     tk = tile_ir.TileKernel(
         kernel=a.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction, stages=stages, knobs=notes,
         settings=AttentionSettings(choice.block_keys, choice.stages, groups, causal, a.by_block.text(not causal),
-                                   along_features, windowed))
+                                   along_features, windowed, a.by_block.shown is not None))
     tile_ir.verify_tile_kernel(tk, target.max_threads_per_block, target.max_shared_bytes_optin)
     return tk

@@ -266,7 +266,7 @@ GOLDEN_LOOP = """\
 
 GOLDEN_TILE = """\
 tile scaled_dot_product_attention  schedule=attention
-  grid (2, 4, 1) blocks of 128 threads, 73768 B shared
+  grid (2, 4, 1) blocks of 128 threads, 73776 B shared
   parallel i2 (128): block.x tile 64 = thread.x 32 x 2 per thread (strided by 32)
   parallel i1 (4): block.y tile 1 = thread.y 1 x 1 per thread (contiguous)
   reduce r0 (128): serial, step 128, one pass: online softmax (running maximum and sum, earlier sums rescaled)

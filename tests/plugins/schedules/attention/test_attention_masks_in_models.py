@@ -175,3 +175,11 @@ def test_matches_float64_on_the_gpu(hidden):
     assert "attention" in [t.schedule for t in compiled.compilation.tiles]
     reference = float64_reference(one_layer, args)
     assert relative_error(compiled(*args), reference) <= 1.25 * relative_error(one_layer(*args), reference) + SLACK
+
+
+def test_the_key_blocks_flags_are_counted_in_the_block_s_shared_memory():
+    """The Tile IR's shared bytes, which the cost model weighs against the limit, are the kernel's."""
+    compiled = compiled_attention(one_layer, inputs(32, 4, 512, 64, 0), knobs={})
+    for tile, kernel in zip(compiled.compilation.tiles, compiled.compilation.kernels.kernels):
+        if tile.schedule == "attention":
+            assert kernel.launch.dynamic_shared_bytes == tile.shared_bytes
