@@ -38,7 +38,7 @@ TMA_COMPUTE_CAPABILITY = 90
 """Hopper, whose 16-bit matmuls copy their operands with the TMA (``contraction/wgmma_tma``)."""
 RECOMPUTED_POINTS_WORTH_A_LAUNCH = 1 << 20
 """Expensive values (a cosine: a few dozen instructions) that the GPU recomputes in about the time of
-a kernel launch, 2 us: fewer than this are cheaper to recompute in their readers than to store."""
+a kernel launch: fewer than this are cheaper to recompute in their readers than to store."""
 TMA_MIN_ROWS = 64
 """The TMA's matmuls compute 64 rows at least: a decoding step's operand (one row), or a value
 broadcast over fewer than 64 points (an attention mask over heads), stays inlined."""
@@ -136,9 +136,8 @@ def _keeps_widely_read_costly_value(producer: analysis.Pointwise, consumers: lis
     """An expensive value that its readers together would recompute at more than
     ``RECOMPUTE_LIMIT`` points for each of its elements. A model's rotary embedding computes a
     cosine and a sine per position and feature; inlined, every layer's query and key rotations
-    computed them again for each of their heads (TinyLlama: 22 layers of 32 and 4 heads, the
-    query's rotation 6.6 us a layer at 512 tokens, ``experiments/rotary_tables/``). Stored, they
-    are computed once and read from L2. A decoding step's few values stay inlined: recomputing
+    computed them again for each of their heads (TinyLlama: 22 layers of 32 and 4 heads,
+    ``experiments/rotary_tables/``). Stored, they are computed once and read from L2. A decoding step's few values stay inlined: recomputing
     them costs less than the launch of a kernel that stores them."""
     if not analysis.expensive(producer.store.value):
         return False

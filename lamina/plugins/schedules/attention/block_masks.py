@@ -14,8 +14,8 @@ settled per key block too, at run time: before it walks the keys the kernel find
 blocks where that condition holds for every key, and there the scores read nothing of it.
 Without padding that is every key block, and the score is the product times its scale and the
 causal bias: reading the padding vector at every score (an 8-byte load, a compare and a
-select beside the softmax's handful of instructions) took TinyLlama's attention at 512 tokens
-from 15.7 to 20.4 us (``experiments/attention_padding_by_block/``).
+select beside the softmax's handful of instructions) cost TinyLlama's attention at 512 tokens a
+quarter of its time (``experiments/attention_padding_by_block/``).
 """
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ class BlockScores:
     seen: Expr | None = None
     hidden: Expr | None = None
     shown: Expr | None = None
+    if_shown: tuple[Expr | None, Expr | None, Expr | None] = (None, None, None)
+    """``general``, ``seen`` and ``hidden`` where ``shown`` holds for every key of the block
+    (settled once: the cost model asks for every block of queries and keys of every setting)."""
 
     def if_every_key_shown(self, score: Expr) -> Expr:
         """``score`` in a key block where ``shown`` holds for every key."""
@@ -62,7 +65,7 @@ class BlockScores:
     def score_over(self, queries: range, keys: range) -> Expr:
         """The score that a block of the ``queries`` by the ``keys`` computes."""
         if self.term is None:
-            return self.if_every_key_shown(self.general)
+            return self._as_shown(0)
         form = index.affine(ex.op("sub", *self.term.args))
         low = high = form.constant
         for atom, coefficient in form.terms.items():
@@ -70,7 +73,13 @@ class BlockScores:
             ends = (coefficient * span[0], coefficient * span[-1])
             low, high = low + min(ends), high + max(ends)
         truth = comparison_over(self.term.op, low, high)
-        return self.if_every_key_shown(self.general if truth is None else self.seen if truth else self.hidden)
+        return self._as_shown(0 if truth is None else 1 if truth else 2)
+
+    def _as_shown(self, which: int) -> Expr:
+        """The ``which``-th of ``general``, ``seen``, ``hidden`` in a block whose keys are all
+        shown: the cost model takes the keys as a program without padding has them."""
+        settled = self.if_shown[which]
+        return settled if settled is not None else (self.general, self.seen, self.hidden)[which]
 
     def text(self, hidden: bool = True) -> str | None:
         """A line for Tile IR: the comparison settled and what each kind of block reads."""
@@ -99,13 +108,17 @@ def block_scores(score: Expr, key: str, query: str, batch: tuple[str, ...] = ())
     """``score`` with its first comparison of ``key`` and ``query`` (``key <= query + c`` or
     any other affine comparison of the two) settled both ways, where it has one, and the
     condition it reads of the key alone (over the ``batch`` coordinates), where it has one."""
-    shown = _key_condition(score, key, batch)
+    found = BlockScores(score, key, query, shown=_key_condition(score, key, batch))
     for node in ex.walk(score):
         if isinstance(node, ex.Op) and node.op in _COMPARISONS and ex.free_vars(node) == {key, query} \
                 and not any(isinstance(n, loop_ir.Load) for n in ex.walk(node)) and decidable(node):
-            return BlockScores(score, key, query, node, with_decided(score, node, True), with_decided(score, node, False),
-                               shown)
-    return BlockScores(score, key, query, shown=shown)
+            found = attrs.evolve(found, term=node, seen=with_decided(score, node, True),
+                                 hidden=with_decided(score, node, False))
+            break
+    if found.shown is None:
+        return found
+    return attrs.evolve(found, if_shown=tuple(None if s is None else found.if_every_key_shown(s)
+                                              for s in (found.general, found.seen, found.hidden)))
 
 
 def _key_condition(score: Expr, key: str, batch: tuple[str, ...]) -> Expr | None:
