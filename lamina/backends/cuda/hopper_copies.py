@@ -79,10 +79,13 @@ __device__ __forceinline__ void lamina_tma_load_2d_multicast(void* dst, const la
 }"""
 
 REMOTE_ARRIVE_HELPER = """\
-// An arrival on the mbarrier at `barrier`'s place in the block of the cluster of rank `rank`.
+// An arrival on the mbarrier at `barrier`'s place in the block of the cluster of rank `rank`, with the arrival's
+// default order (release at the block's scope): it says that this thread's wgmma have read a stage, which the other
+// block's copies may then refill, and needs no fence of the cluster's memory (a `.release.cluster` arrival made
+// each consumer warp wait on one per k-tile: experiments/gemm_clusters/).
 __device__ __forceinline__ void lamina_mbarrier_arrive_in_block(long long* barrier, unsigned rank) {
   asm volatile("{\\n.reg .b32 remote;\\nmapa.shared::cluster.u32 remote, %0, %1;\\n"
-               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\\n}\\n"
+               "mbarrier.arrive.shared::cluster.b64 _, [remote];\\n}\\n"
                :: "r"(lamina_shared_address(barrier)), "r"(rank) : "memory");
 }"""
 

@@ -41,7 +41,7 @@ class MbarrierArrive:
     (``mbarrier.arrive.expect_tx``), the bytes that the copies completing on it will bring.
 
     With ``rank``, arrive instead on the same barrier of the block of that rank in the cluster
-    (``mapa``, then ``mbarrier.arrive.release.cluster.shared::cluster.b64``): how a block tells
+    (``mapa``, then ``mbarrier.arrive.shared::cluster.b64``, released at the block's scope): how a block tells
     the others of its cluster that it has finished reading what their copies multicast to it.
     Such an arrival expects no bytes."""
 

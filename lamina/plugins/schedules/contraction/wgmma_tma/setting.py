@@ -88,9 +88,10 @@ UNPINNED_SCHEDULERS = (GRID,)
 suite's bf16 linears, gained at most 2 % (``experiments/persistent_tiles/``), so they run only
 where pinned."""
 UNPINNED_CLUSTERS = (1,)
-"""The cluster sizes the cost model weighs: pairs of blocks sharing B, timed on an H100, were 1.5 to
-1.9x slower than blocks alone on LM heads and a 512-row projection (``experiments/gemm_clusters/``),
-so they run only where pinned."""
+"""The cluster sizes the cost model weighs: pairs of blocks sharing B, timed on an H100, were 3 to 16 %
+slower than blocks alone on TinyLlama's and Qwen's products at 512 rows, LM heads included (4 % faster
+on TinyLlama's LM head on persistent blocks; ``experiments/gemm_clusters/``), so they run only where
+pinned."""
 MIN_UNPINNED_ROWS = kernel_ir.WGMMA_M
 """Products of fewer rows (decoding's M = 1, and skinny ones up to 63) are offered this setting only
 where it is pinned: a wgmma computes 64 rows whatever M is, so such a product is all copying of
