@@ -79,7 +79,7 @@ def test_split_k_is_a_knob_of_the_contraction():
                                  r"\(did you mean 'contraction\.block_k'\?\)"),
     ({"contraction.blok_k": 8}, r"knob contraction\.blok_k: contraction takes no knob 'blok_k' \(did you mean "
                                 r"'block_k'\?\); its knobs: "
-                                r"block_k, block_m, block_n, buffers, cluster_blocks, consumer_warpgroups, copy_steps"),
+                                r"block_k, block_m, block_n, buffers, cluster_blocks, cluster_slices, consumer_warpgroups, copy_steps"),
     ({"inline_pointwise_producers.threads": 8}, r"inline_pointwise_producers takes no knob 'threads'"),
 ])
 def test_a_knob_no_schedule_takes_is_an_error_at_compile_time(knobs, message):

@@ -13,7 +13,7 @@ KNOB_NAMES = (
     "block_m", "block_n", "block_k", "thread_m", "thread_n", "in_block_k_splits", "buffers", "padding",
     "fragment_width", "warp_columns", "grouped_rows", "copy_steps", "products",
 )
-PIPELINE_KNOB_NAMES = ("stages", "consumer_warpgroups", "tile_scheduler", "cluster_blocks")
+PIPELINE_KNOB_NAMES = ("stages", "consumer_warpgroups", "tile_scheduler", "cluster_blocks", "cluster_slices")
 """Knobs of ``products = wgmma_tma`` alone (the contraction schedule's, not the schedules built on
 its block)."""
 PRODUCTS = FMA, MMA_SYNC, WGMMA, WGMMA_TMA = ("fma", "mma_sync", "wgmma", "wgmma_tma")
@@ -31,6 +31,11 @@ CLUSTER_BLOCKS = (1, 2)
 """Blocks of the Hopper GEMM that run as one cluster: alone, or two blocks of adjacent block rows
 sharing their k-tiles of B, each block's producer copying half of them for both (the TMA's
 multicast), so that B crosses from L2 to the SMs once per pair."""
+CLUSTER_SLICES = (1, 2, 3, 4)
+"""Slices of the Hopper GEMM's reduction, one per block of a cluster: each block sums its slice's
+k-tiles, and the cluster's first block adds the others' sums from their shared memory and runs the
+epilogue (``wgmma_tma.cluster_slices``), so that a product of few output tiles fills the SMs without
+a second kernel to add the slices."""
 FIELDS = {"in_block_k_splits": "splits"}
 """The ``Choices`` field of each knob whose name differs from it."""
 KNOBS = {field: knob for knob, field in FIELDS.items()}
@@ -74,8 +79,9 @@ class Choices:
     the knob ``in_block_k_splits``. With ``products = wgmma_tma`` (16-bit operands), ``stages``
     k-tiles are in the TMA's ring at once, ``consumer_warpgroups`` warpgroups run the wgmma and
     ``tile_scheduler`` (``TILE_SCHEDULERS``) gives the blocks their tiles and ``cluster_blocks``
-    (``CLUSTER_BLOCKS``) pairs blocks that share B (``wgmma_tma``); the other settings leave the
-    four None.
+    (``CLUSTER_BLOCKS``) pairs blocks that share B, and ``cluster_slices`` (``CLUSTER_SLICES``) cuts
+    the reduction into slices that a cluster's blocks sum (``wgmma_tma``); the other settings leave
+    the five None.
     """
 
     block_m: int
@@ -95,6 +101,7 @@ class Choices:
     consumer_warpgroups: int | None = None
     tile_scheduler: str | None = None
     cluster_blocks: int | None = None
+    cluster_slices: int | None = None
 
     @property
     def threads_m(self) -> int:
@@ -113,6 +120,8 @@ class Choices:
             groups = self.consumer_warpgroups
             walk = ", persistent blocks" if self.tile_scheduler == PERSISTENT else ""
             walk += f", clusters of {self.cluster_blocks} sharing B" if (self.cluster_blocks or 1) > 1 else ""
+            walk += (f", the reduction in {self.cluster_slices} slices summed in a cluster"
+                     if (self.cluster_slices or 1) > 1 else "")
             return (f"block {self.block_m}x{self.block_n}x{self.block_k}, {self.stages} stages, {groups} consumer "
                     f"warpgroup{'s' if groups > 1 else ''}{walk}, on tensor cores through TMA and wgmma")
         text = (
@@ -174,6 +183,11 @@ def read_pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
             raise ScheduleError(
                 f"{where}: knob cluster_blocks = {value} must be 1 (blocks alone) or 2 (pairs of blocks of adjacent "
                 "rows sharing the copies of B)"
+            )
+        if key == "cluster_slices" and value not in CLUSTER_SLICES:
+            raise ScheduleError(
+                f"{where}: knob cluster_slices = {value} must be one of {', '.join(map(str, CLUSTER_SLICES))}: the "
+                "slices of the reduction that the blocks of a cluster sum (1: the whole reduction in each block)"
             )
         if key == "warp_columns" and value not in WARP_COLUMNS:
             raise ScheduleError(

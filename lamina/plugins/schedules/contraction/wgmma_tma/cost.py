@@ -25,7 +25,7 @@ from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction.knobs import Choices
 from lamina.plugins.schedules.contraction.recognise import Contraction
-from lamina.plugins.schedules.contraction.wgmma_tma import setting
+from lamina.plugins.schedules.contraction.wgmma_tma import cluster_slices, setting
 
 TILE_EFFICIENCY = {
     (64, 64, 1): 0.48, (64, 128, 1): 0.59, (64, 256, 1): 0.75,
@@ -47,6 +47,12 @@ TMA_STORE_SAVING_US = 0.05
 that the TMA stores (``tma_stores``) instead of storing them from registers, as ``BLOCK_US`` counts
 them; at most the whole of ``BLOCK_US``. Fitted to TinyLlama's gate at 512 rows
 (``experiments/gemm_mainloop/``); only blocks of two consumer warpgroups take the tile."""
+SLICE_SUMS_BYTES_PER_US = 30 * 1024
+"""The pace at which a cluster's first block reads the other blocks' sums of their slices
+(``cluster_slices``) through distributed shared memory: a guess of about L2's pace per SM (4 TB/s
+over 132 SMs), not fitted; the slices run only where pinned (``setting.UNPINNED_CLUSTER_SLICES``)."""
+SLICE_MEETING_US = 0.5
+"""What the cluster's two meetings add to a block whose reduction is sliced: a guess, not fitted."""
 BLOCKS_PER_SM = 32
 REGISTERS_PER_SM = 65536
 SHARED_BYTES_PER_SM = 228 * 1024
@@ -81,10 +87,12 @@ def resident(c: Contraction, choices: Choices, target: Target) -> int:
 def compute_and_memory_us(c: Contraction, choices: Choices, target: Target) -> tuple[float, float, int, int]:
     """The busiest SM's arithmetic, the memory traffic's time, the blocks and the blocks per SM."""
     batch = math.prod(c.extents[v] for v in c.batch)
-    blocks = math.ceil(c.extents[c.m] / choices.block_m) * math.ceil(c.extents[c.n] / choices.block_n) * batch
+    sliced = cluster_slices.slices(choices)
+    blocks = (math.ceil(c.extents[c.m] / choices.block_m) * math.ceil(c.extents[c.n] / choices.block_n) * batch
+              * sliced)
     per_sm = resident(c, choices, target)
     deepest = math.ceil(blocks / target.sm_count)
-    k_tiles = math.ceil(c.reduce_extent / choices.block_k)
+    k_tiles = cluster_slices.k_tiles_per_slice(c, choices)
     columns = setting.summed_columns(c, choices)
     efficiency = (tile_efficiency(choices.block_m, columns, choices.consumer_warpgroups)
                   * STAGE_EFFICIENCY[useful_stages(choices.stages, k_tiles)])
@@ -95,6 +103,8 @@ def compute_and_memory_us(c: Contraction, choices: Choices, target: Target) -> t
     pairs = setting.accumulators(c, choices) * choices.block_n // columns // 2
     saved = min(BLOCK_US, TMA_STORE_SAVING_US * pairs) if stored_by_tma else 0
     block_us = BLOCK_US - saved + LATE_READ_US * late_reads
+    if sliced > 1:  # the first block of each cluster reads the others' sums, while they wait
+        block_us += SLICE_MEETING_US + (sliced - 1) * setting.slice_sums_bytes(c, choices) / SLICE_SUMS_BYTES_PER_US
     compute_us = deepest * k_tiles * k_tile_us + deepest * block_us / min(per_sm, deepest)
     written = sum(c.buffer_bytes(s.buffer) for s in c.epilogue)
     factors = {o.load.buffer for o in c.operands} | ({c.paired.operand.load.buffer} if c.paired else set())

@@ -39,7 +39,7 @@ from lamina.plugins.schedules.contraction.knobs import (
 )
 from lamina.plugins.schedules.contraction.layout import store_width
 from lamina.plugins.schedules.contraction.recognise import Contraction
-from lamina.plugins.schedules.contraction.wgmma_tma import operands, staged_outputs, tma_stores
+from lamina.plugins.schedules.contraction.wgmma_tma import cluster_slices, operands, staged_outputs, tma_stores
 from lamina.plugins.schedules.contraction.wgmma_tma.epilogue import COLUMN_RUN
 
 ARCH = 90
@@ -76,7 +76,7 @@ FIXED_BY_TMA = ("block_k", "thread_m", "thread_n", "splits", "padding", "fragmen
 ``warp_columns`` None: the warps are the wgmma's): pinning one without ``products`` keeps to the
 others. ``grouped_rows``, the order of the blocks, it shares with them
 (``arrangement.grouped``)."""
-TMA_ONLY = ("stages", "consumer_warpgroups", "tile_scheduler", "cluster_blocks")
+TMA_ONLY = ("stages", "consumer_warpgroups", "tile_scheduler", "cluster_blocks", "cluster_slices")
 
 
 def pinned_by(knobs) -> bool:
@@ -92,6 +92,12 @@ UNPINNED_CLUSTERS = (1,)
 slower than blocks alone on TinyLlama's and Qwen's products at 512 rows, LM heads included (4 % faster
 on TinyLlama's LM head on persistent blocks; ``experiments/gemm_clusters/``), so they run only where
 pinned."""
+UNPINNED_CLUSTER_SLICES = (1,)
+"""The slices of the reduction summed in a cluster (``cluster_slices``) that the cost model weighs:
+timed on an H100 against the cost model's choice (the split-K rule's two kernels, or one block per
+tile), they were faster on Qwen2.5's o and down projections at 128 rows (1.27x, 1.10x) and slower
+on the seven other products, by up to 1.5x at 512 rows (``experiments/gemm_cluster_slices/``), so
+they run only where pinned."""
 MIN_UNPINNED_ROWS = kernel_ir.WGMMA_M
 """Products of fewer rows (decoding's M = 1, and skinny ones up to 63) are offered this setting only
 where it is pinned: a wgmma computes 64 rows whatever M is, so such a product is all copying of
@@ -106,12 +112,12 @@ def uses(choices: Choices) -> bool:
 
 
 def choices_for(block_m: int, block_n: int, stages: int, groups: int, scheduler: str = GRID,
-                cluster_blocks: int = 1) -> Choices:
+                cluster_blocks: int = 1, cluster_slices: int = 1) -> Choices:
     """The setting of a block of ``block_m`` x ``block_n`` with ``stages`` and ``groups`` consumer warpgroups,
-    given its tiles by ``scheduler``, in clusters of ``cluster_blocks``."""
+    given its tiles by ``scheduler``, in clusters of ``cluster_blocks``, the reduction in ``cluster_slices``."""
     thread_m = max(1, block_m // (kernel_ir.WARP_SIZE * groups))
     return Choices(block_m, block_n, BLOCK_K, thread_m, block_n // 4, 1, 1, 0, 1, None, None, 0, WGMMA_TMA,
-                   stages, groups, scheduler, cluster_blocks)
+                   stages, groups, scheduler, cluster_blocks, cluster_slices)
 
 
 def settings(c: Contraction, pinned: dict, target: Target):
@@ -130,11 +136,12 @@ def settings(c: Contraction, pinned: dict, target: Target):
     def values(key, default):
         return [pinned[key]] if key in pinned else default
 
-    for block_m, block_n, stages, groups, scheduler, cluster in itertools.product(
+    for block_m, block_n, stages, groups, scheduler, cluster, sliced in itertools.product(
             values("block_m", BLOCK_MS), values("block_n", BLOCK_NS),
             values("stages", range(MIN_STAGES, MAX_STAGES + 1)), values("consumer_warpgroups", CONSUMER_WARPGROUPS),
-            values("tile_scheduler", UNPINNED_SCHEDULERS), values("cluster_blocks", UNPINNED_CLUSTERS)):
-        choices = attrs.evolve(choices_for(block_m, block_n, stages, groups, scheduler, cluster), **pinned)
+            values("tile_scheduler", UNPINNED_SCHEDULERS), values("cluster_blocks", UNPINNED_CLUSTERS),
+            values("cluster_slices", UNPINNED_CLUSTER_SLICES)):
+        choices = attrs.evolve(choices_for(block_m, block_n, stages, groups, scheduler, cluster, sliced), **pinned)
         if block_n % MEASURED_STEP and "block_n" not in pinned \
                 and (block_n < WIDE_BLOCK_N or staged_copy(c, choices) != TMA_COPY):
             continue
@@ -169,9 +176,11 @@ def early_read_registers(c: Contraction, choices: Choices) -> int:
     """Registers of the epilogue's reads that the block issues before the products (``early_reads``):
     all of them where they fit (``EARLY_READ_REGISTER_LIMIT``, and the block's registers) and the
     epilogue computes each pair of a thread's outputs as one (stored together or through the shared
-    tile), else none."""
+    tile), else none; none where the reduction is sliced in a cluster, whose first block alone runs the
+    epilogue, after the others' sums."""
     values = epilogue_read_values(c, choices)
-    if not values or not (_facts(c).stores_pairs or _stages_odd_rows(c, choices)):
+    if not values or not (_facts(c).stores_pairs or _stages_odd_rows(c, choices)) \
+            or cluster_slices.slices(choices) > 1:  # only the cluster's first block runs the epilogue
         return 0
     total = accumulators(c, choices) + values + OTHER_REGISTERS
     fits = total <= EARLY_READ_REGISTER_LIMIT and total * threads(choices) <= REGISTERS_PER_BLOCK
@@ -188,9 +197,15 @@ def barrier_bytes(stages: int) -> int:
 
 
 def shared_bytes(c: Contraction, choices: Choices) -> int:
-    """The ring's stages of both operands' k-tiles, a full and an empty mbarrier per stage, and the
-    outputs' tile where they go through shared memory (``staged_copy``)."""
-    return _ring_bytes(c, choices) + staged_tile_bytes(c, choices)
+    """The ring's stages of both operands' k-tiles, a full and an empty mbarrier per stage, the
+    outputs' tile where they go through shared memory (``staged_copy``), and the sums a block leaves
+    for its cluster's first where the reduction is sliced (``cluster_slices``)."""
+    return _ring_bytes(c, choices) + staged_tile_bytes(c, choices) + slice_sums_bytes(c, choices)
+
+
+def slice_sums_bytes(c: Contraction, choices: Choices) -> int:
+    return cluster_slices.sums_bytes(accumulators(c, choices), choices.consumer_warpgroups * kernel_ir.WARPGROUP_SIZE,
+                                     cluster_slices.slices(choices))
 
 
 def _ring_bytes(c: Contraction, choices: Choices) -> int:
@@ -278,7 +293,8 @@ def staged_copy(c: Contraction, choices: Choices) -> str:
             or choices.consumer_warpgroups < 2 or tma_stores.layout(facts.tma_output[1], choices.block_n) is None:
         return ""
     tile = tma_stores.tile_bytes(choices.block_m, choices.block_n, facts.tma_output[1])
-    return TMA_COPY if _ring_bytes(c, choices) + tile <= SHARED_BYTES_PER_BLOCK else ""
+    beside = _ring_bytes(c, choices) + slice_sums_bytes(c, choices)
+    return TMA_COPY if beside + tile <= SHARED_BYTES_PER_BLOCK else ""
 
 
 def _stages_odd_rows(c: Contraction, choices: Choices) -> bool:
@@ -345,7 +361,7 @@ def problem(c: Contraction, choices: Choices, target: Target) -> str | None:
     if choices.tile_scheduler == PERSISTENT and c.slice_bound is not None:
         return ("tile_scheduler = persistent walks tiles of the whole reduction; this kernel sums a split-K slice "
                 "(pin split_k = 1, or the grid)")
-    clustered = cluster_problem(c, choices)
+    clustered = cluster_problem(c, choices) or cluster_slices.problem(c, choices)
     if clustered is not None:
         return clustered
     if choices.block_m % (kernel_ir.WGMMA_M * choices.consumer_warpgroups):

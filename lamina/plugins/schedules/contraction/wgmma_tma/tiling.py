@@ -21,7 +21,7 @@ from lamina.core.target import Target
 from lamina.plugins.schedules.contraction.knobs import GRID, PERSISTENT, Choices
 from lamina.plugins.schedules.contraction.recognise import Contraction
 from lamina.plugins.schedules.contraction.settings import ContractionSettings
-from lamina.plugins.schedules.contraction.wgmma_tma import cost, operands, setting, tma_stores
+from lamina.plugins.schedules.contraction.wgmma_tma import cluster_slices, cost, operands, setting, tma_stores
 
 PRODUCTS = "wgmma 16-bit tma"
 """The ``ContractionSettings.products`` of this setting."""
@@ -57,12 +57,15 @@ class TmaGemmSettings(ContractionSettings):
     wide sums both."""
     cluster_blocks: int = 1
     """Blocks of adjacent block rows that run as one cluster and share B's k-tiles (``knobs.CLUSTER_BLOCKS``)."""
+    slice_sums_bytes: int = 0
+    """Where the reduction is cut into slices that a cluster's blocks sum (``ReductionPlan.cluster_blocks``,
+    ``cluster_slices``): the shared bytes in which a block leaves its sums for the cluster's first."""
 
     def extra_threads(self, tk: tile_ir.TileKernel) -> int:
         return setting.PRODUCER_THREADS
 
     def shared_bytes(self, tk: tile_ir.TileKernel) -> int:
-        return setting.barrier_bytes(_stages(tk)) + self.staged_output_bytes
+        return setting.barrier_bytes(_stages(tk)) + self.staged_output_bytes + self.slice_sums_bytes
 
     def lines(self, tk: tile_ir.TileKernel) -> list[str]:
         columns = next(b.block_tile for b in tk.grid if b.block_dim == "x")
@@ -90,6 +93,8 @@ class TmaGemmSettings(ContractionSettings):
             order.append(f"  clusters of {self.cluster_blocks} blocks of adjacent block rows sharing B: each block's "
                          f"producer copies {shared} and the TMA multicasts it to both blocks; a stage is refilled "
                          "once the consumers of both have released it")
+        if tk.reduction is not None and tk.reduction.cluster_blocks > 1:
+            order.append(cluster_slices.line(tk.reduction.extent, tk.reduction.cluster_blocks))
         paired = ([f"  two sums side by side: the k-tiles of {tk.stages[1].index} and {tk.stages[2].index} in one "
                    f"stage, {columns} rows each, summed by one wgmma into the accumulators of both; the epilogue "
                    "reads each output's two sums from the same thread's registers"] if self.paired else [])
@@ -185,7 +190,8 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
         for v in c.batch:
             batch *= c.extents[v]
         grid.append(tile_ir.AxisBinding(c.batch, batch, "z", 1, 1, "z"))
-    reduction = tile_ir.ReductionPlan((c.reduce_var,), c.reduce_extent, "serial", setting.BLOCK_K, 1)
+    reduction = tile_ir.ReductionPlan((c.reduce_var,), c.reduce_extent, "serial", setting.BLOCK_K, 1,
+                                      cluster_slices.slices(choices))
     stages = []
     b_layout = setting.b_layout(c)
     for operand in operands.factors(c) + ((c.paired.operand,) if c.paired else ()):
@@ -211,7 +217,8 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
                                  persistent_blocks=(persistent_blocks(c, choices, target)
                                                     if choices.tile_scheduler == PERSISTENT else 0),
                                  early_read_registers=setting.early_read_registers(c, choices),
-                                 paired=c.paired is not None, cluster_blocks=choices.cluster_blocks or 1),
+                                 paired=c.paired is not None, cluster_blocks=choices.cluster_blocks or 1,
+                                 slice_sums_bytes=setting.slice_sums_bytes(c, choices)),
     )
     tile_ir.verify_tile_kernel(tile, target.max_threads_per_block, target.max_shared_bytes_optin)
     return tile

@@ -34,6 +34,10 @@ for one thread of each of the other block's consumer warps; the cluster meets af
 setup and again before it ends, so that no block's barriers are used before they exist or after
 its end.
 
+Where the reduction is cut into slices summed in a cluster (``cluster_slices``), the grid's x runs
+over each block column's slices, block ``r`` of a cluster summing slice ``r``'s k-tiles; the first
+block adds the others' sums and alone runs the epilogue (``cluster_slices``).
+
 A kernel that sums a gate and its up projection side by side (``Contraction.paired``) stages
 each k-tile of the second weight's rows after the first's, in the same stage of B, one more box
 on the same full barrier; one wgmma of twice the block's columns sums both, so that a thread's
@@ -52,6 +56,7 @@ from lamina.plugins.schedules.contraction.knobs import PERSISTENT
 from lamina.plugins.schedules.contraction.layout import KernelNames, batch_coordinates, dynamic_shared_bytes
 from lamina.plugins.schedules.contraction.recognise import Contraction
 from lamina.plugins.schedules.contraction.wgmma_tma import operands, setting
+from lamina.plugins.schedules.contraction.wgmma_tma.cluster_slices import SlicesInCluster
 from lamina.plugins.schedules.contraction.wgmma_tma.epilogue import TmaGemmEpilogue
 from lamina.plugins.schedules.contraction.wgmma_tma.staged_outputs import StagedOutputs
 from lamina.plugins.schedules.contraction.wgmma_tma.tiling import TmaGemmSettings, persistent_tiles
@@ -87,7 +92,9 @@ class TmaGemmWriter:
         self.cluster = settings.cluster_blocks
         self.rank = kernel_ir.block_idx("x") % self.cluster
         """The block's rank in its cluster (clusters are adjacent blocks along x)."""
-        if self.grouped_rows > 1 or self.persistent or self.cluster > 1:
+        self.sliced = tile.reduction.cluster_blocks
+        """Slices of the reduction, one per block of a cluster (``cluster_slices``)."""
+        if self.grouped_rows > 1 or self.persistent or self.cluster > 1 or self.sliced > 1:
             self.block_row, self.block_col = ex.Var(names.fresh("block_row")), ex.Var(names.fresh("block_col"))
         else:
             self.block_row, self.block_col = kernel_ir.block_idx("y"), kernel_ir.block_idx("x")
@@ -103,7 +110,12 @@ class TmaGemmWriter:
         self.consumers = self.groups * kernel_ir.WARPGROUP_SIZE
         self.batch_env = batch_coordinates(c, self.batch)
         self.k_tiles_here: Expr = ex.const(self.k_tiles)
-        if c.slice_bound is not None:
+        self.summing: SlicesInCluster | None = None
+        if self.sliced > 1:
+            self.k_tiles = math.ceil(self.k_tiles / self.sliced)
+            self.summing = SlicesInCluster(self.sliced, self.acc, self.slices, self.summed // 2, self.consumers,
+                                           self.tid, names.fresh("slice_sums"))
+        if c.slice_bound is not None or self.sliced > 1:
             self.k_tiles_here = ex.Var(names.fresh("slice_k_tiles"))
         self.staged: StagedOutputs | TmaStoredOutputs | None = None
         if settings.staged_output_copy == setting.THREADS_COPY:
@@ -136,15 +148,23 @@ class TmaGemmWriter:
         block = self.block_row * self.block_m if side == "m" else self.block_col * self.block_n
         return view.first_row(self.batch_env) + block
 
+    def _first_k_tile(self) -> Expr:
+        """The block's first k-tile: its slice's, where a cluster's blocks sum the slices."""
+        return self.summing.rank * self.k_tiles if self.summing is not None else ex.const(0)
+
     def _box_column(self, side: str) -> Expr:
         """The tensor map's column of k-tile ``kt`` (from the block's split-K slice's start)."""
         view = operands.view(self.c, dict(self.sides)[side])
-        return view.first_column(self.batch_env) + self.kt * setting.BLOCK_K
+        return view.first_column(self.batch_env) + (self._first_k_tile() + self.kt) * setting.BLOCK_K
 
     def _slice_k_tiles(self) -> list[kernel_ir.Stmt]:
         """The k-tiles of the block's split-K slice: the last slice ends at the reduction's end, its
         last k-tile reading zeros past it; the others are whole k-tiles."""
         bound = self.c.slice_bound
+        if self.summing is not None:
+            left = math.ceil(self.c.reduce_extent / setting.BLOCK_K) - self._first_k_tile()
+            return [kernel_ir.Declare(self.k_tiles_here.name, self.k_tiles_here.dtype,
+                                      ex.op("min", left, self.k_tiles))]
         if bound is None:
             return []
         left = bound.end - ex.substitute(bound.start, self.batch_env)
@@ -226,7 +246,7 @@ class TmaGemmWriter:
     def _k_tile_loop(self, body: list[kernel_ir.Stmt]) -> kernel_ir.For:
         """``body`` for each k-tile of the block: every block loops as long (loop bounds are the same
         in every thread of the grid), a shorter split-K slice skipping the k-tiles past its end."""
-        if self.c.slice_bound is not None:
+        if self.c.slice_bound is not None or self.summing is not None:
             body = [kernel_ir.If(ex.op("lt", self.kt, self.k_tiles_here), body)]
         return kernel_ir.For(self.kt.name, ex.const(0), ex.const(self.k_tiles), 1, body)
 
@@ -276,10 +296,26 @@ class TmaGemmWriter:
         if self.persistent:  # the next tile's k-tiles wait for this stage
             last = (self.walk * self.k_tiles + (self.k_tiles - 1)) % self.stages
             done += self._release((last,))
-        return [kernel_ir.Declare(self.warpgroup.name, self.warpgroup.dtype, self.tid // kernel_ir.WARPGROUP_SIZE),
+        if self.summing is not None:  # the epilogue waits for the cluster's other slices (``_summed_slices``)
+            return [*self._warpgroup(), *clear, *self.epilogue.before_products(), self._k_tile_loop(body), *done,
+                    *self.summing.put_sums()]
+        return [*self._warpgroup(),
                 *self._each_tile([*clear, *self.epilogue.before_products(), self._k_tile_loop(body), *done,
-                                  *self.epilogue.statements(),
-                                  *(self.staged.after_puts() if self.staged is not None else [])])]
+                                  *self._epilogue()])]
+
+    def _warpgroup(self) -> list[kernel_ir.Stmt]:
+        return [kernel_ir.Declare(self.warpgroup.name, self.warpgroup.dtype, self.tid // kernel_ir.WARPGROUP_SIZE)]
+
+    def _epilogue(self) -> list[kernel_ir.Stmt]:
+        return [*self.epilogue.statements(), *(self.staged.after_puts() if self.staged is not None else [])]
+
+    def _summed_slices(self) -> list[kernel_ir.Stmt]:
+        """Once every block of the cluster has left its sums: the first block's consumer threads add the
+        others' to their own and run the epilogue; the cluster meets again before any block may end."""
+        consumers = [*self._warpgroup(), *self.summing.add_others(), *self._epilogue()]
+        return [kernel_ir.ClusterBarrier(),
+                *self.summing.first_only([kernel_ir.If(ex.op("lt", self.tid, self.consumers), consumers)]),
+                kernel_ir.ClusterBarrier()]
 
     # --- the kernel --------------------------------------------------------------
 
@@ -290,6 +326,8 @@ class TmaGemmWriter:
         if self.cluster > 1 and not self.persistent:
             out += self._pair_coordinates(kernel_ir.block_idx("y") * self.tile.grid_shape()["x"]
                                           + kernel_ir.block_idx("x") // self.cluster)
+        elif self.summing is not None:
+            out += self._slice_coordinates()
         elif self.grouped_rows > 1 and not self.persistent:
             grid = self.tile.grid_shape()
             out += arrangement.grouped_blocks(self.block_row, self.block_col, grid["x"], grid["y"], self.grouped_rows)
@@ -305,10 +343,25 @@ class TmaGemmWriter:
                 kernel_ir.Barrier(), *meet,
                 kernel_ir.If(ex.op("ge", self.tid, self.consumers), [kernel_ir.If(elected, self.producer())],
                              self.consumer())]
+        if self.summing is not None:
+            out += self._summed_slices()
         if self.staged is not None:
-            out += [kernel_ir.Barrier(), *self.staged.copy_out()]
+            copy_out = self.staged.copy_out()
+            out += [kernel_ir.Barrier(), *(self.summing.first_only(copy_out) if self.summing is not None else copy_out)]
         # and no block may end while another's last arrivals may still reach its barriers
         return out + meet
+
+    def _slice_coordinates(self) -> list[kernel_ir.Stmt]:
+        """The block's row and column where the grid's x runs over each block column's slices (the
+        cluster of a tile's slices), renumbered to run down groups of rows as ``grouped_rows`` asks."""
+        grid = self.tile.grid_shape()
+        columns = grid["x"] // self.sliced
+        flat = kernel_ir.block_idx("y") * columns + kernel_ir.block_idx("x") // self.sliced
+        if self.grouped_rows > 1:
+            return arrangement.grouped_blocks(self.block_row, self.block_col, columns, grid["y"], self.grouped_rows,
+                                              flat)
+        return [kernel_ir.Declare(self.block_row.name, self.block_row.dtype, kernel_ir.block_idx("y")),
+                kernel_ir.Declare(self.block_col.name, self.block_col.dtype, kernel_ir.block_idx("x") // self.sliced)]
 
     def _pair_coordinates(self, flat: Expr) -> list[kernel_ir.Stmt]:
         """The block's row, column (and batch, with persistent blocks) where clusters pair adjacent block
@@ -355,6 +408,8 @@ class TmaGemmWriter:
         ]
         if self.staged is not None:
             shared.append(self.staged.array())
+        if self.summing is not None:
+            shared.append(self.summing.array())
         registers = [kernel_ir.Array(self.acc, self.c.acc_dtype, (self.slices, self.summed // 2), "register")]
         return shared + registers + self.epilogue.arrays()
 
@@ -380,7 +435,7 @@ class TmaGemmWriter:
             launch=kernel_ir.Launch((grid["x"], grid["y"], grid["z"]),
                                     (self.consumers + setting.PRODUCER_THREADS, 1, 1),
                                     dynamic_shared_bytes(arrays, static_shared_bytes),
-                                    cluster=(self.cluster, 1, 1)),
+                                    cluster=(max(self.cluster, self.sliced), 1, 1)),
             tensor_maps=self.tensor_maps(),
             sizes=loop_to_kernel.size_params(self.kernel),
         )
