@@ -6,8 +6,10 @@ transposed, or through a view) and nobody else reads it. The reduction's work th
 runs at each point of the epilogue and stores the epilogue's value directly, so its
 result never reaches memory. The fused kernel takes the epilogue's name, loops and
 place in the program, so that every other buffer the epilogue reads is already written
-when it runs. Pointwise producers are left to inlining, which decides whether they
-are worth copying.
+when it runs. An epilogue that lays the result out anew (a projection's columns split into
+heads and features, as attention reads them) is fused with the reduction's loops kept instead
+(``epilogue_in_its_layout``). Pointwise producers are left to inlining, which decides whether
+they are worth copying.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import attrs
 from lamina.core.ir import expr as ex, index, loop_ir
 from lamina.core.ir.expr import Expr
 from lamina.core.target import Target
-from lamina.plugins.fusion import analysis
+from lamina.plugins.fusion import analysis, epilogue_in_its_layout
 
 
 class FuseEpilogueIntoReduction:
@@ -44,14 +46,18 @@ class FuseEpilogueIntoReduction:
             later = consumers[0] if len(consumers) == 1 else None
             epilogue = analysis.pointwise(kernels[later]) if later is not None else None
             at = _visiting_index(epilogue, known[buffer]) if epilogue else None
-            if (
-                at is None
-                or analysis.bound_names(analysis.parallel_nest(reduction)[1]) & set(epilogue.vars)
-                or not analysis.copies_fit(kernels[later], buffer, store.value, extra=analysis.nodes(reduction))
-            ):
+            fits = epilogue is not None and analysis.copies_fit(kernels[later], buffer, store.value,
+                                                                 extra=analysis.nodes(reduction))
+            if at is not None and fits and not (analysis.bound_names(analysis.parallel_nest(reduction)[1])
+                                                & set(epilogue.vars)):
+                fused_kernel = _fuse(reduction, store, epilogue, kernels[later], at)
+            elif at is None and fits:
+                fused_kernel = epilogue_in_its_layout.fused(reduction, store, epilogue, kernels[later], known[buffer])
+            else:
+                fused_kernel = None
+            if fused_kernel is None:
                 position += 1
                 continue
-            fused_kernel = _fuse(reduction, store, epilogue, kernels[later], at)
             kernels[later] = analysis.with_exact_inputs(fused_kernel, known)
             reads[later] = set(analysis.loaded_buffers(kernels[later]))
             del kernels[position], reads[position]

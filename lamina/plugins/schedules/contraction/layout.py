@@ -141,7 +141,9 @@ class BlockLayout:
 def store_width(c: Contraction, fragment_width: int) -> int:
     """How many adjacent outputs one epilogue store writes: a thread's run of ``fragment_width``
     columns where every store's columns are contiguous and each run starts aligned and lies
-    wholly inside or outside the output, else 1."""
+    wholly inside or outside the output, else 1. A store may split the columns into digits by a
+    multiple of the run (``column // 64`` and ``column % 64``, a projection's columns stored as
+    heads and features): within an aligned run the quotient stays and the remainder moves by one."""
     if fragment_width == 1 or c.extents[c.n] % fragment_width:
         return 1
     for store in c.epilogue:
@@ -149,9 +151,27 @@ def store_width(c: Contraction, fragment_width: int) -> int:
         if fragment_width * buffer.dtype.itemsize not in kernel_ir.VECTOR_BYTES:
             return 1
         form = index.affine(index.linearize(store.index, buffer.shape))
-        if not all(isinstance(atom, ex.Var) for atom in form.terms):
-            return 1
-        steps = {atom.name: coef for atom, coef in form.terms.items()}
-        if steps.pop(c.n, None) != 1 or any(step % fragment_width for step in (*steps.values(), form.constant)):
+        moving, fixed = 0, [form.constant]
+        for atom, coef in form.terms.items():
+            role = _role_in_a_run(atom, c.n, fragment_width)
+            if role is None:
+                return 1
+            if role == "moves":
+                moving += coef
+            else:
+                fixed.append(coef)
+        if moving != 1 or any(step % fragment_width for step in fixed):
             return 1
     return fragment_width
+
+
+def _role_in_a_run(atom: Expr, column: str, width: int) -> str | None:
+    """How an index atom changes along an aligned run of ``width`` columns: ``moves`` one by one
+    with the column (the column, or its remainder by a multiple of ``width``), ``stays`` (another
+    variable, or the column's quotient by such a multiple), or None where it does neither."""
+    if isinstance(atom, ex.Var):
+        return "moves" if atom.name == column else "stays"
+    if isinstance(atom, ex.Op) and atom.op in ("mod", "floordiv") and isinstance(atom.args[0], ex.Var) \
+            and atom.args[0].name == column and isinstance(atom.args[1], ex.Const) and atom.args[1].value % width == 0:
+        return "moves" if atom.op == "mod" else "stays"
+    return None

@@ -277,10 +277,25 @@ def _parts(kernel: loop_ir.Kernel, loops, init: loop_ir.Init, reduce_loop: loop_
 
 
 def _store_strides(store: loop_ir.Store, kernel: loop_ir.Kernel, variables: list[str]) -> dict[str, float]:
-    """How far apart in the output two neighbouring values of each variable are written (inf if unknown)."""
+    """How far apart in the output two neighbouring values of each variable are written (inf if unknown).
+    A variable split into digits (``column // 64``, ``column % 64``: a projection's columns stored as
+    heads and features) moves as its remainder does, but at the end of each run of the divisor."""
     offset = index.linearize(store.index, kernel.buffer(store.buffer).type.shape)
-    steps = {v: index.coefficient(offset, v) for v in variables}
+    steps = {v: index.coefficient(offset, v) or _remainder_step(offset, v) for v in variables}
     return {v: abs(step) if step else float("inf") for v, step in steps.items()}
+
+
+def _remainder_step(offset: Expr, var: str) -> int | None:
+    """The coefficient of ``var % d`` in ``offset`` where ``var`` appears only there and in ``var // d``."""
+    found = None
+    for atom, coef in index.affine(offset).terms.items():
+        if isinstance(atom, ex.Op) and atom.op in ("mod", "floordiv") and isinstance(atom.args[0], ex.Var) \
+                and atom.args[0].name == var and isinstance(atom.args[1], ex.Const):
+            if atom.op == "mod":
+                found = coef
+        elif var in ex.free_vars(atom):
+            return None
+    return found
 
 
 def _column_var(store: loop_ir.Store, strides: dict[str, float], where: str) -> str:
