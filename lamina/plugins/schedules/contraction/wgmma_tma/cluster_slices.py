@@ -3,8 +3,7 @@
 A product of few output tiles (128 rows by 2 048 to 4 608 columns, a prompt of 128 tokens) leaves
 most SMs idle with one block per tile. The split-K rule (``split_k``) cuts the reduction into
 slices in Loop IR, each slice's partial sums written to memory and added by a second kernel: a
-launch and a pass over the partial sums, 2.4 to 5.0 us on the H200
-(``experiments/linears_at_128_rows/``). Here the slices stay in one kernel: the ``S`` blocks of a
+launch and a pass over the partial sums (``experiments/linears_at_128_rows/``). Here the slices stay in one kernel: the ``S`` blocks of a
 tile's slices run as one cluster (adjacent blocks along x, block ``r`` summing the k-tiles of slice
 ``r``), and once their products are done the blocks other than the first put their float32
 accumulators in their own shared memory, each thread's values where that thread of the first
