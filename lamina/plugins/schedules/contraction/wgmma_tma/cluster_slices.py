@@ -39,10 +39,10 @@ def slices(choices: Choices) -> int:
     return choices.cluster_slices or 1
 
 
-def k_tiles_per_slice(c: Contraction, choices: Choices) -> int:
-    """The k-tiles each block sums: the reduction's in ``slices`` as equal runs as whole k-tiles
+def k_tiles_per_slice(reduce_extent: int, count: int) -> int:
+    """The k-tiles each block sums: the reduction's in ``count`` slices as equal as whole k-tiles
     make them, the last slice the shortest."""
-    return math.ceil(math.ceil(c.reduce_extent / BLOCK_K) / slices(choices))
+    return math.ceil(math.ceil(reduce_extent / BLOCK_K) / count)
 
 
 def sums_bytes(accumulators: int, consumer_threads: int, count: int) -> int:
@@ -67,7 +67,7 @@ def problem(c: Contraction, choices: Choices) -> str | None:
         return (f"cluster_slices = {count}: this kernel already sums one split-K slice of the reduction "
                 "(pin split_k = 1 to slice it in clusters instead)")
     k_tiles = math.ceil(c.reduce_extent / BLOCK_K)
-    if (count - 1) * k_tiles_per_slice(c, choices) >= k_tiles:
+    if (count - 1) * k_tiles_per_slice(c.reduce_extent, count) >= k_tiles:
         return (f"cluster_slices = {count}: the reduction of {c.reduce_extent} is {k_tiles} k-tiles of {BLOCK_K}, "
                 f"too few for {count} slices of whole k-tiles that are none of them empty")
     return None
@@ -75,7 +75,7 @@ def problem(c: Contraction, choices: Choices) -> str | None:
 
 def line(reduce_extent: int, count: int) -> str:
     """The Tile IR's account of the slices."""
-    per = math.ceil(math.ceil(reduce_extent / BLOCK_K) / count)
+    per = k_tiles_per_slice(reduce_extent, count)
     return (f"  the reduction in {count} slices of {per} k-tiles, one per block of a cluster of {count}: the blocks "
             "other than the first put their float32 sums in shared memory, and the first adds them to its own "
             "through distributed shared memory and runs the epilogue")

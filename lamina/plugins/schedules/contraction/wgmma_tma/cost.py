@@ -92,7 +92,7 @@ def compute_and_memory_us(c: Contraction, choices: Choices, target: Target) -> t
               * sliced)
     per_sm = resident(c, choices, target)
     deepest = math.ceil(blocks / target.sm_count)
-    k_tiles = cluster_slices.k_tiles_per_slice(c, choices)
+    k_tiles = cluster_slices.k_tiles_per_slice(c.reduce_extent, sliced)
     columns = setting.summed_columns(c, choices)
     efficiency = (tile_efficiency(choices.block_m, columns, choices.consumer_warpgroups)
                   * STAGE_EFFICIENCY[useful_stages(choices.stages, k_tiles)])

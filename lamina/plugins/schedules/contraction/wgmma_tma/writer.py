@@ -56,6 +56,7 @@ from lamina.plugins.schedules.contraction.knobs import PERSISTENT
 from lamina.plugins.schedules.contraction.layout import KernelNames, batch_coordinates, dynamic_shared_bytes
 from lamina.plugins.schedules.contraction.recognise import Contraction
 from lamina.plugins.schedules.contraction.wgmma_tma import operands, setting
+from lamina.plugins.schedules.contraction.wgmma_tma import cluster_slices
 from lamina.plugins.schedules.contraction.wgmma_tma.cluster_slices import SlicesInCluster
 from lamina.plugins.schedules.contraction.wgmma_tma.epilogue import TmaGemmEpilogue
 from lamina.plugins.schedules.contraction.wgmma_tma.staged_outputs import StagedOutputs
@@ -112,7 +113,7 @@ class TmaGemmWriter:
         self.k_tiles_here: Expr = ex.const(self.k_tiles)
         self.summing: SlicesInCluster | None = None
         if self.sliced > 1:
-            self.k_tiles = math.ceil(self.k_tiles / self.sliced)
+            self.k_tiles = cluster_slices.k_tiles_per_slice(c.reduce_extent, self.sliced)
             self.summing = SlicesInCluster(self.sliced, self.acc, self.slices, self.summed // 2, self.consumers,
                                            self.tid, names.fresh("slice_sums"))
         if c.slice_bound is not None or self.sliced > 1:
