@@ -85,6 +85,15 @@ __device__ __forceinline__ void lamina_mma_tf32(float& d0, float& d1, float& d2,
         "r"(__float_as_uint(b0)), "r"(__float_as_uint(b1)));
 }"""
 
+_MMA_16_HELPER = """\
+__device__ __forceinline__ void lamina_mma_{short}(float& d0, float& d1, float& d2, float& d3, int a0, int a1, int a2,
+                                                int a3, int b0, int b1) {{
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.{short}.{short}.f32 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, "
+      "{{%0, %1, %2, %3}};\\n"
+      : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}}"""
+
 _CLUSTER_BARRIER = ('asm volatile("barrier.cluster.arrive.release;\\n"'
                     ' "barrier.cluster.wait.acquire;\\n" ::: "memory");')
 """Without ``.aligned``: a kernel may reach it just after a branch that only some of a warp's
@@ -231,6 +240,8 @@ class _KernelPrinter:
         self.var_types = var_types
         self.cp_async_sizes: set[int] = set()
         self.mma_used = False
+        self.sixteen_bit_mma: set[dtypes.DType] = set()
+        """The operand types of the ``Mma16`` used: each needs its ``lamina_mma_bf16`` or ``lamina_mma_f16``."""
         self.wgmma_sizes: set[tuple[int, bool]] = set()
         """The n of the wgmma shapes used: each needs its ``lamina_wgmma_tf32_n{n}``."""
         self.sixteen_bit_wgmma: set[tuple[str, int, str, bool]] = set()
@@ -275,6 +286,8 @@ class _KernelPrinter:
                                                 convert=_PAIR_CONVERSIONS[dtype]))
         if self.mma_used:
             sections.append(_MMA_TF32_HELPER)
+        for dtype in sorted(self.sixteen_bit_mma, key=lambda d: d.name):
+            sections.append(_MMA_16_HELPER.format(short=dtype.short))
         for size in sorted(self.expr.swizzled_sizes):
             sections.append(wgmma.swizzled_helper(size, self.index_type))
         if self.wgmma_sizes or self.sixteen_bit_wgmma:
@@ -382,6 +395,10 @@ class _KernelPrinter:
             self.mma_used = True
             operands = [self._element(s.acc, i) for i in s.acc_index] + [e.converted(v, dtypes.float32) for v in s.a + s.b]
             return [f"{indent}lamina_mma_tf32({', '.join(operands)});"]
+        if isinstance(s, kir.Mma16):
+            self.sixteen_bit_mma.add(s.operand_dtype)
+            operands = [self._element(s.acc, i) for i in s.acc_index] + [self.expr.text(v) for v in s.a + s.b]
+            return [f"{indent}lamina_mma_{s.operand_dtype.short}({', '.join(operands)});"]
         if isinstance(s, kir.Wgmma):
             return self._wgmma(s, indent)
         if isinstance(s, kir.MbarrierInit):

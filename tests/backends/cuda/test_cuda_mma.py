@@ -8,7 +8,11 @@ import torch
 from lamina.backends.cuda import LaunchableKernel, compile_kernel, emit_cuda, kernel_symbol
 from lamina.backends.reference import tf32
 from lamina.backends.reference.simulator import simulate
-from tests.backends.mma_kernels import ROUNDING_CASES, WARPS, one_mma_per_warp, operands, tf32_rounding
+from lamina.core.ir import dtypes
+from tests.backends.mma_kernels import (
+    ROUNDING_CASES, WARPS, one_mma_per_warp, one_sixteen_bit_mma_per_warp, operands, sixteen_bit_operands,
+    tf32_rounding,
+)
 
 
 def gpu(test):
@@ -21,6 +25,18 @@ def test_an_mma_is_one_inline_ptx_instruction_and_compiles_for_sm_90(tmp_path):
     assert "lamina_mma_tf32(acc[0], acc[1], acc[2], acc[3], a[" in source
     compiled = compile_kernel(source, kernel_symbol(one_mma_per_warp()), "sm_90", cache_dir=tmp_path)
     assert (compiled.spill_stores, compiled.spill_loads) == (0, 0)
+
+
+@pytest.mark.parametrize("dtype", [dtypes.bfloat16, dtypes.float16])
+def test_a_sixteen_bit_mma_is_one_inline_ptx_instruction_and_compiles_for_sm_80_and_sm_90(dtype, tmp_path):
+    kernel = one_sixteen_bit_mma_per_warp(dtype)
+    source = emit_cuda(kernel)
+    assert f"mma.sync.aligned.m16n8k16.row.col.f32.{dtype.short}.{dtype.short}.f32" in source
+    pair = f"lamina_{dtype.short}x2(static_cast<float>(a["
+    assert f"lamina_mma_{dtype.short}(acc[0], acc[1], acc[2], acc[3], {pair}" in source
+    for arch in ("sm_80", "sm_90"):
+        compiled = compile_kernel(source, kernel_symbol(kernel), arch, cache_dir=tmp_path)
+        assert (compiled.spill_stores, compiled.spill_loads) == (0, 0)
 
 
 def test_tf32_rounding_is_integer_arithmetic_on_the_bits(tmp_path):
@@ -53,3 +69,15 @@ def test_tf32_rounding_on_the_gpu_is_the_simulators_bit_for_bit(tmp_path):
     x = torch.tensor(ROUNDING_CASES)
     computed = on_the_gpu(tf32_rounding(x.numel()), {"x": x, "y": torch.zeros_like(x)}, "y", tmp_path)
     assert torch.equal(computed.view(torch.int32), tf32.rounded(x).view(torch.int32))
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_gpu_adds_the_sixteen_bit_products_the_simulator_adds(dtype, tmp_path):
+    a, b, c = sixteen_bit_operands(dtype)
+    kernel = one_sixteen_bit_mma_per_warp(dtypes.from_name(str(dtype).removeprefix("torch.")))
+    buffers = {"a": a.flatten(), "b": b.flatten(), "c": c.flatten(), "d": torch.full((WARPS * 128,), float("nan"))}
+    simulated = buffers["d"].clone()
+    simulate(kernel, {**buffers, "d": simulated})
+    computed = on_the_gpu(kernel, buffers, "d", tmp_path)
+    torch.testing.assert_close(computed, simulated, rtol=1e-5, atol=1e-5)

@@ -1,7 +1,8 @@
-"""Warp-wide tensor-core multiply-adds (``MmaTf32``) and tf32 rounding in Kernel IR and its simulator."""
+"""Warp-wide tensor-core multiply-adds (``MmaTf32``, ``Mma16``) and tf32 rounding in Kernel IR and its simulator."""
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import torch
 
@@ -10,7 +11,10 @@ from lamina.backends.reference.simulator import simulate
 from lamina.core.errors import SimulationError, VerificationError
 from lamina.core.ir import dtypes, kernel_ir as kir
 from lamina.core.ir.expr import const, op
-from tests.backends.mma_kernels import ROUNDING_CASES, TX, WARPS, one_mma_per_warp, operands, tf32_rounding
+from tests.backends.mma_kernels import (
+    ROUNDING_CASES, TX, WARPS, one_mma_per_warp, one_sixteen_bit_mma_per_warp, operands, sixteen_bit_operands,
+    tf32_rounding,
+)
 
 F32 = dtypes.float32
 
@@ -47,6 +51,34 @@ def test_an_mma_prints_as_its_accumulators_and_pieces():
         "a[threadIdx.x // 32 * 128 + g * 8 + t + 68]) x (b[threadIdx.x // 32 * 64 + t * 8 + g], "
         "b[threadIdx.x // 32 * 64 + t * 8 + g + 32])"
     )
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_each_warp_adds_the_product_of_its_sixteen_bit_pairs(dtype):
+    a, b, c = sixteen_bit_operands(dtype)
+    d = torch.full((WARPS * 128,), float("nan"))
+    kernel = one_sixteen_bit_mma_per_warp(dtypes.from_name(str(dtype).removeprefix("torch.")))
+    report = simulate(kernel, {"a": a.flatten(), "b": b.flatten(), "c": c.flatten(), "d": d})
+    assert report.faults == []
+    torch.testing.assert_close(d.view(WARPS, 16, 8).double(), a.double() @ b.double() + c.double(),
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_a_sixteen_bit_mma_that_only_part_of_a_warp_runs_is_an_error():
+    a, b, c = sixteen_bit_operands(torch.bfloat16)
+    kernel = one_sixteen_bit_mma_per_warp(guard=op("lt", TX, 16))
+    with pytest.raises(SimulationError, match="part of the warp"):
+        simulate(kernel, {"a": a.flatten(), "b": b.flatten(), "c": c.flatten(), "d": torch.zeros(WARPS * 128)})
+
+
+def test_a_sixteen_bit_mma_prints_its_operand_type_and_takes_only_packed_pairs():
+    kernel = one_sixteen_bit_mma_per_warp()
+    (line,) = [text for text in kir.format_kernel(kernel).splitlines() if "mma m16n8k16" in text]
+    assert line.startswith("  mma m16n8k16 bf16 (acc[0], acc[1], acc[2], acc[3]) += (bf16x2(")
+    (mma,) = [s for s in kir.statements(kernel.body) if isinstance(s, kir.Mma16)]
+    unpacked = attrs.evolve(mma, b=(const(1.0, F32), mma.b[1]))
+    with pytest.raises(VerificationError, match="32-bit words of two 16-bit values"):
+        kir.verify_kernel(attrs.evolve(kernel, body=tuple(unpacked if s is mma else s for s in kernel.body)))
 
 
 def rounded_by_kernel(x: torch.Tensor) -> torch.Tensor:

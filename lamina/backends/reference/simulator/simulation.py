@@ -208,7 +208,7 @@ class KernelSimulation:
             return self.vectors.load(s, scope)
         if isinstance(s, kernel_ir.VectorStore):
             return self.vectors.store(s, scope)
-        if isinstance(s, kernel_ir.MmaTf32):
+        if isinstance(s, (kernel_ir.MmaTf32, kernel_ir.Mma16)):
             return self.mma.build(s, scope)
         if isinstance(s, _WGMMA_STATEMENTS):
             return self.wgmma.build(s, scope)

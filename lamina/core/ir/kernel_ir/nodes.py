@@ -331,6 +331,26 @@ class MmaTf32:
 
 
 @attrs.frozen
+class Mma16:
+    """One warp-wide tensor-core multiply-add of 16-bit operands, PTX's ``mma.sync`` m16n8k16:
+    ``D[16][8] += A[16][16] @ B[16][8]``, products exact and summed in float32.
+
+    Each operand is a 32-bit word of two ``operand_dtype`` values (bfloat16 or float16), the
+    lower index in its low half (``PackedPair``). Lane ``4 g + t`` of the warp supplies ``a`` =
+    A[g][2t..2t+1], A[g+8][2t..2t+1], A[g][2t+8..2t+9], A[g+8][2t+8..2t+9] and ``b`` =
+    B[2t..2t+1][g], B[2t+8..2t+9][g], and accumulates into the elements ``acc_index`` of its
+    register array ``acc`` holding D[g][2t], D[g][2t+1], D[g+8][2t], D[g+8][2t+1]. Every lane of
+    the warp runs it together, never under a branch that only part of the warp takes.
+    """
+
+    acc: str
+    acc_index: tuple[tuple[Expr, ...], ...] = attrs.field(converter=lambda v: tuple(tuple(i) for i in v))
+    a: tuple[Expr, ...] = attrs.field(converter=tuple)
+    b: tuple[Expr, ...] = attrs.field(converter=tuple)
+    operand_dtype: DType = dtypes.bfloat16
+
+
+@attrs.frozen
 class ThreadFence:
     """Order this thread's global memory accesses for every thread of the grid (``__threadfence``):
     a block that sees a later write of this thread (an ``AtomicAdd``) also sees the earlier ones."""
@@ -349,7 +369,7 @@ class AtomicAdd:
 
 
 Stmt = (Declare | Assign | Store | For | If | Barrier | ClusterBarrier | CpAsync | CpAsyncCommit | CpAsyncWait
-        | VectorLoad | VectorStore | MmaTf32 | Wgmma | WgmmaFence | WgmmaCommit | WgmmaWait
+        | VectorLoad | VectorStore | MmaTf32 | Mma16 | Wgmma | WgmmaFence | WgmmaCommit | WgmmaWait
         | AsyncProxyFence | ThreadFence | AtomicAdd | LetNextKernelLaunch | WaitForPreviousKernel
         | MbarrierInit | MbarrierArrive | MbarrierWait | TmaLoad | TmaStore | TmaStoreCommit | TmaStoreWait
         | Comment)

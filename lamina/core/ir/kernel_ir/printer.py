@@ -34,6 +34,7 @@ from lamina.core.ir.kernel_ir.nodes import (
     If,
     Kernel,
     Load,
+    Mma16,
     MmaTf32,
     PackedPair,
     Program,
@@ -115,6 +116,10 @@ def format_body(body, indent: str) -> list[str]:
             acc = ", ".join(s.acc + _index(i) for i in s.acc_index)
             a, b = (", ".join(map(format_expr, values)) for values in (s.a, s.b))
             lines.append(f"{indent}mma m16n8k8 tf32 ({acc}) += ({a}) x ({b})")
+        elif isinstance(s, Mma16):
+            acc = ", ".join(s.acc + _index(i) for i in s.acc_index)
+            a, b = (", ".join(map(format_expr, values)) for values in (s.a, s.b))
+            lines.append(f"{indent}mma m16n8k16 {s.operand_dtype} ({acc}) += ({a}) x ({b})")
         elif isinstance(s, Wgmma):
             lines.append(f"{indent}{_format_wgmma(s)}")
         elif isinstance(s, MbarrierInit):

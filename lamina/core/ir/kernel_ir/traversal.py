@@ -22,6 +22,7 @@ from lamina.core.ir.kernel_ir.nodes import (
     If,
     Kernel,
     Load,
+    Mma16,
     MmaTf32,
     Stmt,
     Store,
@@ -55,7 +56,7 @@ def expressions(s: Stmt) -> tuple[Expr, ...]:
         return s.dst_index + s.src_index + ((s.predicate,) if s.predicate is not None else ())
     if isinstance(s, (VectorLoad, VectorStore)):
         return s.dst_index + s.src_index
-    if isinstance(s, MmaTf32):
+    if isinstance(s, (MmaTf32, Mma16)):
         return tuple(i for place in s.acc_index for i in place) + s.a + s.b
     if isinstance(s, MbarrierInit):
         return s.index
@@ -104,7 +105,7 @@ def map_body(body: tuple[Stmt, ...], expression: Callable[[Expr], Expr],
                 s, dst=mapping.get(s.dst, s.dst), src=mapping.get(s.src, s.src),
                 dst_index=tuple(map(expression, s.dst_index)), src_index=tuple(map(expression, s.src_index)),
             )
-        elif isinstance(s, MmaTf32):
+        elif isinstance(s, (MmaTf32, Mma16)):
             s = attrs.evolve(
                 s, acc=mapping.get(s.acc, s.acc), acc_index=[tuple(map(expression, i)) for i in s.acc_index],
                 a=tuple(map(expression, s.a)), b=tuple(map(expression, s.b)),

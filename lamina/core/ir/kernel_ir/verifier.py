@@ -50,6 +50,7 @@ from lamina.core.ir.kernel_ir.nodes import (
     If,
     Kernel,
     Load,
+    Mma16,
     MmaTf32,
     PackedPair,
     Param,
@@ -146,6 +147,8 @@ def verify_kernel(k: Kernel, max_threads: int = 1024, max_shared_bytes: int = 48
                 problems.extend(_vector_access_problems(s, arrays))
             elif isinstance(s, MmaTf32):
                 problems.extend(_mma_problems(s, arrays))
+            elif isinstance(s, Mma16):
+                problems.extend(_mma16_problems(s, arrays))
             elif isinstance(s, Wgmma):
                 problems.extend(_wgmma_problems(s, arrays))
             elif isinstance(s, MBARRIER_STATEMENTS):
@@ -251,7 +254,7 @@ def _atomic_problems(s: AtomicAdd, arrays: dict) -> list[str]:
     return []
 
 
-def _accumulator_problems(kind: str, s: MmaTf32 | Wgmma, arrays: dict) -> list[str]:
+def _accumulator_problems(kind: str, s: MmaTf32 | Mma16 | Wgmma, arrays: dict) -> list[str]:
     acc = arrays.get(s.acc)
     if not isinstance(acc, Array) or acc.space != "register" or acc.dtype != dtypes.float32:
         return [f"{kind} accumulates into {s.acc}: it must be an f32 register array"]
@@ -268,6 +271,18 @@ def _mma_problems(s: MmaTf32, arrays: dict) -> list[str]:
                         f"{len(s.acc_index)}, {len(s.a)} and {len(s.b)}")
     if any(v.dtype != dtypes.float32 for v in s.a + s.b):
         problems.append("mma operands must be f32 values (of which the tensor cores read the tf32 part)")
+    return problems
+
+
+def _mma16_problems(s: Mma16, arrays: dict) -> list[str]:
+    problems = _accumulator_problems("mma", s, arrays)
+    if (len(s.acc_index), len(s.a), len(s.b)) != (4, 4, 2):
+        problems.append(f"mma m16n8k16 takes 4 accumulators, 4 words of A and 2 of B per lane, not "
+                        f"{len(s.acc_index)}, {len(s.a)} and {len(s.b)}")
+    if s.operand_dtype not in (dtypes.bfloat16, dtypes.float16):
+        problems.append(f"mma m16n8k16 multiplies bf16 or f16 operands, not {s.operand_dtype}")
+    if any(v.dtype != dtypes.int32 for v in s.a + s.b):
+        problems.append("mma m16n8k16 operands must be 32-bit words of two 16-bit values (packed pairs)")
     return problems
 
 
