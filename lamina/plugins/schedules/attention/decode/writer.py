@@ -1,4 +1,5 @@
-"""The Kernel IR of the decode schedule: flash-decoding on the CUDA cores.
+"""The Kernel IR of the decode schedule: flash-decoding, its products on the CUDA cores as below
+or on the tensor cores (``tensor_cores``).
 
 Block ``(x, z)`` takes row group ``x`` (rows ``G x .. G x + G - 1``, which read the same keys
 and values) and key range ``z``, ``tiles`` tiles of ``C`` keys::
@@ -31,6 +32,7 @@ from lamina.core.ir.expr import Expr
 from lamina.core.target import Target
 from lamina.plugins.schedules import loop_to_kernel
 from lamina.plugins.schedules.attention.decode import tiling
+from lamina.plugins.schedules.attention.decode.tensor_cores import TensorCorePhases
 from lamina.plugins.schedules.attention.decode.recognise import COPY_BYTES, DecodeAttention, analyse, row_coordinates
 from lamina.plugins.schedules.attention.writer import balanced_tree
 from lamina.plugins.schedules.contraction.layout import KernelNames, dynamic_shared_bytes
@@ -56,17 +58,22 @@ class DecodeWriter:
         self.warps = tiling.THREADS // LANES
         self.row_lanes = tiling.lanes_per_row(d)
         self.key_lanes = LANES // self.row_lanes
+        self.tensor_cores = TensorCorePhases(self) if tile.settings.products == "tensor_cores" else None
+        self.out_warps = 1 if self.tensor_cores else self.warps
+        """The warps whose sums of the values ``warp_out`` holds: each warp's part of every feature
+        on the CUDA cores, one for all on the tensor cores (each warp writes its own features)."""
         loop_vars = {loop.var for loop in self.a.rows} | {self.a.key_var, self.a.dot_loop.var,
                                                           self.a.values_loop.var, self.a.feature_loop.var}
         names = KernelNames({b.name for b in self.kernel.inputs + self.kernel.outputs} | loop_vars
                             | {self.a.dot_init.acc, self.a.output_acc, self.a.maximum, self.a.total})
         self.v = {n: ex.Var(names.fresh(n)) for n in (
-            "tid", "lane", "warp", "group", "split", "first_key", "i", "key", "part", "row", "j", "t", "s", "stage")}
+            "tid", "lane", "warp", "group", "split", "first_key", "i", "key", "part", "row", "j", "t", "s", "stage",
+            "fg", "ft", "ks")}
         self.f = {n: ex.Var(names.fresh(n), F32) for n in ("m", "m_new", "m_used", "l", "p", "w")}
         self.n = {n: names.fresh(n) for n in (
             "k_tile", "v_tile", "q_rows", "scores", "row_max", "row_sum", "warp_out", "dots", "k_run", "v_run", "q_run",
             "sums", "rescale", "split_stats", "split_out", "counters", "done", "last", "read", "pair",
-            "combined", "weights", "combined_sum")}
+            "combined", "weights", "combined_sum", "s_acc", "o_acc")}
 
     # --- helpers ----------------------------------------------------------------
 
@@ -257,7 +264,7 @@ class DecodeWriter:
 
     def _warp_total(self, g: Expr, feature: Expr) -> Expr:
         return balanced_tree("add", [self._load(self.n["warp_out"], (ex.const(w), g, feature))
-                                     for w in range(self.warps)])
+                                     for w in range(self.out_warps)])
 
     def _one_range(self) -> list[kernel_ir.Stmt]:
         def body(g, feature):
@@ -342,11 +349,14 @@ class DecodeWriter:
         ]
         start = [kernel_ir.Store(n["row_max"], (ex.const(0), v["tid"]), ex.const(-math.inf, F32)),
                  kernel_ir.Store(n["row_sum"], (ex.const(0), v["tid"]), ex.const(0.0, F32))]
-        out += [
-            *self._query_rows(),
-            kernel_ir.If(ex.op("lt", v["tid"], self.group), start),
-            *(kernel_ir.Store(n["sums"], (ex.const(i),), ex.const(0.0, F32)) for i in range(self.group * d.vector)),
-        ]
+        tensor_cores = self.tensor_cores
+        if tensor_cores:
+            out += [*tensor_cores.lane_coordinates(), *tensor_cores.query_rows(),
+                    kernel_ir.If(ex.op("lt", v["tid"], self.group), start)]
+        else:
+            out += [*self._query_rows(), kernel_ir.If(ex.op("lt", v["tid"], self.group), start),
+                    *(kernel_ir.Store(n["sums"], (ex.const(i),), ex.const(0.0, F32))
+                      for i in range(self.group * d.vector))]
         for t in range(self.stages - 1):
             if sizes.is_symbolic(self.tiles):  # a range's tiles counted at run time: as many as the cache needs
                 out += [kernel_ir.If(ex.op("lt", ex.const(t), self.tiles), self._tile_copies(ex.const(t))),
@@ -360,15 +370,15 @@ class DecodeWriter:
             kernel_ir.CpAsyncCommit(),
             kernel_ir.CpAsyncWait(self.stages - 1),
             kernel_ir.Barrier(),
-            *self._scores(),
+            *(tensor_cores.scores() if tensor_cores else self._scores()),
             kernel_ir.Barrier(),
             *self._softmax(),
             kernel_ir.Barrier(),
-            *self._values(),
+            *(tensor_cores.values() if tensor_cores else self._values()),
             kernel_ir.Barrier(),
         ]
         out += [kernel_ir.For(v["t"].name, ex.const(0), ex.const(self.tiles), 1, tile),
-                *self._warp_sums(),
+                *(tensor_cores.warp_sums() if tensor_cores else self._warp_sums()),
                 kernel_ir.Barrier()]
         return out + (self._one_range() if self.splits == 1 else self._ranges())
 
@@ -378,18 +388,23 @@ class DecodeWriter:
             kernel_ir.Array(n["k_tile"], d.dtype, (self.stages * self.keys, tiling.padded(d, d.depth)), "shared"),
             kernel_ir.Array(n["v_tile"], d.dtype, (self.stages * self.keys, tiling.padded(d, d.features)),
                             "shared"),
-            kernel_ir.Array(n["q_rows"], F32, (self.group, d.depth), "shared"),
-            kernel_ir.Array(n["scores"], F32, (self.group, self.keys), "shared"),
             kernel_ir.Array(n["row_max"], F32, (2, self.group), "shared"),
             kernel_ir.Array(n["row_sum"], F32, (2, self.group), "shared"),
-            kernel_ir.Array(n["rescale"], F32, (self.group,), "shared"),
-            kernel_ir.Array(n["warp_out"], F32, (self.warps, self.group, d.features), "shared"),
-            kernel_ir.Array(n["dots"], F32, (self.group,), "register"),
-            kernel_ir.Array(n["k_run"], d.dtype, (d.vector,), "register"),
-            kernel_ir.Array(n["q_run"], F32, (d.vector,), "register"),
-            kernel_ir.Array(n["v_run"], d.dtype, (d.vector,), "register"),
-            kernel_ir.Array(n["sums"], F32, (self.group * d.vector,), "register"),
         ]
+        if self.tensor_cores:
+            arrays += self.tensor_cores.arrays()
+        else:
+            arrays += [
+                kernel_ir.Array(n["q_rows"], F32, (self.group, d.depth), "shared"),
+                kernel_ir.Array(n["scores"], F32, (self.group, self.keys), "shared"),
+                kernel_ir.Array(n["rescale"], F32, (self.group,), "shared"),
+                kernel_ir.Array(n["warp_out"], F32, (self.warps, self.group, d.features), "shared"),
+                kernel_ir.Array(n["dots"], F32, (self.group,), "register"),
+                kernel_ir.Array(n["k_run"], d.dtype, (d.vector,), "register"),
+                kernel_ir.Array(n["q_run"], F32, (d.vector,), "register"),
+                kernel_ir.Array(n["v_run"], d.dtype, (d.vector,), "register"),
+                kernel_ir.Array(n["sums"], F32, (self.group * d.vector,), "register"),
+            ]
         if self.splits > 1:
             arrays += [kernel_ir.Array(n["done"], dtypes.int32, (1,), "register"),
                        kernel_ir.Array(n["last"], dtypes.int32, (1,), "shared"),
