@@ -13,7 +13,8 @@ The group's G rows are the rows of the mma, padded with zeros to 16. For each ke
         each 16 keys of the tile; P's pairs are two adjacent probabilities of a row, V's two
         values of a feature at adjacent keys
 
-and at the end each warp writes its features of the rows below G to ``warp_out``. The products
+and at the end each warp writes its features of the rows below G to ``warp_out``. Lane ``4 g + t``
+of a warp (``lane_group`` g, ``in_group`` t) holds the pieces that ``kernel_ir.Mma16`` lays out. The products
 are exact (16-bit values, float32 sums), as the CUDA cores' are: only the order of the sums
 differs. The queries and keys are read with rows padded by 16 bytes, so that the lanes of a warp
 reach 32 different banks, and the probabilities with rows of ``C + 8`` floats
@@ -69,13 +70,14 @@ class TensorCorePhases:
 
     def _a(self, array: str, column: Expr, dtype) -> list[kernel_ir.PackedPair]:
         """A's four words of this lane: rows g and g + 8, columns 2t and 2t + 8 from ``column`` on."""
-        g, t = self.w.v["fg"], self.w.v["ft"]
+        g, t = self.w.v["lane_group"], self.w.v["in_group"]
         return [self._along_rows(array, g + 8 * (i % 2), column + 2 * t + 8 * (i // 2), dtype) for i in range(4)]
 
     # --- the phases ---------------------------------------------------------------
 
-    def query_rows(self) -> list[kernel_ir.Stmt]:
-        """The group's query factors in 16 bits, the rows past G zero."""
+    def start(self) -> list[kernel_ir.Stmt]:
+        """The group's query factors in 16 bits (the rows past G zero), the probabilities' rows past
+        G and their factors zero for good, the accumulators cleared."""
         w, d = self.w, self.w.d
         v = w.v
         count = ROWS * d.depth
@@ -99,20 +101,20 @@ class TensorCorePhases:
 
     def lane_coordinates(self) -> list[kernel_ir.Stmt]:
         v = self.w.v
-        return [_declare(v["fg"].name, v["lane"] // 4), _declare(v["ft"].name, v["lane"] % 4)]
+        return [_declare(v["lane_group"].name, v["lane"] // 4), _declare(v["in_group"].name, v["lane"] % 4)]
 
     def scores(self) -> list[kernel_ir.Stmt]:
         w, d = self.w, self.w.d
         v, n, a = w.v, w.n, w.a
-        g, t = v["fg"], v["ft"]
+        g, t = v["lane_group"], v["in_group"]
         out: list[kernel_ir.Stmt] = []
         for j in range(self.keys_per_warp // N):
             first = v["warp"] * self.keys_per_warp + j * N
             row_of_keys = v["stage"] * w.keys + first + g
-            b = [self._along_rows(n["k_tile"], row_of_keys, v["ks"] * K + 2 * t + 8 * i, self.dtype) for i in range(2)]
+            b = [self._along_rows(n["k_tile"], row_of_keys, v["k_step"] * K + 2 * t + 8 * i, self.dtype) for i in range(2)]
             out += [*(kernel_ir.Store(n["s_acc"], (ex.const(e),), ex.const(0.0, F32)) for e in range(4)),
-                    kernel_ir.For(v["ks"].name, ex.const(0), ex.const(d.depth // K), 1, [kernel_ir.Mma16(
-                        n["s_acc"], [(ex.const(e),) for e in range(4)], self._a(n["q_rows"], v["ks"] * K, self.dtype),
+                    kernel_ir.For(v["k_step"].name, ex.const(0), ex.const(d.depth // K), 1, [kernel_ir.Mma16(
+                        n["s_acc"], [(ex.const(e),) for e in range(4)], self._a(n["q_rows"], v["k_step"] * K, self.dtype),
                         b, self.dtype)], unroll=True)]
             for e in range(4):
                 row, key = g + 8 * (e // 2), first + 2 * t + e % 2
@@ -129,19 +131,19 @@ class TensorCorePhases:
     def values(self) -> list[kernel_ir.Stmt]:
         w = self.w
         v, n = w.v, w.n
-        g, t = v["fg"], v["ft"]
+        g, t = v["lane_group"], v["in_group"]
         out: list[kernel_ir.Stmt] = []
         for i in range(self.tiles_per_warp):
             feature = (v["warp"] + w.warps * i) * N + g
-            keys = v["stage"] * w.keys + v["ks"] * K + 2 * t
+            keys = v["stage"] * w.keys + v["k_step"] * K + 2 * t
             b = [self._pair(n["v_tile"], (keys + 8 * h, feature), (keys + 8 * h + 1, feature), self.dtype)
                  for h in range(2)]
             places = [(ex.const(4 * i + e),) for e in range(4)]
             rescaled = [ex.op("mul", kernel_ir.Load(n["o_acc"], place, F32),
                               kernel_ir.Load(n["rescale"], (g + 8 * (e // 2),), F32)) for e, place in enumerate(places)]
             body = [*(kernel_ir.Store(n["o_acc"], place, value) for place, value in zip(places, rescaled)),
-                    kernel_ir.For(v["ks"].name, ex.const(0), ex.const(w.keys // K), 1, [kernel_ir.Mma16(
-                        n["o_acc"], places, self._a(n["scores"], v["ks"] * K, F32), b, self.dtype)], unroll=True)]
+                    kernel_ir.For(v["k_step"].name, ex.const(0), ex.const(w.keys // K), 1, [kernel_ir.Mma16(
+                        n["o_acc"], places, self._a(n["scores"], v["k_step"] * K, F32), b, self.dtype)], unroll=True)]
             if (i + 1) * w.warps > self.feature_tiles:  # the warps past the last features skip the round
                 body = [kernel_ir.If(ex.op("lt", v["warp"] + w.warps * i, self.feature_tiles), body)]
             out += body
@@ -151,7 +153,7 @@ class TensorCorePhases:
         """Each warp's features of the rows below G to ``warp_out``."""
         w, d = self.w, self.w.d
         v, n = w.v, w.n
-        g, t = v["fg"], v["ft"]
+        g, t = v["lane_group"], v["in_group"]
         out: list[kernel_ir.Stmt] = []
         for i in range(self.tiles_per_warp):
             tile = v["warp"] + w.warps * i

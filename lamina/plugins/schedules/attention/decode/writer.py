@@ -32,8 +32,8 @@ from lamina.core.ir.expr import Expr
 from lamina.core.target import Target
 from lamina.plugins.schedules import loop_to_kernel
 from lamina.plugins.schedules.attention.decode import tiling
-from lamina.plugins.schedules.attention.decode.tensor_cores import TensorCorePhases
 from lamina.plugins.schedules.attention.decode.recognise import COPY_BYTES, DecodeAttention, analyse, row_coordinates
+from lamina.plugins.schedules.attention.decode.tensor_cores import TensorCorePhases
 from lamina.plugins.schedules.attention.writer import balanced_tree
 from lamina.plugins.schedules.contraction.layout import KernelNames, dynamic_shared_bytes
 
@@ -68,7 +68,7 @@ class DecodeWriter:
                             | {self.a.dot_init.acc, self.a.output_acc, self.a.maximum, self.a.total})
         self.v = {n: ex.Var(names.fresh(n)) for n in (
             "tid", "lane", "warp", "group", "split", "first_key", "i", "key", "part", "row", "j", "t", "s", "stage",
-            "fg", "ft", "ks")}
+            "lane_group", "in_group", "k_step")}
         self.f = {n: ex.Var(names.fresh(n), F32) for n in ("m", "m_new", "m_used", "l", "p", "w")}
         self.n = {n: names.fresh(n) for n in (
             "k_tile", "v_tile", "q_rows", "scores", "row_max", "row_sum", "warp_out", "dots", "k_run", "v_run", "q_run",
@@ -351,7 +351,7 @@ class DecodeWriter:
                  kernel_ir.Store(n["row_sum"], (ex.const(0), v["tid"]), ex.const(0.0, F32))]
         tensor_cores = self.tensor_cores
         if tensor_cores:
-            out += [*tensor_cores.lane_coordinates(), *tensor_cores.query_rows(),
+            out += [*tensor_cores.lane_coordinates(), *tensor_cores.start(),
                     kernel_ir.If(ex.op("lt", v["tid"], self.group), start)]
         else:
             out += [*self._query_rows(), kernel_ir.If(ex.op("lt", v["tid"], self.group), start),
