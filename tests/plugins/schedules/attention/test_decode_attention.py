@@ -10,6 +10,7 @@ import torch
 
 import lamina
 from lamina.bench.measure import float64_reference, relative_error
+from lamina.plugins.schedules.attention.decode import tensor_cores
 
 from ..nvrtc_in_background import start_compiling
 
@@ -45,6 +46,19 @@ PRODUCTS = ["cuda_cores", "tensor_cores"]
 def test_matches_float64_on_the_simulator(fn, heads, kv_heads, queries, keys, depth, products):
     torch.manual_seed(heads * keys + depth)
     check(fn, decode_inputs(heads, kv_heads, queries, keys, depth), {"attention_decode": {"products": products}})
+
+
+def test_a_planted_fault_in_the_tensor_cores_rescaling_is_caught(monkeypatch):
+    """Without rescaling the output accumulators when a later tile raises the running maximum, the
+    sums of the earlier tiles count at the wrong scale: the numbers check catches it."""
+    monkeypatch.setattr(tensor_cores.TensorCorePhases, "_rescaled", lambda self, places: [])
+    torch.manual_seed(16)
+    q, k, v = decode_inputs(8, 1, 1, 256, 64)
+    k[:, :, 128:] *= 3  # the later tiles raise the maximum
+    compiled = lamina.compile(attention, (q, k, v), target="sm_90", knobs={"attention_decode": {
+        "products": "tensor_cores", "keys_per_block": 256, "keys_per_tile": 64, "stages": 2}})
+    reference = float64_reference(attention, (q, k, v))
+    assert relative_error(compiled(q, k, v), reference) > 10 * relative_error(attention(q, k, v), reference)
 
 
 @pytest.mark.parametrize("products", PRODUCTS)

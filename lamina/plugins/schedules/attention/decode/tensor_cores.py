@@ -111,11 +111,12 @@ class TensorCorePhases:
         for j in range(self.keys_per_warp // N):
             first = v["warp"] * self.keys_per_warp + j * N
             row_of_keys = v["stage"] * w.keys + first + g
-            b = [self._along_rows(n["k_tile"], row_of_keys, v["k_step"] * K + 2 * t + 8 * i, self.dtype) for i in range(2)]
+            step = v["k_step"] * K
+            b = [self._along_rows(n["k_tile"], row_of_keys, step + 2 * t + 8 * i, self.dtype) for i in range(2)]
+            mma = kernel_ir.Mma16(n["s_acc"], [(ex.const(e),) for e in range(4)],
+                                  self._a(n["q_rows"], step, self.dtype), b, self.dtype)
             out += [*(kernel_ir.Store(n["s_acc"], (ex.const(e),), ex.const(0.0, F32)) for e in range(4)),
-                    kernel_ir.For(v["k_step"].name, ex.const(0), ex.const(d.depth // K), 1, [kernel_ir.Mma16(
-                        n["s_acc"], [(ex.const(e),) for e in range(4)], self._a(n["q_rows"], v["k_step"] * K, self.dtype),
-                        b, self.dtype)], unroll=True)]
+                    kernel_ir.For(v["k_step"].name, ex.const(0), ex.const(d.depth // K), 1, [mma], unroll=True)]
             for e in range(4):
                 row, key = g + 8 * (e // 2), first + 2 * t + e % 2
                 position = v["first_key"] + v["t"] * w.keys + key
@@ -139,15 +140,21 @@ class TensorCorePhases:
             b = [self._pair(n["v_tile"], (keys + 8 * h, feature), (keys + 8 * h + 1, feature), self.dtype)
                  for h in range(2)]
             places = [(ex.const(4 * i + e),) for e in range(4)]
-            rescaled = [ex.op("mul", kernel_ir.Load(n["o_acc"], place, F32),
-                              kernel_ir.Load(n["rescale"], (g + 8 * (e // 2),), F32)) for e, place in enumerate(places)]
-            body = [*(kernel_ir.Store(n["o_acc"], place, value) for place, value in zip(places, rescaled)),
+            body = [*self._rescaled(places),
                     kernel_ir.For(v["k_step"].name, ex.const(0), ex.const(w.keys // K), 1, [kernel_ir.Mma16(
                         n["o_acc"], places, self._a(n["scores"], v["k_step"] * K, F32), b, self.dtype)], unroll=True)]
             if (i + 1) * w.warps > self.feature_tiles:  # the warps past the last features skip the round
                 body = [kernel_ir.If(ex.op("lt", v["warp"] + w.warps * i, self.feature_tiles), body)]
             out += body
         return out
+
+    def _rescaled(self, places: list[tuple[Expr]]) -> list[kernel_ir.Stmt]:
+        """The output accumulators at ``places`` (rows g and g + 8) times their rows' factors: the
+        online softmax's rescaling, before the tile's keys add to them."""
+        n, g = self.w.n, self.w.v["lane_group"]
+        factors = [kernel_ir.Load(n["rescale"], (g + 8 * (e // 2),), F32) for e in range(len(places))]
+        return [kernel_ir.Store(n["o_acc"], place, ex.op("mul", kernel_ir.Load(n["o_acc"], place, F32), factor))
+                for place, factor in zip(places, factors)]
 
     def warp_sums(self) -> list[kernel_ir.Stmt]:
         """Each warp's features of the rows below G to ``warp_out``."""
