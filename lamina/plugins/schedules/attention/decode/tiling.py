@@ -52,9 +52,8 @@ TILE_NS_PER_WORK = 1.3e-2
 values'): the dot products and the values' sums on the CUDA cores."""
 TENSOR_CORE_TILE_NS_PER_WORK = 1.0e-3
 """The same on the tensor cores, per key, padded row and feature: small beside a tile's copy, as
-measured (TinyLlama's heads at 32 768 keys: about 1.4 us a tile, the copies' latency, where the
-CUDA cores took 3.2), so that the tensor cores are taken wherever they apply
-(``experiments/decode_on_tensor_cores/``)."""
+measured (a tile there takes about its copies' latency, under half of its time on the CUDA
+cores), so that the tensor cores are taken wherever they apply (``experiments/decode_on_tensor_cores/``)."""
 COMBINE_US = 0.1
 """The last block's combining, per range and per pair of outputs that one of its threads combines."""
 SHARED_BYTES_PER_SM = 228 * 1024
