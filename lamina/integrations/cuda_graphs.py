@@ -25,6 +25,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Callable, Sequence
 
+import attrs
 import torch
 
 from lamina.api import signature
@@ -61,43 +62,81 @@ def _recordable(args: Sequence[Any]) -> bool:
 
 
 class _Recording:
-    """One CUDA graph of ``run``, with buffers for the arguments listed in ``copied``."""
+    """One CUDA graph of ``run``, with buffers for the arguments listed in ``copied``.
+
+    A decoding step replays at every token, before the GPU can start it, so what a replay does on
+    the host is worked out once, here: which arguments' addresses to check, which to copy, and how
+    each output is handed back (``_OutputPlan``)."""
 
     def __init__(self, run: Callable[..., Sequence[Any]], args: Sequence[Any], copied: frozenset[int],
                  mutated_outputs: int):
         self.copied = copied
-        self.mutated_outputs = mutated_outputs
-        self.addresses = [None if i in copied else _address(a) for i, a in enumerate(args)]
+        self.in_place = [i for i, a in enumerate(args) if i not in copied and isinstance(a, torch.Tensor)]
+        self.addresses = [args[i].data_ptr() for i in self.in_place]
         self.inputs = [torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device) if i in copied else a
                        for i, a in enumerate(args)]
-        for i in copied:
-            self.inputs[i].copy_(args[i])
+        self.copied_order = sorted(copied)
+        self.buffers = [self.inputs[i] for i in self.copied_order]
+        self._copy_in(args)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self.outputs = tuple(run(*self.inputs))
+        self.plans = [_OutputPlan.of(position, out, self, mutated_outputs) for position, out in enumerate(self.outputs)]
 
     def moved(self, args: Sequence[Any]) -> set[int]:
         """The arguments read in place that are not where they were when recorded."""
-        return {i for i, (a, recorded) in enumerate(zip(args, self.addresses))
-                if recorded is not None and _address(a) != recorded}
+        now = [args[i].data_ptr() for i in self.in_place]
+        if now == self.addresses:
+            return set()
+        return {i for i, address, recorded in zip(self.in_place, now, self.addresses) if address != recorded}
 
     def replay(self, args: Sequence[Any]) -> tuple:
-        for i in self.copied:
-            self.inputs[i].copy_(args[i])
+        self._copy_in(args)
         self.graph.replay()
-        return tuple(self._output(position, out, args) for position, out in enumerate(self.outputs))
+        return tuple(plan.output(out, args) for plan, out in zip(self.plans, self.outputs))
 
-    def _output(self, position: int, out: Any, args: Sequence[Any]) -> Any:
+    def _copy_in(self, args: Sequence[Any]) -> None:
+        """The copied arguments into the recording's buffers, in one launch."""
+        if self.buffers:
+            torch._foreach_copy_(self.buffers, [args[i] for i in self.copied_order])
+
+
+@attrs.frozen
+class _OutputPlan:
+    """How a replay hands back one output of the recording: as the caller's argument where it is an
+    argument read in place, as a view of the caller's argument where it is (a view of) a copied
+    argument's buffer, as itself where it is a mutated input's new value, else as a clone, which
+    the next replay cannot overwrite."""
+
+    kind: str  # "argument", "view of argument", "itself" or "clone"
+    argument: int = -1
+    offset: int = 0
+
+    @classmethod
+    def of(cls, position: int, out: Any, recording: _Recording, mutated_outputs: int) -> _OutputPlan:
         if not isinstance(out, torch.Tensor):
+            return cls("itself")
+        storage = out.untyped_storage().data_ptr()
+        for i in recording.copied_order:
+            buffer = recording.inputs[i]
+            if storage == buffer.untyped_storage().data_ptr():
+                return cls("view of argument", i, out.storage_offset() - buffer.storage_offset())
+        if position < mutated_outputs:
+            return cls("itself")
+        for i in recording.in_place:
+            if out is recording.inputs[i]:
+                return cls("argument", i)
+        return cls("clone")
+
+    def output(self, out: Any, args: Sequence[Any]) -> Any:
+        if self.kind == "clone":
+            return out.clone()
+        if self.kind == "itself":
             return out
-        for i in self.copied:  # an output that is (a view of) a copied argument is one of the argument
-            buffer = self.inputs[i]
-            if out.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr():
-                offset = out.storage_offset() - buffer.storage_offset() + args[i].storage_offset()
-                return args[i].as_strided(out.size(), out.stride(), offset)
-        if position < self.mutated_outputs or any(out is a for a in args):
-            return out
-        return out.clone()
+        if self.kind == "argument":
+            return args[self.argument]
+        argument = args[self.argument]
+        return argument.as_strided(out.size(), out.stride(), argument.storage_offset() + self.offset)
 
 
 class CudaGraphReplay:

@@ -63,6 +63,26 @@ def test_calls_are_replayed_with_the_moving_arguments_copied(recordings):
     assert recordings[1:] == [frozenset({0, 1})]
 
 
+@pytest.mark.gpu
+def test_a_replays_outputs_are_the_callers_views_its_arguments_or_clones(recordings):
+    """What a replay hands back is worked out when recording: a view of a copied argument is a view
+    of the caller's argument, an argument read in place is that argument, anything else a clone."""
+    def run(x, w):
+        return x[1:].t(), w, torch.relu(x @ w)
+
+    replay = cuda_graphs.CudaGraphReplay(run, mutated_outputs=0, static=True)
+    torch.manual_seed(0)
+    w = torch.randn(24, 7, device="cuda")
+    inputs = [torch.randn(13, 24, device="cuda") for _ in range(4)]
+    outputs = [replay(x, w) for x in inputs]
+    assert recordings == [frozenset({0})]
+    for x, (view, weight, product) in zip(inputs, outputs):
+        assert view.data_ptr() == x[1:].data_ptr() and view.stride() == x[1:].t().stride()
+        torch.testing.assert_close(view, x[1:].t())
+        assert weight is w
+        torch.testing.assert_close(product, torch.relu(x @ w))
+
+
 def write_at(cache, positions, values):
     cache.index_copy_(0, positions, values)
     return cache.sum(dim=0) * 2
