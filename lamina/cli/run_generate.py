@@ -56,9 +56,10 @@ def run_generate_command(args) -> int:
     new_tokens = args.generate
     if new_tokens < 1 or batch < 1:
         raise LaminaError(f"--generate and --batch take 1 or more, not {min(new_tokens, batch)}")
-    if prompt < 1 or prompt + new_tokens > config.max_position_embeddings:
+    fed = prompt + new_tokens - 1  # the last new token is never fed back
+    if prompt < 1 or fed > config.max_position_embeddings:
         raise LaminaError(f"{config.name} takes 1 to {config.max_position_embeddings} positions; --prompt {prompt} "
-                          f"and --generate {new_tokens} make {prompt + new_tokens}")
+                          f"and --generate {new_tokens} feed it {fed}")
     if device == "cpu":
         flops = 2 * (config.forward_flops(prompt, layers) + new_tokens * config.forward_flops(1, layers))
         check_simulator_size(config, flops, f"generating {new_tokens} tokens after {prompt} with {layers} layer(s) of "

@@ -46,7 +46,7 @@ def test_generate_with_the_default_cache_compiles_the_growing_step_once(capsys, 
     (["--generate", "4", "--seq", "8"], "--generate takes the prompt's length as --prompt, not --seq"),
     (["--generate", "0"], "--generate and --batch take 1 or more, not 0"),
     (["--generate", "4", "--batch", "0"], "--generate and --batch take 1 or more, not 0"),
-    (["--generate", "200", "--prompt", "100"], "takes 1 to 256 positions; --prompt 100 and --generate 200 make 300"),
+    (["--generate", "200", "--prompt", "100"], "takes 1 to 256 positions; --prompt 100 and --generate 200 feed it 299"),
     (["--prompt", "8"], "--prompt, --batch and --cache are for --generate N"),
     (["--cache", "dynamic"], "--prompt, --batch and --cache are for --generate N"),
 ])
