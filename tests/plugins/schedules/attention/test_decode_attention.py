@@ -134,7 +134,7 @@ def test_the_tile_ir_of_a_decoding_step():
     tile = lamina.compile(attention, (q, k, v), target="sm_90").ir("tile")
     assert "schedule=attention_decode" in tile
     assert "block.x tile 8" in tile  # the eight query heads that share a key-value head
-    assert "shared k[0, i1 // 8, r0, r1] as bf16[r0 64][r1 64 + pad 8], 4 buffers, copy cp.async 16 B" in tile
+    assert "shared k[0, i1 // 8, r0, r1] as bf16[r0 128][r1 64 + pad 8], 2 buffers, copy cp.async 16 B" in tile
     assert "padded to the 16 rows of mma.sync m16n8k16 on the tensor cores" in tile
 
 

@@ -45,7 +45,7 @@ MIN_ARCH = 80
 LAUNCH_US = 2.0
 WAVE_US = 1.5
 """A wave of blocks: the first copy's trip to memory."""
-TILE_LATENCY_US = 1.6
+TILE_LATENCY_US = 0.8
 """A tile's copy from memory to the block, which the stages before it hide a share of."""
 TILE_NS_PER_WORK = 1.3e-2
 """A tile's arithmetic on one SM, in nanoseconds per key, row and feature (the queries' and the
@@ -54,7 +54,7 @@ TENSOR_CORE_TILE_NS_PER_WORK = 1.0e-3
 """The same on the tensor cores, per key, padded row and feature: small beside a tile's copy, as
 measured (a tile there takes about its copies' latency, under half of its time on the CUDA
 cores), so that the tensor cores are taken wherever they apply (``experiments/decode_on_tensor_cores/``)."""
-COMBINE_US = 0.1
+COMBINE_US = 0.01
 """The last block's combining, per range and per pair of outputs that one of its threads combines."""
 SHARED_BYTES_PER_SM = 228 * 1024
 
@@ -160,8 +160,12 @@ def estimate_us(d: DecodeAttention, choice: DecodeChoice, target: Target) -> flo
     per_tile = max(work * 1e-3 * together, TILE_LATENCY_US / (choice.stages - 1))
     walking = waves * choice.tiles * per_tile
     memory = (read + combined) / target.memory_bytes_per_us * max(1.0, target.sm_count / blocks)
-    combining = COMBINE_US * splits * math.ceil(d.group_rows * d.features / 2 / THREADS) if splits > 1 else 0.0
-    return LAUNCH_US + WAVE_US * waves + max(memory, walking) + combining
+    return LAUNCH_US + WAVE_US * waves + max(memory, walking) + combining_us(d, splits)
+
+
+def combining_us(d: DecodeAttention, splits: int) -> float:
+    """The last block's combining of the ranges' sums."""
+    return COMBINE_US * splits * math.ceil(d.group_rows * d.features / 2 / THREADS) if splits > 1 else 0.0
 
 
 def _pinned(knobs: Mapping[str, Any], where: str) -> dict[str, Any]:
