@@ -15,7 +15,8 @@ bandwidth, scaled up where fewer blocks than SMs share it, or the walk over the 
 takes longer (each tile's arithmetic on the CUDA or the tensor cores, shared by the blocks on an
 SM, or its copy's trip to memory, which the stages ahead hide a share of), a fixed cost per wave
 of blocks and the last block's combining, per range. The constants are fitted to the H200
-(``experiments/decode_attention/``), but the tensor cores' (an H100's).
+(``experiments/decode_attention/``), but the tensor cores', a tile's latency and the combining,
+which an H100's sweep over key ranges refitted (``experiments/decode_on_tensor_cores/``).
 """
 
 from __future__ import annotations
