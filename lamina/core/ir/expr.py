@@ -259,10 +259,16 @@ def _index_op(name, a, b):
 # --- traversal ---------------------------------------------------------------
 
 def walk(expr: Expr) -> Iterator[Expr]:
-    """Every node of ``expr``, parents before children."""
-    yield expr
-    for child in expr.children():
-        yield from walk(child)
+    """Every node of ``expr``, parents before children, left to right. A stack rather than nested
+    generators: each node of a deep expression would otherwise pass through one generator per level
+    above it, and the fusion rules walk every kernel of a model many times."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        children = node.children()
+        if children:
+            stack.extend(reversed(children))
 
 
 def transform(expr: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:

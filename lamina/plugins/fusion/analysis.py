@@ -92,11 +92,17 @@ def buffers(program: loop_ir.Program) -> dict[str, loop_ir.Buffer]:
     return found
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=8192)
+def kernel_loads(kernel: loop_ir.Kernel) -> tuple[loop_ir.Load, ...]:
+    """Every load of the kernel, in order. Kept per kernel: the fusion rules ask for every later
+    kernel's reads after each change to a model of hundreds of kernels."""
+    return tuple(loop_ir.loads(kernel.body))
+
+
+@functools.lru_cache(maxsize=8192)
 def loaded_buffers(kernel: loop_ir.Kernel) -> tuple[str, ...]:
-    """Names of the buffers the kernel reads, in order of first load. Kept per kernel: the fusion
-    rules ask for every later kernel's reads after each change to a model of hundreds of kernels."""
-    return tuple(dict.fromkeys(load.buffer for load in loop_ir.loads(kernel.body)))
+    """Names of the buffers the kernel reads, in order of first load."""
+    return tuple(dict.fromkeys(load.buffer for load in kernel_loads(kernel)))
 
 
 def writers_and_readers(kernels: list[loop_ir.Kernel]) -> tuple[dict[str, int], dict[str, list[int]]]:
@@ -178,15 +184,16 @@ def without_buffers(program: loop_ir.Program, names: set[str]) -> loop_ir.Progra
     return attrs.evolve(program, temporaries=kept)
 
 
+@functools.lru_cache(maxsize=8192)
 def nodes(kernel: loop_ir.Kernel) -> int:
-    """How many expression nodes the kernel's statements hold."""
+    """How many expression nodes the kernel's statements hold (kept per kernel, as its reads are)."""
     return sum(sum(1 for _ in ex.walk(e)) for s in loop_ir.statements(kernel.body) for e in loop_ir.expressions(s))
 
 
 def copies_fit(host: loop_ir.Kernel, buffer: str, value: Expr, extra: int = 0) -> bool:
     """Whether ``host`` stays within ``MAX_EXPRESSION_NODES`` once every load of ``buffer``
     in it is replaced by a copy of ``value`` (and ``extra`` nodes are added)."""
-    uses = sum(1 for load in loop_ir.loads(host.body) if load.buffer == buffer)
+    uses = sum(1 for load in kernel_loads(host) if load.buffer == buffer)
     return nodes(host) + extra + uses * sum(1 for _ in ex.walk(value)) <= MAX_EXPRESSION_NODES
 
 
@@ -247,7 +254,7 @@ def replication(kernel: loop_ir.Kernel, buffer: str) -> int:
     known only at run time taken at their hints (a cost, not a fact)."""
     loops, _ = parallel_nest(kernel)
     most = 1
-    for load in loop_ir.loads(kernel.body):
+    for load in kernel_loads(kernel):
         if load.buffer == buffer:
             used = set().union(*(ex.free_vars(i) for i in load.index)) if load.index else set()
             most = max(most, sizes.hint(sizes.numel([loop.extent for loop in loops if loop.var not in used])))

@@ -155,7 +155,7 @@ def _fuse(
 
 def _read_index(consumer: loop_ir.Kernel, buffer: str) -> tuple[Expr, ...] | None:
     """The one index at which the consumer reads ``buffer``, or None when it reads it at several."""
-    found = {load.index for load in loop_ir.loads(consumer.body) if load.buffer == buffer}
+    found = {load.index for load in analysis.kernel_loads(consumer) if load.buffer == buffer}
     return found.pop() if len(found) == 1 else None
 
 

@@ -28,8 +28,12 @@ class StoreNarrowedTemporaries:
     def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
         """Narrow every temporary that qualifies, in one pass: a model has one per layer."""
         result = program
+        readers: dict[str, list[int]] = {}
+        for position, kernel in enumerate(program.kernels):
+            for name in dict.fromkeys(b.name for b in kernel.inputs):
+                readers.setdefault(name, []).append(position)
         for buffer in program.temporaries:
-            narrow = _common_narrowing_cast(result, buffer)
+            narrow = _common_narrowing_cast(result, buffer, readers.get(buffer.name, []))
             if narrow is not None:
                 result = narrow_temporary(result, buffer, narrow)
         return None if result is program else result
@@ -56,14 +60,14 @@ def _casts_of(kernel: loop_ir.Kernel, name: str) -> tuple[frozenset[DType], bool
     return frozenset(targets), bare
 
 
-def _common_narrowing_cast(program: loop_ir.Program, buffer: loop_ir.Buffer) -> DType | None:
+def _common_narrowing_cast(program: loop_ir.Program, buffer: loop_ir.Buffer, readers: list[int]) -> DType | None:
+    """The one narrower dtype that every reader (by position) casts ``buffer`` to, if any."""
     targets: set[DType] = set()
-    for kernel in program.kernels:
-        if any(b.name == buffer.name for b in kernel.inputs):
-            found, bare = _casts_of(kernel, buffer.name)
-            if bare:
-                return None
-            targets |= found
+    for position in readers:
+        found, bare = _casts_of(program.kernels[position], buffer.name)
+        if bare:
+            return None
+        targets |= found
     if len(targets) != 1:
         return None
     (narrow,) = targets

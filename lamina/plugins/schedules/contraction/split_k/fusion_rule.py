@@ -144,13 +144,16 @@ def _choose(
                 continue
             lengths.add(length)
             parts = split(c, splits, set(), multiple)
+            combine_us = COMBINE.estimate_cost(parts.combine, target)
+            bound = min(best.split_us if best is not None else math.inf, (1 - MIN_GAIN) * whole.total_us)
+            if pinned is None and combine_us >= bound:
+                continue  # the combine alone costs what would not be chosen: skip the partial sums' search
             try:
                 partial_us = contraction_schedule.cheapest_estimate(parts.partial, target, settings).total_us
             except ScheduleError as e:
                 failure = failure or e
                 continue
-            choice = SplitChoice(splits, whole.total_us, partial_us, COMBINE.estimate_cost(parts.combine, target),
-                                 multiple)
+            choice = SplitChoice(splits, whole.total_us, partial_us, combine_us, multiple)
             if best is None or choice.split_us < best.split_us:
                 best = choice
     if pinned is not None and best is None and failure is not None:
