@@ -4,12 +4,14 @@
 
 Each sweep case is compiled for sm_90 on the CPU to recover what the schedule weighs (its
 ``DecodeAttention``); each measured setting (the cost model's choices and the pinned key ranges)
-is estimated under a grid of ``TILE_LATENCY_US``, ``COMBINE_US`` and ``WAVE_US``. A setting of the
-constants counts where, among the measured settings of a case, the cheapest estimate is the
+is estimated under a grid of ``TILE_LATENCY_US``, ``COMBINE_US``, ``WAVE_US`` and ``LAUNCH_US`` (which
+moves every estimate alike), with the combining counted per range and pair of outputs (as the
+schedule counts it) or per range alone. A setting of the constants counts where, among the measured settings of a case, the cheapest estimate is the
 fastest measured, and the geometric mean of the measured time of its pick over the best measured;
 of those that pick the best in all but one case of the most found, at most 5 % off it, the one
-whose estimates are closest to the measurements wins. Printed: the best few settings of the constants, and what the best one picks for each
-case from every setting the schedule weighs (measured or not).
+whose estimates are closest to the measurements wins. Printed: the best few settings of the
+constants, and what the best one picks for each case from every setting the schedule weighs
+(measured or not).
 """
 
 from __future__ import annotations
