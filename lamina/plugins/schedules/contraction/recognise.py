@@ -118,7 +118,13 @@ class Contraction:
 
     def invariant_loads(self) -> tuple[loop_ir.Load, ...]:
         """Loads of the accumulated value that do not move with the reduction variable."""
-        return tuple(load for load in outer_loads(self.value) if self.reduce_var not in _index_vars(load))
+        return _invariant_loads(self.value, self.reduce_var)
+
+
+@functools.lru_cache(maxsize=1024)
+def _invariant_loads(value: Expr, reduce_var: str) -> tuple[loop_ir.Load, ...]:
+    """``Contraction.invariant_loads``, kept per value: the cost model asks for every setting it weighs."""
+    return tuple(load for load in outer_loads(value) if reduce_var not in _index_vars(load))
 
 
 def outer_loads(expr: Expr) -> list[loop_ir.Load]:
