@@ -95,7 +95,7 @@ def compute_and_memory_us(c: Contraction, choices: Choices, target: Target) -> t
     k_tiles = cluster_slices.k_tiles_per_slice(c.reduce_extent, sliced)
     columns = setting.summed_columns(c, choices)
     efficiency = (tile_efficiency(choices.block_m, columns, choices.consumer_warpgroups)
-                  * STAGE_EFFICIENCY[useful_stages(choices.stages, k_tiles)])
+                  * STAGE_EFFICIENCY[min(useful_stages(choices.stages, k_tiles), max(STAGE_EFFICIENCY))])
     sm_flops_per_us = target.bf16_tensor_flops_per_us / target.sm_count * efficiency
     k_tile_us = 2 * choices.block_m * columns * choices.block_k / sm_flops_per_us
     late_reads = 0 if setting.early_read_registers(c, choices) else setting.epilogue_read_values(c, choices)

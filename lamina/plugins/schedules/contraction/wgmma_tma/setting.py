@@ -87,6 +87,8 @@ UNPINNED_SCHEDULERS = (GRID,)
 """The tile schedulers the cost model weighs: persistent blocks, timed against the grid on the
 suite's bf16 linears, gained at most 2 % (``experiments/persistent_tiles/``), so they run only
 where pinned."""
+SEARCHED_STAGES = range(MIN_STAGES, 6)
+"""The ring depths the cost model weighs; deeper rings (to ``MAX_STAGES``) run where pinned."""
 UNPINNED_CLUSTERS = (1,)
 """The cluster sizes the cost model weighs: pairs of blocks sharing B, timed on an H100, were 3 to 16 %
 slower than blocks alone on TinyLlama's and Qwen's products at 512 rows, LM heads included (4 % faster
@@ -138,7 +140,7 @@ def settings(c: Contraction, pinned: dict, target: Target):
 
     for block_m, block_n, stages, groups, scheduler, cluster, sliced in itertools.product(
             values("block_m", BLOCK_MS), values("block_n", BLOCK_NS),
-            values("stages", range(MIN_STAGES, MAX_STAGES + 1)), values("consumer_warpgroups", CONSUMER_WARPGROUPS),
+            values("stages", SEARCHED_STAGES), values("consumer_warpgroups", CONSUMER_WARPGROUPS),
             values("tile_scheduler", UNPINNED_SCHEDULERS), values("cluster_blocks", UNPINNED_CLUSTERS),
             values("cluster_slices", UNPINNED_CLUSTER_SLICES)):
         choices = attrs.evolve(choices_for(block_m, block_n, stages, groups, scheduler, cluster, sliced), **pinned)
