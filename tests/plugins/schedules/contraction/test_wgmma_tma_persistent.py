@@ -141,7 +141,7 @@ def test_a_pinned_tile_scheduler_reaches_the_split_k_decision():
     """A skinny product the cost model splits along K: with persistent blocks pinned alone, the
     split-K rule weighs only slices that persistent blocks can walk (equal ones), instead of
     choosing slices that the schedule then refuses."""
-    x, w = torch.randn(128, 2048, dtype=torch.bfloat16), torch.randn(2560, 2048, dtype=torch.bfloat16)
+    x, w = torch.randn(128, 5632, dtype=torch.bfloat16), torch.randn(2048, 5632, dtype=torch.bfloat16)
     compiled = lamina.compile(lambda x, w: x @ w.T, (x, w), target="sm_90",
                               knobs={"contraction": {"tile_scheduler": "persistent"}})
     products = [t for t in compiled.compilation.tiles if t.schedule == "contraction"]

@@ -8,7 +8,10 @@ two consumer warpgroups share each k-tile of B) and with the ring's depth
 other, too little to hide a trip to memory). Each block adds a fixed cost (``BLOCK_US``:
 its barriers' setup, the first copies' trip to memory before any wgmma, its epilogue) that
 blocks resident on the same SM overlap. Global bytes are each operand once and the
-outputs, the operands' k-tiles being read again from L2.
+outputs, the operands' k-tiles being read again from L2, at the memory's pace or, where few SMs
+work, at the pace at which each SM takes its blocks' k-tiles from L2 (``SM_COPY_BYTES_PER_US``).
+An SM's tensor cores reach more of their peak where few SMs work (``LIGHT_LOAD_SPEEDUP``): the
+target's rate is cuBLAS's with every SM busy, held back by the chip's power and clocks.
 
 The efficiencies are fitted to every setting of this kernel timed on the suite's bf16 linears
 at 512 and 2 048 rows on the H200 (``experiments/wgmma_tma_tiles/``). What they must also get
@@ -53,6 +56,15 @@ SLICE_SUMS_BYTES_PER_US = 30 * 1024
 over 132 SMs), not fitted; the slices run only where pinned (``setting.UNPINNED_CLUSTER_SLICES``)."""
 SLICE_MEETING_US = 0.5
 """What the cluster's two meetings add to a block whose reduction is sliced: a guess, not fitted."""
+LIGHT_LOAD_SPEEDUP = 1.7
+"""How much faster an SM's k-tiles run when it is the only SM at work than when all are: the
+speedup falls linearly to 1 as the busy SMs approach all of them. Fitted, with the memory's pace
+below, to 60 settings of 128- and 512-row projections and an LM head timed on an H100
+(``experiments/deep_rings/``): 128 x 128 blocks of TinyLlama's down projection at 128 rows, 16
+of them, ran 1.45x faster than the full chip's rate predicted."""
+SM_COPY_BYTES_PER_US = 150 * 1024
+"""The pace at which one SM takes its blocks' k-tiles from L2 (about 64 bytes a clock): what
+bounds a product of few blocks, each of which copies many k-tiles, rather than the memory's."""
 BLOCKS_PER_SM = 32
 REGISTERS_PER_SM = 65536
 SHARED_BYTES_PER_SM = 228 * 1024
@@ -96,7 +108,9 @@ def compute_and_memory_us(c: Contraction, choices: Choices, target: Target) -> t
     columns = setting.summed_columns(c, choices)
     efficiency = (tile_efficiency(choices.block_m, columns, choices.consumer_warpgroups)
                   * STAGE_EFFICIENCY[min(useful_stages(choices.stages, k_tiles), max(STAGE_EFFICIENCY))])
-    sm_flops_per_us = target.bf16_tensor_flops_per_us / target.sm_count * efficiency
+    busy_sms = min(blocks, target.sm_count)
+    light_load = 1 + (LIGHT_LOAD_SPEEDUP - 1) * (1 - busy_sms / target.sm_count)
+    sm_flops_per_us = target.bf16_tensor_flops_per_us / target.sm_count * efficiency * light_load
     k_tile_us = 2 * choices.block_m * columns * choices.block_k / sm_flops_per_us
     late_reads = 0 if setting.early_read_registers(c, choices) else setting.epilogue_read_values(c, choices)
     stored_by_tma = setting.staged_copy(c, choices) == setting.TMA_COPY
@@ -111,6 +125,6 @@ def compute_and_memory_us(c: Contraction, choices: Choices, target: Target) -> t
     read_by_epilogue = {node.buffer for s in c.epilogue for node in ex.walk(s.value)
                         if isinstance(node, loop_ir.Load) and node.buffer not in factors}
     moved = sum(c.buffer_bytes(name) for name in factors | read_by_epilogue) + written
-    busy_sms = min(blocks, target.sm_count)
-    memory_us = moved / (target.memory_bytes_per_us * busy_sms / target.sm_count)
+    stage_bytes = setting.stage_bytes(c, choices)
+    memory_us = max(moved / target.memory_bytes_per_us, deepest * k_tiles * stage_bytes / SM_COPY_BYTES_PER_US)
     return compute_us, memory_us, blocks, per_sm

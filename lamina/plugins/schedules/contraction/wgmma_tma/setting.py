@@ -210,11 +210,15 @@ def slice_sums_bytes(c: Contraction, choices: Choices) -> int:
                                      cluster_slices.slices(choices))
 
 
-def _ring_bytes(c: Contraction, choices: Choices) -> int:
+def stage_bytes(c: Contraction, choices: Choices) -> int:
+    """One stage of the ring: a k-tile of each operand."""
     factors = operands.factors(c)
     itemsize = factors[0].load.dtype.itemsize if factors else 2
-    columns = summed_columns(c, choices)
-    return choices.stages * (choices.block_m + columns) * BLOCK_K * itemsize + barrier_bytes(choices.stages)
+    return (choices.block_m + summed_columns(c, choices)) * BLOCK_K * itemsize
+
+
+def _ring_bytes(c: Contraction, choices: Choices) -> int:
+    return choices.stages * stage_bytes(c, choices) + barrier_bytes(choices.stages)
 
 
 def staged_tile_bytes(c: Contraction, choices: Choices) -> int:
