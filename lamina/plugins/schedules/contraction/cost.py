@@ -293,8 +293,10 @@ def _fitted(c: Contraction, choices: Choices, pinned: dict[str, int], target: Ta
     return None
 
 
-def candidates(c: Contraction, target: Target, pinned: dict[str, int] | None = None) -> list[Choices]:
-    """Every legal setting the cost model chooses among, in a fixed order.
+def candidates(c: Contraction, target: Target, pinned: dict[str, int] | None = None,
+               cuda_cores: bool = True) -> list[Choices]:
+    """Every legal setting the cost model chooses among, in a fixed order (without ``cuda_cores``,
+    only the wgmma's).
 
     Pinned knobs keep their values; where they, or shapes too small for the usual ranges
     (a 1x1 convolution of 13 channels on a 2x2 image), leave no setting there, the ranges
@@ -303,7 +305,8 @@ def candidates(c: Contraction, target: Target, pinned: dict[str, int] | None = N
     pinned = pinned or {}
     for relaxed in (False, True):
         found = []
-        for choices in itertools.chain(_settings(c, pinned, relaxed, target), _wgmma_settings(c, pinned, target),
+        cuda_core_settings = _settings(c, pinned, relaxed, target) if cuda_cores else ()
+        for choices in itertools.chain(cuda_core_settings, _wgmma_settings(c, pinned, target),
                                        tma_setting.settings(c, pinned, target)):
             fitted = _fitted(c, choices, pinned, target)
             if fitted is not None and fitted not in found:
@@ -387,9 +390,27 @@ def choose(c: Contraction, target: Target, pinned: dict[str, int], where: str) -
 
     Only settings the kernel can run are ranked (``candidates``). Where there are none, the
     error names the pinned knobs; with none pinned it is ``NoSettingRuns``, so that the next
-    schedule takes the kernel."""
+    schedule takes the kernel.
+
+    Where a wgmma setting is already cheaper than any setting of the CUDA cores' products could be
+    (``cuda_core_floor_us``), those are not weighed: checking them was a third of a model's search,
+    for products that always ran on the wgmma."""
+    wgmma = [(s, estimate(c, s, target)) for s in candidates(c, target, pinned, cuda_cores=False)]
+    if wgmma and min(e.total_us for _, e in wgmma) < cuda_core_floor_us(c, target):
+        best = min(range(len(wgmma)), key=lambda i: (wgmma[i][1].total_us, i))
+        return wgmma[best][0], wgmma[best][1], len(wgmma)
     settings = ranked(c, target, pinned, where)
     return settings[0][0], settings[0][1], len(settings)
+
+
+def cuda_core_floor_us(c: Contraction, target: Target) -> float:
+    """Less than any setting of FMAs or ``mma.sync`` can be estimated at: the launch and every product
+    at the best share of either's rate that ``estimate`` grants (``MAX_EFFICIENCY``,
+    ``TENSOR_CORE_EFFICIENCY``)."""
+    products = (c.extents[c.m] * c.extents[c.n] * c.reduce_extent * math.prod(c.extents[v] for v in c.batch))
+    rate = max(target.fp32_flops_per_us * MAX_EFFICIENCY,
+               target.tf32_tensor_flops_per_us / mma_sync.PRODUCTS * max(TENSOR_CORE_EFFICIENCY.values()))
+    return target.launch_us + 2 * products / rate
 
 
 def ranked(c: Contraction, target: Target, pinned: dict[str, int], where: str) -> list[tuple[Choices, Estimate]]:

@@ -13,7 +13,7 @@ from lamina.core.ir import loop_ir, sizes, tile_ir
 from lamina.core.selection import Setting
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction import arrangement, copy_issue, cost, tiling
-from lamina.plugins.schedules.contraction.knobs import KNOBS, Choices, pins_text, read_pinned
+from lamina.plugins.schedules.contraction.knobs import KNOBS, WGMMA, WGMMA_TMA, Choices, pins_text, read_pinned
 from lamina.plugins.schedules.contraction.split_k.partial_sums import partial_of
 from lamina.plugins.schedules.contraction.recognise import analyse
 from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME
@@ -60,8 +60,11 @@ def schedule_contraction(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[
     else:
         choices = arrangement.arranged(hinted, choices, estimate.resident, target)
         choices = copy_issue.chosen(hinted, choices, tiling.copies_asynchronously(c, target))
+    floor = cost.cuda_core_floor_us(hinted, target)
+    unweighed = (f" (the CUDA cores', at least {floor:.1f} us, not weighed)"
+                 if choices.products in (WGMMA, WGMMA_TMA) and estimate.total_us < floor else "")
     notes = [
-        ("chosen", f"{choices.summary()}; cheapest of {count} settings, pinned: {pins}"
+        ("chosen", f"{choices.summary()}; cheapest of {count} settings{unweighed}, pinned: {pins}"
                    + (f"; weighed at {_hints(c)}" if c.symbolic else "")),
         ("estimate", estimate.text()),
         *([arrangement.block_order(hinted, choices, estimate.resident, target)] if pipelined

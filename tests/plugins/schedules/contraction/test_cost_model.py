@@ -9,10 +9,11 @@ from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import dtypes, kernel_ir, tile_ir
 from lamina.plugins.schedules.contraction import ContractionSchedule, analyse, candidates, estimate
-from lamina.plugins.schedules.contraction.cost import choose
+from lamina.plugins.schedules.contraction.cost import choose, cuda_core_floor_us, ranked
 from lamina.plugins.selection.cost_model import CostModelPolicy
 
 from ..contraction_kernels import FMA, SM_90, linear, matmul, simulate_case
+from .test_wgmma_tma import linear16
 
 SCHEDULE = ContractionSchedule()
 QWEN_QKV = linear(2048, 3584, 4608)
@@ -169,3 +170,26 @@ def test_cp_async_copies_take_two_buffers_and_copies_through_registers_three():
     assert chosen(matmul(2048, 2048, 2048)).buffers == 2
     assert chosen(matmul(2048, 2048, 2048, dtype=dtypes.bfloat16)).buffers == 3
     assert chosen(matmul(2048, 16, 2048, dtype=dtypes.bfloat16)).buffers == 1
+
+
+@pytest.mark.parametrize("case", [linear16(128, 2048, 2560), linear16(2048, 3584, 4608), linear16(64, 64, 64),
+                                  linear(512, 768, 3072), linear(3, 40, 5)],
+                         ids=["bf16_128_rows", "bf16_qwen_qkv", "bf16_one_tile", "fp32", "fp32_tiny"])
+def test_leaving_out_the_cuda_cores_settings_never_changes_the_choice(case):
+    """``choose`` skips the CUDA cores' settings where a wgmma setting is cheaper than any of them could
+    be; the choice is the cheapest of every setting all the same."""
+    c = analyse(case.kernel, paired=True).hinted()
+    choices, estimate_, _ = choose(c, SM_90, {}, "test")
+    (best, best_estimate), *_ = ranked(c, SM_90, {}, "test")
+    assert (choices, estimate_) == (best, best_estimate)
+    assert all(estimate(c, s, SM_90).total_us >= cuda_core_floor_us(c, SM_90)
+               for s in candidates(c, SM_90) if s.products in ("fma", "mma_sync"))
+
+
+def test_a_16_bit_linear_on_hopper_weighs_only_the_wgmma_settings_and_the_tile_ir_says_so():
+    c = analyse(linear16(128, 2048, 2560).kernel, paired=True).hinted()
+    _, _, weighed = choose(c, SM_90, {}, "test")
+    every = candidates(c, SM_90)
+    assert weighed == sum(s.products == "wgmma_tma" for s in every) < len(every)
+    text = tile_ir.format_tile_kernel(SCHEDULE.schedule(linear16(128, 2048, 2560).kernel, SM_90, {}))
+    assert f"cheapest of {weighed} settings (the CUDA cores', at least " in text
