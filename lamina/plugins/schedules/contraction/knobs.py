@@ -22,7 +22,8 @@ Hopper's warpgroup ``wgmma``, on the tensor cores each float32 operand as two tf
 (``wgmma_tma``) bf16 and fp16 operands copied by Hopper's TMA into a ring of stages and multiplied
 as they are by ``wgmma`` (``wgmma_tma``)."""
 MIN_STAGES, MAX_STAGES = 2, 12
-"""The k-tiles the Hopper GEMM's ring may hold at once: 12 stages of a 64 x 64 block fill its shared memory."""
+"""The k-tiles the Hopper GEMM's ring may hold at once: as deep as cuBLAS's rings for 128-row products
+(12); the shared memory bounds each block shape's (``setting.problem``)."""
 CONSUMER_WARPGROUPS = (1, 2)
 TILE_SCHEDULERS = GRID, PERSISTENT = ("grid", "persistent")
 """How the Hopper GEMM's blocks meet the output tiles: a block per tile (``grid``), or as many

@@ -87,8 +87,9 @@ UNPINNED_SCHEDULERS = (GRID,)
 """The tile schedulers the cost model weighs: persistent blocks, timed against the grid on the
 suite's bf16 linears, gained at most 2 % (``experiments/persistent_tiles/``), so they run only
 where pinned."""
-SEARCHED_STAGES = range(MIN_STAGES, 6)
-"""The ring depths the cost model weighs; deeper rings (to ``MAX_STAGES``) run where pinned."""
+SEARCHED_STAGES = range(MIN_STAGES, 5 + 1)
+"""The ring depths the cost model weighs; deeper rings (to ``MAX_STAGES``) run where pinned: timed on
+an H100, they were no faster for the blocks the cost model chooses (``experiments/deep_rings/``)."""
 UNPINNED_CLUSTERS = (1,)
 """The cluster sizes the cost model weighs: pairs of blocks sharing B, timed on an H100, were 3 to 16 %
 slower than blocks alone on TinyLlama's and Qwen's products at 512 rows, LM heads included (4 % faster
