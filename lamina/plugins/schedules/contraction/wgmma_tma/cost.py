@@ -60,13 +60,13 @@ LIGHT_LOAD_SPEEDUP = 1.7
 """How much faster an SM's k-tiles run when it is the only SM at work than when all are: the
 speedup falls linearly to 1 as the busy SMs approach all of them. Fitted, with the memory's pace
 below, to 60 settings of 128- and 512-row projections and an LM head timed on an H100
-(``experiments/deep_rings/``): sixteen 128 x 128 blocks of TinyLlama's down projection at 128 rows
-took 29.8 us in all where the full chip's rate put their arithmetic alone at 41.9."""
+(``experiments/deep_rings/``), where a few dozen blocks ran their arithmetic about half as fast
+again as the full chip's rate allows an SM."""
 SM_COPY_BYTES_PER_US = 150 * 1024
 """The pace at which one SM takes its blocks' k-tiles from L2: what bounds a product of few blocks,
 each of which copies many k-tiles, rather than the memory's. The timed settings ask for at least
 120 KB/us; at 100 the model sent TinyLlama's down projection with its residual at 512 rows to a
-setting 17 % slower than its choice at 150 (``experiments/deep_rings/``)."""
+slower setting than it keeps at 150 (``experiments/deep_rings/``)."""
 BLOCKS_PER_SM = 32
 REGISTERS_PER_SM = 65536
 SHARED_BYTES_PER_SM = 228 * 1024
