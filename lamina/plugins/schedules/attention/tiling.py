@@ -38,13 +38,21 @@ ARCH = 90
 """TMA and wgmma are Hopper's (sm_90a)."""
 PANEL = 64
 """Elements of a 16-bit row in one 128-byte swizzled row: the TMA's boxes are this wide."""
-KNOB_NAMES = ("block_queries", "block_keys", "stages")
+KNOB_NAMES = ("block_queries", "block_keys", "stages", "warpgroups")
 BLOCK_QUERIES = (64, 128)
 BLOCK_KEYS = (64, 128)
 STAGES = (2, 3, 4)
 """The ring's stages; the cost model takes the most that keep as many blocks on an SM as its
-registers allow: the first warpgroup refills a stage only once every warpgroup has released
-it, so a deeper ring gives the copies more time."""
+registers allow: a stage is refilled only once every warpgroup has released it, so a deeper
+ring gives the copies more time."""
+IN_STEP, PING_PONG = "in_step", "ping_pong"
+WARPGROUPS = (IN_STEP, PING_PONG)
+"""How a block's two consumer warpgroups share the tensor cores: ``in_step``, each issuing its
+products when its data is there (so both tend to compute their softmax at the same time), or
+``ping_pong``, taking turns to issue them (FlashAttention-3's scheduling), so that one
+warpgroup's softmax runs while the other's products keep the tensor cores busy."""
+SEARCHED_WARPGROUPS = (IN_STEP,)
+"""The orders the cost model weighs; ``ping_pong`` runs where pinned."""
 BLOCK_SHARED_RESERVE = 1024
 """Shared memory the driver keeps per block on Hopper: an SM has the opt-in maximum a block
 may have plus one such reserve."""
@@ -77,14 +85,15 @@ class AttentionChoice:
     block_queries: int
     block_keys: int
     stages: int
+    warpgroups: str = IN_STEP
 
     @property
     def consumer_warpgroups(self) -> int:
         return self.block_queries // kernel_ir.WGMMA_M
 
 
-def _read_pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
-    legal = {"block_queries": BLOCK_QUERIES, "block_keys": BLOCK_KEYS, "stages": STAGES}
+def _read_pinned(knobs: Mapping[str, Any], where: str) -> dict[str, Any]:
+    legal = {"block_queries": BLOCK_QUERIES, "block_keys": BLOCK_KEYS, "stages": STAGES, "warpgroups": WARPGROUPS}
     pinned = {}
     for key, value in knobs.items():
         if key not in legal:
@@ -92,6 +101,9 @@ def _read_pinned(knobs: Mapping[str, Any], where: str) -> dict[str, int]:
         if value not in legal[key] or isinstance(value, bool):
             raise ScheduleError(f"{where}: knob {key} = {value!r} must be one of {', '.join(map(str, legal[key]))}")
         pinned[key] = value
+    if pinned.get("warpgroups") == PING_PONG and pinned.get("block_queries", 128) != 128:
+        raise ScheduleError(f"{where}: knob warpgroups = 'ping_pong' takes turns between two warpgroups: it needs "
+                            f"block_queries = 128, not {pinned['block_queries']}")
     return pinned
 
 
@@ -124,7 +136,7 @@ def shared_bytes(a: Attention, choice: AttentionChoice) -> int:
     keys = choice.stages * panels * choice.block_keys * PANEL * item
     values = choice.stages * choice.block_keys * a.features * item
     flags = flag_bytes(a.keys_extent, choice.block_keys) if a.by_block.shown is not None else 0
-    return queries + keys + values + barrier_bytes(choice.stages) + flags
+    return queries + keys + values + barrier_bytes(choice.stages, choice.warpgroups) + flags
 
 
 FLAG_BYTES = 4
@@ -135,10 +147,11 @@ def flag_bytes(keys: int, block_keys: int) -> int:
     return _aligned(FLAG_BYTES * math.ceil(keys / block_keys))
 
 
-def barrier_bytes(stages: int) -> int:
-    """The queries' full barrier and each stage's full and empty barriers, each array from a
-    16-byte boundary as the kernel lays them out."""
-    return _aligned(hopper_barriers.MBARRIER_BYTES) + 2 * _aligned(stages * hopper_barriers.MBARRIER_BYTES)
+def barrier_bytes(stages: int, warpgroups: str = IN_STEP) -> int:
+    """The queries' full barrier, each stage's full and empty barriers and, taking turns, each
+    warpgroup's turn barrier, each array from a 16-byte boundary as the kernel lays them out."""
+    turns = _aligned(2 * hopper_barriers.MBARRIER_BYTES) if warpgroups == PING_PONG else 0
+    return _aligned(hopper_barriers.MBARRIER_BYTES) + 2 * _aligned(stages * hopper_barriers.MBARRIER_BYTES) + turns
 
 
 def _aligned(size: int) -> int:
@@ -146,6 +159,8 @@ def _aligned(size: int) -> int:
 
 
 def problem(a: Attention, choice: AttentionChoice, target: Target) -> str | None:
+    if choice.warpgroups == PING_PONG and choice.consumer_warpgroups != 2:
+        return f"{choice.block_queries} queries are one warpgroup's: ping_pong takes turns between two"
     if a.queries_extent < kernel_ir.WGMMA_M:
         return (f"{a.queries_extent} queries, fewer than the {kernel_ir.WGMMA_M} rows of a wgmma: the attention_decode "
                 "schedule takes a few queries")
@@ -220,17 +235,18 @@ def ranked(a: Attention, target: Target, knobs: Mapping[str, Any],
 
 
 @functools.lru_cache(maxsize=256)
-def _weighed(kernel: loop_ir.Kernel, target: Target, pinned: tuple[tuple[str, int], ...],
+def _weighed(kernel: loop_ir.Kernel, target: Target, pinned: tuple[tuple[str, Any], ...],
              stages: tuple[int, ...]) -> tuple[tuple[tuple[float, AttentionChoice], ...], tuple[str, ...]]:
     """The settings ``ranked`` returns and why the others cannot run, once per kernel shape (its names
     erased): the fusion rule and the schedule weigh the same kernel of every layer of a model."""
     a, pins = analyse(kernel), dict(pinned)
     found, problems = [], []
-    for queries, keys, stage_count in itertools.product(
+    for queries, keys, stage_count, order in itertools.product(
             [pins["block_queries"]] if "block_queries" in pins else BLOCK_QUERIES,
             [pins["block_keys"]] if "block_keys" in pins else BLOCK_KEYS,
-            [pins["stages"]] if "stages" in pins else stages):
-        choice = AttentionChoice(queries, keys, stage_count)
+            [pins["stages"]] if "stages" in pins else stages,
+            [pins["warpgroups"]] if "warpgroups" in pins else SEARCHED_WARPGROUPS):
+        choice = AttentionChoice(queries, keys, stage_count, order)
         why = problem(a, choice, target)
         if why is not None:
             problems.append(why)
@@ -262,6 +278,8 @@ class AttentionSettings(tile_ir.ScheduleSettings):
     """Whether each query sees only the keys from a distance behind it on (a sliding window)."""
     key_block_flags: bool = False
     """Whether the kernel keeps a flag per key block: the padding shows every key of it."""
+    warpgroups: str = IN_STEP
+    """Whether the two consumer warpgroups take turns at the tensor cores (``WARPGROUPS``)."""
 
     def extra_threads(self, tk: tile_ir.TileKernel) -> int:
         """The 4 threads across each query row of a wgmma accumulator: the bindings count one."""
@@ -269,7 +287,7 @@ class AttentionSettings(tile_ir.ScheduleSettings):
 
     def shared_bytes(self, tk: tile_ir.TileKernel) -> int:
         flags = flag_bytes(tk.reduction.extent, self.block_keys) if self.key_block_flags else 0
-        return barrier_bytes(self.stages) + flags
+        return barrier_bytes(self.stages, self.warpgroups) + flags
 
     def reduction_text(self, tk: tile_ir.TileKernel) -> str:
         return ", one pass: online softmax (running maximum and sum, earlier sums rescaled)"
@@ -280,10 +298,12 @@ class AttentionSettings(tile_ir.ScheduleSettings):
         features = tk.stages[2].tile[1] if self.values_along_features else tk.stages[2].tile[0]
         groups = "1 consumer warpgroup" if self.consumer_warpgroups == 1 else \
             f"{self.consumer_warpgroups} consumer warpgroups"
+        turns = self.warpgroups == PING_PONG
+        refiller = "the first thread of the second warpgroup" if turns else "thread 0"
         lines = [
             f"  copies: thread 0 issues the TMA loads of the queries once and of each key block's keys and values "
-            f"into a ring of {self.stages} stages, each with a full and an empty mbarrier, refilled once every "
-            "warpgroup has released it",
+            f"into a ring of {self.stages} stages, each with a full and an empty mbarrier, refilled by {refiller} "
+            "once every warpgroup has released it",
             f"  products on tensor cores: {groups} of 64 query rows; per key block, wgmma m64n{keys}k16 on {dtype} "
             f"gives the scores, the probabilities stay in registers in {dtype} as the A of wgmma m64n{features}k16, "
             f"which adds them times the values{VALUES_ALONG_FEATURES if self.values_along_features else ''}; "
@@ -291,6 +311,10 @@ class AttentionSettings(tile_ir.ScheduleSettings):
             "  overlap: each key block's scores are issued before the values' product of the block before, whose "
             "wgmma runs while the warpgroup computes the softmax",
         ]
+        if turns:
+            lines.append("  ping-pong: the two warpgroups take turns to issue a key block's products, each turn an "
+                         "mbarrier that the other warpgroup arrives on once it has issued its own, so that one's "
+                         "softmax runs while the other's products use the tensor cores")
         if self.causal:
             lines.append("  causal: key blocks past the block's last visible key are skipped")
         if self.windowed:
@@ -329,12 +353,13 @@ def tile(a: Attention, target: Target, knobs: Mapping[str, Any]) -> tile_ir.Tile
                             kernel_ir.SWIZZLE_BYTES),
     ]
     reduction = tile_ir.ReductionPlan((a.key_var,), a.keys_extent, "serial", choice.block_keys)
-    notes = [("chosen", f"{choice.block_queries} queries x {choice.block_keys} keys, {choice.stages} stages; "
+    turns = ", warpgroups in turn" if choice.warpgroups == PING_PONG else ""
+    notes = [("chosen", f"{choice.block_queries} queries x {choice.block_keys} keys, {choice.stages} stages{turns}; "
                         f"cheapest of {count} settings, pinned: {pins}"),
              ("estimate", f"{estimate:.1f} us")]
     tk = tile_ir.TileKernel(
         kernel=a.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction, stages=stages, knobs=notes,
         settings=AttentionSettings(choice.block_keys, choice.stages, groups, causal, a.by_block.text(not causal),
-                                   along_features, windowed, a.by_block.shown is not None))
+                                   along_features, windowed, a.by_block.shown is not None, choice.warpgroups))
     tile_ir.verify_tile_kernel(tk, target.max_threads_per_block, target.max_shared_bytes_optin)
     return tk

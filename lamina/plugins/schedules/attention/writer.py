@@ -47,7 +47,7 @@ from lamina.core.ir.expr import Expr
 from lamina.core.target import Target
 from lamina.plugins.schedules import loop_to_kernel
 from lamina.plugins.schedules.attention.recognise import Attention, analyse
-from lamina.plugins.schedules.attention.tiling import PANEL, AttentionSettings
+from lamina.plugins.schedules.attention.tiling import PANEL, PING_PONG, AttentionSettings
 from lamina.plugins.schedules.contraction.layout import KernelNames, batch_coordinates, dynamic_shared_bytes
 
 QUAD = 4
@@ -59,6 +59,11 @@ class AttentionWriter:
         settings: AttentionSettings = tile.settings
         self.tile, self.a, self.kernel = tile, a, a.kernel
         self.groups, self.stages, self.block_keys = settings.consumer_warpgroups, settings.stages, settings.block_keys
+        self.in_turn = settings.warpgroups == PING_PONG
+        # taking turns, the second warpgroup releases a stage last: its first thread refills it
+        self.refiller = kernel_ir.WARPGROUP_SIZE if self.in_turn else 0
+        self.writing_for: int | None = None
+        """Taking turns, the warpgroup whose branch is being written."""
         self.block_queries = kernel_ir.WGMMA_M * self.groups
         self.panels = math.ceil(a.depth / PANEL)
         self.key_panels = self.block_keys // PANEL
@@ -81,7 +86,7 @@ class AttentionWriter:
             ex.Var(names.fresh(n), dtypes.float32) for n in ("block_max", "new_max", "max_used", "max_log2", "sum"))
         self.array_names = {n: names.fresh(n) for n in ("q_tile", "k_tile", "v_tile", "q_full", "full", "empty",
                                                           "scores", "probabilities", "out", "running_max",
-                                                          "running_sum", "rescale", "shown")}
+                                                          "running_sum", "rescale", "shown", "turn")}
         self.shown_here = ex.Var(names.fresh("shown_here"), dtypes.int32)
         self.consumers = self.groups * kernel_ir.WARPGROUP_SIZE
         self.maps = {side: names.fresh(f"{view.operand.load.buffer}_map")
@@ -317,9 +322,11 @@ class AttentionWriter:
         first = [
             kernel_ir.Declare(self.stage.name, self.stage.dtype, ex.const(0)),
             kernel_ir.MbarrierWait(self._n("full"), (self.stage,), ex.const(0)),
+            *self._my_turn(ex.const(0)),
             kernel_ir.WgmmaFence(),
             *self._scores_product(),
             kernel_ir.WgmmaCommit(),
+            *self._pass_the_turn(),
             kernel_ir.WgmmaWait(0),
             *self._softmax(),
             *self._packed_probabilities()]
@@ -331,32 +338,69 @@ class AttentionWriter:
         its softmax; then ``kb - 1``'s stage released, the output rescaled, the probabilities packed,
         and the released stage refilled."""
         later = self.kb - 1 + self.stages
-        refill = kernel_ir.If(ex.op("and", ex.op("eq", self.tid, 0), ex.op("lt", later, self.visible)), [
+        refill = [kernel_ir.If(ex.op("and", ex.op("eq", self.tid, self.refiller), ex.op("lt", later, self.visible)), [
             kernel_ir.MbarrierWait(self._n("empty"), (self.previous,), (self.kb - 1) // self.stages % 2),
-            *self._key_block_loads(later)])
+            *self._key_block_loads(later)])]
+        if self.writing_for == 0:
+            refill = []  # the other warpgroup's first thread refills
         return [
             kernel_ir.Declare(self.stage.name, self.stage.dtype, self.kb % self.stages),
             kernel_ir.Declare(self.previous.name, self.previous.dtype, (self.kb + (self.stages - 1)) % self.stages),
             kernel_ir.MbarrierWait(self._n("full"), (self.stage,), self.kb // self.stages % 2),
+            *self._my_turn(self.kb % 2),
             kernel_ir.WgmmaFence(),
             *self._scores_product(),
             kernel_ir.WgmmaCommit(),
             *self._values_product(self.previous),
             kernel_ir.WgmmaCommit(),
+            *self._pass_the_turn(),
             kernel_ir.WgmmaWait(1),
             *self._softmax(),
             kernel_ir.WgmmaWait(0),
             kernel_ir.MbarrierArrive(self._n("empty"), (self.previous,)),
             *self._rescaled_output(),
             *self._packed_probabilities(),
-            refill,
+            *refill,
         ]
 
     def _last_values(self) -> list[kernel_ir.Stmt]:
         """The values' product of the last key block the queries see."""
         last = (self.visible - 1) % self.stages
         return [kernel_ir.If(ex.op("gt", self.visible, 0), [
-            kernel_ir.WgmmaFence(), *self._values_product(last), kernel_ir.WgmmaCommit(), kernel_ir.WgmmaWait(0)])]
+            *self._my_turn(self.visible % 2), kernel_ir.WgmmaFence(), *self._values_product(last),
+            kernel_ir.WgmmaCommit(), *self._pass_the_turn(), kernel_ir.WgmmaWait(0)])]
+
+    def _my_turn(self, turn: Expr) -> list[kernel_ir.Stmt]:
+        """Taking turns, before the warpgroup issues its products: wait until the other has issued
+        those of the turn before (turn ``t`` of a warpgroup is the phase of parity ``t % 2`` of its
+        turn barrier, which the other completes by arriving, every thread of it, after issuing)."""
+        if self.writing_for is None:
+            return []
+        return [kernel_ir.MbarrierWait(self._n("turn"), (ex.const(self.writing_for),), turn % 2)]
+
+    def _pass_the_turn(self) -> list[kernel_ir.Stmt]:
+        """Taking turns, once the warpgroup has issued its products: the other's turn."""
+        if self.writing_for is None:
+            return []
+        return [kernel_ir.MbarrierArrive(self._n("turn"), (ex.const(1 - self.writing_for),))]
+
+    def _walk(self) -> list[kernel_ir.Stmt]:
+        """The key blocks, their products and softmax: in step, or, taking turns, one branch for each
+        warpgroup (the simulator runs the branches of an ``If`` that wait on mbarriers as tasks that
+        wait for each other), the first warpgroup's turn first."""
+        if not self.in_turn:
+            return [*self._first_key_block(), self._key_block_loop(), *self._last_values()]
+        branches = []
+        for group in (0, 1):
+            self.writing_for = group
+            start = [kernel_ir.MbarrierArrive(self._n("turn"), (ex.const(0),))] if group == 1 else []
+            branches.append([*start, *self._first_key_block(), self._key_block_loop(), *self._last_values()])
+        self.writing_for = None
+        return [kernel_ir.If(ex.op("eq", self.warpgroup, 0), branches[0], branches[1])]
+
+    def _key_block_loop(self) -> kernel_ir.For:
+        return kernel_ir.For(self.kb.name, ex.const(1), ex.const(self.all_key_blocks), 1,
+                             [kernel_ir.If(ex.op("lt", self.kb, self.visible), self._key_block())])
 
     # --- the kernel --------------------------------------------------------------
 
@@ -397,7 +441,9 @@ class AttentionWriter:
         inits = [kernel_ir.MbarrierInit(self._n("q_full"), (ex.const(0),), 1),
                  *(kernel_ir.MbarrierInit(self._n("full"), (ex.const(i),), 1) for i in range(self.stages)),
                  *(kernel_ir.MbarrierInit(self._n("empty"), (ex.const(i),), self.consumers)
-                   for i in range(self.stages))]
+                   for i in range(self.stages)),
+                 *(kernel_ir.MbarrierInit(self._n("turn"), (ex.const(i),), kernel_ir.WARPGROUP_SIZE)
+                   for i in range(2 if self.in_turn else 0))]
         first_loads: list[kernel_ir.Stmt] = list(self._query_loads())
         for block in range(self.stages):
             first_loads.append(kernel_ir.If(ex.op("lt", block, self.visible), self._key_block_loads(ex.const(block))))
@@ -407,8 +453,6 @@ class AttentionWriter:
                   for h in range(2)]
         clear += [kernel_ir.Store(self._n("out"), (ex.const(i),), ex.const(0.0, dtypes.float32))
                   for i in range(self.features // 2)]
-        loop = kernel_ir.For(self.kb.name, ex.const(1), ex.const(self.all_key_blocks), 1,
-                             [kernel_ir.If(ex.op("lt", self.kb, self.visible), self._key_block())])
         flags = self._shown_flags() if self.a.by_block.shown is not None else []
         return [*declarations,
                 kernel_ir.If(ex.op("eq", self.tid, 0), inits),
@@ -417,9 +461,7 @@ class AttentionWriter:
                 kernel_ir.If(ex.op("eq", self.tid, 0), first_loads),
                 *clear,
                 kernel_ir.MbarrierWait(self._n("q_full"), (ex.const(0),), ex.const(0)),
-                *self._first_key_block(),
-                loop,
-                *self._last_values(),
+                *self._walk(),
                 *self._epilogue()]
 
     def tensor_maps(self) -> list[kernel_ir.TensorMap]:
@@ -451,6 +493,7 @@ class AttentionWriter:
             kernel_ir.Array(self._n("rescale"), dtypes.float32, (2,), "register"),
             *([kernel_ir.Array(self._n("shown"), dtypes.int32, (self.all_key_blocks,), "shared")]
               if self.a.by_block.shown is not None else []),
+            *([kernel_ir.Array(self._n("turn"), dtypes.int64, (2,), "shared")] if self.in_turn else []),
         ]
 
     def kernel_ir(self, static_shared_bytes: int) -> kernel_ir.Kernel:

@@ -71,6 +71,52 @@ def test_pinned_knobs_run_and_show_in_the_tile_ir(knobs):
     assert f"{knobs['block_queries']} queries x {knobs['block_keys']} keys, {knobs['stages']} stages" in compiled.ir("tile")
 
 
+PING_PONG = {"block_queries": 128, "warpgroups": "ping_pong"}
+
+
+@pytest.mark.parametrize("fn", [attention, causal_attention], ids=["full", "causal"])
+@pytest.mark.parametrize("heads, kv_heads, length, depth, knobs", [
+    (2, 1, 190, 64, {"block_keys": 64, "stages": 3}),     # ragged, several key blocks, a deep ring
+    (4, 2, 130, 80, {"block_keys": 128, "stages": 2}),    # 80 features, values copied along the keys
+    (2, 1, 300, 128, {"block_keys": 128, "stages": 3}),
+])
+def test_warpgroups_taking_turns_match_float64_on_the_simulator(fn, heads, kv_heads, length, depth, knobs):
+    """The two warpgroups of a block issue their products in turn (each waiting on its turn
+    barrier), and the second one's first thread refills the stages."""
+    torch.manual_seed(heads + length + depth)
+    compiled = check(fn, qkv(heads, kv_heads, length, depth), {"attention": {**PING_PONG, **knobs}})
+    tile = compiled.ir("tile")
+    assert "stages, warpgroups in turn;" in tile and "refilled by the first thread of the second warpgroup" in tile
+
+
+def test_warpgroups_that_never_start_taking_turns_are_a_deadlock_the_simulator_reports(monkeypatch):
+    """Without the second warpgroup's first arrival, each warpgroup waits for the other's turn."""
+    original = attention_writer.AttentionWriter._walk
+
+    def no_first_turn(self):
+        (branches,) = original(self)
+        return [kernel_ir.If(branches.cond, branches.then, branches.orelse[1:])]
+
+    monkeypatch.setattr(attention_writer.AttentionWriter, "_walk", no_first_turn)
+    torch.manual_seed(19)
+    q, k, v = qkv(2, 1, 130, 64)
+    compiled = lamina.compile(attention, (q, k, v), target="sm_90", knobs={"attention": PING_PONG})
+    with pytest.raises(SimulationError, match="deadlock"):
+        compiled(q, k, v)
+
+
+def test_taking_turns_needs_two_warpgroups():
+    from lamina.backends.cuda.targets import SM90
+    from lamina.plugins.schedules.attention.plugin import AttentionSchedule
+
+    compiled = lamina.compile(attention, qkv(2, 1, 130, 64), target="sm_90", knobs=PINNED)
+    (kernel,) = [t.kernel for t in compiled.compilation.tiles if t.schedule == "attention"]
+    with pytest.raises(lamina.LaminaError, match="needs block_queries = 128, not 64"):
+        AttentionSchedule().schedule(kernel, SM90, {"block_queries": 64, "warpgroups": "ping_pong"})
+    assert "warpgroups in turn" in dict(AttentionSchedule().schedule(kernel, SM90, {"warpgroups": "ping_pong"}).knobs)[
+        "chosen"]
+
+
 def one_key_value_head(q, k, v):
     """Every query head reads the one key-value head (Gemma's multi-query attention), the output
     laid out position by position as a model stores it: the heads are rows of both products as
@@ -273,7 +319,7 @@ tile scaled_dot_product_attention  schedule=attention
   shared q[0, i1, i2, r1] as bf16[i2 64][r1 64, 128-byte swizzle], 1 buffer, copy tma 8192 B
   shared k[0, i1 // 2, r0, r1] as bf16[r0 128][r1 64, 128-byte swizzle], 2 buffers, copy tma 16384 B
   shared v[0, i1 // 2, r4, i3] as bf16[r4 128][i3 64, 128-byte swizzle], 2 buffers, copy tma 16384 B
-  copies: thread 0 issues the TMA loads of the queries once and of each key block's keys and values into a ring of 2 stages, each with a full and an empty mbarrier, refilled once every warpgroup has released it
+  copies: thread 0 issues the TMA loads of the queries once and of each key block's keys and values into a ring of 2 stages, each with a full and an empty mbarrier, refilled by thread 0 once every warpgroup has released it
   products on tensor cores: 1 consumer warpgroup of 64 query rows; per key block, wgmma m64n128k16 on bf16 gives the scores, the probabilities stay in registers in bf16 as the A of wgmma m64n64k16, which adds them times the values (staged as they lie, along the features, and transposed by the wgmma); f32 accumulators
   overlap: each key block's scores are issued before the values' product of the block before, whose wgmma runs while the warpgroup computes the softmax
   causal: key blocks past the block's last visible key are skipped
@@ -333,6 +379,8 @@ def test_a_query_that_sees_no_key_gets_zeros_as_in_pytorch():
     (28, 4, 128, 2048, {"block_queries": 64, "block_keys": 64}),
     (8, 1, 256, 512, {}),                                   # Gemma-2B
     (8, 1, 256, 512, {"block_queries": 128}),
+    (32, 4, 64, 2048, {"warpgroups": "ping_pong", "stages": 4}),
+    (28, 4, 128, 2048, {"warpgroups": "ping_pong", "stages": 3}),
 ])
 def test_compiles_for_sm_90a_without_spills(heads, kv_heads, depth, length, knobs):
     q, k, v = (torch.randn(1, h, length, depth, dtype=torch.bfloat16) for h in (heads, kv_heads, kv_heads))
@@ -347,11 +395,12 @@ def test_compiles_for_sm_90a_without_spills(heads, kv_heads, depth, length, knob
 @pytest.mark.parametrize("fn", [attention, causal_attention], ids=["full", "causal"])
 @pytest.mark.parametrize("heads, kv_heads, depth, length", [(32, 4, 64, 512), (28, 4, 128, 2048), (12, 12, 64, 1500),
                                                             (8, 1, 256, 2048)])
-def test_matches_eager_on_the_gpu(fn, heads, kv_heads, depth, length):
+@pytest.mark.parametrize("knobs", [{}, PING_PONG], ids=["chosen", "ping_pong"])
+def test_matches_eager_on_the_gpu(fn, heads, kv_heads, depth, length, knobs):
     torch.manual_seed(16)
     q, k, v = (torch.randn(1, h, length, depth, dtype=torch.bfloat16, device="cuda")
                for h in (heads, kv_heads, kv_heads))
-    compiled = lamina.compile(fn, (q, k, v))
+    compiled = lamina.compile(fn, (q, k, v), knobs={"attention": knobs})
     assert "attention" in schedules(compiled)
     reference = float64_reference(fn, (q, k, v))
     assert relative_error(compiled(q, k, v), reference) <= 1.25 * relative_error(fn(q, k, v), reference) + SLACK
