@@ -55,8 +55,9 @@ def schedule_contraction(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[
     pins = pins_text(pinned) or "none"
     pipelined = tma_setting.uses(choices)
     hinted = c.hinted()
+    batch_rows = tma_setting.batch_rows(hinted, choices) if pipelined else 1
     if pipelined:
-        choices = arrangement.grouped(hinted, choices, estimate.resident, target)
+        choices = arrangement.grouped(hinted, choices, estimate.resident, target, batch_rows)
     else:
         choices = arrangement.arranged(hinted, choices, estimate.resident, target)
         choices = copy_issue.chosen(hinted, choices, tiling.copies_asynchronously(c, target))
@@ -67,7 +68,7 @@ def schedule_contraction(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[
         ("chosen", f"{choices.summary()}; cheapest of {count} settings{unweighed}, pinned: {pins}"
                    + (f"; weighed at {_hints(c)}" if c.symbolic else "")),
         ("estimate", estimate.text()),
-        *([arrangement.block_order(hinted, choices, estimate.resident, target)] if pipelined
+        *([arrangement.block_order(hinted, choices, estimate.resident, target, batch_rows)] if pipelined
           else arrangement.describe(hinted, choices, estimate.resident, target)),
     ]
     split = partial_of(kernel)

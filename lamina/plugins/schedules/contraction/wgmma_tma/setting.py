@@ -25,6 +25,7 @@ import attrs
 
 from lamina.core.ir import expr as ex, kernel_ir, loop_ir
 from lamina.core.target import Target
+from lamina.plugins.schedules.contraction import arrangement
 from lamina.plugins.schedules.contraction.knobs import (
     CLUSTER_BLOCKS,
     CONSUMER_WARPGROUPS,
@@ -112,6 +113,16 @@ without this rule it would trade them for 64 times the arithmetic."""
 
 def uses(choices: Choices) -> bool:
     return choices.products == WGMMA_TMA
+
+
+def batch_rows(c: Contraction, choices: Choices) -> int:
+    """The batch entries whose block rows the grid's blocks run down as one column of rows
+    (``arrangement.batch_as_rows``); persistent blocks, clusters and sliced reductions number their
+    tiles with the batch outermost."""
+    if (choices.tile_scheduler == PERSISTENT or (choices.cluster_blocks or 1) > 1
+            or cluster_slices.slices(choices) > 1):
+        return 1
+    return arrangement.batch_as_rows(c)
 
 
 def choices_for(block_m: int, block_n: int, stages: int, groups: int, scheduler: str = GRID,

@@ -60,6 +60,9 @@ class TmaGemmSettings(ContractionSettings):
     slice_sums_bytes: int = 0
     """Where the reduction is cut into slices that a cluster's blocks sum (``ReductionPlan.cluster_blocks``,
     ``cluster_slices``): the shared bytes in which a block leaves its sums for the cluster's first."""
+    batch_rows: int = 1
+    """Where the blocks run down groups of rows: the batch entries whose block rows count as one
+    column of rows (``setting.batch_rows``), B being the same for each."""
 
     def extra_threads(self, tk: tile_ir.TileKernel) -> int:
         return setting.PRODUCER_THREADS
@@ -73,7 +76,9 @@ class TmaGemmSettings(ContractionSettings):
         dtype = tk.stages[0].dtype
         groups = (f"2 consumer warpgroups of {rows // 2} rows each" if self.consumer_warpgroups > 1
                   else "1 consumer warpgroup")
-        order = ([f"  blocks run down groups of {self.grouped_rows} grid rows, column by column"]
+        across = (f", the block rows of the batch's {self.batch_rows} entries (which read the same B) one after "
+                  "another as one column" if self.batch_rows > 1 else "")
+        order = ([f"  blocks run down groups of {self.grouped_rows} grid rows, column by column{across}"]
                  if self.grouped_rows > 1 else [])
         if self.tile_scheduler == PERSISTENT and self.cluster_blocks > 1:
             pairs, clusters = persistent_tiles(tk) // self.cluster_blocks, self.persistent_blocks // self.cluster_blocks
@@ -218,7 +223,9 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
                                                     if choices.tile_scheduler == PERSISTENT else 0),
                                  early_read_registers=setting.early_read_registers(c, choices),
                                  paired=c.paired is not None, cluster_blocks=choices.cluster_blocks or 1,
-                                 slice_sums_bytes=setting.slice_sums_bytes(c, choices)),
+                                 slice_sums_bytes=setting.slice_sums_bytes(c, choices),
+                                 batch_rows=(setting.batch_rows(c, choices) if (choices.grouped_rows or 1) > 1
+                                             else 1)),
     )
     tile_ir.verify_tile_kernel(tile, target.max_threads_per_block, target.max_shared_bytes_optin)
     return tile

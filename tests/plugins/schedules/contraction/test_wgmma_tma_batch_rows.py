@@ -1,0 +1,64 @@
+"""A linear layer applied to a batch of sequences on the Hopper GEMM: every entry of the batch reads
+the same weights, so the blocks run down the block rows of all the entries as one column of rows
+(``arrangement.batch_as_rows``), and a wave of blocks shares the weights' k-tiles in L2 whatever
+their entry; a product whose B is each entry's own (``bmm``) keeps the batch outermost."""
+
+import pytest
+import torch
+
+import lamina
+from lamina.bench.measure import relative_error
+
+PINS = {"products": "wgmma_tma", "block_m": 64, "block_n": 64}
+
+
+def linear_residual(x, w, r):
+    return torch.nn.functional.linear(x, w) + r
+
+
+def batched_product(a, b):
+    return a @ b
+
+
+def tiles(compiled):
+    return [t for t in compiled.compilation.tiles if t.schedule == "contraction"]
+
+
+@pytest.mark.parametrize("grouped_rows", [2, 4, 7], ids=["within_an_entry", "across_entries", "taller_than_the_grid"])
+def test_the_batchs_block_rows_run_as_one_column_and_match_float64_on_the_simulator(grouped_rows):
+    """Three entries of 70 rows (two block rows each, the second ragged): groups of rows that end
+    inside an entry, cross from one entry into the next, or hold every row of the batch."""
+    torch.manual_seed(grouped_rows)
+    x, w, r = (torch.randn(3, 70, 96, dtype=torch.bfloat16), torch.randn(300, 96, dtype=torch.bfloat16),
+               torch.randn(3, 70, 300, dtype=torch.bfloat16))
+    compiled = lamina.compile(linear_residual, (x, w, r), target="sm_90",
+                              knobs={"contraction": {**PINS, "grouped_rows": grouped_rows}})
+    (tile,) = tiles(compiled)
+    assert tile.settings.batch_rows == 3
+    assert (f"blocks run down groups of {grouped_rows} grid rows, column by column, the block rows of the batch's 3 "
+            "entries (which read the same B) one after another as one column") in compiled.ir("tile")
+    reference = linear_residual(x.double(), w.double(), r.double())
+    assert relative_error(compiled(x, w, r), reference) <= 1.25 * relative_error(linear_residual(x, w, r),
+                                                                                  reference) + 1e-3
+
+
+def test_a_product_whose_b_is_each_entrys_own_keeps_the_batch_outermost():
+    torch.manual_seed(5)
+    a, b = torch.randn(3, 70, 96, dtype=torch.bfloat16), torch.randn(3, 96, 200, dtype=torch.bfloat16)
+    compiled = lamina.compile(batched_product, (a, b), target="sm_90",
+                              knobs={"contraction": {**PINS, "grouped_rows": 2}})
+    assert [t.settings.batch_rows for t in tiles(compiled) if hasattr(t.settings, "batch_rows")] == [1]
+    assert "entries (which read the same B)" not in compiled.ir("tile")
+    reference = batched_product(a.double(), b.double())
+    assert relative_error(compiled(a, b), reference) <= 1.25 * relative_error(batched_product(a, b), reference) + 1e-3
+
+
+def test_an_lm_head_over_a_batch_of_sequences_groups_the_rows_of_every_sequence():
+    """Eight sequences of 128 tokens through an LM head of 32 000 words: one block row per sequence,
+    and the cost model's groups of rows span the sequences (else each sequence's blocks would
+    read the whole weight matrix in turn)."""
+    x, w = torch.empty(8, 128, 1024, dtype=torch.bfloat16), torch.empty(32000, 1024, dtype=torch.bfloat16)
+    compiled = lamina.compile(torch.nn.functional.linear, (x, w), target="sm_90")
+    (tile,) = tiles(compiled)
+    assert tile.grid_shape()["z"] == 8 and tile.settings.grouped_rows > 1 and tile.settings.batch_rows == 8
+    assert "(8 entries of the batch)" in dict(tile.knobs)["block_order"]
