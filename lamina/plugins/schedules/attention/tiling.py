@@ -12,8 +12,9 @@ softmax of one key block overlapping the values' product of the one before), a w
 allow one block of two warpgroups, or two of one) and ``ONE_WARPGROUP_ALONE`` times it where
 the blocks are no more than the SMs; each read of another buffer that the score makes adds
 ``SCORE_READ_NS`` per score and SM where it moves with the query (a bias of each score's own),
-``KEY_READ_NS`` where it moves only with the key (a padding mask). The blocks spread over the
-SMs; the longest block bounds the kernel. The fit: ``experiments/attention_in_one_kernel/``.
+``KEY_READ_NS`` where it moves only with the key (a padding mask); two warpgroups taking turns
+(``warpgroups = ping_pong``) take ``PING_PONG_SPEEDUP`` times less per key block. The blocks spread
+over the SMs; the longest block bounds the kernel. The fit: ``experiments/attention_in_one_kernel/``.
 """
 
 from __future__ import annotations
@@ -51,8 +52,15 @@ WARPGROUPS = (IN_STEP, PING_PONG)
 products when its data is there (so both tend to compute their softmax at the same time), or
 ``ping_pong``, taking turns to issue them (FlashAttention-3's scheduling), so that one
 warpgroup's softmax runs while the other's products keep the tensor cores busy."""
-SEARCHED_WARPGROUPS = (IN_STEP,)
-"""The orders the cost model weighs; ``ping_pong`` runs where pinned."""
+PING_PONG_SPEEDUP = 1.03
+"""A key block of two warpgroups taking turns against the same in step, on rings of at least
+``PING_PONG_STAGES``: the geometric mean over the suite's twelve bf16 cases of 512 to 8 192 tokens,
+faster in ten of them (by up to 8 %) and 2 % slower in the two of 8 192 tokens without a mask
+(``experiments/attention_ping_pong/``)."""
+PING_PONG_STAGES = 3
+"""Taking turns, the first warpgroup runs half a key block ahead, so the stage it waits for must be
+refilled a block earlier: on rings of 2 stages it waits for the second's refill every key block
+(the suite's cases 15 to 35 % slower than in step), so the cost model weighs turns on deeper rings."""
 BLOCK_SHARED_RESERVE = 1024
 """Shared memory the driver keeps per block on Hopper: an SM has the opt-in maximum a block
 may have plus one such reserve."""
@@ -200,6 +208,8 @@ def estimate_us(a: Attention, choice: AttentionChoice, target: Target) -> float:
                                                                             + BLOCK_SHARED_RESERVE)
         resident = max(1, min(REGISTER_BOUND_THREADS // (groups * kernel_ir.WARPGROUP_SIZE), fitting))
     per_key_block = (KEY_BLOCK_US + KEY_BLOCK_US_PER_FEATURE * a.depth) * choice.block_keys / 128
+    if choice.warpgroups == PING_PONG:
+        per_key_block /= PING_PONG_SPEEDUP
     if groups == 1:
         per_key_block *= ONE_WARPGROUP_SLOWDOWN if sharing else ONE_WARPGROUP_ALONE
     scores = kernel_ir.WGMMA_M * groups * choice.block_keys * resident  # a key block's, times the blocks sharing its SM
@@ -245,8 +255,11 @@ def _weighed(kernel: loop_ir.Kernel, target: Target, pinned: tuple[tuple[str, An
             [pins["block_queries"]] if "block_queries" in pins else BLOCK_QUERIES,
             [pins["block_keys"]] if "block_keys" in pins else BLOCK_KEYS,
             [pins["stages"]] if "stages" in pins else stages,
-            [pins["warpgroups"]] if "warpgroups" in pins else SEARCHED_WARPGROUPS):
+            [pins["warpgroups"]] if "warpgroups" in pins else WARPGROUPS):
         choice = AttentionChoice(queries, keys, stage_count, order)
+        if order == PING_PONG and "warpgroups" not in pins and (stage_count < PING_PONG_STAGES
+                                                                 or choice.consumer_warpgroups != 2):
+            continue  # turns need two warpgroups; on a shallow ring they run only where pinned
         why = problem(a, choice, target)
         if why is not None:
             problems.append(why)
