@@ -97,8 +97,9 @@ def batch_as_rows(c: Contraction) -> int:
     where the n side's operands read no batch variable (a linear layer applied to a batch of
     sequences reads the same weights for each), so that the blocks that read a column of B run
     together, whatever their entry, while L2 holds it; else 1, where each entry has a B of its own,
-    or the sizes are known only at run time. With the batch outermost, a batch of 8 sequences
-    through Qwen2.5-7B's LM head read its 1.1 GB of weights from memory 8 times."""
+    or the sizes are known only at run time. With the batch outermost, the blocks of a batch of 8
+    sequences through Qwen2.5-7B's LM head swept its 1.1 GB of weights, twenty times L2, once per
+    sequence."""
     if not c.batch or not all(isinstance(c.extents[v], int) for v in (*c.batch, c.m, c.n)):
         return 1
     sides = [o.load for o in c.operands if o.side == "n"] + ([c.paired.operand.load] if c.paired else [])
