@@ -9,6 +9,8 @@ import torch
 import lamina
 from lamina.bench.measure import relative_error
 
+from ..nvrtc_in_background import start_compiling
+
 PINS = {"products": "wgmma_tma", "block_m": 64, "block_n": 64}
 
 
@@ -62,3 +64,12 @@ def test_an_lm_head_over_a_batch_of_sequences_groups_the_rows_of_every_sequence(
     (tile,) = tiles(compiled)
     assert tile.grid_shape()["z"] == 8 and tile.settings.grouped_rows > 1 and tile.settings.batch_rows == 8
     assert "(8 entries of the batch)" in dict(tile.knobs)["block_order"]
+
+
+def test_the_batchs_rows_as_one_column_compile_for_sm_90a_without_spills():
+    x, w = torch.empty(8, 128, 1024, dtype=torch.bfloat16), torch.empty(32000, 1024, dtype=torch.bfloat16)
+    compiled = lamina.compile(torch.nn.functional.linear, (x, w), target="sm_90")
+    (kernel,) = [k for k, t in zip(compiled.compilation.kernels.kernels, compiled.compilation.tiles)
+                 if t.schedule == "contraction"]
+    built = start_compiling(kernel, "sm_90a").result()
+    assert built.registers > 0 and (built.spill_stores, built.spill_loads) == (0, 0)
