@@ -25,18 +25,20 @@ warpgroup
 
 So the tensor cores run the values' product of one key block while the warpgroup computes the
 softmax of the next (FlashAttention-3's overlap within a warpgroup). With ``warpgroups =
-ping_pong`` a block's two warpgroups also take turns (FlashAttention-3's ping-pong): before issuing
-a key block's products a warpgroup waits on its turn mbarrier, which the other completes, every
-thread of it arriving, once it has issued its own, so that one warpgroup's softmax runs while the
-other's products keep the tensor cores busy; each warpgroup walks the keys in a branch of its
-own, and the second one's first thread refills the stages, since it releases them last. The values are staged as
-they lie, key by key along the features, in panels of 64 features that the wgmma transposes
-(``imm-trans-b``), or, where the features are no whole panels, staged feature by feature along
-the keys from a K-major copy. At the end of key block ``kb``, thread 0 refills the stage of
-``kb - 1`` with the block ``stages`` later, once every warpgroup has released it: the first
-warpgroup waits there for the others, and nothing else holds the warpgroups in step (no barrier
-of the whole block; the last warpgroup refilling instead was no faster:
-``experiments/attention_overlap/``). After the last key
+ping_pong`` a block's two warpgroups also take turns (FlashAttention-3's ping-pong): before
+issuing a key block's products a warpgroup waits on its turn mbarrier, which the other
+completes, every thread of it arriving, once it has issued its own, so that one warpgroup's
+softmax runs while the other's products keep the tensor cores busy; each warpgroup walks the
+keys in a branch of its own, and the second one's first thread refills the stages (it releases
+them last).
+
+The values are staged as they lie, key by key along the features, in panels of 64 features
+that the wgmma transposes (``imm-trans-b``), or, where the features are no whole panels, staged
+feature by feature along the keys from a K-major copy. In step, at the end of key block ``kb``,
+thread 0 refills the stage of ``kb - 1`` with the block ``stages`` later, once every warpgroup
+has released it: the first warpgroup waits there for the others, and nothing else holds the
+warpgroups in step (no barrier of the whole block; the last warpgroup refilling instead was no
+faster: ``experiments/attention_overlap/``). After the last key
 block's values, the four lanes of a row add up their parts of the sum, and the output, divided
 by it, goes through the program's epilogue (the cast, the output's layout). A row that sees no
 key has a sum of zero: NaN, as a plain softmax gives, or zeros where the program asks for them
