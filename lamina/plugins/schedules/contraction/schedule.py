@@ -55,7 +55,7 @@ def schedule_contraction(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[
     pins = pins_text(pinned) or "none"
     pipelined = tma_setting.uses(choices)
     hinted = c.hinted()
-    batch_rows = tma_setting.batch_rows(hinted, choices) if pipelined else 1
+    batch_rows = tma_setting.batch_rows(c, choices) if pipelined else 1  # 1 where a size is symbolic
     if pipelined:
         choices = arrangement.grouped(hinted, choices, estimate.resident, target, batch_rows)
     else:

@@ -73,3 +73,25 @@ def test_the_batchs_rows_as_one_column_compile_for_sm_90a_without_spills():
                  if t.schedule == "contraction"]
     built = start_compiling(kernel, "sm_90a").result()
     assert built.registers > 0 and (built.spill_stores, built.spill_loads) == (0, 0)
+
+
+def test_a_batch_counted_only_at_run_time_keeps_the_batch_outermost():
+    """The grid's rows are not known when the batch is a size of each call: each entry is grouped
+    alone, as the Tile IR says."""
+    from lamina.core.ir import dtypes, expr as ex, sizes
+    from lamina.plugins.schedules.contraction import ContractionSchedule
+
+    from ..contraction_kernels import F32, SM_90, contraction, load
+
+    def batched_linear(batch):
+        bf16 = dtypes.bfloat16
+        value = ex.op("mul", ex.cast(load("x", "i0", "i1", "r0", dtype=bf16), F32),
+                      ex.cast(load("w", "i2", "r0", dtype=bf16), F32))
+        return contraction("linear", {"x": (batch, 128, 2048), "w": (32000, 2048)},
+                           [("i0", batch), ("i1", 128), ("i2", 32000)], ("r0", 2048), value, ("out", (batch, 128, 32000)),
+                           input_dtype=bf16)
+
+    with sizes.hinted({"s0": 8}):
+        known, counted = (ContractionSchedule().schedule(batched_linear(b), SM_90, {}) for b in (8, sizes.symbol(0)))
+    assert (known.settings.batch_rows, counted.settings.batch_rows) == (8, 1)
+    assert "(8 entries of the batch)" not in dict(counted.knobs)["block_order"]
