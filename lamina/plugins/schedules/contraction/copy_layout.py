@@ -71,10 +71,13 @@ def coordinates(order: CopyOrder, tile: tuple[int, ...], e):
     return (e % outer, column)
 
 
+@functools.cache
 def bank_conflicts(order: CopyOrder, tile: tuple[int, ...], padding: int, itemsize: int) -> int:
     """Extra shared-memory wavefronts that the warps' copy writes into one tile cost.
 
-    Copies wider than a bank are served in phases of 128 bytes, each counted on its own.
+    Copies wider than a bank are served in phases of 128 bytes, each counted on its own. Kept per
+    tile: choosing a padding weighs its copy order's conflicts again, and every layer's kernels
+    have the same tiles.
     """
     row = tile[-1] + padding
     size = itemsize * order.width
