@@ -119,18 +119,21 @@ def grouped(c: Contraction, choices: Choices, resident_per_sm: int, target: Targ
                                                                   batch_rows))
 
 
-def arranged(c: Contraction, choices: Choices, resident_per_sm: int, target: Target) -> Choices:
-    """``choices`` with the unpinned arrangement knobs chosen."""
+def arranged(c: Contraction, choices: Choices, resident_per_sm: int, target: Target,
+             batch_rows: int = 1) -> Choices:
+    """``choices`` with the unpinned arrangement knobs chosen, the grid's rows being those of
+    ``batch_rows`` batch entries."""
     if choices.warp_columns is not None:
         columns = choices.warp_columns
     else:
         columns = mma_sync.PATCH_COLUMNS if choices.on_tensor_cores else choose_warp_columns(choices)
     grouped = choices.grouped_rows if choices.grouped_rows is not None else choose_grouped_rows(
-        c, choices, resident_per_sm * target.sm_count)
+        c, choices, resident_per_sm * target.sm_count, batch_rows)
     return attrs.evolve(choices, warp_columns=columns, grouped_rows=grouped)
 
 
-def describe(c: Contraction, choices: Choices, resident_per_sm: int, target: Target) -> list[tuple[str, str]]:
+def describe(c: Contraction, choices: Choices, resident_per_sm: int, target: Target,
+             batch_rows: int = 1) -> list[tuple[str, str]]:
     """Tile IR notes: why the warps and the block order are what they are."""
     columns = choices.warp_columns
     if columns is None:
@@ -141,7 +144,7 @@ def describe(c: Contraction, choices: Choices, resident_per_sm: int, target: Tar
                  f"operand elements per step of k")
         if columns != cuda and _fits(choices, cuda):
             warps += f" (CUDA's {WARP_SIZE // cuda}x{cuda}: {elements_read(choices, cuda)})"
-    return [("warp_tile", warps), block_order(c, choices, resident_per_sm, target)]
+    return [("warp_tile", warps), block_order(c, choices, resident_per_sm, target, batch_rows)]
 
 
 def block_order(c: Contraction, choices: Choices, resident_per_sm: int, target: Target,

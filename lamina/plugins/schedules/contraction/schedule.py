@@ -55,11 +55,12 @@ def schedule_contraction(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[
     pins = pins_text(pinned) or "none"
     pipelined = tma_setting.uses(choices)
     hinted = c.hinted()
-    batch_rows = tma_setting.batch_rows(c, choices) if pipelined else 1  # 1 where a size is symbolic
+    # the batch entries whose block rows run as one column: 1 where a size is symbolic
+    batch_rows = tma_setting.batch_rows(c, choices) if pipelined else arrangement.batch_as_rows(c)
     if pipelined:
         choices = arrangement.grouped(hinted, choices, estimate.resident, target, batch_rows)
     else:
-        choices = arrangement.arranged(hinted, choices, estimate.resident, target)
+        choices = arrangement.arranged(hinted, choices, estimate.resident, target, batch_rows)
         choices = copy_issue.chosen(hinted, choices, tiling.copies_asynchronously(c, target))
     floor = cost.cuda_core_floor_us(hinted, target)
     unweighed = (f" (the CUDA cores', at least {floor:.1f} us, not weighed)"
@@ -69,7 +70,7 @@ def schedule_contraction(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[
                    + (f"; weighed at {_hints(c)}" if c.symbolic else "")),
         ("estimate", estimate.text()),
         *([arrangement.block_order(hinted, choices, estimate.resident, target, batch_rows)] if pipelined
-          else arrangement.describe(hinted, choices, estimate.resident, target)),
+          else arrangement.describe(hinted, choices, estimate.resident, target, batch_rows)),
     ]
     split = partial_of(kernel)
     if split is not None:

@@ -39,6 +39,9 @@ class ContractionSettings(tile_ir.ScheduleSettings):
     grouped_rows: int = 1
     copy_steps: int = 0
     products: str | None = None
+    batch_rows: int = 1
+    """Where the blocks run down groups of rows: the batch entries whose block rows count as one
+    column of rows (``arrangement.batch_as_rows``), B being the same for each."""
 
     def shared_bytes(self, tk: tile_ir.TileKernel) -> int:
         """On wgmma, two k-tiles of the small tf32 pieces of the operand along the columns (the
@@ -54,7 +57,8 @@ class ContractionSettings(tile_ir.ScheduleSettings):
             rows, columns = self.warp_patch
             lines.append(f"  warps of {rows} x {columns} threads (y by x)")
         if self.grouped_rows > 1:
-            lines.append(f"  blocks run down groups of {self.grouped_rows} grid rows, column by column")
+            lines.append(f"  blocks run down groups of {self.grouped_rows} grid rows, column by column"
+                         + batch_rows_text(self.batch_rows))
         if self.copy_steps:
             lines.append(f"  the next k-tile's copies issued over the first {self.copy_steps} steps of each k-tile")
         if self.products == MMA_PRODUCTS:
@@ -162,3 +166,11 @@ def _wgmma_problems(tk: tile_ir.TileKernel, products: str) -> list[str]:
         problems.append(f"wgmma products read two operands staged K-major by {' or '.join(copies)} in the "
                         "128-byte swizzle, at least two buffers each")
     return problems
+
+
+def batch_rows_text(batch_rows: int) -> str:
+    """What the Tile IR adds to the block order where a batch's block rows run as one column."""
+    if batch_rows == 1:
+        return ""
+    return (f", the block rows of the batch's {batch_rows} entries (which read the same B) one after another as "
+            "one column")

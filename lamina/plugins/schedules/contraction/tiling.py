@@ -342,7 +342,8 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
     tile = tile_ir.TileKernel(
         kernel=c.kernel, schedule=SCHEDULE_NAME, grid=grid, reduction=reduction, stages=stages, knobs=recorded,
         settings=ContractionSettings(arrangement.warp_patch(choices), choices.grouped_rows or 1,
-                                     choices.copy_steps or 0, _products_name(c, choices)),
+                                     choices.copy_steps or 0, _products_name(c, choices),
+                                     arrangement.batch_as_rows(c) if (choices.grouped_rows or 1) > 1 else 1),
     )
     tile_ir.verify_tile_kernel(tile, target.max_threads_per_block, target.max_shared_bytes_optin)
     return tile

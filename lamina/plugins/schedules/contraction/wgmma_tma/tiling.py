@@ -20,7 +20,7 @@ from lamina.core.ir import kernel_ir, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction.knobs import GRID, PERSISTENT, Choices
 from lamina.plugins.schedules.contraction.recognise import Contraction
-from lamina.plugins.schedules.contraction.settings import ContractionSettings
+from lamina.plugins.schedules.contraction.settings import ContractionSettings, batch_rows_text
 from lamina.plugins.schedules.contraction.wgmma_tma import cluster_slices, cost, operands, setting, tma_stores
 
 PRODUCTS = "wgmma 16-bit tma"
@@ -76,9 +76,8 @@ class TmaGemmSettings(ContractionSettings):
         dtype = tk.stages[0].dtype
         groups = (f"2 consumer warpgroups of {rows // 2} rows each" if self.consumer_warpgroups > 1
                   else "1 consumer warpgroup")
-        across = (f", the block rows of the batch's {self.batch_rows} entries (which read the same B) one after "
-                  "another as one column" if self.batch_rows > 1 else "")
-        order = ([f"  blocks run down groups of {self.grouped_rows} grid rows, column by column{across}"]
+        order = ([f"  blocks run down groups of {self.grouped_rows} grid rows, column by column"
+                  + batch_rows_text(self.batch_rows)]
                  if self.grouped_rows > 1 else [])
         if self.tile_scheduler == PERSISTENT and self.cluster_blocks > 1:
             pairs, clusters = persistent_tiles(tk) // self.cluster_blocks, self.persistent_blocks // self.cluster_blocks

@@ -1,7 +1,9 @@
-"""A linear layer applied to a batch of sequences on the Hopper GEMM: every entry of the batch reads
-the same weights, so the blocks run down the block rows of all the entries as one column of rows
+"""A linear layer applied to a batch of sequences: every entry of the batch reads the same weights,
+so the blocks run down the block rows of all the entries as one column of rows
 (``arrangement.batch_as_rows``), and a wave of blocks shares the weights' k-tiles in L2 whatever
-their entry; a product whose B is each entry's own (``bmm``) keeps the batch outermost."""
+their entry; a product whose B is each entry's own (``bmm``) keeps the batch outermost. On the
+Hopper GEMM and on the kernels whose threads stage the operands (float32 on the CUDA cores, on
+mma.sync and on wgmma)."""
 
 import pytest
 import torch
@@ -42,6 +44,20 @@ def test_the_batchs_block_rows_run_as_one_column_and_match_float64_on_the_simula
     reference = linear_residual(x.double(), w.double(), r.double())
     assert relative_error(compiled(x, w, r), reference) <= 1.25 * relative_error(linear_residual(x, w, r),
                                                                                   reference) + 1e-3
+
+
+@pytest.mark.parametrize("target, knobs", [
+    ("sm_80", {"grouped_rows": 3}),
+    ("sm_80", {"products": "mma_sync", "grouped_rows": 4}),
+    ("sm_90", {"products": "wgmma", "grouped_rows": 4}),
+], ids=["cuda_cores", "mma_sync", "wgmma_split_tf32"])
+def test_float32_kernels_run_the_batchs_block_rows_as_one_column_and_match_float64(target, knobs):
+    torch.manual_seed(3)
+    x, w, r = torch.randn(3, 70, 96), torch.randn(300, 96), torch.randn(3, 70, 300)
+    compiled = lamina.compile(linear_residual, (x, w, r), target=target, knobs={"contraction": knobs})
+    (tile,) = tiles(compiled)
+    assert tile.settings.batch_rows == 3 and "entries (which read the same B)" in compiled.ir("tile")
+    assert relative_error(compiled(x, w, r), linear_residual(x.double(), w.double(), r.double())) < 1e-6
 
 
 def test_a_product_whose_b_is_each_entrys_own_keeps_the_batch_outermost():
