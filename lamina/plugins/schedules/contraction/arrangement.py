@@ -175,3 +175,13 @@ def grouped_blocks(row: Var, column: Var, columns: int, rows: int, grouped_rows:
         kernel_ir.Declare(row.name, row.dtype, first + flat % per_group % height),
         kernel_ir.Declare(column.name, column.dtype, flat % per_group // height),
     ]
+
+
+def blocks_across_batch(batch: Var, row: Var, column: Var, joint_row: Var, grid: dict, grouped_rows: int) -> list:
+    """Kernel IR declaring the block's ``batch`` entry, ``row`` and ``column`` where the block rows of
+    the batch's entries run as one column of rows (``batch_as_rows``): CUDA's order over (z, y, x)
+    renumbered to run down groups of ``grouped_rows`` of them, ``joint_row`` the row among all."""
+    flat = (kernel_ir.block_idx("z") * grid["y"] + kernel_ir.block_idx("y")) * grid["x"] + kernel_ir.block_idx("x")
+    return [*grouped_blocks(joint_row, column, grid["x"], grid["y"] * grid["z"], grouped_rows, flat),
+            kernel_ir.Declare(batch.name, batch.dtype, joint_row // grid["y"]),
+            kernel_ir.Declare(row.name, row.dtype, joint_row % grid["y"])]

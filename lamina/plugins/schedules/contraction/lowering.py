@@ -128,17 +128,6 @@ class ContractionWriter:
         return arrangement.grouped_blocks(self.block_row, self.block_col, self.grid["x"], self.grid["y"],
                                           self.settings.grouped_rows)
 
-    def _rows_across_batch(self) -> list[kernel_ir.Stmt]:
-        """The block's batch entry, row and column where the batch's block rows run as one column of
-        rows (``batch_rows``): CUDA's order over (z, y, x) renumbered to run down groups of them."""
-        rows = ex.Var(self.names.fresh("row_of_batch"))
-        flat = (kernel_ir.block_idx("z") * self.grid["y"] + kernel_ir.block_idx("y")) * self.grid["x"] \
-            + kernel_ir.block_idx("x")
-        return [*arrangement.grouped_blocks(rows, self.block_col, self.grid["x"], self.grid["y"] * self.grid["z"],
-                                            self.settings.grouped_rows, flat),
-                kernel_ir.Declare(self.batch.name, self.batch.dtype, rows // self.grid["y"]),
-                kernel_ir.Declare(self.block_row.name, self.block_row.dtype, rows % self.grid["y"])]
-
     def unread_block(self) -> Expr | None:
         """True in a block none of whose outputs any kernel reads (``unread_outputs``), else None."""
         return self.at_every_output(unread_outputs.unread_where(self.c))
@@ -284,7 +273,9 @@ class ContractionWriter:
         if self.settings.warp_patch is not None:
             out += self._warp_patches()
         if self.settings.batch_rows > 1:
-            out += self._rows_across_batch()
+            out += arrangement.blocks_across_batch(self.batch, self.block_row, self.block_col,
+                                                   ex.Var(self.names.fresh("row_of_batch")), self.grid,
+                                                   self.settings.grouped_rows)
         elif self.settings.grouped_rows > 1:
             out += self._grouped_blocks()
         flat_row = ty

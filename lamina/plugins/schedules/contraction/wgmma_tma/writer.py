@@ -326,7 +326,9 @@ class TmaGemmWriter:
         if self.c.batch and not self.persistent and self.batch_rows == 1:
             out.append(kernel_ir.Declare(self.batch.name, self.batch.dtype, kernel_ir.block_idx("z")))
         if self.batch_rows > 1:
-            out += self._rows_across_batch()
+            out += arrangement.blocks_across_batch(self.batch, self.block_row, self.block_col,
+                                                   ex.Var(self.names.fresh("row_of_batch")), self.tile.grid_shape(),
+                                                   self.grouped_rows)
         elif self.cluster > 1 and not self.persistent:
             out += self._pair_coordinates(kernel_ir.block_idx("y") * self.tile.grid_shape()["x"]
                                           + kernel_ir.block_idx("x") // self.cluster)
@@ -354,17 +356,6 @@ class TmaGemmWriter:
             out += [kernel_ir.Barrier(), *(self.summing.first_only(copy_out) if self.summing is not None else copy_out)]
         # and no block may end while another's last arrivals may still reach its barriers
         return out + meet
-
-    def _rows_across_batch(self) -> list[kernel_ir.Stmt]:
-        """The block's batch entry, row and column where the batch's block rows run as one column of
-        rows (``batch_rows``): CUDA's order over (z, y, x) renumbered to run down groups of those rows."""
-        grid = self.tile.grid_shape()
-        rows = ex.Var(self.names.fresh("row_of_batch"))
-        flat = (kernel_ir.block_idx("z") * grid["y"] + kernel_ir.block_idx("y")) * grid["x"] + kernel_ir.block_idx("x")
-        return [*arrangement.grouped_blocks(rows, self.block_col, grid["x"], grid["y"] * grid["z"], self.grouped_rows,
-                                            flat),
-                kernel_ir.Declare(self.batch.name, self.batch.dtype, rows // grid["y"]),
-                kernel_ir.Declare(self.block_row.name, self.block_row.dtype, rows % grid["y"])]
 
     def _slice_coordinates(self) -> list[kernel_ir.Stmt]:
         """The block's row and column where the grid's x runs over each block column's slices (the
