@@ -60,9 +60,6 @@ class TmaGemmSettings(ContractionSettings):
     slice_sums_bytes: int = 0
     """Where the reduction is cut into slices that a cluster's blocks sum (``ReductionPlan.cluster_blocks``,
     ``cluster_slices``): the shared bytes in which a block leaves its sums for the cluster's first."""
-    batch_rows: int = 1
-    """Where the blocks run down groups of rows: the batch entries whose block rows count as one
-    column of rows (``setting.batch_rows``), B being the same for each."""
 
     def extra_threads(self, tk: tile_ir.TileKernel) -> int:
         return setting.PRODUCER_THREADS
