@@ -60,19 +60,37 @@ def setting_of(tk: tile_ir.TileKernel) -> tuple[tuple[str, str], ...]:
         features.append(("shared", "; ".join(stages)))
     if tk.vector_width > 1:
         features.append(("vector_width", str(tk.vector_width)))
-    settings = tk.settings
-    if settings is not None and hasattr(settings, "products"):
-        features.append(("products", PRODUCTS.get(settings.products, str(settings.products))))
-        if settings.warp_patch is not None:
-            features.append(("warp_patch", "x".join(map(str, settings.warp_patch))))
-        if settings.grouped_rows > 1:
-            features.append(("grouped_rows", "yes"))
-        if settings.copy_steps:
-            features.append(("copies_spread", "yes"))
-        if getattr(settings, "paired", False):
-            features.append(("paired_sums", "yes"))
+    features += _settings_features(tk.settings)
     features += _schedule_switches(tk.schedule, knobs)
     return tuple(features)
+
+
+def _settings_features(settings: Any) -> list[tuple[str, str]]:
+    """What a schedule's own settings change in the CUDA: the contraction's way of issuing its
+    products and arranging its blocks, the attention's warpgroups and masks, the decode's
+    products and key ranges."""
+    if settings is None:
+        return []
+    features = []
+    if hasattr(settings, "products"):
+        features.append(("products", PRODUCTS.get(settings.products, str(settings.products))))
+    if getattr(settings, "warp_patch", None) is not None:
+        features.append(("warp_patch", "x".join(map(str, settings.warp_patch))))
+    for name, feature in (("grouped_rows", "grouped_rows"), ("batch_rows", "batch_as_rows"),
+                          ("cluster_blocks", "cluster"), ("splits", "key_ranges_combined")):
+        if getattr(settings, name, 1) > 1:
+            features.append((feature, "yes"))
+    for name, feature in (("copy_steps", "copies_spread"), ("paired", "paired_sums"),
+                          ("early_read_registers", "early_reads"), ("slice_sums_bytes", "cluster_slices"),
+                          ("causal", "causal"), ("windowed", "windowed"), ("key_block_flags", "key_block_flags"),
+                          ("values_along_features", "values_along_features")):
+        if getattr(settings, name, False):
+            features.append((feature, "yes"))
+    for name in ("consumer_warpgroups", "tile_scheduler", "staged_output_copy", "mask_by_block", "warpgroups"):
+        value = getattr(settings, name, None)
+        if value not in (None, ""):
+            features.append((name, str(value)))
+    return features
 
 
 def _dtypes(kernel: loop_ir.Kernel) -> str:

@@ -45,6 +45,22 @@ def test_the_settings_of_a_few_cases_span_the_schedules_and_products(few):
     assert len({r.setting for r in few}) == len(few) and len({r.id for r in few}) == len(few)
 
 
+def test_the_decode_attention_and_the_hopper_gemm_settings_are_told_apart():
+    """Each schedule's own settings name what changes its CUDA: the decode attention's products
+    and combined key ranges, the Hopper GEMM's warpgroups and the attention's turn-taking."""
+    cases = {c.name: c for c in builtin_suite()}
+    compiled, failed = ks.compile_all([ks.SuiteProgram.of(cases[name]) for name in (
+        "tinyllama.attention_decode.c512.bf16", "tinyllama.linear_qkv.s128.bf16", "qwen.attention.s2048.bf16")])
+    assert not failed
+    features = [dict(setting) for c in compiled for _, setting, _ in c.kernels]
+    decode = next(f for f in features if f["schedule"] == "attention_decode")
+    assert decode["products"] in ("tensor_cores", "cuda_cores") and decode["key_ranges_combined"] == "yes"
+    gemm = next(f for f in features if f.get("products") == "wgmma_tma")
+    assert gemm["consumer_warpgroups"] in ("1", "2") and gemm["tile_scheduler"]
+    attention = next(f for f in features if f["schedule"] == "attention")
+    assert attention["warpgroups"] in ("in_step", "ping_pong")
+
+
 def test_the_enumeration_is_deterministic(few, few_compiled):
     again = ks.representatives(list(reversed(few_compiled)))
     assert [r.to_json() for r in again] == [r.to_json() for r in few]
