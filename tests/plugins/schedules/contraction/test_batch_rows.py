@@ -111,3 +111,45 @@ def test_a_batch_counted_only_at_run_time_keeps_the_batch_outermost():
         known, counted = (ContractionSchedule().schedule(batched_linear(b), SM_90, {}) for b in (8, sizes.symbol(0)))
     assert (known.settings.batch_rows, counted.settings.batch_rows) == (8, 1)
     assert "(8 entries of the batch)" not in dict(counted.knobs)["block_order"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("grouped_rows", [2, 4, 7], ids=["within_an_entry", "across_entries", "taller_than_the_grid"])
+def test_the_batchs_block_rows_as_one_column_match_float64_on_the_gpu(grouped_rows):
+    torch.manual_seed(grouped_rows)
+    x, w, r = (torch.randn(3, 200, 512, dtype=torch.bfloat16, device="cuda"),
+               torch.randn(1000, 512, dtype=torch.bfloat16, device="cuda"),
+               torch.randn(3, 200, 1000, dtype=torch.bfloat16, device="cuda"))
+    compiled = lamina.compile(linear_residual, (x, w, r),
+                              knobs={"contraction": {"products": "wgmma_tma", "grouped_rows": grouped_rows}})
+    (tile,) = tiles(compiled)
+    assert tile.settings.batch_rows == 3
+    reference = linear_residual(x.double(), w.double(), r.double())
+    assert relative_error(compiled(x, w, r), reference) <= 1.25 * relative_error(linear_residual(x, w, r),
+                                                                                  reference) + 1e-3
+
+
+@pytest.mark.gpu
+def test_an_lm_head_over_a_batch_of_sequences_matches_float64_on_the_gpu():
+    torch.manual_seed(11)
+    x = torch.randn(8, 128, 1024, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(32000, 1024, dtype=torch.bfloat16, device="cuda") / 32
+    compiled = lamina.compile(torch.nn.functional.linear, (x, w))
+    (tile,) = tiles(compiled)
+    assert tile.settings.batch_rows == 8
+    reference = torch.nn.functional.linear(x.double(), w.double())
+    assert relative_error(compiled(x, w), reference) <= 1.25 * relative_error(torch.nn.functional.linear(x, w),
+                                                                              reference) + 1e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("knobs", [{"products": "mma_sync", "grouped_rows": 4}, {"products": "wgmma", "grouped_rows": 4}],
+                         ids=["mma_sync", "wgmma_split_tf32"])
+def test_float32_kernels_run_the_batchs_block_rows_as_one_column_on_the_gpu(knobs):
+    torch.manual_seed(3)
+    x, w, r = (torch.randn(3, 200, 256, device="cuda"), torch.randn(600, 256, device="cuda"),
+               torch.randn(3, 200, 600, device="cuda"))
+    compiled = lamina.compile(linear_residual, (x, w, r), knobs={"contraction": knobs})
+    (tile,) = tiles(compiled)
+    assert tile.settings.batch_rows == 3
+    assert relative_error(compiled(x, w, r), linear_residual(x.double(), w.double(), r.double())) < 1e-5
