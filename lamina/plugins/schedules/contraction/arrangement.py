@@ -99,7 +99,8 @@ def batch_as_rows(c: Contraction) -> int:
     together, whatever their entry, while L2 holds it; else 1, where each entry has a B of its own,
     or the sizes are known only at run time. With the batch outermost, the blocks of a batch of 8
     sequences through Qwen2.5-7B's LM head swept its 1.1 GB of weights, twenty times L2, once per
-    sequence."""
+    sequence; the products timed so far are compute-bound and run at the same pace either way
+    (``experiments/batch_rows/``)."""
     if not c.batch or not all(isinstance(c.extents[v], int) for v in (*c.batch, c.m, c.n)):
         return 1
     sides = [o.load for o in c.operands if o.side == "n"] + ([c.paired.operand.load] if c.paired else [])
