@@ -413,6 +413,20 @@ def cuda_core_floor_us(c: Contraction, target: Target) -> float:
     return target.launch_us + 2 * products / rate
 
 
+def floor_us(c: Contraction, target: Target) -> float:
+    """Less than any setting can be estimated at: the launch, every product at the fastest rate
+    any setting is granted (the 16-bit tensor cores' best tile on a lightly loaded GPU), and the
+    outputs written at the memory's pace. The split-K search skips a slice count whose partial
+    sums could not pay even at this floor."""
+    products = (c.extents[c.m] * c.extents[c.n] * c.reduce_extent * math.prod(c.extents[v] for v in c.batch)
+                * (2 if c.paired is not None else 1))
+    best_share = max(1.0, max(tma_cost.TILE_EFFICIENCY.values()) * tma_cost.LIGHT_LOAD_SPEEDUP)
+    rate = best_share * max(target.bf16_tensor_flops_per_us, target.tf32_wgmma_flops_per_us,
+                            target.tf32_tensor_flops_per_us, target.fp32_flops_per_us)
+    written = sum(c.buffer_bytes(s.buffer) for s in c.epilogue)
+    return target.launch_us + max(2 * products / rate, written / target.memory_bytes_per_us)
+
+
 def ranked(c: Contraction, target: Target, pinned: dict[str, int], where: str) -> list[tuple[Choices, Estimate]]:
     """Every setting the kernel can run with ``pinned``, with its estimate, cheapest first (ties in
     the order ``candidates`` gives); raises as ``choose`` does where there is none."""

@@ -9,7 +9,7 @@ from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import dtypes, kernel_ir, tile_ir
 from lamina.plugins.schedules.contraction import ContractionSchedule, analyse, candidates, estimate
-from lamina.plugins.schedules.contraction.cost import choose, cuda_core_floor_us, ranked
+from lamina.plugins.schedules.contraction.cost import choose, cuda_core_floor_us, floor_us, ranked
 from lamina.plugins.selection.cost_model import CostModelPolicy
 
 from ..contraction_kernels import FMA, SM_90, linear, matmul, simulate_case
@@ -184,6 +184,18 @@ def test_leaving_out_the_cuda_cores_settings_never_changes_the_choice(case):
     assert (choices, estimate_) == (best, best_estimate)
     assert all(estimate(c, s, SM_90).total_us >= cuda_core_floor_us(c, SM_90)
                for s in candidates(c, SM_90) if s.products in ("fma", "mma_sync"))
+
+
+@pytest.mark.parametrize("case", [linear16(128, 2048, 2560), linear16(2048, 3584, 4608), linear16(64, 64, 64),
+                                  linear16(1, 3584, 4608), linear(512, 768, 3072), linear(3, 40, 5)],
+                         ids=["bf16_128_rows", "bf16_qwen_qkv", "bf16_one_tile", "bf16_one_row", "fp32", "fp32_tiny"])
+def test_no_setting_is_estimated_below_the_floor(case):
+    """The split-K search skips a slice count whose partial sums cannot pay at ``floor_us``: so no
+    setting of any product may be estimated below it."""
+    c = analyse(case.kernel, paired=True).hinted()
+    floor = floor_us(c, SM_90)
+    assert floor > SM_90.launch_us
+    assert all(estimate(c, s, SM_90).total_us >= floor for s in candidates(c, SM_90))
 
 
 def test_a_16_bit_linear_on_hopper_weighs_only_the_wgmma_settings_and_the_tile_ir_says_so():

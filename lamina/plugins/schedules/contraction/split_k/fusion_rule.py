@@ -36,7 +36,7 @@ from lamina.core.target import Target
 from lamina.plugins.schedules.contraction.knobs import FORMER_KNOB_NAMES, KNOB_NAMES, KNOBS, PIPELINE_KNOB_NAMES, read_pinned
 from lamina.plugins.schedules.contraction.split_k.partial_sums import partial_of, slices_fit, split
 from lamina.plugins.schedules.contraction.recognise import NotAContraction, analyse
-from lamina.plugins.schedules.contraction import schedule as contraction_schedule
+from lamina.plugins.schedules.contraction import cost, schedule as contraction_schedule
 from lamina.plugins.schedules.contraction.slices import SLICE_MULTIPLE, slice_length
 from lamina.plugins.schedules.contraction.split_k.unrolled_reduction import MAX_UNROLLED, UnrolledReductionSchedule
 
@@ -146,8 +146,8 @@ def _choose(
             parts = split(c, splits, set(), multiple)
             combine_us = COMBINE.estimate_cost(parts.combine, target)
             bound = min(best.split_us if best is not None else math.inf, (1 - MIN_GAIN) * whole.total_us)
-            if pinned is None and combine_us >= bound:
-                continue  # the combine alone costs what would not be chosen: skip the partial sums' search
+            if pinned is None and combine_us + cost.floor_us(analyse(parts.partial).hinted(), target) >= bound:
+                continue  # the combine and the partial sums at their floor cost what would not be chosen
             try:
                 partial_us = contraction_schedule.cheapest_estimate(parts.partial, target, settings).total_us
             except ScheduleError as e:
