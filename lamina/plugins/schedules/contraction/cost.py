@@ -418,13 +418,22 @@ def floor_us(c: Contraction, target: Target) -> float:
     any setting is granted (the 16-bit tensor cores' best tile on a lightly loaded GPU), and the
     outputs written at the memory's pace. The split-K search skips a slice count whose partial
     sums could not pay even at this floor."""
-    products = (c.extents[c.m] * c.extents[c.n] * c.reduce_extent * math.prod(c.extents[v] for v in c.batch)
-                * (2 if c.paired is not None else 1))
+    written = sum(c.buffer_bytes(s.buffer) for s in c.epilogue)
+    return floor_of_work_us(products(c), written, target)
+
+
+def products(c: Contraction) -> int:
+    """The multiply-adds of ``c`` (a gate and its up projection summed side by side count twice)."""
+    return (c.extents[c.m] * c.extents[c.n] * c.reduce_extent * math.prod(c.extents[v] for v in c.batch)
+            * (2 if c.paired is not None else 1))
+
+
+def floor_of_work_us(multiply_adds: int, written_bytes: int, target: Target) -> float:
+    """``floor_us`` of a kernel of that many multiply-adds that writes that many bytes."""
     best_share = max(1.0, max(tma_cost.TILE_EFFICIENCY.values()) * tma_cost.LIGHT_LOAD_SPEEDUP)
     rate = best_share * max(target.bf16_tensor_flops_per_us, target.tf32_wgmma_flops_per_us,
                             target.tf32_tensor_flops_per_us, target.fp32_flops_per_us)
-    written = sum(c.buffer_bytes(s.buffer) for s in c.epilogue)
-    return target.launch_us + max(2 * products / rate, written / target.memory_bytes_per_us)
+    return target.launch_us + max(2 * multiply_adds / rate, written_bytes / target.memory_bytes_per_us)
 
 
 def ranked(c: Contraction, target: Target, pinned: dict[str, int], where: str) -> list[tuple[Choices, Estimate]]:

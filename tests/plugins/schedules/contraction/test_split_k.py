@@ -211,3 +211,22 @@ def test_a_pinned_split_is_taken_even_where_the_estimate_disagrees():
 def test_the_slice_is_the_partial_kernels_outermost_parallel_loop():
     partial, _ = RULE.apply(unsplit_program(32, 512, 32), FOUR_SMS, {}).kernels
     assert loop_ir.format_kernel(partial).splitlines()[1] == f"  for s in parallel({partial_of(partial).splits}):"
+
+
+@pytest.mark.parametrize("m, k, n", [(128, 2048, 2560), (128, 3584, 37888), (2048, 3584, 4608), (512, 768, 768)])
+def test_the_floors_the_search_skips_by_are_below_every_estimate(m, k, n):
+    """The search skips slice counts whose partial sums and combine cannot pay at their floors: the
+    partial sums' every setting costs at least ``cost.floor_of_work_us``, and the combine at least a
+    launch and a read of every partial sum at the memory's pace."""
+    from lamina.plugins.schedules.contraction import cost, schedule
+    from lamina.plugins.schedules.contraction.recognise import analyse
+    from lamina.plugins.schedules.contraction.split_k.partial_sums import split
+    from lamina.plugins.schedules.contraction.slices import SLICE_MULTIPLE
+
+    c = analyse(linear(m, k, n).kernel)
+    for splits in usable_splits(k)[:6]:
+        parts = split(c, splits, set(), SLICE_MULTIPLE)
+        partial_bytes = splits * m * n * 4
+        assert schedule.cheapest_estimate(parts.partial, SM_90, {}).total_us >= cost.floor_of_work_us(
+            cost.products(c), partial_bytes, SM_90)
+        assert split_k.COMBINE.estimate_cost(parts.combine, SM_90) >= SM_90.launch_us + partial_bytes / SM_90.memory_bytes_per_us

@@ -135,8 +135,12 @@ def _choose(
     output_points = math.prod(extent for var, extent in c.extents.items() if var != c.reduce_var)
     failure = None
     for splits in [pinned] if pinned is not None else usable_splits(c.reduce_extent):
-        if pinned is None and splits * output_points * c.acc_dtype.itemsize > MAX_PARTIAL_BYTES:
+        partial_bytes = splits * output_points * c.acc_dtype.itemsize
+        if pinned is None and partial_bytes > MAX_PARTIAL_BYTES:
             continue
+        floor = cost.floor_of_work_us(cost.products(c), partial_bytes, target)
+        if pinned is None and floor + _combine_floor_us(partial_bytes, target) >= _bound(best, whole):
+            break  # the partial sums and their combine cannot pay even at their floors, nor can more slices
         lengths = set()
         for multiple in (SLICE_MULTIPLE, TMA_SLICE_MULTIPLE):
             length = slice_length(c.reduce_extent, splits, multiple)
@@ -145,9 +149,8 @@ def _choose(
             lengths.add(length)
             parts = split(c, splits, set(), multiple)
             combine_us = COMBINE.estimate_cost(parts.combine, target)
-            bound = min(best.split_us if best is not None else math.inf, (1 - MIN_GAIN) * whole.total_us)
-            if pinned is None and combine_us + cost.floor_us(analyse(parts.partial).hinted(), target) >= bound:
-                continue  # the combine and the partial sums at their floor cost what would not be chosen
+            if pinned is None and floor + combine_us >= _bound(best, whole):
+                continue  # the partial sums at their floor and the combine cost what would not be chosen
             try:
                 partial_us = contraction_schedule.cheapest_estimate(parts.partial, target, settings).total_us
             except ScheduleError as e:
@@ -161,6 +164,20 @@ def _choose(
     if best is None or (pinned is None and best.split_us >= (1 - MIN_GAIN) * whole.total_us):
         return None
     return best
+
+
+def _bound(best: SplitChoice | None, whole: cost.Estimate) -> float:
+    """What a split must cost less than to be chosen: the best so far, and the whole product less
+    ``MIN_GAIN``. Each slice count's partial sums write more than the count before and their
+    combine reads more, so the floors of both only grow while this only falls: the search stops at
+    the first count they reach it (the choice is the one a search of every count makes)."""
+    return min(best.split_us if best is not None else math.inf, (1 - MIN_GAIN) * whole.total_us)
+
+
+def _combine_floor_us(partial_bytes: int, target: Target) -> float:
+    """Less than the combine's estimate (a pointwise kernel's: its bytes at a fraction of the
+    memory's pace, and a launch): a launch and a read of every partial sum at the memory's pace."""
+    return target.launch_us + partial_bytes / target.memory_bytes_per_us
 
 
 class SplitContractionsAcrossBlocks:
