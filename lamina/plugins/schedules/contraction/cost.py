@@ -413,15 +413,6 @@ def cuda_core_floor_us(c: Contraction, target: Target) -> float:
     return target.launch_us + 2 * products / rate
 
 
-def floor_us(c: Contraction, target: Target) -> float:
-    """Less than any setting can be estimated at: the launch, every product at the fastest rate
-    any setting is granted (the 16-bit tensor cores' best tile on a lightly loaded GPU), and the
-    outputs written at the memory's pace. The split-K search skips a slice count whose partial
-    sums could not pay even at this floor."""
-    written = sum(c.buffer_bytes(s.buffer) for s in c.epilogue)
-    return floor_of_work_us(products(c), written, target)
-
-
 def products(c: Contraction) -> int:
     """The multiply-adds of ``c`` (a gate and its up projection summed side by side count twice)."""
     return (c.extents[c.m] * c.extents[c.n] * c.reduce_extent * math.prod(c.extents[v] for v in c.batch)
@@ -429,7 +420,10 @@ def products(c: Contraction) -> int:
 
 
 def floor_of_work_us(multiply_adds: int, written_bytes: int, target: Target) -> float:
-    """``floor_us`` of a kernel of that many multiply-adds that writes that many bytes."""
+    """Less than any setting of a product of that many multiply-adds that writes that many bytes can
+    be estimated at: the launch, the multiply-adds at the fastest rate any setting is granted (the
+    16-bit tensor cores' best tile on a lightly loaded GPU), the writes at the memory's pace. The
+    split-K search skips the slice counts whose partial sums could not pay even at this floor."""
     best_share = max(1.0, max(tma_cost.TILE_EFFICIENCY.values()) * tma_cost.LIGHT_LOAD_SPEEDUP)
     rate = best_share * max(target.bf16_tensor_flops_per_us, target.tf32_wgmma_flops_per_us,
                             target.tf32_tensor_flops_per_us, target.fp32_flops_per_us)

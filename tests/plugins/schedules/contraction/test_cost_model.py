@@ -9,7 +9,7 @@ from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import dtypes, kernel_ir, tile_ir
 from lamina.plugins.schedules.contraction import ContractionSchedule, analyse, candidates, estimate
-from lamina.plugins.schedules.contraction.cost import choose, cuda_core_floor_us, floor_us, ranked
+from lamina.plugins.schedules.contraction.cost import choose, cuda_core_floor_us, floor_of_work_us, products, ranked
 from lamina.plugins.selection.cost_model import CostModelPolicy
 
 from ..contraction_kernels import FMA, SM_90, linear, matmul, simulate_case
@@ -190,10 +190,10 @@ def test_leaving_out_the_cuda_cores_settings_never_changes_the_choice(case):
                                   linear16(1, 3584, 4608), linear(512, 768, 3072), linear(3, 40, 5)],
                          ids=["bf16_128_rows", "bf16_qwen_qkv", "bf16_one_tile", "bf16_one_row", "fp32", "fp32_tiny"])
 def test_no_setting_is_estimated_below_the_floor(case):
-    """The split-K search skips a slice count whose partial sums cannot pay at ``floor_us``: so no
-    setting of any product may be estimated below it."""
+    """The split-K search skips a slice count whose partial sums cannot pay at ``floor_of_work_us``:
+    so no setting of any product may be estimated below it."""
     c = analyse(case.kernel, paired=True).hinted()
-    floor = floor_us(c, SM_90)
+    floor = floor_of_work_us(products(c), sum(c.buffer_bytes(s.buffer) for s in c.epilogue), SM_90)
     assert floor > SM_90.launch_us
     assert all(estimate(c, s, SM_90).total_us >= floor for s in candidates(c, SM_90))
 

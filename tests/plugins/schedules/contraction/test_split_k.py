@@ -9,8 +9,11 @@ import lamina
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import loop_ir
 from lamina.core.stages.fuse import fuse
+from lamina.plugins.schedules.contraction import cost, schedule
+from lamina.plugins.schedules.contraction.recognise import analyse
+from lamina.plugins.schedules.contraction.slices import SLICE_MULTIPLE
 from lamina.plugins.schedules.contraction.split_k import fusion_rule as split_k
-from lamina.plugins.schedules.contraction.split_k.partial_sums import PartialOf, partial_of
+from lamina.plugins.schedules.contraction.split_k.partial_sums import PartialOf, partial_of, split
 from lamina.plugins.schedules.contraction.split_k.fusion_rule import (
     MAX_PARTIAL_BYTES,
     SplitContractionsAcrossBlocks,
@@ -218,11 +221,6 @@ def test_the_floors_the_search_skips_by_are_below_every_estimate(m, k, n):
     """The search skips slice counts whose partial sums and combine cannot pay at their floors: the
     partial sums' every setting costs at least ``cost.floor_of_work_us``, and the combine at least a
     launch and a read of every partial sum at the memory's pace."""
-    from lamina.plugins.schedules.contraction import cost, schedule
-    from lamina.plugins.schedules.contraction.recognise import analyse
-    from lamina.plugins.schedules.contraction.split_k.partial_sums import split
-    from lamina.plugins.schedules.contraction.slices import SLICE_MULTIPLE
-
     c = analyse(linear(m, k, n).kernel)
     for splits in usable_splits(k)[:6]:
         parts = split(c, splits, set(), SLICE_MULTIPLE)

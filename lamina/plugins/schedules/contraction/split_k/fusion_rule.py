@@ -170,7 +170,7 @@ def _bound(best: SplitChoice | None, whole: cost.Estimate) -> float:
     """What a split must cost less than to be chosen: the best so far, and the whole product less
     ``MIN_GAIN``. Each slice count's partial sums write more than the count before and their
     combine reads more, so the floors of both only grow while this only falls: the search stops at
-    the first count they reach it (the choice is the one a search of every count makes)."""
+    the first count whose floors reach it (the choice is the one a search of every count makes)."""
     return min(best.split_us if best is not None else math.inf, (1 - MIN_GAIN) * whole.total_us)
 
 
