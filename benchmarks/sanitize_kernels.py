@@ -34,6 +34,7 @@ import concurrent.futures
 import datetime
 import fnmatch
 import json
+import math
 import os
 import queue
 import shlex
@@ -86,7 +87,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="seconds a tool's process may go without finishing a representative (default %(default)s)")
     parser.add_argument("--budget", type=float, default=420.0,
                         help="seconds for the tools' processes (the tools run at once, each in its own "
-                             "processes); what is left when it is spent is 'not-run' (default %(default)s)")
+                             "processes): a process still running when they are spent is stopped, and what "
+                             "it had not finished, and what is left, is 'not-run' (default %(default)s)")
     parser.add_argument("--compute-sanitizer", metavar="PATH", help="the tool (default: on PATH, else CUDA's bin)")
     parser.add_argument("--racecheck-report", choices=("analysis", "hazard", "all"), default="analysis",
                         help="racecheck's report (default %(default)s: one line per race between two accesses)")
@@ -260,9 +262,10 @@ def child_environment() -> dict[str, str]:
     return {**os.environ, **NO_CACHING, "PYTHONPATH": path}
 
 
-def run_process(command: list[str], timeout: float) -> tuple[str, int | None, float]:
-    """Run ``command``; stop it where no representative ends for ``timeout`` seconds.
-    (output, exit status or None where it was stopped, wall seconds)."""
+def run_process(command: list[str], timeout: float, deadline: float = math.inf) -> tuple[str, int | None, float]:
+    """Run ``command``; stop it where no representative ends for ``timeout`` seconds, or at
+    ``deadline`` (``time.monotonic``'s). (output, exit status or None where it was stopped, wall
+    seconds)."""
     started = time.monotonic()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env=child_environment(), start_new_session=True)
@@ -277,7 +280,7 @@ def run_process(command: list[str], timeout: float) -> tuple[str, int | None, fl
     output, last_progress = [], time.monotonic()
     while True:
         try:
-            line = lines.get(timeout=max(0.0, last_progress + timeout - time.monotonic()))
+            line = lines.get(timeout=max(0.0, min(last_progress + timeout, deadline) - time.monotonic()))
         except queue.Empty:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
@@ -310,7 +313,8 @@ def sanitize(tool: str, found: list[ks.Representative], args: argparse.Namespace
             break
         command = tool_command(tool_path, tool, args.racecheck_report, representatives_file,
                                [r.id for i in pending for r in groups[i]])
-        text, returncode, wall = run_process(command, args.timeout)
+        text, returncode, wall = run_process(command, args.timeout, deadline)
+        spent = returncode is None and time.monotonic() >= deadline
         output = sanitizer_output.parse(text)
         processes.append({"tool": tool, "programs": pending, "returncode": returncode, "wall_s": round(wall, 1),
                           "command": shlex.join(command), "errors": output.errors, "hazards": output.hazards,
@@ -324,6 +328,9 @@ def sanitize(tool: str, found: list[ks.Representative], args: argparse.Namespace
         for i in pending:
             if i not in output.begun:
                 retry.append(i)
+                continue
+            if spent and i not in output.ended:
+                records[i] = {"verdict": "not-run", "why": "--budget spent while it ran"}
                 continue
             record = _record(output, returncode, i, wall, command, pending, output.findings_of(i))
             if troubled and i != pending[0] and record["verdict"] in ("failed", "mismatch", "no-summary"):

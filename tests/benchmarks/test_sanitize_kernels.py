@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import attrs
@@ -266,6 +267,22 @@ def test_a_tool_that_runs_nothing_is_not_halved(tmp_path, fake_tool, monkeypatch
 def test_a_spent_budget_leaves_the_rest_not_run(tmp_path, fake_tool):
     code, document = _sanitize(tmp_path, fake_tool, "--budget", "0")
     assert code == 1 and document["summary"] == {"memcheck": {"not-run": 5}, "racecheck": {"not-run": 5}}
+
+
+def test_a_process_still_running_when_the_budget_is_spent_is_stopped_and_keeps_what_it_finished(
+        tmp_path, fake_tool, monkeypatch):
+    """The budget is a wall for the tools' processes, not only for starting new ones: a run that
+    must fit the time a GPU is lent still writes its record."""
+    monkeypatch.setenv("FAKE_HANG", "pointwise-3")
+    started = time.monotonic()
+    code, document = _sanitize(tmp_path, fake_tool, "--budget", "4", "--timeout", "50")
+    assert time.monotonic() - started < 30
+    for tool in ("memcheck", "racecheck"):
+        verdicts = {e["id"]: e[tool]["verdict"] for e in document["settings"]}
+        assert verdicts == {"pointwise-1": "clean", "pointwise-2": "clean", "pointwise-3": "not-run",
+                            "pointwise-4": "not-run", "pointwise-5": "not-run"}
+        assert document["settings"][2][tool]["why"] == "--budget spent while it ran"
+    assert code == 1
 
 
 def test_sanitize_needs_known_tools_and_a_file(capsys):
