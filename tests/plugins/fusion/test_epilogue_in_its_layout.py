@@ -97,6 +97,28 @@ def test_biased_projections_store_their_heads_for_attention_and_match_eager_on_t
     assert relative_error(compiled(*args), exact) <= 1.25 * relative_error(eager, exact) + 1e-3
 
 
+def _batch_of_heads(x, w, b):
+    """A projection over a batch of 3 sequences whose rows come flattened, as AOTAutograd hands a
+    linear layer over a batch, stored per head for attention: each row splits into its sequence and
+    position."""
+    return F.linear(x, w, b).view(3, x.shape[0] // 3, w.shape[0] // 64, 64).transpose(1, 2).contiguous()
+
+
+def test_a_batch_s_rows_split_into_sequences_still_store_adjacent_features_in_pairs():
+    """The row's sequence and position (``i0 // 40``, ``i0 % 40``) stay the same along a run of
+    columns: BERT's projections at batch 8 stored one feature per access before."""
+    torch.manual_seed(0)
+    x = torch.randn(120, 128, dtype=torch.bfloat16)
+    args = (x, torch.randn(128, 128, dtype=torch.bfloat16) / 128 ** 0.5, torch.randn(128, dtype=torch.bfloat16))
+    compiled = lamina.compile(_batch_of_heads, args, target="sm_90", knobs={"contraction": {"products": "wgmma_tma"}})
+    (tile,) = compiled.compilation.tiles
+    (store,) = [s for s in loop_ir.statements(tile.kernel.body) if isinstance(s, loop_ir.Store)]
+    assert [ex.format_expr(i) for i in store.index] == ["i0 // 40", "i1 // 64", "i0 % 40", "i1 % 64"]
+    assert "epilogue_stores = 2 adjacent outputs per store (4 B)" in tile_ir.format_tile_kernel(tile)
+    exact = float64_reference(_batch_of_heads, args)
+    assert relative_error(compiled(*args), exact) <= 1.25 * relative_error(_batch_of_heads(*args), exact) + 1e-3
+
+
 @pytest.mark.gpu
 def test_biased_projections_store_their_heads_for_attention_and_match_float64_on_the_gpu():
     """BERT-base's self-attention at 512 positions, through ``torch.compile`` as a user runs it."""

@@ -167,10 +167,13 @@ def store_width(c: Contraction, fragment_width: int) -> int:
 
 def _role_in_a_run(atom: Expr, column: str, width: int) -> str | None:
     """How an index atom changes along an aligned run of ``width`` columns: ``moves`` one by one
-    with the column (the column, or its remainder by a multiple of ``width``), ``stays`` (another
-    variable, or the column's quotient by such a multiple), or None where it does neither."""
+    with the column (the column, or its remainder by a multiple of ``width``), ``stays`` (anything
+    of other variables, such as a batch's row split into sequence and position, or the column's
+    quotient by such a multiple), or None where it does neither."""
+    if column not in ex.free_vars(atom):
+        return "stays"
     if isinstance(atom, ex.Var):
-        return "moves" if atom.name == column else "stays"
+        return "moves"
     if isinstance(atom, ex.Op) and atom.op in ("mod", "floordiv") and isinstance(atom.args[0], ex.Var) \
             and atom.args[0].name == column and isinstance(atom.args[1], ex.Const) and atom.args[1].value % width == 0:
         return "moves" if atom.op == "mod" else "stays"
