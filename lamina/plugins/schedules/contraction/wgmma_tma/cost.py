@@ -84,6 +84,12 @@ def tile_efficiency(block_m: int, block_n: int, groups: int) -> float:
     return e0 if n1 == n0 else e0 + (e1 - e0) * (block_n - n0) / (n1 - n0)
 
 
+def light_load_speedup(busy_sms: int, sm_count: int) -> float:
+    """``LIGHT_LOAD_SPEEDUP`` where one SM works, falling linearly to 1 as the busy SMs approach all
+    (a steeper fall fitted no better in the models: ``experiments/light_load/``)."""
+    return 1 + (LIGHT_LOAD_SPEEDUP - 1) * (1 - busy_sms / sm_count)
+
+
 def useful_stages(stages: int, k_tiles: int) -> int:
     """The stages that hold a k-tile at some time: a ring deeper than the k-tiles only costs shared
     memory (the attention scores' products, whose 64-deep reduction is one k-tile, take two)."""
@@ -110,9 +116,8 @@ def compute_and_memory_us(c: Contraction, choices: Choices, target: Target) -> t
     columns = setting.summed_columns(c, choices)
     efficiency = (tile_efficiency(choices.block_m, columns, choices.consumer_warpgroups)
                   * STAGE_EFFICIENCY[min(useful_stages(choices.stages, k_tiles), max(STAGE_EFFICIENCY))])
-    busy_sms = min(blocks, target.sm_count)
-    light_load = 1 + (LIGHT_LOAD_SPEEDUP - 1) * (1 - busy_sms / target.sm_count)
-    sm_flops_per_us = target.bf16_tensor_flops_per_us / target.sm_count * efficiency * light_load
+    sm_flops_per_us = (target.bf16_tensor_flops_per_us / target.sm_count * efficiency
+                       * light_load_speedup(min(blocks, target.sm_count), target.sm_count))
     k_tile_us = 2 * choices.block_m * columns * choices.block_k / sm_flops_per_us
     late_reads = 0 if setting.early_read_registers(c, choices) else setting.epilogue_read_values(c, choices)
     stored_by_tma = setting.staged_copy(c, choices) == setting.TMA_COPY
