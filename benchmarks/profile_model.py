@@ -35,8 +35,9 @@ SHOWN = 15
 """Kernels printed per contender, the costliest first (the record keeps all)."""
 
 
-def profile(model: torch.nn.Module, inputs: dict, backend: str, passes: int) -> dict:
-    """GPU time per pass of each kernel name, and its launches per pass, of ``model`` compiled by ``backend``."""
+def kernel_spans(model: torch.nn.Module, inputs: dict, backend: str, passes: int) -> list[tuple[str, float, float]]:
+    """Every GPU kernel of ``passes`` forward passes of ``model`` compiled by ``backend`` (after two
+    passes that compile and warm it), as (name, start, end) in microseconds."""
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=backend, dynamic=False)
     with torch.no_grad():
@@ -47,8 +48,13 @@ def profile(model: torch.nn.Module, inputs: dict, backend: str, passes: int) -> 
             for _ in range(passes):
                 compiled(**inputs)
             torch.cuda.synchronize()
-    kernels = [(event.name, event.time_range.start, event.time_range.end) for event in profiler.events()
-               if event.device_type == torch.autograd.DeviceType.CUDA]
+    return [(event.name, event.time_range.start, event.time_range.end) for event in profiler.events()
+            if event.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def profile(model: torch.nn.Module, inputs: dict, backend: str, passes: int) -> dict:
+    """GPU time per pass of each kernel name, and its launches per pass, of ``model`` compiled by ``backend``."""
+    kernels = kernel_spans(model, inputs, backend, passes)
     us: dict[str, float] = collections.defaultdict(float)
     launches: dict[str, int] = collections.defaultdict(int)
     for name, own in own_times(kernels):

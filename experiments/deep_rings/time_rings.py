@@ -69,14 +69,12 @@ def cases(device: str) -> dict:
     }
 
 
-def main():
+def time_settings(products: dict, settings: list, setting_name) -> dict:
+    """Each product's torch.compile time, and each setting's time, error against float64 and
+    choices, keyed ``"PRODUCT | SETTING"``; a setting the schedule refuses records its reason."""
     import lamina
     from lamina.bench.measure import relative_error, time_cuda_graph
 
-    products = cases("cuda")
-    settings = [None] if "--cost-model-only" in sys.argv else SETTINGS
-    if "--quick" in sys.argv:
-        products = dict(list(products.items())[:1])
     out = {"gpu": torch.cuda.get_device_name()}
     for case, (fn, args) in products.items():
         reference = fn(*(a.double() for a in args))
@@ -94,6 +92,15 @@ def main():
             except Exception as e:  # a setting the schedule refuses: its reason is the result
                 out[f"{case} | {name}"] = repr(e)[:300]
             print(case, name, out[f"{case} | {name}"], flush=True)
+    return out
+
+
+def main():
+    products = cases("cuda")
+    settings = [None] if "--cost-model-only" in sys.argv else SETTINGS
+    if "--quick" in sys.argv:
+        products = dict(list(products.items())[:1])
+    out = time_settings(products, settings, setting_name)
     name = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--name=")), "rings")
     with open(os.path.join(os.environ.get("OUT", os.path.dirname(__file__)), f"{name}.json"), "w") as f:
         json.dump(out, f, indent=1)

@@ -5,6 +5,7 @@ cost model's choice and fixed Hopper GEMM settings, against torch.compile (cuBLA
 ``$OUT`` (or here). Each figure is the median CUDA-graph replay of 20 calls to a graph, per call."""
 import json
 import os
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -63,26 +64,10 @@ def cases(device: str) -> dict:
 
 
 def main():
-    import lamina
-    from lamina.bench.measure import relative_error, time_cuda_graph
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "deep_rings"))
+    from time_rings import time_settings
 
-    out = {"gpu": torch.cuda.get_device_name()}
-    for case, (fn, args) in cases("cuda").items():
-        reference = fn(*(a.double() for a in args))
-        out[f"{case} | torch.compile"] = round(time_cuda_graph(torch.compile(fn), args, calls_per_graph=20), 2)
-        print(case, "torch.compile", out[f"{case} | torch.compile"], flush=True)
-        for pins in SETTINGS:
-            name = setting_name(pins)
-            try:
-                compiled = lamina.compile(fn, args, knobs={"contraction": pins} if pins else {})
-                out[f"{case} | {name}"] = {
-                    "us": round(time_cuda_graph(compiled, args, calls_per_graph=20), 2),
-                    "error": relative_error(compiled(*args), reference),
-                    "chosen": [dict(t.knobs).get("chosen", t.schedule).split(";")[0]
-                               for t in compiled.compilation.tiles]}
-            except Exception as e:  # a setting the schedule refuses: its reason is the result
-                out[f"{case} | {name}"] = repr(e)[:300]
-            print(case, name, out[f"{case} | {name}"], flush=True)
+    out = time_settings(cases("cuda"), SETTINGS, setting_name)
     with open(os.path.join(os.environ.get("OUT", os.path.dirname(__file__)), "bert_products.json"), "w") as f:
         json.dump(out, f, indent=1)
 

@@ -15,7 +15,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
-from profile_model import own_times  # noqa: E402
+from profile_model import kernel_spans, own_times  # noqa: E402
 
 import lamina.integrations.torch_compile as torch_compile  # noqa: E402
 from lamina.core.ir import tile_ir  # noqa: E402
@@ -38,18 +38,7 @@ def main() -> None:
     arch = architecture(name)
     model = build(arch, size="real", length=length, layers=layers, dtype=torch.bfloat16, device="cuda")
     inputs = example_inputs(arch, model, batch=batch, length=length, device="cuda")
-    compiled = torch.compile(model, backend="lamina", dynamic=False)
-    with torch.no_grad():
-        for _ in range(3):
-            compiled(**inputs)
-        torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profiler:
-            for _ in range(PASSES):
-                compiled(**inputs)
-            torch.cuda.synchronize()
-    kernels = [(e.name, e.time_range.start, e.time_range.end) for e in profiler.events()
-               if e.device_type == torch.autograd.DeviceType.CUDA]
-    own = own_times(kernels)
+    own = own_times(kernel_spans(model, inputs, "lamina", PASSES))
     per_pass = len(own) // PASSES
     path = os.path.join(os.environ.get("OUT", os.path.dirname(__file__)), f"profile_{name}_b{batch}_s{length}.txt")
     with open(path, "w") as out:
