@@ -10,6 +10,9 @@ import sys
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "deep_rings"))
+from time_rings import setting_name, time_settings  # noqa: E402  (setting_name: fit.py reads it from here)
+
 
 def setting(block_m, block_n, stages, consumer_warpgroups=1, **more):
     return {"products": "wgmma_tma", "block_m": block_m, "block_n": block_n,
@@ -39,10 +42,6 @@ SETTINGS = [None, setting(64, 96, 4), setting(64, 96, 6), setting(64, 64, 4), se
 """The cost model's choice, then settings of one kernel each (two split in two along k)."""
 
 
-def setting_name(pins: dict | None) -> str:
-    return "cost model" if pins is None else ", ".join(f"{k} {v}" for k, v in pins.items() if k != "products")
-
-
 def cases(device: str) -> dict:
     """Each product's function and its bf16 arguments, random, the weights scaled as a layer's."""
     torch.manual_seed(0)
@@ -64,9 +63,6 @@ def cases(device: str) -> dict:
 
 
 def main():
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "deep_rings"))
-    from time_rings import time_settings
-
     out = time_settings(cases("cuda"), SETTINGS, setting_name)
     with open(os.path.join(os.environ.get("OUT", os.path.dirname(__file__)), "bert_products.json"), "w") as f:
         json.dump(out, f, indent=1)
