@@ -424,7 +424,7 @@ def floor_of_work_us(multiply_adds: int, written_bytes: int, target: Target) -> 
     be estimated at: the launch, the multiply-adds at the fastest rate any setting is granted (the
     16-bit tensor cores' best tile on a lightly loaded GPU), the writes at the memory's pace. The
     split-K search skips the slice counts whose partial sums could not pay even at this floor."""
-    best_share = max(1.0, max(tma_cost.TILE_EFFICIENCY.values()) * tma_cost.LIGHT_LOAD_SPEEDUP)
+    best_share = max(1.0, max(tma_cost.TILE_EFFICIENCY.values()) * tma_cost.light_load_speedup(1, target.sm_count))
     rate = best_share * max(target.bf16_tensor_flops_per_us, target.tf32_wgmma_flops_per_us,
                             target.tf32_tensor_flops_per_us, target.fp32_flops_per_us)
     return target.launch_us + max(2 * multiply_adds / rate, written_bytes / target.memory_bytes_per_us)

@@ -86,7 +86,8 @@ def tile_efficiency(block_m: int, block_n: int, groups: int) -> float:
 
 def light_load_speedup(busy_sms: int, sm_count: int) -> float:
     """``LIGHT_LOAD_SPEEDUP`` where one SM works, falling linearly to 1 as the busy SMs approach all
-    (a steeper fall fitted no better in the models: ``experiments/light_load/``)."""
+    (a steeper fall fitted no better in the models: ``experiments/light_load/``). Largest where one
+    SM works, which the split-K search's floor (``contraction.cost.floor_of_work_us``) takes."""
     return 1 + (LIGHT_LOAD_SPEEDUP - 1) * (1 - busy_sms / sm_count)
 
 
