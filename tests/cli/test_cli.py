@@ -90,7 +90,8 @@ def test_plugins_json_lists_the_builtins(capsys):
     assert code == 0
     plugins = {p["name"]: p for p in json.loads(out)}
     assert plugins["lamina.builtin.schedules.contraction"]["registered"] == [
-        ["fusion_rule", "pair_gated_products"], ["fusion_rule", "split_contractions_across_blocks"],
+        ["fusion_rule", "pair_gated_products"], ["fusion_rule", "join_products_of_one_input"],
+        ["fusion_rule", "split_contractions_across_blocks"],
         ["fusion_rule", "reorder_tma_operand_axes"],
         ["fusion_rule", "pad_tma_operand_rows"], ["fusion_rule", "store_tma_operands_k_major"],
         ["schedule", "contraction"], ["schedule", "unrolled_reduction"]

@@ -103,7 +103,8 @@ def batch_as_rows(c: Contraction) -> int:
     (``experiments/batch_rows/``)."""
     if not c.batch or not all(isinstance(c.extents[v], int) for v in (*c.batch, c.m, c.n)):
         return 1
-    sides = [o.load for o in c.operands if o.side == "n"] + ([c.paired.operand.load] if c.paired else [])
+    sides = ([o.load for o in c.operands if o.side == "n"] + ([c.paired.operand.load] if c.paired else [])
+             + [p.column_operand.load for p in c.pieces])
     batch = set(c.batch)
     if any(isinstance(node, ex.Var) and node.name in batch for load in sides for i in load.index
            for node in ex.walk(i)):

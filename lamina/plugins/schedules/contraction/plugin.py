@@ -19,6 +19,7 @@ from lamina.plugins.schedules.contraction.split_k.fusion_rule import SplitContra
 from lamina.plugins.schedules.contraction.tiling import SCHEDULE_NAME, grid_fits
 from lamina.plugins.schedules.contraction.split_k.unrolled_reduction import UnrolledReductionSchedule
 from lamina.plugins.schedules.contraction.wgmma_tma.gated_products import PairGatedProducts
+from lamina.plugins.schedules.contraction.wgmma_tma.joined_products import JoinProductsOfOneInput
 from lamina.plugins.schedules.contraction.wgmma_tma.k_major_operands import StoreTmaOperandsKMajor
 from lamina.plugins.schedules.contraction.wgmma_tma.padded_rows import PadTmaOperandRows
 from lamina.plugins.schedules.contraction.wgmma_tma.reordered_axes import ReorderTmaOperandAxes
@@ -35,7 +36,7 @@ class ContractionSchedule:
 
     def applies(self, kernel: loop_ir.Kernel, target: Target) -> bool:
         try:
-            return grid_fits(analyse(kernel, paired=True), 128)
+            return grid_fits(analyse(kernel, joined=True), 128)
         except NotAContraction:
             return False
 
@@ -61,6 +62,7 @@ def lamina_register_schedules(register):
 @hookimpl
 def lamina_register_fusion_rules(register):
     register(PairGatedProducts())
+    register(JoinProductsOfOneInput())
     register(SplitContractionsAcrossBlocks())
     register(ReorderTmaOperandAxes())
     register(PadTmaOperandRows())

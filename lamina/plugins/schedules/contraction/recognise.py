@@ -13,7 +13,7 @@ row operand by two column operands: a gated MLP's gate and up projections, which
 ``pair_gated_products`` rule puts in one kernel so that its epilogue (``silu(gate) * up``)
 reads both sums from registers. The second sum is the contraction's ``paired``; only the
 16-bit Hopper GEMM runs such a kernel, so ``analyse`` finds it only where asked to
-(``paired=True``), and every other caller sees a kernel that is no contraction.
+(``joined=True``), and every other caller sees a kernel that is no contraction.
 """
 
 from __future__ import annotations
@@ -69,6 +69,24 @@ class PairedSum:
 
 
 @attrs.frozen
+class Piece:
+    """One product of a kernel that runs several of one row operand side by side: its own
+    contraction (its nest alone, its columns numbered from 0) and where its columns start among
+    the joined kernel's."""
+
+    first_column: int
+    contraction: Contraction
+
+    @property
+    def columns(self) -> int:
+        return self.contraction.extents[self.contraction.n]
+
+    @property
+    def column_operand(self) -> Operand:
+        return next(o for o in self.contraction.operands if o.side == "n")
+
+
+@attrs.frozen
 class Contraction:
     """The parts of a contraction kernel: output rows ``m``, columns ``n`` (contiguous in the
     output), block-uniform ``batch`` variables, the sum and the stores that follow it;
@@ -89,6 +107,10 @@ class Contraction:
     operands: tuple[Operand, ...] = attrs.field(converter=tuple)
     slice_bound: SliceBound | None = None
     paired: PairedSum | None = None
+    pieces: tuple[Piece, ...] = attrs.field(default=(), converter=tuple)
+    """Where the kernel runs several products of the same row operand side by side: each of them,
+    in the order of the columns (``extents[n]`` counts them all; ``operands`` are the first's and
+    ``epilogue`` holds every piece's stores)."""
 
     @property
     def reduce_extent(self) -> int:
@@ -149,15 +171,19 @@ def _is_sum_identity(value: Expr) -> bool:
     return isinstance(value, ex.Const) and value.dtype != dtypes.bool_ and value.value == 0
 
 
-def analyse(kernel: loop_ir.Kernel, paired: bool = False) -> Contraction:
+def analyse(kernel: loop_ir.Kernel, joined: bool = False) -> Contraction:
     """The contraction in ``kernel``, or ``NotAContraction`` saying which part does not fit; a
-    kernel that sums two products at once (``Contraction.paired``) only where ``paired``."""
+    kernel that sums two products at once (``Contraction.paired``) or runs several side by side
+    (``Contraction.pieces``) only where ``joined``."""
     found = _analysed(kernel)
     if isinstance(found, NotAContraction):
         raise NotAContraction(str(found))
-    if found.paired is not None and not paired:
+    if found.paired is not None and not joined:
         raise NotAContraction(f"loop kernel {kernel.name} sums two products at once ({found.acc} and "
                               f"{found.paired.acc}); only the 16-bit Hopper GEMM runs it")
+    if found.pieces and not joined:
+        raise NotAContraction(f"loop kernel {kernel.name} runs {len(found.pieces)} products of one input side by "
+                              "side; only the 16-bit Hopper GEMM runs it")
     return found
 
 
@@ -173,6 +199,8 @@ def _analysed(kernel: loop_ir.Kernel) -> Contraction | NotAContraction:
 
 def _analyse(kernel: loop_ir.Kernel) -> Contraction:
     where = f"loop kernel {kernel.name}"
+    if len(kernel.body) > 1 and all(isinstance(s, loop_ir.Loop) and s.kind == "parallel" for s in kernel.body):
+        return _side_by_side(kernel, where)
     loops, inner = split_parallel_nest(kernel.body)
     if len(loops) < 2:
         raise NotAContraction(f"{where} has {len(loops)} parallel loop(s) around its body; a contraction needs two or more")
@@ -214,6 +242,40 @@ def _analyse(kernel: loop_ir.Kernel) -> Contraction:
         if ex.free_vars(bound.start) <= set(c.batch):
             return c
     return _parts(kernel, loops, init, reduce_loop, stores, accumulate.value, None)
+
+
+def _side_by_side(kernel: loop_ir.Kernel, where: str) -> Contraction:
+    """The contraction of a kernel whose nests are products of the same row operand over the same
+    rows, batch and reduction, each its own columns (``Contraction.pieces``): their columns side by
+    side, in the nests' order."""
+    parts = [_analyse(attrs.evolve(kernel, body=(nest,))) for nest in kernel.body]
+    first = parts[0]
+    same = ("m", "n", "batch", "reduce_var", "acc", "acc_dtype", "init")
+    rows = {v: e for v, e in first.extents.items() if v != first.n}
+    for part in parts[1:]:
+        if any(getattr(part, name) != getattr(first, name) for name in same) \
+                or {v: e for v, e in part.extents.items() if v != part.n} != rows:
+            raise NotAContraction(f"{where}: its nests are not products over the same rows, batch and reduction, "
+                                  "with the same names")
+    for part in parts:
+        if part.paired is not None or part.slice_bound is not None or len(part.operands) != 2 \
+                or [o.side for o in part.operands].count("n") != 1:
+            raise NotAContraction(f"{where}: each of its nests must be a plain product of a row operand by a column "
+                                  "operand")
+        if next(o for o in part.operands if o.side == "m") != next(o for o in first.operands if o.side == "m"):
+            raise NotAContraction(f"{where}: its nests' products do not share their row operand")
+        if not isinstance(part.extents[part.n], int):
+            raise NotAContraction(f"{where}: its nests' columns must be known when compiling")
+    written = {s.buffer for part in parts for s in part.epilogue}
+    if any(isinstance(node, loop_ir.Load) and node.buffer in written
+           for part in parts for s in part.epilogue for node in ex.walk(s.value)):
+        raise NotAContraction(f"{where}: a nest's epilogue reads what another's stores")
+    pieces, column = [], 0
+    for part in parts:
+        pieces.append(Piece(column, part))
+        column += part.extents[part.n]
+    return attrs.evolve(first, kernel=kernel, extents={**first.extents, first.n: column},
+                        epilogue=tuple(s for part in parts for s in part.epilogue), pieces=tuple(pieces))
 
 
 def _paired_sum(c: Contraction, second: loop_ir.Accumulate, where: str) -> PairedSum:

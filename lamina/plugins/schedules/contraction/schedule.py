@@ -26,7 +26,7 @@ def _where(kernel: loop_ir.Kernel) -> str:
 
 def _cheapest(kernel: loop_ir.Kernel, target: Target, pinned: tuple[tuple[str, int], ...]):
     """The kernel's contraction and the cost model's choice for it."""
-    c = analyse(kernel, paired=True)
+    c = analyse(kernel, joined=True)
     key = (loop_ir.with_positional_names(kernel), tuple(c.hinted().extents.values()), target, pinned)
     found = _choices.get(key)
     if found is None:
@@ -105,7 +105,7 @@ def best_contraction_settings(kernel: loop_ir.Kernel, target: Target, count: int
     """The ``count`` cheapest settings, each as the knobs that pin it (the arrangement of threads
     and blocks left to the schedule); empty where none can run."""
     try:
-        c = analyse(kernel, paired=True)
+        c = analyse(kernel, joined=True)
         settings = cost.ranked(c.hinted(), target, {}, _where(kernel))
     except (ScheduleError, SymbolicSizeError):
         return []

@@ -229,6 +229,8 @@ def illegal(c: Contraction, choices: Choices, target: Target) -> str | None:
         return tma_setting.problem(c, choices, target) or _grid_problem(c, choices)
     if c.paired is not None:
         return "a kernel that sums two products at once (a gate and its up projection) runs only on products = wgmma_tma"
+    if c.pieces:
+        return "a kernel of products of one input side by side runs only on products = wgmma_tma"
     if choices.block_m % choices.thread_m or choices.block_n % choices.thread_n:
         return "each block tile must be a whole number of register tiles"
     fragments = _fragment_problem(c, choices)

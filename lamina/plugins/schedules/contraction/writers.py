@@ -25,6 +25,6 @@ def lower_contraction(tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Ker
     products = settings_of(tile).products
     writer = {TMA_PRODUCTS: TmaGemmWriter, WGMMA_PRODUCTS: WarpgroupWriter,
               WGMMA_16_BIT_PRODUCTS: SixteenBitWarpgroupWriter}.get(products, ContractionWriter)
-    kernel = writer(tile, analyse(tile.kernel, paired=True)).kernel_ir(target.max_shared_bytes_per_block)
+    kernel = writer(tile, analyse(tile.kernel, joined=True)).kernel_ir(target.max_shared_bytes_per_block)
     kernel_ir.verify_kernel(kernel, target.max_threads_per_block, target.max_shared_bytes_optin)
     return kernel

@@ -178,7 +178,7 @@ def test_cp_async_copies_take_two_buffers_and_copies_through_registers_three():
 def test_leaving_out_the_cuda_cores_settings_never_changes_the_choice(case):
     """``choose`` skips the CUDA cores' settings where a wgmma setting is cheaper than any of them could
     be; the choice is the cheapest of every setting all the same."""
-    c = analyse(case.kernel, paired=True).hinted()
+    c = analyse(case.kernel, joined=True).hinted()
     choices, estimate_, _ = choose(c, SM_90, {}, "test")
     (best, best_estimate), *_ = ranked(c, SM_90, {}, "test")
     assert (choices, estimate_) == (best, best_estimate)
@@ -192,14 +192,14 @@ def test_leaving_out_the_cuda_cores_settings_never_changes_the_choice(case):
 def test_no_setting_is_estimated_below_the_floor(case):
     """The split-K search skips a slice count whose partial sums cannot pay at ``floor_of_work_us``:
     so no setting of any product may be estimated below it."""
-    c = analyse(case.kernel, paired=True).hinted()
+    c = analyse(case.kernel, joined=True).hinted()
     floor = floor_of_work_us(products(c), sum(c.buffer_bytes(s.buffer) for s in c.epilogue), SM_90)
     assert floor > SM_90.launch_us
     assert all(estimate(c, s, SM_90).total_us >= floor for s in candidates(c, SM_90))
 
 
 def test_a_16_bit_linear_on_hopper_weighs_only_the_wgmma_settings_and_the_tile_ir_says_so():
-    c = analyse(linear16(128, 2048, 2560).kernel, paired=True).hinted()
+    c = analyse(linear16(128, 2048, 2560).kernel, joined=True).hinted()
     _, _, weighed = choose(c, SM_90, {}, "test")
     every = candidates(c, SM_90)
     assert weighed == sum(s.products == "wgmma_tma" for s in every) < len(every)

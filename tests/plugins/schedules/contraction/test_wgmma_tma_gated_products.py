@@ -91,7 +91,7 @@ def test_the_halves_are_read_a_fixed_number_of_rows_apart_in_one_weight():
     x, gate, up = inputs(128, 64, 96)
     compiled = lamina.compile(halves, (x.unsqueeze(0), torch.cat([gate, up])), target="sm_90")
     (kernel,) = compiled.compilation.loop.kernels
-    c = analyse(kernel, paired=True)
+    c = analyse(kernel, joined=True)
     columns = [o.text for o in c.operands if o.side == "n"] + [c.paired.operand.text]
     assert sorted(columns) == ["gate_up[i2 + 96, r0]", "gate_up[i2, r0]"]
     assert "shared gate_up[i2 + 96, r0]" in compiled.ir("tile") and "shared gate_up[i2, r0]" in compiled.ir("tile")
@@ -124,7 +124,7 @@ def test_only_the_hopper_gemm_is_given_a_kernel_of_two_sums():
     (kernel,) = compiled.compilation.loop.kernels
     with pytest.raises(NotAContraction, match="sums two products at once"):
         analyse(kernel)
-    c = analyse(kernel, paired=True)
+    c = analyse(kernel, joined=True)
     assert (c.acc, c.paired.acc, c.paired.operand.load.buffer) == ("acc0", "acc1", "up")
 
 

@@ -129,7 +129,8 @@ def compute_and_memory_us(c: Contraction, choices: Choices, target: Target) -> t
         block_us += SLICE_MEETING_US + (sliced - 1) * setting.slice_sums_bytes(c, choices) / SLICE_SUMS_BYTES_PER_US
     compute_us = deepest * k_tiles * k_tile_us + deepest * block_us / min(per_sm, deepest)
     written = sum(c.buffer_bytes(s.buffer) for s in c.epilogue)
-    factors = {o.load.buffer for o in c.operands} | ({c.paired.operand.load.buffer} if c.paired else set())
+    factors = ({o.load.buffer for o in c.operands} | ({c.paired.operand.load.buffer} if c.paired else set())
+               | {p.column_operand.load.buffer for p in c.pieces})
     read_by_epilogue = {node.buffer for s in c.epilogue for node in ex.walk(s.value)
                         if isinstance(node, loop_ir.Load) and node.buffer not in factors}
     moved = sum(c.buffer_bytes(name) for name in factors | read_by_epilogue) + written

@@ -21,6 +21,7 @@ two sums), and the cost model expects the one kernel to beat the two.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 import attrs
@@ -82,13 +83,19 @@ def _gains(merged: loop_ir.Kernel, apart: tuple[loop_ir.Kernel, ...], target: Ta
     """Whether the pins let the merged kernel run and the cost model expects it faster than the two,
     each product as split-K would then run it (the merged kernel is never split, and a product
     split across blocks may beat it)."""
+    return merged_us(merged, target, knobs) < sum(apart_us(k, target, knobs) for k in apart)
+
+
+def merged_us(merged: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> float:
+    """The estimate of a kernel of joined products at the setting the schedule would choose; infinite
+    where the pins let none run."""
     try:
-        return cheapest_estimate(merged, target, knobs).total_us < sum(_apart_us(k, target, knobs) for k in apart)
+        return cheapest_estimate(merged, target, knobs).total_us
     except ScheduleError:
-        return False
+        return math.inf
 
 
-def _apart_us(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> float:
+def apart_us(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> float:
     """A product's estimate, or a pointwise kernel's: a launch and its bytes at the memory's pace."""
     if analysis.pointwise(kernel) is not None:
         moved = sum(sizes.hint(sizes.numel(b.type.shape)) * b.type.dtype.itemsize for b in kernel.inputs + kernel.outputs)
@@ -126,7 +133,7 @@ def _merged(producer: loop_ir.Kernel, consumer: loop_ir.Kernel, buffer: str) -> 
     if merged is None:
         return None
     try:
-        c = analyse(merged, paired=True)
+        c = analyse(merged, joined=True)
     except NotAContraction:
         return None
     if operands_problem(c) is not None or sizes.hint(c.extents[c.m]) < MIN_UNPINNED_ROWS \

@@ -193,7 +193,7 @@ def early_read_registers(c: Contraction, choices: Choices) -> int:
     tile), else none; none where the reduction is sliced in a cluster, whose first block alone runs the
     epilogue, after the others' sums."""
     values = epilogue_read_values(c, choices)
-    if not values or not (_facts(c).stores_pairs or _stages_odd_rows(c, choices)) \
+    if not values or c.pieces or not (_facts(c).stores_pairs or _stages_odd_rows(c, choices)) \
             or cluster_slices.slices(choices) > 1:  # only the cluster's first block runs the epilogue
         return 0
     total = accumulators(c, choices) + values + OTHER_REGISTERS
@@ -267,9 +267,14 @@ def _facts(c: Contraction) -> _KernelFacts:
             _known.clear()
         found = operands.view(c, operands.factors(c)[1]) if operands.factors(c) else "no factors"
         layout = kernel_ir.K_MAJOR if isinstance(found, str) else found.layout
-        _known[c.kernel] = _KernelFacts(_find_operands_problem(c), layout, staged_outputs.odd_rows(c),
-                                        store_width(c, COLUMN_RUN) > 1, _epilogue_reads(c),
-                                        tma_stores.output_rows(c))
+        if c.pieces:  # each piece stores its own outputs from registers
+            _known[c.kernel] = _KernelFacts(_find_operands_problem(c), layout, False,
+                                            all(store_width(p.contraction, COLUMN_RUN) > 1 for p in c.pieces),
+                                            _epilogue_reads(c), None)
+        else:
+            _known[c.kernel] = _KernelFacts(_find_operands_problem(c), layout, staged_outputs.odd_rows(c),
+                                            store_width(c, COLUMN_RUN) > 1, _epilogue_reads(c),
+                                            tma_stores.output_rows(c))
     return _known[c.kernel]
 
 
@@ -304,6 +309,8 @@ def staged_copy(c: Contraction, choices: Choices) -> str:
     ptxas serialises its wgmma (its warning C7514; ``experiments/gemm_mainloop/``). Only blocks of
     two consumer warpgroups take the TMA's tile: it paid on every such block timed, and on blocks of
     one it paid on some products and lost on others (``experiments/tma_stores_by_warpgroups/``)."""
+    if c.pieces:  # each block runs the epilogue of its piece, storing from registers
+        return ""
     if _stages_odd_rows(c, choices):
         return THREADS_COPY
     facts = _facts(c)
@@ -340,6 +347,11 @@ def _find_operands_problem(c: Contraction) -> str | None:
         if isinstance(paired, str) or paired.layout != kernel_ir.K_MAJOR:
             return (f"products = wgmma_tma sums a gate and its up projection side by side only where the TMA reads "
                     f"both weights K-major: {paired if isinstance(paired, str) else 'the second lies along n'}")
+    for piece in c.pieces:
+        column = operands.view(piece.contraction, piece.column_operand)
+        if isinstance(column, str) or column.layout != kernel_ir.K_MAJOR:
+            return (f"products = wgmma_tma runs products of one input side by side only where the TMA reads each "
+                    f"weight K-major: {column if isinstance(column, str) else 'one lies along n'}")
     for operand in factors:
         found = operands.view(c, operand)
         if isinstance(found, str):
@@ -390,6 +402,9 @@ def problem(c: Contraction, choices: Choices, target: Target) -> str | None:
                 f"columns (a wgmma of twice as many), not {choices.block_n}")
     if c.paired is not None and choices.tile_scheduler == PERSISTENT:
         return "a block that sums a gate and its up projection side by side takes tile_scheduler = grid"
+    pieces = pieces_problem(c, choices)
+    if pieces is not None:
+        return pieces
     if accumulators(c, choices) > MAX_ACCUMULATORS:
         return (f"a {choices.block_m}x{choices.block_n} block on {choices.consumer_warpgroups} consumer "
                 f"warpgroup{'s' if choices.consumer_warpgroups > 1 else ''} holds {accumulators(c, choices)} "
@@ -400,6 +415,21 @@ def problem(c: Contraction, choices: Choices, target: Target) -> str | None:
     if shared > target.max_shared_bytes_optin:
         return (f"{choices.stages} stages of {choices.block_m}x{choices.block_n} blocks take {shared} B of shared "
                 f"memory, more than the {target.max_shared_bytes_optin} B {target.name} allows per block")
+    return None
+
+
+def pieces_problem(c: Contraction, choices: Choices) -> str | None:
+    """Why a kernel of products side by side (``Contraction.pieces``) cannot run ``choices``, or None:
+    each block's columns must lie in one product, and the grid's blocks each take one tile."""
+    if not c.pieces:
+        return None
+    uneven = [p.columns for p in c.pieces if p.columns % choices.block_n]
+    if uneven:
+        return (f"a block of products side by side takes its columns from one of them: {choices.block_n} columns "
+                f"do not divide {uneven[0]}")
+    if choices.tile_scheduler == PERSISTENT or (choices.cluster_blocks or 1) > 1 \
+            or cluster_slices.slices(choices) > 1:
+        return "products side by side take tile_scheduler = grid, cluster_blocks = 1 and cluster_slices = 1"
     return None
 
 

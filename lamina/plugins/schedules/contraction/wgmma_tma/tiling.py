@@ -19,7 +19,7 @@ import attrs
 from lamina.core.ir import kernel_ir, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.contraction.knobs import GRID, PERSISTENT, Choices
-from lamina.plugins.schedules.contraction.recognise import Contraction
+from lamina.plugins.schedules.contraction.recognise import Contraction, Piece
 from lamina.plugins.schedules.contraction.settings import ContractionSettings, batch_rows_text
 from lamina.plugins.schedules.contraction.wgmma_tma import cluster_slices, cost, operands, setting, tma_stores
 
@@ -55,6 +55,9 @@ class TmaGemmSettings(ContractionSettings):
     """Whether the block sums a gate and its up projection side by side (``Contraction.paired``): the
     third stage holds the second weight's k-tiles, staged after the first's, and one wgmma twice as
     wide sums both."""
+    pieces: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    """Where the kernel runs products of one input side by side (``Contraction.pieces``): each one's
+    columns, weight and outputs, as the Tile IR prints them."""
     cluster_blocks: int = 1
     """Blocks of adjacent block rows that run as one cluster and share B's k-tiles (``knobs.CLUSTER_BLOCKS``)."""
     slice_sums_bytes: int = 0
@@ -99,7 +102,10 @@ class TmaGemmSettings(ContractionSettings):
         paired = ([f"  two sums side by side: the k-tiles of {tk.stages[1].index} and {tk.stages[2].index} in one "
                    f"stage, {columns} rows each, summed by one wgmma into the accumulators of both; the epilogue "
                    "reads each output's two sums from the same thread's registers"] if self.paired else [])
-        return order + [
+        pieces = ([f"  {len(self.pieces)} products of one input side by side: a block's columns lie in one, whose "
+                   "weight's k-tiles it copies through its own tensor map and whose epilogue it runs"]
+                  + [f"    {piece}" for piece in self.pieces] if self.pieces else [])
+        return order + pieces + [
             f"  copies: one thread of a producer warpgroup issues each stage's TMA loads (zero-filled past the edges), "
             f"in a ring of {_stages(tk)} stages, each guarded by a full and an empty mbarrier",
             f"  products on tensor cores: wgmma m64n{columns * (2 if self.paired else 1)}k16 on {dtype} from swizzled "
@@ -160,6 +166,12 @@ def _stages(tk: tile_ir.TileKernel) -> int:
     return tk.stages[0].buffers if tk.stages else 0
 
 
+def _piece_text(piece: Piece) -> str:
+    outputs = ", ".join(dict.fromkeys(s.buffer for s in piece.contraction.epilogue))
+    last = piece.first_column + piece.columns - 1
+    return f"columns {piece.first_column} to {last}: {piece.column_operand.text}, into {outputs}"
+
+
 def persistent_tiles(tk: tile_ir.TileKernel) -> int:
     """The output tiles of the whole grid, the batch's included."""
     return math.prod(tk.grid_shape().values())
@@ -218,7 +230,8 @@ def tile_kernel(c: Contraction, choices: Choices, target: Target, notes: list[tu
                                  persistent_blocks=(persistent_blocks(c, choices, target)
                                                     if choices.tile_scheduler == PERSISTENT else 0),
                                  early_read_registers=setting.early_read_registers(c, choices),
-                                 paired=c.paired is not None, cluster_blocks=choices.cluster_blocks or 1,
+                                 paired=c.paired is not None, pieces=tuple(_piece_text(p) for p in c.pieces),
+                                 cluster_blocks=choices.cluster_blocks or 1,
                                  slice_sums_bytes=setting.slice_sums_bytes(c, choices),
                                  batch_rows=(setting.batch_rows(c, choices) if (choices.grouped_rows or 1) > 1
                                              else 1)),

@@ -41,7 +41,9 @@ block adds the others' sums and alone runs the epilogue (``cluster_slices``).
 A kernel that sums a gate and its up projection side by side (``Contraction.paired``) stages
 each k-tile of the second weight's rows after the first's, in the same stage of B, one more box
 on the same full barrier; one wgmma of twice the block's columns sums both, so that a thread's
-accumulators hold each of its outputs' two sums ``block_n / 2`` elements apart.
+accumulators hold each of its outputs' two sums ``block_n / 2`` elements apart. A kernel of products
+of one input side by side (``Contraction.pieces``) copies the k-tiles of the weight of the product
+its block's columns lie in, and runs that product's epilogue (``pieces``).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from lamina.plugins.schedules.contraction.wgmma_tma import operands, setting
 from lamina.plugins.schedules.contraction.wgmma_tma import cluster_slices
 from lamina.plugins.schedules.contraction.wgmma_tma.cluster_slices import SlicesInCluster
 from lamina.plugins.schedules.contraction.wgmma_tma.epilogue import TmaGemmEpilogue
+from lamina.plugins.schedules.contraction.wgmma_tma.pieces import SideBySidePieces
 from lamina.plugins.schedules.contraction.wgmma_tma.staged_outputs import StagedOutputs
 from lamina.plugins.schedules.contraction.wgmma_tma.tiling import TmaGemmSettings, persistent_tiles
 from lamina.plugins.schedules.contraction.wgmma_tma.tma_stores import TmaStoredOutputs
@@ -127,10 +130,17 @@ class TmaGemmWriter:
         elif settings.staged_output_copy == setting.TMA_COPY:
             self.staged = TmaStoredOutputs(c, names.fresh("out_tile"), names.fresh(f"{c.epilogue[0].buffer}_map"),
                                            self.block_m, self.block_n, self.block_row, self.block_col)
-        self.epilogue = TmaGemmEpilogue(c, self.names, self.tid, self.warpgroup, self.acc, self.block_m,
-                                        self.block_n, self.slices, self.batch_env, self.block_row, self.block_col,
-                                        self.staged, settings.early_read_registers > 0,
-                                        paired_offset=self.block_n // 2 if c.paired else None)
+        self.pieces = SideBySidePieces(c, names, self.block_col, self.block_n, self._piece_epilogue) if c.pieces else None
+        self.epilogue = self.pieces or TmaGemmEpilogue(
+            c, self.names, self.tid, self.warpgroup, self.acc, self.block_m, self.block_n, self.slices, self.batch_env,
+            self.block_row, self.block_col, self.staged, settings.early_read_registers > 0,
+            paired_offset=self.block_n // 2 if c.paired else None)
+
+    def _piece_epilogue(self, piece: Contraction, block_col: Expr) -> TmaGemmEpilogue:
+        """The epilogue of one of the products side by side (``Contraction.pieces``), its block column
+        counted among that product's."""
+        return TmaGemmEpilogue(piece, self.names, self.tid, self.warpgroup, self.acc, self.block_m, self.block_n,
+                               self.slices, self.batch_env, self.block_row, block_col)
 
     # --- the two roles -----------------------------------------------------------
 
@@ -207,6 +217,9 @@ class TmaGemmWriter:
             loads = [self._load("m", ex.const(0)), *self._shared_b_loads()]
         elif self.n_major:
             loads = [self._load("m", ex.const(0)), *self._n_major_loads()]
+        elif self.pieces is not None:
+            loads = [self._load("m", ex.const(0)),
+                     *self.pieces.loads(self.tiles["n"], self.stage, self.kt, self.full, self.batch_env)]
         else:
             first_row = {"m": 0, "n": 0, "paired": self.block_n}
             loads = [self._load(side, ex.const(first_row[side])) for side, _ in self.sides]
@@ -393,6 +406,9 @@ class TmaGemmWriter:
     def tensor_maps(self) -> list[kernel_ir.TensorMap]:
         maps = []
         for side, operand in self.sides:
+            if side == "n" and self.pieces is not None:
+                maps += self.pieces.tensor_maps()
+                continue
             block = self.block_m if side == "m" else self.block_n
             view = operands.view(self.c, operand)
             n_major = side == "n" and self.n_major

@@ -1,0 +1,140 @@
+"""Products of one input in one Hopper GEMM, side by side along the columns: a layer's query, key
+and value projections.
+
+An attention layer projects the same normalised input three times, by its query, key and value
+weights, and after epilogue fusion each is a contraction kernel of its own. Where the key and
+value heads are few (grouped heads: TinyLlama's 256 columns beside 2048 for the queries) their
+kernels fill a fraction of the GPU, and split-K adds a kernel to each; where all three are as wide
+(BERT, OPT) each is a launch and a partial last wave. Here the three run as one kernel whose
+columns are the three products' side by side (``Contraction.pieces``): every block takes
+``block_n`` columns that lie in one of them, copies that product's weight through its own tensor
+map and runs that product's epilogue (its bias, its store into heads), while all share the input's
+k-tiles and one grid fills the GPU once.
+
+The rule joins, from the first such product on, each later product of the same input that can
+run at its place (nothing between them writes what it reads, or reads or writes what it writes,
+and it reads nothing the joined products write), where the 16-bit Hopper GEMM runs the joined
+kernel (sm_90, bf16 or fp16 operands the TMA reads K-major, column counts a multiple of 64, 64
+rows or more at the size hint), no pin keeps another kind of product, and the cost model expects
+the joined kernel to beat the products apart (each as split-K would run it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import attrs
+
+from lamina.core.ir import loop_ir, sizes
+from lamina.core.target import Target
+from lamina.plugins.fusion import analysis
+from lamina.plugins.schedules.contraction.knobs import FORMER_KNOB_NAMES, KNOB_NAMES, PIPELINE_KNOB_NAMES, WGMMA_TMA
+from lamina.plugins.schedules.contraction.recognise import Contraction, NotAContraction, analyse
+from lamina.plugins.schedules.contraction.wgmma_tma.gated_products import apart_us, merged_us
+from lamina.plugins.schedules.contraction.wgmma_tma.setting import ARCH, MIN_UNPINNED_ROWS, operands_problem
+from lamina.plugins.schedules.loop_to_kernel import split_parallel_nest
+
+COLUMN_MULTIPLE = 64
+"""Every joined product's columns are a multiple of this: of the smallest block width the joined
+kernel takes, so that each block lies in one product."""
+
+
+class JoinProductsOfOneInput:
+    name = "join_products_of_one_input"
+    priority = 44
+    """After a gated MLP's gate and up projections are paired (``pair_gated_products``), before the
+    rules that store operands for the TMA and split reductions across blocks."""
+    knob_namespace = "contraction"
+    knob_names = (*KNOB_NAMES, *PIPELINE_KNOB_NAMES)
+    former_knob_names = FORMER_KNOB_NAMES
+
+    def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
+        if target.compute_capability != ARCH or knobs.get("products", WGMMA_TMA) != WGMMA_TMA:
+            return None
+        kernels: list[loop_ir.Kernel | None] = list(program.kernels)
+        buffers = analysis.buffers(program)
+        untouched = analysis.Untouched(program)
+        changed = False
+        for position, kernel in enumerate(program.kernels):
+            first = _plain_product(kernel)
+            if first is None or kernels[position] is not kernel or not untouched.holds(kernel):
+                continue
+            joined, joined_us, taken = kernel, apart_us(kernel, target, knobs), [position]
+            for later in range(position + 1, len(program.kernels)):
+                other = kernels[later]
+                found = _plain_product(other) if other is not None and untouched.holds(other) else None
+                if found is None or _row_operand(found) != _row_operand(first) \
+                        or not _may_run_at(program, joined, position, later):
+                    continue
+                candidate = _joined(joined, other)
+                if candidate is None:
+                    continue
+                candidate = analysis.with_exact_inputs(candidate, buffers)
+                candidate_us = merged_us(candidate, target, knobs)
+                if candidate_us < joined_us + apart_us(other, target, knobs):
+                    joined, joined_us = candidate, candidate_us
+                    taken.append(later)
+            if len(taken) > 1:
+                untouched.touch(*(program.kernels[i] for i in taken))
+                kernels[position] = joined
+                for i in taken[1:]:
+                    kernels[i] = None
+                changed = True
+        if not changed:
+            return None
+        return attrs.evolve(program, kernels=tuple(k for k in kernels if k is not None))
+
+
+def _plain_product(kernel: loop_ir.Kernel) -> Contraction | None:
+    """The contraction of ``kernel`` where the joined kernel can take it as a piece: one product of a
+    row operand by a column operand the TMA reads K-major, whole multiples of 64 columns known when
+    compiling, no batch of its own weights, enough rows for the Hopper GEMM at the size hint."""
+    try:
+        c = analyse(kernel)
+    except NotAContraction:
+        return None
+    n = c.extents[c.n]
+    if c.slice_bound is not None or len(c.operands) != 2 or len(kernel.body) != 1 \
+            or not isinstance(n, int) or n % COLUMN_MULTIPLE or operands_problem(c) is not None \
+            or sizes.hint(c.extents[c.m]) < MIN_UNPINNED_ROWS:
+        return None
+    return c
+
+
+def _row_operand(c: Contraction) -> loop_ir.Load:
+    return next(o.load for o in c.operands if o.side == "m")
+
+
+def _may_run_at(program: loop_ir.Program, joined: loop_ir.Kernel, position: int, later: int) -> bool:
+    """Whether the kernel at ``later`` may run in the joined kernel at ``position``: no kernel between
+    writes what it reads or touches what it writes, and it reads nothing the joined kernel writes."""
+    kernel = program.kernels[later]
+    reads = set(analysis.loaded_buffers(kernel))
+    writes = {b.name for b in kernel.outputs}
+    if reads & {b.name for b in joined.outputs}:
+        return False
+    for between in program.kernels[position + 1:later]:
+        written = {b.name for b in between.outputs}
+        if written & (reads | writes) or writes & set(analysis.loaded_buffers(between)):
+            return False
+    return True
+
+
+def _joined(joined: loop_ir.Kernel, other: loop_ir.Kernel) -> loop_ir.Kernel | None:
+    """``joined`` with ``other``'s nest after its own, its loop variables and accumulator renamed to
+    the first nest's, where the joined kernel is then a contraction of pieces."""
+    first_loops, first_inner = split_parallel_nest(joined.body[:1])
+    loops, inner = split_parallel_nest(other.body)
+    if len(loops) != len(first_loops):
+        return None
+    names = {a.var: b.var for a, b in zip(loops, first_loops)}
+    names[inner[1].var] = first_inner[1].var
+    names[inner[0].acc] = first_inner[0].acc
+    merged = attrs.evolve(joined, body=joined.body + analysis.renamed(other.body, names),
+                          inputs=joined.inputs + tuple(b for b in other.inputs if b not in joined.inputs),
+                          outputs=joined.outputs + other.outputs)
+    try:
+        analyse(merged, joined=True)
+    except NotAContraction:
+        return None
+    return merged
