@@ -232,11 +232,14 @@ def _config_values(arch: Architecture, size: str, length: int, layers: int | Non
 
 
 def build(arch: Architecture, *, size: str = "small", length: int | None = None, layers: int | None = None,
-          dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", seed: int = 0) -> torch.nn.Module:
+          dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+          seed: int | None = 0) -> torch.nn.Module:
     """A random-weight model of ``arch`` at ``size`` (``real`` or ``small``), in eval mode, as its users call it.
 
     ``length`` matters only where it fixes the configuration (ViT, the Whisper encoder);
-    ``layers`` keeps that many of its layers."""
+    ``layers`` keeps that many of its layers. ``seed = None`` leaves the weights as allocated,
+    unset, for work that reads only their shapes (which kernels a compile picks): drawing a
+    published size's weights takes seconds on a CPU."""
     length = arch.lengths[0] if length is None else length
     values = _config_values(arch, size, length, layers)
     previous = torch.get_default_dtype()
@@ -257,7 +260,11 @@ def build(arch: Architecture, *, size: str = "small", length: int | None = None,
     finally:
         torch.set_default_dtype(previous)
     model.eval()
-    weights(model, seed)
+    if seed is None:
+        for parameter in model.parameters():
+            parameter.requires_grad_(False)
+    else:
+        weights(model, seed)
     return model
 
 

@@ -54,7 +54,7 @@ def kernels_for_sm_90(model: torch.nn.Module, inputs: dict) -> list[tile_ir.Tile
 @pytest.mark.parametrize("name", list(ARCHITECTURES))
 def test_no_kernel_of_a_layer_runs_on_the_generic_schedule(name):
     arch = ARCHITECTURES[name]
-    model = build(arch, size="real", layers=2, dtype=torch.bfloat16)
+    model = build(arch, size="real", layers=2, dtype=torch.bfloat16, seed=None)  # the kernels depend on shapes alone
     tiles = kernels_for_sm_90(model, example_inputs(arch, model))
     generic = [tile.kernel.name for tile in tiles if tile.schedule == "generic"]
     assert tiles and len(generic) <= ONCE.get(name, 0), generic
