@@ -86,12 +86,13 @@ def test_biased_projections_store_their_heads_for_attention_and_match_eager_on_t
     args = (x, *weights)
     compiled = lamina.compile(_attention_with_biased_projections, args, target="sm_90",
                               knobs={"contraction": {"products": "wgmma_tma"}})
-    products = [t for t in compiled.compilation.tiles if t.schedule == "contraction"]
-    assert len(products) == 3
-    for tile in products:
-        (store,) = [s for s in loop_ir.statements(tile.kernel.body) if isinstance(s, loop_ir.Store)]
+    (tile,) = [t for t in compiled.compilation.tiles if t.schedule == "contraction"]
+    assert len(tile.settings.pieces) == 3  # the three products side by side in one kernel
+    stores = [s for s in loop_ir.statements(tile.kernel.body) if isinstance(s, loop_ir.Store)]
+    assert len(stores) == 3
+    for store in stores:
         assert [ex.format_expr(i) for i in store.index][1:] == ["i1 // 64", "i0", "i1 % 64"]
-        assert "epilogue_stores = 2 adjacent outputs per store (4 B)" in tile_ir.format_tile_kernel(tile)
+    assert "epilogue_stores = 2 adjacent outputs per store (4 B)" in tile_ir.format_tile_kernel(tile)
     exact = float64_reference(_attention_with_biased_projections, args)
     eager = _attention_with_biased_projections(*args)
     assert relative_error(compiled(*args), exact) <= 1.25 * relative_error(eager, exact) + 1e-3
