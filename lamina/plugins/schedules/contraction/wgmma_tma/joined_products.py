@@ -16,7 +16,8 @@ run at its place (nothing between them writes what it reads, or reads or writes 
 and it reads nothing the joined products write), where the 16-bit Hopper GEMM runs the joined
 kernel (sm_90, bf16 or fp16 operands the TMA reads K-major, column counts a multiple of 64, 64
 rows or more at the size hint), no pin keeps another kind of product, and the cost model expects
-the joined kernel to beat the products apart (each as split-K would run it).
+each product it adds to pay; it keeps the products joined where the cost model expects the joined
+kernel to take at most ``JOINED_SHARE`` of their time apart (each as split-K would run it).
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ from lamina.plugins.schedules.contraction.wgmma_tma.gated_products import apart_
 from lamina.plugins.schedules.contraction.wgmma_tma.setting import ARCH, MIN_UNPINNED_ROWS, operands_problem
 from lamina.plugins.schedules.loop_to_kernel import split_parallel_nest
 
+JOINED_SHARE = 0.75
+"""The largest share of the products' estimated time apart that the joined kernel may be expected
+to take. Where the cost model expected a fifth less (Mistral-7B's and Qwen2.5-7B's projections at
+512 tokens, long one-wave kernels) the models ran 4-5 % slower; where it expected 40-50 % less
+(TinyLlama, Qwen3, BERT, OPT) 10-15 % faster (``experiments/joined_projections/``)."""
 COLUMN_MULTIPLE = 64
 """Every joined product's columns are a multiple of this: of the smallest block width the joined
 kernel takes, so that each block lies in one product."""
@@ -60,6 +66,7 @@ class JoinProductsOfOneInput:
             if first is None or kernels[position] is not kernel or not untouched.holds(kernel):
                 continue
             joined, joined_us, taken = kernel, apart_us(kernel, target, knobs), [position]
+            separate_us = joined_us
             for later in range(position + 1, len(program.kernels)):
                 other = kernels[later]
                 found = _plain_product(other) if other is not None and untouched.holds(other) else None
@@ -70,11 +77,11 @@ class JoinProductsOfOneInput:
                 if candidate is None:
                     continue
                 candidate = analysis.with_exact_inputs(candidate, buffers)
-                candidate_us = merged_us(candidate, target, knobs)
-                if candidate_us < joined_us + apart_us(other, target, knobs):
-                    joined, joined_us = candidate, candidate_us
+                candidate_us, other_us = merged_us(candidate, target, knobs), apart_us(other, target, knobs)
+                if candidate_us < joined_us + other_us:
+                    joined, joined_us, separate_us = candidate, candidate_us, separate_us + other_us
                     taken.append(later)
-            if len(taken) > 1:
+            if len(taken) > 1 and joined_us <= JOINED_SHARE * separate_us:
                 untouched.touch(*(program.kernels[i] for i in taken))
                 kernels[position] = joined
                 for i in taken[1:]:
