@@ -3,12 +3,14 @@ joins them where the cost model expects enough to gain), joined whatever it expe
 and at two pinned ones), compiled apart (each at the cost model's choice, split-K included), and
 through torch.compile (cuBLAS), at the shapes of the models' prefill.
 
-    python experiments/joined_projections/time_projections.py
+    python experiments/joined_projections/time_projections.py [WORD ...]
 
+With words, only the shapes whose name holds one of them.
 Writes ``projections.json`` under ``$OUT`` (or here). Each figure is the median CUDA-graph replay
 of a graph of 20 calls, per call."""
 import json
 import os
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -64,7 +66,9 @@ def _forced_us(program, args, pins) -> tuple[list[int], float]:
 def main() -> None:
     torch.manual_seed(0)
     results = {}
-    for name, (rows, features, columns, bias) in SHAPES.items():
+    chosen_shapes = {name: shape for name, shape in SHAPES.items()
+                     if len(sys.argv) == 1 or any(word in name for word in sys.argv[1:])}
+    for name, (rows, features, columns, bias) in chosen_shapes.items():
         x = torch.randn(rows, features, device="cuda", dtype=torch.bfloat16)
         ws = [torch.randn(n, features, device="cuda", dtype=torch.bfloat16) * features ** -0.5 for n in columns]
         bs = [torch.randn(n, device="cuda", dtype=torch.bfloat16) for n in columns] if bias else []
