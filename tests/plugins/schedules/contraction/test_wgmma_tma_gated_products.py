@@ -5,7 +5,6 @@ import torch
 import torch.nn.functional as F
 
 import lamina
-import lamina.api
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.ir import loop_ir
 from lamina.plugins.schedules.contraction.recognise import NotAContraction, analyse
@@ -172,18 +171,10 @@ class GatedMlp(torch.nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-def assert_torch_compile_pairs_and_matches_eager(monkeypatch, hidden: int, intermediate: int, tokens: int,
+def assert_torch_compile_pairs_and_matches_eager(compiled_programs, hidden: int, intermediate: int, tokens: int,
                                                  device: str = "cpu"):
     """A Llama MLP through ``torch.compile(backend="lamina")``, as users call it: its gate and up
     projections one kernel, its result against eager's and float64."""
-    compiled_programs = []
-    compile_captured = lamina.api.Compiler.compile_captured
-
-    def recorded(self, *args, **kwargs):
-        compiled_programs.append(compile_captured(self, *args, **kwargs))
-        return compiled_programs[-1]
-
-    monkeypatch.setattr(lamina.api.Compiler, "compile_captured", recorded)
     mlp = GatedMlp(hidden, intermediate).to(torch.bfloat16).to(device)
     x = torch.randn(1, tokens, hidden, dtype=torch.bfloat16, device=device)
     with torch.no_grad():
@@ -195,9 +186,9 @@ def assert_torch_compile_pairs_and_matches_eager(monkeypatch, hidden: int, inter
     assert [t.settings.paired for t in tiles] == [True, False]  # the pair, then the down projection
 
 
-def test_a_llama_mlp_through_torch_compile_matches_eager(monkeypatch):
+def test_a_llama_mlp_through_torch_compile_matches_eager(compiled_programs):
     torch.manual_seed(3)
-    assert_torch_compile_pairs_and_matches_eager(monkeypatch, 64, 176, 80)
+    assert_torch_compile_pairs_and_matches_eager(compiled_programs, 64, 176, 80)
 
 
 def phi3_args():
@@ -255,9 +246,9 @@ def test_a_product_split_into_gate_and_up_matches_eager_on_the_gpu():
 
 
 @pytest.mark.gpu
-def test_a_llama_mlp_through_torch_compile_matches_eager_on_the_gpu(monkeypatch):
+def test_a_llama_mlp_through_torch_compile_matches_eager_on_the_gpu(compiled_programs):
     torch.manual_seed(4)
-    assert_torch_compile_pairs_and_matches_eager(monkeypatch, 2048, 5632, 300, device="cuda")
+    assert_torch_compile_pairs_and_matches_eager(compiled_programs, 2048, 5632, 300, device="cuda")
 
 
 def test_loop_kernels_of_one_sum_are_analysed_as_before():

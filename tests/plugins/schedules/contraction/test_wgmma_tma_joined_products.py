@@ -6,7 +6,6 @@ import torch
 import torch.nn.functional as F
 
 import lamina
-import lamina.api
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.plugins.schedules.contraction.recognise import NotAContraction, analyse
 
@@ -198,18 +197,10 @@ def test_projections_stored_per_head_match_eager_on_the_gpu():
     assert_each_matches_eager_and_float64(heads, compiled(*args), args)
 
 
-def test_a_llama_layer_through_torch_compile_joins_its_projections_and_matches_eager(monkeypatch):
+def test_a_llama_layer_through_torch_compile_joins_its_projections_and_matches_eager(compiled_programs):
     """One Llama layer of grouped key heads (4 query heads of 64 features, 2 key and value heads), as
     users call it: its query, key and value projections one kernel, on the simulator."""
     transformers = pytest.importorskip("transformers")
-    compiled_programs = []
-    compile_captured = lamina.api.Compiler.compile_captured
-
-    def recorded(self, *args, **kwargs):
-        compiled_programs.append(compile_captured(self, *args, **kwargs))
-        return compiled_programs[-1]
-
-    monkeypatch.setattr(lamina.api.Compiler, "compile_captured", recorded)
     torch.manual_seed(5)
     config = transformers.LlamaConfig(hidden_size=256, num_hidden_layers=1, num_attention_heads=4,
                                       num_key_value_heads=2, intermediate_size=512, vocab_size=128,
