@@ -143,6 +143,22 @@ class Untouched:
         return bool(self.buffers)
 
 
+def may_run_at(program: loop_ir.Program, joined: loop_ir.Kernel, position: int, later: int) -> bool:
+    """Whether the kernel at ``later`` may run in ``joined``, which takes the place of the kernel at
+    ``position`` (kernels run together in one launch): no kernel between writes what it reads or
+    touches what it writes, and it reads nothing ``joined`` writes."""
+    kernel = program.kernels[later]
+    reads = set(loaded_buffers(kernel))
+    writes = {b.name for b in kernel.outputs}
+    if reads & {b.name for b in joined.outputs}:
+        return False
+    for between in program.kernels[position + 1:later]:
+        written = {b.name for b in between.outputs}
+        if written & (reads | writes) or writes & set(loaded_buffers(between)):
+            return False
+    return True
+
+
 def with_exact_inputs(kernel: loop_ir.Kernel, known: dict[str, loop_ir.Buffer]) -> loop_ir.Kernel:
     """The kernel with its inputs set to exactly the buffers it loads, in order of first load."""
     inputs = tuple(known[name] for name in loaded_buffers(kernel))

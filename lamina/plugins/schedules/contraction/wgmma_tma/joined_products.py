@@ -72,7 +72,7 @@ class JoinProductsOfOneInput:
                 other = kernels[later]
                 found = _plain_product(other) if other is not None and untouched.holds(other) else None
                 if found is None or _row_operand(found) != _row_operand(first) \
-                        or not _may_run_at(program, joined, position, later):
+                        or not analysis.may_run_at(program, joined, position, later):
                     continue
                 candidate = _joined(joined, other)
                 if candidate is None:
@@ -111,21 +111,6 @@ def _plain_product(kernel: loop_ir.Kernel) -> Contraction | None:
 
 def _row_operand(c: Contraction) -> loop_ir.Load:
     return next(o.load for o in c.operands if o.side == "m")
-
-
-def _may_run_at(program: loop_ir.Program, joined: loop_ir.Kernel, position: int, later: int) -> bool:
-    """Whether the kernel at ``later`` may run in the joined kernel at ``position``: no kernel between
-    writes what it reads or touches what it writes, and it reads nothing the joined kernel writes."""
-    kernel = program.kernels[later]
-    reads = set(analysis.loaded_buffers(kernel))
-    writes = {b.name for b in kernel.outputs}
-    if reads & {b.name for b in joined.outputs}:
-        return False
-    for between in program.kernels[position + 1:later]:
-        written = {b.name for b in between.outputs}
-        if written & (reads | writes) or writes & set(analysis.loaded_buffers(between)):
-            return False
-    return True
 
 
 def _joined(joined: loop_ir.Kernel, other: loop_ir.Kernel) -> loop_ir.Kernel | None:
