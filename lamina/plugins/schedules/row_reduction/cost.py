@@ -20,8 +20,8 @@ from lamina.core.ir import loop_ir, sizes
 from lamina.core.selection import Setting
 from lamina.core.target import Target
 from lamina.plugins.schedules.row_reduction import latency
-from lamina.plugins.schedules.row_reduction.recognise import RowReduction, analyse
-from lamina.plugins.schedules.row_reduction.tiling import SCHEDULE_NAME, RowDecisions, decide
+from lamina.plugins.schedules.row_reduction.recognise import RowReduction
+from lamina.plugins.schedules.row_reduction.tiling import SCHEDULE_NAME, RowDecisions, as_one, decide_for_all
 
 VECTOR_EFFICIENCY = 0.9
 """Fraction of the copy bandwidth a row reduction with 16-byte accesses holds: the best
@@ -54,8 +54,8 @@ def latency_us(row: RowReduction, decisions: RowDecisions, target: Target) -> fl
 
 def estimate_cost(kernel: loop_ir.Kernel, target: Target) -> float:
     """Estimated microseconds for one launch on ``target``, with the schedule's default decisions."""
-    row = analyse(kernel)
-    return estimate_us(row, decide(row, target, {}), target)
+    found, decisions = decide_for_all(kernel, target, {})
+    return estimate_us(as_one(kernel, found), decisions, target)
 
 
 def estimate_us(row: RowReduction, decisions: RowDecisions, target: Target) -> float:
@@ -69,14 +69,14 @@ def best_settings(kernel: loop_ir.Kernel, target: Target, count: int) -> list[Se
     """The schedule's own decisions, then the cheapest others of a warp to a full block per row,
     the row kept in registers or read again: the estimate cannot tell most of them apart where
     the row is read at the bandwidth, which is where measuring them pays."""
-    row = analyse(kernel)
-    own = decide(row, target, {})
+    pieces, own = decide_for_all(kernel, target, {})
+    row = as_one(kernel, pieces)
     found = {own: estimate_us(row, own, target)}
     threads = target.warp_size
     while threads <= target.max_threads_per_block:
         for in_registers in (True, False):
             try:
-                decisions = decide(row, target, {"threads": threads, "row_in_registers": in_registers})
+                _, decisions = decide_for_all(kernel, target, {"threads": threads, "row_in_registers": in_registers})
             except ScheduleError:
                 continue
             found.setdefault(decisions, estimate_us(row, decisions, target))

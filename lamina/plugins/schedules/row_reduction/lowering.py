@@ -36,7 +36,7 @@ from lamina.core.ir.names import fresh_name
 from lamina.core.target import Target
 from lamina.plugins.schedules import coordinate_conditions, loop_to_kernel, reciprocals
 from lamina.plugins.schedules.row_reduction import masked_reads, vectors
-from lamina.plugins.schedules.row_reduction.recognise import RowReduction, analyse
+from lamina.plugins.schedules.row_reduction.recognise import RowReduction, pieces
 from lamina.plugins.schedules.row_reduction.tiling import RowDecisions, knobs_of
 
 WARP = kernel_ir.WARP_SIZE
@@ -46,12 +46,47 @@ slots, so that the loads of several slots are in flight together."""
 
 
 def lower(tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Kernel:
-    return _RowLowering(analyse(tile.kernel), knobs_of(tile)).kernel()
+    found = pieces(tile.kernel)
+    if len(found) == 1:
+        return _RowLowering(found[0], knobs_of(tile)).kernel()
+    return _one_after_another(tile.kernel, found, knobs_of(tile))
+
+
+def _one_after_another(kernel: loop_ir.Kernel, found: tuple[RowReduction, ...],
+                       decisions: RowDecisions) -> kernel_ir.Kernel:
+    """Row reductions in one launch: each one's blocks after the previous one's, a block running
+    the body of the one its index falls in (the same choice in all its threads, so that its
+    barriers stay whole)."""
+    taken = loop_to_kernel.names_in(kernel)
+    arrays: list[kernel_ir.Array] = []
+    ends: list[tuple[int, tuple[kernel_ir.Stmt, ...]]] = []
+    first = 0
+    for piece in found:
+        lowered = _RowLowering(piece, decisions, first_block=first, taken=taken).kernel()
+        taken |= {a.name for a in lowered.arrays}
+        arrays += lowered.arrays
+        first += lowered.launch.grid[0]
+        ends.append((first, lowered.body))
+    body = ends[-1][1]
+    for end, then in reversed(ends[:-1]):
+        body = (kernel_ir.If(ex.op("lt", kernel_ir.block_idx("x"), end), then, body),)
+    return kernel_ir.Kernel(
+        name=kernel.name,
+        params=loop_to_kernel.params(kernel),
+        arrays=tuple(arrays),
+        body=body,
+        launch=kernel_ir.Launch((first, 1, 1), (decisions.threads, decisions.rows_per_block, 1)),
+        sizes=loop_to_kernel.size_params(kernel),
+    )
 
 
 class _RowLowering:
-    def __init__(self, row: RowReduction, decisions: RowDecisions):
+    def __init__(self, row: RowReduction, decisions: RowDecisions, first_block: int = 0,
+                 taken: set[str] = frozenset()):
+        """``first_block``: the launch's block that takes the row's first rows (after the blocks of
+        the row reductions before it); ``taken``: names the kernel already uses besides the row's."""
         self.row = row
+        self.first_block = first_block
         self.kernel_ir = row.kernel
         self.threads = decisions.threads
         self.rows_per_block = decisions.rows_per_block
@@ -60,7 +95,7 @@ class _RowLowering:
         self.decisions = decisions
         self.width = decisions.vector_width
         self.blocks = sizes.blocks(row.row_count, self.rows_per_block)
-        self.taken = loop_to_kernel.names_in(row.kernel) | {row.column_name}
+        self.taken = loop_to_kernel.names_in(row.kernel) | {row.column_name} | set(taken)
         self.arrays: list[kernel_ir.Array] = []
         self.registers: dict[tuple, str] = {}
         self.slot = ex.Var(fresh_name("j", self.taken))
@@ -69,8 +104,9 @@ class _RowLowering:
 
     def kernel(self) -> kernel_ir.Kernel:
         row_var = ex.Var(fresh_name("row", self.taken))
-        start = kernel_ir.block_idx("x") if self.rows_per_block == 1 else index.simplify(
-            kernel_ir.block_idx("x") * self.rows_per_block + kernel_ir.thread_idx("y"))
+        block = index.simplify(kernel_ir.block_idx("x") - self.first_block)
+        start = block if self.rows_per_block == 1 else index.simplify(
+            block * self.rows_per_block + kernel_ir.thread_idx("y"))
         body: list[kernel_ir.Stmt] = [kernel_ir.Declare(row_var.name, dtypes.index, start)]
         declarations, self.env = loop_to_kernel.bind_point(self.row.rows, row_var, self.blocks * self.rows_per_block)
         body += declarations

@@ -1,9 +1,16 @@
-"""Registers the row-reduction schedule: norms, softmax and means, a warp or a block per row."""
+"""Registers the row-reduction schedule (norms, softmax and means, a warp or a block per row) and the
+rule that runs matrix-vector products of one input in one launch."""
 
 from lamina.core.hookspecs import hookimpl
+from lamina.plugins.schedules.row_reduction.joined import JoinMatrixVectorProducts
 from lamina.plugins.schedules.row_reduction.schedule import RowReductionSchedule
 
 
 @hookimpl
 def lamina_register_schedules(register):
     register(RowReductionSchedule())
+
+
+@hookimpl
+def lamina_register_fusion_rules(register):
+    register(JoinMatrixVectorProducts())

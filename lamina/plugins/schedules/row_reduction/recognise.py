@@ -124,6 +124,9 @@ class RowReduction:
 
 def analyse(kernel: loop_ir.Kernel) -> RowReduction:
     """The row-reduction structure of ``kernel``, or ``NotARowReduction`` saying what does not fit."""
+    if len(kernel.body) > 1 and all(isinstance(s, loop_ir.Loop) and s.kind == "parallel" for s in kernel.body):
+        raise NotARowReduction(f"kernel {kernel.name} runs {len(kernel.body)} nests one after another: each is "
+                               "a row reduction of its own (pieces)")
     rows, inner = split_parallel_nest(kernel.body)
     row_vars = {loop.var for loop in rows}
     phases, accumulators, lengths = [], {}, set()
@@ -246,3 +249,31 @@ def _check_contiguous(kernel: loop_ir.Kernel, buffer: str, idx: tuple, var: str,
     offset = index.linearize(idx, kernel.buffer(buffer).type.shape)
     if index.coefficient(offset, var) != 1:
         raise NotARowReduction(f"loop {var} {verb} {buffer} with a stride other than 1 along the row")
+
+
+def pieces(kernel: loop_ir.Kernel) -> tuple[RowReduction, ...]:
+    """The row reductions that ``kernel`` runs one after another: itself, or each of its nests, each
+    a kernel of the buffers it reads and writes. The nests must have rows counted when compiling,
+    and rows of one length, so that one setting serves them all."""
+    if len(kernel.body) == 1:
+        return (analyse(kernel),)
+    if not all(isinstance(s, loop_ir.Loop) and s.kind == "parallel" for s in kernel.body):
+        raise NotARowReduction("a kernel of several statements that are not all nests of parallel loops")
+    found = tuple(analyse(_alone(kernel, nest)) for nest in kernel.body)
+    if len({piece.length for piece in found}) > 1:
+        raise NotARowReduction("nests whose rows have different lengths")
+    if any(sizes.is_symbolic(piece.row_count) for piece in found):
+        raise NotARowReduction("nests one after another whose rows are counted only at run time")
+    return found
+
+
+def _alone(kernel: loop_ir.Kernel, nest: loop_ir.Loop) -> loop_ir.Kernel:
+    """``nest`` as a kernel of its own: the buffers it loads and those it stores."""
+    loaded, stored = set(), set()
+    for s in loop_ir.statements((nest,)):
+        if isinstance(s, loop_ir.Store):
+            stored.add(s.buffer)
+        for e in loop_ir.expressions(s):
+            loaded |= {node.buffer for node in ex.walk(e) if isinstance(node, loop_ir.Load)}
+    return attrs.evolve(kernel, body=(nest,), inputs=tuple(b for b in kernel.inputs if b.name in loaded),
+                        outputs=tuple(b for b in kernel.outputs if b.name in stored))

@@ -14,7 +14,7 @@ from lamina.core.ir import kernel_ir, loop_ir, tile_ir
 from lamina.core.selection import Setting
 from lamina.core.target import Target
 from lamina.plugins.schedules.row_reduction import cost, lowering, tiling
-from lamina.plugins.schedules.row_reduction.recognise import NotARowReduction, analyse
+from lamina.plugins.schedules.row_reduction.recognise import NotARowReduction, pieces
 
 
 class RowReductionSchedule:
@@ -27,7 +27,7 @@ class RowReductionSchedule:
 
     def applies(self, kernel: loop_ir.Kernel, target: Target) -> bool:
         try:
-            analyse(kernel)
+            pieces(kernel)
         except NotARowReduction:
             return False
         return True

@@ -32,7 +32,7 @@ from lamina.core.ir import loop_ir, sizes, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.renamed_knobs import Renamed, with_new_spellings
 from lamina.plugins.schedules.row_reduction import latency, masked_reads, vectors
-from lamina.plugins.schedules.row_reduction.recognise import RowReduction, analyse
+from lamina.plugins.schedules.row_reduction.recognise import RowReduction, pieces
 
 SCHEDULE_NAME = "row_reduction"
 
@@ -279,12 +279,36 @@ def knobs_of(tile: tile_ir.TileKernel) -> RowDecisions:
                         "prefetch_epilogue_reads" in values)
 
 
+def as_one(kernel: loop_ir.Kernel, found: tuple[RowReduction, ...]) -> RowReduction:
+    """The row reductions ``found`` in ``kernel`` (its ``pieces``) as the schedule weighs them: the
+    first one's row, as many rows as all of them have, every buffer of the kernel."""
+    if len(found) == 1:
+        return found[0]
+    first = found[0]
+    rows = (attrs.evolve(first.rows[-1], extent=sum(piece.row_count for piece in found)),)
+    return attrs.evolve(first, kernel=kernel, rows=rows)
+
+
+def decide_for_all(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]
+                   ) -> tuple[tuple[RowReduction, ...], RowDecisions]:
+    """``kernel``'s row reductions and one setting for all of them: the one chosen for them as one,
+    which every one of them must be able to run (else a ``ScheduleError``)."""
+    found = pieces(kernel)
+    decisions = decide(as_one(kernel, found), target, knobs)
+    if len(found) > 1:
+        pinned = {**knobs, **attrs.asdict(decisions)}
+        for piece in found:
+            if decide(piece, target, pinned) != decisions:
+                raise ScheduleError(f"kernel {kernel.name}: its row reductions cannot run under one setting")
+    return found, decisions
+
+
 def tile(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:
     """The row-reduction Tile IR of ``kernel``."""
-    row = analyse(kernel)
-    decisions = decide(row, target, knobs)
+    found, decisions = decide_for_all(kernel, target, knobs)
+    row = as_one(kernel, found)
     rows = tile_ir.AxisBinding(
-        vars=tuple(loop.var for loop in row.rows), extent=row.row_count, block_dim="x",
+        vars=tuple(loop.var for loop in found[0].rows), extent=row.row_count, block_dim="x",
         threads=decisions.rows_per_block, thread_dim="y",
     )
     plan = tile_ir.ReductionPlan(
@@ -298,10 +322,23 @@ def tile(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> ti
             ("elements_per_thread", decisions.elements_per_thread(row.length)),
             ("row_in_registers", decisions.row_in_registers),
         ) + _describe_prefetched_reads(row, decisions) + _describe_vectors(row, decisions.vector_width)
-        + _describe_masked_loads(row, decisions),
+        + _describe_masked_loads(row, decisions) + _describe_pieces(found, decisions),
     )
     tile_ir.verify_tile_kernel(result, target.max_threads_per_block, target.max_shared_bytes_optin)
     return result
+
+
+def _describe_pieces(found: tuple[RowReduction, ...], decisions: RowDecisions) -> tuple[tuple[str, str], ...]:
+    """Where the kernel is several row reductions: the blocks that run each one."""
+    if len(found) == 1:
+        return ()
+    parts, first = [], 0
+    for piece in found:
+        blocks = sizes.blocks(piece.row_count, decisions.rows_per_block)
+        outputs = ", ".join(b.name for b in piece.kernel.outputs)
+        parts.append(f"blocks {first} to {first + blocks - 1}: {piece.row_count} rows into {outputs}")
+        first += blocks
+    return (("pieces", f"{len(found)} row reductions one after another, a block's rows in one: " + "; ".join(parts)),)
 
 
 def _describe_prefetched_reads(row: RowReduction, decisions: RowDecisions) -> tuple[tuple[str, str], ...]:

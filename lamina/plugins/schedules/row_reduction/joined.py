@@ -1,0 +1,113 @@
+"""Matrix-vector products of one input in one launch: a decoding step's query, key and value
+projections.
+
+At one token each projection is a row reduction, a row per output feature, every row reading the
+same input vector. Where the key and value heads are few (grouped heads: TinyLlama's 256 rows of
+each beside 2048 for the queries) their kernels move a megabyte each, and what they cost is mostly
+a launch and the wait for their first loads, one after the other. Here the products run in one
+launch, one after another in its blocks (``recognise.pieces``): each keeps its rows, its
+epilogue and its outputs, all take one setting of the schedule, and the waits of the small ones
+pass beside the large one's.
+
+The rule joins, from the first such product on, each later product of the same vector over rows
+as long that can run at its place (``analysis.may_run_at``), where one setting serves them all
+and the cost model expects the one launch to take less than them apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import attrs
+
+from lamina.core.errors import ScheduleError
+from lamina.core.ir import expr as ex, loop_ir, sizes
+from lamina.core.target import Target
+from lamina.plugins.fusion import analysis
+from lamina.plugins.schedules.row_reduction import cost
+from lamina.plugins.schedules.row_reduction.recognise import NotARowReduction, analyse
+from lamina.plugins.schedules.row_reduction.schedule import RowReductionSchedule
+from lamina.plugins.schedules.row_reduction.tiling import as_one, decide_for_all
+
+VECTOR_COLUMN = ex.Var("column")
+"""The reduction's variable in a vector's key, whatever each kernel names it."""
+
+
+class JoinMatrixVectorProducts:
+    name = "join_matrix_vector_products"
+    priority = 43
+    """After the products of one input join on Hopper's tensor cores (``join_products_of_one_input``,
+    for many rows), before a program output is stored by its reader."""
+    knob_namespace = "row_reduction"
+    knob_names = RowReductionSchedule.knob_names
+
+    def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
+        kernels: list[loop_ir.Kernel | None] = list(program.kernels)
+        buffers = analysis.buffers(program)
+        untouched = analysis.Untouched(program)
+        changed = False
+        for position, kernel in enumerate(program.kernels):
+            vector = vector_read(kernel)
+            if vector is None or kernels[position] is not kernel or not untouched.holds(kernel):
+                continue
+            joined, joined_us, taken = kernel, _estimate_us(kernel, target, knobs), [position]
+            for later in range(position + 1, len(program.kernels)):
+                other = kernels[later]
+                if other is None or not untouched.holds(other) or vector_read(other) != vector \
+                        or not analysis.may_run_at(program, joined, position, later):
+                    continue
+                candidate = analysis.with_exact_inputs(attrs.evolve(
+                    joined, body=joined.body + other.body, outputs=joined.outputs + other.outputs), buffers)
+                candidate_us, other_us = _estimate_us(candidate, target, knobs), _estimate_us(other, target, knobs)
+                if None not in (joined_us, candidate_us, other_us) and candidate_us < joined_us + other_us:
+                    joined, joined_us = candidate, candidate_us
+                    taken.append(later)
+            if len(taken) > 1:
+                untouched.touch(*(program.kernels[i] for i in taken))
+                kernels[position] = joined
+                for i in taken[1:]:
+                    kernels[i] = None
+                changed = True
+        if not changed:
+            return None
+        return attrs.evolve(program, kernels=tuple(k for k in kernels if k is not None))
+
+
+def vector_read(kernel: loop_ir.Kernel) -> tuple | None:
+    """What makes ``kernel`` a matrix-vector product: the loads of its one reduction that follow none
+    of its rows (the vector, or what it is computed from: a norm's input and weight) beside loads
+    that do (the matrix), as a key that two kernels reading the same vector share (each load's
+    buffer, its index with the reduction's variable and the rows of one renamed, its type; the
+    reduction's length). None for any other kernel."""
+    try:
+        row = analyse(kernel)
+    except NotARowReduction:
+        return None
+    reductions = [phase.loop for phase in row.phases if phase.reduces]
+    if len(reductions) != 1 or sizes.is_symbolic(row.row_count):
+        return None
+    (loop,) = reductions
+    moving = {r.var for r in row.rows if r.extent != 1}
+    renamed = {**{r.var: ex.const(0) for r in row.rows if r.extent == 1}, loop.var: VECTOR_COLUMN}
+    vector, matrix = set(), False
+    for s in loop.body:
+        for e in loop_ir.expressions(s):
+            for node in ex.walk(e):
+                if not isinstance(node, loop_ir.Load) or not any(loop.var in ex.free_vars(i) for i in node.index):
+                    continue
+                if set().union(*map(ex.free_vars, node.index)) & moving:
+                    matrix = True
+                else:
+                    vector.add((node.buffer, tuple(ex.substitute(i, renamed) for i in node.index), node.dtype))
+    if not vector or not matrix:
+        return None
+    return frozenset(vector), loop.extent
+
+
+def _estimate_us(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> float | None:
+    """The schedule's estimate for ``kernel`` under the pinned knobs; None where no one setting runs it."""
+    try:
+        found, decisions = decide_for_all(kernel, target, knobs)
+    except (NotARowReduction, ScheduleError):
+        return None
+    return cost.estimate_us(as_one(kernel, found), decisions, target)

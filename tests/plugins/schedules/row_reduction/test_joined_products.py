@@ -1,0 +1,135 @@
+"""Matrix-vector products of one input in one launch (``join_matrix_vector_products``): a decoding
+step's query, key and value projections, each a row reduction, one after another in the blocks of
+one kernel."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lamina
+from lamina.backends.cuda.codegen import emit_cuda, kernel_symbol
+from lamina.backends.cuda.nvrtc import compile_kernel
+from lamina.bench.measure import float64_reference, relative_error
+from lamina.plugins.schedules.row_reduction.recognise import NotARowReduction, analyse, pieces
+
+
+def norm_and_projections(x, g, wq, wk, wv, bq):
+    """A layer's RMSNorm and its three projections of one token, the query's with a bias (Qwen)."""
+    h = x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype) * g
+    return F.linear(h, wq, bq), F.linear(h, wk), F.linear(h, wv)
+
+
+def projections(x, wq, wk, wv):
+    return x @ wq.T, x @ wk.T, x @ wv.T
+
+
+def tensors(features: int, columns: tuple[int, ...], dtype=torch.bfloat16, rows: int = 1, norm: bool = True,
+            device="cpu"):
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, features, generator=generator)
+    ws = [torch.randn(n, features, generator=generator) * features ** -0.5 for n in columns]
+    extra = [torch.randn(features, generator=generator)] if norm else []
+    bias = [torch.randn(columns[0], generator=generator)] if norm else []
+    return tuple(t.to(dtype).to(device) for t in (x, *extra, *ws, *bias))
+
+
+def row_tiles(compiled):
+    return [t for t in compiled.compilation.tiles if t.schedule == "row_reduction"]
+
+
+def assert_each_matches_eager_and_float64(program, outs, args):
+    eager = program(*args)
+    reference = float64_reference(program, args)
+    for got, want, exact in zip(outs, eager, reference):
+        assert relative_error(got, exact) <= 1.25 * relative_error(want, exact) + 1e-3
+
+
+@pytest.mark.parametrize("features, columns", [(200, (96, 40, 33)), (64, (7, 130, 64))])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_the_projections_of_one_token_are_one_kernel_and_match_eager_on_the_simulator(features, columns, dtype):
+    """Ragged rows and reductions (no multiple of a warp or a vector), run on the simulator, which
+    reports any race or read out of bounds as an error."""
+    args = tensors(features, columns, dtype)
+    compiled = lamina.compile(norm_and_projections, args, target="sm_90")
+    norm, joined = row_tiles(compiled)
+    assert len(pieces(joined.kernel)) == 3 and len(compiled.compilation.kernels.kernels) == 2
+    assert_each_matches_eager_and_float64(norm_and_projections, compiled(*args), args)
+
+
+@pytest.mark.parametrize("knobs", [{"threads": 64}, {"threads": 32, "rows_per_block": 4},
+                                   {"threads": 32, "vector_width": 1}])
+def test_pinned_settings_hold_for_every_product_of_the_kernel(knobs):
+    """Several rows to a block where no product's rows are a multiple of them: each product's
+    blocks check their own last rows."""
+    args = tensors(100, (9, 13, 6), norm=False)
+    compiled = lamina.compile(projections, args, target="sm_90", knobs={"row_reduction": knobs})
+    (joined,) = row_tiles(compiled)
+    assert len(pieces(joined.kernel)) == 3
+    settings = dict(joined.knobs) | {"vector_width": joined.vector_width}
+    assert {k: settings[k] for k in knobs} == knobs
+    assert_each_matches_eager_and_float64(projections, compiled(*args), args)
+
+
+def test_the_tile_ir_says_which_blocks_run_which_product():
+    compiled = lamina.compile(projections, tensors(64, (96, 40, 33), norm=False), target="sm_90",
+                              knobs={"row_reduction": {"threads": 32, "rows_per_block": 2}})
+    (tile,) = compiled.ir("tile").split("\n\n")
+    assert tile.splitlines()[:3] == [
+        "tile mm  schedule=row_reduction",
+        "  grid (85, 1, 1) blocks of 64 threads",
+        "  parallel i1 (169): block.x tile 2 = thread.y 2 x 1 per thread (contiguous)",
+    ]
+    assert tile.splitlines()[-1] == (
+        "  pieces = 3 row reductions one after another, a block's rows in one: blocks 0 to 47: 96 rows into mm; "
+        "blocks 48 to 67: 40 rows into mm_1; blocks 68 to 84: 33 rows into mm_2")
+
+
+def test_the_loop_ir_runs_the_products_one_after_the_other_and_no_rule_reads_it_as_one_row_reduction():
+    compiled = lamina.compile(projections, tensors(64, (96, 40, 33), norm=False), target="sm_90")
+    (kernel,) = compiled.compilation.loop.kernels
+    assert [loop.extent for loop in kernel.body] == [96, 40, 33]
+    with pytest.raises(NotARowReduction, match="runs 3 nests one after another"):
+        analyse(kernel)
+
+
+def chained(x, wq, wk, wv):
+    """The second product reads the first's output: it cannot run beside it."""
+    q = x @ wq.T
+    return q, (q[:, :64] @ wk.T), x @ wv.T
+
+
+def two_inputs(x, wq, wk, wv):
+    """The second product's vector is another tensor: the first and third join, without it."""
+    return x @ wq.T, wv[:1] @ wk.T, x @ wv.T
+
+
+@pytest.mark.parametrize("program, apart", [(chained, 1), (two_inputs, 1)], ids=["chained", "two_inputs"])
+def test_products_that_cannot_run_together_stay_apart(program, apart):
+    args = tensors(64, (96, 40, 33), norm=False)
+    compiled = lamina.compile(program, args, target="sm_90")
+    joined = [t for t in row_tiles(compiled) if len(t.kernel.body) > 1]
+    assert [len(pieces(t.kernel)) for t in joined] == [2]
+    assert len(row_tiles(compiled)) == 1 + apart
+    assert_each_matches_eager_and_float64(program, compiled(*args), args)
+
+
+def test_products_of_several_rows_are_not_matrix_vector_products():
+    compiled = lamina.compile(projections, tensors(64, (96, 40, 33), rows=3, norm=False), target="sm_90")
+    assert not row_tiles(compiled) and len(compiled.compilation.loop.kernels) == 3
+
+
+def test_tinyllamas_projections_of_one_token_compile_without_spills():
+    compiled = lamina.compile(norm_and_projections, tensors(2048, (2048, 256, 256)), target="sm_90")
+    kernel = next(k for k in compiled.compilation.kernels.kernels if len(k.params) > 4)
+    result = compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), "sm_90")
+    assert result.registers > 0 and (result.spill_stores, result.spill_loads) == (0, 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("columns", [(2048, 256, 256), (3584, 512, 512)], ids=["tinyllama", "qwen2.5-7b"])
+def test_the_projections_of_one_token_match_eager_on_the_gpu(columns):
+    args = tensors(columns[0], columns, device="cuda")
+    compiled = lamina.compile(norm_and_projections, args)
+    (joined,) = [t for t in row_tiles(compiled) if len(t.kernel.body) > 1]
+    assert len(pieces(joined.kernel)) == 3
+    assert_each_matches_eager_and_float64(norm_and_projections, compiled(*args), args)
