@@ -16,6 +16,7 @@ and the cost model expects the one launch to take less than them apart.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping
 
 import attrs
@@ -50,7 +51,7 @@ class JoinMatrixVectorProducts:
             vector = vector_read(kernel)
             if vector is None or kernels[position] is not kernel or not untouched.holds(kernel):
                 continue
-            joined, joined_us, taken = kernel, _estimate_us(kernel, target, knobs), [position]
+            joined, joined_us, taken = kernel, estimate_us(kernel, target, knobs), [position]
             for later in range(position + 1, len(program.kernels)):
                 other = kernels[later]
                 if other is None or not untouched.holds(other) or vector_read(other) != vector \
@@ -58,7 +59,7 @@ class JoinMatrixVectorProducts:
                     continue
                 candidate = analysis.with_exact_inputs(attrs.evolve(
                     joined, body=joined.body + other.body, outputs=joined.outputs + other.outputs), buffers)
-                candidate_us, other_us = _estimate_us(candidate, target, knobs), _estimate_us(other, target, knobs)
+                candidate_us, other_us = estimate_us(candidate, target, knobs), estimate_us(other, target, knobs)
                 if None not in (joined_us, candidate_us, other_us) and candidate_us < joined_us + other_us:
                     joined, joined_us = candidate, candidate_us
                     taken.append(later)
@@ -73,39 +74,41 @@ class JoinMatrixVectorProducts:
         return attrs.evolve(program, kernels=tuple(k for k in kernels if k is not None))
 
 
+@functools.lru_cache(maxsize=8192)
 def vector_read(kernel: loop_ir.Kernel) -> tuple | None:
-    """What makes ``kernel`` a matrix-vector product: the loads of its one reduction that follow none
+    """What makes ``kernel`` a matrix-vector product: the loads of its reductions that follow none
     of its rows (the vector, or what it is computed from: a norm's input and weight) beside loads
     that do (the matrix), as a key that two kernels reading the same vector share (each load's
     buffer, its index with the reduction's variable and the rows of one renamed, its type; the
-    reduction's length). None for any other kernel."""
+    reductions' length). None for any other kernel. Kept per kernel: the rules ask it of every kernel
+    of a model after each change of the program."""
     try:
         row = analyse(kernel)
     except NotARowReduction:
         return None
-    reductions = [phase.loop for phase in row.phases if phase.reduces]
-    if len(reductions) != 1 or sizes.is_symbolic(row.row_count):
+    if sizes.is_symbolic(row.row_count) or sizes.is_symbolic(row.reduce_length):
         return None
-    (loop,) = reductions
     moving = {r.var for r in row.rows if r.extent != 1}
-    renamed = {**{r.var: ex.const(0) for r in row.rows if r.extent == 1}, loop.var: VECTOR_COLUMN}
     vector, matrix = set(), False
-    for s in loop.body:
-        for e in loop_ir.expressions(s):
-            for node in ex.walk(e):
-                if not isinstance(node, loop_ir.Load) or not any(loop.var in ex.free_vars(i) for i in node.index):
-                    continue
-                if set().union(*map(ex.free_vars, node.index)) & moving:
-                    matrix = True
-                else:
-                    vector.add((node.buffer, tuple(ex.substitute(i, renamed) for i in node.index), node.dtype))
+    for loop in (phase.loop for phase in row.phases if phase.reduces):
+        renamed = {**{r.var: ex.const(0) for r in row.rows if r.extent == 1}, loop.var: VECTOR_COLUMN}
+        for s in loop.body:
+            for e in loop_ir.expressions(s):
+                for node in ex.walk(e):
+                    if not isinstance(node, loop_ir.Load) or not any(loop.var in ex.free_vars(i) for i in node.index):
+                        continue
+                    if set().union(*map(ex.free_vars, node.index)) & moving:
+                        matrix = True
+                    else:
+                        vector.add((node.buffer, tuple(ex.substitute(i, renamed) for i in node.index), node.dtype))
     if not vector or not matrix:
         return None
-    return frozenset(vector), loop.extent
+    return frozenset(vector), row.reduce_length
 
 
-def _estimate_us(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> float | None:
-    """The schedule's estimate for ``kernel`` under the pinned knobs; None where no one setting runs it."""
+def estimate_us(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> float | None:
+    """The row schedule's estimate for ``kernel`` under the pinned knobs; None where it cannot run it
+    under one setting."""
     try:
         found, decisions = decide_for_all(kernel, target, knobs)
     except (NotARowReduction, ScheduleError):

@@ -1,9 +1,11 @@
 """Registers the row-reduction schedule (norms, softmax and means, a warp or a block per row) and the
-rule that runs matrix-vector products of one input in one launch."""
+rules for a decoding step's matrix-vector products: each computing the norm of its vector itself,
+and those of one input in one launch."""
 
 from lamina.core.hookspecs import hookimpl
 from lamina.plugins.schedules.row_reduction.joined import JoinMatrixVectorProducts
 from lamina.plugins.schedules.row_reduction.schedule import RowReductionSchedule
+from lamina.plugins.schedules.row_reduction.vector_reductions import ComputeVectorReductionInEachProduct
 
 
 @hookimpl
@@ -13,4 +15,5 @@ def lamina_register_schedules(register):
 
 @hookimpl
 def lamina_register_fusion_rules(register):
+    register(ComputeVectorReductionInEachProduct())
     register(JoinMatrixVectorProducts())

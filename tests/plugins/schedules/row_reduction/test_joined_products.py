@@ -1,6 +1,7 @@
-"""Matrix-vector products of one input in one launch (``join_matrix_vector_products``): a decoding
-step's query, key and value projections, each a row reduction, one after another in the blocks of
-one kernel."""
+"""A decoding step's query, key and value projections: each computing its input's norm itself
+(``compute_vector_reduction_in_each_product``), and the three in one launch
+(``join_matrix_vector_products``), each a row reduction, one after another in the blocks of one
+kernel."""
 
 import pytest
 import torch
@@ -51,8 +52,8 @@ def test_the_projections_of_one_token_are_one_kernel_and_match_eager_on_the_simu
     reports any race or read out of bounds as an error."""
     args = tensors(features, columns, dtype)
     compiled = lamina.compile(norm_and_projections, args, target="sm_90")
-    norm, joined = row_tiles(compiled)
-    assert len(pieces(joined.kernel)) == 3 and len(compiled.compilation.kernels.kernels) == 2
+    (joined,) = row_tiles(compiled)
+    assert len(pieces(joined.kernel)) == 3 and len(compiled.compilation.kernels.kernels) == 1
     assert_each_matches_eager_and_float64(norm_and_projections, compiled(*args), args)
 
 
@@ -90,6 +91,42 @@ def test_the_loop_ir_runs_the_products_one_after_the_other_and_no_rule_reads_it_
     assert [loop.extent for loop in kernel.body] == [96, 40, 33]
     with pytest.raises(NotARowReduction, match="runs 3 nests one after another"):
         analyse(kernel)
+
+
+def test_each_product_reduces_the_norm_of_its_input_itself():
+    compiled = lamina.compile(norm_and_projections, tensors(64, (16, 8, 8)), target="sm_90")
+    (kernel,) = compiled.compilation.loop.kernels
+    assert compiled.ir("loop").splitlines()[1:10] == [
+        "  kernel linear(x: bf16[1, 64], g: bf16[64], wq: bf16[16, 64], bq: bf16[16], wk: bf16[8, 64], "
+        "wv: bf16[8, 64]) -> (linear: bf16[1, 16], linear_1: bf16[1, 8], linear_2: bf16[1, 8]):",
+        "    for i1 in parallel(16):",
+        "      acc0: f32 = 0.0",
+        "      for r0 in reduce(64):",
+        "        acc0 += pow(f32(x[0, r0]), 2.0)",
+        "      acc1: f32 = 0.0",
+        "      for r1 in reduce(64):",
+        "        acc1 += f32(x[0, r1] * bf16(rsqrt(acc0 / 64.0 + 1e-06)) * g[r1]) * f32(wq[i1, r1])",
+        "      linear[0, i1] = bf16(acc1 + f32(bq[i1]))",
+    ]
+    assert dict(row_tiles(compiled)[0].knobs)["row_in_registers"] is True  # the vector, read by both loops
+
+
+def norm_also_returned(x, g, wq, wk, wv, bq):
+    h = x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype) * g
+    return F.linear(h, wq, bq), F.linear(h, wk), F.linear(h, wv), h * 2
+
+
+def norm_of_several_rows(x, g, wq, wk, wv, bq):
+    """Three tokens: the products are no matrix-vector products, and the norm stays a kernel."""
+    return norm_and_projections(x, g, wq, wk, wv, bq)
+
+
+@pytest.mark.parametrize("program, rows", [(norm_also_returned, 1), (norm_of_several_rows, 3)])
+def test_a_norm_that_a_reader_other_than_a_product_reads_stays_a_kernel(program, rows):
+    args = tensors(64, (16, 8, 8), rows=rows)
+    compiled = lamina.compile(program, args, target="sm_90")
+    assert any(t.kernel.name.startswith("mean") for t in compiled.compilation.tiles)
+    assert_each_matches_eager_and_float64(program, compiled(*args), args)
 
 
 def chained(x, wq, wk, wv):
