@@ -4,8 +4,11 @@ Both backends share it: they differ only in how one kernel is launched. Each buf
 program writes is allocated right before its first kernel and, unless it is an output,
 dropped right after its last (the program's memory plan), so that the device allocator
 reuses its bytes the way it does for eager PyTorch. A kernel's scratch parameters
-(``kernel_ir.Param.scratch``) are allocated, zeroed unless the kernel says it need not be, for
-each of its launches.
+(``kernel_ir.Param.scratch``) are allocated for each of its launches; those it needs zeroed (the
+counters of the blocks that finished, which the last to finish reads) are carved out of one
+buffer zeroed once per call, so that a program whose every layer counts its blocks (a decoding
+step's attention) fills memory once rather than once per layer: in a CUDA graph each fill is a
+node of its own on the GPU.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ def torch_dtype(dtype) -> torch.dtype:
 
 INPUT_ALIGNMENT = 16
 """Bytes every buffer's first element is aligned to: kernels read it with vector accesses this wide."""
+SHARED_ZEROED_BYTES = 1 << 20
+"""Zeroed scratch of at most this many bytes a launch shares the call's one zeroed buffer; larger
+scratch is allocated and zeroed for its launch alone, so that the call does not hold it all at once."""
 
 
 def aligned(tensor: torch.Tensor) -> torch.Tensor:
@@ -66,6 +72,8 @@ class ProgramRunner:
         positions = range(len(self.kernels.kernels))
         self._allocated = [plan.allocated_before(k) for k in positions]
         self._released = [plan.released_after(k) for k in positions]
+        self._zeroed = [(k, p) for k, kernel in enumerate(self.kernels.kernels) for p in kernel.params
+                        if p.scratch and p.zeroed]
 
     def _empty(self, buffer: loop_ir.Buffer, values: dict[str, int]) -> torch.Tensor:
         """A flat view of a new tensor of the buffer's shape, which ``_shaped`` gives back as an output."""
@@ -87,16 +95,35 @@ class ProgramRunner:
             return torch.full((numel,), math.nan, dtype=dtype, device=self.device)
         return torch.empty(numel, dtype=dtype, device=self.device)
 
+    def _zeroed_scratch(self, values: dict[str, int]) -> dict[tuple[int, str], torch.Tensor]:
+        """Each launch's zeroed scratch of at most ``SHARED_ZEROED_BYTES``, by kernel position and
+        parameter: disjoint pieces, each aligned, of one buffer zeroed once."""
+        pieces, total = [], 0
+        for k, param in self._zeroed:
+            dtype = torch_dtype(param.dtype)
+            nbytes = (sizes.evaluate(param.numel, values) if values else param.numel) * dtype.itemsize
+            if nbytes <= SHARED_ZEROED_BYTES:
+                pieces.append((k, param.name, dtype, total, nbytes))
+                total += -(-nbytes // INPUT_ALIGNMENT) * INPUT_ALIGNMENT
+        if not pieces:
+            return {}
+        shared = torch.zeros(total, dtype=torch.uint8, device=self.device)
+        return {(k, name): shared[start:start + nbytes].view(dtype) for k, name, dtype, start, nbytes in pieces}
+
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         values = self.sizes_of(inputs)
         buffers: dict[str, torch.Tensor] = {}
         for spec, tensor in zip(self.loop.inputs, inputs):
             buffers[spec.name] = aligned(tensor.contiguous().reshape(-1))
-        for kernel, allocated, released in zip(self.kernels.kernels, self._allocated, self._released):
+        zeroed = self._zeroed_scratch(values) if self._zeroed else {}
+        for k, (kernel, allocated, released) in enumerate(zip(self.kernels.kernels, self._allocated, self._released)):
             for spec in allocated:
                 buffers[spec.name] = self._empty(spec, values)
-            self.launch(kernel, {p.name: self._scratch(p, values) if p.scratch else buffers[p.name]
-                                 for p in kernel.params}, values)
+            arguments = {p.name: buffers[p.name] for p in kernel.params if not p.scratch}
+            for p in kernel.params:
+                if p.scratch:
+                    arguments[p.name] = zeroed[k, p.name] if (k, p.name) in zeroed else self._scratch(p, values)
+            self.launch(kernel, arguments, values)
             for name in released:
                 del buffers[name]
         # An output of no elements has no kernel to write it, and so no buffer yet.
