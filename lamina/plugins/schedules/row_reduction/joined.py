@@ -47,15 +47,18 @@ class JoinMatrixVectorProducts:
         buffers = analysis.buffers(program)
         untouched = analysis.Untouched(program)
         changed = False
+        vectors = [vector_read(kernel) for kernel in program.kernels]
         for position, kernel in enumerate(program.kernels):
-            vector = vector_read(kernel)
+            vector = vectors[position]
             if vector is None or kernels[position] is not kernel or not untouched.holds(kernel):
                 continue
+            partners = [later for later in range(position + 1, len(program.kernels)) if vectors[later] == vector]
+            if not partners:
+                continue
             joined, joined_us, taken = kernel, estimate_us(kernel, target, knobs), [position]
-            for later in range(position + 1, len(program.kernels)):
+            for later in partners:
                 other = kernels[later]
-                if other is None or not untouched.holds(other) or vector_read(other) != vector \
-                        or not analysis.may_run_at(program, joined, position, later):
+                if other is None or not untouched.holds(other) or not analysis.may_run_at(program, joined, position, later):
                     continue
                 candidate = analysis.with_exact_inputs(attrs.evolve(
                     joined, body=joined.body + other.body, outputs=joined.outputs + other.outputs), buffers)
@@ -76,12 +79,13 @@ class JoinMatrixVectorProducts:
 
 @functools.lru_cache(maxsize=8192)
 def vector_read(kernel: loop_ir.Kernel) -> tuple | None:
-    """What makes ``kernel`` a matrix-vector product: the loads of its reductions that follow none
-    of its rows (the vector, or what it is computed from: a norm's input and weight) beside loads
-    that do (the matrix), as a key that two kernels reading the same vector share (each load's
-    buffer, its index with the reduction's variable and the rows of one renamed, its type; the
-    reductions' length). None for any other kernel. Kept per kernel: the rules ask it of every kernel
-    of a model after each change of the program."""
+    """What makes ``kernel`` a matrix-vector product: a reduction that sums a vector's elements (what
+    follows none of its rows) times a matrix's (what follows them), and the loads of its reductions
+    that follow none of its rows (the vector, or what it is computed from: a norm's input and
+    weight), as a key that two kernels reading the same vector share (each load's buffer, its index
+    with the reduction's variable and the rows of one renamed, its type; the reductions' length).
+    None for any other kernel (a softmax reading a mask along its row). Kept per kernel: the rules
+    ask it of every kernel of a model after each change of the program."""
     try:
         row = analyse(kernel)
     except NotARowReduction:
@@ -89,21 +93,34 @@ def vector_read(kernel: loop_ir.Kernel) -> tuple | None:
     if sizes.is_symbolic(row.row_count) or sizes.is_symbolic(row.reduce_length):
         return None
     moving = {r.var for r in row.rows if r.extent != 1}
-    vector, matrix = set(), False
+    vector, product = set(), False
     for loop in (phase.loop for phase in row.phases if phase.reduces):
         renamed = {**{r.var: ex.const(0) for r in row.rows if r.extent == 1}, loop.var: VECTOR_COLUMN}
-        for s in loop.body:
-            for e in loop_ir.expressions(s):
-                for node in ex.walk(e):
-                    if not isinstance(node, loop_ir.Load) or not any(loop.var in ex.free_vars(i) for i in node.index):
-                        continue
-                    if set().union(*map(ex.free_vars, node.index)) & moving:
-                        matrix = True
-                    else:
-                        vector.add((node.buffer, tuple(ex.substitute(i, renamed) for i in node.index), node.dtype))
-    if not vector or not matrix:
+        for a in loop.body:
+            product = product or (a.op == "sum" and _vector_times_matrix(a.value, loop.var, moving))
+            for node in ex.walk(a.value):
+                if isinstance(node, loop_ir.Load) and _follows(node, {loop.var}) and not _follows(node, moving):
+                    vector.add((node.buffer, tuple(ex.substitute(i, renamed) for i in node.index), node.dtype))
+    if not product:
         return None
     return frozenset(vector), row.reduce_length
+
+
+def _vector_times_matrix(value: ex.Expr, column: str, rows: set[str]) -> bool:
+    """Whether ``value`` (what a sum adds for each ``column``) is, casts aside, a factor whose loads
+    along the column follow no row times one that reads a load following a row."""
+    while isinstance(value, ex.Op) and value.op == "cast":
+        value = value.args[0]
+    if not (isinstance(value, ex.Op) and value.op == "mul"):
+        return False
+    sides = [[n for n in ex.walk(arg) if isinstance(n, loop_ir.Load) and _follows(n, {column})] for arg in value.args]
+    vector = [loads and not any(_follows(n, rows) for n in loads) for loads in sides]
+    matrix = [any(_follows(n, rows) for n in loads) for loads in sides]
+    return (vector[0] and matrix[1]) or (vector[1] and matrix[0])
+
+
+def _follows(load: loop_ir.Load, names: set[str]) -> bool:
+    return bool(set().union(*map(ex.free_vars, load.index)) & names) if load.index else False
 
 
 def estimate_us(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> float | None:

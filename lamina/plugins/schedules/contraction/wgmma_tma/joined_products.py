@@ -62,17 +62,20 @@ class JoinProductsOfOneInput:
         buffers = analysis.buffers(program)
         untouched = analysis.Untouched(program)
         changed = False
+        # each kernel's row operand where it may be a piece: the products that share one may join
+        inputs = [_row_operand(c) if c is not None else None for c in map(_plain_product, program.kernels)]
         for position, kernel in enumerate(program.kernels):
-            first = _plain_product(kernel)
+            first = inputs[position]
             if first is None or kernels[position] is not kernel or not untouched.holds(kernel):
+                continue
+            partners = [later for later in range(position + 1, len(program.kernels)) if inputs[later] == first]
+            if not partners:
                 continue
             joined, joined_us, taken = kernel, apart_us(kernel, target, knobs), [position]
             separate_us = joined_us
-            for later in range(position + 1, len(program.kernels)):
+            for later in partners:
                 other = kernels[later]
-                found = _plain_product(other) if other is not None and untouched.holds(other) else None
-                if found is None or _row_operand(found) != _row_operand(first) \
-                        or not analysis.may_run_at(program, joined, position, later):
+                if other is None or not untouched.holds(other) or not analysis.may_run_at(program, joined, position, later):
                     continue
                 candidate = _joined(joined, other)
                 if candidate is None:
