@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from typing import Callable, Protocol
 
 import attrs
 
@@ -157,6 +157,51 @@ def may_run_at(program: loop_ir.Program, joined: loop_ir.Kernel, position: int, 
         if written & (reads | writes) or writes & set(loaded_buffers(between)):
             return False
     return True
+
+
+class Joining(Protocol):
+    """What a rule that joins kernels in one launch knows of a group so far: its kernel, and whatever
+    the rule weighs it by (``joined_in_order``)."""
+
+    kernel: loop_ir.Kernel
+
+
+def joined_in_order(program: loop_ir.Program, keys: list, start: Callable[[loop_ir.Kernel], Joining],
+                    extend: Callable[[Joining, loop_ir.Kernel], Joining | None],
+                    keep: Callable[[Joining], bool]) -> loop_ir.Program | None:
+    """``program`` with kernels of one key (``keys[i]`` for kernel ``i``; None for none) joined in one
+    launch, from the first of each key on: each later kernel of its key that may run at its place
+    (``may_run_at``) joins where ``extend`` gives the group with it (None: it stays apart), and the
+    group replaces its kernels where it holds more than one and ``keep`` takes it. None where
+    nothing joined."""
+    kernels: list[loop_ir.Kernel | None] = list(program.kernels)
+    untouched = Untouched(program)
+    changed = False
+    for position, kernel in enumerate(program.kernels):
+        key = keys[position]
+        if key is None or kernels[position] is not kernel or not untouched.holds(kernel):
+            continue
+        partners = [later for later in range(position + 1, len(program.kernels)) if keys[later] == key]
+        if not partners:
+            continue
+        group, taken = start(kernel), [position]
+        for later in partners:
+            other = kernels[later]
+            if other is None or not untouched.holds(other) or not may_run_at(program, group.kernel, position, later):
+                continue
+            grown = extend(group, other)
+            if grown is not None:
+                group = grown
+                taken.append(later)
+        if len(taken) > 1 and keep(group):
+            untouched.touch(*(program.kernels[i] for i in taken))
+            kernels[position] = group.kernel
+            for i in taken[1:]:
+                kernels[i] = None
+            changed = True
+    if not changed:
+        return None
+    return attrs.evolve(program, kernels=tuple(k for k in kernels if k is not None))
 
 
 def with_exact_inputs(kernel: loop_ir.Kernel, known: dict[str, loop_ir.Buffer]) -> loop_ir.Kernel:

@@ -43,38 +43,27 @@ class JoinMatrixVectorProducts:
     knob_names = RowReductionSchedule.knob_names
 
     def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
-        kernels: list[loop_ir.Kernel | None] = list(program.kernels)
         buffers = analysis.buffers(program)
-        untouched = analysis.Untouched(program)
-        changed = False
-        vectors = [vector_read(kernel) for kernel in program.kernels]
-        for position, kernel in enumerate(program.kernels):
-            vector = vectors[position]
-            if vector is None or kernels[position] is not kernel or not untouched.holds(kernel):
-                continue
-            partners = [later for later in range(position + 1, len(program.kernels)) if vectors[later] == vector]
-            if not partners:
-                continue
-            joined, joined_us, taken = kernel, estimate_us(kernel, target, knobs), [position]
-            for later in partners:
-                other = kernels[later]
-                if other is None or not untouched.holds(other) or not analysis.may_run_at(program, joined, position, later):
-                    continue
-                candidate = analysis.with_exact_inputs(attrs.evolve(
-                    joined, body=joined.body + other.body, outputs=joined.outputs + other.outputs), buffers)
-                candidate_us, other_us = estimate_us(candidate, target, knobs), estimate_us(other, target, knobs)
-                if None not in (joined_us, candidate_us, other_us) and candidate_us < joined_us + other_us:
-                    joined, joined_us = candidate, candidate_us
-                    taken.append(later)
-            if len(taken) > 1:
-                untouched.touch(*(program.kernels[i] for i in taken))
-                kernels[position] = joined
-                for i in taken[1:]:
-                    kernels[i] = None
-                changed = True
-        if not changed:
-            return None
-        return attrs.evolve(program, kernels=tuple(k for k in kernels if k is not None))
+
+        def extend(group: _Group, other: loop_ir.Kernel) -> _Group | None:
+            candidate = analysis.with_exact_inputs(attrs.evolve(
+                group.kernel, body=group.kernel.body + other.body, outputs=group.kernel.outputs + other.outputs), buffers)
+            candidate_us, other_us = estimate_us(candidate, target, knobs), estimate_us(other, target, knobs)
+            if None in (group.us, candidate_us, other_us) or candidate_us >= group.us + other_us:
+                return None
+            return _Group(candidate, candidate_us)
+
+        return analysis.joined_in_order(program, [vector_read(kernel) for kernel in program.kernels],
+                                        lambda kernel: _Group(kernel, estimate_us(kernel, target, knobs)),
+                                        extend, lambda group: True)
+
+
+@attrs.frozen
+class _Group:
+    """Products joined so far, and their estimate in one launch (None where the schedule cannot run it)."""
+
+    kernel: loop_ir.Kernel
+    us: float | None
 
 
 @functools.lru_cache(maxsize=8192)

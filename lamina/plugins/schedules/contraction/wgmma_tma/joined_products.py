@@ -58,42 +58,35 @@ class JoinProductsOfOneInput:
     def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
         if target.compute_capability != ARCH or knobs.get("products", WGMMA_TMA) != WGMMA_TMA:
             return None
-        kernels: list[loop_ir.Kernel | None] = list(program.kernels)
         buffers = analysis.buffers(program)
-        untouched = analysis.Untouched(program)
-        changed = False
+
+        def extend(group: _Group, other: loop_ir.Kernel) -> _Group | None:
+            candidate = _joined(group.kernel, other)
+            if candidate is None:
+                return None
+            candidate = analysis.with_exact_inputs(candidate, buffers)
+            candidate_us, other_us = merged_us(candidate, target, knobs), apart_us(other, target, knobs)
+            if candidate_us >= group.us + other_us:
+                return None
+            return _Group(candidate, candidate_us, group.apart_us + other_us)
+
+        def start(kernel: loop_ir.Kernel) -> _Group:
+            us = apart_us(kernel, target, knobs)
+            return _Group(kernel, us, us)
+
         # each kernel's row operand where it may be a piece: the products that share one may join
         inputs = [_row_operand(c) if c is not None else None for c in map(_plain_product, program.kernels)]
-        for position, kernel in enumerate(program.kernels):
-            first = inputs[position]
-            if first is None or kernels[position] is not kernel or not untouched.holds(kernel):
-                continue
-            partners = [later for later in range(position + 1, len(program.kernels)) if inputs[later] == first]
-            if not partners:
-                continue
-            joined, joined_us, taken = kernel, apart_us(kernel, target, knobs), [position]
-            separate_us = joined_us
-            for later in partners:
-                other = kernels[later]
-                if other is None or not untouched.holds(other) or not analysis.may_run_at(program, joined, position, later):
-                    continue
-                candidate = _joined(joined, other)
-                if candidate is None:
-                    continue
-                candidate = analysis.with_exact_inputs(candidate, buffers)
-                candidate_us, other_us = merged_us(candidate, target, knobs), apart_us(other, target, knobs)
-                if candidate_us < joined_us + other_us:
-                    joined, joined_us, separate_us = candidate, candidate_us, separate_us + other_us
-                    taken.append(later)
-            if len(taken) > 1 and joined_us <= JOINED_SHARE * separate_us:
-                untouched.touch(*(program.kernels[i] for i in taken))
-                kernels[position] = joined
-                for i in taken[1:]:
-                    kernels[i] = None
-                changed = True
-        if not changed:
-            return None
-        return attrs.evolve(program, kernels=tuple(k for k in kernels if k is not None))
+        return analysis.joined_in_order(program, inputs, start, extend,
+                                        lambda group: group.us <= JOINED_SHARE * group.apart_us)
+
+
+@attrs.frozen
+class _Group:
+    """Products joined so far: their estimate as one kernel, and theirs apart."""
+
+    kernel: loop_ir.Kernel
+    us: float
+    apart_us: float
 
 
 def _plain_product(kernel: loop_ir.Kernel) -> Contraction | None:
