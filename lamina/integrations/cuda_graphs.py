@@ -54,34 +54,6 @@ def _address(value: Any) -> int | None:
     return value.data_ptr() if isinstance(value, torch.Tensor) else None
 
 
-_ADDRESSES_EQUAL = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
-"""PyTorch's own check that tensors at given positions are at given addresses, in one call (its
-CUDA builds have it; their CUDA graph trees check their static inputs with it)."""
-
-
-class _Addresses:
-    """Where the arguments read in place lay when a graph was recorded. A decoding step checks its
-    ~250 weights and caches at every token before the replay can start, so the check is one call
-    into PyTorch where it can be (a call to ``data_ptr`` each takes about 0.4 us on a GPU's host)."""
-
-    def __init__(self, args: Sequence[Any], positions: Sequence[int]):
-        self.positions = list(positions)
-        self.recorded = [args[i].data_ptr() for i in self.positions]
-        self._by_position: list[int | None] = [None] * len(args)
-        for i, address in zip(self.positions, self.recorded):
-            self._by_position[i] = address
-
-    def moved(self, args: Sequence[Any]) -> set[int]:
-        """The positions whose argument is not where it was."""
-        if _ADDRESSES_EQUAL is not None and len(args) == len(self._by_position) \
-                and _ADDRESSES_EQUAL(list(args), self._by_position, self.positions):
-            return set()
-        now = [args[i].data_ptr() for i in self.positions]
-        if now == self.recorded:
-            return set()
-        return {i for i, address, recorded in zip(self.positions, now, self.recorded) if address != recorded}
-
-
 def _recordable(args: Sequence[Any]) -> bool:
     """Whether the tensor arguments are all on a GPU: a CPU one (a scalar beside GPU tensors, as
     a static cache's length before its first update) is read on the host at each call."""
@@ -100,7 +72,7 @@ class _Recording:
                  mutated_outputs: int):
         self.copied = copied
         self.in_place = [i for i, a in enumerate(args) if i not in copied and isinstance(a, torch.Tensor)]
-        self.addresses = _Addresses(args, self.in_place)
+        self.addresses = [args[i].data_ptr() for i in self.in_place]
         self.inputs = [torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device) if i in copied else a
                        for i, a in enumerate(args)]
         self.copied_order = sorted(copied)
@@ -113,7 +85,10 @@ class _Recording:
 
     def moved(self, args: Sequence[Any]) -> set[int]:
         """The arguments read in place that are not where they were when recorded."""
-        return self.addresses.moved(args)
+        now = [args[i].data_ptr() for i in self.in_place]
+        if now == self.addresses:
+            return set()
+        return {i for i, address, recorded in zip(self.in_place, now, self.addresses) if address != recorded}
 
     def replay(self, args: Sequence[Any]) -> tuple:
         self._copy_in(args)

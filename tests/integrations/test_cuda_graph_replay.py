@@ -138,28 +138,3 @@ def test_a_graph_of_symbolic_sizes_keeps_a_bounded_number_of_recordings(recordin
         for cache in caches:
             torch.testing.assert_close(f(cache, new), grown(cache, new))
     assert len(recordings) == cuda_graphs.MAX_RECORDINGS
-
-
-def _pytorch_check(tensors, addresses, positions):
-    """PyTorch's ``_tensors_data_ptrs_at_indices_equal`` as its CUDA builds define it."""
-    return all(tensors[i].data_ptr() == addresses[i] for i in positions)
-
-
-@pytest.mark.parametrize("check", [None, _pytorch_check], ids=["one call each", "one call for all"])
-def test_a_recording_finds_the_arguments_that_moved_and_only_those(check, monkeypatch):
-    monkeypatch.setattr(cuda_graphs, "_ADDRESSES_EQUAL", check)
-    args = (torch.randn(3), 7, torch.randn(4, 5), torch.randn(2))
-    addresses = cuda_graphs._Addresses(args, [0, 2])
-    assert addresses.moved(args) == set()
-    moved = (args[0], 7, args[2].clone(), torch.randn(2))  # the last is copied, not read in place
-    assert addresses.moved(moved) == {2}
-    assert addresses.moved((args[0].clone(), 7, args[2][:], args[3])) == {0}  # a view starts where it did
-
-
-@pytest.mark.gpu
-def test_pytorchs_check_of_addresses_is_used_on_a_cuda_build():
-    assert cuda_graphs._ADDRESSES_EQUAL is not None
-    args = [torch.randn(3, device="cuda"), 7, torch.randn(4, 5, device="cuda")]
-    addresses = cuda_graphs._Addresses(args, [0, 2])
-    assert addresses.moved(args) == set()
-    assert addresses.moved([args[0], 7, args[2].clone()]) == {2}
