@@ -119,17 +119,24 @@ class ProgramRunner:
         for k, (kernel, allocated, released) in enumerate(zip(self.kernels.kernels, self._allocated, self._released)):
             for spec in allocated:
                 buffers[spec.name] = self._empty(spec, values)
-            arguments = {p.name: buffers[p.name] for p in kernel.params if not p.scratch}
-            for p in kernel.params:
-                if p.scratch:
-                    arguments[p.name] = zeroed[k, p.name] if (k, p.name) in zeroed else self._scratch(p, values)
-            self.launch(kernel, arguments, values)
+            self.launch(kernel, self._arguments(k, kernel, buffers, zeroed, values), values)
             for name in released:
                 del buffers[name]
         # An output of no elements has no kernel to write it, and so no buffer yet.
         return [_shaped(buffers[b.name] if b.name in buffers else self._empty(b, values),
                         sizes.evaluate_shape(b.type.shape, values) if values else b.type.shape)
                 for b in self.loop.outputs]
+
+    def _arguments(self, k: int, kernel: kernel_ir.Kernel, buffers: dict[str, torch.Tensor],
+                   zeroed: dict[tuple[int, str], torch.Tensor], values: dict[str, int]) -> dict[str, torch.Tensor]:
+        """The tensor of each of the ``k``-th kernel's parameters. Held only while it launches: a buffer
+        released after its last kernel must be free before the next kernel's buffers are allocated,
+        or the peak holds one dead buffer more than the plan."""
+        arguments = {p.name: buffers[p.name] for p in kernel.params if not p.scratch}
+        for p in kernel.params:
+            if p.scratch:
+                arguments[p.name] = zeroed[k, p.name] if (k, p.name) in zeroed else self._scratch(p, values)
+        return arguments
 
     def sizes_of(self, inputs: tuple[torch.Tensor, ...]) -> dict[str, int]:
         """The value of each size known only at run time, from the shapes of ``inputs``; an

@@ -1,5 +1,7 @@
 """Buffers live from their first kernel to their last, and the runner follows the plan."""
 
+import weakref
+
 import attrs
 import pytest
 import torch
@@ -7,6 +9,7 @@ import torch
 import lamina
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.runtime.memory_plan import MemoryPlan, plan_memory
+from lamina.runtime.program_runner import ProgramRunner
 
 
 def chain(x, w1, w2, w3, w4):
@@ -61,6 +64,34 @@ def test_a_long_lived_temporary_survives_the_reuse_around_it():
     check_lifetimes_cover_every_use(compiled)
     assert any(t.last - t.first >= 3 for t in plan.lifetimes)
     assert relative_error(compiled(*inputs), float64_reference(long_lived, inputs)) < 1e-5
+
+
+def test_a_buffer_released_after_a_kernel_is_free_before_the_next_kernel_allocates(monkeypatch):
+    """Nothing in the runner holds a released buffer while the next kernel's buffers are allocated (the
+    arguments of the last launch did, and the peak held one dead buffer more than the plan). The
+    launches here keep nothing, as the CUDA driver's keep nothing."""
+    inputs = chain_inputs()
+    compiled = lamina.compile(chain, inputs)
+    runner = ProgramRunner(compiled.compilation.loop, compiled.compilation.kernels,
+                           launch=lambda kernel, arguments, values: None, device=torch.device("cpu"))
+    made: dict[str, weakref.ref] = {}
+    alive_at_allocation = []
+    allocate = ProgramRunner._empty
+
+    def empty(self, buffer, values):
+        alive_at_allocation.append((buffer.name, {name for name, ref in made.items() if ref() is not None}))
+        tensor = allocate(self, buffer, values)
+        made[buffer.name] = weakref.ref(tensor)
+        return tensor
+
+    monkeypatch.setattr(ProgramRunner, "_empty", empty)
+    runner(*inputs)
+    plan = runner.memory_plan
+    assert len(alive_at_allocation) == len(plan.lifetimes) >= 3
+    for name, alive in alive_at_allocation:
+        first = plan.lifetime(name).first
+        assert alive == {t.buffer.name for t in plan.lifetimes
+                         if t.buffer.name in made and t.live_at(first) and t.buffer.name != name}, name
 
 
 def test_a_plan_that_releases_a_buffer_too_early_is_caught():
