@@ -32,11 +32,23 @@ class StoreNarrowedTemporaries:
         for position, kernel in enumerate(program.kernels):
             for name in dict.fromkeys(b.name for b in kernel.inputs):
                 readers.setdefault(name, []).append(position)
+        users = None
         for buffer in program.temporaries:
             narrow = _common_narrowing_cast(result, buffer, readers.get(buffer.name, []))
             if narrow is not None:
-                result = narrow_temporary(result, buffer, narrow)
+                users = users or buffer_users(program)
+                result = narrow_temporary(result, buffer, narrow, users=users[buffer.name])
         return None if result is program else result
+
+
+def buffer_users(program: loop_ir.Program) -> dict[str, list[int]]:
+    """The positions of the kernels that read or write each buffer: what narrowing one rewrites (a
+    model has hundreds of temporaries and thousands of kernels)."""
+    users: dict[str, list[int]] = {}
+    for position, kernel in enumerate(program.kernels):
+        for name in dict.fromkeys(b.name for b in kernel.inputs + kernel.outputs):
+            users.setdefault(name, []).append(position)
+    return users
 
 
 @functools.lru_cache(maxsize=8192)
@@ -75,9 +87,10 @@ def _common_narrowing_cast(program: loop_ir.Program, buffer: loop_ir.Buffer, rea
 
 
 def narrow_temporary(program: loop_ir.Program, buffer: loop_ir.Buffer, dtype: DType,
-                     widen_reads: bool = False) -> loop_ir.Program:
+                     widen_reads: bool = False, users: list[int] | None = None) -> loop_ir.Program:
     """``buffer`` stored as ``dtype``: its stores cast to it, and its readers' casts to it
-    dropped, or (``widen_reads``) each of its loads cast back to the dtype it had."""
+    dropped, or (``widen_reads``) each of its loads cast back to the dtype it had. ``users``: the
+    positions of the kernels that read or write it (``buffer_users``), where known."""
     name = buffer.name
     wide = buffer.type.dtype
     narrowed = attrs.evolve(buffer, type=attrs.evolve(buffer.type, dtype=dtype))
@@ -112,12 +125,13 @@ def narrow_temporary(program: loop_ir.Program, buffer: loop_ir.Buffer, dtype: DT
     def swap(buffers):
         return tuple(narrowed if b.name == name else b for b in buffers)
 
-    kernels = tuple(
-        attrs.evolve(k, inputs=swap(k.inputs), outputs=swap(k.outputs), body=rewrite_body(k.body))
-        if any(b.name == name for b in k.inputs + k.outputs) else k
-        for k in program.kernels
-    )
-    return attrs.evolve(program, temporaries=swap(program.temporaries), kernels=kernels)
+    kernels = list(program.kernels)
+    for position in (users if users is not None else range(len(kernels))):
+        k = kernels[position]
+        if any(b.name == name for b in k.inputs + k.outputs):
+            kernels[position] = attrs.evolve(k, inputs=swap(k.inputs), outputs=swap(k.outputs),
+                                             body=rewrite_body(k.body))
+    return attrs.evolve(program, temporaries=swap(program.temporaries), kernels=tuple(kernels))
 
 
 def _stored(value: ex.Expr, dtype: DType) -> ex.Expr:

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from lamina.core.ir import expr as ex, loop_ir
 from lamina.core.ir.dtypes import DType
 from lamina.core.target import Target
-from lamina.plugins.fusion.store_narrowed_temporaries import narrow_temporary
+from lamina.plugins.fusion.store_narrowed_temporaries import buffer_users, narrow_temporary
 
 
 class StoreWidenedTemporariesNarrow:
@@ -29,11 +29,13 @@ class StoreWidenedTemporariesNarrow:
         pass runs after every other rule's change: it reads each kernel once)."""
         sources = _widened_sources(program)
         result = program
+        users = None
         for buffer in program.temporaries:
             source = sources.get(buffer.name)
             if source is not None and source.is_float and buffer.type.dtype.is_float \
                     and source.itemsize < buffer.type.dtype.itemsize:
-                result = narrow_temporary(result, buffer, source, widen_reads=True)
+                users = users or buffer_users(program)
+                result = narrow_temporary(result, buffer, source, widen_reads=True, users=users[buffer.name])
         return None if result is program else result
 
 
