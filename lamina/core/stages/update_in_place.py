@@ -18,6 +18,10 @@ cache)``, a decoding step's ``index_copy_``), the kernel stores that position al
 over the axis is dropped and the store lands at the position, clamped into the axis, with the
 element's own value where the position is outside it (eager PyTorch would have raised there;
 the cache is then left as it was).
+
+Counters written in place (kernels of single values, no loops) that nothing after them reads or
+writes are then written at the end of the program, all in one kernel: a decoding step's layers
+each move a counter of their own, a launch each otherwise.
 """
 
 from __future__ import annotations
@@ -34,7 +38,45 @@ def write_updates_in_place(program: loop_ir.Program, updates: Sequence[tuple[str
     """``program`` with each ``(input, output)`` of ``updates`` written into the input where that is safe."""
     for name, output in updates:
         program = _in_place(program, name, output) or program
-    return program
+    return _counters_at_the_end(program)
+
+
+def _counters_at_the_end(program: loop_ir.Program) -> loop_ir.Program:
+    """``program`` with its in-place counters that may run last joined in one kernel at its end."""
+    inputs = {b.name for b in program.inputs}
+    kernels = list(program.kernels)
+    counters = [k for k, kernel in enumerate(kernels) if _is_counter(kernel, inputs)
+                and _may_run_last(kernels, k)]
+    if len(counters) < 2:
+        return program
+    joined = [kernels[k] for k in counters]
+    touched = [{b.name for b in kernel.outputs} for kernel in joined]
+    if any(a & b for i, a in enumerate(touched) for b in touched[i + 1:]):
+        return program
+    last = loop_ir.Kernel(
+        joined[0].name,
+        list({b.name: b for kernel in joined for b in kernel.inputs}.values()),
+        [b for kernel in joined for b in kernel.outputs],
+        tuple(s for kernel in joined for s in kernel.body))
+    return attrs.evolve(program, kernels=[k for i, k in enumerate(kernels) if i not in counters] + [last])
+
+
+def _is_counter(kernel: loop_ir.Kernel, inputs: set[str]) -> bool:
+    """A kernel of single values written into inputs: stores only, outside any loop."""
+    return all(isinstance(s, Store) and s.buffer in inputs for s in kernel.body) \
+        and all(b.name in inputs for b in kernel.outputs)
+
+
+def _may_run_last(kernels: list[loop_ir.Kernel], position: int) -> bool:
+    """Whether no later kernel reads or writes what the kernel at ``position`` writes, or writes
+    what it reads."""
+    writes = {b.name for b in kernels[position].outputs}
+    reads = {load.buffer for load in loop_ir.loads(kernels[position].body)} | {b.name for b in kernels[position].inputs}
+    for later in kernels[position + 1:]:
+        touched = {load.buffer for load in loop_ir.loads(later.body)} | {b.name for b in later.inputs}
+        if writes & (touched | {b.name for b in later.outputs}) or reads & {b.name for b in later.outputs}:
+            return False
+    return True
 
 
 def updated_buffers(graph: torch_ir.Graph, program: loop_ir.Program) -> list[tuple[str, str]]:

@@ -105,3 +105,41 @@ def test_a_new_value_nothing_reads_is_written_after_the_last_reader_of_the_old_o
     loop_ir.verify_program(written)
     assert [k.name for k in written.kernels] == ["total", "counter"]
     assert written.kernels[1].outputs == (CACHE,) and written.kernels[0].inputs == (CACHE,)
+
+
+def counters_program(second_reads_first: bool) -> Program:
+    """Two layers, each reading a counter of its own (as a decoding step's cache position) and
+    moving it on; with ``second_reads_first``, the second layer reads the first's moved counter."""
+    c0, c1 = (Buffer(name, TensorType((), dtypes.int64)) for name in ("c0", "c1"))
+    new0, new1 = (Buffer(name, TensorType((), dtypes.int64)) for name in ("new0", "new1"))
+    x, out0, out1 = (Buffer(name, TensorType((4,), dtypes.float32)) for name in ("x", "out0", "out1"))
+    i0 = ex.Var("i0")
+
+    def counted(name, read, moved):
+        return Kernel(f"count_{read.name}", (read,), (moved,),
+                      (Store(moved.name, (), ex.op("add", Load(read.name, (), dtypes.int64), ex.const(1, dtypes.int64))),))
+
+    def layer(name, source, counters):
+        value = Load(source.name, (i0,), dtypes.float32)
+        for counter in counters:
+            value = ex.op("add", value, ex.cast(Load(counter.name, (), dtypes.int64), dtypes.float32))
+        return Kernel(name.name, (source, *counters), (name,), (Loop("i0", 4, "parallel", (Store(name.name, (i0,), value),)),))
+
+    second = layer(out1, out0, (c1, new0) if second_reads_first else (c1,))
+    kernels = (layer(out0, x, (c0,)), counted("count0", c0, new0), second, counted("count1", c1, new1))
+    return Program((x, c0, c1), (out1, new0, new1), (out0,), kernels)
+
+
+def test_counters_that_nothing_reads_after_are_moved_on_at_the_end_in_one_kernel():
+    written = write_updates_in_place(counters_program(False), [("c0", "new0"), ("c1", "new1")])
+    loop_ir.verify_program(written)
+    assert [k.name for k in written.kernels] == ["out0", "out1", "count_c0"]
+    last = written.kernels[-1]
+    assert [b.name for b in last.outputs] == ["c0", "c1"]
+    assert [s.buffer for s in last.body] == ["c0", "c1"]
+
+
+def test_a_counter_read_after_it_moves_on_stays_where_it_is():
+    written = write_updates_in_place(counters_program(True), [("c0", "new0"), ("c1", "new1")])
+    loop_ir.verify_program(written)
+    assert [k.name for k in written.kernels] == ["out0", "count_c0", "out1", "count_c1"]
