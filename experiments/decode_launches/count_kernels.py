@@ -6,7 +6,8 @@ programs are not run on a GPU (the graphs run in PyTorch on the CPU, greedy, a f
 
 Kernels a layer: the count at LAYERS + 1 less the count at LAYERS. On the CPU, PyTorch hands a
 backend attention as three kernels' worth of ops (on CUDA, the fused attention op, which lamina
-makes one kernel).
+makes one kernel). The graphs keep the cache writes in them, as lamina's backend asks AOTAutograd
+to, so that the caches and counters are written in place as in a compiled step.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def decoding_step_tiles(layers: int):
     model = build_model(MODELS["tinyllama"], num_layers=layers, dtype=torch.bfloat16).model
     torch._dynamo.reset()
     model.forward = torch.compile(model.forward, backend=aot_autograd(
-        fw_compiler=forward, decompositions=decompositions(compiler.keep)))
+        fw_compiler=forward, decompositions=decompositions(compiler.keep), keep_inference_input_mutations=True))
     ids = torch.randint(0, 1000, (1, 128))
     with torch.no_grad():
         model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, min_new_tokens=4,
