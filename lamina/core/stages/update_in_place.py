@@ -19,9 +19,12 @@ over the axis is dropped and the store lands at the position, clamped into the a
 element's own value where the position is outside it (eager PyTorch would have raised there;
 the cache is then left as it was).
 
-Counters written in place (kernels of single values, no loops) that nothing after them reads or
-writes are then written at the end of the program, all in one kernel: a decoding step's layers
-each move a counter of their own, a launch each otherwise.
+Inputs written in place by adjacent kernels over the same loops, neither reading what the other
+writes (a layer's new keys and its new values, each stored at the position alone), are then
+written by one kernel, its loops around both stores. Counters written in place (kernels of
+single values, no loops) that nothing after them reads or writes are written at the end of the
+program, all in one kernel. A decoding step's layers each write their keys, their values and a
+counter of their own: a launch each otherwise.
 """
 
 from __future__ import annotations
@@ -38,7 +41,56 @@ def write_updates_in_place(program: loop_ir.Program, updates: Sequence[tuple[str
     """``program`` with each ``(input, output)`` of ``updates`` written into the input where that is safe."""
     for name, output in updates:
         program = _in_place(program, name, output) or program
-    return _counters_at_the_end(program)
+    return _counters_at_the_end(_adjacent_writes_joined(program))
+
+
+def _adjacent_writes_joined(program: loop_ir.Program) -> loop_ir.Program:
+    """``program`` with each run of adjacent kernels that write inputs over the same loops, and read
+    nothing another of them writes, joined in one kernel whose loops hold all their stores."""
+    inputs = {b.name for b in program.inputs}
+    kernels: list[loop_ir.Kernel] = []
+    for kernel in program.kernels:
+        joined = _joined_writes(kernels[-1], kernel, inputs) if kernels else None
+        if joined is None:
+            kernels.append(kernel)
+        else:
+            kernels[-1] = joined
+    return program if len(kernels) == len(program.kernels) else attrs.evolve(program, kernels=kernels)
+
+
+def _joined_writes(first: loop_ir.Kernel, second: loop_ir.Kernel, inputs: set[str]) -> loop_ir.Kernel | None:
+    """One kernel of ``first`` and ``second``, each storing into inputs only in a nest of parallel
+    loops of the same extents; None where they are not so, or one reads or writes what the other writes."""
+    nests = [_parallel_nest(kernel) for kernel in (first, second)]
+    if None in nests or [loop.extent for loop in nests[0][0]] != [loop.extent for loop in nests[1][0]]:
+        return None
+    if not all(s.buffer in inputs for (_, stores) in nests for s in stores):
+        return None
+    writes = [{b.name for b in kernel.outputs} for kernel in (first, second)]
+    touches = [{load.buffer for load in loop_ir.loads(kernel.body)} | writes[k] for k, kernel in enumerate((first, second))]
+    if writes[0] & touches[1] or writes[1] & touches[0]:
+        return None
+    (loops, stores), (other_loops, other_stores) = nests
+    renamed = {loop.var: ex.Var(mine.var, dtypes.index) for loop, mine in zip(other_loops, loops)}
+    body: tuple[loop_ir.Stmt, ...] = stores + tuple(
+        Store(s.buffer, tuple(ex.substitute(e, renamed) for e in s.index), ex.substitute(s.value, renamed))
+        for s in other_stores)
+    for loop in reversed(loops):
+        body = (attrs.evolve(loop, body=body),)
+    return loop_ir.Kernel(first.name, list({b.name: b for b in first.inputs + second.inputs}.values()),
+                          [*first.outputs, *second.outputs], body)
+
+
+def _parallel_nest(kernel: loop_ir.Kernel) -> tuple[list[Loop], tuple[Store, ...]] | None:
+    """The kernel's nest of parallel loops, one inside the other, and the stores inside them; None
+    where its body is anything else."""
+    loops, body = [], kernel.body
+    while len(body) == 1 and isinstance(body[0], Loop) and body[0].kind == "parallel":
+        loops.append(body[0])
+        body = body[0].body
+    if not loops or not body or not all(isinstance(s, Store) for s in body):
+        return None
+    return loops, body
 
 
 def _counters_at_the_end(program: loop_ir.Program) -> loop_ir.Program:

@@ -143,3 +143,45 @@ def test_a_counter_read_after_it_moves_on_stays_where_it_is():
     written = write_updates_in_place(counters_program(True), [("c0", "new0"), ("c1", "new1")])
     loop_ir.verify_program(written)
     assert [k.name for k in written.kernels] == ["out0", "count_c0", "out1", "count_c1"]
+
+
+
+VALUE_CACHE = Buffer("value_cache", CACHE.type)
+NEW_VALUES = Buffer("new_values", CACHE.type)
+
+
+def values_update(read: Buffer = VALUES) -> Kernel:
+    """``new_values = where(j1 == position[0], read[j0, 0, j2], value_cache)``, in loops of its own names."""
+    j0, j1, j2 = (ex.Var(v) for v in ("j0", "j1", "j2"))
+    position = Load("position", (ex.const(0),), dtypes.int64)
+    value = ex.op("where", ex.op("eq", ex.cast(j1, dtypes.int64), position),
+                  Load(read.name, (j0, ex.const(0), j2), dtypes.float32),
+                  Load("value_cache", (j0, j1, j2), dtypes.float32))
+    body = (Store("new_values", (j0, j1, j2), value),)
+    for var, extent in reversed(list(zip(("j0", "j1", "j2"), (2, 5, 4)))):
+        body = (Loop(var, extent, "parallel", body),)
+    return Kernel("update_values", (POSITION, read, VALUE_CACHE), (NEW_VALUES,), body)
+
+
+def keys_and_values(values: Kernel) -> Program:
+    """A decoding step's cache writes: new keys, then new values, each at the position of its cache."""
+    return Program((CACHE, POSITION, VALUES, VALUE_CACHE), (TOTAL, NEW, NEW_VALUES), (),
+                   (update(), values, total("new")))
+
+
+def test_adjacent_writes_at_a_position_are_one_kernel_storing_both():
+    written = write_updates_in_place(keys_and_values(values_update()), [("cache", "new"), ("value_cache", "new_values")])
+    loop_ir.verify_program(written)
+    assert [k.name for k in written.kernels] == ["update", "total"]
+    joined = written.kernels[0]
+    assert [b.name for b in joined.outputs] == ["cache", "value_cache"]
+    (stores,) = {tuple(s for s in loop_ir.statements(joined.body) if isinstance(s, Store))}
+    assert [s.buffer for s in stores] == ["cache", "value_cache"]
+    assert all(ex.free_vars(e) <= {"i0", "i2"} | {"position"} for s in stores for e in s.index)
+
+
+def test_a_write_that_reads_what_the_write_before_it_writes_stays_apart():
+    written = write_updates_in_place(keys_and_values(values_update(read=NEW)), [("cache", "new"), ("value_cache", "new_values")])
+    loop_ir.verify_program(written)
+    assert [k.name for k in written.kernels] == ["update", "update_values", "total"]
+
