@@ -134,6 +134,15 @@ def statements(body: tuple[Stmt, ...]) -> Iterator[Stmt]:
             yield from statements(s.body)
 
 
+def split_parallel_nest(body: tuple[Stmt, ...]) -> tuple[tuple[Loop, ...], tuple[Stmt, ...]]:
+    """The parallel loops that wrap ``body`` one inside the other, and what they wrap."""
+    loops = []
+    while len(body) == 1 and isinstance(body[0], Loop) and body[0].kind == "parallel":
+        loops.append(body[0])
+        body = body[0].body
+    return tuple(loops), tuple(body)
+
+
 def expressions(s: Stmt) -> tuple[Expr, ...]:
     """The expressions a statement holds directly (not those of nested loops)."""
     if isinstance(s, (Init, Accumulate)):

@@ -44,93 +44,6 @@ def write_updates_in_place(program: loop_ir.Program, updates: Sequence[tuple[str
     return _counters_at_the_end(_adjacent_writes_joined(program))
 
 
-def _adjacent_writes_joined(program: loop_ir.Program) -> loop_ir.Program:
-    """``program`` with each run of adjacent kernels that write inputs over the same loops, and read
-    nothing another of them writes, joined in one kernel whose loops hold all their stores."""
-    inputs = {b.name for b in program.inputs}
-    kernels: list[loop_ir.Kernel] = []
-    for kernel in program.kernels:
-        joined = _joined_writes(kernels[-1], kernel, inputs) if kernels else None
-        if joined is None:
-            kernels.append(kernel)
-        else:
-            kernels[-1] = joined
-    return program if len(kernels) == len(program.kernels) else attrs.evolve(program, kernels=kernels)
-
-
-def _joined_writes(first: loop_ir.Kernel, second: loop_ir.Kernel, inputs: set[str]) -> loop_ir.Kernel | None:
-    """One kernel of ``first`` and ``second``, each storing into inputs only in a nest of parallel
-    loops of the same extents; None where they are not so, or one reads or writes what the other writes."""
-    nests = [_parallel_nest(kernel) for kernel in (first, second)]
-    if None in nests or [loop.extent for loop in nests[0][0]] != [loop.extent for loop in nests[1][0]]:
-        return None
-    if not all(s.buffer in inputs for (_, stores) in nests for s in stores):
-        return None
-    writes = [{b.name for b in kernel.outputs} for kernel in (first, second)]
-    touches = [{load.buffer for load in loop_ir.loads(kernel.body)} | writes[k] for k, kernel in enumerate((first, second))]
-    if writes[0] & touches[1] or writes[1] & touches[0]:
-        return None
-    (loops, stores), (other_loops, other_stores) = nests
-    renamed = {loop.var: ex.Var(mine.var, dtypes.index) for loop, mine in zip(other_loops, loops)}
-    body: tuple[loop_ir.Stmt, ...] = stores + tuple(
-        Store(s.buffer, tuple(ex.substitute(e, renamed) for e in s.index), ex.substitute(s.value, renamed))
-        for s in other_stores)
-    for loop in reversed(loops):
-        body = (attrs.evolve(loop, body=body),)
-    return loop_ir.Kernel(first.name, list({b.name: b for b in first.inputs + second.inputs}.values()),
-                          [*first.outputs, *second.outputs], body)
-
-
-def _parallel_nest(kernel: loop_ir.Kernel) -> tuple[list[Loop], tuple[Store, ...]] | None:
-    """The kernel's nest of parallel loops, one inside the other, and the stores inside them; None
-    where its body is anything else."""
-    loops, body = [], kernel.body
-    while len(body) == 1 and isinstance(body[0], Loop) and body[0].kind == "parallel":
-        loops.append(body[0])
-        body = body[0].body
-    if not loops or not body or not all(isinstance(s, Store) for s in body):
-        return None
-    return loops, body
-
-
-def _counters_at_the_end(program: loop_ir.Program) -> loop_ir.Program:
-    """``program`` with its in-place counters that may run last joined in one kernel at its end."""
-    inputs = {b.name for b in program.inputs}
-    kernels = list(program.kernels)
-    counters = [k for k, kernel in enumerate(kernels) if _is_counter(kernel, inputs)
-                and _may_run_last(kernels, k)]
-    if len(counters) < 2:
-        return program
-    joined = [kernels[k] for k in counters]
-    touched = [{b.name for b in kernel.outputs} for kernel in joined]
-    if any(a & b for i, a in enumerate(touched) for b in touched[i + 1:]):
-        return program
-    last = loop_ir.Kernel(
-        joined[0].name,
-        list({b.name: b for kernel in joined for b in kernel.inputs}.values()),
-        [b for kernel in joined for b in kernel.outputs],
-        tuple(s for kernel in joined for s in kernel.body))
-    return attrs.evolve(program, kernels=[k for i, k in enumerate(kernels) if i not in counters] + [last])
-
-
-def _is_counter(kernel: loop_ir.Kernel, inputs: set[str]) -> bool:
-    """A kernel of single values written into inputs: stores only, outside any loop."""
-    return all(isinstance(s, Store) and s.buffer in inputs for s in kernel.body) \
-        and all(b.name in inputs for b in kernel.outputs)
-
-
-def _may_run_last(kernels: list[loop_ir.Kernel], position: int) -> bool:
-    """Whether no later kernel reads or writes what the kernel at ``position`` writes, or writes
-    what it reads."""
-    writes = {b.name for b in kernels[position].outputs}
-    reads = {load.buffer for load in loop_ir.loads(kernels[position].body)} | {b.name for b in kernels[position].inputs}
-    for later in kernels[position + 1:]:
-        touched = {load.buffer for load in loop_ir.loads(later.body)} | {b.name for b in later.inputs}
-        if writes & (touched | {b.name for b in later.outputs}) or reads & {b.name for b in later.outputs}:
-            return False
-    return True
-
-
 def updated_buffers(graph: torch_ir.Graph, program: loop_ir.Program) -> list[tuple[str, str]]:
     """``graph.updates`` in the names of ``program``, lowered from it: inputs and outputs keep their
     positions through the levels (an output repeated is copied, its first place is the value)."""
@@ -268,3 +181,79 @@ def _replaced(body: tuple[loop_ir.Stmt, ...], target: Store, replacement: tuple[
         else:
             out.append(s)
     return tuple(out)
+
+
+def _adjacent_writes_joined(program: loop_ir.Program) -> loop_ir.Program:
+    """``program`` with each run of adjacent kernels that write inputs over the same loops, and read
+    nothing another of them writes, joined in one kernel whose loops hold all their stores."""
+    inputs = {b.name for b in program.inputs}
+    kernels: list[loop_ir.Kernel] = []
+    for kernel in program.kernels:
+        joined = _joined_writes(kernels[-1], kernel, inputs) if kernels else None
+        if joined is None:
+            kernels.append(kernel)
+        else:
+            kernels[-1] = joined
+    return program if len(kernels) == len(program.kernels) else attrs.evolve(program, kernels=kernels)
+
+
+def _joined_writes(first: loop_ir.Kernel, second: loop_ir.Kernel, inputs: set[str]) -> loop_ir.Kernel | None:
+    """One kernel of ``first`` and ``second``, each storing into inputs only in a nest of parallel
+    loops of the same extents; None where they are not so, or one reads or writes what the other writes."""
+    nests = [loop_ir.split_parallel_nest(kernel.body) for kernel in (first, second)]
+    if any(not loops or not body or not all(isinstance(s, Store) and s.buffer in inputs for s in body)
+           for loops, body in nests):
+        return None
+    if [loop.extent for loop in nests[0][0]] != [loop.extent for loop in nests[1][0]]:
+        return None
+    writes = [{b.name for b in kernel.outputs} for kernel in (first, second)]
+    touches = [{load.buffer for load in loop_ir.loads(kernel.body)} | writes[k] for k, kernel in enumerate((first, second))]
+    if writes[0] & touches[1] or writes[1] & touches[0]:
+        return None
+    (loops, stores), (other_loops, other_stores) = nests
+    renamed = {loop.var: ex.Var(mine.var, dtypes.index) for loop, mine in zip(other_loops, loops)}
+    body: tuple[loop_ir.Stmt, ...] = stores + tuple(
+        Store(s.buffer, tuple(ex.substitute(e, renamed) for e in s.index), ex.substitute(s.value, renamed))
+        for s in other_stores)
+    for loop in reversed(loops):
+        body = (attrs.evolve(loop, body=body),)
+    return loop_ir.Kernel(first.name, list({b.name: b for b in first.inputs + second.inputs}.values()),
+                          [*first.outputs, *second.outputs], body)
+
+
+def _counters_at_the_end(program: loop_ir.Program) -> loop_ir.Program:
+    """``program`` with its in-place counters that may run last joined in one kernel at its end."""
+    inputs = {b.name for b in program.inputs}
+    kernels = list(program.kernels)
+    counters = [k for k, kernel in enumerate(kernels) if _is_counter(kernel, inputs)
+                and _may_run_last(kernels, k)]
+    if len(counters) < 2:
+        return program
+    joined = [kernels[k] for k in counters]
+    touched = [{b.name for b in kernel.outputs} for kernel in joined]
+    if any(a & b for i, a in enumerate(touched) for b in touched[i + 1:]):
+        return program
+    last = loop_ir.Kernel(
+        joined[0].name,
+        list({b.name: b for kernel in joined for b in kernel.inputs}.values()),
+        [b for kernel in joined for b in kernel.outputs],
+        tuple(s for kernel in joined for s in kernel.body))
+    return attrs.evolve(program, kernels=[k for i, k in enumerate(kernels) if i not in counters] + [last])
+
+
+def _is_counter(kernel: loop_ir.Kernel, inputs: set[str]) -> bool:
+    """A kernel of single values written into inputs: stores only, outside any loop."""
+    return all(isinstance(s, Store) and s.buffer in inputs for s in kernel.body) \
+        and all(b.name in inputs for b in kernel.outputs)
+
+
+def _may_run_last(kernels: list[loop_ir.Kernel], position: int) -> bool:
+    """Whether no later kernel reads or writes what the kernel at ``position`` writes, or writes
+    what it reads."""
+    writes = {b.name for b in kernels[position].outputs}
+    reads = {load.buffer for load in loop_ir.loads(kernels[position].body)} | {b.name for b in kernels[position].inputs}
+    for later in kernels[position + 1:]:
+        touched = {load.buffer for load in loop_ir.loads(later.body)} | {b.name for b in later.inputs}
+        if writes & (touched | {b.name for b in later.outputs}) or reads & {b.name for b in later.outputs}:
+            return False
+    return True

@@ -54,13 +54,8 @@ Env = Mapping[str, Expr]
 _COMBINE = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}
 
 
-def split_parallel_nest(body: tuple[loop_ir.Stmt, ...]) -> tuple[tuple[loop_ir.Loop, ...], tuple[loop_ir.Stmt, ...]]:
-    """The parallel loops that wrap ``body`` one inside the other, and what they wrap."""
-    loops = []
-    while len(body) == 1 and isinstance(body[0], loop_ir.Loop) and body[0].kind == "parallel":
-        loops.append(body[0])
-        body = body[0].body
-    return tuple(loops), tuple(body)
+split_parallel_nest = loop_ir.split_parallel_nest
+"""Loop IR's own, named here too, where the schedules and third-party plugins have imported it from."""
 
 
 def params(kernel: loop_ir.Kernel) -> tuple[kernel_ir.Param, ...]:
