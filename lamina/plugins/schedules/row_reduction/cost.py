@@ -49,7 +49,9 @@ def latency_us(row: RowReduction, decisions: RowDecisions, target: Target) -> fl
     at_once = target.sm_count * max(1, target.max_threads_per_sm // block)
     waves = math.ceil(math.ceil(sizes.hint(row.row_count) / decisions.rows_per_block) / at_once)
     elements = decisions.elements_per_thread(sizes.hint(row.length))
-    return waves * latency.row_us(row, decisions.threads, elements, decisions.row_in_registers, target.warp_size)
+    reads_late = bool(row.reads_after_a_reduction) and not decisions.prefetch_epilogue_reads
+    return waves * latency.row_us(row, decisions.threads, elements, decisions.row_in_registers, target.warp_size,
+                                  reads_late)
 
 
 def estimate_cost(kernel: loop_ir.Kernel, target: Target) -> float:

@@ -34,10 +34,14 @@ def combine_us(threads: int, warp_size: int) -> float:
     return steps * SHUFFLE_US
 
 
-def row_us(row: RowReduction, threads: int, elements_per_thread: int, in_registers: bool, warp_size: int) -> float:
-    """One row's critical path with ``threads`` threads of ``elements_per_thread`` elements each."""
+def row_us(row: RowReduction, threads: int, elements_per_thread: int, in_registers: bool, warp_size: int,
+           reads_late: bool = False) -> float:
+    """One row's critical path with ``threads`` threads of ``elements_per_thread`` elements each.
+    A row kept in registers is one pass over memory; ``reads_late``: the reads that only the loops
+    after a reduction make wait for it, a second pass (a matrix-vector product's weights after the
+    norm it computes itself)."""
     loops = [p for p in row.phases if p.loop is not None]
     reductions = sum(1 for p in loops if p.reduces)
-    passes = 1 if in_registers else len(loops)
+    passes = (2 if reads_late else 1) if in_registers else len(loops)
     return (passes * MEMORY_LATENCY_US + len(loops) * elements_per_thread * ELEMENT_US
             + reductions * combine_us(threads, warp_size))

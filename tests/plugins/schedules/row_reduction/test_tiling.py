@@ -174,6 +174,18 @@ def test_few_rows_take_the_thread_count_with_the_shortest_critical_path():
     assert timed[32] > 1.5 * timed[1024]
 
 
+def test_reads_that_wait_for_the_reduction_are_a_second_pass_over_memory():
+    """RMSNorm's weight, read only after the reduction, waits for it unless loaded with the row."""
+    row = analyse(loop_kernel(BY_ID["rms_norm"], 2048, 2048))
+    assert row.reads_after_a_reduction
+    elements = RowDecisions(256, 1, True, 8).elements_per_thread(2048)
+    early = latency.row_us(row, 256, elements, True, 32)
+    late = latency.row_us(row, 256, elements, True, 32, reads_late=True)
+    assert late - early == pytest.approx(latency.MEMORY_LATENCY_US)
+    assert latency.row_us(row, 256, elements, False, 32, reads_late=True) == latency.row_us(
+        row, 256, elements, False, 32)  # a row read again by every loop waits for each pass already
+
+
 def test_a_row_too_long_for_registers_is_read_again():
     _, knobs = decisions(tile("softmax", 2, 151936))
     assert (knobs["threads"], knobs["row_in_registers"]) == (1024, False)
