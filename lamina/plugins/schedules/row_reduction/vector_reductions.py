@@ -14,8 +14,8 @@ where every reader is a matrix-vector product (``joined.vector_read``) whose red
 many elements, nothing between the two kernels writes what the reduction reads, and the cost
 model expects the products to take less time than the reduction and the products apart. A row
 that computes the norm loads its weights after it, a second wait for memory that every wave of
-blocks pays: a product of many waves (TinyLlama's LM head, 52.5 us so against 43.2 with the norm
-apart on an H100: ``experiments/decode_launches/``) keeps the norm a kernel of its own.
+blocks pays: a product of many waves (TinyLlama's LM head, slower so on an H100:
+``experiments/decode_launches/``) keeps the norm a kernel of its own.
 """
 
 from __future__ import annotations
