@@ -78,6 +78,7 @@ def _in_place(program: loop_ir.Program, name: str, output: str) -> loop_ir.Progr
 
     later = [attrs.evolve(k, inputs=[updated if b.name == output else b for b in k.inputs],
                           body=loop_ir.map_expressions(k.body, read_updated))
+             if any(b.name == output for b in k.inputs) else k
              for k in program.kernels[position + 1:]]
     writer = loop_ir.Kernel(kernel.name, [b for b in kernel.inputs if b.name != name],
                             [updated if b.name == output else b for b in kernel.outputs], body)
