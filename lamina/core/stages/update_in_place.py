@@ -208,7 +208,7 @@ def _joined_writes(first: loop_ir.Kernel, second: loop_ir.Kernel, inputs: set[st
     if [loop.extent for loop in nests[0][0]] != [loop.extent for loop in nests[1][0]]:
         return None
     writes = [{b.name for b in kernel.outputs} for kernel in (first, second)]
-    touches = [{load.buffer for load in loop_ir.loads(kernel.body)} | writes[k] for k, kernel in enumerate((first, second))]
+    touches = [_buffers(kernel) for kernel in (first, second)]
     if writes[0] & touches[1] or writes[1] & touches[0]:
         return None
     (loops, stores), (other_loops, other_stores) = nests
@@ -252,9 +252,13 @@ def _may_run_last(kernels: list[loop_ir.Kernel], position: int) -> bool:
     """Whether no later kernel reads or writes what the kernel at ``position`` writes, or writes
     what it reads."""
     writes = {b.name for b in kernels[position].outputs}
-    reads = {load.buffer for load in loop_ir.loads(kernels[position].body)} | {b.name for b in kernels[position].inputs}
+    reads = _buffers(kernels[position])
     for later in kernels[position + 1:]:
-        touched = {load.buffer for load in loop_ir.loads(later.body)} | {b.name for b in later.inputs}
-        if writes & (touched | {b.name for b in later.outputs}) or reads & {b.name for b in later.outputs}:
+        if writes & _buffers(later) or reads & {b.name for b in later.outputs}:
             return False
     return True
+
+
+def _buffers(kernel: loop_ir.Kernel) -> set[str]:
+    """What a kernel reads or writes: a verified kernel loads only its inputs and outputs."""
+    return {b.name for b in kernel.inputs + kernel.outputs}
