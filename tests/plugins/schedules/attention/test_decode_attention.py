@@ -115,6 +115,17 @@ def test_a_row_that_sees_no_key_gets_zeros_as_in_pytorch(keys_per_block):
         expected, float64_reference(masked_attention, (q, k, v, keep))) + SLACK
 
 
+@pytest.mark.parametrize("products", PRODUCTS)
+def test_more_key_ranges_than_a_warp_has_lanes_are_combined(products):
+    """41 ranges (the last ragged) for 5 rows of a group: the last block's warps read the ranges'
+    maxima and sums a lane a range, 32 at a time, the second round of reads only partly."""
+    torch.manual_seed(41)
+    q, k, v = decode_inputs(5, 1, 1, 64 * 40 + 17, 64)
+    k[:, :, 1000:1100] *= 3  # some ranges' maxima above the others
+    compiled = check(attention, (q, k, v), {"attention_decode": {"products": products, "keys_per_block": 64}})
+    assert "41 key ranges" in compiled.ir("tile")
+
+
 @pytest.mark.parametrize("keys_per_block, keys_per_tile, stages", [
     (64, 64, 2), (256, 64, 2), (256, 64, 4), (512, 128, 3), (1024, 128, 2)])
 def test_pinned_knobs_run_and_show_in_the_tile_ir(keys_per_block, keys_per_tile, stages):

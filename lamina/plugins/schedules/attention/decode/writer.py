@@ -72,7 +72,7 @@ class DecodeWriter:
         self.f = {n: ex.Var(names.fresh(n), F32) for n in ("m", "m_new", "m_used", "l", "p", "w")}
         self.n = {n: names.fresh(n) for n in (
             "k_tile", "v_tile", "q_rows", "scores", "row_max", "row_sum", "warp_out", "dots", "k_run", "v_run", "q_run",
-            "sums", "rescale", "split_stats", "split_out", "counters", "done", "last", "read", "pair",
+            "sums", "rescale", "split_stats", "split_out", "counters", "done", "last", "range_stats", "pair",
             "combined", "weights", "combined_sum", "s_acc", "o_acc")}
 
     # --- helpers ----------------------------------------------------------------
@@ -82,10 +82,6 @@ class DecodeWriter:
 
     def _load(self, array: str, idx: tuple[Expr, ...]) -> kernel_ir.Load:
         return kernel_ir.Load(array, idx, F32)
-
-    def _read_l2(self, array: str, offset: Expr) -> kernel_ir.Stmt:
-        """Two float32 of scratch memory that other blocks wrote, read through L2 into ``read``."""
-        return kernel_ir.VectorLoad(self.n["read"], (ex.const(0),), array, (offset,), 2, cache="l2")
 
     # --- copies -----------------------------------------------------------------
 
@@ -274,7 +270,7 @@ class DecodeWriter:
 
     def _ranges(self) -> list[kernel_ir.Stmt]:
         """Every range's part to scratch memory; the row group's last block combines them."""
-        d, v, f, n = self.d, self.v, self.f, self.n
+        d, v, n = self.d, self.v, self.n
         row = self.v["group"] * self.group
 
         def part(g, feature):
@@ -295,23 +291,7 @@ class DecodeWriter:
                     kernel_ir.Store(n["last"], (ex.const(0),), ex.op("where", ex.op("eq", done, self.splits - 1),
                                                                       ex.const(1, int32), ex.const(0, int32)))]),
                 kernel_ir.Barrier()]
-        read = [self._load(n["read"], (ex.const(e),)) for e in range(2)]
-        first = (row + v["tid"]) * self.splits
-        weights = [
-            kernel_ir.Declare(f["m"].name, F32, ex.const(-math.inf, F32)),
-            kernel_ir.For(v["s"].name, ex.const(0), ex.const(self.splits), 1, [
-                self._read_l2(n["split_stats"], 2 * (first + v["s"])),
-                kernel_ir.Assign(f["m"].name, ex.op("max", f["m"], read[0]))]),
-            kernel_ir.Declare(f["m_used"].name, F32, ex.op("where", ex.op("eq", f["m"], ex.const(-math.inf, F32)),
-                                                           ex.const(0.0, F32), f["m"])),
-            kernel_ir.Declare(f["l"].name, F32, ex.const(0.0, F32)),
-            kernel_ir.For(v["s"].name, ex.const(0), ex.const(self.splits), 1, [
-                self._read_l2(n["split_stats"], 2 * (first + v["s"])),
-                kernel_ir.Declare(f["w"].name, F32, ex.op("exp", ex.op("sub", read[0], f["m_used"]))),
-                kernel_ir.Store(n["weights"], (v["tid"], v["s"]), f["w"]),
-                kernel_ir.Assign(f["l"].name, ex.op("add", f["l"], ex.op("mul", f["w"], read[1])))]),
-            kernel_ir.Store(n["combined_sum"], (v["tid"],), f["l"]),
-        ]
+        weights = self._range_weights()
         pair = [self._load(n["pair"], (ex.const(e),)) for e in range(2)]
         sums = [self._load(n["combined"], (ex.const(e),)) for e in range(2)]
 
@@ -328,11 +308,53 @@ class DecodeWriter:
                 *self._epilogue(g, feature, self.a.divided(sums[0], total)),
                 *self._epilogue(g, feature + 1, self.a.divided(sums[1], total))]
 
-        last = [kernel_ir.ThreadFence(), kernel_ir.If(ex.op("lt", v["tid"], self.group), weights),
-                kernel_ir.Barrier(), *self._each_output(combine, 2)]
+        last = [kernel_ir.ThreadFence(), *weights, kernel_ir.Barrier(), *self._each_output(combine, 2)]
         out.append(kernel_ir.If(ex.op("ne", kernel_ir.Load(n["last"], (ex.const(0),), int32), ex.const(0, int32)),
                                 last))
         return out
+
+    def _range_weights(self) -> list[kernel_ir.Stmt]:
+        """Each row's range weights ``exp(m_z - M)`` to ``weights`` and its combined sum to
+        ``combined_sum``: a warp a row, its lanes reading the ranges' maxima and sums at once (a
+        lane every 32nd range) and combining them by shuffles, where one thread a row read the
+        ranges one after another, each read a trip to L2."""
+        v, f, n = self.v, self.f, self.n
+        rounds = math.ceil(self.splits / LANES)
+        row = v["row"]
+        first = (self.v["group"] * self.group + row) * self.splits
+        stats = [[self._load(n["range_stats"], (ex.const(2 * r + e),)) for e in range(2)] for r in range(rounds)]
+        body: list[kernel_ir.Stmt] = []
+        for r in range(rounds):
+            split = v["lane"] + LANES * r
+            read = kernel_ir.VectorLoad(n["range_stats"], (ex.const(2 * r),), n["split_stats"],
+                                        (2 * (first + split),), 2, cache="l2")
+            if (r + 1) * LANES <= self.splits:
+                body.append(read)
+                continue
+            body.append(kernel_ir.If(ex.op("lt", split, self.splits), [read], [
+                kernel_ir.Store(n["range_stats"], (ex.const(2 * r),), ex.const(-math.inf, F32)),
+                kernel_ir.Store(n["range_stats"], (ex.const(2 * r + 1),), ex.const(0.0, F32))]))
+        body.append(kernel_ir.Declare(f["m"].name, F32, balanced_tree("max", [m for m, _ in stats])))
+        for mask in (16, 8, 4, 2, 1):
+            body.append(kernel_ir.Assign(f["m"].name, ex.op("max", f["m"], kernel_ir.ShuffleXor(f["m"], mask))))
+        body += [kernel_ir.Declare(f["m_used"].name, F32, ex.op(
+                     "where", ex.op("eq", f["m"], ex.const(-math.inf, F32)), ex.const(0.0, F32), f["m"])),
+                 kernel_ir.Declare(f["l"].name, F32, ex.const(0.0, F32))]
+        for r, (m, total) in enumerate(stats):
+            split = v["lane"] + LANES * r
+            weight = ex.op("exp", ex.op("sub", m, f["m_used"]))
+            body.append(kernel_ir.Declare(f["w"].name, F32, weight) if r == 0 else kernel_ir.Assign(f["w"].name, weight))
+            body.append(kernel_ir.Assign(f["l"].name, ex.op("add", f["l"], ex.op("mul", f["w"], total))))
+            store = kernel_ir.Store(n["weights"], (row, split), f["w"])
+            body.append(store if (r + 1) * LANES <= self.splits
+                        else kernel_ir.If(ex.op("lt", split, self.splits), [store]))
+        for mask in (16, 8, 4, 2, 1):
+            body.append(kernel_ir.Assign(f["l"].name, ex.op("add", f["l"], kernel_ir.ShuffleXor(f["l"], mask))))
+        body.append(kernel_ir.If(ex.op("eq", v["lane"], 0), [kernel_ir.Store(n["combined_sum"], (row,), f["l"])]))
+        pick = _declare(row.name, v["s"] * self.warps + v["warp"])
+        guarded = [kernel_ir.If(ex.op("lt", row, self.group), body)] if self.group % self.warps else body
+        return [kernel_ir.For(v["s"].name, ex.const(0), ex.const(math.ceil(self.group / self.warps)), 1,
+                              [pick, *guarded])]
 
     # --- the kernel -------------------------------------------------------------
 
@@ -408,7 +430,7 @@ class DecodeWriter:
         if self.splits > 1:
             arrays += [kernel_ir.Array(n["done"], dtypes.int32, (1,), "register"),
                        kernel_ir.Array(n["last"], dtypes.int32, (1,), "shared"),
-                       kernel_ir.Array(n["read"], F32, (2,), "register"),
+                       kernel_ir.Array(n["range_stats"], F32, (2 * math.ceil(self.splits / LANES),), "register"),
                        kernel_ir.Array(n["pair"], F32, (2,), "register"),
                        kernel_ir.Array(n["combined"], F32, (2,), "register"),
                        kernel_ir.Array(n["weights"], F32, (self.group, self.splits), "shared"),
