@@ -28,6 +28,7 @@ from lamina.core.ir.kernel_ir.hopper import (
     AsyncProxyFence,
     ClusterBarrier,
     LetNextKernelLaunch,
+    PrefetchToL2,
     WaitForPreviousKernel,
     Wgmma,
     WgmmaCommit,
@@ -370,7 +371,7 @@ class AtomicAdd:
 
 Stmt = (Declare | Assign | Store | For | If | Barrier | ClusterBarrier | CpAsync | CpAsyncCommit | CpAsyncWait
         | VectorLoad | VectorStore | MmaTf32 | Mma16 | Wgmma | WgmmaFence | WgmmaCommit | WgmmaWait
-        | AsyncProxyFence | ThreadFence | AtomicAdd | LetNextKernelLaunch | WaitForPreviousKernel
+        | AsyncProxyFence | ThreadFence | AtomicAdd | LetNextKernelLaunch | WaitForPreviousKernel | PrefetchToL2
         | MbarrierInit | MbarrierArrive | MbarrierWait | TmaLoad | TmaStore | TmaStoreCommit | TmaStoreWait
         | Comment)
 
