@@ -425,8 +425,6 @@ class _KernelPrinter:
             target = self._element(s.array, (s.index,))
             added = e.converted(s.value, dtypes.int32)
             return [f"{indent}{self._element(s.dst, s.dst_index)} = atomicAdd(&{target}, {added});"]
-        if isinstance(s, kir.PrefetchToL2):
-            return [f"{indent}{dependent_launch.prefetch_to_l2(self._element(s.array, (s.index,)))}"]
         if isinstance(s, kir.Comment):
             return [f"{indent}// {line}".rstrip() for line in s.text.splitlines() or [""]]
         raise VerificationError(f"Kernel IR kernel {self.kernel.name} holds a statement the CUDA printer does not know: {s!r}")

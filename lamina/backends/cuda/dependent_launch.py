@@ -15,12 +15,6 @@ LET_NEXT_KERNEL_LAUNCH = 'asm volatile("griddepcontrol.launch_dependents;\\n");'
 WAIT_FOR_PREVIOUS_KERNEL = 'asm volatile("griddepcontrol.wait;\\n" ::: "memory");'
 
 
-def prefetch_to_l2(element: str) -> str:
-    """``PrefetchToL2`` of ``element`` (an lvalue of global memory): no memory clobber, since it
-    changes no value; being volatile, it stays before the wait that follows it."""
-    return f'asm volatile("prefetch.global.L2 [%0];\\n" :: "l"(&{element}));'
-
-
 def check_arch(kernel: kir.Kernel, arch: str) -> None:
     """Refuse to compile a kernel whose launch overlaps the previous kernel's for a GPU older than Hopper."""
     capability = int("".join(ch for ch in arch if ch.isdigit()) or 0)

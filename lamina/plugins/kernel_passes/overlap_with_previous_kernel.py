@@ -34,21 +34,5 @@ class OverlapWithPreviousKernel:
         too_old = target.compute_capability < kernel_ir.OVERLAPPING_LAUNCH_COMPUTE_CAPABILITY
         if too_old or kernel.launch.overlaps_previous_kernel:
             return kernel
-        early = _prefetching_prefix(kernel)
-        body = (*kernel.body[:early], kernel_ir.WaitForPreviousKernel(), kernel_ir.LetNextKernelLaunch(),
-                *kernel.body[early:])
-        return attrs.evolve(kernel, launch=attrs.evolve(kernel.launch, overlaps_previous_kernel=True), body=body)
-
-
-def _prefetching_prefix(kernel: kernel_ir.Kernel) -> int:
-    """How many of the body's first statements run before the wait: those up to its last prefetch
-    into L2 among the first that touch no memory (a schedule's prefetch of what the previous kernel
-    does not write, issued while that kernel finishes), else none."""
-    memory = {p.name for p in kernel.params} | {a.name for a in kernel.arrays if a.space == "shared"}
-    early = 0
-    for count, s in enumerate(kernel.body, 1):
-        if not kernel_ir.touches_no_memory(s, memory):
-            break
-        if any(isinstance(t, kernel_ir.PrefetchToL2) for t in kernel_ir.statements((s,))):
-            early = count
-    return early
+        return attrs.evolve(kernel, launch=attrs.evolve(kernel.launch, overlaps_previous_kernel=True),
+                            body=(kernel_ir.WaitForPreviousKernel(), kernel_ir.LetNextKernelLaunch(), *kernel.body))

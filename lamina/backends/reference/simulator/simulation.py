@@ -219,7 +219,7 @@ class KernelSimulation:
         if isinstance(s, kernel_ir.TMA_STATEMENTS):
             return self.tma.build_statement(s, scope)
         if isinstance(s, (kernel_ir.Comment, kernel_ir.ThreadFence, kernel_ir.LetNextKernelLaunch,
-                          kernel_ir.WaitForPreviousKernel, kernel_ir.PrefetchToL2)):
+                          kernel_ir.WaitForPreviousKernel)):
             return None
         raise self._fail(f"the simulator does not know the statement {s!r}")
 

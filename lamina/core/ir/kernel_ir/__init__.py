@@ -26,7 +26,6 @@ from lamina.core.ir.kernel_ir.hopper import (
     ClusterBarrier,
     ClusterLoad,
     LetNextKernelLaunch,
-    PrefetchToL2,
     WaitForPreviousKernel,
     Wgmma,
     WgmmaCommit,
@@ -96,7 +95,7 @@ from lamina.core.ir.kernel_ir.nodes import (
 )
 from lamina.core.ir.kernel_ir.printer import format_body, format_expr, format_kernel, format_program
 from lamina.core.ir.kernel_ir.traversal import (
-    MAX_GRID, expressions, launch_grid, map_body, rename_arrays, statements, touches_no_memory, with_sizes,
+    MAX_GRID, expressions, launch_grid, map_body, rename_arrays, statements, with_sizes,
 )
 from lamina.core.ir.kernel_ir.verifier import verify_kernel, verify_program
 
@@ -110,10 +109,10 @@ __all__ = [
     "TmaStoreCommit", "TmaStoreWait", "Wgmma", "register_dtype", "wgmma_k",
     "Array", "Assign", "AsyncProxyFence", "AtomicAdd", "Barrier", "ClusterBarrier", "ClusterLoad", "Comment",
     "CpAsync", "CpAsyncCommit", "CpAsyncWait", "Declare", "For", "If", "Kernel", "Launch", "LetNextKernelLaunch",
-    "Load", "Mma16", "MmaTf32", "PackedPair", "Param", "PrefetchToL2", "Program", "ShuffleXor", "Special", "Stmt", "Store", "Tf32",
+    "Load", "Mma16", "MmaTf32", "PackedPair", "Param", "Program", "ShuffleXor", "Special", "Stmt", "Store", "Tf32",
     "ThreadFence", "VectorLoad", "VectorStore", "WaitForPreviousKernel", "WgmmaCommit", "WgmmaFence", "WgmmaTf32",
     "WgmmaWait",
     "barrier_arrays", "block_idx", "expressions", "format_body", "format_expr", "format_kernel", "format_program",
     "rename_arrays",
-    "launch_grid", "map_body", "MAX_GRID", "statements", "swizzled_offset", "touches_no_memory", "thread_idx", "verify_kernel", "verify_program", "with_sizes",
+    "launch_grid", "map_body", "MAX_GRID", "statements", "swizzled_offset", "thread_idx", "verify_kernel", "verify_program", "with_sizes",
 ]

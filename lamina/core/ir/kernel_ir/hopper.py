@@ -217,17 +217,6 @@ class LetNextKernelLaunch:
 
 
 @attrs.frozen
-class PrefetchToL2:
-    """Bring the 128-byte line of global parameter ``array`` that holds element ``index`` into L2
-    (``prefetch.global.L2``): a hint that changes no value, so that a kernel launched to overlap the
-    previous one may issue it before it waits for that one, for what that kernel does not write
-    (a product's weights), and find it in L2 after the wait."""
-
-    array: str
-    index: Expr
-
-
-@attrs.frozen
 class WaitForPreviousKernel:
     """Wait until the kernel before this one on the stream has finished and its stores are
     visible (``griddepcontrol.wait``). A kernel whose launch overlaps the previous kernel's

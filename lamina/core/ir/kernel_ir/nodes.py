@@ -28,7 +28,6 @@ from lamina.core.ir.kernel_ir.hopper import (
     AsyncProxyFence,
     ClusterBarrier,
     LetNextKernelLaunch,
-    PrefetchToL2,
     WaitForPreviousKernel,
     Wgmma,
     WgmmaCommit,
@@ -371,7 +370,7 @@ class AtomicAdd:
 
 Stmt = (Declare | Assign | Store | For | If | Barrier | ClusterBarrier | CpAsync | CpAsyncCommit | CpAsyncWait
         | VectorLoad | VectorStore | MmaTf32 | Mma16 | Wgmma | WgmmaFence | WgmmaCommit | WgmmaWait
-        | AsyncProxyFence | ThreadFence | AtomicAdd | LetNextKernelLaunch | WaitForPreviousKernel | PrefetchToL2
+        | AsyncProxyFence | ThreadFence | AtomicAdd | LetNextKernelLaunch | WaitForPreviousKernel
         | MbarrierInit | MbarrierArrive | MbarrierWait | TmaLoad | TmaStore | TmaStoreCommit | TmaStoreWait
         | Comment)
 

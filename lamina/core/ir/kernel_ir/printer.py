@@ -13,7 +13,6 @@ from lamina.core.ir.kernel_ir.hopper import (
     ClusterBarrier,
     ClusterLoad,
     LetNextKernelLaunch,
-    PrefetchToL2,
     WaitForPreviousKernel,
     Wgmma,
     WgmmaCommit,
@@ -162,8 +161,6 @@ def format_body(body, indent: str) -> list[str]:
             lines.append(f"{indent}let the next kernel launch")
         elif isinstance(s, WaitForPreviousKernel):
             lines.append(f"{indent}wait for the previous kernel")
-        elif isinstance(s, PrefetchToL2):
-            lines.append(f"{indent}prefetch to L2 {s.array}[{format_expr(s.index)}]")
         elif isinstance(s, Comment):
             lines.append(f"{indent}# {s.text}")
     return lines

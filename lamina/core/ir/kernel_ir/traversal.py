@@ -10,13 +10,12 @@ import attrs
 from lamina.core.errors import InputMismatchError
 from lamina.core.ir import expr as ex, index, sizes
 from lamina.core.ir.expr import Expr
-from lamina.core.ir.kernel_ir.hopper import ClusterLoad, LetNextKernelLaunch, PrefetchToL2, Wgmma
+from lamina.core.ir.kernel_ir.hopper import ClusterLoad, Wgmma
 from lamina.core.ir.kernel_ir.hopper_barriers import MbarrierArrive, MbarrierInit, MbarrierWait
 from lamina.core.ir.kernel_ir.hopper_tma import TmaLoad, TmaStore
 from lamina.core.ir.kernel_ir.nodes import (
     AtomicAdd,
     Assign,
-    Comment,
     CpAsync,
     Declare,
     For,
@@ -40,20 +39,6 @@ def statements(body: tuple[Stmt, ...]) -> Iterator[Stmt]:
         elif isinstance(s, If):
             yield from statements(s.then)
             yield from statements(s.orelse)
-
-
-def touches_no_memory(s: Stmt, memory: set[str]) -> bool:
-    """Whether ``s`` may run before a kernel waits for the previous one: it lets the next kernel
-    launch, prefetches into L2 (which changes nothing), or computes values that read none of the
-    arrays in ``memory`` (the kernel's parameters and shared arrays)."""
-    if isinstance(s, (LetNextKernelLaunch, Comment, PrefetchToL2)):
-        return True
-    if not isinstance(s, (Declare, Assign, For, If)):
-        return False
-    if any(isinstance(node, Load) and node.array in memory for e in expressions(s) for node in ex.walk(e)):
-        return False
-    inner = s.body if isinstance(s, For) else s.then + s.orelse if isinstance(s, If) else ()
-    return all(touches_no_memory(t, memory) for t in inner)
 
 
 def expressions(s: Stmt) -> tuple[Expr, ...]:
@@ -88,8 +73,6 @@ def expressions(s: Stmt) -> tuple[Expr, ...]:
         return tuple(i for place in s.acc_index for i in place) + a_values + s.a_index + s.b_index
     if isinstance(s, AtomicAdd):
         return s.dst_index + (s.index, s.value)
-    if isinstance(s, PrefetchToL2):
-        return (s.index,)
     return ()
 
 
@@ -111,8 +94,6 @@ def map_body(body: tuple[Stmt, ...], expression: Callable[[Expr], Expr],
         elif isinstance(s, Store):
             s = attrs.evolve(s, array=mapping.get(s.array, s.array), index=tuple(map(expression, s.index)),
                              value=expression(s.value))
-        elif isinstance(s, PrefetchToL2):
-            s = attrs.evolve(s, array=mapping.get(s.array, s.array), index=expression(s.index))
         elif isinstance(s, CpAsync):
             s = attrs.evolve(
                 s, dst=mapping.get(s.dst, s.dst), src=mapping.get(s.src, s.src),

@@ -19,7 +19,7 @@ from lamina.core.ir.kernel_ir.hopper import (
     WGMMA_B_LAYOUTS,
     WGMMA_OPERAND_DTYPES,
     ClusterLoad,
-    PrefetchToL2,
+    LetNextKernelLaunch,
     WaitForPreviousKernel,
     Wgmma,
     register_dtype,
@@ -43,6 +43,7 @@ from lamina.core.ir.kernel_ir.nodes import (
     Array,
     AtomicAdd,
     Assign,
+    Comment,
     CpAsync,
     Declare,
     For,
@@ -62,7 +63,7 @@ from lamina.core.ir.kernel_ir.nodes import (
     VectorStore,
 )
 from lamina.core.ir.kernel_ir.printer import format_expr
-from lamina.core.ir.kernel_ir.traversal import expressions, statements, touches_no_memory
+from lamina.core.ir.kernel_ir.traversal import expressions, statements
 
 
 def verify_kernel(k: Kernel, max_threads: int = 1024, max_shared_bytes: int = 48 * 1024) -> None:
@@ -158,8 +159,6 @@ def verify_kernel(k: Kernel, max_threads: int = 1024, max_shared_bytes: int = 48
                 problems.extend(tma_store_problems(s, arrays, maps))
             elif isinstance(s, AtomicAdd):
                 problems.extend(_atomic_problems(s, arrays))
-            elif isinstance(s, PrefetchToL2) and not isinstance(arrays.get(s.array), Param):
-                problems.append(f"prefetch to L2 of {s.array}: it must be a global parameter")
 
     undeclared = sorted({name for p in k.params for name in sizes.symbols(p.numel)}
                         | {name for g in k.launch.grid for name in sizes.symbols(g)})
@@ -183,22 +182,14 @@ def verify_kernel(k: Kernel, max_threads: int = 1024, max_shared_bytes: int = 48
 
 
 def _overlap_problems(k: Kernel) -> list[str]:
-    """A kernel launched to overlap the previous one waits for it before touching memory: before
-    the wait it may only let the next kernel launch, compute values (reading no parameter or shared
-    array) and prefetch into L2, which changes nothing. No other kernel waits."""
-    if not k.launch.overlaps_previous_kernel:
-        if any(isinstance(s, WaitForPreviousKernel) for s in statements(k.body)):
-            return ["it waits for the previous kernel, but its launch does not overlap that kernel's"]
-        return []
-    memory = {p.name for p in k.params} | {a.name for a in k.arrays if a.space == "shared"}
-    for s in k.body:
-        if isinstance(s, WaitForPreviousKernel):
-            return []
-        if not touches_no_memory(s, memory):
-            break
-    return ["its launch overlaps the previous kernel's, so its body must wait for that kernel before it touches "
-            "memory (before the wait: letting the next kernel launch, values that read no memory, prefetches into "
-            "L2, comments)"]
+    """A kernel launched to overlap the previous one must wait for it first; no other kernel waits."""
+    first = next((s for s in k.body if not isinstance(s, (LetNextKernelLaunch, Comment))), None)
+    if k.launch.overlaps_previous_kernel and not isinstance(first, WaitForPreviousKernel):
+        return ["its launch overlaps the previous kernel's, so its body must start by waiting for that kernel "
+                "(after at most letting the next kernel launch, and comments)"]
+    if not k.launch.overlaps_previous_kernel and any(isinstance(s, WaitForPreviousKernel) for s in statements(k.body)):
+        return ["it waits for the previous kernel, but its launch does not overlap that kernel's"]
+    return []
 
 
 def _vector_access_problems(s: VectorLoad | VectorStore, arrays: dict) -> list[str]:

@@ -35,9 +35,9 @@ from lamina.core.ir.expr import Expr
 from lamina.core.ir.names import fresh_name
 from lamina.core.target import Target
 from lamina.plugins.schedules import coordinate_conditions, loop_to_kernel, reciprocals
-from lamina.plugins.schedules.row_reduction import masked_reads, prefetch, vectors
+from lamina.plugins.schedules.row_reduction import masked_reads, vectors
 from lamina.plugins.schedules.row_reduction.recognise import RowReduction, pieces
-from lamina.plugins.schedules.row_reduction.tiling import RowDecisions, knobs_of, launch_blocks
+from lamina.plugins.schedules.row_reduction.tiling import RowDecisions, knobs_of
 
 WARP = kernel_ir.WARP_SIZE
 UNROLLED_SLOTS = 8
@@ -47,35 +47,9 @@ slots, so that the loads of several slots are in flight together."""
 
 def lower(tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Kernel:
     found = pieces(tile.kernel)
-    decisions = knobs_of(tile)
-    kernel = _RowLowering(found[0], decisions).kernel() if len(found) == 1 else \
-        _one_after_another(tile.kernel, found, decisions)
-    if not decisions.prefetch_to_l2:
-        return kernel
-    return attrs.evolve(kernel, body=(*_prefetches(tile.kernel, found, decisions, target), *kernel.body))
-
-
-def _prefetches(kernel: loop_ir.Kernel, found: tuple[RowReduction, ...], decisions: RowDecisions,
-                target: Target) -> list[kernel_ir.Stmt]:
-    """Each block's prefetch of its first matrix rows into L2 (``prefetch``), the block running
-    those of the row reduction its index falls in, as its body does (``_one_after_another``)."""
-    taken = loop_to_kernel.names_in(kernel)
-    blocks = launch_blocks(found, decisions.rows_per_block)
-    wave = prefetch.first_wave(target, decisions.threads * decisions.rows_per_block, blocks)
-    parts: list[tuple[int, list[kernel_ir.Stmt]]] = []
-    first = 0
-    for piece in found:
-        lines = prefetch.lines_per_block(piece, decisions.rows_per_block, wave, target.l2_bytes)
-        first_row = index.simplify((kernel_ir.block_idx("x") - first) * decisions.rows_per_block)
-        statements = prefetch.statements(piece, first_row, decisions.threads, decisions.rows_per_block, lines, taken)
-        first += sizes.blocks(piece.row_count, decisions.rows_per_block)
-        parts.append((first, statements))
-    body = parts[-1][1]
-    for end, then in reversed(parts[:-1]):
-        body = [kernel_ir.If(ex.op("lt", kernel_ir.block_idx("x"), end), tuple(then), tuple(body))]
-    if wave < blocks or any(sizes.is_symbolic(piece.row_count) for piece in found):
-        body = [kernel_ir.If(ex.op("lt", kernel_ir.block_idx("x"), wave), tuple(body))]
-    return body
+    if len(found) == 1:
+        return _RowLowering(found[0], knobs_of(tile)).kernel()
+    return _one_after_another(tile.kernel, found, knobs_of(tile))
 
 
 def _one_after_another(kernel: loop_ir.Kernel, found: tuple[RowReduction, ...],

@@ -20,8 +20,7 @@ from lamina.plugins.schedules.row_reduction.recognise import NotARowReduction, p
 class RowReductionSchedule:
     name = tiling.SCHEDULE_NAME
     priority = 20
-    knob_names = ("vector_width", "threads", "rows_per_block", "row_in_registers", "prefetch_epilogue_reads",
-                  "prefetch_to_l2")
+    knob_names = ("vector_width", "threads", "rows_per_block", "row_in_registers", "prefetch_epilogue_reads")
     former_knob_names = tuple(r.old for r in tiling.RENAMED)
     symbolic_sizes = True
     """Rows counted only at run time (a prompt's tokens), over rows whose length is a number."""

@@ -28,10 +28,10 @@ from typing import Any, Mapping
 import attrs
 
 from lamina.core.errors import ScheduleError
-from lamina.core.ir import kernel_ir, loop_ir, sizes, tile_ir
+from lamina.core.ir import loop_ir, sizes, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.renamed_knobs import Renamed, with_new_spellings
-from lamina.plugins.schedules.row_reduction import latency, masked_reads, prefetch, vectors
+from lamina.plugins.schedules.row_reduction import latency, masked_reads, vectors
 from lamina.plugins.schedules.row_reduction.recognise import RowReduction, pieces
 
 SCHEDULE_NAME = "row_reduction"
@@ -83,9 +83,6 @@ class RowDecisions:
     """Adjacent elements a thread owns together and moves as one access where it can."""
     prefetch_epilogue_reads: bool = False
     """Whether the reads after a reduction are loaded with the row kept in registers."""
-    prefetch_to_l2: bool = False
-    """Whether each block brings its first rows of a product's matrix into L2 before it waits for the
-    previous kernel (``prefetch``)."""
 
     @property
     def strategy(self) -> str:
@@ -144,12 +141,7 @@ def decide(row: RowReduction, target: Target, knobs: Mapping[str, Any]) -> RowDe
     early = _prefetch_epilogue_reads(weighed, knobs, in_registers, sizes.hint(row.row_count) < target.sm_count,
                                      budget - needed,
                                      threads, width)
-    matrix = bool(prefetch.matrix_reads(row))
-    overlapping = target.compute_capability >= kernel_ir.OVERLAPPING_LAUNCH_COMPUTE_CAPABILITY
-    to_l2 = _switch(knobs, "prefetch_to_l2", matrix and overlapping, matrix,
-                    f"kernel {row.kernel.name}: the knob prefetch_to_l2 = true needs a reduction that reads a matrix "
-                    "beside a vector (a matrix-vector product), and this one reads none; leave it false")
-    return RowDecisions(threads, rows_per_block, in_registers, width, early, to_l2)
+    return RowDecisions(threads, rows_per_block, in_registers, width, early)
 
 
 def hinted(row: RowReduction) -> RowReduction:
@@ -284,7 +276,7 @@ def knobs_of(tile: tile_ir.TileKernel) -> RowDecisions:
     """The decisions a tile records, for its lowering."""
     values = dict(tile.knobs)
     return RowDecisions(values["threads"], values["rows_per_block"], values["row_in_registers"], tile.vector_width,
-                        "prefetch_epilogue_reads" in values, "prefetch_to_l2" in values)
+                        "prefetch_epilogue_reads" in values)
 
 
 def as_one(kernel: loop_ir.Kernel, found: tuple[RowReduction, ...]) -> RowReduction:
@@ -329,8 +321,7 @@ def tile(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> ti
             ("rows_per_block", decisions.rows_per_block),
             ("elements_per_thread", decisions.elements_per_thread(row.length)),
             ("row_in_registers", decisions.row_in_registers),
-        ) + _describe_prefetched_reads(row, decisions) + _describe_prefetch_to_l2(kernel, found, decisions, target)
-        + _describe_vectors(row, decisions.vector_width)
+        ) + _describe_prefetched_reads(row, decisions) + _describe_vectors(row, decisions.vector_width)
         + _describe_masked_loads(row, decisions) + _describe_pieces(found, decisions),
     )
     tile_ir.verify_tile_kernel(result, target.max_threads_per_block, target.max_shared_bytes_optin)
@@ -356,28 +347,6 @@ def _describe_prefetched_reads(row: RowReduction, decisions: RowDecisions) -> tu
         return ()
     return (("prefetch_epilogue_reads", ", ".join(_key_text(key) for key in row.reads_after_a_reduction)
              + ", loaded with the row"),)
-
-
-def _describe_prefetch_to_l2(kernel: loop_ir.Kernel, found: tuple[RowReduction, ...], decisions: RowDecisions,
-                             target: Target) -> tuple[tuple[str, str], ...]:
-    """The matrices whose first rows each block prefetches into L2 before it waits, and how much."""
-    if not decisions.prefetch_to_l2:
-        return ()
-    blocks = launch_blocks(found, decisions.rows_per_block)
-    wave = prefetch.first_wave(target, decisions.threads * decisions.rows_per_block, blocks)
-    parts = []
-    for piece in found:
-        lines = prefetch.lines_per_block(piece, decisions.rows_per_block, wave, target.l2_bytes)
-        reads = ", ".join(_key_text((load.buffer, load.index, load.dtype)) for load in prefetch.matrix_reads(piece))
-        parts.append(f"{reads}: {lines} lines of {prefetch.LINE_BYTES} B a block")
-    return (("prefetch_to_l2", "; ".join(parts) + f", into L2 before waiting for the previous kernel, in the first "
-             f"{wave} blocks"),)
-
-
-def launch_blocks(found: tuple[RowReduction, ...], rows_per_block: int) -> int:
-    """The blocks of the launch that runs the row reductions ``found``, at the hint of a count known
-    only at run time."""
-    return sum(sizes.hint(sizes.blocks(piece.row_count, rows_per_block)) for piece in found)
 
 
 def _describe_vectors(row: RowReduction, width: int) -> tuple[tuple[str, str], ...]:

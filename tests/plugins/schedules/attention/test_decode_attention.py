@@ -126,18 +126,6 @@ def test_more_key_ranges_than_a_warp_has_lanes_are_combined(products):
     assert "41 key ranges" in compiled.ir("tile")
 
 
-def test_the_first_tiles_are_prefetched_into_l2_before_the_wait_for_the_previous_kernel():
-    """The cache the step's previous kernel wrote one position of: each block's first tiles of keys
-    and values (three stages: two tiles, a 128-byte line a key each) are prefetched while that kernel
-    finishes, before ``griddepcontrol.wait``."""
-    compiled = lamina.compile(attention, decode_inputs(8, 1, 1, 520, 64), target="sm_90",
-                              knobs={"attention_decode": {"keys_per_block": 256, "keys_per_tile": 64, "stages": 3}})
-    source = compiled.ir("cuda")
-    before_the_wait = source[:source.index("griddepcontrol.wait")]
-    assert before_the_wait.count("prefetch.global.L2") == 4  # two tiles of keys and of values
-    assert "if (i < 64 && first_key + i + 64 < 520)" in before_the_wait  # the last range is ragged
-
-
 @pytest.mark.parametrize("keys_per_block, keys_per_tile, stages", [
     (64, 64, 2), (256, 64, 2), (256, 64, 4), (512, 128, 3), (1024, 128, 2)])
 def test_pinned_knobs_run_and_show_in_the_tile_ir(keys_per_block, keys_per_tile, stages):

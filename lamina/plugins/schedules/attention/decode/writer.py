@@ -39,8 +39,6 @@ from lamina.plugins.schedules.contraction.layout import KernelNames, dynamic_sha
 
 F32 = dtypes.float32
 LANES = kernel_ir.WARP_SIZE
-PREFETCH_LINE_BYTES = 128
-"""What one prefetch into L2 brings."""
 FLOAT_RUN = 4
 """Float32 elements of one 16-byte shared-memory read."""
 
@@ -108,47 +106,6 @@ class DecodeWriter:
             body = [body[0], kernel_ir.If(ex.op("lt", v["i"], count), [copy])]
         return [kernel_ir.For(v["j"].name, ex.const(0), ex.const(math.ceil(count / tiling.THREADS)), 1, body,
                               unroll=True)]
-
-    def _prefetches(self, load, width: int, key_var: str, along: str, t: int) -> list[kernel_ir.Stmt]:
-        """Tile ``t``'s rows of ``load`` prefetched into L2, a 128-byte line each, its threads taking
-        them in turn: issued before the kernel waits for the previous one (the cache write of the
-        step's new key and value, which only one position holds), so that the first copies find
-        the keys and values in L2."""
-        d, v = self.d, self.v
-        runs = width // d.vector
-        runs_per_line = PREFETCH_LINE_BYTES // COPY_BYTES
-        lines = math.ceil(runs / runs_per_line)
-        count = self.keys * lines
-        position = v["first_key"] + t * self.keys + v["i"] // lines
-        env = {**self._rows(ex.const(0)), key_var: position, along: v["i"] % lines * runs_per_line * d.vector}
-        source = loop_to_kernel.translate_expr(load, self.kernel, env)
-        (at,) = source.index  # a parameter is indexed by its flat offset
-        prefetch = kernel_ir.PrefetchToL2(source.array, at)
-        guards = ([ex.op("lt", v["i"], count)] if count % tiling.THREADS else []) + (
-            [ex.op("lt", position, d.keys_extent)] if self._ragged() else [])
-        body = [_declare(v["i"].name, v["j"] * tiling.THREADS + v["tid"]),
-                kernel_ir.If(guards[0] if len(guards) == 1 else ex.op("and", *guards), [prefetch])
-                if guards else prefetch]
-        return [kernel_ir.For(v["j"].name, ex.const(0), ex.const(math.ceil(count / tiling.THREADS)), 1, body,
-                              unroll=True)]
-
-    def _first_tiles_prefetched(self) -> list[kernel_ir.Stmt]:
-        """The keys and values of the tiles the block copies first, prefetched into L2: with the
-        products on the tensor cores (16-bit caches, as generation reads them). On the CUDA cores a
-        block of 128 features is at the edge of its registers, and the prefetches' addresses made
-        NVRTC spill."""
-        if self.tensor_cores is None:
-            return []
-        d, a = self.d, self.a
-        out = []
-        for t in range(self.stages - 1):
-            prefetches = [*self._prefetches(d.keys, d.depth, a.key_var, a.dot_loop.var, t),
-                          *self._prefetches(d.values, d.features, a.values_loop.var, a.feature_loop.var, t)]
-            if sizes.is_symbolic(self.tiles):
-                out.append(kernel_ir.If(ex.op("lt", ex.const(t), self.tiles), prefetches))
-            elif t < self.tiles:
-                out += prefetches
-        return out
 
     def _tile_copies(self, t: Expr) -> list[kernel_ir.Stmt]:
         d, a = self.d, self.a
@@ -411,7 +368,6 @@ class DecodeWriter:
             _declare(v["group"].name, kernel_ir.block_idx("x")),
             _declare(v["split"].name, kernel_ir.block_idx("z")),
             _declare(v["first_key"].name, v["split"] * (self.tiles * self.keys)),
-            *self._first_tiles_prefetched(),
         ]
         start = [kernel_ir.Store(n["row_max"], (ex.const(0), v["tid"]), ex.const(-math.inf, F32)),
                  kernel_ir.Store(n["row_sum"], (ex.const(0), v["tid"]), ex.const(0.0, F32))]
