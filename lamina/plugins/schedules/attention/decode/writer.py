@@ -19,7 +19,8 @@ and values) and key range ``z``, ``tiles`` tiles of ``C`` keys::
     the lanes' sums added across the warp by shuffles, and across warps in shared memory
     one range: out = sum / l through the program's epilogue
     else: m, l and the unscaled sums to scratch memory; the range's counter is raised, and the
-        last block of the row group to finish reads every range back through L2 and writes
+        last block of the row group to finish reads every range back through L2 (a warp a row,
+        a lane a range, for the weights) and writes
         out = sum_z exp(m_z - M) sum_z / sum_z exp(m_z - M) l_z, M the largest m_z
 """
 
@@ -316,12 +317,12 @@ class DecodeWriter:
     def _range_weights(self) -> list[kernel_ir.Stmt]:
         """Each row's range weights ``exp(m_z - M)`` to ``weights`` and its combined sum to
         ``combined_sum``: a warp a row, its lanes reading the ranges' maxima and sums at once (a
-        lane every 32nd range) and combining them by shuffles, where one thread a row read the
-        ranges one after another, each read a trip to L2."""
+        lane every 32nd range) and combining them by shuffles, so that the reads are one trip to L2
+        for up to 32 ranges, not one a range (``experiments/decode_combining/``)."""
         v, f, n = self.v, self.f, self.n
         rounds = math.ceil(self.splits / LANES)
         row = v["row"]
-        first = (self.v["group"] * self.group + row) * self.splits
+        first = (v["group"] * self.group + row) * self.splits
         stats = [[self._load(n["range_stats"], (ex.const(2 * r + e),)) for e in range(2)] for r in range(rounds)]
         body: list[kernel_ir.Stmt] = []
         for r in range(rounds):
