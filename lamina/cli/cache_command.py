@@ -1,7 +1,7 @@
 """``lamina cache info`` and ``lamina cache clear``: what lamina keeps under its cache directory.
 
 The directory is the configuration's ``cache_dir`` (``$LAMINA_CACHE_DIR``, ``lamina.toml``, else
-the user's cache folder); each cache is a folder of it (``captures``, ``programs``, ``cubins``), its entries
+the user's cache folder); each cache is a folder of it (``captures``, ``programs``, ``kernel-sources``, ``cubins``), its entries
 files (``lamina.core.cache_usage``).
 """
 
@@ -14,7 +14,7 @@ from lamina.core import cache_usage
 from lamina.core.config import load_config, size_limit, user_cache_dir
 
 _WHAT = {"captures": "captured modules (Torch IR)", "programs": "compiled programs (every IR level)",
-         "cubins": "compiled kernels"}
+         "kernel-sources": "compiled programs' CUDA sources", "cubins": "compiled kernels"}
 
 
 def human(size: int) -> str:
@@ -41,9 +41,9 @@ def cache_command(args) -> int:
     print(f"cache directory: {root}")
     for folder in sorted(set(usage) | set(_WHAT)):
         count, size = usage.get(folder, (0, 0))
-        print(f"  {folder + ':':10s} {_entries(count):>12s}  {human(size):>9s}  {_WHAT.get(folder, '')}".rstrip())
+        print(f"  {folder + ':':16s} {_entries(count):>12s}  {human(size):>9s}  {_WHAT.get(folder, '')}".rstrip())
     count, total = sum(c for c, _ in usage.values()), sum(size for _, size in usage.values())
-    print(f"  {'total:':10s} {_entries(count):>12s}  {human(total):>9s}")
+    print(f"  {'total:':16s} {_entries(count):>12s}  {human(total):>9s}")
     print(f"size limit: {human(limit) if limit is not None else 'none'} (cache_size_limit, LAMINA_CACHE_SIZE_LIMIT); "
           "past it, the entries used longest ago are removed")
     tuned = database_of(config)

@@ -1,8 +1,9 @@
 """What lamina's caches hold on disk, and keeping them under a size limit.
 
 The cache directory (``Config.cache_dir``) has a folder per cache: ``captures`` (captured
-modules, ``lamina.frontends.torch.capture_cache``), ``programs`` (the program cache) and
-``cubins`` (the CUDA backend's kernels). An entry is a file of its own: a header line
+modules, ``lamina.frontends.torch.capture_cache``), ``programs`` (the program cache),
+``kernel-sources`` (the CUDA sources of each cached program's kernels) and ``cubins`` (the CUDA
+backend's kernels). An entry is a file of its own: a header line
 (the cache's format, a space, its own description of the body, such as its length and checksum)
 and the body (``read_entry``), written to a temporary file whose name starts with a dot and
 renamed into place (``write_atomically``), so that a reader, in any process, sees a whole entry or

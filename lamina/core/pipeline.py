@@ -51,6 +51,9 @@ class Compilation:
     _sources: dict[str, str] | None = None
     #: Where the compile's time went (``lamina compile --timings``).
     timings: Timings = attrs.field(factory=Timings)
+    #: The program cache's key of this program (None where it is not cached): a backend may keep
+    #: its own work for the program under it (the CUDA backend's printed sources).
+    key: str | None = None
 
     @property
     def sources(self) -> dict[str, str]:
@@ -106,6 +109,7 @@ class Pipeline:
             started = time.perf_counter()
             cached = cache.get(key)
             if cached is not None:
+                cached.key = key
                 return self._reused(cached, time.perf_counter() - started)
         progress = CompileProgress(self.config.progress)
         try:
@@ -113,6 +117,7 @@ class Pipeline:
         finally:
             progress.done()
         if key is not None:
+            compilation.key = key
             with compilation.timings.stage("storing in the program cache"):
                 cache.put(key, compilation)
         return compilation

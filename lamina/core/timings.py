@@ -1,7 +1,8 @@
 """Where a compile's time goes: seconds per stage, and the kernels that took longest.
 
 The pipeline times each of its stages; the frontend adds capture and the backend the loading
-of the kernels (NVRTC), so that ``lamina compile --timings`` can print the whole compile. A
+of the kernels (the CUDA printing and NVRTC apart), so that ``lamina compile --timings`` can
+print the whole compile. A
 stage that runs several times (the CUDA printed for several watchers) adds up.
 """
 
@@ -36,11 +37,13 @@ class Timings:
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        started = time.perf_counter()
+        """Time what runs inside as stage ``name``, less the stages timed within it (the backend's
+        printing and NVRTC within the loading of the kernels), so that no second counts twice."""
+        started, inner = time.perf_counter(), self.total
         try:
             yield
         finally:
-            self.add(name, time.perf_counter() - started)
+            self.add(name, time.perf_counter() - started - (self.total - inner))
 
     @property
     def total(self) -> float:

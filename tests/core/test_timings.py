@@ -1,5 +1,7 @@
 """lamina.core.timings: where a compile's time goes, as the pipeline records it."""
 
+import time
+
 import torch
 
 import lamina
@@ -30,3 +32,14 @@ def test_the_report_lists_stages_in_order_and_the_slowest_kernels_first():
                          "scheduling     1.00    11 %", "total          9.00"]
     assert lines[5] == "slowest kernels to schedule and lower (of 7):"
     assert lines[6:] == [f"  kernel{k}  {k}.00 s" for k in (6, 5, 4, 3, 2)]
+
+
+def test_a_stage_timed_within_another_is_not_counted_twice():
+    timings = Timings()
+    with timings.stage("loading kernels"):
+        time.sleep(0.01)
+        with timings.stage("NVRTC"):
+            time.sleep(0.1)
+    assert timings.stages["NVRTC"] >= 0.1
+    assert 0.01 <= timings.stages["loading kernels"] < 0.1
+    assert timings.total == timings.stages["NVRTC"] + timings.stages["loading kernels"]

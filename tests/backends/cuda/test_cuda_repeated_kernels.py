@@ -5,7 +5,8 @@ import pytest
 import torch
 
 import lamina
-from lamina.backends.cuda.backend import CudaBackend, shared_name
+from lamina.backends.cuda.backend import CudaBackend
+from lamina.backends.cuda.kernel_sources import shared_name
 from lamina.core.errors import CompileError
 from lamina.core.ir import expr as ex, kernel_ir
 

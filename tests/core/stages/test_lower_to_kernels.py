@@ -6,7 +6,7 @@ import torch
 
 import lamina
 from lamina.api import Compiler
-from lamina.backends.cuda.backend import anonymous_kernel
+from lamina.backends.cuda.kernel_sources import anonymous_kernel
 from lamina.backends.cuda.targets import SM90 as SM_90
 from lamina.core.stages.lower_to_kernels import KernelLowering
 from tests.plugins.fusion.test_repeated_layers import H, S, layers

@@ -1,0 +1,105 @@
+"""Which CUDA source each kernel of a program runs: printed once per distinct kernel, and kept on
+disk per program so that a program loaded from the program cache prints nothing.
+
+A model's layers repeat their kernels under other buffer names. Each kernel is renamed to
+positional names (``anonymous_kernel``) and the kernels that are then equal share one source
+and one cubin. Finding them renames the whole Kernel IR of every kernel, and printing the
+distinct ones takes about as long: together over a second for TinyLlama's 245 kernels, at every
+load. Where the program has a program cache key (``Compilation.key``), the sources are kept in
+the ``kernel-sources`` folder of the cache directory under that key, an entry like the program
+cache's: a warm start reads them, and each cubin comes from the cubin cache by its source's
+digest. The key names the Kernel IR program and lamina's code, which is all the printing reads.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import attrs
+
+from lamina.backends.cuda.codegen import emit_cuda, kernel_symbol
+from lamina.core.ir import kernel_ir
+from lamina.core.program_cache import ProgramCache
+
+FOLDER = "kernel-sources"
+
+
+def anonymous_kernel(kernel: kernel_ir.Kernel, name: str = "lamina_kernel") -> kernel_ir.Kernel:
+    """``kernel`` named ``name``, its arrays by position, so that structurally equal kernels print
+    as the same source. Launches pass parameters by position. The names are words and a number
+    (``shared_0``, ``register_1``): the loops' index variables are a letter and a number (``r0``),
+    and an array must not take one of their names."""
+    mapping = {p.name: f"param_{i}" for i, p in enumerate(kernel.params)}
+    mapping.update({a.name: f"{a.space}_{i}" for i, a in enumerate(kernel.arrays)})
+    mapping.update({m.name: f"tensor_map_{i}" for i, m in enumerate(kernel.tensor_maps)})
+    return kernel_ir.rename_arrays(kernel, mapping, name=name)
+
+
+def shared_name(kernel: kernel_ir.Kernel) -> str:
+    """The ``__global__`` name of ``kernel`` and the kernels equal to it: its own without the
+    numbers that tell a model's layers apart (``linear_5_sum``: ``linear_sum``), so that a
+    profiler's line names what the kernel computes and a repeated layer's kernels add up on one.
+    A kernel of other code under the same name gets a number again, in order of first appearance
+    (``mul``, ``mul_2``: a layer's norm and its silu * up), so that no line adds up two codes."""
+    return re.sub(r"_\d+(?=_|$)", "", kernel.name) or kernel.name
+
+
+@attrs.frozen
+class KernelSources:
+    """The distinct sources of a program and which kernel runs which."""
+
+    sources: tuple[str, ...]
+    symbols: tuple[str, ...]
+    """Each source's ``__global__`` name."""
+    first: tuple[str, ...]
+    """The name of the first kernel that runs each source: its Kernel IR decides the architecture
+    the source is compiled for, and names the arrays of an error's source."""
+    source_of: dict[str, int]
+    """Each kernel's source, by the kernel's name."""
+
+    def fits(self, program: kernel_ir.Program) -> bool:
+        """Whether these are the sources of a program of ``program``'s kernels."""
+        return list(self.source_of) == [k.name for k in program.kernels] and all(
+            0 <= i < len(self.sources) for i in self.source_of.values())
+
+
+def print_sources(program: kernel_ir.Program) -> KernelSources:
+    """Every kernel of ``program`` printed under positional names, each distinct source once."""
+    index_of: dict[kernel_ir.Kernel, int] = {}  # by the kernel under positional names
+    sources: list[str] = []
+    symbols: list[str] = []
+    first: list[str] = []
+    source_of: dict[str, int] = {}
+    distinct: dict[str, int] = {}  # kernels of different code under one shared name so far
+    index_of_source: dict[str, int] = {}
+    for kernel in program.kernels:
+        anonymous = anonymous_kernel(kernel)
+        if anonymous not in index_of:
+            base = shared_name(kernel)
+            distinct[base] = distinct.get(base, 0) + 1
+            named = anonymous_kernel(kernel, base if distinct[base] == 1 else f"{base}_{distinct[base]}")
+            source = emit_cuda(named)
+            if source not in index_of_source:
+                index_of_source[source] = len(sources)
+                sources.append(source)
+                symbols.append(kernel_symbol(named))
+                first.append(kernel.name)
+            index_of[anonymous] = index_of_source[source]
+        source_of[kernel.name] = index_of[anonymous]
+    return KernelSources(tuple(sources), tuple(symbols), tuple(first), source_of)
+
+
+def kernel_sources(program: kernel_ir.Program, key: str | None, cache_dir: Path,
+                   size_limit: int | None = None) -> KernelSources:
+    """``print_sources(program)``, read from the entry under ``key`` in ``cache_dir`` where one
+    is there and written there where not; printed anew where ``key`` is None."""
+    if key is None:
+        return print_sources(program)
+    cache = ProgramCache(cache_dir, size_limit, FOLDER)
+    found = cache.get(key)
+    if isinstance(found, KernelSources) and found.fits(program):
+        return found
+    printed = print_sources(program)
+    cache.put(key, printed)
+    return printed
