@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from lamina.backends.cuda import dependent_launch
-from lamina.backends.cuda.codegen import emit_cuda, kernel_symbol
+from lamina.backends.cuda.codegen import emit_cuda, kernel_symbol, launch_shared_bytes
 from lamina.backends.cuda.cubin_cache import default_cache_dir
 from lamina.backends.cuda.driver import LaunchableKernel, device_arch
 from lamina.backends.cuda.kernel_sources import kernel_sources
@@ -130,7 +130,13 @@ class CudaBackend:
         compiled = self.compile(program, arch, self.cache_dir_for(compilation),
                                 size_limit(config) if config is not None else None, getattr(compilation, "key", None),
                                 getattr(compilation, "timings", None))
-        kernels = {k.name: LaunchableKernel(k, compiled[k.name]) for k in program.kernels}
+        shared_bytes: dict[tuple, int] = {}  # by cubin and launch: a model's repeated layers lay out shared memory alike
+        kernels = {}
+        for k in program.kernels:
+            same = (id(compiled[k.name]), k.launch)
+            if same not in shared_bytes:
+                shared_bytes[same] = launch_shared_bytes(k)
+            kernels[k.name] = LaunchableKernel(k, compiled[k.name], shared_bytes[same])
         for kernel in kernels.values():
             kernel.prepare()
 

@@ -125,36 +125,36 @@ def kernel_symbol(kernel: kir.Kernel) -> str:
     return kernel_c_name(kernel.name)
 
 
-def uses_dynamic_shared(kernel: kir.Kernel) -> bool:
+def uses_dynamic_shared(kernel: kir.Kernel, alignments: dict[str, int] | None = None) -> bool:
     """Whether the shared arrays may not fit in static shared memory: a swizzled array's alignment may
-    leave a gap before it, which counts too."""
-    gaps = sum(array_alignment(kernel, a) - SHARED_ALIGNMENT for a in kernel.arrays if a.space == "shared")
+    leave a gap before it, which counts too. ``alignments``: ``shared_alignments(kernel)``, if known."""
+    alignments = shared_alignments(kernel) if alignments is None else alignments
+    gaps = sum(alignment - SHARED_ALIGNMENT for alignment in alignments.values())
     return kernel.shared_bytes + gaps > STATIC_SHARED_LIMIT
 
 
-def shared_layout(kernel: kir.Kernel) -> list[tuple[kir.Array, int]]:
+def shared_layout(kernel: kir.Kernel, alignments: dict[str, int] | None = None) -> list[tuple[kir.Array, int]]:
     """Each shared array with its byte offset in dynamic shared memory, aligned as it needs (``Array.alignment``)."""
     layout, offset = [], 0
+    alignments = shared_alignments(kernel) if alignments is None else alignments
     for array in kernel.arrays:
         if array.space == "shared":
-            alignment = array_alignment(kernel, array)
+            alignment = alignments[array.name]
             offset = -(-offset // alignment) * alignment
             layout.append((array, offset))
             offset += -(-array.bytes // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
     return layout
 
 
-def shared_alignment(kernel: kir.Kernel) -> int:
-    """The alignment of dynamic shared memory's start: that of the most demanding array."""
-    return max((array_alignment(kernel, a) for a in kernel.arrays if a.space == "shared"), default=SHARED_ALIGNMENT)
-
-
-def array_alignment(kernel: kir.Kernel, array: kir.Array) -> int:
-    """What a shared array's start must be aligned to: ``Array.alignment``, and at least the 128 bytes of a
-    TMA copy's shared-memory side for an array that one fills or reads."""
-    if not kernel.tensor_maps or array.name not in hopper_copies.tma_arrays(kernel):
-        return array.alignment
-    return max(array.alignment, hopper_copies.TMA_SHARED_ALIGNMENT)
+def shared_alignments(kernel: kir.Kernel) -> dict[str, int]:
+    """What each shared array's start must be aligned to, by name: ``Array.alignment``, and at least
+    the 128 bytes of a TMA copy's shared-memory side for an array that one fills or reads. The
+    kernel's statements are walked once for all its arrays: a launch asks this of every kernel."""
+    if not any(array.space == "shared" for array in kernel.arrays):
+        return {}
+    copied = hopper_copies.tma_arrays(kernel) if kernel.tensor_maps else set()
+    return {array.name: max(array.alignment, hopper_copies.TMA_SHARED_ALIGNMENT) if array.name in copied
+            else array.alignment for array in kernel.arrays if array.space == "shared"}
 
 
 def wide_copy_destinations(kernel: kir.Kernel) -> set[str]:
@@ -171,9 +171,10 @@ def wide_copy_destinations(kernel: kir.Kernel) -> set[str]:
 
 def launch_shared_bytes(kernel: kir.Kernel) -> int:
     """The dynamic shared memory a launch of ``kernel`` must ask for."""
-    if not uses_dynamic_shared(kernel):
+    alignments = shared_alignments(kernel)
+    if not uses_dynamic_shared(kernel, alignments):
         return kernel.launch.dynamic_shared_bytes
-    layout = shared_layout(kernel)
+    layout = shared_layout(kernel, alignments)
     array, offset = layout[-1]
     return max(kernel.launch.dynamic_shared_bytes, offset + array.bytes)
 
@@ -330,10 +331,11 @@ class _KernelPrinter:
 
     def _arrays(self, indent: str) -> list[str]:
         lines = []
-        if uses_dynamic_shared(self.kernel):
-            alignment = shared_alignment(self.kernel)
+        shared = shared_alignments(self.kernel)
+        if uses_dynamic_shared(self.kernel, shared):
+            alignment = max(shared.values(), default=SHARED_ALIGNMENT)
             lines.append(f"{indent}extern __shared__ __align__({alignment}) unsigned char lamina_smem[];")
-            for array, offset in shared_layout(self.kernel):
+            for array, offset in shared_layout(self.kernel, shared):
                 t, name = array.dtype.c_type, self.name(array.name)
                 if len(array.shape) == 1 or array.swizzle:
                     lines.append(f"{indent}{t}* {name} = reinterpret_cast<{t}*>(lamina_smem + {offset});")
@@ -344,7 +346,7 @@ class _KernelPrinter:
             wide = wide_copy_destinations(self.kernel)
             for array in self.kernel.arrays:
                 if array.space == "shared":
-                    alignment = array_alignment(self.kernel, array)
+                    alignment = shared[array.name]
                     alignment = alignment if alignment > SHARED_ALIGNMENT or array.name in wide else None
                     align = f"__align__({alignment}) " if alignment else ""
                     lines.append(f"{indent}__shared__ {align}{self._array_declarator(array)};")

@@ -150,7 +150,9 @@ class _ThreadArguments(threading.local):
 class LaunchableKernel:
     """A compiled Kernel IR kernel that launches on PyTorch's current device and stream."""
 
-    def __init__(self, kernel: kir.Kernel, compiled: CompiledKernel):
+    def __init__(self, kernel: kir.Kernel, compiled: CompiledKernel, dynamic_shared_bytes: int | None = None):
+        """``dynamic_shared_bytes``: ``launch_shared_bytes(kernel)``, where a kernel of the same code
+        has already computed it (a walk over the kernel's statements)."""
         self.kernel = kernel
         self.compiled = compiled
         self.name = kernel.name
@@ -158,7 +160,7 @@ class LaunchableKernel:
         self.sizes = kernel.sizes
         self.grid = kernel.launch.grid if self.sizes else tuple(int(n) for n in kernel.launch.grid)
         self.block = tuple(int(n) for n in kernel.launch.block)
-        self.dynamic_shared_bytes = launch_shared_bytes(kernel)
+        self.dynamic_shared_bytes = launch_shared_bytes(kernel) if dynamic_shared_bytes is None else dynamic_shared_bytes
         self._nothing_to_do = not self.sizes and 0 in self.grid
         self.params = kernel.params
         self._digest = hashlib.sha256(compiled.cubin).digest()
