@@ -206,7 +206,7 @@ class Pipeline:
                 started = time.perf_counter()
                 kernels.append(lowering.lower(schedule, tile))
                 timings.add_kernel(tile.kernel.name, time.perf_counter() - started)
-        c.kernels = kernel_ir.Program(kernels)
+        c.kernels = kernel_ir.Program(kernels, tuple(lowering.repeats.items()))
         self._observe("kernel", c.kernels, c)
 
         cuda = self.registry.get("backend", "cuda")

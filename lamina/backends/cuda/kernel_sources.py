@@ -65,7 +65,9 @@ class KernelSources:
 
 
 def print_sources(program: kernel_ir.Program) -> KernelSources:
-    """Every kernel of ``program`` printed under positional names, each distinct source once."""
+    """Every kernel of ``program`` printed under positional names, each distinct source once. A
+    kernel that the program says repeats an earlier one (``Program.repeats``) takes that one's
+    source without being renamed and compared."""
     index_of: dict[kernel_ir.Kernel, int] = {}  # by the kernel under positional names
     sources: list[str] = []
     symbols: list[str] = []
@@ -73,7 +75,13 @@ def print_sources(program: kernel_ir.Program) -> KernelSources:
     source_of: dict[str, int] = {}
     distinct: dict[str, int] = {}  # kernels of different code under one shared name so far
     index_of_source: dict[str, int] = {}
+    repeats = dict(program.repeats)
+    by_name = {kernel.name: kernel for kernel in program.kernels}
     for kernel in program.kernels:
+        earlier = repeats.get(kernel.name)
+        if earlier in source_of and _alike(kernel, by_name[earlier]):
+            source_of[kernel.name] = source_of[earlier]
+            continue
         anonymous = anonymous_kernel(kernel)
         if anonymous not in index_of:
             base = shared_name(kernel)
@@ -88,6 +96,13 @@ def print_sources(program: kernel_ir.Program) -> KernelSources:
             index_of[anonymous] = index_of_source[source]
         source_of[kernel.name] = index_of[anonymous]
     return KernelSources(tuple(sources), tuple(symbols), tuple(first), source_of)
+
+
+def _alike(kernel: kernel_ir.Kernel, earlier: kernel_ir.Kernel) -> bool:
+    """What can be checked at a glance of a kernel said to repeat ``earlier``."""
+    return (kernel.launch == earlier.launch and len(kernel.params) == len(earlier.params)
+            and [a.shape for a in kernel.arrays] == [a.shape for a in earlier.arrays]
+            and len(kernel.body) == len(earlier.body))
 
 
 def kernel_sources(program: kernel_ir.Program, key: str | None, cache_dir: Path,

@@ -24,6 +24,8 @@ class KernelLowering:
     def __init__(self, passes: Sequence[Any], target: Target):
         self.passes, self.target = passes, target
         self.lowered: dict[tuple[str, str, str], tuple[loop_ir.Kernel, kernel_ir.Kernel]] = {}
+        self.repeats: dict[str, str] = {}
+        """Each kernel that took an earlier one's Kernel IR, renamed, with that kernel's name."""
 
     def lower(self, schedule: Any, tile: tile_ir.TileKernel) -> kernel_ir.Kernel:
         key = (schedule.name, *_shape(tile))
@@ -31,6 +33,7 @@ class KernelLowering:
             first, kernel = self.lowered[key]
             renamed = kernel_ir.rename_arrays(kernel, _same_buffers(first, kernel, tile.kernel), name=tile.kernel.name)
             if _names_distinct(renamed):
+                self.repeats[renamed.name] = kernel.name
                 return renamed
         kernel = schedule.lower(tile, self.target)
         for kernel_pass in self.passes:

@@ -3,6 +3,7 @@ prints no kernel (``lamina.backends.cuda.kernel_sources``)."""
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import torch
 
@@ -11,17 +12,19 @@ from lamina.backends.cuda import kernel_sources
 from lamina.backends.cuda.backend import CudaBackend
 
 
-def layers(x, w1, w2, w3):
-    """Two equal layers and a third: the first two share a source."""
+def layers(x, w1, w2, w3, w4):
+    """Three equal layers and a last: the second and third lower as one (``Program.repeats``),
+    and the first prints as they do."""
     h = torch.relu(x @ w1)
     h = torch.relu(h @ w2)
-    return torch.sigmoid(h @ w3)
+    h = torch.relu(h @ w3)
+    return torch.sigmoid(h @ w4)
 
 
 def compiled(tmp_path, rows: int = 13):
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(rows, 40, generator=generator)
-    weights = [torch.randn(40, 40, generator=generator) for _ in range(3)]
+    weights = [torch.randn(40, 40, generator=generator) for _ in range(4)]
     return lamina.compile(layers, (x, *weights), program_cache=True, cache_dir=str(tmp_path), target="sm_90")
 
 
@@ -47,6 +50,17 @@ def test_a_program_from_the_program_cache_compiles_without_printing_a_kernel(tmp
     loaded = backend.compile(again.kernels, "sm_90", key=again.key)
     assert {name: k.cubin for name, k in loaded.items()} == cubins
     assert all(k.from_cache for k in loaded.values())
+
+
+def test_kernels_that_repeat_an_earlier_one_take_its_source_as_a_comparison_finds(tmp_path, monkeypatch):
+    program = compiled(tmp_path).compilation.kernels
+    assert program.repeats
+    compared = kernel_sources.print_sources(attrs.evolve(program, repeats=()))
+    renamed = []
+    anonymous = kernel_sources.anonymous_kernel
+    monkeypatch.setattr(kernel_sources, "anonymous_kernel", lambda k, *a: renamed.append(k.name) or anonymous(k, *a))
+    assert kernel_sources.print_sources(program) == compared
+    assert not set(renamed) & {name for name, _ in program.repeats}
 
 
 def test_the_kept_sources_are_those_printed(tmp_path):

@@ -47,6 +47,11 @@ def test_each_distinct_kernel_is_lowered_once_and_the_others_are_as_if_lowered_a
         assert anonymous_kernel(kernel) == anonymous_kernel(anew)
         assert kernel == anew, "the arrays named after a buffer are named after this kernel's"
         assert {p.name for p in kernel.params} == {b.name for b in tile.kernel.inputs + tile.kernel.outputs}
+    by_name = {k.name: k for k in kernels}
+    assert len(lowering.repeats) == len(tiles) - len(calls)
+    for name, earlier in lowering.repeats.items():
+        assert anonymous_kernel(by_name[name]) == anonymous_kernel(by_name[earlier])
+    assert compiled.compilation.kernels.repeats == tuple(lowering.repeats.items())
 
 
 def test_layers_lowered_once_run_as_eager_does():

@@ -433,3 +433,7 @@ class Program:
     """Kernel IR kernels in launch order; parameter names are the Loop IR buffer names."""
 
     kernels: tuple[Kernel, ...] = attrs.field(converter=tuple)
+    repeats: tuple[tuple[str, str], ...] = attrs.field(converter=tuple, default=())
+    """(kernel, earlier kernel) for each kernel that is an earlier one with its arrays renamed
+    (``rename_arrays``, a model's next layer): the same code, which a backend compiles once
+    without comparing the two (``lower_to_kernels`` records them)."""
