@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import textwrap
 import warnings
 
 import pytest
@@ -134,3 +138,75 @@ def test_a_program_of_sizes_known_at_run_time_is_kept_per_hint(tmp_path):
     assert LOADED not in compile_at(300).compilation.timings.stages
     assert LOADED in compile_at(13).compilation.timings.stages
     assert len(entries(tmp_path)) == 2
+
+
+def key_of(tmp_path, program=mlp, args=None, **settings) -> str:
+    args = inputs() if args is None else args
+    return lamina.compile(program, args, program_cache=True, cache_dir=str(tmp_path), **settings).compilation.key
+
+
+KEY_PARTS = {
+    "the graph": lambda tmp_path, monkeypatch: key_of(tmp_path, lambda x, w1, w2, bias: torch.tanh(x @ w1 + bias) @ w2),
+    "the input shapes": lambda tmp_path, monkeypatch: key_of(tmp_path, args=(inputs()[0][:5], *inputs()[1:])),
+    "the input dtypes": lambda tmp_path, monkeypatch: key_of(tmp_path, args=tuple(a.to(torch.bfloat16) for a in inputs())),
+    "the configuration": lambda tmp_path, monkeypatch: key_of(tmp_path, schedule="generic"),
+    "the target": lambda tmp_path, monkeypatch: key_of(tmp_path, target="sm_80"),
+    "lamina's code": lambda tmp_path, monkeypatch: (
+        monkeypatch.setattr(program_cache, "_package_digest", lambda folder: "another version"), key_of(tmp_path))[1],
+    "PyTorch's version": lambda tmp_path, monkeypatch: (
+        monkeypatch.setattr(torch, "__version__", "0.0.1"), key_of(tmp_path))[1],
+}
+
+
+@pytest.mark.parametrize("part", KEY_PARTS)
+def test_the_key_changes_with_each_of_its_parts(tmp_path, monkeypatch, part):
+    same = key_of(tmp_path)
+    assert same is not None and key_of(tmp_path) == same
+    assert KEY_PARTS[part](tmp_path, monkeypatch) not in (None, same)
+
+
+def test_the_key_changes_with_the_plugins_loaded_and_their_code(site):
+    from lamina.core.plugins import reset_plugin_managers
+    from tests.core.plugin_distributions import fusion_rule_plugin, install_plugin
+
+    without = key_of(site)
+    install_plugin(site, "lamina-idle-rule", "idle_rule", "lamina_test_plugin_idle_rule", fusion_rule_plugin("idle"))
+    reset_plugin_managers()
+    with_plugin = key_of(site)
+    (site / "lamina_test_plugin_idle_rule.py").write_text((site / "lamina_test_plugin_idle_rule.py").read_text()
+                                                          + "\n# version 2\n")
+    program_cache._package_digest.cache_clear()
+    reset_plugin_managers()
+    assert len({without, with_plugin, key_of(site)}) == 3
+
+
+RACER = textwrap.dedent("""
+    import json, sys, torch, lamina
+
+    def mlp(x, w1, w2, bias):
+        return torch.relu(x @ w1 + bias) @ w2
+
+    g = torch.Generator().manual_seed(0)
+    args = (torch.randn(13, 40, generator=g), torch.randn(40, 24, generator=g), torch.randn(24, 7, generator=g),
+            torch.randn(24, generator=g))
+    compiled = lamina.compile(mlp, args, program_cache=True, cache_dir=sys.argv[1])
+    torch.testing.assert_close(compiled(*args), mlp(*args), rtol=1e-5, atol=1e-5)
+    print(json.dumps(list(compiled.compilation.timings.stages)))
+""")
+
+
+def test_two_processes_compiling_into_one_empty_cache_both_succeed(tmp_path):
+    """Each writes its entry atomically; neither reads half of the other's, and a third loads it."""
+    def start():
+        return subprocess.Popen([sys.executable, "-c", RACER, str(tmp_path)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    racers = [start(), start()]
+    for racer in racers:
+        out, err = racer.communicate(timeout=600)
+        assert racer.returncode == 0, err
+        assert "damaged" not in err
+    out, err = start().communicate(timeout=600)
+    stages = json.loads(out.strip().splitlines()[-1])
+    assert stages[:2] == ["capture", LOADED] and "fusion" not in stages
+    assert len(entries(tmp_path)) == 1
