@@ -15,7 +15,7 @@ import torch
 
 from lamina.bench.measure import float64_reference, relative_error
 from lamina.core.errors import ConfigError, UnsupportedOpError
-from lamina.core.ir import loop_ir, sizes
+from lamina.core.ir import expr as ex, kernel_ir, loop_ir, sizes
 from lamina.integrations.torch_compile import decompositions, lamina_backend
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
@@ -181,6 +181,16 @@ def test_a_cache_updated_at_one_position_is_written_there_in_place(monkeypatch):
     writer, = [k for k in loop.kernels if any(b.name == cache_name for b in k.outputs)]
     assert sum(isinstance(s, loop_ir.Loop) for s in loop_ir.statements(writer.body)) == 3
     assert in_place == [True, True, True]
+    # the row is stored only where its position lies in the cache, and nothing of the cache is read
+    kernel, = [k for k in specialization.compilation.kernels.kernels if k.name == writer.name]
+    body = list(kernel_ir.statements(kernel.body))
+    guarded = {id(s) for branch in body if isinstance(branch, kernel_ir.If) for s in kernel_ir.statements(branch.then)}
+    stores = [s for s in body if isinstance(s, (kernel_ir.Store, kernel_ir.VectorStore)) and
+              (s.array if isinstance(s, kernel_ir.Store) else s.dst) == cache_name]
+    assert stores and all(id(s) in guarded for s in stores)
+    read = {s.src for s in body if isinstance(s, kernel_ir.VectorLoad)}
+    read |= {n.array for s in body for e in kernel_ir.expressions(s) for n in ex.walk(e) if isinstance(n, kernel_ir.Load)}
+    assert cache_name not in read
 
 
 def old_and_new(cache, position, values):

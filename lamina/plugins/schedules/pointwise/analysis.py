@@ -18,6 +18,11 @@ every branch would be as safe, since Loop IR keeps every index in bounds whether
 branch is taken or not, but it issues more loads and holds more registers for nothing.
 Under a condition that differs between lanes, or on the right of ``and``/``or``, a
 load stays one scalar load per element.
+
+A store that keeps its element where a condition does not hold, ``b[i] = where(c, v, b[i])``
+(a cache written at a position that may lie outside it), is a store made only where ``c``
+holds (``kept_where_not``): the element is not read back, and the loads of ``v`` are made for
+every element, so that they are in flight with the loads ``c`` waits for (the cache's position).
 """
 
 from __future__ import annotations
@@ -68,6 +73,23 @@ def unconditional_loads(value: Expr) -> Iterator[loop_ir.Load]:
         children = children[:1]
     for child in children:
         yield from unconditional_loads(child)
+
+
+def kept_where_not(store: loop_ir.Store, inner: str, width: int) -> Expr | None:
+    """``c`` where ``store`` is ``b[i] = where(c, v, b[i])`` and ``c`` is the same in every lane
+    of a vector: the store is then made only where ``c`` holds, of ``v``."""
+    value = store.value
+    if not (isinstance(value, ex.Op) and value.op == "where"):
+        return None
+    condition, _, kept = value.args
+    if not (isinstance(kept, loop_ir.Load) and kept.buffer == store.buffer and kept.index == store.index):
+        return None
+    return condition if is_uniform(condition, inner, width) else None
+
+
+def stored_value(store: loop_ir.Store, inner: str, width: int) -> Expr:
+    """What ``store`` writes where it is made (``v`` of a store ``kept_where_not``)."""
+    return store.value if kept_where_not(store, inner, width) is None else store.value.args[1]
 
 
 def is_contiguous(kernel: loop_ir.Kernel, buffer: str, idx: tuple[Expr, ...], inner: str) -> bool:
@@ -130,8 +152,11 @@ def load_guards(nest: PointwiseNest, width: int) -> dict[loop_ir.Load, Guard | N
     empty where some element always makes it, None where no single guard serves."""
     found: dict[loop_ir.Load, set[Guard | None]] = {}
     for store in nest.stores:
-        for load, guard in _guarded_loads(store.value, nest.inner, width):
-            found.setdefault(load, set()).add(guard)
+        condition = kept_where_not(store, nest.inner, width)
+        values = (store.value,) if condition is None else (condition, store.value.args[1])
+        for value in values:
+            for load, guard in _guarded_loads(value, nest.inner, width):
+                found.setdefault(load, set()).add(guard)
     guards: dict[loop_ir.Load, Guard | None] = {}
     for load, options in found.items():
         if () in options:
@@ -159,7 +184,10 @@ def uniform_conditions(nest: PointwiseNest, width: int) -> tuple[Expr, ...]:
             visit(child)
 
     for store in nest.stores:
-        visit(store.value)
+        condition = kept_where_not(store, nest.inner, width)
+        if condition is not None:
+            found.append(condition)
+        visit(stored_value(store, nest.inner, width))
     return tuple(dict.fromkeys(found))
 
 
@@ -176,6 +204,8 @@ class AccessPlan:
     scalar_stores: tuple[loop_ir.Store, ...] = attrs.field(converter=tuple)
     guards: tuple[tuple[loop_ir.Load, Guard], ...] = attrs.field(converter=tuple, default=())
     conditions: tuple[Expr, ...] = attrs.field(converter=tuple, default=())
+    kept: tuple[tuple[loop_ir.Store, Expr], ...] = attrs.field(converter=tuple, default=())
+    """Each store made only where its condition holds (``kept_where_not``), with the condition."""
 
     @property
     def has_vectors(self) -> bool:
@@ -188,6 +218,9 @@ class AccessPlan:
     def guard(self, load: loop_ir.Load) -> Guard:
         return dict(self.guards).get(load, ())
 
+    def kept_where_not(self, store: loop_ir.Store) -> Expr | None:
+        return dict(self.kept).get(store)
+
 
 def plan_accesses(kernel: loop_ir.Kernel, nest: PointwiseNest, width: int) -> AccessPlan:
     guards = load_guards(nest, width)
@@ -196,6 +229,7 @@ def plan_accesses(kernel: loop_ir.Kernel, nest: PointwiseNest, width: int) -> Ac
         if guard is not None and is_vector_access(kernel, load.buffer, load.index, nest.inner, width)
     )
     vector_stores = tuple(s for s in nest.stores if is_vector_access(kernel, s.buffer, s.index, nest.inner, width))
+    kept = tuple((s, c) for s in nest.stores if (c := kept_where_not(s, nest.inner, width)) is not None)
     return AccessPlan(
         width=width,
         vector_loads=vector_loads,
@@ -203,7 +237,8 @@ def plan_accesses(kernel: loop_ir.Kernel, nest: PointwiseNest, width: int) -> Ac
         vector_stores=vector_stores,
         scalar_stores=tuple(s for s in nest.stores if s not in vector_stores),
         guards=tuple((load, guards[load]) for load in vector_loads if guards[load]),
-        conditions=uniform_conditions(nest, width) if width > 1 else (),
+        conditions=uniform_conditions(nest, width) if width > 1 else tuple(dict.fromkeys(c for _, c in kept)),
+        kept=kept,
     )
 
 
@@ -211,7 +246,7 @@ def contiguous_itemsizes(kernel: loop_ir.Kernel, nest: PointwiseNest) -> tuple[l
     """The element sizes of the contiguous stores, and of the contiguous loads every element makes."""
     stores = [kernel.buffer(s.buffer).type.dtype.itemsize for s in nest.stores
               if is_contiguous(kernel, s.buffer, s.index, nest.inner)]
-    found = [load for s in nest.stores for load in unconditional_loads(s.value)]
+    found = [load for s in nest.stores for load in unconditional_loads(stored_value(s, nest.inner, 1))]
     reads = [kernel.buffer(load.buffer).type.dtype.itemsize for load in found
              if is_contiguous(kernel, load.buffer, load.index, nest.inner)]
     return stores, reads

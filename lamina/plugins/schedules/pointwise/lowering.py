@@ -32,7 +32,9 @@ of the arithmetic on the same condition.
 
 A condition the same in every lane is evaluated once per vector, at its first element.
 A guarded vector load leaves its registers unset where its branch is not taken, and
-only the side of the arithmetic where it is taken reads them.
+only the side of the arithmetic where it is taken reads them. A store that keeps its element
+where a condition does not hold (``analysis.kept_where_not``, a cache's new row) computes its
+value everywhere and stores it under ``if condition``.
 """
 
 from __future__ import annotations
@@ -227,17 +229,26 @@ class _Lowering:
         out: list[kernel_ir.Stmt] = []
         for store in self.nest.stores:
             register = self.registers.get(store)
-            if _copies(store.value, self.conditions) <= MAX_ARITHMETIC_COPIES:
-                out += self._decided(store, store.value)
+            kept = self.plan.kept_where_not(store)
+            value = store.value if kept is None else store.value.args[1]
+            if _copies(value, self.conditions) <= MAX_ARITHMETIC_COPIES:
+                computed = self._decided(store, value)
             else:
-                out += self._elements(store, store.value)
+                computed = self._elements(store, value)
+            stores: list[kernel_ir.Stmt] = []
             if register is not None:
                 offset = self._offset(store.buffer, store.index)
                 count, width = self._chunks(store.buffer)
                 for chunk in range(count):
                     first = chunk * width
-                    out.append(kernel_ir.VectorStore(store.buffer, (index.simplify(offset + first),), register.name,
-                                                     (self.slot, ex.const(first)), width))
+                    stores.append(kernel_ir.VectorStore(store.buffer, (index.simplify(offset + first),), register.name,
+                                                        (self.slot, ex.const(first)), width))
+            if kept is None:
+                out += computed + stores
+            elif register is not None:  # the value computed into registers everywhere, stored where it is kept
+                out += computed + [kernel_ir.If(self.conditions[kept], tuple(stores))]
+            else:
+                out.append(kernel_ir.If(self.conditions[kept], tuple(computed)))
         return out
 
     def _decided(self, store: loop_ir.Store, value: Expr) -> list[kernel_ir.Stmt]:

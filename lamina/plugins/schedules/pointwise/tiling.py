@@ -30,6 +30,7 @@ from lamina.core.target import Target
 from lamina.plugins.schedules.pointwise.analysis import (
     VECTOR_BYTES,
     AccessPlan,
+    Branch,
     Guard,
     PointwiseNest,
     contiguous_itemsizes,
@@ -106,12 +107,20 @@ def describe_accesses(plan: AccessPlan) -> tuple[tuple[str, str], ...]:
     under, and the conditions evaluated once per vector."""
     groups = (("vector_loads", plan.vector_loads), ("scalar_loads", plan.scalar_loads),
               ("vector_stores", plan.vector_stores), ("scalar_stores", plan.scalar_stores))
-    described = tuple((name, ", ".join(_access_text(a, plan.guard(a) if name == "vector_loads" else ())
-                                       for a in accesses))
+    described = tuple((name, ", ".join(_access_text(a, _guard(plan, a)) for a in accesses))
                       for name, accesses in groups if accesses)
     if plan.conditions:
         described += (("conditions_per_vector", ", ".join(loop_ir.format_value(c) for c in plan.conditions)),)
     return described
+
+
+def _guard(plan: AccessPlan, access: loop_ir.Load | loop_ir.Store) -> Guard:
+    """What a vector load is made under, or the condition a store is made under where it keeps
+    its element otherwise (``kept_where_not``)."""
+    if isinstance(access, loop_ir.Load):
+        return plan.guard(access)
+    condition = plan.kept_where_not(access)
+    return () if condition is None else (Branch(condition, True),)
 
 
 def _access_text(access: loop_ir.Load | loop_ir.Store, guard: Guard = ()) -> str:

@@ -7,7 +7,7 @@ import torch
 import lamina
 from lamina.backends.cuda.targets import SM90 as SM_90
 from lamina.core.errors import ScheduleError
-from lamina.core.ir import expr as ex, kernel_ir, loop_ir, tile_ir
+from lamina.core.ir import dtypes, expr as ex, kernel_ir, loop_ir, tile_ir
 from lamina.core.ir.torch_ir import TensorType
 from lamina.plugins.schedules.pointwise import PointwiseSchedule
 from lamina.plugins.schedules.pointwise.cost import SCALAR_EFFICIENCY, VECTOR_EFFICIENCY
@@ -388,3 +388,78 @@ def test_the_best_settings_are_its_own_then_other_blocks_each_reproduced_by_its_
         knobs = dict(s.knobs)
         assert (tile.grid[0].threads, tile.vector_width, dict(tile.knobs)["vectors_per_thread"]) == \
             (knobs["threads"], knobs["vector_width"], knobs["vectors_per_thread"])
+
+
+def cache_write() -> loop_ir.Kernel:
+    """A new row of a cache stored at a loaded position, as an update written in place has it:
+    the element kept where the position lies outside the cache."""
+    from lamina.core.stages.update_in_place import write_updates_in_place
+
+    i0, i1, i2 = (ex.Var(v) for v in ("i0", "i1", "i2"))
+    position = loop_ir.Load("position", (ex.const(0),), dtypes.int64)
+    value = ex.op("where", ex.op("eq", ex.cast(i1, dtypes.int64), position),
+                  loop_ir.Load("values", (i0, ex.const(0), i2), F32), loop_ir.Load("cache", (i0, i1, i2), F32))
+    body = (loop_ir.Store("new", (i0, i1, i2), value),)
+    for var, extent in reversed(list(zip(("i0", "i1", "i2"), (2, 5, 8)))):
+        body = (loop_ir.Loop(var, extent, "parallel", body),)
+    buffers = {name: loop_ir.Buffer(name, TensorType(shape, dtype)) for name, shape, dtype in (
+        ("cache", (2, 5, 8), F32), ("position", (1,), dtypes.int64), ("values", (2, 1, 8), F32),
+        ("new", (2, 5, 8), F32))}
+    update = loop_ir.Kernel("update", (buffers["position"], buffers["values"], buffers["cache"]), (buffers["new"],), body)
+    program = loop_ir.Program((buffers["cache"], buffers["position"], buffers["values"]), (buffers["new"],), (), (update,))
+    (written,) = write_updates_in_place(program, [("cache", "new")]).kernels
+    return written
+
+
+CACHE_WRITE_TILE = """\
+tile update  schedule=pointwise
+  grid (1, 1, 1) blocks of 32 threads
+  parallel i0 * i2 (16): block.x tile 128 = thread.x 32 x 4 per thread (contiguous)
+  vector width 4
+  vectors_per_thread = 1
+  steps = 1
+  vector_loads = values[i0, 0, i2]
+  scalar_loads = position[0]
+  vector_stores = cache[i0, min(max(position[0], 0), 4), i2] if position[0] >= 0 and position[0] < 5
+  conditions_per_vector = position[0] >= 0 and position[0] < 5"""
+
+CACHE_WRITE_KERNEL = """\
+kernel update  grid (1, 1, 1)  block (32, 1, 1)
+  param in position: i64[1]
+  param in values: f32[16]
+  param out cache: f32[80]
+  register values_vector: f32[1][4]
+  register cache_vector: f32[1][4]
+  var vector: i64 = blockIdx.x * 32 + threadIdx.x
+  if vector < 4:
+    var i0: i64 = vector // 2
+    var i2: i64 = vector % 2 * 4
+    var condition: b8 = position[0] >= 0 and position[0] < 5
+    vector load x4 values_vector[0][0] <- values[vector * 4]
+    cache_vector[0][0] = values_vector[0][0]
+    cache_vector[0][1] = values_vector[0][1]
+    cache_vector[0][2] = values_vector[0][2]
+    cache_vector[0][3] = values_vector[0][3]
+    if condition:
+      vector store x4 cache[i0 * 40 + min(max(position[0], 0), 4) * 8 + i2] <- cache_vector[0][0]"""
+
+
+def test_a_row_stored_where_its_position_lies_is_stored_under_the_condition_and_the_cache_is_not_read():
+    """``cache[p] = where(p inside, row, cache[p])``: the row's loads are made at once with the
+    position's, and the row is stored under the condition; outside, the cache stays as it was."""
+    from lamina.backends.reference.simulator import simulate
+
+    tile = SCHEDULE.schedule(cache_write(), SM_90, {})
+    assert tile_ir.format_tile_kernel(tile) == CACHE_WRITE_TILE
+    kernel = SCHEDULE.lower(tile, SM_90)
+    assert kernel_ir.format_kernel(kernel) == CACHE_WRITE_KERNEL
+    values = torch.randn(2, 1, 8)
+    for position in (3, 0, 4, 7, -1):
+        cache = torch.randn(2, 5, 8)
+        expected = cache.clone()
+        if 0 <= position < 5:
+            expected[:, position] = values[:, 0]
+        buffers = {"position": torch.tensor([position]), "values": values.flatten(), "cache": cache.view(-1)}
+        report = simulate(kernel, buffers, raise_on_fault=False)
+        assert not report.faults
+        torch.testing.assert_close(cache, expected, rtol=0, atol=0)
