@@ -1,14 +1,16 @@
 """Which CUDA source each kernel of a program runs: printed once per distinct kernel, and kept on
 disk per program so that a program loaded from the program cache prints nothing.
 
-A model's layers repeat their kernels under other buffer names. Each kernel is renamed to
-positional names (``anonymous_kernel``) and the kernels that are then equal share one source
-and one cubin. Finding them renames the whole Kernel IR of every kernel, and printing the
-distinct ones takes about as long: together over a second for TinyLlama's 245 kernels, at every
-load. Where the program has a program cache key (``Compilation.key``), the sources are kept in
-the ``kernel-sources`` folder of the cache directory under that key, an entry like the program
+A model's layers repeat their kernels under other buffer names, and the kernels that are equal
+under positional names (``anonymous_kernel``) share one source and one cubin. A kernel that the
+lowering made by renaming an earlier one (``Program.repeats``) takes that one's source at once;
+any other is renamed and compared, which walks its whole Kernel IR (for TinyLlama's 245 kernels,
+all of them, 4.4 s on two CPU cores with the printing, 0.8 s with the repeats taken as recorded).
+Where the program has a program cache key (``Compilation.key``), the sources are kept in the
+``kernel-sources`` folder of the cache directory under that key, an entry like the program
 cache's: a warm start reads them, and each cubin comes from the cubin cache by its source's
-digest. The key names the Kernel IR program and lamina's code, which is all the printing reads.
+digest. The key names everything the program is compiled from and lamina's code, and so the
+Kernel IR that the printing reads.
 """
 
 from __future__ import annotations
