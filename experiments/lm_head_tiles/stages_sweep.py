@@ -1,8 +1,8 @@
 """The suite's 16-bit projections at 512 and 2 048 rows (TinyLlama's and Qwen2.5-7B's, their LM
 heads among them) as the cost model chooses them and with the ring's stages pinned to 3, the cost
 model choosing the rest, against eager (cuBLAS, which torch.compile calls for them): which setting
-puts the outputs through the TMA's shared tile, and how fast each is (median of 15 CUDA-graph
-replays of 20 calls). Run on a GPU:
+puts the outputs through the TMA's shared tile, and how fast each is (``time_cuda_graph``: the median of 15
+CUDA-graph replays of 20 calls). Run on a GPU:
 ``python experiments/lm_head_tiles/stages_sweep.py`` (writes ``stages_sweep.json`` under ``$OUT``,
 or here, after each product)."""
 import json
@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import lamina
+from lamina.bench.measure import time_cuda_graph
 
 PRODUCTS = {  # name: (K, N, bias), the LM heads first
     "tinyllama.lm_head": (2048, 32000, False), "qwen.lm_head": (3584, 152064, False),
@@ -23,28 +24,6 @@ PRODUCTS = {  # name: (K, N, bias), the LM heads first
 SETTINGS = {"chosen": {}, "3 stages": {"stages": 3}}
 
 
-def timed(fn, *args, calls=20, replays=15):
-    for _ in range(3):
-        fn(*args)
-    torch.cuda.synchronize()
-    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        fn(*args)
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                fn(*args)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / calls)
-    return sorted(times)[len(times) // 2]
-
-
 def main() -> None:
     path = os.path.join(os.environ.get("OUT", os.path.dirname(__file__)), "stages_sweep.json")
     results = {}
@@ -54,12 +33,12 @@ def main() -> None:
             w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
             args = (x, w) + ((torch.randn(n, device="cuda", dtype=torch.bfloat16),) if bias else ())
             fn = (lambda x, w, b: F.linear(x, w, b)) if bias else (lambda x, w: F.linear(x, w))
-            case = {"eager": timed(fn, *args)}
+            case = {"eager": time_cuda_graph(fn, args, replays=15, calls_per_graph=20)}
             for setting, knobs in SETTINGS.items():
                 try:
                     compiled = lamina.compile(fn, args, **({"knobs": {"contraction": knobs}} if knobs else {}))
                     tile = compiled.compilation.ir("tile").splitlines()
-                    case[setting] = {"us": timed(compiled, *args),
+                    case[setting] = {"us": time_cuda_graph(compiled, args, replays=15, calls_per_graph=20),
                                      "chosen": [line.strip() for line in tile if "chosen =" in line],
                                      "tma_stores": any("outputs stored by the TMA" in line for line in tile),
                                      "estimate": [line.strip() for line in tile if "estimate =" in line]}
