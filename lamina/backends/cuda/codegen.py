@@ -384,6 +384,9 @@ class _KernelPrinter:
             return self._for(s, indent)
         if isinstance(s, kir.If):
             return self._if(s, indent, indent)
+        if isinstance(s, kir.Divergent):  # each thread runs it as its group
+            return [f"{indent}{{  // each {self.expr.text(s.group)} of {s.count} at its own pace",
+                    *self._body(s.body, indent + "  "), f"{indent}}}"]
         if type(s) in _FIXED_STATEMENTS:
             return [f"{indent}{_FIXED_STATEMENTS[type(s)]}"]
         if isinstance(s, kir.CpAsync):

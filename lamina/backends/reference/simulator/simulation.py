@@ -193,6 +193,8 @@ class KernelSimulation:
             return self._for(s, scope, loop_vars)
         if isinstance(s, kernel_ir.If):
             return self._if(s, scope, loop_vars)
+        if isinstance(s, kernel_ir.Divergent):
+            return self._divergent(s, scope, loop_vars)
         if isinstance(s, kernel_ir.Barrier):
             return self._barrier()
         if isinstance(s, kernel_ir.ClusterBarrier):
@@ -359,6 +361,30 @@ class KernelSimulation:
                 other = mask.narrow(~cond)
                 if other.any():
                     orelse(other)
+
+        return run
+
+    def _divergent(self, s: kernel_ir.Divergent, scope, loop_vars: set[str]) -> Runner:
+        """Each group's threads run the body: as tasks of their own where it waits on mbarriers."""
+        group_of = self.exprs.compile(s.group, scope)
+        body = self._body(s.body, scope, loop_vars)
+        concurrent = self.tasks is not None and _waits(s.body)
+        count, kernel = s.count, self.kernel.name
+
+        def run(mask: Mask) -> None:
+            group = as_tensor(group_of(mask), dtypes.index)
+            if group.dim() == 0:
+                group = group.expand(mask.active.shape)
+            outside = mask.active & ((group < 0) | (group >= count))
+            if bool(outside.any()):
+                raise SimulationError(f"kernel {kernel}: a thread's group {kernel_ir.format_expr(s.group)} = "
+                                      f"{int(group[outside.nonzero()[0, 0]])} is outside 0..{count - 1}")
+            groups = [m for m in (mask.narrow(group == g) for g in range(count)) if m.any()]
+            if concurrent and len(groups) > 1:
+                self.tasks.fork([(body, m) for m in groups])
+                return
+            for m in groups:
+                body(m)
 
         return run
 

@@ -72,6 +72,7 @@ from lamina.core.ir.kernel_ir.nodes import (
     CpAsyncCommit,
     CpAsyncWait,
     Declare,
+    Divergent,
     For,
     If,
     Kernel,

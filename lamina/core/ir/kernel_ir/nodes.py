@@ -227,6 +227,20 @@ class If:
 
 
 @attrs.frozen
+class Divergent:
+    """``body``, run by each group of the threads that share a value of ``group`` (0 to ``count - 1``)
+    at its own pace: two warpgroups taking turns on mbarriers, say. CUDA runs it as written, once
+    (``group`` being an expression of the thread's index, each thread its own); the simulator, which
+    runs a block's threads in lockstep, runs each group as a task of its own where the body waits on
+    mbarriers, so that the groups may wait for each other. The alternative, an ``If`` with a branch
+    per group, prints the body once per group."""
+
+    group: Expr
+    count: int
+    body: tuple["Stmt", ...] = attrs.field(converter=tuple)
+
+
+@attrs.frozen
 class Barrier:
     """All threads of the block wait here; shared-memory writes before it are visible after it."""
 
@@ -368,7 +382,7 @@ class AtomicAdd:
     value: Expr
 
 
-Stmt = (Declare | Assign | Store | For | If | Barrier | ClusterBarrier | CpAsync | CpAsyncCommit | CpAsyncWait
+Stmt = (Declare | Assign | Store | For | If | Divergent | Barrier | ClusterBarrier | CpAsync | CpAsyncCommit | CpAsyncWait
         | VectorLoad | VectorStore | MmaTf32 | Mma16 | Wgmma | WgmmaFence | WgmmaCommit | WgmmaWait
         | AsyncProxyFence | ThreadFence | AtomicAdd | LetNextKernelLaunch | WaitForPreviousKernel
         | MbarrierInit | MbarrierArrive | MbarrierWait | TmaLoad | TmaStore | TmaStoreCommit | TmaStoreWait

@@ -30,6 +30,7 @@ from lamina.core.ir.kernel_ir.nodes import (
     CpAsyncCommit,
     CpAsyncWait,
     Declare,
+    Divergent,
     For,
     If,
     Kernel,
@@ -93,6 +94,9 @@ def format_body(body, indent: str) -> list[str]:
             if s.orelse:
                 lines.append(f"{indent}else:")
                 lines += format_body(s.orelse, indent + "  ")
+        elif isinstance(s, Divergent):
+            lines.append(f"{indent}each {format_expr(s.group)} of {s.count} at its own pace:")
+            lines += format_body(s.body, indent + "  ")
         elif isinstance(s, Barrier):
             lines.append(f"{indent}barrier")
         elif isinstance(s, ClusterBarrier):

@@ -18,6 +18,7 @@ from lamina.core.ir.kernel_ir.nodes import (
     Assign,
     CpAsync,
     Declare,
+    Divergent,
     For,
     If,
     Kernel,
@@ -39,6 +40,8 @@ def statements(body: tuple[Stmt, ...]) -> Iterator[Stmt]:
         elif isinstance(s, If):
             yield from statements(s.then)
             yield from statements(s.orelse)
+        elif isinstance(s, Divergent):
+            yield from statements(s.body)
 
 
 def expressions(s: Stmt) -> tuple[Expr, ...]:
@@ -52,6 +55,8 @@ def expressions(s: Stmt) -> tuple[Expr, ...]:
         return (s.start, s.stop)
     if isinstance(s, If):
         return (s.cond,)
+    if isinstance(s, Divergent):
+        return (s.group,)
     if isinstance(s, CpAsync):
         return s.dst_index + s.src_index + ((s.predicate,) if s.predicate is not None else ())
     if isinstance(s, (VectorLoad, VectorStore)):
@@ -87,6 +92,8 @@ def map_body(body: tuple[Stmt, ...], expression: Callable[[Expr], Expr],
         elif isinstance(s, If):
             s = attrs.evolve(s, cond=expression(s.cond), then=map_body(s.then, expression, mapping),
                              orelse=map_body(s.orelse, expression, mapping))
+        elif isinstance(s, Divergent):
+            s = attrs.evolve(s, group=expression(s.group), body=map_body(s.body, expression, mapping))
         elif isinstance(s, Declare) and s.init is not None:
             s = attrs.evolve(s, init=expression(s.init))
         elif isinstance(s, Assign):

@@ -46,6 +46,7 @@ from lamina.core.ir.kernel_ir.nodes import (
     Comment,
     CpAsync,
     Declare,
+    Divergent,
     For,
     If,
     Kernel,
@@ -135,6 +136,10 @@ def verify_kernel(k: Kernel, max_threads: int = 1024, max_shared_bytes: int = 48
             elif isinstance(s, If):
                 visit(s.then, scope)
                 visit(s.orelse, scope)
+            elif isinstance(s, Divergent):
+                if s.count < 1:
+                    problems.append(f"divergent groups of {format_expr(s.group)}: {s.count}; at least one")
+                visit(s.body, scope)
             elif isinstance(s, CpAsync):
                 dst, src = arrays.get(s.dst), arrays.get(s.src)
                 if not isinstance(dst, Array) or dst.space != "shared":

@@ -69,8 +69,6 @@ class AttentionWriter:
         self.in_turn = settings.warpgroups == PING_PONG
         # taking turns, the second warpgroup releases a stage last: its first thread refills it
         self.refiller = kernel_ir.WARPGROUP_SIZE if self.in_turn else 0
-        self.writing_for: int | None = None
-        """Taking turns, the warpgroup whose branch is being written."""
         self.block_queries = kernel_ir.WGMMA_M * self.groups
         self.panels = math.ceil(a.depth / PANEL)
         self.key_panels = self.block_keys // PANEL
@@ -348,8 +346,6 @@ class AttentionWriter:
         refill = [kernel_ir.If(ex.op("and", ex.op("eq", self.tid, self.refiller), ex.op("lt", later, self.visible)), [
             kernel_ir.MbarrierWait(self._n("empty"), (self.previous,), (self.kb - 1) // self.stages % 2),
             *self._key_block_loads(later)])]
-        if self.writing_for == 0:
-            refill = []  # the other warpgroup's first thread refills
         return [
             kernel_ir.Declare(self.stage.name, self.stage.dtype, self.kb % self.stages),
             kernel_ir.Declare(self.previous.name, self.previous.dtype, (self.kb + (self.stages - 1)) % self.stages),
@@ -381,29 +377,25 @@ class AttentionWriter:
         """Taking turns, before the warpgroup issues its products: wait until the other has issued
         those of the turn before (turn ``t`` of a warpgroup is the phase of parity ``t % 2`` of its
         turn barrier, which the other completes by arriving, every thread of it, after issuing)."""
-        if self.writing_for is None:
+        if not self.in_turn:
             return []
-        return [kernel_ir.MbarrierWait(self._n("turn"), (ex.const(self.writing_for),), turn % 2)]
+        return [kernel_ir.MbarrierWait(self._n("turn"), (self.warpgroup,), turn % 2)]
 
     def _pass_the_turn(self) -> list[kernel_ir.Stmt]:
         """Taking turns, once the warpgroup has issued its products: the other's turn."""
-        if self.writing_for is None:
+        if not self.in_turn:
             return []
-        return [kernel_ir.MbarrierArrive(self._n("turn"), (ex.const(1 - self.writing_for),))]
+        return [kernel_ir.MbarrierArrive(self._n("turn"), (1 - self.warpgroup,))]
 
     def _walk(self) -> list[kernel_ir.Stmt]:
-        """The key blocks, their products and softmax: in step, or, taking turns, one branch for each
-        warpgroup (the simulator runs the branches of an ``If`` that wait on mbarriers as tasks that
-        wait for each other), the first warpgroup's turn first."""
+        """The key blocks, their products and softmax: in step, or, taking turns, each warpgroup at
+        its own pace (``Divergent``: the simulator runs them as tasks that wait for each other), the
+        second giving the first its first turn."""
+        walk = [*self._first_key_block(), self._key_block_loop(), *self._last_values()]
         if not self.in_turn:
-            return [*self._first_key_block(), self._key_block_loop(), *self._last_values()]
-        branches = []
-        for group in (0, 1):
-            self.writing_for = group
-            start = [kernel_ir.MbarrierArrive(self._n("turn"), (ex.const(0),))] if group == 1 else []
-            branches.append([*start, *self._first_key_block(), self._key_block_loop(), *self._last_values()])
-        self.writing_for = None
-        return [kernel_ir.If(ex.op("eq", self.warpgroup, 0), branches[0], branches[1])]
+            return walk
+        start = kernel_ir.If(ex.op("eq", self.warpgroup, 1), [kernel_ir.MbarrierArrive(self._n("turn"), (ex.const(0),))])
+        return [kernel_ir.Divergent(self.warpgroup, self.groups, [start, *walk])]
 
     def _key_block_loop(self) -> kernel_ir.For:
         return kernel_ir.For(self.kb.name, ex.const(1), ex.const(self.all_key_blocks), 1,
