@@ -109,7 +109,7 @@ __all__ = [
     "MbarrierArrive", "MbarrierInit", "MbarrierWait", "TMA_STATEMENTS", "TensorMap", "TmaLoad", "TmaStore",
     "TmaStoreCommit", "TmaStoreWait", "Wgmma", "register_dtype", "wgmma_k",
     "Array", "Assign", "AsyncProxyFence", "AtomicAdd", "Barrier", "ClusterBarrier", "ClusterLoad", "Comment",
-    "CpAsync", "CpAsyncCommit", "CpAsyncWait", "Declare", "For", "If", "Kernel", "Launch", "LetNextKernelLaunch",
+    "CpAsync", "CpAsyncCommit", "CpAsyncWait", "Declare", "Divergent", "For", "If", "Kernel", "Launch", "LetNextKernelLaunch",
     "Load", "Mma16", "MmaTf32", "PackedPair", "Param", "Program", "ShuffleXor", "Special", "Stmt", "Store", "Tf32",
     "ThreadFence", "VectorLoad", "VectorStore", "WaitForPreviousKernel", "WgmmaCommit", "WgmmaFence", "WgmmaTf32",
     "WgmmaWait",
