@@ -1,7 +1,8 @@
 """Capture a PyTorch program as Torch IR with ``torch.export``.
 
 The program (an ``nn.Module`` or a plain function) is exported for the shapes and
-dtypes of the example inputs, lowered to core ATen, and written as a
+dtypes of the example inputs, lowered to core ATen (node by node where that is all it needs,
+``core_aten``, else by tracing it again), and written as a
 ``torch_ir.Graph``: one node per op, with its shape, dtype and the user's source line.
 Module state (parameters and persistent buffers) becomes graph inputs, passed at run
 time rather than folded into the program: each call reads them from the module by
@@ -51,6 +52,7 @@ from lamina.core.ir.sizes import Size
 from lamina.frontends.torch.call_binding import (
     Argument, CapturedTensors, Computed, FoldedFrom, Path, Source, State, View, lookup, view_chain,
 )
+from lamina.frontends.torch.core_aten import rewritten
 from lamina.frontends.torch.containers import (
     flatten_call, register_library_containers, returning_leaves, sorted_keywords,
 )
@@ -208,7 +210,7 @@ def capture(program: Callable | torch.nn.Module, example_inputs: Sequence[Any],
         exported = _export(module, example_inputs, example_kwargs, dynamic_shapes)
     try:
         with _quiet():
-            exported = exported.run_decompositions(table)
+            exported = rewritten(exported, table, frozenset(keep)) or exported.run_decompositions(table)
     except Exception as error:
         raise LaminaError(f"lowering the exported program to core ATen failed: {_reason(error)}") from error
     with naming(exported.graph_module) as names:

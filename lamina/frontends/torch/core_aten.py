@@ -1,0 +1,179 @@
+"""Lower an exported program to core ATen node by node, where that is all it needs.
+
+``torch.export`` gives a graph of ATen ops as the program called them (``reshape``,
+``transpose``, ``to``); ``ExportedProgram.run_decompositions`` lowers it to core ATen by tracing the
+whole program again, which takes as long as the export itself (a 22-layer model: seconds). A
+model's graph mostly holds core ops already, and the few others each lower to one or two core
+ops that their own node determines: ``rewritten`` writes those in place and returns None for a
+graph that holds anything else (an op that only a trace can lower, such as ``matmul``, or a
+mutation to functionalize), which the caller then lowers by ``run_decompositions``. Both give the
+same program; the rewritten one keeps the export's node names.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Callable, Mapping
+
+import torch
+from torch.export import ExportedProgram
+from torch.fx.operator_schemas import normalize_function
+from torch.export.graph_signature import ExportGraphSignature, OutputSpec, TensorArgument
+
+aten = torch.ops.aten
+
+
+def rewritten(exported: ExportedProgram, table: Mapping, keep: frozenset[str]) -> ExportedProgram | None:
+    """``exported`` in core ATen, its ops outside ``keep`` decomposed as ``table`` would (its graph
+    rewritten in place), or None where some op needs a trace to lower (``exported`` untouched)."""
+    module, graph = exported.graph_module, exported.graph
+    calls = [node for node in graph.nodes if node.op == "call_function"]
+    if not all(_lowerable(node) if node.target in _LOWERINGS else _settled(node.target, table, keep)
+               for node in calls):
+        return None
+    with _fake_mode_of(graph):
+        for node in calls:
+            if node.target in _LOWERINGS:
+                _LOWERINGS[node.target](graph, node)
+    graph.eliminate_dead_code()
+    module.recompile()
+    return _with_graph(exported, module)
+
+
+def _settled(op, table: Mapping, keep: frozenset[str]) -> bool:
+    """Whether ``op`` stays as it is through ``run_decompositions``."""
+    if not isinstance(op, torch._ops.OpOverload):
+        return op is operator.getitem
+    if str(op) in keep:
+        return True
+    if op in table or op._schema.is_mutable:
+        return False
+    return not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
+
+
+def _lowerable(node: torch.fx.Node) -> bool:
+    """Whether the rewrite of ``node``'s op covers this call: not a ``to`` into another memory
+    format, not a dropout in training."""
+    options = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True).kwargs
+    if node.target in (aten.to.dtype, aten.to.device, aten.to.dtype_layout):
+        return options.get("memory_format") in (None, torch.preserve_format)
+    return node.target is not aten.dropout.default or not options.get("train")
+
+
+def _fake_mode_of(graph: torch.fx.Graph):
+    """The fake mode of the graph's values, under which the rewrites compute new nodes' values."""
+    values = [node.meta["val"] for node in graph.nodes if isinstance(node.meta.get("val"), torch.Tensor)]
+    mode = torch._guards.detect_fake_mode(values)
+    return mode if mode is not None else torch._subclasses.FakeTensorMode()
+
+
+def _with_graph(exported: ExportedProgram, module: torch.fx.GraphModule) -> ExportedProgram:
+    """``exported`` with ``module``'s graph: its outputs' names taken from the new output node."""
+    (returned,) = [node for node in module.graph.nodes if node.op == "output"]
+    specs = []
+    for spec, value in zip(exported.graph_signature.output_specs, returned.args[0]):
+        if isinstance(spec.arg, TensorArgument) and isinstance(value, torch.fx.Node):
+            spec = OutputSpec(spec.kind, TensorArgument(value.name), spec.target)
+        specs.append(spec)
+    signature = ExportGraphSignature(exported.graph_signature.input_specs, specs)
+    return ExportedProgram(root=module, graph=module.graph, graph_signature=signature,
+                           state_dict=exported.state_dict, range_constraints=exported.range_constraints,
+                           module_call_graph=exported.module_call_graph, example_inputs=exported.example_inputs,
+                           constants=exported.constants, verifiers=exported.verifiers)
+
+
+# --- the rewrites: each changes its node in place (keeping its name and value) or drops it ----------
+
+
+def _becomes(node: torch.fx.Node, target, args: tuple, kwargs: dict | None = None) -> None:
+    node.target, node.args, node.kwargs = target, args, kwargs or {}
+
+
+def _dropped_for(graph: torch.fx.Graph, node: torch.fx.Node, source: torch.fx.Node) -> None:
+    node.replace_all_uses_with(source)
+    graph.erase_node(node)
+
+
+def _value(arg):
+    return arg.meta["val"] if isinstance(arg, torch.fx.Node) else arg
+
+
+def _to(graph: torch.fx.Graph, node: torch.fx.Node):
+    """``to`` of a dtype, a device or both: the input itself where nothing changes, else ``_to_copy``."""
+    source, out = node.args[0], node.meta["val"]
+    value = source.meta["val"]
+    options = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True).kwargs
+    if out.dtype == value.dtype and out.device == value.device and not options.get("copy"):
+        return _dropped_for(graph, node, source)
+    kwargs = {"dtype": out.dtype} if out.dtype != value.dtype else {}
+    if out.device != value.device:
+        kwargs["device"] = out.device
+    _becomes(node, aten._to_copy.default, (source,), kwargs)
+
+
+def _reshape(graph: torch.fx.Graph, node: torch.fx.Node):
+    """A view where the strides allow one, else a contiguous copy viewed, as ATen's ``reshape``."""
+    source, shape = node.args[0], node.args[1]
+    try:
+        source.meta["val"].view([_value(size) for size in shape])
+    except (RuntimeError, ValueError):  # strides no view can take
+        with graph.inserting_before(node):
+            contiguous = graph.call_function(aten.clone.default, (source,),
+                                             {"memory_format": torch.contiguous_format})
+        contiguous.meta = {**node.meta, "val": source.meta["val"].clone(memory_format=torch.contiguous_format)}
+        source = contiguous
+    _becomes(node, aten.view.default, (source, shape))
+
+
+def _transpose(graph: torch.fx.Graph, node: torch.fx.Node):
+    source, first, second = node.args
+    rank = source.meta["val"].dim()
+    order = list(range(rank))
+    first, second = first % max(rank, 1), second % max(rank, 1)
+    order[first], order[second] = order[second], order[first]
+    _becomes(node, aten.permute.default, (source, order))
+
+
+def _same_as_input(graph: torch.fx.Graph, node: torch.fx.Node):
+    return _dropped_for(graph, node, node.args[0])
+
+
+def _renamed(target) -> Callable:
+    def rewrite(graph: torch.fx.Graph, node: torch.fx.Node):
+        _becomes(node, target, node.args, node.kwargs)
+    return rewrite
+
+
+def _arange(graph: torch.fx.Graph, node: torch.fx.Node):
+    start, end = (0, node.args[0]) if node.target is aten.arange.default else node.args[:2]
+    _becomes(node, aten.arange.start_step, (start, end), {"layout": torch.strided, **node.kwargs})
+
+
+def _filled(one: bool) -> Callable:
+    """``new_ones`` / ``new_zeros`` as ``full`` of their value."""
+    def rewrite(graph: torch.fx.Graph, node: torch.fx.Node):
+        out = node.meta["val"]
+        fill = one if out.dtype == torch.bool else int(one)
+        _becomes(node, aten.full.default, (node.args[1], fill),
+                 {"dtype": out.dtype, "layout": torch.strided, "device": out.device, "pin_memory": False})
+    return rewrite
+
+
+def _dropout(graph: torch.fx.Graph, node: torch.fx.Node):
+    """Dropout outside training is its input."""
+    _dropped_for(graph, node, node.args[0])
+
+
+_LOWERINGS: dict = {
+    aten.to.dtype: _to, aten.to.device: _to, aten.to.dtype_layout: _to,
+    aten.reshape.default: _reshape,
+    aten.transpose.int: _transpose,
+    aten.detach_.default: _same_as_input, aten.detach.default: _same_as_input,
+    aten.lift_fresh_copy.default: _renamed(aten.clone.default),
+    aten.__and__.Tensor: _renamed(aten.bitwise_and.Tensor), aten.__or__.Tensor: _renamed(aten.bitwise_or.Tensor),
+    aten.__xor__.Tensor: _renamed(aten.bitwise_xor.Tensor),
+    aten.arange.default: _arange, aten.arange.start: _arange,
+    aten.new_ones.default: _filled(True), aten.new_zeros.default: _filled(False),
+    aten.dropout.default: _dropout,
+}
+"""How each op that ``run_decompositions`` would lower is lowered here."""

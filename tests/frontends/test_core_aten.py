@@ -1,0 +1,83 @@
+"""The exported program lowered to core ATen node by node (``core_aten``), where it needs no trace:
+the same Torch IR as ``run_decompositions`` gives, and ``run_decompositions`` where it does."""
+
+from __future__ import annotations
+
+import collections
+import sys
+
+import pytest
+import torch
+from torch.export import ExportedProgram
+
+import lamina
+from lamina.frontends.torch import capture
+from lamina.models.architectures import architecture, build, example_inputs
+
+capture_module = sys.modules["lamina.frontends.torch.capture"]
+
+
+def captured_both_ways(monkeypatch, program, inputs, kwargs=None):
+    """The Torch IR of ``program`` lowered node by node and by ``run_decompositions``, and whether
+    the first needed ``run_decompositions``."""
+    traced = []
+    original = ExportedProgram.run_decompositions
+
+    def counted(self, *args, **kw):
+        traced.append(True)
+        return original(self, *args, **kw)
+
+    monkeypatch.setattr(ExportedProgram, "run_decompositions", counted)
+    fast = capture(program, inputs, example_kwargs=kwargs)
+    needed_trace = bool(traced)
+    monkeypatch.setattr(capture_module, "rewritten", lambda *args: None)
+    slow = capture(program, inputs, example_kwargs=kwargs)
+    return fast.graph, slow.graph, needed_trace
+
+
+def ops(graph) -> collections.Counter:
+    return collections.Counter(node.target for node in graph.nodes)
+
+
+def views_and_casts(x, y):
+    """Every op the node-by-node lowering writes: ``reshape`` of a transposed tensor (a copy, then a
+    view) and of a contiguous one (a view), ``to`` that changes the dtype and one that does not,
+    ``new_ones``, ``&``, ``arange``, a constant tensor and ``detach`` (which fold into an input)."""
+    flipped = x.transpose(0, 1).reshape(-1)
+    flat = y.reshape(2, -1)
+    mask = x.new_ones((), dtype=torch.bool) & (x > 0).to(torch.bool)
+    steps = torch.arange(x.shape[1]).to(x.dtype) + torch.tensor(0.5, dtype=x.dtype).detach()
+    return flipped.to(torch.float64).to(torch.float32), flat, torch.where(mask, x, steps)
+
+
+def test_each_rewrite_gives_the_ops_the_trace_gives(monkeypatch):
+    fast, slow, needed_trace = captured_both_ways(monkeypatch, views_and_casts, (torch.randn(5, 7), torch.randn(6, 4)))
+    assert not needed_trace
+    assert ops(fast) == ops(slow)
+    assert ops(fast)["aten.clone.default"] == 1  # the transposed tensor's copy (the steps are folded)
+    assert "aten.permute.default" in ops(fast) and "aten.transpose.int" not in ops(fast)
+
+
+def test_rewritten_programs_match_eager():
+    x, y = torch.randn(5, 7), torch.randn(6, 4)
+    compiled = lamina.compile(views_and_casts, (x, y))
+    for got, want in zip(compiled(x, y), views_and_casts(x, y)):
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2"])
+def test_decoder_models_need_no_trace_and_give_the_same_ops(monkeypatch, name):
+    arch = architecture(name)
+    model = build(arch, size="small", layers=1)
+    inputs = example_inputs(arch, model)
+    fast, slow, needed_trace = captured_both_ways(monkeypatch, model, (), inputs)
+    assert not needed_trace
+    assert ops(fast) == ops(slow)
+
+
+def test_an_op_only_a_trace_lowers_takes_the_trace(monkeypatch):
+    """``matmul`` becomes ``mm`` or ``bmm`` by the shapes it meets: ``run_decompositions`` lowers it."""
+    fast, slow, needed_trace = captured_both_ways(monkeypatch, lambda a, b: torch.matmul(a, b).reshape(-1),
+                                                  (torch.randn(3, 4), torch.randn(4, 5)))
+    assert needed_trace
+    assert ops(fast) == ops(slow) and "aten.mm.default" in ops(fast)
