@@ -53,10 +53,13 @@ def _settled(op, table: Mapping, keep: frozenset[str]) -> bool:
 
 def _lowerable(node: torch.fx.Node) -> bool:
     """Whether the rewrite of ``node``'s op covers this call: not a ``to`` into another memory
-    format, not a dropout in training."""
+    format, not a dropout in training, not a split of a length known only at run time."""
     options = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True).kwargs
     if node.target in (aten.to.dtype, aten.to.device, aten.to.dtype_layout):
         return options.get("memory_format") in (None, torch.preserve_format)
+    if node.target in (aten.split.Tensor, aten.chunk.default):
+        extent = _value(node.args[0]).shape[options["dim"]]
+        return isinstance(extent, int) and isinstance(node.args[1], int) and node.args[1] > 0
     return node.target is not aten.dropout.default or not options.get("train")
 
 
@@ -159,9 +162,45 @@ def _filled(one: bool) -> Callable:
     return rewrite
 
 
+def _type_as(graph: torch.fx.Graph, node: torch.fx.Node):
+    """``x.type_as(y)``: ``x`` where the dtypes agree, else ``_to_copy`` to ``y``'s."""
+    source = node.args[0]
+    if source.meta["val"].dtype == node.meta["val"].dtype:
+        return _dropped_for(graph, node, source)
+    _becomes(node, aten._to_copy.default, (source,), {"dtype": node.meta["val"].dtype})
+
+
+def _contiguous(graph: torch.fx.Graph, node: torch.fx.Node):
+    """The input where it is contiguous, else a contiguous copy."""
+    source = node.args[0]
+    if source.meta["val"].is_contiguous():
+        return _dropped_for(graph, node, source)
+    _becomes(node, aten.clone.default, (source,), {"memory_format": torch.contiguous_format})
+
+
+def _layer_norm(graph: torch.fx.Graph, node: torch.fx.Node):
+    """``native_layer_norm``'s first result."""
+    options = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True).kwargs
+    args = (options["input"], options["normalized_shape"], options.get("weight"), options.get("bias"),
+            options.get("eps", 1e-5))
+    with graph.inserting_before(node):
+        norm = graph.call_function(aten.native_layer_norm.default, args)
+    norm.meta = {**node.meta, "val": aten.native_layer_norm.default(*map(_value, args))}
+    _becomes(node, operator.getitem, (norm, 0))
+
+
+def _split(graph: torch.fx.Graph, node: torch.fx.Node):
+    """``split`` into pieces of one size, and ``chunk``, as ``split_with_sizes``."""
+    source, parts, dim = node.args[0], node.args[1], node.args[2] if len(node.args) > 2 else 0
+    extent = source.meta["val"].shape[dim]
+    size = -(-extent // parts) if node.target is aten.chunk.default else parts
+    sizes = [min(size, extent - start) for start in range(0, extent, size)] if size else [0]
+    _becomes(node, aten.split_with_sizes.default, (source, sizes, dim))
+
+
 def _dropout(graph: torch.fx.Graph, node: torch.fx.Node):
-    """Dropout outside training is its input."""
-    _dropped_for(graph, node, node.args[0])
+    """Dropout outside training is a copy of its input, as ATen's decomposition writes it."""
+    _becomes(node, aten.clone.default, (node.args[0],))
 
 
 _LOWERINGS: dict = {
@@ -175,5 +214,7 @@ _LOWERINGS: dict = {
     aten.arange.default: _arange, aten.arange.start: _arange,
     aten.new_ones.default: _filled(True), aten.new_zeros.default: _filled(False),
     aten.dropout.default: _dropout,
+    aten.type_as.default: _type_as, aten.contiguous.default: _contiguous, aten.layer_norm.default: _layer_norm,
+    aten.split.Tensor: _split, aten.chunk.default: _split,
 }
 """How each op that ``run_decompositions`` would lower is lowered here."""
