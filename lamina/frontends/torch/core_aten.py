@@ -28,13 +28,14 @@ def rewritten(exported: ExportedProgram, table: Mapping, keep: frozenset[str]) -
     rewritten in place), or None where some op needs a trace to lower (``exported`` untouched)."""
     module, graph = exported.graph_module, exported.graph
     calls = [node for node in graph.nodes if node.op == "call_function"]
-    if not all(_lowerable(node) if node.target in _LOWERINGS else _settled(node.target, table, keep)
-               for node in calls):
+    lowered = [node for node in calls if node.target in _LOWERINGS and str(node.target) not in keep]
+    chosen = set(lowered)
+    others = [node for node in calls if node not in chosen]
+    if not all(map(_lowerable, lowered)) or not all(_settled(node.target, table, keep) for node in others):
         return None
     with _fake_mode_of(graph):
-        for node in calls:
-            if node.target in _LOWERINGS:
-                _LOWERINGS[node.target](graph, node)
+        for node in lowered:
+            _LOWERINGS[node.target](graph, node)
     graph.eliminate_dead_code()
     module.recompile()
     return _with_graph(exported, module)
