@@ -39,7 +39,7 @@ def test_the_keys_are_read_in_place_and_both_products_run_on_it():
     loop = compiled.ir("loop")
     assert "kernel scaled_dot_product_attention_sum(qkv: bf16[1, 80, 576])" in loop  # queries and keys in place
     copies = [line.strip() for line in loop.splitlines() if line.strip().startswith("buffer") and "k_major" in line]
-    assert copies == ["buffer permute_2_k_major: bf16[3, 64, 80]"]  # the values, per head, the positions last
+    assert copies == ["buffer transpose_2_k_major: bf16[3, 64, 80]"]  # the values, per head, the positions last
     out, values = compiled(qkv)
     expected = attention(qkv.double())
     assert torch.equal(values, attention(qkv)[1])
