@@ -7,7 +7,7 @@ model's graph mostly holds core ops already, and the few others each lower to on
 ops that their own node determines: ``rewritten`` writes those in place and returns None for a
 graph that holds anything else (an op that only a trace can lower, such as ``matmul``, or a
 mutation to functionalize), which the caller then lowers by ``run_decompositions``. Both give the
-same program; the rewritten one keeps the export's node names.
+same ops (the tests compare them model by model); the rewritten graph keeps the export's node names.
 """
 
 from __future__ import annotations
@@ -54,10 +54,17 @@ def _settled(op, table: Mapping, keep: frozenset[str]) -> bool:
 
 def _lowerable(node: torch.fx.Node) -> bool:
     """Whether the rewrite of ``node``'s op covers this call: not a ``to`` into another memory
-    format, not a dropout in training, not a split of a length known only at run time."""
+    format, not a dropout or batch norm in training, not a convolution padded by a word, not a split
+    of a length known only at run time, not an adaptive pool to more than one element a channel."""
     options = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True).kwargs
     if node.target in (aten.to.dtype, aten.to.device, aten.to.dtype_layout):
         return options.get("memory_format") in (None, torch.preserve_format)
+    if node.target in (aten.conv1d.default, aten.conv2d.default):
+        return not isinstance(options.get("padding"), str)
+    if node.target is aten.adaptive_avg_pool2d.default:
+        return all(size == 1 for size in options["output_size"])
+    if node.target is aten.batch_norm.default:
+        return not options.get("training")
     if node.target in (aten.split.Tensor, aten.chunk.default):
         extent = _value(node.args[0]).shape[options["dim"]]
         return isinstance(extent, int) and isinstance(node.args[1], int) and node.args[1] > 0
@@ -86,7 +93,8 @@ def _with_graph(exported: ExportedProgram, module: torch.fx.GraphModule) -> Expo
                            constants=exported.constants, verifiers=exported.verifiers)
 
 
-# --- the rewrites: each changes its node in place (keeping its name and value) or drops it ----------
+# --- the rewrites: each changes its node in place (keeping its name and value), with a node before
+# --- it where ATen's lowering takes two, or drops it for its input -----------------------------------
 
 
 def _becomes(node: torch.fx.Node, target, args: tuple, kwargs: dict | None = None) -> None:
@@ -116,8 +124,10 @@ def _to(graph: torch.fx.Graph, node: torch.fx.Node):
 
 
 def _reshape(graph: torch.fx.Graph, node: torch.fx.Node):
-    """A view where the strides allow one, else a contiguous copy viewed, as ATen's ``reshape``."""
-    source, shape = node.args[0], node.args[1]
+    """A view where the strides allow one, else a contiguous copy viewed, as ATen's ``reshape``
+    (and ``flatten``, a reshape to its output's shape)."""
+    source = node.args[0]
+    shape = node.args[1] if node.target is aten.reshape.default else list(node.meta["val"].shape)
     try:
         source.meta["val"].view([_value(size) for size in shape])
     except (RuntimeError, ValueError):  # strides no view can take
@@ -199,6 +209,33 @@ def _split(graph: torch.fx.Graph, node: torch.fx.Node):
     _becomes(node, aten.split_with_sizes.default, (source, sizes, dim))
 
 
+def _first_result(target, arguments: Callable) -> Callable:
+    """An op that ATen lowers to the first result of ``target`` (``arguments`` maps the call's
+    arguments, by name, to ``target``'s)."""
+    def rewrite(graph: torch.fx.Graph, node: torch.fx.Node):
+        options = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True).kwargs
+        args = arguments(options)
+        with graph.inserting_before(node):
+            whole = graph.call_function(target, args)
+        whole.meta = {**node.meta, "val": target(*map(_value, args))}
+        _becomes(node, operator.getitem, (whole, 0))
+    return rewrite
+
+
+def _convolution(graph: torch.fx.Graph, node: torch.fx.Node):
+    options = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True).kwargs
+    dims = node.meta["val"].dim() - 2
+    _becomes(node, aten.convolution.default, (
+        options["input"], options["weight"], options.get("bias"), list(options.get("stride", [1] * dims)),
+        list(options.get("padding", [0] * dims)), list(options.get("dilation", [1] * dims)), False, [0] * dims,
+        options.get("groups", 1)))
+
+
+def _global_average(graph: torch.fx.Graph, node: torch.fx.Node):
+    """An adaptive average pool to one element a channel: the mean over the last two dimensions."""
+    _becomes(node, aten.mean.dim, (node.args[0], [-1, -2], True))
+
+
 def _dropout(graph: torch.fx.Graph, node: torch.fx.Node):
     """Dropout outside training is a copy of its input, as ATen's decomposition writes it."""
     _becomes(node, aten.clone.default, (node.args[0],))
@@ -217,5 +254,12 @@ _LOWERINGS: dict = {
     aten.dropout.default: _dropout,
     aten.type_as.default: _type_as, aten.contiguous.default: _contiguous, aten.layer_norm.default: _layer_norm,
     aten.split.Tensor: _split, aten.chunk.default: _split,
+    aten.flatten.using_ints: _reshape, aten.adaptive_avg_pool2d.default: _global_average,
+    aten.conv1d.default: _convolution, aten.conv2d.default: _convolution,
+    aten.batch_norm.default: _first_result(aten._native_batch_norm_legit_no_training.default, lambda o: (
+        o["input"], o.get("weight"), o.get("bias"), o["running_mean"], o["running_var"], o["momentum"], o["eps"])),
+    aten.max_pool2d.default: _first_result(aten.max_pool2d_with_indices.default, lambda o: (
+        o["input"], o["kernel_size"], o.get("stride", []), o.get("padding", [0, 0]), o.get("dilation", [1, 1]),
+        o.get("ceil_mode", False))),
 }
 """How each op that ``run_decompositions`` would lower is lowered here."""
