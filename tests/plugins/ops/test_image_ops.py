@@ -89,7 +89,7 @@ def test_a_small_cnn_matches_eager_pytorch_in_float64(side):
 @pytest.mark.parametrize("side", SIDES)
 def test_the_cnns_convolutions_are_contractions(side):
     found = schedules(compiled_cnn(side))
-    convolutions = [name for name in found if name.startswith("convolution")]
+    convolutions = [name for name in found if name.startswith("conv")]
     assert len(convolutions) == 2, found
     assert all(found[name] == "contraction" for name in convolutions), found
 
