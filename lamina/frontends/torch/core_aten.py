@@ -1,13 +1,16 @@
-"""Lower an exported program to core ATen node by node, where that is all it needs.
+"""Lower an exported program to core ATen node by node.
 
 ``torch.export`` gives a graph of ATen ops as the program called them (``reshape``,
-``transpose``, ``to``); ``ExportedProgram.run_decompositions`` lowers it to core ATen by tracing the
-whole program again, which takes as long as the export itself (a 22-layer model: seconds). A
-model's graph mostly holds core ops already, and the few others each lower to one or two core
-ops that their own node determines: ``rewritten`` writes those in place and returns None for a
-graph that holds anything else (an op that only a trace can lower, such as ``matmul``, or a
-mutation to functionalize), which the caller then lowers by ``run_decompositions``. Both give the
-same ops (the tests compare them model by model); the rewritten graph keeps the export's node names.
+``transpose``, ``to``, ``matmul``); ``ExportedProgram.run_decompositions`` lowers it to core ATen by
+tracing the whole program again, which takes as long as the export itself (a 22-layer model:
+seconds). Most of a model's nodes are core ops already. ``rewritten`` lowers the others one by one:
+the common ones by rules that their own node determines (``_LOWERINGS``), any other functional op
+of known sizes by tracing that op alone through the same decompositions (``matmul``, which its
+shapes lower to ``mm`` or ``bmm``), and an ``autocast(enabled=False)`` block by writing its ops in
+its place. It returns None for a graph that needs the whole trace (an op that writes in place,
+which only a trace of the program functionalizes; an op of sizes known only at run time), which
+the caller then lowers by ``run_decompositions``. Both give the same ops (the tests compare them
+model by model); the rewritten graph keeps the export's node names.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Callable, Mapping
 
 import torch
 from torch.export import ExportedProgram
+from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.operator_schemas import normalize_function
 from torch.export.graph_signature import ExportGraphSignature, OutputSpec, TensorArgument
 
@@ -27,18 +31,87 @@ def rewritten(exported: ExportedProgram, table: Mapping, keep: frozenset[str]) -
     """``exported`` in core ATen, its ops outside ``keep`` decomposed as ``table`` would (its graph
     rewritten in place), or None where some op needs a trace to lower (``exported`` untouched)."""
     module, graph = exported.graph_module, exported.graph
+    _inline_disabled_autocast(module)
     calls = [node for node in graph.nodes if node.op == "call_function"]
     lowered = [node for node in calls if node.target in _LOWERINGS and str(node.target) not in keep]
     chosen = set(lowered)
     others = [node for node in calls if node not in chosen]
-    if not all(map(_lowerable, lowered)) or not all(_settled(node.target, table, keep) for node in others):
+    traced = [node for node in others if not _settled(node.target, table, keep)]
+    if not all(map(_lowerable, lowered)) or not all(map(_traceable, traced)):
         return None
     with _fake_mode_of(graph):
         for node in lowered:
             _LOWERINGS[node.target](graph, node)
+        for node in traced:
+            _traced_in_place(graph, node, table)
     graph.eliminate_dead_code()
     module.recompile()
     return _with_graph(exported, module)
+
+
+def _inline_disabled_autocast(module: torch.fx.GraphModule) -> None:
+    """Each ``torch.autocast(enabled=False)`` block of the graph (export keeps it as a
+    ``wrap_with_autocast`` call of a submodule) written in its place: outside any autocast, as the
+    graph's top level is, it changes nothing."""
+    graph = module.graph
+    for node in list(graph.nodes):
+        if not (node.op == "call_function" and node.target is _WRAP_WITH_AUTOCAST and node.args[2] is False):
+            continue
+        holder = node.args[4]
+        body = getattr(module, holder.target)
+        inputs = [n for n in body.graph.nodes if n.op == "placeholder"]
+        with graph.inserting_before(node):
+            results = graph.graph_copy(body.graph, dict(zip(inputs, node.args[5:])))
+        results = results if isinstance(results, (tuple, list)) else (results,)
+        for user in list(node.users):
+            user.replace_all_uses_with(results[user.args[1]])
+            graph.erase_node(user)
+        graph.erase_node(node)
+        if not holder.users:
+            graph.erase_node(holder)
+            delattr(module, holder.target)
+
+
+_WRAP_WITH_AUTOCAST = getattr(torch.ops.higher_order, "wrap_with_autocast", None)
+
+
+def _traceable(node: torch.fx.Node) -> bool:
+    """Whether ``_traced_in_place`` can lower ``node``: a functional ATen op of one tensor result,
+    whose tensor arguments' sizes are known (its other arguments are constants)."""
+    if not isinstance(node.target, torch._ops.OpOverload) or node.target._schema.is_mutable:
+        return False
+    leaves = torch.utils._pytree.tree_leaves((node.args, node.kwargs))
+    return _static_tensor(node) and all(map(_static_tensor, (leaf for leaf in leaves if isinstance(leaf, torch.fx.Node))))
+
+
+def _static_tensor(node: torch.fx.Node) -> bool:
+    value = node.meta.get("val")
+    return isinstance(value, torch.Tensor) and all(isinstance(size, int) for size in value.shape)
+
+
+def _traced_in_place(graph: torch.fx.Graph, node: torch.fx.Node, table: Mapping) -> None:
+    """``node`` replaced by the core ops that its decomposition traces to on its inputs' values:
+    what ``run_decompositions`` does for the whole program, for this one node."""
+    leaves, spec = torch.utils._pytree.tree_flatten((node.args, node.kwargs))
+    tensors = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.fx.Node)]
+
+    def call(*values):
+        filled = list(leaves)
+        for i, value in zip(tensors, values):
+            filled[i] = value
+        args, kwargs = torch.utils._pytree.tree_unflatten(filled, spec)
+        return node.target(*args, **kwargs)
+
+    piece = make_fx(call, decomposition_table=table)(*(leaves[i].meta["val"] for i in tensors))
+    placeholders = [n for n in piece.graph.nodes if n.op == "placeholder"]
+    copied = {p: leaves[i] for p, i in zip(placeholders, tensors)}
+    with graph.inserting_before(node):
+        result = graph.graph_copy(piece.graph, copied)
+    for old, new in copied.items():
+        if old.op != "placeholder":
+            new.meta.update({key: node.meta[key] for key in ("stack_trace", "nn_module_stack") if key in node.meta})
+    node.replace_all_uses_with(result)
+    graph.erase_node(node)
 
 
 def _settled(op, table: Mapping, keep: frozenset[str]) -> bool:
