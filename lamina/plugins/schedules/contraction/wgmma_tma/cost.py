@@ -38,12 +38,6 @@ TILE_EFFICIENCY = {
 warpgroups), fitted to the H200 (``experiments/wgmma_tma_tiles/``); other column counts are
 interpolated (``tile_efficiency``)."""
 STAGE_EFFICIENCY = {2: 0.6, 3: 0.85, 4: 1.0, 5: 0.97}
-FULL_STAGE_BYTES = 48 * 1024
-"""A stage this large (a 128 x 256 block's k-tile of 16-bit operands) keeps enough in flight with
-three stages as with four: there three count as four (``deep_enough``). That leaves room for the
-outputs' shared tile, which the TMA stores, and is what made TinyLlama's and Qwen2.5's LM heads
-and 2 048-row o projections and Qwen2.5's gated MLP 3 to 18 % faster on an H100
-(``experiments/lm_head_tiles/``)."""
 BLOCK_US = 1.5
 """A block's fixed cost, in microseconds."""
 LATE_READ_US = 0.09
@@ -103,13 +97,6 @@ def useful_stages(stages: int, k_tiles: int) -> int:
     return max(2, min(stages, k_tiles))
 
 
-def stage_efficiency(stages: int, stage_bytes: int) -> float:
-    """``STAGE_EFFICIENCY`` of a ring of ``stages`` stages of ``stage_bytes`` each."""
-    if stages == 3 and stage_bytes >= FULL_STAGE_BYTES:
-        stages = 4
-    return STAGE_EFFICIENCY[min(stages, max(STAGE_EFFICIENCY))]
-
-
 def resident(c: Contraction, choices: Choices, target: Target) -> int:
     """Blocks one SM holds at once, by threads, registers and shared memory."""
     threads = setting.threads(choices)
@@ -129,7 +116,7 @@ def compute_and_memory_us(c: Contraction, choices: Choices, target: Target) -> t
     k_tiles = cluster_slices.k_tiles_per_slice(c.reduce_extent, sliced)
     columns = setting.summed_columns(c, choices)
     efficiency = (tile_efficiency(choices.block_m, columns, choices.consumer_warpgroups)
-                  * stage_efficiency(useful_stages(choices.stages, k_tiles), setting.stage_bytes(c, choices)))
+                  * STAGE_EFFICIENCY[min(useful_stages(choices.stages, k_tiles), max(STAGE_EFFICIENCY))])
     sm_flops_per_us = (target.bf16_tensor_flops_per_us / target.sm_count * efficiency
                        * light_load_speedup(min(blocks, target.sm_count), target.sm_count))
     k_tile_us = 2 * choices.block_m * columns * choices.block_k / sm_flops_per_us
