@@ -29,7 +29,8 @@ aten = torch.ops.aten
 
 def rewritten(exported: ExportedProgram, table: Mapping, keep: frozenset[str]) -> ExportedProgram | None:
     """``exported`` in core ATen, its ops outside ``keep`` decomposed as ``table`` would (its graph
-    rewritten in place), or None where some op needs a trace to lower (``exported`` untouched)."""
+    rewritten in place), or None where some op needs the whole trace (``exported`` then untouched
+    but for its disabled autocast blocks written in place, which changes nothing)."""
     module, graph = exported.graph_module, exported.graph
     _inline_disabled_autocast(module)
     calls = [node for node in graph.nodes if node.op == "call_function"]
@@ -40,10 +41,13 @@ def rewritten(exported: ExportedProgram, table: Mapping, keep: frozenset[str]) -
     if not all(map(_lowerable, lowered)) or not all(map(_traceable, traced)):
         return None
     with _fake_mode_of(graph):
+        pieces = [_trace_alone(node, table) for node in traced]
+        if any(_writes_in_place(piece) for piece in pieces):
+            return None
         for node in lowered:
             _LOWERINGS[node.target](graph, node)
-        for node in traced:
-            _traced_in_place(graph, node, table)
+        for node, piece in zip(traced, pieces):
+            _spliced(graph, node, piece)
     graph.eliminate_dead_code()
     module.recompile()
     return _with_graph(exported, module)
@@ -76,12 +80,13 @@ _WRAP_WITH_AUTOCAST = getattr(torch.ops.higher_order, "wrap_with_autocast", None
 
 
 def _traceable(node: torch.fx.Node) -> bool:
-    """Whether ``_traced_in_place`` can lower ``node``: a functional ATen op of one tensor result,
+    """Whether ``_trace_alone`` can lower ``node``: a functional ATen op of one tensor result,
     whose tensor arguments' sizes are known (its other arguments are constants)."""
     if not isinstance(node.target, torch._ops.OpOverload) or node.target._schema.is_mutable:
         return False
     leaves = torch.utils._pytree.tree_leaves((node.args, node.kwargs))
-    return _static_tensor(node) and all(map(_static_tensor, (leaf for leaf in leaves if isinstance(leaf, torch.fx.Node))))
+    inputs = [leaf for leaf in leaves if isinstance(leaf, torch.fx.Node)]
+    return _static_tensor(node) and all(map(_static_tensor, inputs))
 
 
 def _static_tensor(node: torch.fx.Node) -> bool:
@@ -89,9 +94,9 @@ def _static_tensor(node: torch.fx.Node) -> bool:
     return isinstance(value, torch.Tensor) and all(isinstance(size, int) for size in value.shape)
 
 
-def _traced_in_place(graph: torch.fx.Graph, node: torch.fx.Node, table: Mapping) -> None:
-    """``node`` replaced by the core ops that its decomposition traces to on its inputs' values:
-    what ``run_decompositions`` does for the whole program, for this one node."""
+def _trace_alone(node: torch.fx.Node, table: Mapping) -> torch.fx.GraphModule:
+    """The core ops that ``node``'s decomposition traces to on its inputs' values: what
+    ``run_decompositions`` does for the whole program, for this one node."""
     leaves, spec = torch.utils._pytree.tree_flatten((node.args, node.kwargs))
     tensors = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.fx.Node)]
 
@@ -102,9 +107,22 @@ def _traced_in_place(graph: torch.fx.Graph, node: torch.fx.Node, table: Mapping)
         args, kwargs = torch.utils._pytree.tree_unflatten(filled, spec)
         return node.target(*args, **kwargs)
 
-    piece = make_fx(call, decomposition_table=table)(*(leaves[i].meta["val"] for i in tensors))
+    return make_fx(call, decomposition_table=table)(*(leaves[i].meta["val"] for i in tensors))
+
+
+def _writes_in_place(piece: torch.fx.GraphModule) -> bool:
+    """Whether a traced piece writes in place (``matmul`` of a vector squeezes its product in
+    place), which only the whole program's trace functionalizes."""
+    return any(isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
+               for n in piece.graph.nodes)
+
+
+def _spliced(graph: torch.fx.Graph, node: torch.fx.Node, piece: torch.fx.GraphModule) -> None:
+    """``node`` replaced by ``piece``'s ops, which take its source line."""
+    leaves = torch.utils._pytree.tree_leaves((node.args, node.kwargs))
+    inputs = [leaf for leaf in leaves if isinstance(leaf, torch.fx.Node)]
     placeholders = [n for n in piece.graph.nodes if n.op == "placeholder"]
-    copied = {p: leaves[i] for p, i in zip(placeholders, tensors)}
+    copied = dict(zip(placeholders, inputs))
     with graph.inserting_before(node):
         result = graph.graph_copy(piece.graph, copied)
     for old, new in copied.items():
@@ -170,6 +188,11 @@ def _with_graph(exported: ExportedProgram, module: torch.fx.GraphModule) -> Expo
 # --- it where ATen's lowering takes two, or drops it for its input -----------------------------------
 
 
+def _call(graph: torch.fx.Graph, target, args: tuple, kwargs: dict | None = None) -> torch.fx.Node:
+    """A new node of ``target``, named after its op as a trace names it (``clone``, not ``clone_default``)."""
+    return graph.create_node("call_function", target, args, kwargs, name=target.overloadpacket.__name__)
+
+
 def _becomes(node: torch.fx.Node, target, args: tuple, kwargs: dict | None = None) -> None:
     node.target, node.args, node.kwargs = target, args, kwargs or {}
 
@@ -205,8 +228,7 @@ def _reshape(graph: torch.fx.Graph, node: torch.fx.Node):
         source.meta["val"].view([_value(size) for size in shape])
     except (RuntimeError, ValueError):  # strides no view can take
         with graph.inserting_before(node):
-            contiguous = graph.call_function(aten.clone.default, (source,),
-                                             {"memory_format": torch.contiguous_format})
+            contiguous = _call(graph, aten.clone.default, (source,), {"memory_format": torch.contiguous_format})
         contiguous.meta = {**node.meta, "val": source.meta["val"].clone(memory_format=torch.contiguous_format)}
         source = contiguous
     _becomes(node, aten.view.default, (source, shape))
@@ -268,7 +290,7 @@ def _layer_norm(graph: torch.fx.Graph, node: torch.fx.Node):
     args = (options["input"], options["normalized_shape"], options.get("weight"), options.get("bias"),
             options.get("eps", 1e-5))
     with graph.inserting_before(node):
-        norm = graph.call_function(aten.native_layer_norm.default, args)
+        norm = _call(graph, aten.native_layer_norm.default, args)
     norm.meta = {**node.meta, "val": aten.native_layer_norm.default(*map(_value, args))}
     _becomes(node, operator.getitem, (norm, 0))
 
@@ -289,7 +311,7 @@ def _first_result(target, arguments: Callable) -> Callable:
         options = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True).kwargs
         args = arguments(options)
         with graph.inserting_before(node):
-            whole = graph.call_function(target, args)
+            whole = _call(graph, target, args)
         whole.meta = {**node.meta, "val": target(*map(_value, args))}
         _becomes(node, operator.getitem, (whole, 0))
     return rewrite
@@ -318,7 +340,7 @@ _LOWERINGS: dict = {
     aten.to.dtype: _to, aten.to.device: _to, aten.to.dtype_layout: _to,
     aten.reshape.default: _reshape,
     aten.transpose.int: _transpose,
-    aten.detach_.default: _same_as_input, aten.detach.default: _same_as_input,
+    aten.detach_.default: _same_as_input, aten.detach.default: _renamed(aten.alias.default),
     aten.lift_fresh_copy.default: _renamed(aten.clone.default),
     aten.__and__.Tensor: _renamed(aten.bitwise_and.Tensor), aten.__or__.Tensor: _renamed(aten.bitwise_or.Tensor),
     aten.__xor__.Tensor: _renamed(aten.bitwise_xor.Tensor),

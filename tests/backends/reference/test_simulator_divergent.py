@@ -36,7 +36,8 @@ def taking_turns(groups: int = 2, first_turn: bool = True, count: int | None = N
     ]
     threads = groups * GROUP
     return kir.Kernel(
-        "taking_turns", [kir.Param("x", dtypes.float32, threads), kir.Param("out", dtypes.float32, threads, writable=True)],
+        "taking_turns",
+        [kir.Param("x", dtypes.float32, threads), kir.Param("out", dtypes.float32, threads, writable=True)],
         [kir.Array("turn", dtypes.int64, (groups,), "shared")], body, kir.Launch((1, 1, 1), (threads, 1, 1)))
 
 

@@ -62,7 +62,7 @@ def test_the_product_s_own_epilogue_keeps_its_columns_where_the_heads_take_their
     args = (torch.randn(20, 8), torch.randn(64, 8), torch.randn(64))
     compiled = lamina.compile(_scaled_heads, args)
     (kernel,) = compiled.compilation.loop.kernels
-    assert lines(kernel)[-1] == "permute_1[i1 // 16, i0, i1 % 16] = acc0 * 2.0 + b[i1]"
+    assert lines(kernel)[-1] == "transpose[i1 // 16, i0, i1 % 16] = acc0 * 2.0 + b[i1]"
     assert torch.allclose(compiled(*args), _scaled_heads(*args), atol=1e-5)
 
 

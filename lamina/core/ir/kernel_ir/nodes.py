@@ -382,8 +382,8 @@ class AtomicAdd:
     value: Expr
 
 
-Stmt = (Declare | Assign | Store | For | If | Divergent | Barrier | ClusterBarrier | CpAsync | CpAsyncCommit | CpAsyncWait
-        | VectorLoad | VectorStore | MmaTf32 | Mma16 | Wgmma | WgmmaFence | WgmmaCommit | WgmmaWait
+Stmt = (Declare | Assign | Store | For | If | Divergent | Barrier | ClusterBarrier | CpAsync | CpAsyncCommit
+        | CpAsyncWait | VectorLoad | VectorStore | MmaTf32 | Mma16 | Wgmma | WgmmaFence | WgmmaCommit | WgmmaWait
         | AsyncProxyFence | ThreadFence | AtomicAdd | LetNextKernelLaunch | WaitForPreviousKernel
         | MbarrierInit | MbarrierArrive | MbarrierWait | TmaLoad | TmaStore | TmaStoreCommit | TmaStoreWait
         | Comment)
