@@ -71,7 +71,7 @@ def test_split_k_is_a_knob_of_the_contraction():
     torch.manual_seed(0)
     inputs = torch.randn(5, 96), torch.randn(24, 96), torch.randn(24)
     partial, combine = lamina.compile(linear_bias, inputs, knobs={"contraction": {"split_k": 3}}).compilation.tiles
-    assert dict(partial.knobs)["split_k"].startswith("3 (partial sums of linear")
+    assert dict(partial.knobs)["split_k"].startswith("3 (partial sums, added up by the kernel that reads linear")
 
 
 @pytest.mark.parametrize("knobs, message", [

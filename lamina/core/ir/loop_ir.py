@@ -165,23 +165,38 @@ def map_expressions(body: tuple[Stmt, ...], fn) -> tuple[Stmt, ...]:
     return tuple(out)
 
 
-def with_positional_names(kernel: Kernel) -> Kernel:
-    """``kernel`` named ``kernel``, its buffers ``buffer0``, ``buffer1``, ... by position: what a
-    schedule estimates does not depend on names, so every layer of a model can share one search."""
+def positional_names(kernel: Kernel) -> dict[str, str]:
+    """What ``with_positional_names`` calls each name of ``kernel``: the kernel ``kernel``, its buffers
+    ``buffer0``, ``buffer1``, ... and its accumulators ``acc0``, ``acc1``, ... by position (an
+    accumulator that fusion inlined is named after its op, and so after its layer)."""
     names = {b.name: f"buffer{i}" for i, b in enumerate(kernel.inputs + kernel.outputs)}
+    names[kernel.name] = "kernel"
+    accumulators = dict.fromkeys(s.acc for s in statements(kernel.body) if isinstance(s, Init))
+    names.update({acc: f"acc{i}" for i, acc in enumerate(accumulators)})
+    return names
+
+
+def with_positional_names(kernel: Kernel) -> Kernel:
+    """``kernel`` with its names by position (``positional_names``): what a schedule estimates does
+    not depend on names, so every layer of a model can share one search."""
+    names = positional_names(kernel)
+    accumulators = {s.acc: names[s.acc] for s in statements(kernel.body) if isinstance(s, Init)}
 
     def rename(node: ex.Expr) -> ex.Expr | None:
-        return attrs.evolve(node, buffer=names[node.buffer]) if isinstance(node, Load) else None
+        if isinstance(node, Load):
+            return attrs.evolve(node, buffer=names[node.buffer])
+        return attrs.evolve(node, name=accumulators[node.name]) if isinstance(node, ex.Var) and node.name in accumulators else None
 
-    def stores(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+    def statements_renamed(body: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
         return tuple(attrs.evolve(s, buffer=names[s.buffer]) if isinstance(s, Store)
-                     else attrs.evolve(s, body=stores(s.body)) if isinstance(s, Loop) else s for s in body)
+                     else attrs.evolve(s, acc=names[s.acc]) if isinstance(s, (Init, Accumulate))
+                     else attrs.evolve(s, body=statements_renamed(s.body)) if isinstance(s, Loop) else s for s in body)
 
     return Kernel(
         "kernel",
         tuple(attrs.evolve(b, name=names[b.name]) for b in kernel.inputs),
         tuple(attrs.evolve(b, name=names[b.name]) for b in kernel.outputs),
-        stores(map_expressions(kernel.body, lambda e: ex.transform(e, rename))),
+        statements_renamed(map_expressions(kernel.body, lambda e: ex.transform(e, rename))),
     )
 
 

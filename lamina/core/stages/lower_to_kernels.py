@@ -6,7 +6,8 @@ and so do their schedules' choices. Lowering one kernel takes a few milliseconds
 (the attention kernel), a hundred layers' worth of them seconds, so each distinct kernel is
 lowered once and the others take its Kernel IR with their own names for the buffers and for
 the arrays named after them (``kernel_ir.rename_arrays``). Distinct means: the same schedule,
-the same Loop IR under positional buffer names, and the same Tile IR with those names.
+the same Loop IR with its buffers and accumulators named by position, and the same Tile IR with
+those names.
 """
 
 from __future__ import annotations
@@ -44,13 +45,11 @@ class KernelLowering:
 
 
 def _shape(tile: tile_ir.TileKernel) -> tuple[str, str]:
-    """The tile's Loop IR and Tile IR with its buffers named by position."""
-    kernel = tile.kernel
-    names = {b.name: f"buffer{i}" for i, b in enumerate(kernel.inputs + kernel.outputs)}
-    names[kernel.name] = "kernel"
+    """The tile's Loop IR and Tile IR with its names by position (``loop_ir.positional_names``)."""
+    names = loop_ir.positional_names(tile.kernel)
     pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")\b")
     tile_text = pattern.sub(lambda m: names[m.group(1)], tile_ir.format_tile_kernel(tile))
-    return loop_ir.format_kernel(loop_ir.with_positional_names(kernel)), tile_text
+    return loop_ir.format_kernel(loop_ir.with_positional_names(tile.kernel)), tile_text
 
 
 def _same_buffers(first: loop_ir.Kernel, lowered: kernel_ir.Kernel, other: loop_ir.Kernel) -> dict[str, str]:

@@ -58,3 +58,22 @@ def test_layers_lowered_once_run_as_eager_does():
     _, args = _compiled(3)
     simulated = lamina.compile(layers, args)
     torch.testing.assert_close(simulated(*args), layers(*args), rtol=2e-2, atol=2e-2)
+
+
+def _attention_like(x, weights):
+    for w in weights:
+        x = torch.softmax((x @ w) * 0.1, dim=-1) @ w.T + x
+    return x
+
+
+def test_kernels_whose_accumulators_are_named_after_their_layer_are_lowered_once():
+    """Fusion names a product it inlines into a row reduction after the product's op (``mm_2``), and
+    so after its layer: the accumulators are compared by position, as the buffers are."""
+    torch.manual_seed(0)
+    args = (torch.randn(100, 96), [torch.randn(96, 96) for _ in range(4)])
+    compiled = lamina.compile(_attention_like, args, target="sm_90")
+    repeats = dict(compiled.compilation.kernels.repeats)
+    assert {name: repeats.get(name) for name in ("softmax_2", "softmax_3")} == {"softmax_2": "softmax_1",
+                                                                                "softmax_3": "softmax_1"}
+    simulated = lamina.compile(_attention_like, args)
+    torch.testing.assert_close(simulated(*args), _attention_like(*args), rtol=1e-4, atol=1e-4)

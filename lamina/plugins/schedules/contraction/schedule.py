@@ -74,7 +74,7 @@ def schedule_contraction(kernel: loop_ir.Kernel, target: Target, knobs: Mapping[
     ]
     split = partial_of(kernel)
     if split is not None:
-        notes.insert(0, ("split_k", f"{split.splits} (partial sums of {split.of}, added up by the kernel that reads "
+        notes.insert(0, ("split_k", f"{split.splits} (partial sums, added up by the kernel that reads "
                                     f"{kernel.name})"))
     return tiling.tile_kernel(c, choices, target, notes)
 

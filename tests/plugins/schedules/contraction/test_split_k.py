@@ -70,7 +70,7 @@ def test_a_pinned_split_prints_the_partial_and_the_combine_kernel(split_linear):
 
 def test_the_partial_kernels_tile_ir_says_who_adds_it_up(split_linear):
     partial, combine = split_linear.tiles
-    assert ("split_k", "3 (partial sums of linear, added up by the kernel that reads linear_partials)") in partial.knobs
+    assert ("split_k", "3 (partial sums, added up by the kernel that reads linear_partials)") in partial.knobs
     assert partial.schedule == "contraction" and [b.vars for b in partial.grid][-1] == ("s",)
     combine_knobs = dict(combine.knobs)
     assert combine.schedule == "unrolled_reduction" and combine.vector_width == 4
