@@ -18,6 +18,7 @@ the grid). Every pinned combination must leave the thread's vectors in registers
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Mapping
 
@@ -170,11 +171,19 @@ def choose_width(kernel: loop_ir.Kernel, nest: PointwiseNest, target: Target, kn
                 f"divides {extent}, or leave vector_width unpinned"
             )
         return pinned
+    threads = pinned_threads(kernel, target, knobs) or LARGE_BLOCK
+    return _widest_usable(loop_ir.with_positional_names(kernel), target, threads)
+
+
+@functools.lru_cache(maxsize=256)
+def _widest_usable(kernel: loop_ir.Kernel, target: Target, threads: int) -> int:
+    """``choose_width``'s search, once per kernel shape (names erased): a model's layers repeat it."""
+    nest = nest_of(kernel)
+    extent = nest.inner_extent
     stores, reads = contiguous_itemsizes(kernel, nest)
     itemsizes = stores or reads
     if not itemsizes:
         return 1
-    threads = pinned_threads(kernel, target, knobs) or LARGE_BLOCK
     usable = []
     width = VECTOR_BYTES // max(itemsizes)
     while width > 1:
