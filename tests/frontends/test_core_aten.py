@@ -89,8 +89,22 @@ class RotaryAngles(torch.nn.Module):
         return angles.cos().to(x.dtype) + 1
 
 
+class RotaryAnglesWithoutGrad(torch.nn.Module):
+    """The same angles under ``torch.no_grad()`` around the autocast block, as a rotary embedding's
+    forward decorated with ``torch.no_grad`` computes them: both blocks written in place."""
+
+    def forward(self, x, positions):
+        with torch.no_grad():
+            with torch.autocast(device_type="cpu", enabled=False):
+                angles = (x.float()[None, :, None] @ positions.float()[:, None, :]).transpose(1, 2)
+            sines = angles.sin()
+        return angles.cos().to(x.dtype) + 1, sines
+
+
 PROGRAMS = {
     "rotary_angles": (RotaryAngles(), lambda: (torch.randn(8, dtype=torch.bfloat16), torch.randn(1, 16))),
+    "rotary_angles_without_grad": (RotaryAnglesWithoutGrad(),
+                                   lambda: (torch.randn(8, dtype=torch.bfloat16), torch.randn(1, 16))),
     "convolutions": (Convolutions().eval(), lambda: (torch.randn(2, 3, 9, 7), torch.randn(1, 2, 11))),
     "views_and_casts": (views_and_casts, lambda: (torch.randn(5, 7), torch.randn(6, 4))),
     "norms_and_splits": (NormsAndSplits().eval(),

@@ -6,8 +6,8 @@ tracing the whole program again, which takes as long as the export itself (a 22-
 seconds). Most of a model's nodes are core ops already. ``rewritten`` lowers the others one by one:
 the common ones by rules that their own node determines (``_LOWERINGS``), any other functional op
 of known sizes by tracing that op alone through the same decompositions (``matmul``, which its
-shapes lower to ``mm`` or ``bmm``), and an ``autocast(enabled=False)`` block by writing its ops in
-its place. It returns None for a graph that needs the whole trace (an op that writes in place,
+shapes lower to ``mm`` or ``bmm``), and a ``no_grad`` or ``autocast(enabled=False)`` block by
+writing its ops in its place. It returns None for a graph that needs the whole trace (an op that writes in place,
 which only a trace of the program functionalizes; an op of sizes known only at run time), which
 the caller then lowers by ``run_decompositions``. Both give the same ops (the tests compare them
 model by model); the rewritten graph keeps the export's node names.
@@ -30,9 +30,9 @@ aten = torch.ops.aten
 def rewritten(exported: ExportedProgram, table: Mapping, keep: frozenset[str]) -> ExportedProgram | None:
     """``exported`` in core ATen, its ops outside ``keep`` decomposed as ``table`` would (its graph
     rewritten in place), or None where some op needs the whole trace (``exported`` then untouched
-    but for its disabled autocast blocks written in place, which changes nothing)."""
+    but for its ``no_grad`` and disabled autocast blocks written in place, which changes nothing)."""
     module, graph = exported.graph_module, exported.graph
-    _inline_disabled_autocast(module)
+    _inline_blocks(module)
     calls = [node for node in graph.nodes if node.op == "call_function"]
     lowered = [node for node in calls if node.target in _LOWERINGS and str(node.target) not in keep]
     chosen = set(lowered)
@@ -53,30 +53,55 @@ def rewritten(exported: ExportedProgram, table: Mapping, keep: frozenset[str]) -
     return _with_graph(exported, module)
 
 
-def _inline_disabled_autocast(module: torch.fx.GraphModule) -> None:
-    """Each ``torch.autocast(enabled=False)`` block of the graph (export keeps it as a
-    ``wrap_with_autocast`` call of a submodule) written in its place: outside any autocast, as the
-    graph's top level is, it changes nothing."""
+def _inline_blocks(module: torch.fx.GraphModule) -> None:
+    """Each block that changes nothing a forward pass computes written in its place: a
+    ``torch.no_grad()`` (or ``enable_grad``) block, which export keeps as a
+    ``wrap_with_set_grad_enabled`` call of a submodule (a rotary embedding's angles), and a
+    ``torch.autocast(enabled=False)`` block (``wrap_with_autocast``), which outside any autocast,
+    as the graph's top level is, changes nothing either. Blocks within blocks are written out in turn."""
     graph = module.graph
-    for node in list(graph.nodes):
-        if not (node.op == "call_function" and node.target is _WRAP_WITH_AUTOCAST and node.args[2] is False):
-            continue
-        holder = node.args[4]
-        body = getattr(module, holder.target)
-        inputs = [n for n in body.graph.nodes if n.op == "placeholder"]
-        with graph.inserting_before(node):
-            results = graph.graph_copy(body.graph, dict(zip(inputs, node.args[5:])))
-        results = results if isinstance(results, (tuple, list)) else (results,)
-        for user in list(node.users):
-            user.replace_all_uses_with(results[user.args[1]])
-            graph.erase_node(user)
-        graph.erase_node(node)
-        if not holder.users:
-            graph.erase_node(holder)
-            delattr(module, holder.target)
+    while True:
+        blocks = [node for node in graph.nodes if _inlined_block(node) is not None]
+        if not blocks:
+            return
+        for node in blocks:
+            holder, inputs = _inlined_block(node)
+            _write_in_place(module, node, holder, inputs)
+
+
+def _inlined_block(node: torch.fx.Node) -> tuple[torch.fx.Node, tuple] | None:
+    """The submodule and the arguments of a block ``_inline_blocks`` writes in place, else None."""
+    if node.op != "call_function" or not all(user.target is operator.getitem for user in node.users):
+        return None
+    if node.target is _WRAP_WITH_SET_GRAD_ENABLED:
+        return node.args[1], node.args[2:]
+    if node.target is _WRAP_WITH_AUTOCAST and node.args[2] is False:
+        return node.args[4], node.args[5:]
+    return None
+
+
+def _write_in_place(module: torch.fx.GraphModule, node: torch.fx.Node, holder: torch.fx.Node, inputs: tuple) -> None:
+    graph = module.graph
+    body = getattr(module, holder.target)
+    for attribute in [n for n in body.graph.nodes if n.op == "get_attr"]:  # a block within: now the module's
+        name = f"{holder.target}_{attribute.target}"
+        setattr(module, name, getattr(body, attribute.target))
+        attribute.target = name
+    placeholders = [n for n in body.graph.nodes if n.op == "placeholder"]
+    with graph.inserting_before(node):
+        results = graph.graph_copy(body.graph, dict(zip(placeholders, inputs)))
+    results = results if isinstance(results, (tuple, list)) else (results,)
+    for user in list(node.users):
+        user.replace_all_uses_with(results[user.args[1]])
+        graph.erase_node(user)
+    graph.erase_node(node)
+    if not holder.users:
+        graph.erase_node(holder)
+        delattr(module, holder.target)
 
 
 _WRAP_WITH_AUTOCAST = getattr(torch.ops.higher_order, "wrap_with_autocast", None)
+_WRAP_WITH_SET_GRAD_ENABLED = getattr(torch.ops.higher_order, "wrap_with_set_grad_enabled", None)
 
 
 def _traceable(node: torch.fx.Node) -> bool:
