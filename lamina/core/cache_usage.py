@@ -11,6 +11,8 @@ none. A cache reads an entry's modification time as
 its last use: it touches the entry when it loads it (``mark_used``), so that ``trim`` removes
 the entries used longest ago first. The caches trim after each write where the configuration
 sets ``cache_size_limit``; ``lamina cache info`` and ``lamina cache clear`` show and empty them.
+An entry may be written from a thread of its own (``in_background``): this process's readers
+of the caches wait for it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import threading
 from pathlib import Path
+from typing import Callable
 
 import attrs
 
@@ -46,8 +50,32 @@ class Entry:
     last_used: float
 
 
+def in_background(path: Path, write: Callable[[], None]) -> None:
+    """Run ``write`` (which writes the entry at ``path``) in a thread of its own, which Python waits
+    for before it exits: a model's program takes a fraction of a second to pickle, which the
+    compile spends compiling its kernels meanwhile (NVRTC releases Python's lock)."""
+    thread = threading.Thread(target=write, name=f"lamina cache write {path.name}")
+    with _writing_lock:
+        _writing[path] = thread
+    thread.start()
+
+
+def finish_writes(path: Path | None = None) -> None:
+    """Wait for the background write of the entry at ``path`` (of every entry, without one)."""
+    with _writing_lock:
+        threads = [_writing.pop(path, None)] if path is not None else [_writing.pop(p) for p in list(_writing)]
+    for thread in threads:
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+
+_writing: dict[Path, threading.Thread] = {}
+_writing_lock = threading.Lock()
+
+
 def entries(root: Path | str) -> list[Entry]:
     """Every entry of every cache under ``root``, in no particular order."""
+    finish_writes()
     found = []
     for folder in Path(root).glob("*"):
         if not folder.is_dir():
@@ -75,6 +103,7 @@ def usage(root: Path | str) -> dict[str, tuple[int, int]]:
 
 def read_entry(path: Path) -> tuple[bytes, bytes, bytes] | None:
     """The format, the description and the body of the entry at ``path``; None where there is none."""
+    finish_writes(path)
     try:
         data = path.read_bytes()
     except OSError:

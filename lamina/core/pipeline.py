@@ -99,7 +99,8 @@ class Pipeline:
     def compile(self, graph: torch_ir.Graph, target: Target) -> Compilation:
         """Every level of ``graph`` compiled for ``target``: from the program cache where an earlier
         compile of the same graph, target, settings and code left it, else through the stages
-        (with Python's cycle collector paused, ``garbage_collection``)."""
+        (with Python's cycle collector paused, ``garbage_collection``), then stored there from a
+        thread of its own."""
         with cycle_collector_paused():
             return self._compile_or_load(graph, target)
 
@@ -118,8 +119,9 @@ class Pipeline:
             progress.done()
         if key is not None:
             compilation.key = key
-            with compilation.timings.stage("storing in the program cache"):
-                cache.put(key, compilation)
+            # stored while the backend compiles the kernels; the stored copy's timings are its own,
+            # which the backend's stages do not change meanwhile (a cached compile gets new ones)
+            cache.put_in_background(key, attrs.evolve(compilation, timings=Timings()))
         return compilation
 
     def cached_code(self) -> str | None:

@@ -138,6 +138,11 @@ class ProgramCache:
             cache_usage.mark_used(path)
         return compilation
 
+    def put_in_background(self, key: str, compilation: Any) -> None:
+        """``put`` from a thread of its own (``cache_usage.in_background``); ``compilation`` must not
+        change meanwhile."""
+        cache_usage.in_background(self.path(key), functools.partial(self.put, key, compilation))
+
     def put(self, key: str, compilation: Any) -> None:
         """Store an entry atomically. A cache that cannot be written only costs a compile next time."""
         try:

@@ -165,6 +165,7 @@ def check_progress(config: Config, site: Path) -> None:
 def check_program_cache(config: Config, site: Path) -> None:
     stored = site / "cache"
     compiled_matmul(attrs.evolve(config, program_cache=True, cache_dir=str(stored)))
+    cache_usage.finish_writes()  # the program is stored from a thread of its own
     assert len(list((stored / "programs").glob("*.pickle"))) == 1
     reused = compiled_matmul(attrs.evolve(config, program_cache=True, cache_dir=str(stored)))
     assert "loading from the program cache" in reused.compilation.timings.stages

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import lamina
-from lamina.core import program_cache
+from lamina.core import cache_usage, program_cache
 from lamina.core.hookspecs import hookimpl
 from lamina.core.ir import torch_ir
 from lamina.core.pipeline import LEVELS
@@ -36,6 +36,7 @@ def compiled(tmp_path, **settings):
 
 
 def entries(tmp_path):
+    cache_usage.finish_writes()  # a compile stores its program from a thread of its own
     return sorted((tmp_path / "programs").glob("*.pickle"))
 
 
@@ -210,3 +211,11 @@ def test_two_processes_compiling_into_one_empty_cache_both_succeed(tmp_path):
     stages = json.loads(out.strip().splitlines()[-1])
     assert stages[:2] == ["capture", LOADED] and "fusion" not in stages
     assert len(entries(tmp_path)) == 1
+
+
+def test_a_compile_right_after_the_first_waits_for_its_entry(tmp_path):
+    """The first compile stores its program from a thread of its own; a reader of the same entry in
+    this process waits for that write rather than compiling again."""
+    compiled(tmp_path)
+    second = compiled(tmp_path)
+    assert list(second.compilation.timings.stages) == ["capture", LOADED]
