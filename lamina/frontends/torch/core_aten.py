@@ -6,11 +6,12 @@ tracing the whole program again, which takes as long as the export itself (a 22-
 seconds). Most of a model's nodes are core ops already. ``rewritten`` lowers the others one by one:
 the common ones by rules that their own node determines (``_LOWERINGS``), any other functional op
 of known sizes by tracing that op alone through the same decompositions (``matmul``, which its
-shapes lower to ``mm`` or ``bmm``), and a ``no_grad`` or ``autocast(enabled=False)`` block by
-writing its ops in its place. It returns None for a graph that needs the whole trace (an op that writes in place,
-which only a trace of the program functionalizes; an op of sizes known only at run time), which
-the caller then lowers by ``run_decompositions``. Both give the same ops (the tests compare them
-model by model); the rewritten graph keeps the export's node names.
+shapes lower to ``mm`` or ``bmm``), a ``no_grad`` or ``autocast(enabled=False)`` block by writing
+its ops in its place, and an update of a temporary in place by its functional form. It returns
+None for a graph that needs the whole trace (an op that writes through a view, which only a trace
+of the program functionalizes; an op of sizes known only at run time), which the caller then
+lowers by ``run_decompositions``. Both give the same ops (the tests compare them model by model);
+the rewritten graph keeps the export's node names.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ aten = torch.ops.aten
 def rewritten(exported: ExportedProgram, table: Mapping, keep: frozenset[str]) -> ExportedProgram | None:
     """``exported`` in core ATen, its ops outside ``keep`` decomposed as ``table`` would (its graph
     rewritten in place), or None where some op needs the whole trace (``exported`` then untouched
-    but for its ``no_grad`` and disabled autocast blocks written in place, which changes nothing)."""
+    but for what changes nothing: its ``no_grad`` and disabled autocast blocks written in place, and
+    its updates of temporaries in their functional form)."""
     module, graph = exported.graph_module, exported.graph
     _inline_blocks(module)
+    _functional_updates(graph)
     calls = [node for node in graph.nodes if node.op == "call_function"]
     lowered = [node for node in calls if node.target in _LOWERINGS and str(node.target) not in keep]
     chosen = set(lowered)
@@ -98,6 +101,59 @@ def _write_in_place(module: torch.fx.GraphModule, node: torch.fx.Node, holder: t
     if not holder.users:
         graph.erase_node(holder)
         delattr(module, holder.target)
+
+
+def _functional_updates(graph: torch.fx.Graph) -> None:
+    """Each in-place update of a temporary that nothing else sees (``buckets += ...`` where
+    ``buckets`` is the fresh result of an op that no view reads: T5's relative position buckets)
+    written as the op's functional form, which the later readers of the temporary read instead:
+    what the whole trace's functionalization makes of it."""
+    for node in list(graph.nodes):
+        functional = _functional_form(node)
+        updated = node.args[0] if functional is not None else None
+        if not (_fresh(updated) and all(_fresh(user) for user in updated.users if user is not node)):
+            continue
+        with graph.inserting_before(node):
+            result = graph.call_function(functional, node.args, node.kwargs)
+        result.meta.update(node.meta)
+        later = _after(graph, node)
+        for user in [user for user in updated.users if user in later]:
+            user.replace_input_with(updated, result)
+        node.replace_all_uses_with(result)
+        graph.erase_node(node)
+
+
+def _functional_form(node: torch.fx.Node):
+    """The functional overload of an op that updates its first argument in place (``add_.Tensor``:
+    ``add.Tensor``), else None."""
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return None
+    schema = node.target._schema
+    first = schema.arguments[0].alias_info if schema.arguments else None
+    name = schema.name.split("::")[-1]
+    if first is None or not first.is_write or not name.endswith("_") or not node.args:
+        return None
+    packet = getattr(aten, name[:-1], None)
+    functional = getattr(packet, node.target._overloadname, None) if packet is not None else None
+    return functional if functional is not None and not functional._schema.is_mutable else None
+
+
+def _fresh(node) -> bool:
+    """Whether ``node`` is an op's tensor that shares memory with nothing: not a view, not an update."""
+    if not (isinstance(node, torch.fx.Node) and node.op == "call_function"
+            and isinstance(node.target, torch._ops.OpOverload)):
+        return False
+    schema = node.target._schema
+    return not schema.is_mutable and all(r.alias_info is None for r in schema.returns)
+
+
+def _after(graph: torch.fx.Graph, node: torch.fx.Node) -> set[torch.fx.Node]:
+    later, seen = set(), False
+    for other in graph.nodes:
+        if seen:
+            later.add(other)
+        seen = seen or other is node
+    return later
 
 
 _WRAP_WITH_AUTOCAST = getattr(torch.ops.higher_order, "wrap_with_autocast", None)
