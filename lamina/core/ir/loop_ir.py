@@ -170,7 +170,7 @@ def positional_names(kernel: Kernel) -> dict[str, str]:
     ``buffer0``, ``buffer1``, ... and its accumulators ``acc0``, ``acc1``, ... by position (an
     accumulator that fusion inlined is named after its op, and so after its layer)."""
     names = {b.name: f"buffer{i}" for i, b in enumerate(kernel.inputs + kernel.outputs)}
-    names[kernel.name] = "kernel"
+    names.setdefault(kernel.name, "kernel")  # a kernel of partial sums writes a buffer of its own name
     accumulators = dict.fromkeys(s.acc for s in statements(kernel.body) if isinstance(s, Init))
     names.update({acc: f"acc{i}" for i, acc in enumerate(accumulators)})
     return names
