@@ -180,7 +180,7 @@ def with_positional_names(kernel: Kernel) -> Kernel:
     """``kernel`` with its names by position (``positional_names``): what a schedule estimates does
     not depend on names, so every layer of a model can share one search."""
     names = positional_names(kernel)
-    accumulators = {s.acc: names[s.acc] for s in statements(kernel.body) if isinstance(s, Init)}
+    accumulators = {name: positional for name, positional in names.items() if positional.startswith("acc")}
 
     def rename(node: ex.Expr) -> ex.Expr | None:
         if isinstance(node, Load):

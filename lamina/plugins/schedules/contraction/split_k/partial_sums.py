@@ -43,7 +43,7 @@ class SplitContraction:
 
 @attrs.frozen
 class PartialOf:
-    """What a partial kernel's Tile IR says about it: how many slices, of which contraction."""
+    """What ``split`` made a kernel of partial sums from: how many slices, of which contraction."""
 
     splits: int
     of: str
