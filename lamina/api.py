@@ -96,15 +96,24 @@ class Compiler:
         started = time.perf_counter() if started is None else started
         pipeline = Pipeline(self.config, self.plugins)
         target = pipeline.target(_visible_arch(example_inputs))
-        with sizes.hinted(_size_hints(captured, example_inputs)):
-            compilation = pipeline.compile(captured.graph, target)
-        specialization = Specialization(self, captured, compilation, 0.0)
         device = _gpu(example_inputs)
+        with sizes.hinted(_size_hints(captured, example_inputs)):
+            compilation = pipeline.compile(captured.graph, target, self._backend_on(device))
+        specialization = Specialization(self, captured, compilation, 0.0)
         if device is not None:  # compile the kernels now, as part of compiling, not on the first call
             with _disable_current_modes(), cycle_collector_paused():
                 specialization.runner(device)
         specialization.compile_seconds = time.perf_counter() - started
         return specialization
+
+
+    def _backend_on(self, device: torch.device | None):
+        """The backend that will run a program compiled for ``device``'s inputs right after the
+        compile (``Specialization.runner``), where it can run here; None for inputs on the CPU."""
+        if device is None:
+            return None
+        entry = self.plugins.registry.get("backend", self.config.backend or "cuda")
+        return entry.provider if entry is not None and entry.provider.available() is None else None
 
 
 LOADED_CAPTURE = "loading the captured module"

@@ -22,6 +22,7 @@ from lamina.core.plugins import PluginManager
 from lamina.core.garbage_collection import cycle_collector_paused
 from lamina.core.program_cache import ProgramCache, code_digest, program_key
 from lamina.core.progress import CompileProgress
+from lamina.core.providers import Backend
 from lamina.core.selection import Selection, SelectionContext
 from lamina.core.stages.decompose import decompose
 from lamina.core.stages.fuse import fuse
@@ -54,6 +55,9 @@ class Compilation:
     #: The program cache's key of this program (None where it is not cached): a backend may keep
     #: its own work for the program under it (the CUDA backend's printed sources).
     key: str | None = None
+    #: What the backend that will run the program did with its kernels while they were lowered
+    #: (``Backend``'s optional ``compile_while_lowering``), for its ``load``; never stored.
+    prepared: Any = None
 
     @property
     def sources(self) -> dict[str, str]:
@@ -96,15 +100,16 @@ class Pipeline:
             raise ConfigError(f"unknown target {name!r}; registered targets: {known}")
         return entry.provider
 
-    def compile(self, graph: torch_ir.Graph, target: Target) -> Compilation:
+    def compile(self, graph: torch_ir.Graph, target: Target, backend: Backend | None = None) -> Compilation:
         """Every level of ``graph`` compiled for ``target``: from the program cache where an earlier
         compile of the same graph, target, settings and code left it, else through the stages
         (with Python's cycle collector paused, ``garbage_collection``), then stored there from a
-        thread of its own."""
+        thread of its own. ``backend``, the one that will run the program, may take each kernel as
+        it is lowered (its optional ``compile_while_lowering``)."""
         with cycle_collector_paused():
-            return self._compile_or_load(graph, target)
+            return self._compile_or_load(graph, target, backend)
 
-    def _compile_or_load(self, graph: torch_ir.Graph, target: Target) -> Compilation:
+    def _compile_or_load(self, graph: torch_ir.Graph, target: Target, backend: Backend | None) -> Compilation:
         cache, key = self._program_cache(graph, target)
         if key is not None:
             started = time.perf_counter()
@@ -114,14 +119,14 @@ class Pipeline:
                 return self._reused(cached, time.perf_counter() - started)
         progress = CompileProgress(self.config.progress)
         try:
-            compilation = self._compile(graph, target, progress)
+            compilation = self._compile(graph, target, progress, backend)
         finally:
             progress.done()
         if key is not None:
             compilation.key = key
             # stored while the backend compiles the kernels; the stored copy's timings are its own,
             # which the backend's stages do not change meanwhile (a cached compile gets new ones)
-            cache.put_in_background(key, attrs.evolve(compilation, timings=Timings()))
+            cache.put_in_background(key, attrs.evolve(compilation, timings=Timings(), prepared=None))
         return compilation
 
     def cached_code(self) -> str | None:
@@ -163,7 +168,8 @@ class Pipeline:
             self._observe("cuda", compilation.sources, compilation)
         return compilation
 
-    def _compile(self, graph: torch_ir.Graph, target: Target, progress: CompileProgress) -> Compilation:
+    def _compile(self, graph: torch_ir.Graph, target: Target, progress: CompileProgress,
+                 backend: Backend | None = None) -> Compilation:
         knobs = self.knobs()
         c = Compilation(target=target, graph=graph, config=self.config)
         timings = c.timings
@@ -202,11 +208,15 @@ class Pipeline:
 
         lowering = KernelLowering([e.provider for e in self.registry.ranked("kernel_pass")], target)
         kernels = []
+        early = getattr(backend, "compile_while_lowering", None)
+        c.prepared = early(c) if early is not None else None
         with timings.stage("lowering to kernels"):
             for done, (schedule, tile) in enumerate(zip(chosen, c.tiles)):
                 progress.update("lowering to kernels", done, len(c.tiles))
                 started = time.perf_counter()
                 kernels.append(lowering.lower(schedule, tile))
+                if c.prepared is not None:
+                    c.prepared.add(kernels[-1], lowering.repeats.get(kernels[-1].name))
                 timings.add_kernel(tile.kernel.name, time.perf_counter() - started)
         c.kernels = kernel_ir.Program(kernels, tuple(lowering.repeats.items()))
         self._observe("kernel", c.kernels, c)

@@ -132,6 +132,13 @@ class Runner(Protocol):
 
 @runtime_checkable
 class Backend(Protocol):
+    """Runs compiled programs. A backend may also have ``compile_while_lowering(compilation)``,
+    which the pipeline calls before it lowers a program that will run on this backend: it returns
+    an object whose ``add(kernel, repeats)`` the pipeline calls with each kernel as soon as it is
+    lowered, in program order (``repeats``: the name of the earlier kernel whose Kernel IR it took,
+    renamed, or None), and which the pipeline keeps as ``compilation.prepared`` for ``load``. The
+    CUDA backend compiles each new kernel there while the rest are lowered."""
+
     name: str
 
     def available(self) -> str | None:

@@ -10,15 +10,15 @@ from typing import Any
 import torch
 
 from lamina.backends.cuda import dependent_launch
-from lamina.backends.cuda.codegen import emit_cuda, kernel_symbol, launch_shared_bytes
+from lamina.backends.cuda.codegen import emit_cuda, launch_shared_bytes
 from lamina.backends.cuda.cubin_cache import default_cache_dir
 from lamina.backends.cuda.driver import LaunchableKernel, device_arch
-from lamina.backends.cuda.kernel_sources import kernel_sources
-from lamina.backends.cuda.nvrtc import CompiledKernel, compile_kernel, nvrtc_version
-from lamina.backends.cuda.wgmma import kernel_arch
+from lamina.backends.cuda import kernel_sources
+from lamina.backends.cuda.early_compile import EarlyCompile, compile_source
+from lamina.backends.cuda.nvrtc import CompiledKernel, nvrtc_version
 from lamina.core import cache_usage
 from lamina.core.config import size_limit
-from lamina.core.errors import CompileError, LaminaError
+from lamina.core.errors import LaminaError
 from lamina.core.ir import kernel_ir
 from lamina.core.target import Target
 from lamina.core.timings import Timings
@@ -78,9 +78,14 @@ class CudaBackend:
             return Path(config.cache_dir)
         return default_cache_dir()
 
+    def compile_while_lowering(self, compilation: Any) -> EarlyCompile:
+        """Where the pipeline is to hand this backend each kernel of ``compilation`` as it is lowered
+        (``early_compile``): called when the program will run on this backend's GPU."""
+        return EarlyCompile(self.arch(compilation.target), self.options, self.cache_dir_for(compilation))
+
     def compile(self, program: kernel_ir.Program, arch: str, cache_dir: Path | None = None,
                 size_limit: int | None = None, key: str | None = None,
-                timings: Timings | None = None) -> dict[str, CompiledKernel]:
+                timings: Timings | None = None, prepared: EarlyCompile | None = None) -> dict[str, CompiledKernel]:
         """Every kernel of ``program`` compiled for ``arch`` (through the cubin cache under ``cache_dir``,
         else this backend's, else the configuration's); needs no GPU. With ``size_limit``, the caches
         under that directory are then trimmed to it (``cache_usage.trim``).
@@ -93,28 +98,29 @@ class CudaBackend:
         A kernel that runs wgmma is compiled for ``sm_90a`` on sm_90 and refused elsewhere (``kernel_arch``),
         as is one whose launch overlaps the previous kernel's before sm_90 (``dependent_launch.check_arch``).
         ``timings`` gets the stages "CUDA printing" and "NVRTC" (the cubin cache's reads within it).
+        With ``prepared`` (``prepare``), the kernels were printed and set compiling while the pipeline
+        lowered them: "NVRTC" is then the wait for the compiles still running.
         """
         timings = timings or Timings()
         cache_dir = cache_dir or self.cache_dir or default_cache_dir()  # read once, not once per kernel
-        with timings.stage("CUDA printing"):
-            printed = kernel_sources(program, key, cache_dir, size_limit)
+        if prepared is not None:
+            with timings.stage("NVRTC"):
+                printed, compiled = prepared.compiled()
+            kernel_sources.keep(printed, key, cache_dir, size_limit)
+        else:
+            with timings.stage("CUDA printing"):
+                printed = kernel_sources.kernel_sources(program, key, cache_dir, size_limit)
         by_name = {kernel.name: kernel for kernel in program.kernels}
         for name in printed.first:
             dependent_launch.check_arch(by_name[name], arch)
+        if prepared is None:
+            def compile_one(index: int) -> CompiledKernel:
+                return compile_source(printed.sources[index], printed.symbols[index], by_name[printed.first[index]],
+                                      arch, self.options, cache_dir)
 
-        def compile_one(index: int) -> CompiledKernel:
-            kernel = by_name[printed.first[index]]
-            target_arch = kernel_arch(kernel, arch)
-            try:
-                return compile_kernel(printed.sources[index], printed.symbols[index], target_arch, self.options,
-                                      cache_dir)
-            except CompileError:
-                compile_kernel(emit_cuda(kernel), kernel_symbol(kernel), target_arch, self.options, cache_dir)
-                raise
-
-        with timings.stage("NVRTC"), concurrent.futures.ThreadPoolExecutor(
-                max_workers=compile_threads(len(printed.sources))) as pool:
-            compiled = list(pool.map(compile_one, range(len(printed.sources))))
+            with timings.stage("NVRTC"), concurrent.futures.ThreadPoolExecutor(
+                    max_workers=compile_threads(len(printed.sources))) as pool:
+                compiled = list(pool.map(compile_one, range(len(printed.sources))))
         if size_limit is not None and any(not k.from_cache for k in compiled):
             cache_usage.trim(cache_dir, size_limit)
         return {name: compiled[index] for name, index in printed.source_of.items()}
@@ -127,9 +133,15 @@ class CudaBackend:
             raise LaminaError(f"the Kernel IR program has several kernels named {', '.join(repeated)}; kernel names must be unique")
         arch = self.arch(target if target is not None else compilation.target)
         config = getattr(compilation, "config", None)
-        compiled = self.compile(program, arch, self.cache_dir_for(compilation),
-                                size_limit(config) if config is not None else None, getattr(compilation, "key", None),
-                                getattr(compilation, "timings", None))
+        cache_dir = self.cache_dir_for(compilation)
+        prepared = getattr(compilation, "prepared", None)
+        if prepared is not None:
+            compilation.prepared = None  # its threads are done with once loaded
+        if not (isinstance(prepared, EarlyCompile) and prepared.arch == arch and prepared.cache_dir == cache_dir
+                and prepared.options == self.options):
+            prepared = None
+        compiled = self.compile(program, arch, cache_dir, size_limit(config) if config is not None else None,
+                                getattr(compilation, "key", None), getattr(compilation, "timings", None), prepared)
         shared_bytes: dict[tuple, int] = {}  # by cubin and launch: a model's repeated layers lay out shared memory alike
         kernels = {}
         for k in program.kernels:

@@ -66,38 +66,61 @@ class KernelSources:
             0 <= i < len(self.sources) for i in self.source_of.values())
 
 
-def print_sources(program: kernel_ir.Program) -> KernelSources:
-    """Every kernel of ``program`` printed under positional names, each distinct source once. A
-    kernel that the program says repeats an earlier one (``Program.repeats``) takes that one's
+class SourcePrinter:
+    """Prints a program's kernels in order, each distinct source once: a kernel at a time, so that
+    a source can be compiled while the pipeline still lowers the kernels after it
+    (``early_compile``). A kernel that the lowering says repeats an earlier one takes that one's
     source without being renamed and compared."""
-    index_of: dict[kernel_ir.Kernel, int] = {}  # by the kernel under positional names
-    sources: list[str] = []
-    symbols: list[str] = []
-    first: list[str] = []
-    source_of: dict[str, int] = {}
-    distinct: dict[str, int] = {}  # kernels of different code under one shared name so far
-    index_of_source: dict[str, int] = {}
-    repeats = dict(program.repeats)
-    by_name = {kernel.name: kernel for kernel in program.kernels}
-    for kernel in program.kernels:
-        earlier = repeats.get(kernel.name)
-        if earlier in source_of and _alike(kernel, by_name[earlier]):
-            source_of[kernel.name] = source_of[earlier]
-            continue
+
+    def __init__(self) -> None:
+        self._index_of: dict[kernel_ir.Kernel, int] = {}  # by the kernel under positional names
+        self.sources: list[str] = []
+        self.symbols: list[str] = []
+        """Each source's ``__global__`` name."""
+        self.first: list[kernel_ir.Kernel] = []
+        """The first kernel that runs each source."""
+        self._source_of: dict[str, int] = {}
+        self._distinct: dict[str, int] = {}  # kernels of different code under one shared name so far
+        self._index_of_source: dict[str, int] = {}
+        self._by_name: dict[str, kernel_ir.Kernel] = {}
+
+    def add(self, kernel: kernel_ir.Kernel, repeats: str | None = None) -> int | None:
+        """Prints ``kernel`` (which repeats the earlier kernel named ``repeats``, if any); the
+        index of its source where that source is new, else None."""
+        self._by_name[kernel.name] = kernel
+        if repeats in self._source_of and _alike(kernel, self._by_name[repeats]):
+            self._source_of[kernel.name] = self._source_of[repeats]
+            return None
         anonymous = anonymous_kernel(kernel)
-        if anonymous not in index_of:
+        new = None
+        if anonymous not in self._index_of:
             base = shared_name(kernel)
-            distinct[base] = distinct.get(base, 0) + 1
-            named = anonymous_kernel(kernel, base if distinct[base] == 1 else f"{base}_{distinct[base]}")
+            self._distinct[base] = self._distinct.get(base, 0) + 1
+            count = self._distinct[base]
+            named = anonymous_kernel(kernel, base if count == 1 else f"{base}_{count}")
             source = emit_cuda(named)
-            if source not in index_of_source:
-                index_of_source[source] = len(sources)
-                sources.append(source)
-                symbols.append(kernel_symbol(named))
-                first.append(kernel.name)
-            index_of[anonymous] = index_of_source[source]
-        source_of[kernel.name] = index_of[anonymous]
-    return KernelSources(tuple(sources), tuple(symbols), tuple(first), source_of)
+            if source not in self._index_of_source:
+                new = self._index_of_source[source] = len(self.sources)
+                self.sources.append(source)
+                self.symbols.append(kernel_symbol(named))
+                self.first.append(kernel)
+            self._index_of[anonymous] = self._index_of_source[source]
+        self._source_of[kernel.name] = self._index_of[anonymous]
+        return new
+
+    def printed(self) -> KernelSources:
+        """The sources of the kernels added so far."""
+        return KernelSources(tuple(self.sources), tuple(self.symbols), tuple(k.name for k in self.first),
+                             dict(self._source_of))
+
+
+def print_sources(program: kernel_ir.Program) -> KernelSources:
+    """Every kernel of ``program`` printed under positional names, each distinct source once."""
+    printer = SourcePrinter()
+    repeats = dict(program.repeats)
+    for kernel in program.kernels:
+        printer.add(kernel, repeats.get(kernel.name))
+    return printer.printed()
 
 
 def _alike(kernel: kernel_ir.Kernel, earlier: kernel_ir.Kernel) -> bool:
@@ -113,10 +136,14 @@ def kernel_sources(program: kernel_ir.Program, key: str | None, cache_dir: Path,
     is there and written there where not; printed anew where ``key`` is None."""
     if key is None:
         return print_sources(program)
-    cache = ProgramCache(cache_dir, size_limit, FOLDER)
-    found = cache.get(key)
+    found = ProgramCache(cache_dir, size_limit, FOLDER).get(key)
     if isinstance(found, KernelSources) and found.fits(program):
         return found
-    printed = print_sources(program)
-    cache.put(key, printed)
+    return keep(print_sources(program), key, cache_dir, size_limit)
+
+
+def keep(printed: KernelSources, key: str | None, cache_dir: Path, size_limit: int | None = None) -> KernelSources:
+    """``printed``, written under ``key`` in ``cache_dir`` for a warm start (nowhere where ``key`` is None)."""
+    if key is not None:
+        ProgramCache(cache_dir, size_limit, FOLDER).put(key, printed)
     return printed

@@ -63,8 +63,8 @@ def test_cache_dir_in_torch_compile_options_reaches_the_cubin_cache(without_a_gp
     compilations = []
     compile_program = Pipeline.compile
 
-    def recorded(self, graph, target):
-        compilations.append(compile_program(self, graph, target))
+    def recorded(self, graph, target, backend=None):
+        compilations.append(compile_program(self, graph, target, backend))
         return compilations[-1]
 
     monkeypatch.setattr(Pipeline, "compile", recorded)
