@@ -333,9 +333,14 @@ def _check_access(name, idx, ranges, buffers, problems, verb):
             problems.append(f"{verb} {name} at coordinate {axis} = {format_index(e)} in [{lo}, {hi}], outside [0, {size - 1}]")
 
 
-def verify_program(program: Program) -> None:
+def verify_program(program: Program, unchanged_from: Program | None = None) -> None:
+    """Raises ``VerificationError`` where ``program`` is inconsistent. Kernels that are the very
+    objects of ``unchanged_from``, a program verified before (fusion's previous step), are not
+    walked again: kernels are immutable."""
+    verified = {id(k) for k in unchanged_from.kernels} if unchanged_from is not None else set()
     for k in program.kernels:
-        verify_kernel(k)
+        if id(k) not in verified:
+            verify_kernel(k)
     problems = []
     temporaries = {t.name for t in program.temporaries}
     for b in {b for k in program.kernels for b in k.inputs + k.outputs} | set(program.outputs):

@@ -35,7 +35,7 @@ def fuse(
                 raise SymbolicSizeError(f"fusion rule {rule.name!r}: {error}") from error
             if result is None or result == program:
                 continue
-            _check(rule, result)
+            _check(rule, result, program)
             program = result
             changes[rule.name] += 1
             changed()
@@ -59,12 +59,12 @@ def _did_not_settle(changes: Counter[str], limit: int, kernels: int) -> str:
             "disable the plugin that registers it, or fix the rule.")
 
 
-def _check(rule: FusionRule, result: object) -> None:
+def _check(rule: FusionRule, result: object, before: loop_ir.Program) -> None:
     if not isinstance(result, loop_ir.Program):
         raise LaminaError(
             f"fusion rule {rule.name!r} returned {type(result).__name__}, not a loop_ir.Program or None; fix the rule"
         )
     try:
-        loop_ir.verify_program(result)
+        loop_ir.verify_program(result, unchanged_from=before)
     except VerificationError as error:
         raise VerificationError(f"after fusion rule {rule.name!r}: {error}") from error
