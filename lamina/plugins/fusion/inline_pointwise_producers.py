@@ -52,16 +52,13 @@ class InlinePointwiseProducers:
         outputs = {b.name for b in program.outputs}
         temporaries = {b.name: b for b in program.temporaries}
         known = analysis.buffers(program)
-        kernels = list(program.kernels)
-        reads = [set(analysis.loaded_buffers(k)) for k in kernels]
+        kernels: list[loop_ir.Kernel | None] = list(program.kernels)  # None: a producer inlined
+        readers = _Readers(kernels)
         inlined: set[str] = set()
-        position = 0
-        while position < len(kernels):
-            producer = analysis.pointwise(kernels[position])
+        for position, kernel in enumerate(kernels):
+            producer = analysis.pointwise(kernel) if kernel is not None else None
             buffer = producer.store.buffer if producer else None
-            consumers = [] if buffer is None or buffer in outputs else [
-                later for later in range(position + 1, len(kernels)) if buffer in reads[later]
-            ]
+            consumers = [] if buffer is None or buffer in outputs else readers.after(buffer, position)
             if not consumers or _keeps_lookup(producer, [kernels[later] for later in consumers]) or _keeps_costly_operand(
                 producer, [kernels[later] for later in consumers]
             ) or _keeps_widely_read_costly_value(
@@ -73,16 +70,41 @@ class InlinePointwiseProducers:
             ) or not all(
                 analysis.copies_fit(kernels[later], buffer, producer.store.value) for later in consumers
             ):
-                position += 1
                 continue
             for later in consumers:
                 kernels[later] = analysis.with_exact_inputs(analysis.inline_producer(kernels[later], producer), known)
-                reads[later] = set(analysis.loaded_buffers(kernels[later]))
-            del kernels[position], reads[position]
+                readers.update(later, kernels[later])
+            kernels[position] = None
+            readers.update(position, None)
             inlined.add(buffer)
         if not inlined:
             return None
-        return analysis.without_buffers(attrs.evolve(program, kernels=tuple(kernels)), inlined)
+        return analysis.without_buffers(
+            attrs.evolve(program, kernels=tuple(k for k in kernels if k is not None)), inlined)
+
+
+class _Readers:
+    """The positions of the kernels that read each buffer, kept as kernels change: a model's
+    thousands of kernels are not searched for the readers of each producer."""
+
+    def __init__(self, kernels: list[loop_ir.Kernel | None]):
+        self._reads: list[set[str]] = [set() for _ in kernels]
+        self._readers: dict[str, set[int]] = {}
+        for position, kernel in enumerate(kernels):
+            self.update(position, kernel)
+
+    def after(self, buffer: str, position: int) -> list[int]:
+        """The positions after ``position`` of the kernels that read ``buffer``, in order."""
+        return sorted(later for later in self._readers.get(buffer, ()) if later > position)
+
+    def update(self, position: int, kernel: loop_ir.Kernel | None) -> None:
+        """The kernel at ``position`` is now ``kernel`` (None: gone)."""
+        reads = set(analysis.loaded_buffers(kernel)) if kernel is not None else set()
+        for name in self._reads[position] - reads:
+            self._readers[name].discard(position)
+        for name in reads - self._reads[position]:
+            self._readers.setdefault(name, set()).add(position)
+        self._reads[position] = reads
 
 
 def _keeps_tma_operand(producer: analysis.Pointwise, consumers: list[loop_ir.Kernel],
