@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import attrs
 
@@ -177,11 +177,15 @@ def joined_in_order(program: loop_ir.Program, keys: list, start: Callable[[loop_
     kernels: list[loop_ir.Kernel | None] = list(program.kernels)
     untouched = Untouched(program)
     changed = False
+    positions: dict[Any, list[int]] = {}  # of each key's kernels, in order
+    for position, key in enumerate(keys):
+        if key is not None:
+            positions.setdefault(key, []).append(position)
     for position, kernel in enumerate(program.kernels):
         key = keys[position]
         if key is None or kernels[position] is not kernel or not untouched.holds(kernel):
             continue
-        partners = [later for later in range(position + 1, len(program.kernels)) if keys[later] == key]
+        partners = [later for later in positions[key] if later > position]
         if not partners:
             continue
         group, taken = start(kernel), [position]
