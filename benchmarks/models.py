@@ -124,8 +124,8 @@ def memory_json(memory: PeakMemory) -> dict:
 
 
 def timed_compile(model, ids: torch.Tensor) -> tuple[lamina.CompiledFunction, dict]:
-    """Compile in a fresh Compiler, then call once: the first call loads the kernels (NVRTC, or the
-    cubin cache in $LAMINA_CACHE_DIR) and runs one forward pass, a few milliseconds of its time."""
+    """Compile in a fresh Compiler, then call once. The compile loads the kernels for the GPU of the
+    inputs (NVRTC, or the cubin cache in $LAMINA_CACHE_DIR); the first call runs one forward pass."""
     started = time.perf_counter()
     compiled = lamina.Compiler().compile(model, (ids,))
     loading = time.perf_counter()

@@ -102,5 +102,5 @@ def test_one_case_on_a_scaled_down_model(bench, tmp_path):
     assert case["correctness"]["ok"], case["correctness"]
     assert all(isinstance(us, float) for us in case["forward_us"].values()), case["forward_us"]
     assert all("per_layer" in counts for counts in case["kernels"].values()), case["kernels"]
-    assert case["compile"]["warm"]["first_call_s"] < case["compile"]["cold"]["first_call_s"]
+    assert case["compile"]["warm"]["total_s"] < case["compile"]["cold"]["total_s"]
     json.dumps(case)
