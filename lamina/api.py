@@ -106,7 +106,6 @@ class Compiler:
         specialization.compile_seconds = time.perf_counter() - started
         return specialization
 
-
     def _backend_on(self, device: torch.device | None):
         """The backend that will run a program compiled for ``device``'s inputs right after the
         compile (``Specialization.runner``), where it can run here; None for inputs on the CPU."""

@@ -98,7 +98,7 @@ class CudaBackend:
         A kernel that runs wgmma is compiled for ``sm_90a`` on sm_90 and refused elsewhere (``kernel_arch``),
         as is one whose launch overlaps the previous kernel's before sm_90 (``dependent_launch.check_arch``).
         ``timings`` gets the stages "CUDA printing" and "NVRTC" (the cubin cache's reads within it).
-        With ``prepared`` (``prepare``), the kernels were printed and set compiling while the pipeline
+        With ``prepared`` (``compile_while_lowering``), the kernels were printed and set compiling while the pipeline
         lowered them: "NVRTC" is then the wait for the compiles still running.
         """
         timings = timings or Timings()

@@ -2,7 +2,7 @@
 
 NVRTC takes seconds for a model, most of it for one kernel (attention's), and it releases Python's
 lock. So when a compile is for a GPU that the CUDA backend will run it on, the pipeline hands each
-kernel to the backend as soon as it is lowered (``CudaBackend.prepare``): a kernel of new code is
+kernel to the backend as soon as it is lowered (``CudaBackend.compile_while_lowering``): a kernel of new code is
 printed at once and compiled on a thread of its own, and a model's first layer sets its slowest
 kernels compiling while the pipeline lowers the other layers. ``CudaBackend.load`` then takes the
 printed sources and waits for the cubins that are not ready yet.
