@@ -39,7 +39,7 @@ def test_the_builtins_alone():
     assert v["ops"]["by_plugin"] == {"lamina.builtin.ops": len(DECOMPOSITIONS)}
     assert v["ops"]["overridden"] == []
     assert [s["name"] for s in v["schedules"]["providers"]] == [
-        "transpose", "pointwise", "row_reduction", "attention", "attention_decode", "unrolled_reduction", "contraction", "matmul_row_reduction", "generic"]
+        "transpose", "pointwise", "row_reduction", "attention", "attention_decode", "attention_float32", "unrolled_reduction", "contraction", "matmul_row_reduction", "generic"]
     assert v["schedules"]["configured"] is None
     assert v["selection_policy"] == {"name": "cost_model", "plugin": "lamina.builtin.selection", "registered": True}
     rules = [r["priority"] for r in v["fusion_rules"]]
@@ -62,7 +62,8 @@ def test_the_configuration_is_shown():
     v = view(schedule="generic", target="sm_80", disable=("lamina.builtin.schedules.contraction",))
     assert v["schedules"]["configured"] == "generic" and v["schedules"]["configured_registered"] is True
     assert [s["name"] for s in v["schedules"]["providers"]] == ["transpose", "pointwise", "row_reduction",
-                                                                "attention", "attention_decode", "matmul_row_reduction", "generic"]
+                                                                "attention", "attention_decode", "attention_float32", "matmul_row_reduction",
+                                                                "generic"]
     assert v["target"]["name"] == "sm_80" and v["target"]["why"] == "configured"
     text = "\n".join(format_stage_view(v))
     assert "configured: generic, wherever it applies" in text
@@ -96,8 +97,8 @@ def test_the_command_prints_the_stages_as_json(no_config, capsys):
     assert main(["plugins", "--stages", "--json"]) == 0
     v = json.loads(capsys.readouterr().out)
     assert set(v) == {"config", "ops", "fusion_rules", "schedules", "selection_policy", "kernel_passes", "backends", "target"}
-    assert [s["name"] for s in v["schedules"]["providers"]][:9] == [
-        "transpose", "pointwise", "row_reduction", "attention", "attention_decode", "unrolled_reduction", "contraction", "matmul_row_reduction", "generic"]
+    assert [s["name"] for s in v["schedules"]["providers"]][:10] == [
+        "transpose", "pointwise", "row_reduction", "attention", "attention_decode", "attention_float32", "unrolled_reduction", "contraction", "matmul_row_reduction", "generic"]
 
 
 def test_the_plugin_list_stays_a_json_list(no_config, capsys):

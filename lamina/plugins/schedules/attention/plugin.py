@@ -1,5 +1,5 @@
-"""Registers the ``attention`` and ``attention_decode`` schedules and the fusion rules that give
-them their kernels."""
+"""Registers the ``attention``, ``attention_decode`` and ``attention_float32`` schedules and the
+fusion rules that give them their kernels."""
 
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ from lamina.plugins.schedules.attention import tiling
 from lamina.plugins.schedules.attention.decode import recognise as decode_recognise, tiling as decode_tiling
 from lamina.plugins.schedules.attention.decode.fuse import FuseDecodeAttention
 from lamina.plugins.schedules.attention.decode.writer import lower_decode_attention
+from lamina.plugins.schedules.attention.float32 import recognise as float32_recognise, tiling as float32_tiling
+from lamina.plugins.schedules.attention.float32.fuse import FuseFloat32Attention
+from lamina.plugins.schedules.attention.float32.writer import lower_float32_attention
 from lamina.plugins.schedules.attention.fuse_attention import FuseAttention
 from lamina.plugins.schedules.attention.recognise import NotAttention, analyse
 from lamina.plugins.schedules.attention.writer import lower_attention
@@ -99,6 +102,42 @@ class DecodeAttentionSchedule:
         return lower_decode_attention(tile, target)
 
 
+class Float32AttentionSchedule:
+    """A prompt's float32 attention in one pass over the keys, each product as three tf32
+    products on ``mma.sync`` (FlashAttention-2's loop)."""
+
+    name = float32_tiling.SCHEDULE_NAME
+    priority = 15
+    knob_names = float32_tiling.KNOB_NAMES
+
+    def applies(self, kernel: loop_ir.Kernel, target: Target) -> bool:
+        if target.compute_capability < float32_tiling.MIN_ARCH:
+            return False
+        try:
+            float32_recognise.analyse(kernel)
+        except NotAttention:
+            return False
+        return True
+
+    def schedule(self, kernel: loop_ir.Kernel, target: Target, knobs: Mapping[str, Any]) -> tile_ir.TileKernel:
+        return tile_or_pass_over(lambda: float32_tiling.tile(float32_recognise.analyse(kernel), target, knobs), knobs)
+
+    def estimate_cost(self, kernel: loop_ir.Kernel, target: Target) -> float:
+        try:
+            return float32_tiling.choose(float32_recognise.analyse(kernel), target, {})[1]
+        except ScheduleError:
+            return float("inf")
+
+    def best_settings(self, kernel: loop_ir.Kernel, target: Target, count: int) -> list[Setting]:
+        try:
+            return settings_of(self.name, float32_tiling.ranked(float32_recognise.analyse(kernel), target, {}), count)
+        except ScheduleError:
+            return []
+
+    def lower(self, tile: tile_ir.TileKernel, target: Target) -> kernel_ir.Kernel:
+        return lower_float32_attention(tile, target)
+
+
 def settings_of(schedule: str, ranked: list[tuple[float, Any]], count: int) -> list[Setting]:
     """The first ``count`` of ``ranked`` (estimate, choice) as settings: a choice's fields are its knobs."""
     return [Setting(schedule, attrs.asdict(choice), estimate) for estimate, choice in ranked[:count]]
@@ -108,9 +147,11 @@ def settings_of(schedule: str, ranked: list[tuple[float, Any]], count: int) -> l
 def lamina_register_schedules(register):
     register(AttentionSchedule())
     register(DecodeAttentionSchedule())
+    register(Float32AttentionSchedule())
 
 
 @hookimpl
 def lamina_register_fusion_rules(register):
     register(FuseAttention())
     register(FuseDecodeAttention())
+    register(FuseFloat32Attention())

@@ -87,12 +87,12 @@ class Attention:
     def last_visible_key(self, query: Expr) -> Expr | None:
         """The last key that ``query`` sees where the score masks every later key (causal
         attention: ``key <= query + c``), else None."""
-        return _visible_bound(self.score, self.scores.n, self.scores.m, query, "last")
+        return visible_bound(self.score, self.scores.n, self.scores.m, query, "last")
 
     def first_visible_key(self, query: Expr) -> Expr | None:
         """The first key that ``query`` sees where the score masks every earlier key (a sliding
         window: ``key > query - window``), else None."""
-        return _visible_bound(self.score, self.scores.n, self.scores.m, query, "first")
+        return visible_bound(self.score, self.scores.n, self.scores.m, query, "first")
 
 
 def analyse(kernel: loop_ir.Kernel) -> Attention:
@@ -204,7 +204,7 @@ def _checked(loops: AttentionLoops, scores: Contraction, values: Contraction) ->
 _FLIPPED = {"le": "ge", "lt": "gt", "ge": "le", "gt": "lt"}
 
 
-def _visible_bound(score: Expr, key: str, query: str, at: Expr, side: str) -> Expr | None:
+def visible_bound(score: Expr, key: str, query: str, at: Expr, side: str) -> Expr | None:
     """Where ``score`` is ``where(key - query + c <= 0 and ..., ..., -inf)`` (``side`` "last": a
     causal mask) or ``where(key - query + c >= 0 and ...)`` (``side`` "first": a sliding window),
     however the comparison is written (``key + a <= query + b``, ``query >= key``, strict or not;

@@ -8,7 +8,7 @@ group reading the group's keys and values again. This rule fuses the three as
 reads it, the values' sum reading the probability as the softmax computed it), where the
 ``attention_decode`` schedule takes the result: a few rows per group of heads, keys and values
 that can be copied 16 bytes at a time. The products here are sums over a reduction loop that
-need not have the rows a contraction schedule tiles (``_sum``).
+need not have the rows a contraction schedule tiles (``reduction_sum``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from lamina.plugins.schedules.loop_to_kernel import split_parallel_nest
 from lamina.plugins.schedules.matmul_row_reduction import computed_where_read
 
 
-def _sum(kernel: loop_ir.Kernel) -> Contraction | None:
+def reduction_sum(kernel: loop_ir.Kernel) -> Contraction | None:
     """``kernel`` as a sum over a reduction loop for each point of its parallel loops, stored
     by each point (the column ``n`` the last index of the first store), or None."""
     loops, inner = split_parallel_nest(kernel.body)
@@ -55,11 +55,11 @@ def _sum(kernel: loop_ir.Kernel) -> Contraction | None:
                        init=init.value, value=accumulate.value, epilogue=stores, operands=())
 
 
-def _reading(buffer: str):
+def sum_reading(buffer: str):
     """``describe`` for ``values_reading_the_softmax``: the sum, and its read of ``buffer``."""
 
     def describe(kernel: loop_ir.Kernel) -> tuple[Contraction, loop_ir.Load] | None:
-        c = _sum(kernel)
+        c = reduction_sum(kernel)
         if c is None:
             return None
         reads = [load for load in outer_loads(c.value) if load.buffer == buffer]
@@ -91,7 +91,7 @@ class FuseDecodeAttention:
             return at if len(kernels[at].outputs) == 1 else None
 
         for position, values_kernel in enumerate(kernels):
-            if _sum(values_kernel) is None:
+            if reduction_sum(values_kernel) is None:
                 continue
             for probabilities in analysis.loaded_buffers(values_kernel):
                 softmax_at = only_feeds(probabilities, position)
@@ -100,11 +100,11 @@ class FuseDecodeAttention:
                 for scores in analysis.loaded_buffers(kernels[softmax_at]):
                     scores_at = only_feeds(scores, softmax_at)
                     store = analysis.single_store(kernels[scores_at]) if scores_at is not None else None
-                    c = _sum(kernels[scores_at]) if store is not None else None
+                    c = reduction_sum(kernels[scores_at]) if store is not None else None
                     softmax = computed_where_read(c, store, kernels[softmax_at]) if c is not None else None
                     if softmax is None:
                         continue
-                    fused = values_reading_the_softmax(softmax, values_kernel, _reading(probabilities))
+                    fused = values_reading_the_softmax(softmax, values_kernel, sum_reading(probabilities))
                     if fused is None:
                         continue
                     fused = analysis.renumbered(analysis.with_exact_inputs(fused, known))
