@@ -191,7 +191,7 @@ class Float32AttentionWriter:
         """Each score as the program computes it; per row of the lane's two, the running maximum
         raised to the tile's, the output and the running sum rescaled, the probabilities in place."""
         v, f, n, a, p = self.v, self.f, self.n, self.a, self.p
-        g, t = v["lane_group"], v["in_group"]
+        t = v["in_group"]
         out: list[kernel_ir.Stmt] = []
         for j in range(self.key_chunks):
             for e in range(4):
@@ -334,7 +334,7 @@ class Float32AttentionWriter:
         return out + self._outputs()
 
     def arrays(self) -> list[kernel_ir.Array]:
-        n, p = self.n, self.p
+        n = self.n
         return [
             kernel_ir.Array(n["q_big"], F32, (self.block_queries, self.q_row), "shared"),
             kernel_ir.Array(n["q_small"], F32, (self.block_queries, self.q_row), "shared"),
