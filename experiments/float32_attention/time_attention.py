@@ -13,12 +13,10 @@ import torch.nn.functional as F
 
 CASES = [  # name, heads, key-value heads, length, features, causal
     ("bert", 12, 12, 512, 64, False),
-    ("bert.s128.b8", 12, 12, 128, 64, False),
     ("tinyllama", 32, 4, 512, 64, True),
     ("tinyllama", 32, 4, 2048, 64, True),
     ("qwen", 28, 4, 512, 128, True),
     ("qwen", 28, 4, 2048, 128, True),
-    ("qwen.full", 28, 4, 2048, 128, False),
 ]
 SETTINGS = [{"block_queries": q, "keys_per_tile": k, "stages": s}
             for q, k, s in itertools.product((64, 128), (32, 64), (2, 3))]
