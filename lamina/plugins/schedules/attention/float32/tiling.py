@@ -9,7 +9,8 @@ is ``TILE_NS_PER_WORK`` per query, key and feature (the scores' depth and the va
 features), at the SM's pace once ``SATURATING_WARPS`` warps share it and proportionally slower
 with fewer (the mma's latency is not hidden); the blocks spread over the SMs and the longest
 wave bounds the kernel. The constants are estimates from the contraction's ``mma.sync``
-products, fitted by ``experiments/float32_attention/``.
+products (46 TFLOP/s of three-product tf32 on the H200), not yet fitted to this kernel
+(``experiments/float32_attention/fit.py`` fits them to the times its script measures).
 """
 
 from __future__ import annotations
