@@ -63,8 +63,8 @@ class Float32AttentionWriter:
         self.all_tiles = math.ceil(p.keys_extent / self.keys)
         self.key_chunks = self.keys // N
         self.feature_chunks = p.features // N
-        self.q_row, self.k_row, self.v_row = (tiling.padded(p.depth), tiling.padded(p.depth),
-                                              tiling.padded(p.features))
+        self.depth_row, self.feature_row = tiling.padded(p.depth), tiling.padded(p.features)
+        """Staged rows of queries and keys, and of values, padded against bank conflicts."""
         a = self.a
         loop_vars = {loop.var for loop in a.rows} | {a.key_var, a.dot_loop.var, a.values_loop.var,
                                                      a.feature_loop.var}
@@ -73,7 +73,7 @@ class Float32AttentionWriter:
         self.v = {n: ex.Var(names.fresh(n)) for n in (
             "tid", "lane", "warp", "lane_group", "in_group", "group", "first_query", "tiles", "t", "stage", "i", "j",
             "k_step")}
-        self.f = {n: ex.Var(names.fresh(n), F32) for n in ("tile_max", "new_max", "max_used", "rescale", "p")}
+        self.f = {n: ex.Var(names.fresh(n), F32) for n in ("tile_max", "new_max", "max_used", "rescale", "query_big")}
         self.n = {n: names.fresh(n) for n in (
             "q_big", "q_small", "k_tile", "v_tile", "scores", "small_probabilities", "out", "running_max",
             "running_sum", "a_big", "a_small", "b_big", "b_small", "step_sum")}
@@ -121,8 +121,7 @@ class Float32AttentionWriter:
 
     # --- copies -----------------------------------------------------------------
 
-    def _copies(self, tile: str, load, width: int, row: int, key_var: str, along: str, t: Expr
-                ) -> list[kernel_ir.Stmt]:
+    def _copies(self, tile: str, load, width: int, key_var: str, along: str, t: Expr) -> list[kernel_ir.Stmt]:
         """Key tile ``t``'s rows of ``load`` (keys or values) into its stage of ``tile``."""
         runs = width // VECTOR
         count = self.keys * runs
@@ -143,9 +142,8 @@ class Float32AttentionWriter:
 
     def _tile_copies(self, t: Expr) -> list[kernel_ir.Stmt]:
         p, a = self.p, self.a
-        return [*self._copies(self.n["k_tile"], p.keys, p.depth, self.k_row, a.key_var, a.dot_loop.var, t),
-                *self._copies(self.n["v_tile"], p.values, p.features, self.v_row, a.values_loop.var,
-                              a.feature_loop.var, t)]
+        return [*self._copies(self.n["k_tile"], p.keys, p.depth, a.key_var, a.dot_loop.var, t),
+                *self._copies(self.n["v_tile"], p.values, p.features, a.values_loop.var, a.feature_loop.var, t)]
 
     def _queries(self) -> list[kernel_ir.Stmt]:
         """The block's query factors as the program computes them, split into tf32 pieces."""
@@ -154,7 +152,7 @@ class Float32AttentionWriter:
         row, feature = v["i"] // p.depth, v["i"] % p.depth
         value = ex.cast(loop_to_kernel.translate_expr(p.query, self.kernel,
                                                       {**self._rows(row), self.a.dot_loop.var: feature}), F32)
-        big = self.f["p"]
+        big = self.f["query_big"]
         body = [_declare(v["i"].name, v["j"] * self.threads + v["tid"]),
                 kernel_ir.Declare(big.name, F32, big_piece(value)),
                 kernel_ir.Store(self.n["q_big"], (row, feature), big),
@@ -336,10 +334,10 @@ class Float32AttentionWriter:
     def arrays(self) -> list[kernel_ir.Array]:
         n = self.n
         return [
-            kernel_ir.Array(n["q_big"], F32, (self.block_queries, self.q_row), "shared"),
-            kernel_ir.Array(n["q_small"], F32, (self.block_queries, self.q_row), "shared"),
-            kernel_ir.Array(n["k_tile"], F32, (self.stages * self.keys, self.k_row), "shared"),
-            kernel_ir.Array(n["v_tile"], F32, (self.stages * self.keys, self.v_row), "shared"),
+            kernel_ir.Array(n["q_big"], F32, (self.block_queries, self.depth_row), "shared"),
+            kernel_ir.Array(n["q_small"], F32, (self.block_queries, self.depth_row), "shared"),
+            kernel_ir.Array(n["k_tile"], F32, (self.stages * self.keys, self.depth_row), "shared"),
+            kernel_ir.Array(n["v_tile"], F32, (self.stages * self.keys, self.feature_row), "shared"),
             kernel_ir.Array(n["scores"], F32, (4 * self.key_chunks,), "register"),
             kernel_ir.Array(n["small_probabilities"], F32, (4 * self.key_chunks,), "register"),
             kernel_ir.Array(n["out"], F32, (4 * self.feature_chunks,), "register"),
