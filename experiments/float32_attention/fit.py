@@ -53,12 +53,15 @@ def main(path):
         tiling.TILE_NS_PER_WORK, tiling.SATURATING_WARPS = ns, warps
         ratios = [math.log(tiling.estimate_us(p, c, target) / us) for _, c, us, p in rows]
         spread = math.sqrt(sum(r * r for r in ratios) / len(ratios))
+        cases = {r[0] for r in rows}
         picks = 0
-        for case in {r[0] for r in rows}:
+        for case in cases:
             mine = [r for r in rows if r[0] == case]
-            picks += min(mine, key=lambda r: tiling.estimate_us(r[3], r[1], target))[2] <= 1.05 * min(r[2] for r in mine)
-        print(f"{ns:.1e} ns, {warps:2d} warps: rms log ratio {spread:.3f}, mean ratio {math.exp(sum(ratios) / len(ratios)):.2f}, "
-              f"cheapest within 5 % of fastest in {picks} of {len({r[0] for r in rows})}")
+            cheapest = min(mine, key=lambda r: tiling.estimate_us(r[3], r[1], target))
+            picks += cheapest[2] <= 1.05 * min(r[2] for r in mine)
+        mean = math.exp(sum(ratios) / len(ratios))
+        print(f"{ns:.1e} ns, {warps:2d} warps: rms log ratio {spread:.3f}, mean ratio {mean:.2f}, "
+              f"cheapest within 5 % of fastest in {picks} of {len(cases)}")
         if best is None or spread < best[0]:
             best = (spread, ns, warps)
     print("best:", best)

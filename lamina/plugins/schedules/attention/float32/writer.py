@@ -73,7 +73,8 @@ class Float32AttentionWriter:
         self.v = {n: ex.Var(names.fresh(n)) for n in (
             "tid", "lane", "warp", "lane_group", "in_group", "group", "first_query", "tiles", "t", "stage", "i", "j",
             "k_step")}
-        self.f = {n: ex.Var(names.fresh(n), F32) for n in ("tile_max", "new_max", "max_used", "rescale", "query_big")}
+        self.f = {n: ex.Var(names.fresh(n), F32)
+                  for n in ("tile_max", "new_max", "max_used", "rescale", "query_big")}
         self.n = {n: names.fresh(n) for n in (
             "q_big", "q_small", "k_tile", "v_tile", "scores", "small_probabilities", "out", "running_max",
             "running_sum", "a_big", "a_small", "b_big", "b_small", "step_sum")}
@@ -204,21 +205,19 @@ class Float32AttentionWriter:
         for half in range(2):
             cells = [4 * j + 2 * half + e for j in range(self.key_chunks) for e in range(2)]
             running = self._reg("running_max", half)
-            out.append(kernel_ir.Declare(f["tile_max"].name, F32, balanced_tree(
-                "max", [self._reg("scores", c) for c in cells])) if half == 0 else kernel_ir.Assign(
-                f["tile_max"].name, balanced_tree("max", [self._reg("scores", c) for c in cells])))
+
+            def let(var: ex.Var, value: Expr) -> kernel_ir.Stmt:
+                """``var = value``, declared in the first row's turn."""
+                return kernel_ir.Declare(var.name, F32, value) if half == 0 else kernel_ir.Assign(var.name, value)
+
+            out.append(let(f["tile_max"], balanced_tree("max", [self._reg("scores", c) for c in cells])))
             for mask in (1, 2):
                 out.append(kernel_ir.Assign(f["tile_max"].name, ex.op(
                     "max", f["tile_max"], kernel_ir.ShuffleXor(f["tile_max"], mask))))
-            new = ex.op("max", running, f["tile_max"])
-            used = ex.op("where", ex.op("eq", f["new_max"], minus_infinity), ex.const(0.0, F32), f["new_max"])
-            rescale = ex.op("exp", ex.op("sub", running, f["max_used"]))
-            if half == 0:
-                out += [kernel_ir.Declare(f["new_max"].name, F32, new), kernel_ir.Declare(f["max_used"].name, F32, used),
-                        kernel_ir.Declare(f["rescale"].name, F32, rescale)]
-            else:
-                out += [kernel_ir.Assign(f["new_max"].name, new), kernel_ir.Assign(f["max_used"].name, used),
-                        kernel_ir.Assign(f["rescale"].name, rescale)]
+            out += [let(f["new_max"], ex.op("max", running, f["tile_max"])),
+                    let(f["max_used"], ex.op("where", ex.op("eq", f["new_max"], minus_infinity), ex.const(0.0, F32),
+                                             f["new_max"])),
+                    let(f["rescale"], ex.op("exp", ex.op("sub", running, f["max_used"])))]
             out.append(kernel_ir.Store(n["running_max"], (ex.const(half),), f["new_max"]))
             for c in cells:
                 out.append(kernel_ir.Store(n["scores"], (ex.const(c),), ex.op(
