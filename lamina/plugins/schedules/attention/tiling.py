@@ -33,6 +33,7 @@ from lamina.core.target import Target
 from lamina.plugins.schedules.attention.block_masks import reads, reads_by_query
 from lamina.plugins.schedules.attention.recognise import Attention, analyse
 from lamina.plugins.schedules.contraction.layout import SHARED_ALIGNMENT
+from lamina.plugins.schedules.pinned_knobs import pinned_values
 
 SCHEDULE_NAME = "attention"
 ARCH = 90
@@ -101,14 +102,8 @@ class AttentionChoice:
 
 
 def _read_pinned(knobs: Mapping[str, Any], where: str) -> dict[str, Any]:
-    legal = {"block_queries": BLOCK_QUERIES, "block_keys": BLOCK_KEYS, "stages": STAGES, "warpgroups": WARPGROUPS}
-    pinned = {}
-    for key, value in knobs.items():
-        if key not in legal:
-            continue
-        if value not in legal[key] or isinstance(value, bool):
-            raise ScheduleError(f"{where}: knob {key} = {value!r} must be one of {', '.join(map(str, legal[key]))}")
-        pinned[key] = value
+    pinned = pinned_values(knobs, {"block_queries": BLOCK_QUERIES, "block_keys": BLOCK_KEYS, "stages": STAGES,
+                                   "warpgroups": WARPGROUPS}, where)
     if pinned.get("warpgroups") == PING_PONG and pinned.get("block_queries", 128) != 128:
         raise ScheduleError(f"{where}: knob warpgroups = 'ping_pong' takes turns between two warpgroups: it needs "
                             f"block_queries = 128, not {pinned['block_queries']}")

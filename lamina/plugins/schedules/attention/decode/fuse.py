@@ -8,12 +8,12 @@ group reading the group's keys and values again. This rule fuses the three as
 reads it, the values' sum reading the probability as the softmax computed it), where the
 ``attention_decode`` schedule takes the result: a few rows per group of heads, keys and values
 that can be copied 16 bytes at a time. The products here are sums over a reduction loop that
-need not have the rows a contraction schedule tiles (``reduction_sum``).
+need not have the rows a contraction schedule tiles (``_sum``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import attrs
 
@@ -31,7 +31,7 @@ from lamina.plugins.schedules.loop_to_kernel import split_parallel_nest
 from lamina.plugins.schedules.matmul_row_reduction import computed_where_read
 
 
-def reduction_sum(kernel: loop_ir.Kernel) -> Contraction | None:
+def _sum(kernel: loop_ir.Kernel) -> Contraction | None:
     """``kernel`` as a sum over a reduction loop for each point of its parallel loops, stored
     by each point (the column ``n`` the last index of the first store), or None."""
     loops, inner = split_parallel_nest(kernel.body)
@@ -55,17 +55,73 @@ def reduction_sum(kernel: loop_ir.Kernel) -> Contraction | None:
                        init=init.value, value=accumulate.value, epilogue=stores, operands=())
 
 
-def sum_reading(buffer: str):
+def _reading(buffer: str):
     """``describe`` for ``values_reading_the_softmax``: the sum, and its read of ``buffer``."""
 
     def describe(kernel: loop_ir.Kernel) -> tuple[Contraction, loop_ir.Load] | None:
-        c = reduction_sum(kernel)
+        c = _sum(kernel)
         if c is None:
             return None
         reads = [load for load in outer_loads(c.value) if load.buffer == buffer]
         return (c, reads[0]) if len(reads) == 1 else None
 
     return describe
+
+
+def fuse_first_chain(program: loop_ir.Program, takes: Callable[[loop_ir.Kernel], object],
+                     scores_in_the_softmax: bool = False) -> loop_ir.Program | None:
+    """``program`` with its first chain of attention kernels as one (the values' sum computing the
+    softmax, each loop over the keys its scores) where ``takes`` accepts the fused kernel (it raises
+    ``NotAttention`` or ``ScheduleError`` where its schedule cannot run it), else None. A chain is a
+    product's scores, their softmax and the probabilities times the values, each written for the
+    next alone; with ``scores_in_the_softmax``, also a softmax that computes its scores itself
+    (``matmul_row_reduction``'s kernel) and the values."""
+    temporaries = {b.name for b in program.temporaries}
+    known = analysis.buffers(program)
+    kernels = list(program.kernels)
+    writers, readers = analysis.writers_and_readers(kernels)
+
+    def only_feeds(buffer: str, reader: int) -> int | None:
+        """The kernel writing ``buffer`` where it is a temporary that kernel ``reader`` alone reads."""
+        at = writers.get(buffer)
+        if buffer not in temporaries or at is None or readers.get(buffer) != [reader]:
+            return None
+        return at if len(kernels[at].outputs) == 1 else None
+
+    def softmaxes(softmax_at: int) -> Iterator[tuple[list[int], loop_ir.Kernel]]:
+        """(the kernels a fused one replaces besides the values', the softmax computing its scores)."""
+        if scores_in_the_softmax:
+            yield [softmax_at], kernels[softmax_at]
+        for scores in analysis.loaded_buffers(kernels[softmax_at]):
+            scores_at = only_feeds(scores, softmax_at)
+            store = analysis.single_store(kernels[scores_at]) if scores_at is not None else None
+            c = _sum(kernels[scores_at]) if store is not None else None
+            computed = computed_where_read(c, store, kernels[softmax_at]) if c is not None else None
+            if computed is not None:
+                yield [scores_at, softmax_at], computed
+
+    for position, values_kernel in enumerate(kernels):
+        if _sum(values_kernel) is None:
+            continue
+        for probabilities in analysis.loaded_buffers(values_kernel):
+            softmax_at = only_feeds(probabilities, position)
+            if softmax_at is None:
+                continue
+            for replaced, softmax in softmaxes(softmax_at):
+                fused = values_reading_the_softmax(softmax, values_kernel, _reading(probabilities))
+                if fused is None:
+                    continue
+                fused = analysis.renumbered(analysis.with_exact_inputs(fused, known))
+                try:
+                    takes(fused)
+                except (NotAttention, ScheduleError):
+                    continue
+                dropped = {b.name for i in replaced for b in kernels[i].outputs}
+                kernels[position] = fused
+                for i in sorted(replaced, reverse=True):
+                    del kernels[i]
+                return analysis.without_buffers(attrs.evolve(program, kernels=tuple(kernels)), dropped)
+    return None
 
 
 class FuseDecodeAttention:
@@ -78,43 +134,4 @@ class FuseDecodeAttention:
     def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
         if target.compute_capability < tiling.MIN_ARCH:
             return None
-        temporaries = {b.name for b in program.temporaries}
-        known = analysis.buffers(program)
-        kernels = list(program.kernels)
-        writers, readers = analysis.writers_and_readers(kernels)
-
-        def only_feeds(buffer: str, reader: int) -> int | None:
-            """The kernel writing ``buffer`` where it is a temporary that kernel ``reader`` alone reads."""
-            at = writers.get(buffer)
-            if buffer not in temporaries or at is None or readers.get(buffer) != [reader]:
-                return None
-            return at if len(kernels[at].outputs) == 1 else None
-
-        for position, values_kernel in enumerate(kernels):
-            if reduction_sum(values_kernel) is None:
-                continue
-            for probabilities in analysis.loaded_buffers(values_kernel):
-                softmax_at = only_feeds(probabilities, position)
-                if softmax_at is None:
-                    continue
-                for scores in analysis.loaded_buffers(kernels[softmax_at]):
-                    scores_at = only_feeds(scores, softmax_at)
-                    store = analysis.single_store(kernels[scores_at]) if scores_at is not None else None
-                    c = reduction_sum(kernels[scores_at]) if store is not None else None
-                    softmax = computed_where_read(c, store, kernels[softmax_at]) if c is not None else None
-                    if softmax is None:
-                        continue
-                    fused = values_reading_the_softmax(softmax, values_kernel, sum_reading(probabilities))
-                    if fused is None:
-                        continue
-                    fused = analysis.renumbered(analysis.with_exact_inputs(fused, known))
-                    try:
-                        tiling.choose(analyse(fused), target, knobs)
-                    except (NotAttention, ScheduleError):
-                        continue
-                    kernels[position] = fused
-                    for i in sorted((scores_at, softmax_at), reverse=True):
-                        del kernels[i]
-                    dropped = {scores, probabilities}
-                    return analysis.without_buffers(attrs.evolve(program, kernels=tuple(kernels)), dropped)
-        return None
+        return fuse_first_chain(program, lambda fused: tiling.choose(analyse(fused), target, knobs))

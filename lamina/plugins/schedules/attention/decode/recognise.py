@@ -86,14 +86,15 @@ def _copied(factor: Expr, moving: str, where: str) -> loop_ir.Load:
     return load
 
 
-def _offset(kernel: loop_ir.Kernel, load: loop_ir.Load, env: dict[str, Expr]) -> Expr:
+def flat_offset(kernel: loop_ir.Kernel, load: loop_ir.Load, env: dict[str, Expr]) -> Expr:
+    """Where ``load`` reads in its buffer's elements, flattened, at ``env``'s variables."""
     shape = kernel.buffer(load.buffer).type.shape
     return index.simplify(index.linearize(tuple(ex.substitute(i, env) for i in load.index), shape))
 
 
 def _check_rows_of_16_bytes(kernel: loop_ir.Kernel, load: loop_ir.Load, along: str, key: str, vector: int,
                             where: str) -> None:
-    offset = _offset(kernel, load, {})
+    offset = flat_offset(kernel, load, {})
     if index.coefficient(offset, along) != 1:
         raise NotAttention(f"{where}: {load.buffer} is not contiguous along {along}")
     step = index.coefficient(offset, key)
@@ -111,7 +112,7 @@ def _group_rows(a: AttentionLoops, keys: loop_ir.Load, values: loop_ir.Load, whe
                            f"schedule holds at most {MAX_GROUP_ROWS}")
     zero = {a.key_var: ex.const(0), a.dot_loop.var: ex.const(0), a.values_loop.var: ex.const(0),
             a.feature_loop.var: ex.const(0)}
-    moving = ex.free_vars(_offset(kernel, keys, zero)) | ex.free_vars(_offset(kernel, values, zero))
+    moving = ex.free_vars(flat_offset(kernel, keys, zero)) | ex.free_vars(flat_offset(kernel, values, zero))
     if math.prod(loop.extent for loop in rows if loop.var not in moving) > MAX_GROUP_ROWS:
         # rows that differ only along loops the keys do not move with read the same keys
         raise NotAttention(f"{where}: more than {MAX_GROUP_ROWS} rows read the same keys (a prompt's queries); "
@@ -120,7 +121,7 @@ def _group_rows(a: AttentionLoops, keys: loop_ir.Load, values: loop_ir.Load, whe
     readers: dict[tuple, int] = {}
     for row in range(math.prod(loop.extent for loop in rows)):
         env = {**row_coordinates(rows, ex.const(row)), **zero}
-        first = (_offset(kernel, keys, env), _offset(kernel, values, env))
+        first = (flat_offset(kernel, keys, env), flat_offset(kernel, values, env))
         if any(not sizes.is_symbol_name(name) for e in first for name in ex.free_vars(e)):
             raise NotAttention(f"{where}: where a row's keys and values start is not known")
         starts.append(first)  # numbers, or expressions of sizes known at run time (a growing cache's)

@@ -31,6 +31,7 @@ from lamina.core.errors import ScheduleError
 from lamina.core.ir import dtypes, expr as ex, kernel_ir, loop_ir, sizes, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.attention.decode.recognise import COPY_BYTES, DecodeAttention
+from lamina.plugins.schedules.pinned_knobs import pinned_values
 
 SCHEDULE_NAME = "attention_decode"
 KNOB_NAMES = ("keys_per_block", "keys_per_tile", "stages", "products")
@@ -170,16 +171,8 @@ def combining_us(d: DecodeAttention, splits: int) -> float:
 
 
 def _pinned(knobs: Mapping[str, Any], where: str) -> dict[str, Any]:
-    pinned = {}
-    for name, legal in (("keys_per_block", KEYS_PER_BLOCK), ("keys_per_tile", KEYS_PER_TILE), ("stages", STAGES),
-                        ("products", PRODUCTS)):
-        value = knobs.get(name)
-        if value is None:
-            continue
-        if value not in legal or isinstance(value, bool):
-            raise ScheduleError(f"{where}: knob {name} = {value!r} must be one of {', '.join(map(str, legal))}")
-        pinned[name] = value
-    return pinned
+    return pinned_values(knobs, {"keys_per_block": KEYS_PER_BLOCK, "keys_per_tile": KEYS_PER_TILE, "stages": STAGES,
+                                 "products": PRODUCTS}, where)
 
 
 def choose(d: DecodeAttention, target: Target, knobs: Mapping[str, Any]) -> tuple[DecodeChoice, float, int]:

@@ -18,18 +18,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-import attrs
-
-from lamina.core.errors import ScheduleError
 from lamina.core.ir import loop_ir
 from lamina.core.target import Target
-from lamina.plugins.fusion import analysis
-from lamina.plugins.schedules.attention.decode.fuse import reduction_sum, sum_reading
+from lamina.plugins.schedules.attention.decode.fuse import fuse_first_chain
 from lamina.plugins.schedules.attention.float32 import tiling
 from lamina.plugins.schedules.attention.float32.recognise import analyse
-from lamina.plugins.schedules.attention.fuse_attention import values_reading_the_softmax
-from lamina.plugins.schedules.attention.loops import NotAttention
-from lamina.plugins.schedules.matmul_row_reduction import computed_where_read
 
 
 class FuseFloat32Attention:
@@ -42,48 +35,5 @@ class FuseFloat32Attention:
     def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
         if target.compute_capability < tiling.MIN_ARCH or not knobs:
             return None
-        temporaries = {b.name for b in program.temporaries}
-        known = analysis.buffers(program)
-        kernels = list(program.kernels)
-        writers, readers = analysis.writers_and_readers(kernels)
-
-        def only_feeds(buffer: str, reader: int) -> int | None:
-            """The kernel writing ``buffer`` where it is a temporary that kernel ``reader`` alone reads."""
-            at = writers.get(buffer)
-            if buffer not in temporaries or at is None or readers.get(buffer) != [reader]:
-                return None
-            return at if len(kernels[at].outputs) == 1 else None
-
-        def softmaxes(softmax_at: int):
-            """(the kernels it replaces, the softmax computing its scores) for the softmax kernel."""
-            yield [softmax_at], kernels[softmax_at]
-            for scores in analysis.loaded_buffers(kernels[softmax_at]):
-                scores_at = only_feeds(scores, softmax_at)
-                store = analysis.single_store(kernels[scores_at]) if scores_at is not None else None
-                c = reduction_sum(kernels[scores_at]) if store is not None else None
-                computed = computed_where_read(c, store, kernels[softmax_at]) if c is not None else None
-                if computed is not None:
-                    yield [scores_at, softmax_at], computed
-
-        for position, values_kernel in enumerate(kernels):
-            if reduction_sum(values_kernel) is None:
-                continue
-            for probabilities in analysis.loaded_buffers(values_kernel):
-                softmax_at = only_feeds(probabilities, position)
-                if softmax_at is None:
-                    continue
-                for replaced, softmax in softmaxes(softmax_at):
-                    fused = values_reading_the_softmax(softmax, values_kernel, sum_reading(probabilities))
-                    if fused is None:
-                        continue
-                    fused = analysis.renumbered(analysis.with_exact_inputs(fused, known))
-                    try:
-                        tiling.choose(analyse(fused), target, knobs)
-                    except (NotAttention, ScheduleError):
-                        continue
-                    dropped = {b.name for i in replaced for b in kernels[i].outputs}
-                    kernels[position] = fused
-                    for i in sorted(replaced, reverse=True):
-                        del kernels[i]
-                    return analysis.without_buffers(attrs.evolve(program, kernels=tuple(kernels)), dropped)
-        return None
+        return fuse_first_chain(program, lambda fused: tiling.choose(analyse(fused), target, knobs),
+                                scores_in_the_softmax=True)

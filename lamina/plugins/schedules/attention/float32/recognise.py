@@ -16,7 +16,7 @@ import attrs
 
 from lamina.core.ir import dtypes, expr as ex, index, loop_ir, sizes
 from lamina.core.ir.expr import Expr
-from lamina.plugins.schedules.attention.decode.recognise import COPY_BYTES, row_coordinates
+from lamina.plugins.schedules.attention.decode.recognise import COPY_BYTES, flat_offset, row_coordinates
 from lamina.plugins.schedules.attention.loops import AttentionLoops, NotAttention, attention_loops, is_op
 from lamina.plugins.schedules.attention.recognise import visible_bound
 
@@ -83,20 +83,15 @@ def _float32_load(factor: Expr, moving: str, where: str) -> loop_ir.Load:
     return factor
 
 
-def _offset(kernel: loop_ir.Kernel, load: loop_ir.Load, env: dict[str, Expr]) -> Expr:
-    shape = kernel.buffer(load.buffer).type.shape
-    return index.simplify(index.linearize(tuple(ex.substitute(i, env) for i in load.index), shape))
-
-
 def _rows_of_16_bytes(kernel: loop_ir.Kernel, load: loop_ir.Load, along: str, key: str, where: str) -> Expr:
     """The load's offset with the key and the feature at zero, having checked that it is
     contiguous along the feature and that its rows start on 16-byte boundaries."""
-    offset = _offset(kernel, load, {})
+    offset = flat_offset(kernel, load, {})
     vector = COPY_BYTES // 4
     step = index.coefficient(offset, key)
     if index.coefficient(offset, along) != 1 or step is None or step % vector:
         raise NotAttention(f"{where}: {load.buffer} is not read in rows of whole 16-byte runs along its features")
-    return _offset(kernel, load, {key: ex.const(0), along: ex.const(0)})
+    return flat_offset(kernel, load, {key: ex.const(0), along: ex.const(0)})
 
 
 def analyse(kernel: loop_ir.Kernel) -> PromptAttention:

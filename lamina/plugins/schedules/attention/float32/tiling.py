@@ -25,6 +25,7 @@ from lamina.core.errors import ScheduleError
 from lamina.core.ir import expr as ex, kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.attention.float32.recognise import PromptAttention
+from lamina.plugins.schedules.pinned_knobs import pinned_values
 
 SCHEDULE_NAME = "attention_float32"
 KNOB_NAMES = ("block_queries", "keys_per_tile", "stages")
@@ -111,15 +112,8 @@ def estimate_us(p: PromptAttention, choice: Float32AttentionChoice, target: Targ
 
 
 def _pinned(knobs: Mapping[str, Any], where: str) -> dict[str, Any]:
-    pinned = {}
-    for name, legal in (("block_queries", BLOCK_QUERIES), ("keys_per_tile", KEYS_PER_TILE), ("stages", STAGES)):
-        value = knobs.get(name)
-        if value is None:
-            continue
-        if value not in legal or isinstance(value, bool):
-            raise ScheduleError(f"{where}: knob {name} = {value!r} must be one of {', '.join(map(str, legal))}")
-        pinned[name] = value
-    return pinned
+    return pinned_values(knobs, {"block_queries": BLOCK_QUERIES, "keys_per_tile": KEYS_PER_TILE, "stages": STAGES},
+                         where)
 
 
 def ranked(p: PromptAttention, target: Target, knobs: Mapping[str, Any]) -> list[tuple[float, Float32AttentionChoice]]:
