@@ -24,6 +24,7 @@ import attrs
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import expr as ex, kernel_ir, loop_ir, tile_ir
 from lamina.core.target import Target
+from lamina.plugins.schedules.attention.decode.tiling import SHARED_BYTES_PER_SM
 from lamina.plugins.schedules.attention.float32.recognise import PromptAttention
 from lamina.plugins.schedules.pinned_knobs import pinned_values
 
@@ -47,7 +48,6 @@ TILE_NS_PER_WORK = 6.5e-3
 scores' depth plus the values' features), the SM's tensor cores kept busy."""
 SATURATING_WARPS = 16
 """Warps on an SM at which the tile's pace is reached; fewer leave the mma's latency exposed."""
-SHARED_BYTES_PER_SM = 228 * 1024
 
 
 def padded(width: int) -> int:
