@@ -55,7 +55,7 @@ def _declare(name: str, value: Expr, dtype=dtypes.index) -> kernel_ir.Declare:
 
 class Float32AttentionWriter:
     def __init__(self, tile: tile_ir.TileKernel, p: PromptAttention):
-        self.tile, self.p, self.a, self.kernel = tile, p, p.loops, p.kernel
+        self.p, self.a, self.kernel = p, p.loops, p.kernel
         self.block_queries = tile.settings.block_queries
         self.keys = tile.reduction.step
         self.stages = tile.stages[0].buffers
