@@ -152,6 +152,7 @@ def map_body(body: tuple[Stmt, ...], expression: Callable[[Expr], Expr],
 def rename_arrays(kernel: Kernel, mapping: dict[str, str], name: str | None = None) -> Kernel:
     """The same kernel with arrays (parameters, shared and register arrays) renamed by
     ``mapping``, and the kernel itself renamed to ``name`` if given."""
+    mapping = {old: new for old, new in mapping.items() if old != new}
 
     def rename(n: Expr) -> Expr | None:
         return attrs.evolve(n, array=mapping[n.array]) if isinstance(n, (Load, ClusterLoad)) and n.array in mapping else None
