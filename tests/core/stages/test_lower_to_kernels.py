@@ -77,3 +77,36 @@ def test_kernels_whose_accumulators_are_named_after_their_layer_are_lowered_once
                                                                                 "softmax_3": "softmax_1"}
     simulated = lamina.compile(_attention_like, args)
     torch.testing.assert_close(simulated(*args), _attention_like(*args), rtol=1e-4, atol=1e-4)
+
+
+def _two_loops_kernel():
+    """A loop over a register array's sums and a guarded store of ``x`` read deep in an expression."""
+    from lamina.core.ir import dtypes, expr as ex, kernel_ir as kir
+    f32, i = dtypes.float32, ex.Var("i")
+    x_deep = ex.op("add", ex.op("mul", kir.Load("x", (i,), f32), ex.const(2.0, f32)), kir.Load("acc", (ex.const(0),), f32))
+    sums = kir.For("j", ex.const(0), ex.const(4), 1, (
+        kir.Store("acc", (ex.const(0),), ex.op("add", kir.Load("acc", (ex.const(0),), f32), ex.const(1.0, f32))),))
+    guarded = kir.For("i", ex.const(0), ex.const(8), 1, (kir.If(ex.op("lt", i, ex.const(6)), (kir.Store("y", (i,), x_deep),)),))
+    return kir.Kernel("k", params=(kir.Param("x", f32, 8), kir.Param("y", f32, 8, writable=True)),
+                      arrays=(kir.Array("acc", f32, (1,), "register"),), body=(sums, guarded),
+                      launch=kir.Launch((1, 1, 1), (32, 1, 1)))
+
+
+def test_renaming_rebuilds_only_what_names_a_renamed_array_and_each_renaming_is_its_own():
+    from lamina.core.ir import kernel_ir as kir
+    kernel = _two_loops_kernel()
+    first = kir.rename_arrays(kernel, {"x": "x1", "y": "y1", "acc": "acc"})
+    second = kir.rename_arrays(kernel, {"x": "x2", "y": "y1"})
+    third = kir.rename_arrays(kernel, {"acc": "sums"})
+    assert first.body[0] is kernel.body[0], "the register sums keep their statement"
+    assert [p.name for p in first.params] == ["x1", "y1"] and [p.name for p in second.params] == ["x2", "y1"]
+    for renamed, old, new in ((first, ("x", "y"), ("x1", "y1")), (second, ("x", "y"), ("x2", "y1")),
+                              (third, ("acc",), ("sums",))):
+        text = kir.format_kernel(renamed)
+        assert text == _renamed_text(kir.format_kernel(kernel), dict(zip(old, new)))
+    assert third.body[1].body[0].then[0].value.args[1].array == "sums"
+
+
+def _renamed_text(text, mapping):
+    import re
+    return re.sub(r"\b(" + "|".join(mapping) + r")\b", lambda m: mapping[m.group(1)], text)

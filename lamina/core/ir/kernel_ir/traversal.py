@@ -82,18 +82,21 @@ def expressions(s: Stmt) -> tuple[Expr, ...]:
 
 
 def map_body(body: tuple[Stmt, ...], expression: Callable[[Expr], Expr],
-             mapping: Mapping[str, str]) -> tuple[Stmt, ...]:
-    """``body`` with every expression rewritten by ``expression`` and arrays renamed by ``mapping``."""
+             mapping: Mapping[str, str], touched: Callable[[Stmt], bool] | None = None) -> tuple[Stmt, ...]:
+    """``body`` with every expression rewritten by ``expression`` and arrays renamed by ``mapping``;
+    a statement for which ``touched`` says False is kept as it is, with what it holds."""
     out = []
     for s in body:
-        if isinstance(s, For):
+        if touched is not None and not touched(s):
+            pass
+        elif isinstance(s, For):
             s = attrs.evolve(s, start=expression(s.start), stop=expression(s.stop),
-                             body=map_body(s.body, expression, mapping))
+                             body=map_body(s.body, expression, mapping, touched))
         elif isinstance(s, If):
-            s = attrs.evolve(s, cond=expression(s.cond), then=map_body(s.then, expression, mapping),
-                             orelse=map_body(s.orelse, expression, mapping))
+            s = attrs.evolve(s, cond=expression(s.cond), then=map_body(s.then, expression, mapping, touched),
+                             orelse=map_body(s.orelse, expression, mapping, touched))
         elif isinstance(s, Divergent):
-            s = attrs.evolve(s, group=expression(s.group), body=map_body(s.body, expression, mapping))
+            s = attrs.evolve(s, group=expression(s.group), body=map_body(s.body, expression, mapping, touched))
         elif isinstance(s, Declare) and s.init is not None:
             s = attrs.evolve(s, init=expression(s.init))
         elif isinstance(s, Assign):
@@ -153,22 +156,79 @@ def rename_arrays(kernel: Kernel, mapping: dict[str, str], name: str | None = No
     """The same kernel with arrays (parameters, shared and register arrays) renamed by
     ``mapping``, and the kernel itself renamed to ``name`` if given."""
     mapping = {old: new for old, new in mapping.items() if old != new}
-
-    def rename(n: Expr) -> Expr | None:
-        return attrs.evolve(n, array=mapping[n.array]) if isinstance(n, (Load, ClusterLoad)) and n.array in mapping else None
+    loading = _loading(kernel, frozenset(mapping))
 
     def rename_expr(e: Expr) -> Expr:
-        return ex.transform(e, rename)
+        if id(e) not in loading:
+            return e
+        children = e.children()
+        if children:
+            renamed = tuple([rename_expr(c) for c in children])
+            if any(new is not old for new, old in zip(renamed, children)):
+                e = e.rebuild(renamed)
+        if isinstance(e, (Load, ClusterLoad)) and e.array in mapping:
+            e = attrs.evolve(e, array=mapping[e.array])
+        return e
 
     return attrs.evolve(
         kernel,
         name=kernel.name if name is None else name,
         params=tuple(attrs.evolve(p, name=mapping.get(p.name, p.name)) for p in kernel.params),
         arrays=tuple(attrs.evolve(a, name=mapping.get(a.name, a.name)) for a in kernel.arrays),
-        body=map_body(kernel.body, rename_expr, mapping),
+        body=map_body(kernel.body, rename_expr, mapping, lambda s: id(s) in loading),
         tensor_maps=tuple(attrs.evolve(m, name=mapping.get(m.name, m.name), param=mapping.get(m.param, m.param))
                           for m in kernel.tensor_maps),
     )
+
+
+def _loading(kernel: Kernel, arrays: frozenset[str]) -> set[int]:
+    """The statements and expressions of ``kernel`` (by identity) that name one of ``arrays`` or
+    load one somewhere inside: the only ones a renaming rebuilds. Kept for the last kernels asked
+    about: a model's layers rename the same lowered kernel once each, and most of its statements and
+    expression nodes (an attention kernel's tens of thousands) use registers and shared arrays that
+    keep their names."""
+    key = (id(kernel), arrays)
+    found = _loading_kept.get(key)
+    if found is not None and found[0] is kernel:
+        return found[1]
+    loading: set[int] = set()
+
+    def mark(e: Expr) -> bool:
+        inside = any([mark(c) for c in e.children()])
+        if inside or (isinstance(e, (Load, ClusterLoad)) and e.array in arrays):
+            loading.add(id(e))
+            return True
+        return False
+
+    def mark_statements(body: tuple[Stmt, ...]) -> bool:
+        inside = False
+        for s in body:
+            nested = [mark_statements(b) for b in _bodies(s)]
+            named = any(isinstance(getattr(s, f.name), str) and getattr(s, f.name) in arrays
+                        for f in attrs.fields(type(s)))
+            if any(nested) | any([mark(e) for e in expressions(s)]) | named:
+                loading.add(id(s))
+                inside = True
+        return inside
+
+    mark_statements(kernel.body)
+    _loading_kept[key] = (kernel, loading)
+    while len(_loading_kept) > _LOADING_KEPT:
+        del _loading_kept[next(iter(_loading_kept))]
+    return loading
+
+
+def _bodies(s: Stmt) -> tuple[tuple[Stmt, ...], ...]:
+    if isinstance(s, (For, Divergent)):
+        return (s.body,)
+    if isinstance(s, If):
+        return (s.then, s.orelse)
+    return ()
+
+
+_LOADING_KEPT = 64
+_loading_kept: dict[tuple[int, frozenset[str]], tuple[Kernel, set[int]]] = {}
+"""Per kernel (held, so that the identities stay its expressions') and renamed arrays."""
 
 
 MAX_GRID = (2**31 - 1, 65535, 65535)
