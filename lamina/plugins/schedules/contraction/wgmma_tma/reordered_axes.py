@@ -48,22 +48,27 @@ class ReorderTmaOperandAxes:
             return None
         temporaries = {b.name: b for b in program.temporaries}
         pinned = pinned_by(knobs)
+        untouched = analysis.Untouched(program)
+        result = program
         for _, c in contractions(program):
             kernel = c.kernel
             factors = operands.factors(c)
-            if factors is None or c.hinted().extents[c.m] < MIN_UNPINNED_ROWS:
+            if factors is None or c.hinted().extents[c.m] < MIN_UNPINNED_ROWS or not untouched.holds(kernel):
                 continue
             for operand in factors:
                 buffer = temporaries.get(operand.load.buffer)
                 order = None if buffer is None else k_major_order(c, operand)
-                if order is None or not _one_writer_and_one_reader(program, buffer.name, kernel.name):
+                writer = None if order is None else _one_writer_and_one_reader(result, buffer.name, kernel.name)
+                if writer is None or not untouched.holds(writer):
                     continue
-                reordered = with_axes_in_order(program, buffer, order)
+                reordered = with_axes_in_order(result, buffer, order)
                 (rewritten,) = [k for k in reordered.kernels if k.name == kernel.name]
                 if tma_reads_with_a_copy(analyse(rewritten), target) and (
                         pinned or estimate_contraction(rewritten, target) < estimate_contraction(kernel, target)):
-                    return reordered
-        return None
+                    untouched.touch(writer, kernel)
+                    result = reordered
+                    break
+        return result if untouched else None
 
 
 def k_major_order(c: Contraction, operand: Operand) -> tuple[int, ...] | None:
@@ -86,10 +91,11 @@ def k_major_order(c: Contraction, operand: Operand) -> tuple[int, ...] | None:
     return order
 
 
-def _one_writer_and_one_reader(program: loop_ir.Program, buffer: str, reader: str) -> bool:
+def _one_writer_and_one_reader(program: loop_ir.Program, buffer: str, reader: str) -> loop_ir.Kernel | None:
+    """The one kernel that writes ``buffer``, where one does and kernel ``reader`` alone reads it."""
     writers = [k for k in program.kernels if buffer in {b.name for b in k.outputs}]
     readers = [k for k in program.kernels if buffer in analysis.loaded_buffers(k)]
-    return len(writers) == 1 and [k.name for k in readers] == [reader]
+    return writers[0] if len(writers) == 1 and [k.name for k in readers] == [reader] else None
 
 
 def with_axes_in_order(program: loop_ir.Program, buffer: loop_ir.Buffer, order: tuple[int, ...]) -> loop_ir.Program:
