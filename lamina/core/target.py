@@ -8,6 +8,8 @@ object. Only what every CUDA architecture lamina compiles for shares has a defau
 
 from __future__ import annotations
 
+import functools
+
 import attrs
 
 
@@ -45,4 +47,10 @@ class Target:
     @property
     def compute_capability(self) -> int:
         """The architecture as a number, 90 for sm_90 (0 where ``arch`` holds no digits)."""
-        return int("".join(ch for ch in self.arch if ch.isdigit()) or 0)
+        return _compute_capability(self.arch)
+
+
+@functools.lru_cache(maxsize=None)
+def _compute_capability(arch: str) -> int:
+    """Kept per name: the cost models ask for it at every setting they weigh."""
+    return int("".join(ch for ch in arch if ch.isdigit()) or 0)

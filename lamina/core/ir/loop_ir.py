@@ -39,7 +39,7 @@ def axis_var(axis: int) -> ex.Var:
     return ex.Var(f"i{axis}")
 
 
-@attrs.frozen(eq=True)
+@attrs.frozen(eq=True, cache_hash=True)
 class Load(Expr):
     """``buffer[index]``, one element of a buffer."""
 

@@ -304,15 +304,15 @@ def candidates(c: Contraction, target: Target, pinned: dict[str, int] | None = N
     """
     pinned = pinned or {}
     for relaxed in (False, True):
-        found = []
+        found: dict[Choices, None] = {}  # in the order found
         cuda_core_settings = _settings(c, pinned, relaxed, target) if cuda_cores else ()
         for choices in itertools.chain(cuda_core_settings, _wgmma_settings(c, pinned, target),
                                        tma_setting.settings(c, pinned, target)):
             fitted = _fitted(c, choices, pinned, target)
-            if fitted is not None and fitted not in found:
-                found.append(fitted)
+            if fitted is not None:
+                found.setdefault(fitted)
         if found:
-            return found
+            return list(found)
     return []
 
 

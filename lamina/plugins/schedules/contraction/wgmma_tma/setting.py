@@ -155,7 +155,9 @@ def settings(c: Contraction, pinned: dict, target: Target):
             values("stages", SEARCHED_STAGES), values("consumer_warpgroups", CONSUMER_WARPGROUPS),
             values("tile_scheduler", UNPINNED_SCHEDULERS), values("cluster_blocks", UNPINNED_CLUSTERS),
             values("cluster_slices", UNPINNED_CLUSTER_SLICES)):
-        choices = attrs.evolve(choices_for(block_m, block_n, stages, groups, scheduler, cluster, sliced), **pinned)
+        choices = choices_for(block_m, block_n, stages, groups, scheduler, cluster, sliced)
+        if pinned:
+            choices = attrs.evolve(choices, **pinned)
         if block_n % MEASURED_STEP and "block_n" not in pinned \
                 and (block_n < WIDE_BLOCK_N or staged_copy(c, choices) != TMA_COPY):
             continue
@@ -224,9 +226,7 @@ def slice_sums_bytes(c: Contraction, choices: Choices) -> int:
 
 def stage_bytes(c: Contraction, choices: Choices) -> int:
     """One stage of the ring: a k-tile of each operand."""
-    factors = operands.factors(c)
-    itemsize = factors[0].load.dtype.itemsize if factors else 2
-    return (choices.block_m + summed_columns(c, choices)) * BLOCK_K * itemsize
+    return (choices.block_m + summed_columns(c, choices)) * BLOCK_K * _facts(c).operand_itemsize
 
 
 def _ring_bytes(c: Contraction, choices: Choices) -> int:
@@ -259,22 +259,26 @@ class _KernelFacts:
     and with the column."""
     tma_output: tuple[int, int] | None
     """The output's row stride and element size where the TMA can store it (``tma_stores``)."""
+    operand_itemsize: int
+    """The bytes of an operand's element (2 where the product is of no 16-bit factors)."""
 
 
 def _facts(c: Contraction) -> _KernelFacts:
     if c.kernel not in _known:
         if len(_known) >= 1024:
             _known.clear()
-        found = operands.view(c, operands.factors(c)[1]) if operands.factors(c) else "no factors"
+        factors = operands.factors(c)
+        found = operands.view(c, factors[1]) if factors else "no factors"
         layout = kernel_ir.K_MAJOR if isinstance(found, str) else found.layout
+        itemsize = factors[0].load.dtype.itemsize if factors else 2
         if c.pieces:  # each piece stores its own outputs from registers
             _known[c.kernel] = _KernelFacts(_find_operands_problem(c), layout, False,
                                             all(store_width(p.contraction, COLUMN_RUN) > 1 for p in c.pieces),
-                                            _epilogue_reads(c), None)
+                                            _epilogue_reads(c), None, itemsize)
         else:
             _known[c.kernel] = _KernelFacts(_find_operands_problem(c), layout, staged_outputs.odd_rows(c),
                                             store_width(c, COLUMN_RUN) > 1, _epilogue_reads(c),
-                                            tma_stores.output_rows(c))
+                                            tma_stores.output_rows(c), itemsize)
     return _known[c.kernel]
 
 
