@@ -76,18 +76,22 @@ def _widest_copy(c: Contraction, operand: Operand, dims: tuple[str, ...], contig
     """
     if contiguous != len(dims) - 1:
         return 1
-    shape = c.kernel.buffer(operand.load.buffer).type.shape
-    form = index.affine(_linear_offset(operand.load, shape))
-    inner = dims[-1]
+    return _widest_run(operand.load, c.kernel.buffer(operand.load.buffer).type.shape, dims[-1], c.extents[dims[-1]])
+
+
+@functools.lru_cache(maxsize=4096)
+def _widest_run(load: loop_ir.Load, shape: tuple[int, ...], inner: str, inner_extent: int) -> int:
+    """``_widest_copy`` of a load whose offset is contiguous along ``inner``; kept, as the offset is."""
+    form = index.affine(_linear_offset(load, shape))
     steps = []
     for atom, coef in form.terms.items():
         if not isinstance(atom, ex.Var):
             return 1
         if atom.name != inner:
             steps.append(coef)
-    widest = 16 // operand.load.dtype.itemsize
+    widest = 16 // load.dtype.itemsize
     while widest > 1:
-        if all(s % widest == 0 for s in (*steps, form.constant, c.extents[inner])):
+        if all(s % widest == 0 for s in (*steps, form.constant, inner_extent)):
             return widest
         widest //= 2
     return 1
