@@ -19,6 +19,7 @@ from lamina.core.errors import ConfigError, LaminaError, NoSettingRuns, PluginEr
 from lamina.core.ir import kernel_ir, loop_ir, sizes, tensor_ir, tile_ir, torch_ir
 from lamina.core.knobs import sort_out, warn_unused
 from lamina.core.plugins import PluginManager
+from lamina.core.fresh_stack import on_fresh_stack
 from lamina.core.garbage_collection import cycle_collector_paused
 from lamina.core.program_cache import ProgramCache, code_digest, program_key
 from lamina.core.progress import CompileProgress
@@ -172,25 +173,23 @@ class Pipeline:
                  backend: Backend | None = None) -> Compilation:
         knobs = self.knobs()
         c = Compilation(target=target, graph=graph, config=self.config)
-        timings = c.timings
         torch_ir.verify_graph(graph)
         self._observe("torch", graph, c)
 
-        ops = {name: self.registry.get("op", name).provider for name in self.registry.names("op")}
-        with timings.stage("decomposition"):
-            c.tensor = decompose(graph, ops)
-            tensor_ir.verify_program(c.tensor)
-        self._observe("tensor", c.tensor, c)
+        on_fresh_stack(lambda: self._stages(c, knobs, progress, backend))
 
-        rules = [e.provider for e in self.registry.ranked("fusion_rule")]
-        with timings.stage("lowering to loops"):
-            loops = lower_to_loops(c.tensor)
-        progress.update("fusion")
-        with timings.stage("fusion"):
-            c.loop = fuse(loops, rules, target, knobs["fusion_rule"], changed=lambda: progress.update("fusion"))
-            c.loop = write_updates_in_place(c.loop, updated_buffers(graph, c.loop))
-            loop_ir.verify_program(c.loop)
-        self._observe("loop", c.loop, c)
+        cuda = self.registry.get("backend", "cuda")
+        if cuda is not None:
+            c.emit_sources = functools.partial(cuda.provider.emit, c.kernels, target)
+            if self.plugins.observed():
+                self._observe("cuda", c.sources, c)
+        return c
+
+    def _stages(self, c: Compilation, knobs: dict[str, dict[str, dict[str, Any]]], progress: CompileProgress,
+                backend: Backend | None) -> None:
+        """Torch IR to Kernel IR, each level verified and shown to the observers (on a fresh stack)."""
+        timings, target = c.timings, c.target
+        self._fuse(c, knobs, progress)
 
         scheduled = []
         with timings.stage("scheduling"):
@@ -206,27 +205,44 @@ class Pipeline:
             tile_ir.verify_tile_kernel(t, target.max_threads_per_block, target.max_shared_bytes_optin)
         self._observe("tile", c.tiles, c)
 
-        lowering = KernelLowering([e.provider for e in self.registry.ranked("kernel_pass")], target)
-        kernels = []
         early = getattr(backend, "compile_while_lowering", None)
         c.prepared = early(c) if early is not None else None
-        with timings.stage("lowering to kernels"):
+        self._lower_to_kernels(c, chosen, progress)
+
+    def _fuse(self, c: Compilation, knobs: dict[str, dict[str, dict[str, Any]]], progress: CompileProgress) -> None:
+        """Torch IR to fused Loop IR (``c.tensor``, ``c.loop``)."""
+        timings, graph = c.timings, c.graph
+        ops = {name: self.registry.get("op", name).provider for name in self.registry.names("op")}
+        with timings.stage("decomposition"):
+            c.tensor = decompose(graph, ops)
+            tensor_ir.verify_program(c.tensor)
+        self._observe("tensor", c.tensor, c)
+
+        rules = [e.provider for e in self.registry.ranked("fusion_rule")]
+        with timings.stage("lowering to loops"):
+            loops = lower_to_loops(c.tensor)
+        progress.update("fusion")
+        with timings.stage("fusion"):
+            c.loop = fuse(loops, rules, c.target, knobs["fusion_rule"], changed=lambda: progress.update("fusion"))
+            c.loop = write_updates_in_place(c.loop, updated_buffers(graph, c.loop))
+            loop_ir.verify_program(c.loop)
+        self._observe("loop", c.loop, c)
+
+    def _lower_to_kernels(self, c: Compilation, chosen: list[Any], progress: CompileProgress) -> None:
+        """Tile IR to Kernel IR (``c.kernels``), each kernel handed to the backend as it is lowered
+        where it asked (``c.prepared``)."""
+        lowering = KernelLowering([e.provider for e in self.registry.ranked("kernel_pass")], c.target)
+        kernels = []
+        with c.timings.stage("lowering to kernels"):
             for done, (schedule, tile) in enumerate(zip(chosen, c.tiles)):
                 progress.update("lowering to kernels", done, len(c.tiles))
                 started = time.perf_counter()
                 kernels.append(lowering.lower(schedule, tile))
                 if c.prepared is not None:
                     c.prepared.add(kernels[-1], lowering.repeats.get(kernels[-1].name))
-                timings.add_kernel(tile.kernel.name, time.perf_counter() - started)
+                c.timings.add_kernel(tile.kernel.name, time.perf_counter() - started)
         c.kernels = kernel_ir.Program(kernels, tuple(lowering.repeats.items()))
         self._observe("kernel", c.kernels, c)
-
-        cuda = self.registry.get("backend", "cuda")
-        if cuda is not None:
-            c.emit_sources = functools.partial(cuda.provider.emit, c.kernels, target)
-            if self.plugins.observed():
-                self._observe("cuda", c.sources, c)
-        return c
 
     def knobs(self) -> dict[str, dict[str, dict[str, Any]]]:
         """The configured knobs that each schedule and fusion rule receives, by kind and name;
