@@ -75,15 +75,27 @@ def code_digest(plugin_modules: tuple[str, ...]) -> str | None:
 
 def _names_exactly(value: Any) -> bool:
     """Whether ``repr`` names ``value`` and everything in it exactly: no tensor, whose ``repr`` elides."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return True
     if isinstance(value, torch.Tensor):
         return False
     if isinstance(value, (tuple, list, set, frozenset)):
-        return all(_names_exactly(v) for v in value)
+        return all([_names_exactly(v) for v in value])
     if isinstance(value, dict):
-        return all(_names_exactly(k) and _names_exactly(v) for k, v in value.items())
-    if attrs.has(type(value)):
-        return all(_names_exactly(getattr(value, f.name)) for f in attrs.fields(type(value)))
+        return all([_names_exactly(k) and _names_exactly(v) for k, v in value.items()])
+    if attrs.has(kind):
+        return all([_names_exactly(getattr(value, name)) for name in _field_names(kind)])
     return True
+
+
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+"""Values that ``repr`` names exactly, checked first: a model's graph holds tens of thousands."""
+
+
+@functools.lru_cache(maxsize=None)
+def _field_names(kind: type) -> tuple[str, ...]:
+    return tuple(f.name for f in attrs.fields(kind))
 
 
 def program_key(graph: Any, target: Any, settings: Any, code: str) -> str | None:
