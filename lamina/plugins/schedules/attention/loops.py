@@ -87,6 +87,25 @@ class AttentionLoops:
         return tuple(self.feature_loop.body[2:])
 
 
+class AttentionSizes:
+    """The sizes a recognised attention kernel reads off its loops (its ``loops``, an ``AttentionLoops``)."""
+
+    __slots__ = ()
+    loops: AttentionLoops
+
+    @property
+    def depth(self) -> int:
+        return self.loops.dot_loop.extent
+
+    @property
+    def features(self) -> int:
+        return self.loops.feature_loop.extent
+
+    @property
+    def keys_extent(self) -> int:
+        return self.loops.keys_extent
+
+
 def _unwrapped_dot_loop(loop: loop_ir.Loop) -> tuple[str, loop_ir.Init, loop_ir.Loop, Expr] | None:
     """A loop over keys ``[Init dot; reduce loop summing into dot; Accumulate acc op value]``:
     (its accumulator, the dot's Init, the dot's loop, the value it accumulates)."""

@@ -18,7 +18,7 @@ import attrs
 
 from lamina.core.ir import dtypes, expr as ex, index, loop_ir, sizes
 from lamina.core.ir.expr import Expr
-from lamina.plugins.schedules.attention.loops import AttentionLoops, NotAttention, attention_loops, is_op
+from lamina.plugins.schedules.attention.loops import AttentionLoops, AttentionSizes, NotAttention, attention_loops, is_op
 
 COPY_BYTES = 16
 """One cp.async copy: the keys and values move 16 bytes at a time."""
@@ -28,7 +28,7 @@ MAX_FEATURES = 256
 
 
 @attrs.frozen
-class DecodeAttention:
+class DecodeAttention(AttentionSizes):
     """A fused attention kernel as the decode schedule runs it: ``query`` (the dot product's
     factor that does not move with the key, a float32 expression of the rows and the depth
     variable), the keys' and values' loads, and the rows that share them."""
@@ -59,18 +59,6 @@ class DecodeAttention:
     @property
     def row_groups(self) -> int:
         return self.rows_extent // self.group_rows
-
-    @property
-    def depth(self) -> int:
-        return self.loops.dot_loop.extent
-
-    @property
-    def features(self) -> int:
-        return self.loops.feature_loop.extent
-
-    @property
-    def keys_extent(self) -> int:
-        return self.loops.keys_extent
 
 
 def row_coordinates(rows: tuple[loop_ir.Loop, ...], row: Expr) -> dict[str, Expr]:

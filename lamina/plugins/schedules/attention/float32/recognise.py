@@ -17,7 +17,7 @@ import attrs
 from lamina.core.ir import dtypes, expr as ex, index, loop_ir, sizes
 from lamina.core.ir.expr import Expr
 from lamina.plugins.schedules.attention.decode.recognise import COPY_BYTES, flat_offset, row_coordinates
-from lamina.plugins.schedules.attention.loops import AttentionLoops, NotAttention, attention_loops, is_op
+from lamina.plugins.schedules.attention.loops import AttentionLoops, AttentionSizes, NotAttention, attention_loops, is_op
 from lamina.plugins.schedules.attention.recognise import visible_bound
 
 MMA_K = 8
@@ -28,7 +28,7 @@ MAX_GROUPS = 65535
 
 
 @attrs.frozen
-class PromptAttention:
+class PromptAttention(AttentionSizes):
     """A fused float32 attention kernel as this schedule runs it: ``query`` (the dot product's
     factor that does not move with the key, an expression of the rows and the depth variable),
     the keys' and values' loads, and the row loops split into ``groups`` and ``queries``."""
@@ -51,18 +51,6 @@ class PromptAttention:
     @property
     def queries_extent(self) -> int:
         return math.prod(loop.extent for loop in self.queries)
-
-    @property
-    def depth(self) -> int:
-        return self.loops.dot_loop.extent
-
-    @property
-    def features(self) -> int:
-        return self.loops.feature_loop.extent
-
-    @property
-    def keys_extent(self) -> int:
-        return self.loops.keys_extent
 
     def rows(self, group: Expr, query: Expr) -> dict[str, Expr]:
         """Each row loop's variable at query ``query`` of group ``group``."""
