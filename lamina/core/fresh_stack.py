@@ -4,9 +4,9 @@ CPython keeps a thread's frames in chunks of memory; a call whose frame does not
 current chunk maps a new one, and its return unmaps it. Where a compile's caller leaves the stack
 just short of a chunk's end (lamina under ``torch.compile``, with Dynamo's and AOTAutograd's frames
 below it), every call of the pipeline's innermost loops that crosses the end maps and unmaps a
-chunk, a page fault each time: TinyLlama's fusion ran three times slower there than through
-``lamina.Compiler`` (``experiments/compile_time/RESULTS.md``). A new thread starts at the start of
-a chunk, whoever calls, for a tenth of a millisecond.
+chunk, a page fault each time: lamina's part of TinyLlama's compile took twice as long there
+(``experiments/compile_time/RESULTS.md``). A new thread starts at the start of a chunk, whoever
+calls, for a tenth of a millisecond.
 """
 
 from __future__ import annotations

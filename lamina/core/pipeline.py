@@ -104,8 +104,8 @@ class Pipeline:
     def compile(self, graph: torch_ir.Graph, target: Target, backend: Backend | None = None) -> Compilation:
         """Every level of ``graph`` compiled for ``target``: from the program cache where an earlier
         compile of the same graph, target, settings and code left it, else through the stages
-        (with Python's cycle collector paused, ``garbage_collection``), then stored there from a
-        thread of its own. ``backend``, the one that will run the program, may take each kernel as
+        (with Python's cycle collector paused, ``garbage_collection``, on a thread of their own,
+        ``fresh_stack``), then stored there from a thread of its own. ``backend``, the one that will run the program, may take each kernel as
         it is lowered (its optional ``compile_while_lowering``)."""
         with cycle_collector_paused():
             return self._compile_or_load(graph, target, backend)
