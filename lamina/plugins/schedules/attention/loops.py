@@ -194,3 +194,15 @@ def attention_loops(kernel: loop_ir.Kernel) -> AttentionLoops:
         return AttentionLoops(kernel, loops, maximum, total, max_loop, feature_loop, score, value, rounding,
                               weight == zeroed)
     raise NotAttention(f"{where}: the values are not weighted by exp(score - maximum) / sum")
+
+
+def query_and_key(a: AttentionLoops, where: str) -> tuple[Expr, Expr]:
+    """The two factors of the score's dot product: the query's (which does not move with the key)
+    and the key's; ``NotAttention`` where the dot product is no float32 sum of such products."""
+    dot = a.dot_loop.body[0].value
+    if not is_op(dot, "mul", 2) or a.dot_init.value.dtype != dtypes.float32:
+        raise NotAttention(f"{where}: the score's dot product is not a float32 sum of products")
+    moving = [arg for arg in dot.args if a.key_var in ex.free_vars(arg)]
+    if len(moving) != 1:
+        raise NotAttention(f"{where}: the dot product does not multiply a query by a key")
+    return (dot.args[1] if moving[0] is dot.args[0] else dot.args[0]), moving[0]

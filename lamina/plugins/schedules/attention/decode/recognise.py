@@ -18,7 +18,8 @@ import attrs
 
 from lamina.core.ir import dtypes, expr as ex, index, loop_ir, sizes
 from lamina.core.ir.expr import Expr
-from lamina.plugins.schedules.attention.loops import AttentionLoops, AttentionSizes, NotAttention, attention_loops, is_op
+from lamina.plugins.schedules.attention.loops import (AttentionLoops, AttentionSizes, NotAttention, attention_loops,
+                                                      is_op, query_and_key)
 
 COPY_BYTES = 16
 """One cp.async copy: the keys and values move 16 bytes at a time."""
@@ -132,14 +133,8 @@ def analyse(kernel: loop_ir.Kernel) -> DecodeAttention:
     """The decode attention in ``kernel``, or ``NotAttention`` saying why the schedule cannot run it."""
     a = attention_loops(kernel)
     where = f"loop kernel {kernel.name}"
-    dot = a.dot_loop.body[0].value
-    if not is_op(dot, "mul", 2) or a.dot_init.value.dtype != dtypes.float32:
-        raise NotAttention(f"{where}: the score's dot product is not a float32 sum of products")
-    moving = [arg for arg in dot.args if a.key_var in ex.free_vars(arg)]
-    if len(moving) != 1:
-        raise NotAttention(f"{where}: the dot product does not multiply a query by a key")
-    keys = _copied(moving[0], a.key_var, where)
-    query = dot.args[1] if moving[0] is dot.args[0] else dot.args[0]
+    query, key = query_and_key(a, where)
+    keys = _copied(key, a.key_var, where)
     values = _copied(a.value, a.values_loop.var, where)
     if keys.dtype != values.dtype or keys.dtype not in (dtypes.bfloat16, dtypes.float16, dtypes.float32):
         raise NotAttention(f"{where}: the keys and values are not both bf16, fp16 or float32")

@@ -17,7 +17,8 @@ import attrs
 from lamina.core.ir import dtypes, expr as ex, index, loop_ir, sizes
 from lamina.core.ir.expr import Expr
 from lamina.plugins.schedules.attention.decode.recognise import COPY_BYTES, flat_offset, row_coordinates
-from lamina.plugins.schedules.attention.loops import AttentionLoops, AttentionSizes, NotAttention, attention_loops, is_op
+from lamina.plugins.schedules.attention.loops import (AttentionLoops, AttentionSizes, NotAttention, attention_loops,
+                                                      query_and_key)
 from lamina.plugins.schedules.attention.recognise import visible_bound
 
 MMA_K = 8
@@ -90,14 +91,8 @@ def analyse(kernel: loop_ir.Kernel) -> PromptAttention:
         raise NotAttention(f"{where}: its probabilities are rounded to {a.rounding}; this schedule is for float32")
     if sizes.is_symbolic((a.keys_extent, *(loop.extent for loop in a.rows))):
         raise NotAttention(f"{where}: its sizes are known only at run time")
-    dot = a.dot_loop.body[0].value
-    if not is_op(dot, "mul", 2) or a.dot_init.value.dtype != dtypes.float32:
-        raise NotAttention(f"{where}: the score's dot product is not a float32 sum of products")
-    moving = [arg for arg in dot.args if a.key_var in ex.free_vars(arg)]
-    if len(moving) != 1:
-        raise NotAttention(f"{where}: the dot product does not multiply a query by a key")
-    keys = _float32_load(moving[0], a.key_var, where)
-    query = dot.args[1] if moving[0] is dot.args[0] else dot.args[0]
+    query, key = query_and_key(a, where)
+    keys = _float32_load(key, a.key_var, where)
     values = _float32_load(a.value, a.values_loop.var, where)
     depth, features = a.dot_loop.extent, a.feature_loop.extent
     if depth % MMA_K or features % MMA_K or max(depth, features) > MAX_FEATURES:
