@@ -116,31 +116,30 @@ def writers_and_readers(kernels: list[loop_ir.Kernel]) -> tuple[dict[str, int], 
 
 
 class Untouched:
-    """The kernels and buffers that the changes a rule has made in one call touched. A rule
-    that would make one change per call (the driver starting over from the first rule after
-    each) makes, in the same call, every further change whose kernels share no buffer that a
-    kernel writes with those: the rules before it declined those kernels already, and nothing
-    they read or write has moved since, so the driver would have come back for each, one call
-    at a time (a decoder's next layer). The program's inputs, which no kernel writes (weights,
-    a rotation's tables), may be shared."""
+    """The buffers that the changes a rule has made in one call read and wrote. A rule that would
+    make one change per call (the driver starting over from the first rule after each) makes, in
+    the same call, every further change whose kernels write nothing that those changes read or
+    wrote, and read nothing that they wrote: the rules before it declined those kernels already,
+    and nothing they read or write has moved since, so the driver would have come back for each,
+    one call at a time (a decoder's next layer). What every layer only reads may be shared: the
+    weights, and temporaries that no change writes (a rotation's tables, an attention mask)."""
 
     def __init__(self, program: loop_ir.Program):
-        self.inputs = {b.name for b in program.inputs}
-        self.buffers: set[str] = set()
+        self.read: set[str] = set()
+        self.written: set[str] = set()
 
     def holds(self, *kernels: loop_ir.Kernel | None) -> bool:
         """Whether none of ``kernels`` (None: one already replaced) touches what earlier changes did."""
-        return all(k is not None and not (self._written(k) & self.buffers) for k in kernels)
+        return all(k is not None and not ({b.name for b in k.outputs} & (self.written | self.read))
+                   and not ({b.name for b in k.inputs} & self.written) for k in kernels)
 
     def touch(self, *kernels: loop_ir.Kernel) -> None:
         for k in kernels:
-            self.buffers |= self._written(k)
-
-    def _written(self, kernel: loop_ir.Kernel) -> set[str]:
-        return {b.name for b in kernel.inputs + kernel.outputs} - self.inputs
+            self.read |= {b.name for b in k.inputs}
+            self.written |= {b.name for b in k.outputs}
 
     def __bool__(self) -> bool:
-        return bool(self.buffers)
+        return bool(self.written or self.read)
 
 
 def may_run_at(program: loop_ir.Program, joined: loop_ir.Kernel, position: int, later: int) -> bool:

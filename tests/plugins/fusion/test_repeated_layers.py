@@ -1,6 +1,7 @@
 """A model's layers repeat: a rule that would make one change per call makes, in that call,
-every other change that touches none of the kernels and buffers of those before it, so that
-fusing four layers takes as many changes as fusing one, and every layer fuses as the first."""
+every other change that writes nothing those before it read or wrote (and reads nothing they
+wrote), so that fusing six layers takes as many changes as fusing two, and every layer fuses as
+the first, even where every layer reads one temporary (a rotation's tables)."""
 
 import collections
 
@@ -23,12 +24,22 @@ def layers(x, norms, weights):
     return x
 
 
-def _tensor_program(count):
+def layers_reading_one_table(x, norms, weights):
+    """The layers above, each scaling its norm by one table that all of them read, computed once
+    (its row maxima: a reduction, which is never recomputed in its readers)."""
+    table = x.float().abs().amax(-1, keepdim=True).to(x.dtype)
+    for w_norm, w in zip(norms, weights):
+        h = x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype) * w_norm * table
+        x = x + torch.softmax((h @ w).float(), -1).to(x.dtype) @ w.T
+    return x
+
+
+def _tensor_program(count, function=layers):
     torch.manual_seed(count)
     x = torch.randn(S, H, dtype=torch.bfloat16)
     norms = [torch.randn(H, dtype=torch.bfloat16) for _ in range(count)]
     weights = [torch.randn(H, H, dtype=torch.bfloat16) for _ in range(count)]
-    return lamina.compile(layers, (x, norms, weights), target="sm_90").compilation.tensor
+    return lamina.compile(function, (x, norms, weights), target="sm_90").compilation.tensor
 
 
 class _Counted:
@@ -45,10 +56,10 @@ class _Counted:
         return result
 
 
-def _fused(count):
+def _fused(count, function=layers):
     rules = [e.provider for e in Compiler().plugins.registry.ranked("fusion_rule")]
     changes = collections.Counter()
-    program = fuse(lower_to_loops(_tensor_program(count)), [_Counted(r, changes) for r in rules], SM_90, {})
+    program = fuse(lower_to_loops(_tensor_program(count, function)), [_Counted(r, changes) for r in rules], SM_90, {})
     return program, changes
 
 
@@ -60,10 +71,19 @@ def test_six_layers_fuse_in_as_many_changes_as_two():
     assert len(six.kernels) - len(two.kernels) == 4 * (len(two.kernels) - len(_fused(1)[0].kernels))
 
 
+def test_layers_reading_one_temporary_fuse_in_as_many_changes_as_two():
+    two, two_changes = _fused(2, layers_reading_one_table)
+    six, six_changes = _fused(6, layers_reading_one_table)
+    assert six_changes == two_changes, (two_changes, six_changes)
+    one = _fused(1, layers_reading_one_table)[0]
+    assert len(six.kernels) - len(two.kernels) == 4 * (len(two.kernels) - len(one.kernels))
+
+
 def test_the_fused_layers_match_eager_on_the_simulator():
     torch.manual_seed(3)
     x = torch.randn(S, H, dtype=torch.bfloat16)
     norms = [torch.randn(H, dtype=torch.bfloat16) for _ in range(3)]
     weights = [torch.randn(H, H, dtype=torch.bfloat16) * 0.1 for _ in range(3)]
-    compiled = lamina.compile(layers, (x, norms, weights))
-    torch.testing.assert_close(compiled(x, norms, weights), layers(x, norms, weights), rtol=2e-2, atol=2e-2)
+    for function in (layers, layers_reading_one_table):
+        compiled = lamina.compile(function, (x, norms, weights))
+        torch.testing.assert_close(compiled(x, norms, weights), function(x, norms, weights), rtol=2e-2, atol=2e-2)
