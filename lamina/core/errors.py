@@ -26,7 +26,9 @@ class PluginError(LaminaError):
 class UnsupportedOpError(LaminaError):
     """The program uses ops that no registered decomposition handles."""
 
-    def __init__(self, ops: list[tuple[str, str]]):
+    def __init__(self, ops: list[tuple[str, str]], remedy: str = ""):
+        """``remedy``: what else the caller can do, said by the frontend that knows it (through
+        ``torch.compile``, run those ops in PyTorch)."""
         self.ops = ops
         lines = [f"{len(ops)} unsupported op(s) in the program:"]
         for op, where in ops:
@@ -35,6 +37,8 @@ class UnsupportedOpError(LaminaError):
             "Add a decomposition for each op with a plugin that implements "
             "lamina_register_ops (see docs/plugins.md), or keep it out of the program."
         )
+        if remedy:
+            lines.append(remedy)
         super().__init__("\n".join(lines))
 
 

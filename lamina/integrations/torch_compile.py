@@ -38,12 +38,14 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from torch.utils._python_dispatch import _disable_current_modes
 
 from lamina.api import Compiler, Specialization, signature
-from lamina.core.errors import ConfigError, InputMismatchError, LaminaError
+from lamina.core.errors import ConfigError, InputMismatchError, LaminaError, UnsupportedOpError
 from lamina.frontends.torch.call_binding import output_value
 from lamina.frontends.torch.fx_graph import Constant, FxProgram, fx_to_torch_ir, is_write_to_argument
 from lamina.integrations.cuda_graphs import CudaGraphReplay, uses_cuda_graphs
 
 FALLBACKS = (None, "error", "eager")
+EAGER_FALLBACK_REMEDY = ("Or run them in PyTorch and the rest in lamina: "
+                         "torch.compile(model, backend=\"lamina\", options={\"fallback\": \"eager\"}).")
 
 
 def lamina_backend(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any],
@@ -64,7 +66,10 @@ def lamina_backend(graph_module: torch.fx.GraphModule, example_inputs: Sequence[
     def compile_graph(aten_graph: torch.fx.GraphModule, inputs: Sequence[Any]):
         if fallback == "eager":
             return _with_eager_fallback(aten_graph, inputs, compiler)
-        return GraphRunner(compiler, aten_graph, inputs)
+        try:
+            return GraphRunner(compiler, aten_graph, inputs)
+        except UnsupportedOpError as error:
+            raise UnsupportedOpError(error.ops, EAGER_FALLBACK_REMEDY) from None
 
     def compile_forward(aten_graph: torch.fx.GraphModule, inputs: Sequence[Any]):
         run = compile_graph(aten_graph, inputs)

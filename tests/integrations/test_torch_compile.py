@@ -106,6 +106,7 @@ def test_unsupported_ops_are_one_error_that_lists_them_all(backend):
     assert isinstance(error, UnsupportedOpError)
     assert {op for op, _ in error.ops} == {"aten.sort.default", "aten.topk.default"}
     assert "aten.sort.default  at " in str(caught.value)
+    assert 'options={"fallback": "eager"}' in str(caught.value)  # what a user can do at once
 
 
 def test_eager_fallback_runs_unsupported_ops_in_pytorch_and_names_them(backend):
