@@ -4,6 +4,7 @@ outputs that alias as eager's do, and gradients from lamina's compiled backward 
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -131,10 +132,10 @@ def test_training_steps_follow_eager():
             assert relative_error(ours, theirs) < 1e-10, f"step {step}"
 
 
-def test_a_hugging_face_model_trains_with_the_backward_ops_lamina_lacks_run_in_pytorch():
-    """A Llama layer's backward needs ``slice_scatter`` (rotary halves), which no plugin
-    decomposes yet: with the eager fallback it runs in PyTorch, named in a warning, and
-    everything else in lamina (the embedding's gradient, an accumulating ``index_put``, too)."""
+def test_a_hugging_face_model_trains_in_lamina_alone():
+    """A Llama layer's backward, its rotary halves' gradients written into slices
+    (``slice_scatter``) and the embedding's gradient an accumulating ``index_put``, all in lamina:
+    no op runs in PyTorch, so no warning."""
     pytest.importorskip("transformers")
     from lamina.models import MODELS, build_model, random_input_ids, scaled_down
 
@@ -142,14 +143,43 @@ def test_a_hugging_face_model_trains_with_the_backward_ops_lamina_lacks_run_in_p
     model = build_model(config, num_layers=1, seed=3).double().requires_grad_(True)
     ids = random_input_ids(config, 11, seed=3)
     eager = copy.deepcopy(model)
-    compiled = torch.compile(model, backend=lamina_backend, options={"fallback": "eager"})
-    with pytest.warns(UserWarning, match="ran these ops in PyTorch, not lamina: aten.slice_scatter.default$"):
+    compiled = torch.compile(model, backend=lamina_backend)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
         compiled(ids).square().mean().backward()
     eager(ids).square().mean().backward()
     for (name, ours), theirs in zip(model.named_parameters(), eager.parameters()):
         # lamina's forward of this float64 model is already about 1e-7 from eager's (the model
         # matrix allows 1e-4), so the gradients are held to 1e-5 rather than to float64's 1e-10
         assert relative_error(ours.grad, theirs.grad) < 1e-5, name
+
+
+class SortedRows(torch.nn.Module):
+    """A product's rows sorted: ``sort`` forward and its gradient's ``scatter`` backward, which no
+    plugin decomposes."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(24, 9, dtype=torch.float64))
+
+    def forward(self, x):
+        y = torch.relu(x @ self.weight)
+        return torch.sort(y, dim=-1).values * torch.arange(9, dtype=y.dtype)
+
+
+def test_with_the_eager_fallback_the_ops_lamina_lacks_train_in_pytorch():
+    """Forward and backward each run what lamina lacks in PyTorch, named in a warning, and the rest in lamina."""
+    model, x = SortedRows(), torch.randn(11, 24, dtype=torch.float64)
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend=lamina_backend, options={"fallback": "eager"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled(x).square().mean().backward()
+    named = [str(w.message) for w in caught if "ran these ops in PyTorch" in str(w.message)]
+    assert named == ["lamina ran these ops in PyTorch, not lamina: aten.sort.default",
+                     "lamina ran these ops in PyTorch, not lamina: aten.scatter.src"]
+    eager(x).square().mean().backward()
+    assert relative_error(model.weight.grad, eager.weight.grad) < 1e-10
 
 
 @pytest.mark.gpu

@@ -1,4 +1,5 @@
-"""Writes at a tensor of indices: ``index_put`` along one axis, as a key-value cache is updated.
+"""Writes at a tensor of indices: ``index_put`` along one axis, as a key-value cache is updated;
+and writes into a slice, ``slice_scatter`` (``y[:, 1:4] = z`` on a copy).
 
 A static key-value cache (Hugging Face's ``StaticCache``) writes each step's keys at
 ``cache_position`` with ``index_copy_``, which reaches lamina as ``index_put(cache, [None,
@@ -10,13 +11,18 @@ position is compared with the coordinate directly. Where one
 position is written twice, the later write wins, as in eager PyTorch on the CPU. With
 ``accumulate=True`` (an embedding's gradient) each position adds every value written to it: a
 sum over the written positions of those that land there. Negative positions count from the end.
+A boolean mask for an index (``x[mask] = value``, a padding mask filled) is a ``where``: the
+value, which must not depend on how many elements the mask holds, wherever the mask is true.
+A slice written is a ``where`` too: the source inside the slice, read at ``(i - start) // step``,
+the tensor elsewhere.
 """
 
 from __future__ import annotations
 
 import math
 
-from lamina.core.ir import dtypes, expr as ex, tensor_ir
+from lamina.core.errors import SymbolicSizeError
+from lamina.core.ir import dtypes, expr as ex, sizes, tensor_ir
 from lamina.core.ir.tensor_builder import TensorBuilder
 from lamina.core.ir.tensor_ir import Arg, Coord, Gathered
 from lamina.core.ir.torch_ir import Node
@@ -35,6 +41,8 @@ def decompose_index_put(b: TensorBuilder, node: Node) -> str:
                      "(x[..., positions, ...] = values)")
     axis = indexed[0]
     positions = b.value(given[axis])
+    if b.dtype(positions) == dtypes.bool_:
+        return _under_mask(b, node, x, positions, axis)
     grid_shape = b.shape(positions)
     count, length = math.prod(grid_shape), shape[axis]
     values = b.broadcast_to(b.cast(b.value(argument(node, 2, "values")), b.dtype(x)),
@@ -60,6 +68,63 @@ def decompose_index_put(b: TensorBuilder, node: Node) -> str:
     read = b.index_map(values, index, shape, gathers=[last], role="written")
     at = b.index_map(last, [d[axis]], shape, role="last_writer")
     return b.where(b.binary("ge", at, 0), read, x, role="index_put")
+
+
+def _under_mask(b: TensorBuilder, node: Node, x: str, mask: str, axis: int) -> str:
+    """``x[..., mask] = values``: ``values`` where the mask (over the axes from ``axis`` on) is true,
+    ``x`` elsewhere (adding ``values`` there with ``accumulate``). PyTorch writes one value per true
+    element, so ``values`` must broadcast over them: a single value, or one per element of the axes
+    after the mask's."""
+    shape, covered = b.shape(x), b.shape(mask)
+    if tuple(shape[axis:axis + len(covered)]) != tuple(covered):
+        raise b.fail(f"index_put with a boolean mask of shape {tuple(covered)} at axis {axis} of a tensor of "
+                     f"shape {tuple(shape)}: the mask must have the shape of the axes it indexes")
+    values = b.value(argument(node, 2, "values"))
+    given = list(b.shape(values))
+    while given and given[0] == 1:
+        given.pop(0)
+    rest = shape[axis + len(covered):]
+    if len(given) > len(rest) or any(g not in (1, r) for g, r in zip(given, rest[len(rest) - len(given):])):
+        raise b.fail(f"index_put with a boolean mask writes values of shape {tuple(b.shape(values))}, one per true "
+                     "element of the mask, a count known only at run time; lamina writes one value under a mask "
+                     "(x[mask] = value), or one per element of the axes after the mask's")
+    spread = b.broadcast_to(b.cast(b.reshape(values, tuple(given)), b.dtype(x)), shape, role="values")
+    d = tensor_ir.output_vars(len(shape))
+    where = b.index_map(mask, d[axis:axis + len(covered)], shape, role="mask")
+    if argument(node, 3, "accumulate", False):
+        spread = b.binary("add", x, spread, role="values")
+    return b.where(where, spread, x, role="index_put")
+
+
+def decompose_slice_scatter(b: TensorBuilder, node: Node) -> str:
+    """``slice_scatter(x, source, dim, start, end, step)``, the value of ``x[..., start:end:step, ...] =
+    source`` written into a copy of ``x``."""
+    x, source = tensor(b, node), tensor(b, node, 1, "src")
+    shape = b.shape(x)
+    dim = b.axis(argument(node, 2, "dim", 0), len(shape))
+    start, end = argument(node, 3, "start"), argument(node, 4, "end")
+    if sizes.is_symbolic((shape[dim], start, end)):
+        raise SymbolicSizeError(f"a slice from {start} to {end} of an axis of {shape[dim]} written, with a bound "
+                                "known only at run time")
+    first, stop, step = slice(start, end, argument(node, 5, "step", 1)).indices(shape[dim])
+    count = len(range(first, stop, step))
+    if b.shape(source)[dim] != count:
+        raise b.fail(f"slice_scatter writes {b.shape(source)[dim]} elements into a slice of {count}")
+    source = b.cast(source, b.dtype(x))
+    if count == shape[dim]:
+        return source
+    if count == 0:
+        return x
+    c = Coord(dim)
+    inside = ex.op("and", ex.op("ge", c, first), ex.op("lt", c, stop))
+    if step != 1:
+        inside = ex.op("and", inside, ex.op("eq", ex.op("mod", ex.op("sub", c, first), step), 0))
+    d = tensor_ir.output_vars(len(shape))
+    index = list(d)
+    index[dim] = ex.op("where", ex.op("lt", d[dim], first), ex.const(0),
+                       ex.op("min", (d[dim] - first) // step, count - 1))
+    written = b.index_map(source, index, shape, role="written")
+    return b.where(b.elementwise(inside, [], shape, role="in_slice"), written, x, role="slice_scatter")
 
 
 def _one_position(b: TensorBuilder, x: str, position: str, values: str, axis: int, shape: tuple[int, ...]) -> str:
@@ -90,4 +155,5 @@ def _added(b: TensorBuilder, positions: str, values: str, axis: int, shape: tupl
 
 DECOMPOSITIONS = {
     "aten.index_put.default": decompose_index_put,
+    "aten.slice_scatter.default": decompose_slice_scatter,
 }

@@ -27,6 +27,13 @@ def decompose_to_copy(b: TensorBuilder, node: Node) -> str:
     return b.cast(x, dtype) if dtype is not None else x
 
 
+def decompose_copy(b: TensorBuilder, node: Node) -> str:
+    """``copy(x, source)``, the value of ``x.copy_(source)`` (a state cache's slot overwritten): the
+    source broadcast to ``x``'s shape in ``x``'s dtype; ``x``'s values are not read."""
+    x, source = tensor(b, node), tensor(b, node, 1, "src")
+    return b.broadcast_to(b.cast(source, b.dtype(x)), b.shape(x), role="copy")
+
+
 def decompose_full(b: TensorBuilder, node: Node) -> str:
     value = argument(node, 1, "fill_value")
     return b.full(value, argument(node, 0, "size"), node.kwarg("dtype") or number_dtype(value))
@@ -74,6 +81,7 @@ DECOMPOSITIONS = {
     "aten.lift_fresh_copy.default": decompose_identity,
     "aten._assert_tensor_metadata.default": decompose_check,
     "aten._to_copy.default": decompose_to_copy,
+    "aten.copy.default": decompose_copy,
     "aten.full.default": decompose_full,
     "aten.full_like.default": decompose_full_like,
     "aten.scalar_tensor.default": decompose_scalar_tensor,

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from lamina.core.ir import tensor_ir
 from lamina.core.ir.tensor_builder import TensorBuilder
 from lamina.core.ir.torch_ir import Node
 from lamina.plugins.ops.arguments import argument, tensor
@@ -54,6 +55,16 @@ def decompose_select(b: TensorBuilder, node: Node) -> str:
     return b.select(tensor(b, node), argument(node, 1, "dim"), argument(node, 2, "index"))
 
 
+def decompose_flip(b: TensorBuilder, node: Node) -> str:
+    """``torch.flip``: each flipped axis read from its end."""
+    x = tensor(b, node)
+    shape = b.shape(x)
+    flipped = {b.axis(dim, len(shape)) for dim in argument(node, 1, "dims")}
+    d = tensor_ir.output_vars(len(shape))
+    return b.index_map(x, [shape[k] - 1 - d[k] if k in flipped else d[k] for k in range(len(shape))], shape,
+                       role="flip")
+
+
 def _pieces(b: TensorBuilder, x: str, dim: int, sizes) -> tuple[str, ...]:
     total = b.shape(x)[b.axis(dim, len(b.shape(x)))]
     if sum(sizes) != total or any(size < 0 for size in sizes):
@@ -97,4 +108,5 @@ DECOMPOSITIONS = {
     "aten.slice.Tensor": decompose_slice,
     "aten.select.int": decompose_select,
     "aten.repeat.default": decompose_repeat,
+    "aten.flip.default": decompose_flip,
 }

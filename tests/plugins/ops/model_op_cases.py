@@ -35,6 +35,19 @@ def cache_writes(cache, positions, states, rows, row_values):
     return written, assigned
 
 
+def writes_into_copies(x, z, mask, row, state, new):
+    """Writes into a copy: slices (``slice_scatter``), under a boolean mask (``index_put`` with a
+    mask: a padding mask filled), a state cache's slot (``copy``), and a flip."""
+    sliced, stepped, tail, masked, rows, slot = x.clone(), x.clone(), x.clone(), x.clone(), x.clone(), state.clone()
+    sliced[:, 1:4] = z
+    stepped[:, 1:7:2] = z * 2
+    tail[-2:] = 1.5
+    masked[mask] = -2.0
+    rows[mask[:, 0]] = row
+    slot[1].copy_(new[..., -3:])
+    return sliced, stepped, tail, masked, rows, slot, torch.flip(x, [0, -1])
+
+
 def concats(a, b, c, h):
     return (torch.cat([a, b], 1), torch.cat([a, b, c], -1), torch.cat([a, a], 0), torch.cat([a, h], 1),
             torch.cat([h, h], 1), torch.stack([a, a * 2], 1), torch.stack([b, c.expand(5, 10)]))
@@ -108,6 +121,9 @@ MODEL_OP_CASES = [
     Case("cache-writes", cache_writes, lambda: (
         torch.randn(2, 3, 11, 5), torch.tensor([7, 2, 9]), torch.randn(2, 3, 3, 5), torch.randn(9, 6),
         torch.randn(3, 6)), keep=KEEP_CREATION),
+    Case("writes-into-copies", writes_into_copies, lambda: (
+        torch.randn(6, 7), torch.randn(6, 3), torch.rand(6, 7) > 0.5, torch.randn(7), torch.randn(4, 6, 3),
+        torch.randn(6, 8, dtype=torch.float64)), keep=KEEP_CREATION),
     Case("concats", concats, lambda: (torch.randn(5, 7), torch.randn(5, 10), torch.randn(5, 1),
                                       torch.randn(5, 3, dtype=torch.float16)), keep=KEEP_CREATION),
     Case("positions", positions, lambda: (torch.randn(5, 23), torch.randint(-9, 9, (23,)),
