@@ -1,0 +1,84 @@
+"""Hugging Face architectures outside the model suite, each with what sets it apart, tiny and
+random, through ``torch.compile(model, backend="lamina")`` called the default way on the CPU, against
+eager: what a user who brings another model meets first. 13 tokens, a multiple of no tile size,
+in two sequences, with an attention mask whose second row is padded on the left.
+
+A mixture of experts routes tokens with ``topk`` and ``sort``, which no plugin decomposes: it runs
+with the eager fallback, which names them."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from lamina.bench.measure import relative_error
+
+transformers = pytest.importorskip("transformers")
+
+SMALL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, vocab_size=128,
+             max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=0)
+LAYERS_OF_TWO = dict(encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+                     encoder_ffn_dim=128, decoder_ffn_dim=128, d_model=64)
+
+ARCHITECTURES = {  # model type: (auto class, what sets it apart, its configuration beyond SMALL)
+    "bloom": ("AutoModelForCausalLM", "ALiBi position biases", dict(n_head=4, n_layer=2)),
+    "mpt": ("AutoModelForCausalLM", "ALiBi, no biases", dict(d_model=64, n_heads=4, n_layers=2, expansion_ratio=2)),
+    "falcon": ("AutoModelForCausalLM", "attention beside the MLP, grouped heads",
+               dict(num_kv_heads=2, new_decoder_architecture=True)),
+    "gpt_neox": ("AutoModelForCausalLM", "rotation of a quarter of each head", dict(rotary_pct=0.25)),
+    "gptj": ("AutoModelForCausalLM", "interleaved rotation",
+             dict(n_embd=64, n_head=4, n_layer=2, rotary_dim=8, n_positions=64)),
+    "gpt_bigcode": ("AutoModelForCausalLM", "one key-value head",
+                    dict(n_embd=64, n_head=4, n_layer=2, n_positions=64, multi_query=True)),
+    "phi": ("AutoModelForCausalLM", "partial rotation, attention beside the MLP", {}),
+    "mistral": ("AutoModelForCausalLM", "a sliding window shorter than the input",
+                dict(num_key_value_heads=2, sliding_window=8)),
+    "deberta-v2": ("AutoModel", "disentangled relative attention", {}),
+    "albert": ("AutoModel", "factorised embeddings, one layer's weights shared", dict(embedding_size=32)),
+    "modernbert": ("AutoModel", "local and global attention", dict(global_attn_every_n_layers=2, local_attention=8)),
+    "mamba": ("AutoModelForCausalLM", "a state-space model, its cache's states overwritten", {}),
+    "bart": ("AutoModelForSeq2SeqLM", "encoder and decoder", LAYERS_OF_TWO),
+    "mixtral": ("AutoModelForCausalLM", "a mixture of experts",
+                dict(num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)),
+}
+ROUTED = {"mixtral"}
+"""Whose routing needs the eager fallback."""
+
+
+def _model_and_inputs(kind: str):
+    auto, _, extra = ARCHITECTURES[kind]
+    config = transformers.AutoConfig.for_model(kind, **{**SMALL, **extra})
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = getattr(transformers, auto).from_config(config).eval()
+    ids = torch.randint(3, SMALL["vocab_size"], (2, 13))
+    mask = torch.ones_like(ids)
+    mask[1, :4] = 0
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    if config.is_encoder_decoder:
+        inputs["decoder_input_ids"] = ids[:, :7]
+    return model, inputs
+
+
+def _result(output) -> torch.Tensor:
+    logits = getattr(output, "logits", None)
+    return logits if logits is not None else output.last_hidden_state
+
+
+@pytest.mark.parametrize("kind", sorted(ARCHITECTURES))
+def test_an_architecture_outside_the_suite_matches_eager(kind):
+    model, inputs = _model_and_inputs(kind)
+    options = {"fallback": "eager"} if kind in ROUTED else {}
+    compiled = torch.compile(model, backend="lamina", options=options)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ours = _result(compiled(**inputs))
+        expected = _result(model(**inputs))
+    ran_in_pytorch = [str(w.message) for w in caught if "ran these ops in PyTorch" in str(w.message)]
+    assert bool(ran_in_pytorch) == (kind in ROUTED), ran_in_pytorch
+    rows = inputs["attention_mask"].bool() if ours.shape[:2] == inputs["attention_mask"].shape else slice(None)
+    error = relative_error(ours[rows], expected[rows])
+    assert error < 1e-4, f"{kind} ({ARCHITECTURES[kind][1]}): relative error {error:.2e}"
