@@ -40,7 +40,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from lamina.api import Compiler, Specialization, signature
 from lamina.core.errors import ConfigError, InputMismatchError, LaminaError, UnsupportedOpError
 from lamina.frontends.torch.call_binding import output_value
-from lamina.frontends.torch.fx_graph import Constant, FxProgram, fx_to_torch_ir, is_write_to_argument
+from lamina.frontends.torch.fx_graph import Constant, FxProgram, SizeValue, fx_to_torch_ir, is_write_to_argument
 from lamina.integrations.cuda_graphs import CudaGraphReplay, uses_cuda_graphs
 
 FALLBACKS = (None, "error", "eager")
@@ -186,7 +186,8 @@ class GraphRunner:
                 new_value = output_value(source, args, computed)
                 if not _same_tensor(new_value, args[position]):  # else the program wrote it in place
                     args[position].copy_(new_value)
-        return tuple(source.value if isinstance(source, Constant) else output_value(source, args, computed)
+        return tuple(source.value if isinstance(source, Constant) else source.value(args)
+                     if isinstance(source, SizeValue) else output_value(source, args, computed)
                      for source in program.outputs)
 
 

@@ -51,6 +51,25 @@ def test_a_dynamic_graph_compiles_once_and_runs_at_every_size(compiled_programs)
     assert len(compiled_programs) == 1
 
 
+def windows(cache, new):
+    """A sliding window's cache keeps its last 4095 positions, all of a shorter one (its start
+    stops at 0); another slice ends before the end; the new length is returned as a number."""
+    grown = torch.cat([cache, new], dim=-2)
+    return grown[:, -4095:] * 2, grown[:, -5:-1] + 1, grown.shape[-2] + 1
+
+
+def test_slices_counted_from_the_end_of_a_symbolic_axis_stop_at_its_start(compiled_programs):
+    f = torch.compile(windows, backend="lamina", dynamic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for length in (6, 9, 13, 40):
+            cache, new = torch.randn(3, length, 8), torch.randn(3, 1, 8)
+            ours, expected = f(cache, new), windows(cache, new)
+            torch.testing.assert_close(ours[:2], expected[:2])
+            assert ours[2] == expected[2]
+    assert len(compiled_programs) == 1
+
+
 def test_a_symbolic_program_runs_at_size_one(compiled_programs):
     """Dynamo compiles a size of 1 apart (it never makes one symbolic); lamina's program takes it too."""
     torch.compile(scaled_softmax, backend="lamina", dynamic=True)(torch.randn(3, 5), torch.randn(5))

@@ -8,7 +8,8 @@ input of kind ``constant``, passed at each call like the constants of a captured
 program. Any other ``get_attr`` is a submodule (control flow), which lamina does not
 compile. Outputs that the program does not compute (an input returned as it is, a None)
 are passed through at call time rather than compiled: ``outputs`` says where each
-output of the graph comes from.
+output of the graph comes from. A number computed from symbolic sizes that the graph returns (a
+cache's new length) is worked out at each call from the sizes of the arguments.
 
 An input the program updates (a key-value cache) arrives as ``copy_(input, new_value)`` at
 the end of the graph, as AOTAutograd keeps an inference graph's input mutations: the new
@@ -28,7 +29,7 @@ from lamina.core.errors import LaminaError, SymbolicSizeError
 from lamina.core.ir import expr as ex, sizes, torch_ir
 from lamina.frontends.torch.call_binding import Argument, Computed, View, view_chain
 from lamina.frontends.torch.capture import Captured, _dtype, _node, _tensor_type
-from lamina.frontends.torch.symbolic_sizes import SYMBOLIC_NUMBERS, naming
+from lamina.frontends.torch.symbolic_sizes import SYMBOLIC_NUMBERS, naming, size_of
 
 
 @attrs.frozen
@@ -36,7 +37,22 @@ class Constant:
     value: Any
 
 
-Source = Computed | Argument | View | Constant
+@attrs.frozen
+class SizeValue:
+    """A number that the graph computes from its symbolic sizes and returns: ``expression`` in the
+    symbols, each read from an argument's shape at the call (``given``: symbol, argument, axis)."""
+
+    expression: sizes.Size
+    given: tuple[tuple[str, int, int | None], ...]
+    """Each symbol's argument and axis; no axis where the argument is the number itself."""
+
+    def value(self, args: Any) -> int:
+        return sizes.evaluate(self.expression, {
+            name: int(args[position] if axis is None else args[position].shape[axis])
+            for name, position, axis in self.given})
+
+
+Source = Computed | Argument | View | Constant | SizeValue
 
 
 @attrs.frozen(eq=False)
@@ -67,6 +83,7 @@ def _read(graph_module: torch.fx.GraphModule) -> FxProgram:
     inputs, positions, nodes = [], [], []
     constants: dict[str, torch.Tensor] = {}
     placeholders: dict[str, int] = {}
+    numbers: dict[str, int] = {}  # a symbol passed as a number: its argument
     computed: list[str] = []
     sources: list[Source] = []
     written: list[tuple[torch.fx.Node, Any]] = []
@@ -75,6 +92,10 @@ def _read(graph_module: torch.fx.GraphModule) -> FxProgram:
     for fx_node in graph_module.graph.nodes:
         if fx_node.op == "placeholder":
             placeholders[fx_node.name] = len(placeholders)
+            if isinstance(fx_node.meta.get("val"), torch.SymInt):
+                symbol = size_of(fx_node.meta["val"], fx_node.name)
+                if isinstance(symbol, ex.Var):
+                    numbers.setdefault(symbol.name, placeholders[fx_node.name])
             if isinstance(fx_node.meta.get("val"), torch.Tensor):
                 inputs.append(torch_ir.Input(fx_node.name, _tensor_type(fx_node), "user"))
                 positions.append(placeholders[fx_node.name])
@@ -97,7 +118,8 @@ def _read(graph_module: torch.fx.GraphModule) -> FxProgram:
             new_values = [value for _, value in written]
             directly = {value.name for value in (*returned, *new_values) if isinstance(value, torch.fx.Node)}
             for value in returned:
-                sources.append(_source(value, {**placeholders, **updated}, computed, directly))
+                sources.append(_size_value(value, inputs, positions, numbers) if _is_number(value) else
+                               _source(value, {**placeholders, **updated}, computed, directly))
             for target, value in written:
                 writes.append((placeholders[target.name], _source(value, placeholders, computed, directly)))
             if len(computed) < len(directly - set(placeholders) - set(updated)):
@@ -112,6 +134,30 @@ def _read(graph_module: torch.fx.GraphModule) -> FxProgram:
     torch_ir.verify_graph(graph)
     _check_symbols_are_given(graph)
     return FxProgram(Captured(graph, positions, constants), sources, writes)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, torch.fx.Node) and isinstance(value.meta.get("val"), SYMBOLIC_NUMBERS)
+
+
+def _size_value(fx_node: torch.fx.Node, inputs: list[torch_ir.Input], positions: list[int | None],
+                numbers: dict[str, int]) -> SizeValue:
+    """The returned number ``fx_node``, worked out at each call from the arguments' sizes, or from
+    the arguments that are the symbols themselves (``numbers``)."""
+    number = fx_node.meta["val"]
+    if not isinstance(number, torch.SymInt):
+        raise SymbolicSizeError(f"{fx_node.name} returns {number}, a number of symbolic sizes that is no integer")
+    expression = size_of(number, fx_node.name)
+    given: dict[str, tuple[str, int, int | None]] = {name: (name, position, None) for name, position in numbers.items()}
+    for graph_input, position in zip(inputs, positions):
+        for axis, size in enumerate(graph_input.type.shape):
+            if position is not None and isinstance(size, ex.Var) and sizes.is_symbol_name(size.name):
+                given.setdefault(size.name, (size.name, position, axis))
+    missing = sorted(sizes.symbols(expression) - set(given))
+    if missing:
+        raise SymbolicSizeError(f"{fx_node.name} returns {expression}, of {', '.join(missing)}, the size of no "
+                                "input tensor nor an argument")
+    return SizeValue(expression, tuple(given[name] for name in sorted(sizes.symbols(expression))))
 
 
 def _check_symbols_are_given(graph: torch_ir.Graph) -> None:
