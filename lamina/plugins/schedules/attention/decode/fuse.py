@@ -68,11 +68,12 @@ def _reading(buffer: str):
     return describe
 
 
-def fuse_first_chain(program: loop_ir.Program, takes: Callable[[loop_ir.Kernel], object],
+def fuse_first_chain(program: loop_ir.Program, takes: Callable[[loop_ir.Kernel, list[loop_ir.Kernel]], bool],
                      scores_in_the_softmax: bool = False) -> loop_ir.Program | None:
     """``program`` with its first chain of attention kernels as one (the values' sum computing the
-    softmax, each loop over the keys its scores) where ``takes`` accepts the fused kernel (it raises
-    ``NotAttention`` or ``ScheduleError`` where its schedule cannot run it), else None. A chain is a
+    softmax, each loop over the keys its scores) where ``takes`` accepts the fused kernel in place of
+    the kernels it replaces (it returns whether it gains, and raises ``NotAttention`` or
+    ``ScheduleError`` where its schedule cannot run it), else None. A chain is a
     product's scores, their softmax and the probabilities times the values, each written for the
     next alone; with ``scores_in_the_softmax``, also a softmax that computes its scores itself
     (``matmul_row_reduction``'s kernel) and the values."""
@@ -113,7 +114,8 @@ def fuse_first_chain(program: loop_ir.Program, takes: Callable[[loop_ir.Kernel],
                     continue
                 fused = analysis.renumbered(analysis.with_exact_inputs(fused, known))
                 try:
-                    takes(fused)
+                    if not takes(fused, [kernels[i] for i in (*replaced, position)]):
+                        continue
                 except (NotAttention, ScheduleError):
                     continue
                 dropped = {b.name for i in replaced for b in kernels[i].outputs}
@@ -134,4 +136,10 @@ class FuseDecodeAttention:
     def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
         if target.compute_capability < tiling.MIN_ARCH:
             return None
-        return fuse_first_chain(program, lambda fused: tiling.choose(analyse(fused), target, knobs))
+        def takes(fused: loop_ir.Kernel, replaced: list[loop_ir.Kernel]) -> bool:
+            """A decoding step's few queries: the fused kernel reads the cache once, where the kernels
+            apart each read it (and write the scores): it gains wherever it runs."""
+            tiling.choose(analyse(fused), target, knobs)
+            return True
+
+        return fuse_first_chain(program, takes)
