@@ -70,6 +70,25 @@ def test_slices_counted_from_the_end_of_a_symbolic_axis_stop_at_its_start(compil
     assert len(compiled_programs) == 1
 
 
+def scores_by_head(x):
+    """Bloom's scores viewed by head with a -1 (their count divided out of a product of symbols),
+    and positions picked at either end of a symbolic axis (ALBERT's pooler reads the first)."""
+    scores = x @ x.transpose(-1, -2)
+    return scores.view(2, 4, x.shape[1], -1).softmax(-1), x[:, 0] * 2, x[:, -1] + 1
+
+
+def test_views_and_picks_of_a_symbolic_axis_compile_once(compiled_programs):
+    """Dynamo makes the length symbolic once it has changed: the first length, then every other."""
+    f = torch.compile(scores_by_head, backend="lamina")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for length in (5, 9, 30):
+            x = torch.randn(8, length, 16)
+            for ours, expected in zip(f(x), scores_by_head(x)):
+                torch.testing.assert_close(ours, expected)
+    assert len(compiled_programs) == 2
+
+
 def test_a_symbolic_program_runs_at_size_one(compiled_programs):
     """Dynamo compiles a size of 1 apart (it never makes one symbolic); lamina's program takes it too."""
     torch.compile(scaled_softmax, backend="lamina", dynamic=True)(torch.randn(3, 5), torch.randn(5))

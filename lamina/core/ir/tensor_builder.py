@@ -410,10 +410,14 @@ class TensorBuilder:
         """``x[..., position, ...]`` along ``dim``: that axis goes away."""
         src = self.shape(name)
         dim = self.axis(dim, len(src))
-        if not -src[dim] <= position < src[dim]:
+        if sizes.is_symbolic(src[dim]):  # the frontend checked the bounds as it traced
+            at = ex.const(position) if position >= 0 else sizes.size(src[dim] + position)
+        elif not -src[dim] <= position < src[dim]:
             raise self.fail(f"index {position} is out of range for axis {dim} of size {src[dim]}")
+        else:
+            at = ex.const(position % src[dim])
         d = tensor_ir.output_vars(len(src) - 1)
-        index = [*d[:dim], ex.const(position % src[dim]), *d[dim:]]
+        index = [*d[:dim], at, *d[dim:]]
         return self._view(name, index, src[:dim] + src[dim + 1:], "select")
 
     # --- elementwise ---------------------------------------------------------------

@@ -6,14 +6,19 @@
 
 from __future__ import annotations
 
-from lamina.core.ir import tensor_ir
+from lamina.core.ir import sizes, tensor_ir
 from lamina.core.ir.tensor_builder import TensorBuilder
 from lamina.core.ir.torch_ir import Node
 from lamina.plugins.ops.arguments import argument, tensor
 
 
 def decompose_view(b: TensorBuilder, node: Node) -> str:
-    return b.reshape(tensor(b, node), argument(node, 1, "size"))
+    """A size of -1 is the one the frontend traced, where sizes are symbolic: inferring it divides
+    products of symbols (``s0 * s0 * 8 // (s0 * 8)``), which lamina cannot always cancel."""
+    size = list(argument(node, 1, "size"))
+    if -1 in size and node.type is not None and sizes.is_symbolic(tuple(node.type.shape)):
+        size[size.index(-1)] = node.type.shape[size.index(-1)]
+    return b.reshape(tensor(b, node), size)
 
 
 def decompose_permute(b: TensorBuilder, node: Node) -> str:
