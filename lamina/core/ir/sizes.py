@@ -17,7 +17,7 @@ import contextvars
 import math
 from typing import Iterable, Iterator, Mapping, Sequence
 
-from lamina.core.errors import InputMismatchError
+from lamina.core.errors import InputMismatchError, SymbolicSizeError
 from lamina.core.ir import dtypes, expr as ex, index
 from lamina.core.ir.expr import Expr
 from lamina.core.ir.index import is_symbol_name
@@ -143,3 +143,24 @@ def hint(value: Size) -> int:
 
 UNHINTED = 128
 """What a symbol counts as where the compile was given no example of it."""
+
+
+def slice_start(axis: Size, start: Size | None, end: Size | None, length: Size) -> Size:
+    """Where ``x[start:end]`` of an axis of ``axis`` elements begins, its ``length`` as the frontend
+    traced it. A negative start counts from the end and stops at 0 (a sliding window's last 4095
+    positions of a shorter cache are all of it): with the slice running to the end, it begins
+    ``length`` before the end, and before a negative ``end`` likewise."""
+    if start is None:
+        return 0
+    if not isinstance(start, int) or start >= 0:
+        return start
+    if end is None or isinstance(end, int) and end >= _TO_THE_END:
+        return axis - length
+    if isinstance(end, int) and end < 0:
+        return axis + end - length
+    raise SymbolicSizeError(f"a slice from {start} to {end} of an axis of {axis}: where a negative start stops "
+                            "at 0 depends on a size known only at run time")
+
+
+_TO_THE_END = 1 << 62
+"""An ``end`` at least this large runs to the end of any axis (Python's ``x[a:]`` is ``x[a:sys.maxsize]``)."""

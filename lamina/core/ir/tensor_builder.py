@@ -385,7 +385,7 @@ class TensorBuilder:
             if length is None:
                 raise SymbolicSizeError(f"slicing axis {dim} of {src[dim]} from {start} to {end} needs the "
                                         "slice's length")
-            first = _first_of_symbolic_slice(src[dim], start, end, length)
+            first = sizes.slice_start(src[dim], start, end, length)
             shape[dim] = length
         else:
             first, stop, step = slice(start, end, step).indices(src[dim])
@@ -633,24 +633,3 @@ class TensorBuilder:
 
 __all__ = ["TensorBuilder", "Operand", "Scalar", "broadcast_shape", "compute_dtype", "number_dtype"]
 
-
-def _first_of_symbolic_slice(axis: sizes.Size, start: sizes.Size | None, end: sizes.Size | None,
-                             length: sizes.Size) -> sizes.Size:
-    """Where ``x[start:end]`` of an axis of ``axis`` elements begins, its ``length`` as the frontend
-    traced it. A negative start counts from the end and stops at 0 (a sliding window's last 4095
-    positions of a shorter cache are all of it): with the slice running to the end, it begins
-    ``length`` before the end, and before a negative ``end`` likewise."""
-    if start is None:
-        return 0
-    if not isinstance(start, int) or start >= 0:
-        return start
-    if end is None or isinstance(end, int) and end >= _TO_THE_END:
-        return axis - length
-    if isinstance(end, int) and end < 0:
-        return axis + end - length
-    raise SymbolicSizeError(f"a slice from {start} to {end} of an axis of {axis}: where a negative start stops "
-                            "at 0 depends on a size known only at run time")
-
-
-_TO_THE_END = 1 << 62
-"""An ``end`` at least this large runs to the end of any axis (Python's ``x[a:]`` is ``x[a:sys.maxsize]``)."""

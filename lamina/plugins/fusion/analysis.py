@@ -124,7 +124,7 @@ class Untouched:
     one call at a time (a decoder's next layer). What every layer only reads may be shared: the
     weights, and temporaries that no change writes (a rotation's tables, an attention mask)."""
 
-    def __init__(self, program: loop_ir.Program):
+    def __init__(self):
         self.read: set[str] = set()
         self.written: set[str] = set()
 
@@ -174,7 +174,7 @@ def joined_in_order(program: loop_ir.Program, keys: list, start: Callable[[loop_
     group replaces its kernels where it holds more than one and ``keep`` takes it. None where
     nothing joined."""
     kernels: list[loop_ir.Kernel | None] = list(program.kernels)
-    untouched = Untouched(program)
+    untouched = Untouched()
     changed = False
     positions: dict[Any, list[int]] = {}  # of each key's kernels, in order
     for position, key in enumerate(keys):

@@ -66,7 +66,7 @@ class FuseReductionIntoConsumer:
             if readers:
                 kept = len(readers) > 1 or store.buffer in outputs
                 candidates.append((kept, position, store, readers[0]))
-        untouched = analysis.Untouched(program)
+        untouched = analysis.Untouched()
         dropped: set[str] = set()
         for kept, position, store, reader in sorted(candidates, key=lambda c: (c[0], c[1])):
             reduction, consumer = kernels[position], kernels[reader]

@@ -55,7 +55,7 @@ class FuseAttention:
         kernels = [[k] for k in originals]
         writers, readers = analysis.writers_and_readers(originals)
         taken = set(known) | {k.name for k in program.kernels}
-        untouched = analysis.Untouched(program)
+        untouched = analysis.Untouched()
         copies: dict[str, loop_ir.Buffer] = {}
         dropped: set[str] = set()
         for position, values_kernel in enumerate(originals):

@@ -45,7 +45,7 @@ class ComputeVectorReductionInEachProduct:
         outputs = {b.name for b in program.outputs}
         known = analysis.buffers(program)
         kernels: list[loop_ir.Kernel | None] = list(program.kernels)
-        untouched = analysis.Untouched(program)
+        untouched = analysis.Untouched()
         dropped: set[str] = set()
         for position, reduction in enumerate(program.kernels):
             store = _one_value(reduction)

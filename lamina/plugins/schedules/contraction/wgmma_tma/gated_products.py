@@ -55,7 +55,7 @@ class PairGatedProducts:
         writers, readers = analysis.writers_and_readers(list(program.kernels))
         outputs = {b.name for b in program.outputs}
         buffers = analysis.buffers(program)
-        untouched = analysis.Untouched(program)
+        untouched = analysis.Untouched()
         paired: set[str] = set()
         for position, kernel in enumerate(program.kernels):
             for name in _reads(kernel):

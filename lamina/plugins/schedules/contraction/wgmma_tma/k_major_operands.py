@@ -47,7 +47,7 @@ class StoreTmaOperandsKMajor:
         taken = set(buffers) | {k.name for k in program.kernels}
         kernels = [[k] for k in program.kernels]
         copies: list[loop_ir.Buffer] = []
-        untouched = analysis.Untouched(program)
+        untouched = analysis.Untouched()
         for position, c in contractions(program):
             if not untouched.holds(program.kernels[position]):
                 continue

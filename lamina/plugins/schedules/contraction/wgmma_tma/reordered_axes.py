@@ -48,7 +48,7 @@ class ReorderTmaOperandAxes:
             return None
         temporaries = {b.name: b for b in program.temporaries}
         pinned = pinned_by(knobs)
-        untouched = analysis.Untouched(program)
+        untouched = analysis.Untouched()
         result = program
         for _, c in contractions(program):
             kernel = c.kernel
