@@ -4,7 +4,8 @@ eager: what a user who brings another model meets first. 13 tokens, a multiple o
 in two sequences, with an attention mask whose second row is padded on the left.
 
 A mixture of experts routes tokens with ``topk`` and ``sort``, which no plugin decomposes: it runs
-with the eager fallback, which names them. Some of them also generate, greedy, token for token as
+with the eager fallback, which names them. Some take prompts of any length with two programs (the
+length symbolic after the first), and some generate, greedy, token for token as
 eager does, with as few programs as the suite's models: Gemma-3's layers alternate a sliding window
 and the whole cache, and Bloom's ALiBi biases grow with the cache."""
 
@@ -50,6 +51,11 @@ ROUTED = {"mixtral"}
 """Whose routing needs the eager fallback."""
 
 
+LENGTHS = (13, 17, 29)
+"""Prompts of three lengths: Dynamo makes the length symbolic at the second, so lamina compiles the
+first and one program for every other length."""
+ANY_LENGTH = ["albert", "bloom", "deberta-v2", "gemma3_text", "mistral", "modernbert"]
+
 GENERATING = [("gemma3_text", "static", 2), ("gemma3_text", None, 3), ("bloom", None, 3)]
 """Architecture, cache (None: ``transformers``' default, which grows) and the programs lamina compiles:
 the prompt's step and the decoding step, and with the default cache the first decoding step apart
@@ -63,13 +69,17 @@ def _model_and_inputs(kind: str):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = getattr(transformers, auto).from_config(config).eval()
-    ids = torch.randint(3, SMALL["vocab_size"], (2, 13))
+    return model, _inputs(config, 13)
+
+
+def _inputs(config, length: int) -> dict[str, torch.Tensor]:
+    ids = torch.randint(3, SMALL["vocab_size"], (2, length))
     mask = torch.ones_like(ids)
     mask[1, :4] = 0
     inputs = {"input_ids": ids, "attention_mask": mask}
     if config.is_encoder_decoder:
         inputs["decoder_input_ids"] = ids[:, :7]
-    return model, inputs
+    return inputs
 
 
 def _result(output) -> torch.Tensor:
@@ -91,6 +101,22 @@ def test_an_architecture_outside_the_suite_matches_eager(kind):
     rows = inputs["attention_mask"].bool() if ours.shape[:2] == inputs["attention_mask"].shape else slice(None)
     error = relative_error(ours[rows], expected[rows])
     assert error < 1e-4, f"{kind} ({ARCHITECTURES[kind][1]}): relative error {error:.2e}"
+
+
+@pytest.mark.parametrize("kind", ANY_LENGTH)
+def test_prompts_of_any_length_compile_two_programs_and_match_eager(kind, compiled_programs):
+    model, _ = _model_and_inputs(kind)
+    compiled = torch.compile(model, backend="lamina")
+    for length in LENGTHS:
+        inputs = _inputs(model.config, length)
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # transformers' notes on the random model's settings
+            ours, expected = _result(compiled(**inputs)), _result(model(**inputs))
+        rows = inputs["attention_mask"].bool() if ours.shape[:2] == inputs["attention_mask"].shape else slice(None)
+        error = relative_error(ours[rows], expected[rows])
+        assert error < 1e-4, f"{kind} at {length} tokens: relative error {error:.2e}"
+    torch._dynamo.reset()
+    assert len(compiled_programs) == 2, f"{kind}: {len(compiled_programs)} programs for {len(LENGTHS)} lengths"
 
 
 @pytest.fixture
