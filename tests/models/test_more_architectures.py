@@ -4,7 +4,7 @@ eager: what a user who brings another model meets first. 13 tokens, a multiple o
 in two sequences, with an attention mask whose second row is padded on the left.
 
 A mixture of experts routes tokens with ``topk`` and ``sort``, which no plugin decomposes: it runs
-with the eager fallback, which names them. Some take prompts of any length with two programs (the
+with the eager fallback, which names them. Three take prompts of any length with two programs (the
 length symbolic after the first), and some generate, greedy, token for token as
 eager does, with as few programs as the suite's models: Gemma-3's layers alternate a sliding window
 and the whole cache, and Bloom's ALiBi biases grow with the cache."""
@@ -54,7 +54,8 @@ ROUTED = {"mixtral"}
 LENGTHS = (13, 17, 29)
 """Prompts of three lengths: Dynamo makes the length symbolic at the second, so lamina compiles the
 first and one program for every other length."""
-ANY_LENGTH = ["albert", "bloom", "deberta-v2", "gemma3_text", "mistral", "modernbert"]
+ANY_LENGTH = ["albert", "bloom", "gemma3_text"]
+"""Those whose sizes once made lamina compile each length again (ALBERT, Bloom) or read a window wrong (Gemma-3)."""
 
 GENERATING = [("gemma3_text", "static", 2), ("gemma3_text", None, 3), ("bloom", None, 3)]
 """Architecture, cache (None: ``transformers``' default, which grows) and the programs lamina compiles:
@@ -106,6 +107,7 @@ def test_an_architecture_outside_the_suite_matches_eager(kind):
 @pytest.mark.parametrize("kind", ANY_LENGTH)
 def test_prompts_of_any_length_compile_two_programs_and_match_eager(kind, compiled_programs):
     model, _ = _model_and_inputs(kind)
+    torch._dynamo.reset()  # Dynamo remembers the lengths it saw of this architecture's code in other tests
     compiled = torch.compile(model, backend="lamina")
     for length in LENGTHS:
         inputs = _inputs(model.config, length)
