@@ -18,16 +18,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-import math
-
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import loop_ir
 from lamina.core.target import Target
 from lamina.plugins.schedules.attention.decode.fuse import fuse_first_chain
 from lamina.plugins.schedules.attention.float32 import tiling
 from lamina.plugins.schedules.attention.float32.recognise import analyse
-from lamina.plugins.schedules.contraction import NotAContraction, estimate_contraction
-from lamina.plugins.schedules.contraction import analyse as analyse_contraction
+from lamina.plugins.schedules.contraction import estimate_contraction
 from lamina.plugins.schedules.matmul_row_reduction import tiling as matmul_rows
 from lamina.plugins.schedules.matmul_row_reduction.recognise import NotContractionRows, analyse as analyse_matmul_rows
 from lamina.plugins.schedules.row_reduction.cost import estimate_cost as row_reduction_us
@@ -55,7 +52,7 @@ class FuseFloat32Attention:
 def apart_us(kernel: loop_ir.Kernel, target: Target) -> float:
     """The cheapest estimate for one of the kernels the fused one replaces, among the schedules that
     take such kernels: a product, a softmax that computes its scores, a softmax of stored scores."""
-    estimates = [estimate_contraction(kernel, target) if _is_contraction(kernel) else math.inf]
+    estimates = [estimate_contraction(kernel, target)]  # infinite where it is no product
     try:
         estimates.append(matmul_rows.choose(analyse_matmul_rows(kernel), target, {})[1].total_us)
     except (NotContractionRows, ScheduleError):
@@ -66,10 +63,3 @@ def apart_us(kernel: loop_ir.Kernel, target: Target) -> float:
         pass
     return min(estimates)
 
-
-def _is_contraction(kernel: loop_ir.Kernel) -> bool:
-    try:
-        analyse_contraction(kernel)
-    except NotAContraction:
-        return False
-    return True
