@@ -17,7 +17,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from lamina.core.config import Config, load_config
 from lamina.core.errors import DeviceError, InputMismatchError, LaminaError, SymbolicSizeError
 from lamina.core.garbage_collection import cycle_collector_paused
-from lamina.core.ir import expr as ex, sizes
+from lamina.core.ir import sizes
 from lamina.core.pipeline import Compilation, Pipeline
 from lamina.core.plugins import PluginManager, get_plugin_manager
 from lamina.frontends.torch.call_binding import CallBinding, StaleCapture, run_in_autograd
@@ -128,10 +128,10 @@ def _size_hints(captured: Captured, example_inputs: Sequence[Any]) -> dict[str, 
     for graph_input, position in zip(graph.inputs, captured.user_input_positions):
         example = example_inputs[position] if position is not None and position < len(example_inputs) else None
         for want, got in zip(graph_input.type.shape, getattr(example, "shape", ())):
-            if isinstance(want, ex.Var) and sizes.is_symbol_name(want.name):
-                hint = got.node.hint if isinstance(got, torch.SymInt) else got
-                if isinstance(hint, int):
-                    hints.setdefault(want.name, hint)
+            hint = got.node.hint if isinstance(got, torch.SymInt) else got
+            found = sizes.solved(want, hint) if isinstance(hint, int) else None
+            if found is not None:
+                hints.setdefault(*found)
     return hints
 
 

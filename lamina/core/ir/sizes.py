@@ -90,14 +90,16 @@ def bind(shapes: Sequence[tuple[str, Sequence[Size]]], actual: Sequence[Sequence
     """Each symbol's value for a call whose tensors have the shapes ``actual``.
 
     ``shapes`` names each tensor and gives its shape in the program. A symbol takes its value
-    from the first axis whose size is that symbol alone; every size is then checked, so that
+    from the first axis whose size is that symbol alone or a multiple of it plus a number (``s0 * 4``,
+    a batch of four sequences flattened); every size is then checked, so that
     tensors which disagree (``s0`` is 5 in one, 7 in another) are an ``InputMismatchError``
     rather than a kernel reading out of bounds."""
     values: dict[str, int] = {}
     for (_, shape), dims in zip(shapes, actual):
         for want, got in zip(shape, dims):
-            if isinstance(want, ex.Var) and is_symbol_name(want.name):
-                values.setdefault(want.name, int(got))
+            found = solved(want, int(got))
+            if found is not None:
+                values.setdefault(*found)
     small = [f"{k} = {v}" for k, v in sorted(values.items()) if v < 1]
     if small:
         raise InputMismatchError(f"the call has {', '.join(small)}; a program compiled for sizes known only at "
@@ -110,6 +112,30 @@ def bind(shapes: Sequence[tuple[str, Sequence[Size]]], actual: Sequence[Sequence
                 f"input {name} has shape {list(dims)}, but the program takes [{', '.join(map(str, expected))}]"
                 + (f" with {where}" if where else ""))
     return values
+
+
+def given_symbol(value: Size) -> str | None:
+    """The symbol that an axis of size ``value`` gives at a call: ``value``'s one symbol where it is
+    that symbol times a number plus a number (``s0``, ``s0 * 4``, ``s0 + 1``), else None."""
+    if not isinstance(value, Expr):
+        return None
+    form = index.affine(value)
+    if len(form.terms) != 1:
+        return None
+    (atom, _), = form.terms.items()
+    return atom.name if isinstance(atom, ex.Var) and is_symbol_name(atom.name) else None
+
+
+def solved(value: Size, got: int) -> tuple[str, int] | None:
+    """``(symbol, its value)`` where an axis of size ``value`` (``given_symbol``) has ``got`` elements and
+    the symbol's value comes out whole; else None."""
+    name = given_symbol(value)
+    if name is None:
+        return None
+    form = index.affine(value)
+    (_, coefficient), = form.terms.items()
+    quotient, remainder = divmod(got - form.constant, coefficient)
+    return None if remainder else (name, quotient)
 
 
 _HINTS: contextvars.ContextVar[Mapping[str, int]] = contextvars.ContextVar("lamina_size_hints", default={})
@@ -145,21 +171,29 @@ UNHINTED = 128
 """What a symbol counts as where the compile was given no example of it."""
 
 
-def slice_start(axis: Size, start: Size | None, end: Size | None, length: Size) -> Size:
-    """Where ``x[start:end]`` of an axis of ``axis`` elements begins, its ``length`` as the frontend
-    traced it. A negative start counts from the end and stops at 0 (a sliding window's last 4095
-    positions of a shorter cache are all of it): with the slice running to the end, it begins
-    ``length`` before the end, and before a negative ``end`` likewise."""
+def slice_start(axis: Size, start: Size | None, end: Size | None, length: Size, step: int = 1) -> Size:
+    """Where ``x[start:end:step]`` of an axis of ``axis`` elements begins, its ``length`` as the frontend
+    traced it (Dynamo guards the clamping, so the length holds it). Where the end is a number, the
+    slice begins ``length`` before where it stops, whatever its start: a negative start counts from the
+    end and stops at 0 (a sliding window's last 4095 positions of a shorter cache are all of it), and
+    a start known only at run time may be either. A start known only at run time before an end known
+    only at run time is a position counted from 0 (``cache[p:p + 1]``)."""
     if start is None:
         return 0
-    if not isinstance(start, int) or start >= 0:
+    if isinstance(start, int) and start >= 0:
         return start
-    if end is None or isinstance(end, int) and end >= _TO_THE_END:
-        return axis - length
-    if isinstance(end, int) and end < 0:
-        return axis + end - length
-    raise SymbolicSizeError(f"a slice from {start} to {end} of an axis of {axis}: where a negative start stops "
-                            "at 0 depends on a size known only at run time")
+    if step == 1 and (end is None or isinstance(end, int)):
+        if end is None or end >= _TO_THE_END:
+            stop = axis
+        elif end < 0:
+            stop = axis + end
+        else:
+            stop = size(ex.op("min", ex.const(end), axis)) if isinstance(axis, Expr) else min(end, axis)
+        return size(stop - length)
+    if not isinstance(start, int):
+        return start
+    raise SymbolicSizeError(f"a slice from {start} to {end} by {step} of an axis of {axis}: where a negative start "
+                            "stops at 0 depends on a size known only at run time")
 
 
 _TO_THE_END = 1 << 62

@@ -385,7 +385,7 @@ class TensorBuilder:
             if length is None:
                 raise SymbolicSizeError(f"slicing axis {dim} of {src[dim]} from {start} to {end} needs the "
                                         "slice's length")
-            first = sizes.slice_start(src[dim], start, end, length)
+            first = sizes.slice_start(src[dim], start, end, length, step)
             shape[dim] = length
         else:
             first, stop, step = slice(start, end, step).indices(src[dim])

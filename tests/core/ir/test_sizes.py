@@ -40,6 +40,15 @@ def test_a_call_binds_each_symbol_and_checks_every_size():
         sizes.bind(shapes, [(0, 3), (1,)])
 
 
+def test_a_symbol_binds_from_a_multiple_of_it_plus_a_number():
+    """A batch of four sequences flattened (``s0 * 4``) or a cache one longer (``s1 + 1``) gives its symbol."""
+    shapes = [("x", (s0 * 4, 64)), ("y", (s1 + 1, s0 * 2))]
+    assert sizes.bind(shapes, [(12, 64), (8, 6)]) == {"s0": 3, "s1": 7}
+    with pytest.raises(InputMismatchError, match=r"input x has shape \[13, 64\]"):
+        sizes.bind(shapes, [(13, 64), (8, 6)])  # no whole s0 gives 13 rows
+    assert sizes.given_symbol(s0 * s1) is None and sizes.given_symbol(s0 // 2) is None
+
+
 def test_hints_weigh_costs_where_a_compile_has_them():
     assert sizes.hint(s0 * 4) == 4 * sizes.UNHINTED
     with sizes.hinted({"s0": 10}):
