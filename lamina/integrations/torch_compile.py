@@ -40,7 +40,8 @@ from torch.utils._python_dispatch import _disable_current_modes
 from lamina.api import Compiler, Specialization, signature
 from lamina.core.errors import ConfigError, InputMismatchError, LaminaError, UnsupportedOpError
 from lamina.frontends.torch.call_binding import output_value
-from lamina.frontends.torch.fx_graph import Constant, FxProgram, SizeValue, fx_to_torch_ir, is_write_to_argument
+from lamina.frontends.torch.fx_graph import (Constant, FxProgram, SizeValue, fx_to_torch_ir, is_write_to_argument,
+                                             length_tensor)
 from lamina.integrations.cuda_graphs import CudaGraphReplay, uses_cuda_graphs
 
 FALLBACKS = (None, "error", "eager")
@@ -181,7 +182,10 @@ class GraphRunner:
         simulator, it made that first call three times slower)."""
         program, compiled = self._specialization(args)
         with _disable_current_modes():
-            computed = compiled(tuple(args), _device(args)) if compiled is not None else []
+            device = _device(args)
+            given = tuple(length_tensor(a, device) if i in program.lengths else a for i, a in enumerate(args)) \
+                if program.lengths else tuple(args)
+            computed = compiled(given, device) if compiled is not None else []
             for position, source in program.writes:
                 new_value = output_value(source, args, computed)
                 if not _same_tensor(new_value, args[position]):  # else the program wrote it in place

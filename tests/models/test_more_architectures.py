@@ -161,14 +161,28 @@ def compiled_programs(monkeypatch):
 @pytest.mark.parametrize("kind,cache,programs", GENERATING, ids=[f"{k}-{c or 'default'}" for k, c, _ in GENERATING])
 def test_an_architecture_outside_the_suite_generates_as_eager(kind, cache, programs, compiled_programs):
     model, inputs = _model_and_inputs(kind)
-    ids = inputs["input_ids"][:1]
+    generated, expected = _generated_and_expected(model, {"input_ids": inputs["input_ids"][:1]}, cache)
+    assert torch.equal(generated, expected)
+    assert len(compiled_programs) == programs
+
+
+def test_a_padded_batch_generates_as_eager_through_a_sliding_window(compiled_programs):
+    """Mistral's window shorter than the cache, two prompts (the second padded on the left) and the
+    default cache: the mask's window (``Max(0, s - 7)`` positions) and the cache's length, a number
+    argument, are sizes of the decoding step's one program."""
+    model, inputs = _model_and_inputs("mistral")
+    generated, expected = _generated_and_expected(model, inputs, None)
+    assert torch.equal(generated, expected)
+    assert len(compiled_programs) == 2
+
+
+def _generated_and_expected(model, inputs: dict, cache: str | None) -> tuple[torch.Tensor, torch.Tensor]:
     settings = dict(max_new_tokens=12, do_sample=False, cache_implementation=cache)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # transformers' notes on the random model's generation settings
-        expected = model.generate(ids, **settings)
+        expected = model.generate(**inputs, **settings)
         torch._dynamo.reset()
         model.forward = torch.compile(model.forward, backend="lamina")
-        generated = model.generate(ids, **settings)
+        generated = model.generate(**inputs, **settings)
     torch._dynamo.reset()
-    assert torch.equal(generated, expected)
-    assert len(compiled_programs) == programs
+    return generated, expected

@@ -20,13 +20,14 @@ program may write it in place.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import attrs
 import torch
 
 from lamina.core.errors import LaminaError, SymbolicSizeError
-from lamina.core.ir import expr as ex, sizes, torch_ir
+from lamina.core.ir import dtypes, expr as ex, sizes, torch_ir
 from lamina.frontends.torch.call_binding import Argument, Computed, View, view_chain
 from lamina.frontends.torch.capture import Captured, _dtype, _node, _tensor_type
 from lamina.frontends.torch.symbolic_sizes import SYMBOLIC_NUMBERS, naming, size_of
@@ -61,6 +62,8 @@ class FxProgram:
     outputs: tuple[Source, ...] = attrs.field(converter=tuple)
     writes: tuple[tuple[int, Source], ...] = attrs.field(default=(), converter=tuple)
     """(argument position, its new value) for each argument the program updates."""
+    lengths: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+    """The arguments that are sizes the program needs (numbers): each passed as a ``length_tensor``."""
 
 
 def is_write_to_argument(node: torch.fx.Node) -> bool:
@@ -127,13 +130,45 @@ def _read(graph_module: torch.fx.GraphModule) -> FxProgram:
         else:
             raise LaminaError(f"the graph has a {fx_node.op} node ({fx_node.name}): "
                               "control flow and submodule calls are not supported")
+    lengths = _lengths_needed(nodes, inputs, numbers)
+    for name, position in lengths.items():
+        inputs.append(torch_ir.Input(f"length_{name}", torch_ir.TensorType((sizes.symbol(int(name[1:])),),
+                                                                            LENGTH_DTYPE), "user"))
+        positions.append(position)
     tensor_inputs = {i.name for i in inputs}
     updates = [(target.name, computed[source.index]) for (target, _), (_, source) in zip(written, writes)
                if isinstance(source, Computed) and target.name in tensor_inputs]
     graph = torch_ir.Graph(inputs, nodes, computed, updates)
     torch_ir.verify_graph(graph)
     _check_symbols_are_given(graph)
-    return FxProgram(Captured(graph, positions, constants), sources, writes)
+    return FxProgram(Captured(graph, positions, constants), sources, writes, lengths.values())
+
+
+LENGTH_DTYPE = dtypes.uint8
+
+
+def _lengths_needed(nodes: list[torch_ir.Node], inputs: list[torch_ir.Input], numbers: dict[str, int]) -> dict[str, int]:
+    """The symbols that the graph's sizes use, that no input tensor's shape gives and a number argument
+    is (a cache's length that Dynamo made symbolic): each with that argument's position. The program
+    takes such a number as a tensor of that length that no kernel reads (``length_s1``), because a
+    program's symbols take their values from its inputs' shapes."""
+    given = {sizes.given_symbol(size) for i in inputs for size in i.type.shape}
+    used = set()
+    for node in nodes:
+        used |= sizes.symbols(_flat(node.args) + _flat(tuple(v for _, v in node.kwargs)))
+        used |= sizes.symbols(node.type.shape) if node.type is not None else set()
+    return {name: numbers[name] for name in sorted(used - given) if name in numbers}
+
+
+def length_tensor(length: int, device: torch.device) -> torch.Tensor:
+    """A tensor of ``length`` elements that no kernel reads, for a size that is a number argument:
+    one byte of the device, seen ``length`` times (stride 0)."""
+    return _one_byte(device).expand(int(length))
+
+
+@functools.cache
+def _one_byte(device: torch.device) -> torch.Tensor:
+    return torch.zeros((1,), dtype=torch.uint8, device=device)
 
 
 def _is_number(value: Any) -> bool:
@@ -161,11 +196,10 @@ def _size_value(fx_node: torch.fx.Node, inputs: list[torch_ir.Input], positions:
 
 
 def _check_symbols_are_given(graph: torch_ir.Graph) -> None:
-    """Each symbol takes its value from a size of an input tensor at each call; one that no input's
-    shape gives (a Python number that Dynamo made symbolic, ``x + 3`` under ``dynamic=True``) is a
+    """Each symbol takes its value from a size of an input tensor at each call (a number argument's
+    from its ``length_tensor``); one that no input's shape gives (a size computed from tensor data) is a
     ``SymbolicSizeError``, and the graph is compiled for the call's values instead."""
-    given = {size.name for i in graph.inputs for size in i.type.shape
-             if isinstance(size, ex.Var) and sizes.is_symbol_name(size.name)}
+    given = {sizes.given_symbol(size) for i in graph.inputs for size in i.type.shape}
     used = set()
     for node in graph.nodes:
         used |= sizes.symbols(_flat(node.args) + _flat(tuple(v for _, v in node.kwargs)))
@@ -173,7 +207,7 @@ def _check_symbols_are_given(graph: torch_ir.Graph) -> None:
     missing = sorted(used - given)
     if missing:
         raise SymbolicSizeError(f"{', '.join(missing)} is known only at run time but is the size of no input "
-                                "tensor (a number that Dynamo made symbolic)")
+                                "tensor nor a number argument")
 
 
 def _flat(values: tuple) -> list:

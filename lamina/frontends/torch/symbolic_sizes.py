@@ -17,7 +17,7 @@ from typing import Iterator
 import torch
 
 from lamina.core.errors import LaminaError, SymbolicSizeError
-from lamina.core.ir import sizes
+from lamina.core.ir import expr as ex, sizes
 from lamina.core.ir.sizes import Size
 
 SYMBOLIC_NUMBERS = (torch.SymInt, torch.SymFloat, torch.SymBool)
@@ -142,7 +142,7 @@ def size_of(value: int | torch.SymInt, where: str) -> Size:
 
 def _converted(expr, names: dict, where: str):
     import sympy
-    from torch.utils._sympy.functions import FloorDiv, Mod, PythonMod
+    from torch.utils._sympy.functions import FloorDiv, Max, Min, Mod, PythonMod
 
     if expr.is_Integer:
         return int(expr)
@@ -164,5 +164,11 @@ def _converted(expr, names: dict, where: str):
         return args[0] // args[1]
     if isinstance(expr, (Mod, PythonMod)):
         return args[0] % args[1]
+    if isinstance(expr, (Max, Min, sympy.Max, sympy.Min)):  # a window's length, clamped at 0
+        name = "max" if isinstance(expr, (Max, sympy.Max)) else "min"
+        result = args[0]
+        for a in args[1:]:
+            result = ex.op(name, ex.const(result), ex.const(a))
+        return result
     raise LaminaError(f"{where} has the size {expr}, which lamina cannot compute at run time "
                       f"({type(expr).__name__}); lamina compiles this program for concrete sizes")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 
 from lamina.core.ir import expr as ex, index, tensor_ir
+from lamina.core.ir.sizes import Size
 from lamina.core.ir.tensor_builder import TensorBuilder, compute_dtype
 from lamina.core.ir.tensor_ir import Arg
 from lamina.core.ir.torch_ir import Node
@@ -39,10 +40,10 @@ def per_axis(b: TensorBuilder, values, rank: int, what: str) -> list[int]:
     return values
 
 
-def _output_sizes(b: TensorBuilder, x: str, spatial, kernel, stride, padding, dilation) -> list[int]:
+def _output_sizes(b: TensorBuilder, x: str, spatial, kernel, stride, padding, dilation) -> list[Size]:
     sizes = [(size + 2 * p - d * (k - 1) - 1) // s + 1
              for size, k, s, p, d in zip(spatial, kernel, stride, padding, dilation)]
-    if any(s <= 0 for s in sizes):
+    if any(isinstance(s, int) and s <= 0 for s in sizes):  # one known only at run time was traced to fit
         raise b.fail(f"the kernel {list(kernel)} (dilation {list(dilation)}) does not fit the input {x} of spatial "
                      f"size {list(spatial)} padded by {list(padding)}; the output would be {sizes}")
     return sizes

@@ -27,6 +27,12 @@ def decompose_to_copy(b: TensorBuilder, node: Node) -> str:
     return b.cast(x, dtype) if dtype is not None else x
 
 
+def decompose_convert_element_type(b: TensorBuilder, node: Node) -> str:
+    """``prims.convert_element_type(x, dtype)``, which AOTAutograd writes for a number of symbolic
+    sizes turned into a tensor (``x / math.sqrt(x.shape[0])`` under ``dynamic=True``): a cast."""
+    return b.cast(tensor(b, node), argument(node, 1, "dtype"))
+
+
 def decompose_copy(b: TensorBuilder, node: Node) -> str:
     """``copy(x, source)``, the value of ``x.copy_(source)`` (a state cache's slot overwritten): the
     source broadcast to ``x``'s shape in ``x``'s dtype; ``x``'s values are not read."""
@@ -82,6 +88,7 @@ DECOMPOSITIONS = {
     "aten._assert_tensor_metadata.default": decompose_check,
     "aten._to_copy.default": decompose_to_copy,
     "aten.copy.default": decompose_copy,
+    "prims.convert_element_type.default": decompose_convert_element_type,
     "aten.full.default": decompose_full,
     "aten.full_like.default": decompose_full_like,
     "aten.scalar_tensor.default": decompose_scalar_tensor,

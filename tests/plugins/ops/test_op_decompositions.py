@@ -119,9 +119,10 @@ CUDA_ONLY = {"aten._scaled_dot_product_flash_attention.default", "aten._scaled_d
 """Attention kernels that eager PyTorch runs on CUDA alone, so no case here can compute them: the conformance
 cases check them against the computation each stands for, and tests/frontends/test_cuda_attention_graphs.py
 compiles the graphs that AOTAutograd writes with them."""
-FROM_DYNAMO_ONLY = {"aten.lift_fresh_copy.default"}
-"""What only Dynamo's graphs hold (a tensor built from Python data, which export folds): the torch.compile
-tests and the model matrix run it."""
+FROM_DYNAMO_ONLY = {"aten.lift_fresh_copy.default", "prims.convert_element_type.default"}
+"""What only Dynamo's graphs hold (a tensor built from Python data, which export folds; a number of sizes
+known only at run time made a tensor): the torch.compile tests, the model matrix and the symbolic-size tests
+run them."""
 
 
 @functools.cache
