@@ -45,23 +45,33 @@ class FuseContractionIntoRowReduction:
     former_knob_names = (*FORMER_KNOB_NAMES, *(r.old for r in tiling.RENAMED))
 
     def apply(self, program: loop_ir.Program, target: Target, knobs: Mapping[str, Any]) -> loop_ir.Program | None:
+        """Each product whose one reader takes it computed where read; after the first, every other
+        that touches nothing the ones before touched (the next layer's scores) in the same call
+        (``analysis.Untouched``)."""
         outputs = {b.name for b in program.outputs}
-        kernels = list(program.kernels)
+        kernels: list[loop_ir.Kernel | None] = list(program.kernels)
         pins = tuple(sorted(knobs.items()))
-        for position, producer in enumerate(kernels):
+        untouched = analysis.Untouched()
+        dropped: set[str] = set()
+        for position, producer in enumerate(program.kernels):
             store = analysis.single_store(producer)
             if store is None or store.buffer in outputs:
                 continue
-            readers = [i for i in range(position + 1, len(kernels)) if store.buffer in analysis.loaded_buffers(kernels[i])]
-            if len(readers) != 1:
+            readers = [i for i in range(position + 1, len(kernels))
+                       if store.buffer in analysis.loaded_buffers(program.kernels[i])]
+            if len(readers) != 1 or not untouched.holds(producer, kernels[readers[0]]):
                 continue
             fused = _reader_computing(producer, kernels[readers[0]], target, pins)
             if fused is None:
                 continue
+            untouched.touch(producer, kernels[readers[0]])
             kernels[readers[0]] = fused
-            del kernels[position]
-            return analysis.without_buffers(attrs.evolve(program, kernels=tuple(kernels)), {store.buffer})
-        return None
+            kernels[position] = None
+            dropped.add(store.buffer)
+        if not untouched:
+            return None
+        program = attrs.evolve(program, kernels=tuple(k for k in kernels if k is not None))
+        return analysis.without_buffers(program, dropped)
 
 
 @functools.lru_cache(maxsize=1024)

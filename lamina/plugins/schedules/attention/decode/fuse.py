@@ -68,26 +68,28 @@ def _reading(buffer: str):
     return describe
 
 
-def fuse_first_chain(program: loop_ir.Program, takes: Callable[[loop_ir.Kernel, list[loop_ir.Kernel]], bool],
-                     scores_in_the_softmax: bool = False) -> loop_ir.Program | None:
-    """``program`` with its first chain of attention kernels as one (the values' sum computing the
+def fuse_chains(program: loop_ir.Program, takes: Callable[[loop_ir.Kernel, list[loop_ir.Kernel]], bool],
+                scores_in_the_softmax: bool = False) -> loop_ir.Program | None:
+    """``program`` with its chains of attention kernels each as one (the values' sum computing the
     softmax, each loop over the keys its scores) where ``takes`` accepts the fused kernel in place of
     the kernels it replaces (it returns whether it gains, and raises ``NotAttention`` or
     ``ScheduleError`` where its schedule cannot run it), else None. A chain is a
     product's scores, their softmax and the probabilities times the values, each written for the
     next alone; with ``scores_in_the_softmax``, also a softmax that computes its scores itself
-    (``matmul_row_reduction``'s kernel) and the values."""
+    (``matmul_row_reduction``'s kernel) and the values. After the first, every chain that touches
+    nothing the ones before touched (the next layer's) is fused in the same call (``analysis.Untouched``)."""
     temporaries = {b.name for b in program.temporaries}
     known = analysis.buffers(program)
-    kernels = list(program.kernels)
-    writers, readers = analysis.writers_and_readers(kernels)
+    kernels = program.kernels
+    writers, readers = analysis.writers_and_readers(list(kernels))
+    untouched = analysis.Untouched()
 
     def only_feeds(buffer: str, reader: int) -> int | None:
         """The kernel writing ``buffer`` where it is a temporary that kernel ``reader`` alone reads."""
         at = writers.get(buffer)
         if buffer not in temporaries or at is None or readers.get(buffer) != [reader]:
             return None
-        return at if len(kernels[at].outputs) == 1 else None
+        return at if len(kernels[at].outputs) == 1 and untouched.holds(kernels[at]) else None
 
     def softmaxes(softmax_at: int) -> Iterator[tuple[list[int], loop_ir.Kernel]]:
         """(the kernels a fused one replaces besides the values', the softmax computing its scores)."""
@@ -101,29 +103,42 @@ def fuse_first_chain(program: loop_ir.Program, takes: Callable[[loop_ir.Kernel, 
             if computed is not None:
                 yield [scores_at, softmax_at], computed
 
-    for position, values_kernel in enumerate(kernels):
-        if _sum(values_kernel) is None:
-            continue
-        for probabilities in analysis.loaded_buffers(values_kernel):
+    def fused_chain(position: int) -> tuple[loop_ir.Kernel, list[int]] | None:
+        """The values' kernel at ``position`` fused with its chain, and the positions of the kernels
+        it replaces besides its own; or None."""
+        for probabilities in analysis.loaded_buffers(kernels[position]):
             softmax_at = only_feeds(probabilities, position)
             if softmax_at is None:
                 continue
             for replaced, softmax in softmaxes(softmax_at):
-                fused = values_reading_the_softmax(softmax, values_kernel, _reading(probabilities))
+                fused = values_reading_the_softmax(softmax, kernels[position], _reading(probabilities))
                 if fused is None:
                     continue
                 fused = analysis.renumbered(analysis.with_exact_inputs(fused, known))
                 try:
-                    if not takes(fused, [kernels[i] for i in (*replaced, position)]):
-                        continue
+                    if takes(fused, [kernels[i] for i in (*replaced, position)]):
+                        return fused, replaced
                 except (NotAttention, ScheduleError):
                     continue
-                dropped = {b.name for i in replaced for b in kernels[i].outputs}
-                kernels[position] = fused
-                for i in sorted(replaced, reverse=True):
-                    del kernels[i]
-                return analysis.without_buffers(attrs.evolve(program, kernels=tuple(kernels)), dropped)
-    return None
+        return None
+
+    result: list[loop_ir.Kernel | None] = list(kernels)
+    dropped: set[str] = set()
+    for position, values_kernel in enumerate(kernels):
+        if _sum(values_kernel) is None or not untouched.holds(values_kernel):
+            continue
+        found = fused_chain(position)
+        if found is None:
+            continue
+        fused, replaced = found
+        untouched.touch(*(kernels[i] for i in (*replaced, position)))
+        dropped |= {b.name for i in replaced for b in kernels[i].outputs}
+        result[position] = fused
+        for i in replaced:
+            result[i] = None
+    if not untouched:
+        return None
+    return analysis.without_buffers(attrs.evolve(program, kernels=tuple(k for k in result if k is not None)), dropped)
 
 
 class FuseDecodeAttention:
@@ -142,4 +157,4 @@ class FuseDecodeAttention:
             tiling.choose(analyse(fused), target, knobs)
             return True
 
-        return fuse_first_chain(program, takes)
+        return fuse_chains(program, takes)

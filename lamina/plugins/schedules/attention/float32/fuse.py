@@ -21,7 +21,7 @@ from typing import Any, Mapping
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import loop_ir
 from lamina.core.target import Target
-from lamina.plugins.schedules.attention.decode.fuse import fuse_first_chain
+from lamina.plugins.schedules.attention.decode.fuse import fuse_chains
 from lamina.plugins.schedules.attention.float32 import tiling
 from lamina.plugins.schedules.attention.float32.recognise import analyse
 from lamina.plugins.schedules.contraction import estimate_contraction
@@ -46,7 +46,7 @@ class FuseFloat32Attention:
             _, fused_us, _ = tiling.choose(analyse(fused), target, knobs)
             return bool(knobs) or fused_us < sum(apart_us(kernel, target) for kernel in replaced)
 
-        return fuse_first_chain(program, takes, scores_in_the_softmax=True)
+        return fuse_chains(program, takes, scores_in_the_softmax=True)
 
 
 def apart_us(kernel: loop_ir.Kernel, target: Target) -> float:
