@@ -251,15 +251,71 @@ class LaminaSupport(OperatorSupportBase):
 
 
 class _CompiledPart(torch.nn.Module):
-    """A partition that lamina compiled, standing where the partitioner put its submodule."""
+    """A partition that lamina compiled, standing where the partitioner put its submodule.
 
-    def __init__(self, runner: GraphRunner):
+    lamina's outputs are laid out row-major; an output that ``as_strided`` reads in PyTorch (Longformer's
+    overlapping chunks) is laid out as eager laid it out, since ``as_strided`` reads the storage by its
+    strides (``laid_out``: the order of the axes in memory, per output, or None)."""
+
+    def __init__(self, runner: GraphRunner, laid_out: Sequence[tuple[int, ...] | None] = ()):
         super().__init__()
         self.runner = runner
+        self.laid_out = tuple(laid_out)
 
     def forward(self, *args: Any):
         outputs = self.runner(*args)
+        if any(self.laid_out):
+            outputs = tuple(_in_order(out, order) if order is not None else out
+                            for out, order in zip(outputs, self.laid_out))
         return outputs[0] if len(outputs) == 1 else outputs
+
+
+STORAGE_READERS = {torch.ops.aten.as_strided.default, torch.ops.aten.as_strided_scatter.default}
+"""PyTorch ops whose result depends on the strides of their input, not only on its values."""
+
+
+def _storage_layouts(part: torch.fx.GraphModule, node: torch.fx.Node) -> list[tuple[int, ...] | None]:
+    """For each output of the partition ``part``, called at ``node``: where a ``STORAGE_READERS`` op
+    reads it, the order of its axes in memory as eager lays it out (innermost first), where that layout
+    is dense."""
+    returned = next(n for n in part.graph.nodes if n.op == "output").args[0]
+    returned = list(returned) if isinstance(returned, (tuple, list)) else [returned]
+    read = set()
+    for user in node.users:
+        if user.target is operator.getitem:
+            if any(u.target in STORAGE_READERS for u in user.users):
+                read.add(user.args[1])
+        elif user.target in STORAGE_READERS:
+            read.add(0)
+    return [_dense_order(value.meta.get("val")) if i in read and isinstance(value, torch.fx.Node) else None
+            for i, value in enumerate(returned)]
+
+
+def _dense_order(value: Any) -> tuple[int, ...] | None:
+    """The axes of ``value`` (a fake tensor) from innermost to outermost in memory, where its elements
+    are dense in that order; else None."""
+    if not isinstance(value, torch.Tensor):
+        return None
+    shape = [_hint(s) for s in value.shape]
+    strides = [_hint(s) for s in value.stride()]
+    order = tuple(sorted(range(len(shape)), key=lambda axis: (strides[axis], axis)))
+    step = 1
+    for axis in order:
+        if shape[axis] != 1 and strides[axis] != step:
+            return None
+        step *= shape[axis]
+    return order
+
+
+def _hint(size) -> int:
+    return size.node.hint if isinstance(size, torch.SymInt) else int(size)
+
+
+def _in_order(t: torch.Tensor, order: tuple[int, ...]) -> torch.Tensor:
+    """``t``'s values with its axes in memory in ``order`` (innermost first)."""
+    outer_first = list(reversed(order))
+    inverse = sorted(range(len(order)), key=outer_first.__getitem__)
+    return t.permute(outer_first).contiguous().permute(inverse)
 
 
 def _with_eager_fallback(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], compiler: Compiler):
@@ -278,7 +334,7 @@ def _with_eager_fallback(graph_module: torch.fx.GraphModule, example_inputs: Seq
         values = [arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg for arg in node.args]
         for placeholder, value in zip((n for n in part.graph.nodes if n.op == "placeholder"), values):
             placeholder.meta.setdefault("val", value)
-        setattr(split, node.target, _CompiledPart(GraphRunner(compiler, part, values)))
+        setattr(split, node.target, _CompiledPart(GraphRunner(compiler, part, values), _storage_layouts(part, node)))
     split.recompile()
     warnings.warn(f"lamina ran these ops in PyTorch, not lamina: {', '.join(eager)}", stacklevel=2)
     return split

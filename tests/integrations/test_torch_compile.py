@@ -117,6 +117,21 @@ def test_eager_fallback_runs_unsupported_ops_in_pytorch_and_names_them(backend):
     assert relative_error(out, float64_reference(sort_and_topk, (x, w))) < 1e-5
 
 
+def chunks_of_a_transpose(x, w):
+    """Longformer's overlapping chunks: ``as_strided`` (run in PyTorch) over a product that eager lays
+    out transposed, whose storage lamina's row-major output would order otherwise."""
+    y = (x @ w).transpose(0, 1) * 2
+    return torch.as_strided(y, (3, 4, 9), (4 * 11, 11, 1)).sum(-1)
+
+
+def test_an_output_that_as_strided_reads_in_pytorch_is_laid_out_as_in_eager(backend):
+    x, w = torch.randn(11, 24), torch.randn(24, 16)
+    compiled = torch.compile(chunks_of_a_transpose, backend=backend, options={"fallback": "eager"})
+    with pytest.warns(UserWarning, match="aten.as_strided.default"):
+        out = compiled(x, w)
+    assert relative_error(out, float64_reference(chunks_of_a_transpose, (x, w))) < 1e-5
+
+
 def write_at(cache, positions, values):
     cache.index_copy_(0, positions, values)
     return cache.sum(dim=0) * 2

@@ -3,8 +3,9 @@ random, through ``torch.compile(model, backend="lamina")`` called the default wa
 eager: what a user who brings another model meets first. 13 tokens, a multiple of no tile size,
 in two sequences, with an attention mask whose second row is padded on the left.
 
-A mixture of experts routes tokens with ``topk`` and ``sort``, which no plugin decomposes: it runs
-with the eager fallback, which names them. Three take prompts of any length with two programs (the
+A mixture of experts routes tokens with ``topk`` and ``sort``, and Longformer cuts its sequence into
+overlapping chunks with ``as_strided``, which no plugin decomposes: they run with the eager fallback,
+which names them. Three take prompts of any length with two programs (the
 length symbolic after the first), and some generate, greedy, token for token as
 eager does, with as few programs as the suite's models: Gemma-3's layers alternate a sliding window
 and the whole cache, and Bloom's ALiBi biases grow with the cache."""
@@ -46,9 +47,11 @@ ARCHITECTURES = {  # model type: (auto class, what sets it apart, its configurat
     "gemma3_text": ("AutoModelForCausalLM", "sliding-window and global layers", dict(num_key_value_heads=2, head_dim=16)),
     "mixtral": ("AutoModelForCausalLM", "a mixture of experts",
                 dict(num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)),
+    "longformer": ("AutoModel", "local attention over overlapping chunks (as_strided)", dict(attention_window=[4, 4])),
+    "apertus": ("AutoModelForCausalLM", "the xIELU activation (expm1)", dict(num_key_value_heads=2)),
 }
-ROUTED = {"mixtral"}
-"""Whose routing needs the eager fallback."""
+IN_PYTORCH = {"mixtral": "its routing (topk, sort)", "longformer": "its chunks (as_strided)"}
+"""Those that need the eager fallback, and for what."""
 
 
 LENGTHS = (13, 17, 29)
@@ -91,14 +94,14 @@ def _result(output) -> torch.Tensor:
 @pytest.mark.parametrize("kind", sorted(ARCHITECTURES))
 def test_an_architecture_outside_the_suite_matches_eager(kind):
     model, inputs = _model_and_inputs(kind)
-    options = {"fallback": "eager"} if kind in ROUTED else {}
+    options = {"fallback": "eager"} if kind in IN_PYTORCH else {}
     compiled = torch.compile(model, backend="lamina", options=options)
     with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         ours = _result(compiled(**inputs))
         expected = _result(model(**inputs))
     ran_in_pytorch = [str(w.message) for w in caught if "ran these ops in PyTorch" in str(w.message)]
-    assert bool(ran_in_pytorch) == (kind in ROUTED), ran_in_pytorch
+    assert bool(ran_in_pytorch) == (kind in IN_PYTORCH), ran_in_pytorch
     rows = inputs["attention_mask"].bool() if ours.shape[:2] == inputs["attention_mask"].shape else slice(None)
     error = relative_error(ours[rows], expected[rows])
     assert error < 1e-4, f"{kind} ({ARCHITECTURES[kind][1]}): relative error {error:.2e}"
@@ -116,7 +119,7 @@ def test_an_architecture_outside_the_suite_matches_eager_on_the_gpu(kind, dtype)
         warnings.simplefilter("ignore")
         reference = _result(model(**inputs))
         model = model.to(dtype)
-        options = {"fallback": "eager"} if kind in ROUTED else {}
+        options = {"fallback": "eager"} if kind in IN_PYTORCH else {}
         ours = _result(torch.compile(model, backend="lamina", options=options)(**inputs))
         expected = _result(model(**inputs))
     rows = inputs["attention_mask"].bool() if ours.shape[:2] == inputs["attention_mask"].shape else slice(None)

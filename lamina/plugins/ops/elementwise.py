@@ -58,7 +58,8 @@ def decompose_clamp(b: TensorBuilder, node: Node) -> str:
     return result
 
 
-_UNARY = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "sigmoid", "tanh", "sin", "cos", "erf")
+_UNARY = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "sigmoid", "tanh", "sin", "cos", "erf", "expm1",
+          "log1p")
 _COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
 
 DECOMPOSITIONS = {
