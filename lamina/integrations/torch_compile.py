@@ -38,8 +38,10 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from torch.utils._python_dispatch import _disable_current_modes
 
 from lamina.api import Compiler, Specialization, signature
+from lamina.core.ir import dtypes
 from lamina.core.errors import ConfigError, InputMismatchError, LaminaError, UnsupportedOpError
 from lamina.frontends.torch.call_binding import output_value
+from lamina.frontends.torch.capture import _where
 from lamina.frontends.torch.fx_graph import (Constant, FxProgram, SizeValue, fx_to_torch_ir, is_write_to_argument,
                                              length_tensor)
 from lamina.integrations.cuda_graphs import CudaGraphReplay, uses_cuda_graphs
@@ -67,6 +69,7 @@ def lamina_backend(graph_module: torch.fx.GraphModule, example_inputs: Sequence[
     def compile_graph(aten_graph: torch.fx.GraphModule, inputs: Sequence[Any]):
         if fallback == "eager":
             return _with_eager_fallback(aten_graph, inputs, compiler)
+        _check_dtypes(aten_graph)
         try:
             return GraphRunner(compiler, aten_graph, inputs)
         except UnsupportedOpError as error:
@@ -237,7 +240,8 @@ def _op_name(node: torch.fx.Node) -> str:
 
 
 class LaminaSupport(OperatorSupportBase):
-    """An op is supported when a registered plugin decomposes it; ``getitem`` when what it reads is."""
+    """An op is supported when a registered plugin decomposes it and every tensor it reads and makes is
+    of a dtype lamina computes (not a complex rotation's, Llama-4's); ``getitem`` when what it reads is."""
 
     def __init__(self, compiler: Compiler):
         self.ops = set(compiler.plugins.registry.names("op"))
@@ -247,7 +251,32 @@ class LaminaSupport(OperatorSupportBase):
             return False
         if node.target is operator.getitem:
             return isinstance(node.args[0], torch.fx.Node) and self.is_node_supported(submodules, node.args[0])
+        if _uncomputed_dtypes(node):
+            return False
         return _op_name(node) in self.ops or is_write_to_argument(node)
+
+
+def _check_dtypes(graph_module: torch.fx.GraphModule) -> None:
+    """A ``LaminaError`` naming the ops (and their source lines) that read or make tensors of dtypes
+    lamina does not compute (complex numbers), with what the user can do."""
+    found = [(node, _uncomputed_dtypes(node)) for node in graph_module.graph.nodes if node.op == "call_function"]
+    found = [(node, names) for node, names in found if names]
+    if found:
+        lines = [f"  {_op_name(node)} ({', '.join(sorted(names))})  {_where(node)}" for node, names in found[:8]]
+        more = [f"  and {len(found) - 8} more"] if len(found) > 8 else []
+        raise LaminaError("lamina does not compute tensors of these ops' dtypes:\n" + "\n".join(lines + more)
+                          + "\n" + EAGER_FALLBACK_REMEDY)
+
+
+def _uncomputed_dtypes(node: torch.fx.Node) -> set[str]:
+    """The dtypes of the tensors that ``node`` reads and makes that lamina does not compute."""
+    found = set()
+    for n in (node, *node.all_input_nodes):
+        value = n.meta.get("val")
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, torch.Tensor) and str(v.dtype).removeprefix("torch.") not in dtypes.BY_NAME:
+                found.add(str(v.dtype).removeprefix("torch."))
+    return found
 
 
 class _CompiledPart(torch.nn.Module):
@@ -320,7 +349,8 @@ def _in_order(t: torch.Tensor, order: tuple[int, ...]) -> torch.Tensor:
 
 def _with_eager_fallback(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], compiler: Compiler):
     support = LaminaSupport(compiler)
-    eager = sorted({_op_name(n) for n in graph_module.graph.nodes
+    eager = sorted({_op_name(n) + "".join(f" ({name})" for name in sorted(_uncomputed_dtypes(n)))
+                    for n in graph_module.graph.nodes
                     if n.op == "call_function" and n.target is not operator.getitem
                     and not support.is_node_supported({}, n)})
     if not eager:

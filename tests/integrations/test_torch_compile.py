@@ -117,6 +117,25 @@ def test_eager_fallback_runs_unsupported_ops_in_pytorch_and_names_them(backend):
     assert relative_error(out, float64_reference(sort_and_topk, (x, w))) < 1e-5
 
 
+def complex_rotation(x, angles):
+    """Llama-4's rotary embedding: pairs of features as complex numbers, turned by ``polar``."""
+    pairs = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))
+    return torch.view_as_real(pairs * torch.polar(torch.ones_like(angles), angles)).flatten(-2) * 2 + 1
+
+
+def test_complex_tensors_are_one_error_that_names_their_ops_and_the_fallback_runs_them(backend):
+    x, angles = torch.randn(5, 8), torch.randn(5, 4)
+    with pytest.raises(Exception) as caught:
+        torch.compile(complex_rotation, backend=backend)(x, angles)
+    said = str(raised_by_lamina(caught.value))
+    assert "aten.polar.default (complex64)" in said and "aten.mul.Tensor (complex64)" in said
+    assert 'options={"fallback": "eager"}' in said
+    compiled = torch.compile(complex_rotation, backend=backend, options={"fallback": "eager"})
+    with pytest.warns(UserWarning, match=r"aten.mul.Tensor \(complex64\)"):
+        out = compiled(x, angles)
+    assert relative_error(out, float64_reference(complex_rotation, (x, angles))) < 1e-5
+
+
 def chunks_of_a_transpose(x, w):
     """Longformer's overlapping chunks: ``as_strided`` (run in PyTorch) over a product that eager lays
     out transposed, whose storage lamina's row-major output would order otherwise."""

@@ -3,9 +3,9 @@ random, through ``torch.compile(model, backend="lamina")`` called the default wa
 eager: what a user who brings another model meets first. 13 tokens, a multiple of no tile size,
 in two sequences, with an attention mask whose second row is padded on the left.
 
-A mixture of experts routes tokens with ``topk`` and ``sort``, and Longformer cuts its sequence into
-overlapping chunks with ``as_strided``, which no plugin decomposes: they run with the eager fallback,
-which names them. Three take prompts of any length with two programs (the
+A mixture of experts routes tokens with ``topk`` and ``sort``, Longformer cuts its sequence into
+overlapping chunks with ``as_strided``, which no plugin decomposes, and Llama-4 rotates complex numbers,
+which lamina does not compute: they run with the eager fallback, which names them. Three take prompts of any length with two programs (the
 length symbolic after the first), and some generate, greedy, token for token as
 eager does, with as few programs as the suite's models: Gemma-3's layers alternate a sliding window
 and the whole cache, and Bloom's ALiBi biases grow with the cache."""
@@ -49,8 +49,12 @@ ARCHITECTURES = {  # model type: (auto class, what sets it apart, its configurat
                 dict(num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)),
     "longformer": ("AutoModel", "local attention over overlapping chunks (as_strided)", dict(attention_window=[4, 4])),
     "apertus": ("AutoModelForCausalLM", "the xIELU activation (expm1)", dict(num_key_value_heads=2)),
+    "llama4_text": ("AutoModelForCausalLM", "a rotation of complex numbers, a mixture of experts",
+                    dict(num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=1, head_dim=16,
+                         intermediate_size_mlp=128)),
 }
-IN_PYTORCH = {"mixtral": "its routing (topk, sort)", "longformer": "its chunks (as_strided)"}
+IN_PYTORCH = {"mixtral": "its routing (topk, sort)", "longformer": "its chunks (as_strided)",
+              "llama4_text": "its complex rotation and its routing"}
 """Those that need the eager fallback, and for what."""
 
 
