@@ -1,7 +1,8 @@
 """Hugging Face architectures outside the model suite, each with what sets it apart, tiny and
 random, through ``torch.compile(model, backend="lamina")`` called the default way on the CPU, against
 eager: what a user who brings another model meets first. 13 tokens, a multiple of no tile size,
-in two sequences, with an attention mask whose second row is padded on the left.
+in two sequences, with an attention mask whose second row is padded on the left; images of 32
+pixels and 400 audio samples for the image and audio models.
 
 A mixture of experts routes tokens with ``topk`` and ``sort``, Longformer cuts its sequence into
 overlapping chunks with ``as_strided``, which no plugin decomposes, and Llama-4 rotates complex numbers,
@@ -56,6 +57,35 @@ ARCHITECTURES = {  # model type: (auto class, what sets it apart, its configurat
 IN_PYTORCH = {"mixtral": "its routing (topk, sort)", "longformer": "its chunks (as_strided)",
               "llama4_text": "its complex rotation and its routing"}
 """Those that need the eager fallback, and for what."""
+
+
+IMAGES_AND_AUDIO = {  # model type: (what sets it apart, its configuration)
+    "mobilenet_v2": ("depthwise convolutions, ReLU6", dict(num_channels=3, image_size=32, depth_multiplier=0.25)),
+    "poolformer": ("pooling for attention, group norms", dict(num_channels=3, hidden_sizes=[8, 16, 32, 64],
+                                                               depths=[1, 1, 1, 1])),
+    "swin": ("shifted windows", dict(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2],
+                                      window_size=4)),
+    "wav2vec2": ("a convolutional feature encoder with group norms, weight-normed positions",
+                 dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                      conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+                      num_conv_pos_embedding_groups=4)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(IMAGES_AND_AUDIO))
+def test_an_image_or_audio_architecture_outside_the_suite_matches_eager(kind):
+    """Swin pools its output through an ``as_strided`` view, which runs in PyTorch."""
+    config = transformers.AutoConfig.for_model(kind, **IMAGES_AND_AUDIO[kind][1])
+    torch.manual_seed(0)
+    model = transformers.AutoModel.from_config(config).eval()
+    inputs = {"input_values": torch.randn(2, 400)} if kind == "wav2vec2" else {"pixel_values": torch.randn(2, 3, 32, 32)}
+    options = {"fallback": "eager"} if kind == "swin" else {}
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours = torch.compile(model, backend="lamina", options=options)(**inputs).last_hidden_state
+        expected = model(**inputs).last_hidden_state
+    error = relative_error(ours, expected)
+    assert error < 1e-4, f"{kind} ({IMAGES_AND_AUDIO[kind][0]}): relative error {error:.2e}"
 
 
 LENGTHS = (13, 17, 29)

@@ -47,6 +47,13 @@ def decompose_where(b: TensorBuilder, node: Node) -> str:
     return b.where(cond, a, other)
 
 
+def decompose_hardtanh(b: TensorBuilder, node: Node) -> str:
+    """``clamp(x, min_val, max_val)``, -1 and 1 unless given (``nn.ReLU6`` is 0 and 6)."""
+    x = tensor(b, node)
+    low, high = argument(node, 1, "min_val", -1.0), argument(node, 2, "max_val", 1.0)
+    return b.binary("min", b.binary("max", x, low, role="low"), high, role="high")
+
+
 def decompose_clamp(b: TensorBuilder, node: Node) -> str:
     """``min(max(x, low), high)``, either bound optional."""
     result = tensor(b, node)
@@ -79,6 +86,7 @@ DECOMPOSITIONS = {
     "aten.relu.default": decompose_relu,
     "aten.where.self": decompose_where,
     "aten.clamp.default": decompose_clamp,
+    "aten.hardtanh.default": decompose_hardtanh,
     "aten.clamp.Tensor": decompose_clamp,
     **{f"aten.{name}.default": _unary(name) for name in _UNARY},
     **{f"aten.{name}.{form}": _binary(name) for name in _COMPARE for form in ("Tensor", "Scalar")},

@@ -4,7 +4,8 @@
 (LayerNorm, what every ``nn.LayerNorm`` lowers to): ``(x - mean) * rsqrt(var + eps) * weight
 + bias`` with the population variance of the deviations, the mean and the reciprocal
 standard deviation as its other two results. Like softmax, each is a row's reductions and
-the elementwise work around them, which the fusion rules make one kernel.
+the elementwise work around them, which the fusion rules make one kernel. ``native_group_norm``
+(GroupNorm) is the same over each group of a sample's channels and positions.
 """
 
 from __future__ import annotations
@@ -69,7 +70,35 @@ def decompose_native_layer_norm(b: TensorBuilder, node: Node) -> tuple[str, str,
     return b.cast(result, dtype), b.cast(mean, statistics[0]), b.cast(rstd, statistics[1])
 
 
+def decompose_native_group_norm(b: TensorBuilder, node: Node) -> tuple[str, str, str]:
+    """``(output, mean, rstd)`` of ``nn.GroupNorm``: each sample's channels in ``group`` groups, each group
+    normalised over its channels and positions, then a weight and a bias per channel; the statistics are
+    (N, group)."""
+    x = tensor(b, node, 0, "input")
+    shape = b.shape(x)
+    groups, eps = argument(node, 6, "group"), float(argument(node, 7, "eps"))
+    if len(shape) < 2 or shape[1] % groups:
+        raise b.fail(f"group_norm in {groups} groups does not fit {x} of shape {list(shape)}: the channels "
+                     "(axis 1) must divide by the groups")
+    dtype = b.dtype(x)
+    wide = b.reshape(b.cast(x, compute_dtype(dtype), role="acc"), (shape[0], groups, -1))
+    mean = b.mean(wide, [2], keepdim=True)
+    deviation = b.binary("sub", wide, mean, role="deviation")
+    variance = b.mean(b.binary("mul", deviation, deviation, role="square"), [2], keepdim=True)
+    rstd = b.unary("rsqrt", b.binary("add", variance, eps, role="eps"))
+    result = b.reshape(b.binary("mul", deviation, rstd, role="normalized"), shape)
+    per_channel = (shape[1],) + (1,) * (len(shape) - 2)
+    for role, opname, position, name in (("weighted", "mul", 1, "weight"), ("shifted", "add", 2, "bias")):
+        parameter = argument(node, position, name)
+        if parameter is not None:
+            result = b.binary(opname, result, b.reshape(b.value(parameter), per_channel), role=role)
+    statistics = [t.dtype if t is not None else b.dtype(mean) for t in (node.results + (None,) * 3)[1:3]]
+    return (b.cast(result, dtype), b.cast(b.reshape(mean, (shape[0], groups)), statistics[0]),
+            b.cast(b.reshape(rstd, (shape[0], groups)), statistics[1]))
+
+
 DECOMPOSITIONS = {
     "aten.rms_norm.default": decompose_rms_norm,
     "aten.native_layer_norm.default": decompose_native_layer_norm,
+    "aten.native_group_norm.default": decompose_native_group_norm,
 }

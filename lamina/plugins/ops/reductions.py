@@ -54,6 +54,29 @@ def decompose_amin(b: TensorBuilder, node: Node) -> str:
     return b.min(tensor(b, node), argument(node, 1, "dim"), argument(node, 2, "keepdim", False))
 
 
+def decompose_vector_norm(b: TensorBuilder, node: Node) -> str:
+    """``torch.linalg.vector_norm``: ``sum(|x| ** ord) ** (1 / ord)`` over ``dim``, accumulated in float32
+    for half inputs; the largest or smallest ``|x|`` for an infinite ``ord``, the count of non-zeros for 0."""
+    x = tensor(b, node)
+    order = float(argument(node, 1, "ord", 2))
+    dims, keepdim = argument(node, 2, "dim"), argument(node, 3, "keepdim", False)
+    result_dtype = node.type.dtype if node.type is not None else b.dtype(x)
+    wide = b.cast(x, compute_dtype(result_dtype), role="acc")
+    size = b.unary("abs", wide, role="size")
+    if math.isinf(order):
+        total = b.reduce(size, "max" if order > 0 else "min", dims, keepdim)
+    elif order == 0:
+        total = b.sum(b.cast(b.binary("ne", wide, 0.0, role="nonzero"), b.dtype(wide)), dims, keepdim)
+    elif order == 1:
+        total = b.sum(size, dims, keepdim)
+    elif order == 2:
+        total = b.unary("sqrt", b.sum(b.binary("mul", wide, wide, role="square"), dims, keepdim))
+    else:
+        powers = b.sum(b.binary("pow", size, order, role="power"), dims, keepdim)
+        total = b.binary("pow", powers, 1.0 / order, role="root")
+    return b.cast(total, result_dtype)
+
+
 def decompose_max_all(b: TensorBuilder, node: Node) -> str:
     return b.max(tensor(b, node))
 
@@ -149,6 +172,7 @@ def decompose_var_mean(b: TensorBuilder, node: Node) -> tuple[str, str]:
 DECOMPOSITIONS = {
     "aten.sum.dim_IntList": decompose_sum,
     "aten.sum.default": decompose_sum_all,
+    "aten.linalg_vector_norm.default": decompose_vector_norm,
     "aten.mean.dim": decompose_mean,
     "aten.mean.default": decompose_mean_all,
     "aten.prod.dim_int": decompose_prod,

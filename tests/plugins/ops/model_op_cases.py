@@ -101,6 +101,15 @@ def fills(s):
             s.new_zeros(2, 3), s.new_ones((4,)), s.new_full((2, 2), 3.5), torch.full_like(s, 7))
 
 
+def vision_and_audio(x, h, weight, bias, images):
+    """ReLU6 (MobileNet), vector norms (Swin-v2's cosine attention, wav2vec2's weight norm) and group norms
+    (PoolFormer, wav2vec2's feature encoder)."""
+    norms = tuple(torch.linalg.vector_norm(x, order, dim=-1) for order in (2, 1, 3, float("inf"), float("-inf"), 0))
+    return (F.hardtanh(x, 0.0, 6.0), F.hardtanh(h), *norms, torch.linalg.vector_norm(x, dim=(0, 1), keepdim=True),
+            torch.linalg.vector_norm(h, dim=-1), F.group_norm(images, 3, weight, bias), F.group_norm(images, 1),
+            F.group_norm(images.bfloat16(), 6, weight.bfloat16()))
+
+
 def _attention_inputs(dtype=torch.float32):
     def make(*shape):
         return torch.randn(shape, dtype=dtype)
@@ -135,6 +144,9 @@ MODEL_OP_CASES = [
     Case("norms", norms, lambda: (torch.randn(3, 5, 64), torch.randn(64), torch.randn(7, 64, dtype=torch.bfloat16),
                                   torch.randn(64, dtype=torch.bfloat16))),
     Case("fills", fills, lambda: (torch.randn(3, 4),), keep=KEEP_CREATION),
+    Case("vision-and-audio", vision_and_audio, lambda: (
+        torch.randn(5, 7, 13) * 4, torch.randn(3, 21, dtype=torch.bfloat16), torch.randn(6), torch.randn(6),
+        torch.randn(2, 6, 5, 7))),
     Case("layer-norms", layer_norms, lambda: (torch.randn(3, 5, 64), torch.randn(64), torch.randn(64),
                                               torch.randn(7, 64, dtype=torch.bfloat16),
                                               torch.randn(64, dtype=torch.bfloat16))),
