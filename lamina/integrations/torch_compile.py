@@ -253,7 +253,15 @@ class LaminaSupport(OperatorSupportBase):
             return isinstance(node.args[0], torch.fx.Node) and self.is_node_supported(submodules, node.args[0])
         if _uncomputed_dtypes(node):
             return False
+        if _reads_storage(node):
+            return False
         return _op_name(node) in self.ops or is_write_to_argument(node)
+
+
+def _static_dense(node: Any) -> bool:
+    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return isinstance(value, torch.Tensor) and all(isinstance(s, int) for s in (*value.shape, *value.stride())) \
+        and _dense_order(value) is not None
 
 
 def _check_dtypes(graph_module: torch.fx.GraphModule) -> None:
@@ -282,9 +290,9 @@ def _uncomputed_dtypes(node: torch.fx.Node) -> set[str]:
 class _CompiledPart(torch.nn.Module):
     """A partition that lamina compiled, standing where the partitioner put its submodule.
 
-    lamina's outputs are laid out row-major; an output that ``as_strided`` reads in PyTorch (Longformer's
-    overlapping chunks) is laid out as eager laid it out, since ``as_strided`` reads the storage by its
-    strides (``laid_out``: the order of the axes in memory, per output, or None)."""
+    lamina's outputs are laid out row-major; an output that PyTorch reads by its strides (``as_strided``
+    of a tensor eager lays out with gaps, through the views that make them) is laid out as eager laid it
+    out (``laid_out``: the order of the axes in memory, per output, or None)."""
 
     def __init__(self, runner: GraphRunner, laid_out: Sequence[tuple[int, ...] | None] = ()):
         super().__init__()
@@ -303,18 +311,30 @@ STORAGE_READERS = {torch.ops.aten.as_strided.default, torch.ops.aten.as_strided_
 """PyTorch ops whose result depends on the strides of their input, not only on its values."""
 
 
+def _reads_storage(node: torch.fx.Node) -> bool:
+    """Whether ``node`` reads its input by strides in PyTorch: a ``STORAGE_READERS`` op that lamina does
+    not take (lamina's ``as_strided`` takes an input that eager lays out without gaps, by strides that
+    are numbers), or a view that one reads."""
+    if node.target is torch.ops.aten.as_strided.default:
+        return not _static_dense(node.args[0])
+    if node.target in STORAGE_READERS:
+        return True
+    is_view = isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
+    return is_view and any(_reads_storage(user) for user in node.users)
+
+
 def _storage_layouts(part: torch.fx.GraphModule, node: torch.fx.Node) -> list[tuple[int, ...] | None]:
-    """For each output of the partition ``part``, called at ``node``: where a ``STORAGE_READERS`` op
-    reads it, the order of its axes in memory as eager lays it out (innermost first), where that layout
-    is dense."""
+    """For each output of the partition ``part``, called at ``node``: where PyTorch reads it by strides
+    (``_reads_storage``), the order of its axes in memory as eager lays it out (innermost first), where
+    that layout is dense."""
     returned = next(n for n in part.graph.nodes if n.op == "output").args[0]
     returned = list(returned) if isinstance(returned, (tuple, list)) else [returned]
     read = set()
     for user in node.users:
         if user.target is operator.getitem:
-            if any(u.target in STORAGE_READERS for u in user.users):
+            if any(_reads_storage(u) for u in user.users):
                 read.add(user.args[1])
-        elif user.target in STORAGE_READERS:
+        elif _reads_storage(user):
             read.add(0)
     return [_dense_order(value.meta.get("val")) if i in read and isinstance(value, torch.fx.Node) else None
             for i, value in enumerate(returned)]

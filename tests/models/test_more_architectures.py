@@ -4,9 +4,9 @@ eager: what a user who brings another model meets first. 13 tokens, a multiple o
 in two sequences, with an attention mask whose second row is padded on the left; images of 32
 pixels and 400 audio samples for the image and audio models.
 
-A mixture of experts routes tokens with ``topk`` and ``sort``, Longformer cuts its sequence into
-overlapping chunks with ``as_strided``, which no plugin decomposes, and Llama-4 rotates complex numbers,
-which lamina does not compute: they run with the eager fallback, which names them. Three take prompts of any length with two programs (the
+A mixture of experts routes tokens with ``topk`` and ``sort``, which no plugin decomposes, and Llama-4
+rotates complex numbers, which lamina does not compute: they run with the eager fallback, which names
+them. Three take prompts of any length with two programs (the
 length symbolic after the first), and some generate, greedy, token for token as
 eager does, with as few programs as the suite's models: Gemma-3's layers alternate a sliding window
 and the whole cache, and Bloom's ALiBi biases grow with the cache."""
@@ -54,8 +54,7 @@ ARCHITECTURES = {  # model type: (auto class, what sets it apart, its configurat
                     dict(num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=1, head_dim=16,
                          intermediate_size_mlp=128)),
 }
-IN_PYTORCH = {"mixtral": "its routing (topk, sort)", "longformer": "its chunks (as_strided)",
-              "llama4_text": "its complex rotation and its routing"}
+IN_PYTORCH = {"mixtral": "its routing (topk, sort)", "llama4_text": "its complex rotation and its routing"}
 """Those that need the eager fallback, and for what."""
 
 
@@ -74,15 +73,14 @@ IMAGES_AND_AUDIO = {  # model type: (what sets it apart, its configuration)
 
 @pytest.mark.parametrize("kind", sorted(IMAGES_AND_AUDIO))
 def test_an_image_or_audio_architecture_outside_the_suite_matches_eager(kind):
-    """Swin pools its output through an ``as_strided`` view, which runs in PyTorch."""
+    """Swin pools its output through an ``as_strided`` view."""
     config = transformers.AutoConfig.for_model(kind, **IMAGES_AND_AUDIO[kind][1])
     torch.manual_seed(0)
     model = transformers.AutoModel.from_config(config).eval()
     inputs = {"input_values": torch.randn(2, 400)} if kind == "wav2vec2" else {"pixel_values": torch.randn(2, 3, 32, 32)}
-    options = {"fallback": "eager"} if kind == "swin" else {}
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ours = torch.compile(model, backend="lamina", options=options)(**inputs).last_hidden_state
+        ours = torch.compile(model, backend="lamina")(**inputs).last_hidden_state
         expected = model(**inputs).last_hidden_state
     error = relative_error(ours, expected)
     assert error < 1e-4, f"{kind} ({IMAGES_AND_AUDIO[kind][0]}): relative error {error:.2e}"

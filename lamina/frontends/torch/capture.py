@@ -517,6 +517,8 @@ def _node(fx_node, aliases: Mapping[str, str] = _NO_ALIASES) -> torch_ir.Node:
     args = tuple(_argument(a, fx_node, aliases) for a in fx_node.args)
     kwargs = tuple((k, _argument(v, fx_node, aliases)) for k, v in fx_node.kwargs.items()
                    if k not in _ALLOCATION_KWARGS)
+    if target is torch.ops.aten.as_strided.default:
+        kwargs += _eager_layout(fx_node.args[0])
     value = fx_node.meta.get("val")
     results = ()
     if isinstance(value, (list, tuple)):
@@ -530,6 +532,16 @@ def _node(fx_node, aliases: Mapping[str, str] = _NO_ALIASES) -> torch_ir.Node:
         source=source_location(fx_node.meta.get("stack_trace")),
         results=results,
     )
+
+
+def _eager_layout(fx_node) -> tuple[tuple[str, Any], ...]:
+    """What ``as_strided`` needs to know of its input besides its values: the strides and storage
+    offset it had in eager, where they are numbers (``as_strided`` reads the storage)."""
+    value = fx_node.meta.get("val") if isinstance(fx_node, torch.fx.Node) else None
+    if not isinstance(value, torch.Tensor) or not all(isinstance(s, int) for s in value.stride()) \
+            or not isinstance(value.storage_offset(), int):
+        return ()
+    return (("input_strides", tuple(value.stride())), ("input_storage_offset", value.storage_offset()))
 
 
 def _argument(value: Any, fx_node, aliases: Mapping[str, str] = _NO_ALIASES) -> Any:

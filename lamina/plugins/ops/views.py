@@ -70,6 +70,37 @@ def decompose_flip(b: TensorBuilder, node: Node) -> str:
                        role="flip")
 
 
+def decompose_as_strided(b: TensorBuilder, node: Node) -> str:
+    """``as_strided(x, size, stride, offset)``: element ``i`` is the one that eager's ``x`` holds at storage
+    position ``offset + sum(i * stride)`` (overlapping windows, Longformer's chunks). The frontend gives the
+    strides and offset that ``x`` had in eager (``input_strides``, ``input_storage_offset``); with its
+    elements dense in some order of its axes, each position is one element, whose coordinates the
+    position's quotients give."""
+    x = tensor(b, node)
+    shape, strides = b.shape(x), node.kwarg("input_strides")
+    size, stride = list(argument(node, 1, "size")), list(argument(node, 2, "stride"))
+    if strides is None or sizes.is_symbolic(tuple(shape) + tuple(size) + tuple(stride)) \
+            or not _dense(shape, strides):
+        raise b.fail(f"as_strided reads {x} by its storage, and lamina knows it only where eager lays {x} out "
+                     "densely with sizes and strides that are numbers; run it in PyTorch (the eager fallback)")
+    base = node.kwarg("input_storage_offset", 0)
+    offset = argument(node, 3, "storage_offset")
+    d = tensor_ir.output_vars(len(size))
+    position = sum((v * s for v, s in zip(d, stride)), (base if offset is None else offset) - base)
+    coordinates = [0 if extent == 1 else (position // step) % extent for extent, step in zip(shape, strides)]
+    return b.index_map(x, coordinates, size, role="as_strided")
+
+
+def _dense(shape, strides) -> bool:
+    """Whether a tensor of ``shape`` and ``strides`` holds its elements without gaps or overlaps."""
+    step = 1
+    for extent, stride in sorted(((e, s) for e, s in zip(shape, strides) if e != 1), key=lambda pair: pair[1]):
+        if stride != step:
+            return False
+        step *= extent
+    return True
+
+
 def _pieces(b: TensorBuilder, x: str, dim: int, sizes) -> tuple[str, ...]:
     total = b.shape(x)[b.axis(dim, len(b.shape(x)))]
     if sum(sizes) != total or any(size < 0 for size in sizes):
@@ -97,6 +128,7 @@ def decompose_unbind(b: TensorBuilder, node: Node) -> tuple[str, ...]:
 
 
 DECOMPOSITIONS = {
+    "aten.as_strided.default": decompose_as_strided,
     "aten.split_with_sizes.default": decompose_split_with_sizes,
     "aten.split.Tensor": decompose_split,
     "aten.unbind.int": decompose_unbind,

@@ -110,6 +110,13 @@ def vision_and_audio(x, h, weight, bias, images):
             F.group_norm(images.bfloat16(), 6, weight.bfloat16()))
 
 
+def overlapping_chunks(x, w):
+    """Longformer's chunks of a sequence, overlapping by half (``as_strided``), of a tensor and of a
+    transposed product, whose storage eager orders column by column."""
+    y = (x @ w).transpose(0, 1)
+    return torch.as_strided(x, (3, 4, 9), (4 * 9, 9, 1)), torch.as_strided(y, (2, 8, 11), (88, 11, 1), 3)
+
+
 def _attention_inputs(dtype=torch.float32):
     def make(*shape):
         return torch.randn(shape, dtype=dtype)
@@ -144,6 +151,7 @@ MODEL_OP_CASES = [
     Case("norms", norms, lambda: (torch.randn(3, 5, 64), torch.randn(64), torch.randn(7, 64, dtype=torch.bfloat16),
                                   torch.randn(64, dtype=torch.bfloat16))),
     Case("fills", fills, lambda: (torch.randn(3, 4),), keep=KEEP_CREATION),
+    Case("overlapping-chunks", overlapping_chunks, lambda: (torch.randn(13, 9), torch.randn(9, 16))),
     Case("vision-and-audio", vision_and_audio, lambda: (
         torch.randn(5, 7, 13) * 4, torch.randn(3, 21, dtype=torch.bfloat16), torch.randn(6), torch.randn(6),
         torch.randn(2, 6, 5, 7))),
