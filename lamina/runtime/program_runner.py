@@ -59,6 +59,9 @@ class ProgramRunner:
         self.poison = poison
         self.memory_plan = plan_memory(loop, kernels)
         self._symbolic = any(sizes.is_symbolic(b.type.shape) for b in loop.inputs + loop.outputs + loop.temporaries)
+        read = {p.name for kernel in kernels.kernels for p in kernel.params}
+        # inputs that no kernel reads (a size passed as a tensor of that length) are never copied
+        self._unread = frozenset(b.name for b in loop.inputs if b.name not in read)
 
     @property
     def memory_plan(self) -> MemoryPlan:
@@ -114,7 +117,8 @@ class ProgramRunner:
         values = self.sizes_of(inputs)
         buffers: dict[str, torch.Tensor] = {}
         for spec, tensor in zip(self.loop.inputs, inputs):
-            buffers[spec.name] = aligned(tensor.contiguous().reshape(-1))
+            if spec.name not in self._unread:
+                buffers[spec.name] = aligned(tensor.contiguous().reshape(-1))
         zeroed = self._zeroed_scratch(values) if self._zeroed else {}
         for k, (kernel, allocated, released) in enumerate(zip(self.kernels.kernels, self._allocated, self._released)):
             for spec in allocated:
