@@ -49,7 +49,6 @@ ARCHITECTURES = {  # model type: (auto class, what sets it apart, its configurat
     "mixtral": ("AutoModelForCausalLM", "a mixture of experts",
                 dict(num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)),
     "longformer": ("AutoModel", "local attention over overlapping chunks (as_strided)", dict(attention_window=[4, 4])),
-    "apertus": ("AutoModelForCausalLM", "the xIELU activation (expm1)", dict(num_key_value_heads=2)),
     "llama4_text": ("AutoModelForCausalLM", "a rotation of complex numbers, a mixture of experts",
                     dict(num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=1, head_dim=16,
                          intermediate_size_mlp=128)),

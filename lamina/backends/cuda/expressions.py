@@ -45,7 +45,7 @@ _INFIX = {
 }
 _FLOAT_FUNCTIONS = {
     "exp": "exp", "exp2": "exp2", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "tanh": "tanh", "sin": "sin",
-    "cos": "cos", "erf": "erf", "expm1": "expm1", "log1p": "log1p", "abs": "fabs", "pow": "pow",
+    "cos": "cos", "erf": "erf", "abs": "fabs", "pow": "pow",
     "floor": "floor", "ceil": "ceil", "trunc": "trunc", "round": "rint", "fmod": "fmod",
 }
 _INTEGER_INFIX = {"truncdiv": "/", "fmod": "%"}

@@ -29,7 +29,6 @@ _CPP_KEYWORDS = {
 _CUDA_NAMES = {
     "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "INFINITY", "NAN",
     "abs", "llabs", "max", "min", "exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sin", "cos", "erf",
-    "expm1", "log1p", "expm1f", "log1pf",
     "pow", "fabs", "fmax", "fmin", "expf", "exp2f", "logf", "sqrtf", "rsqrtf", "tanhf", "sinf", "cosf",
     "erff", "powf", "fabsf", "fmaxf", "fminf", "printf", "malloc", "free", "assert",
     "floor", "ceil", "trunc", "rint", "fmod", "floorf", "ceilf", "truncf", "rintf", "fmodf", "__fdiv_rn",

@@ -67,8 +67,6 @@ _UNARY = {
     "sin": torch.sin,
     "cos": torch.cos,
     "erf": torch.erf,
-    "expm1": torch.expm1,
-    "log1p": torch.log1p,
     "floor": torch.floor,
     "ceil": torch.ceil,
     "trunc": torch.trunc,

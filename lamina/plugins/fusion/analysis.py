@@ -285,7 +285,7 @@ def shared_in_reduction(kernel: loop_ir.Kernel, buffer: str) -> bool:
     return False
 
 
-EXPENSIVE_OPS = frozenset({"exp", "log", "tanh", "sigmoid", "sin", "cos", "erf", "expm1", "log1p"})
+EXPENSIVE_OPS = frozenset({"exp", "log", "tanh", "sigmoid", "sin", "cos", "erf"})
 """Scalar ops that cost tens of instructions (a division by a variable too): worth computing once."""
 RECOMPUTE_LIMIT = 32
 """Inlined into a reader that broadcasts it, a value is recomputed for every point of the

@@ -65,8 +65,7 @@ def decompose_clamp(b: TensorBuilder, node: Node) -> str:
     return result
 
 
-_UNARY = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "sigmoid", "tanh", "sin", "cos", "erf", "expm1",
-          "log1p")
+_UNARY = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "sigmoid", "tanh", "sin", "cos", "erf")
 _COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
 
 DECOMPOSITIONS = {
