@@ -22,6 +22,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from lamina.api import Compiler
 from lamina.core.errors import LaminaError
 from lamina.core.ir import dtypes
+from lamina.core.ir.shapes import reads_within
 from lamina.frontends.torch.capture import _where
 from lamina.frontends.torch.fx_graph import is_write_to_argument
 
@@ -53,10 +54,19 @@ class LaminaSupport(OperatorSupportBase):
         return _op_name(node) in self.ops or is_write_to_argument(node)
 
 
-def _static_dense(node: Any) -> bool:
-    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    return isinstance(value, torch.Tensor) and all(isinstance(s, int) for s in (*value.shape, *value.stride())) \
-        and _dense_order(value) is not None
+def _lamina_takes_as_strided(node: torch.fx.Node) -> bool:
+    """Whether lamina computes the ``as_strided`` ``node``: its input laid out densely by eager, with sizes
+    and strides that are numbers, and the view reading none of the storage around it
+    (``views.decompose_as_strided``)."""
+    source = node.args[0]
+    value = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+    if not isinstance(value, torch.Tensor) or _dense_order(value) is None:
+        return False
+    size, stride = node.args[1], node.args[2]
+    offset = node.args[3] if len(node.args) > 3 and node.args[3] is not None else value.storage_offset()
+    numbers = (*value.shape, *value.stride(), *size, *stride, offset, value.storage_offset())
+    return all(isinstance(n, int) for n in numbers) \
+        and reads_within(value.numel(), size, stride, offset - value.storage_offset())
 
 
 def check_dtypes(graph_module: torch.fx.GraphModule) -> None:
@@ -111,7 +121,7 @@ def _reads_storage(node: torch.fx.Node) -> bool:
     not take (lamina's ``as_strided`` takes an input that eager lays out without gaps, by strides that
     are numbers), or a view that one reads."""
     if node.target is torch.ops.aten.as_strided.default:
-        return not _static_dense(node.args[0])
+        return not _lamina_takes_as_strided(node)
     if node.target in STORAGE_READERS:
         return True
     is_view = isinstance(node.target, torch._ops.OpOverload) and node.target.is_view

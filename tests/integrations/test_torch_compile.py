@@ -158,6 +158,21 @@ def test_as_strided_reads_the_storage_as_eager_lays_it_out(backend):
         assert relative_error(ours, expected) < 1e-5
 
 
+def before_a_slice(x):
+    """``as_strided`` of a slice, reading the storage before the slice's first element."""
+    return torch.as_strided(x[2:] * 1, (4,), (1,), 0) + torch.as_strided(x[2:], (4,), (1,), 0)
+
+
+def test_as_strided_that_reads_around_its_input_runs_in_pytorch(backend):
+    x = torch.randn(9)
+    with pytest.raises(Exception, match="reads none of the storage around it"):
+        torch.compile(before_a_slice, backend=backend)(x)
+    compiled = torch.compile(before_a_slice, backend=backend, options={"fallback": "eager"})
+    with pytest.warns(UserWarning, match="aten.as_strided.default"):
+        out = compiled(x)
+    torch.testing.assert_close(out, before_a_slice(x))
+
+
 def test_what_pytorch_reads_by_its_strides_is_laid_out_as_in_eager(backend):
     x, w = torch.randn(11, 24), torch.randn(24, 16)
     compiled = torch.compile(chunks_of_a_gapped_view, backend=backend, options={"fallback": "eager"})

@@ -1,4 +1,5 @@
-"""Shape rules shared by the Tensor IR builder: broadcasting, and which axes of a view belong together."""
+"""Shape rules shared by the Tensor IR builder: broadcasting, which axes of a view belong together, and
+which storage a strided view reads."""
 
 from __future__ import annotations
 
@@ -68,3 +69,10 @@ def _groups(src: tuple[int, ...], dst: tuple[int, ...]) -> list[tuple[list[int],
                 j += 1
         groups.append((taken_src, taken_dst))
     return groups
+
+
+def reads_within(numel: int, size, stride, first: int) -> bool:
+    """Whether a view of ``size`` and ``stride`` from storage position ``first`` (counted from a
+    tensor's first element) reads only that tensor's ``numel`` elements."""
+    last = first + sum((extent - 1) * step for extent, step in zip(size, stride))
+    return min(size, default=1) == 0 or (first >= 0 and min(stride, default=0) >= 0 and last < numel)

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from lamina.core.ir import sizes, tensor_ir
+from lamina.core.ir.shapes import reads_within
 from lamina.core.ir.tensor_builder import TensorBuilder
 from lamina.core.ir.torch_ir import Node
 from lamina.plugins.ops.arguments import argument, tensor
@@ -79,14 +80,16 @@ def decompose_as_strided(b: TensorBuilder, node: Node) -> str:
     x = tensor(b, node)
     shape, strides = b.shape(x), node.kwarg("input_strides")
     size, stride = list(argument(node, 1, "size")), list(argument(node, 2, "stride"))
-    if strides is None or sizes.is_symbolic(tuple(shape) + tuple(size) + tuple(stride)) \
-            or not _dense(shape, strides):
-        raise b.fail(f"as_strided reads {x} by its storage, and lamina knows it only where eager lays {x} out "
-                     "densely with sizes and strides that are numbers; run it in PyTorch (the eager fallback)")
     base = node.kwarg("input_storage_offset", 0)
     offset = argument(node, 3, "storage_offset")
+    first = (base if offset is None else offset) - base
+    if strides is None or sizes.is_symbolic(tuple(shape) + tuple(size) + tuple(stride)) \
+            or not _dense(shape, strides) or not reads_within(sizes.numel(shape), size, stride, first):
+        raise b.fail(f"as_strided reads {x} by its storage, and lamina knows it only where eager lays {x} out "
+                     "densely with sizes and strides that are numbers, and reads none of the storage around it; "
+                     "run it in PyTorch (the eager fallback)")
     d = tensor_ir.output_vars(len(size))
-    position = sum((v * s for v, s in zip(d, stride)), (base if offset is None else offset) - base)
+    position = sum((v * s for v, s in zip(d, stride)), first)
     coordinates = [0 if extent == 1 else (position // step) % extent for extent, step in zip(shape, strides)]
     return b.index_map(x, coordinates, size, role="as_strided")
 
