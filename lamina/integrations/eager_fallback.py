@@ -22,7 +22,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from lamina.api import Compiler
 from lamina.core.errors import LaminaError
 from lamina.core.ir import dtypes
-from lamina.core.ir.shapes import reads_within
+from lamina.core.ir.shapes import dense_order, reads_within
 from lamina.frontends.torch.capture import _where
 from lamina.frontends.torch.fx_graph import is_write_to_argument
 
@@ -150,15 +150,7 @@ def _dense_order(value: Any) -> tuple[int, ...] | None:
     are dense in that order; else None."""
     if not isinstance(value, torch.Tensor):
         return None
-    shape = [_hint(s) for s in value.shape]
-    strides = [_hint(s) for s in value.stride()]
-    order = tuple(sorted(range(len(shape)), key=lambda axis: (strides[axis], axis)))
-    step = 1
-    for axis in order:
-        if shape[axis] != 1 and strides[axis] != step:
-            return None
-        step *= shape[axis]
-    return order
+    return dense_order([_hint(s) for s in value.shape], [_hint(s) for s in value.stride()])
 
 
 def _hint(size) -> int:

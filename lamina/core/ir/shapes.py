@@ -71,6 +71,18 @@ def _groups(src: tuple[int, ...], dst: tuple[int, ...]) -> list[tuple[list[int],
     return groups
 
 
+def dense_order(shape: Sequence[int], strides: Sequence[int]) -> tuple[int, ...] | None:
+    """The axes of a tensor of ``shape`` and ``strides`` from innermost to outermost in memory, where it
+    holds its elements in that order without gaps or overlaps; else None."""
+    order = tuple(sorted(range(len(shape)), key=lambda axis: (strides[axis], axis)))
+    step = 1
+    for axis in order:
+        if shape[axis] != 1 and strides[axis] != step:
+            return None
+        step *= shape[axis]
+    return order
+
+
 def reads_within(numel: int, size, stride, first: int) -> bool:
     """Whether a view of ``size`` and ``stride`` from storage position ``first`` (counted from a
     tensor's first element) reads only that tensor's ``numel`` elements."""

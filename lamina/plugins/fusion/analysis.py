@@ -204,7 +204,7 @@ def joined_in_order(program: loop_ir.Program, keys: list, start: Callable[[loop_
             changed = True
     if not changed:
         return None
-    return attrs.evolve(program, kernels=tuple(k for k in kernels if k is not None))
+    return with_kernels(program, kernels)
 
 
 def with_exact_inputs(kernel: loop_ir.Kernel, known: dict[str, loop_ir.Buffer]) -> loop_ir.Kernel:
@@ -240,6 +240,14 @@ def simplify_indices(expr: Expr, ranges: Ranges) -> Expr:
         return None
 
     return ex.transform(expr, simplify)
+
+
+def with_kernels(program: loop_ir.Program, kernels: list[loop_ir.Kernel | None],
+                 dropped: set[str] = frozenset()) -> loop_ir.Program:
+    """The program with ``kernels`` (None where a rule fused one away) and without the temporaries
+    ``dropped``."""
+    program = attrs.evolve(program, kernels=tuple(k for k in kernels if k is not None))
+    return without_buffers(program, dropped) if dropped else program
 
 
 def without_buffers(program: loop_ir.Program, names: set[str]) -> loop_ir.Program:

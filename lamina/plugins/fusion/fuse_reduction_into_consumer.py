@@ -83,8 +83,7 @@ class FuseReductionIntoConsumer:
                 dropped.add(store.buffer)
         if not untouched:
             return None
-        program = attrs.evolve(program, kernels=tuple(k for k in kernels if k is not None))
-        return analysis.without_buffers(program, dropped)
+        return analysis.with_kernels(program, kernels, dropped)
 
 
 def _fuse(

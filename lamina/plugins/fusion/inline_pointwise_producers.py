@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-import attrs
 
 from lamina.core.ir import dtypes, expr as ex, index, loop_ir, sizes
 from lamina.core.target import Target
@@ -79,8 +78,7 @@ class InlinePointwiseProducers:
             inlined.add(buffer)
         if not inlined:
             return None
-        return analysis.without_buffers(
-            attrs.evolve(program, kernels=tuple(k for k in kernels if k is not None)), inlined)
+        return analysis.with_kernels(program, kernels, inlined)
 
 
 class _Readers:

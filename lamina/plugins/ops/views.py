@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from lamina.core.ir import sizes, tensor_ir
-from lamina.core.ir.shapes import reads_within
+from lamina.core.ir.shapes import dense_order, reads_within
 from lamina.core.ir.tensor_builder import TensorBuilder
 from lamina.core.ir.torch_ir import Node
 from lamina.plugins.ops.arguments import argument, tensor
@@ -84,7 +84,7 @@ def decompose_as_strided(b: TensorBuilder, node: Node) -> str:
     offset = argument(node, 3, "storage_offset")
     first = (base if offset is None else offset) - base
     if strides is None or sizes.is_symbolic(tuple(shape) + tuple(size) + tuple(stride)) \
-            or not _dense(shape, strides) or not reads_within(sizes.numel(shape), size, stride, first):
+            or dense_order(shape, strides) is None or not reads_within(sizes.numel(shape), size, stride, first):
         raise b.fail(f"as_strided reads {x} by its storage, and lamina knows it only where eager lays {x} out "
                      "densely with sizes and strides that are numbers, and reads none of the storage around it; "
                      "run it in PyTorch (the eager fallback)")
@@ -92,16 +92,6 @@ def decompose_as_strided(b: TensorBuilder, node: Node) -> str:
     position = sum((v * s for v, s in zip(d, stride)), first)
     coordinates = [0 if extent == 1 else (position // step) % extent for extent, step in zip(shape, strides)]
     return b.index_map(x, coordinates, size, role="as_strided")
-
-
-def _dense(shape, strides) -> bool:
-    """Whether a tensor of ``shape`` and ``strides`` holds its elements without gaps or overlaps."""
-    step = 1
-    for extent, stride in sorted(((e, s) for e, s in zip(shape, strides) if e != 1), key=lambda pair: pair[1]):
-        if stride != step:
-            return False
-        step *= extent
-    return True
 
 
 def _pieces(b: TensorBuilder, x: str, dim: int, sizes) -> tuple[str, ...]:

@@ -70,8 +70,7 @@ class FuseContractionIntoRowReduction:
             dropped.add(store.buffer)
         if not untouched:
             return None
-        program = attrs.evolve(program, kernels=tuple(k for k in kernels if k is not None))
-        return analysis.without_buffers(program, dropped)
+        return analysis.with_kernels(program, kernels, dropped)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -69,8 +69,7 @@ class ComputeVectorReductionInEachProduct:
             dropped.add(store.buffer)
         if not dropped:
             return None
-        program = attrs.evolve(program, kernels=tuple(k for k in kernels if k is not None))
-        return analysis.without_buffers(program, dropped)
+        return analysis.with_kernels(program, kernels, dropped)
 
 
 def _one_value(kernel: loop_ir.Kernel) -> loop_ir.Store | None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Mapping
 
-import attrs
 
 from lamina.core.errors import ScheduleError
 from lamina.core.ir import expr as ex, loop_ir
@@ -138,7 +137,7 @@ def fuse_chains(program: loop_ir.Program, takes: Callable[[loop_ir.Kernel, list[
             result[i] = None
     if not untouched:
         return None
-    return analysis.without_buffers(attrs.evolve(program, kernels=tuple(k for k in result if k is not None)), dropped)
+    return analysis.with_kernels(program, result, dropped)
 
 
 class FuseDecodeAttention:
